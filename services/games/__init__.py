@@ -1,0 +1,1 @@
+"""Board games: rules, coordinates, encodings and symmetries."""

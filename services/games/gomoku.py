@@ -1,0 +1,170 @@
+"""Gomoku rules on a square board (15x15 by default).
+
+Cells hold EMPTY / BLACK / WHITE as int8. Black moves first. `Rule.FREESTYLE` wins with five
+or more in a row, `Rule.STANDARD` with exactly five. `Rule.RENJU` scores an overline as no win
+for black (five or more wins for white); its forbidden points for black (double-three,
+double-four) are not enforced yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+import numpy as np
+
+from services.games.coords import index_name
+
+EMPTY, BLACK, WHITE = 0, 1, 2
+DEFAULT_SIZE = 15
+MIN_SIZE, MAX_SIZE = 5, 19
+DIRECTIONS = ((1, 0), (0, 1), (1, 1), (1, -1))
+
+
+class Rule(str, Enum):
+    FREESTYLE = "freestyle"
+    STANDARD = "standard"
+    RENJU = "renju"
+
+
+class IllegalMove(ValueError):
+    """A move that the rules do not allow; the message says why."""
+
+
+def opponent(color: int) -> int:
+    return WHITE if color == BLACK else BLACK
+
+
+def line_length(board: np.ndarray, x: int, y: int, color: int, dx: int, dy: int) -> int:
+    """Length of the run of `color` through (x, y) along (dx, dy), counting (x, y) itself."""
+    size = board.shape[0]
+    n = 1
+    for sign in (1, -1):
+        cx, cy = x + sign * dx, y + sign * dy
+        while 0 <= cx < size and 0 <= cy < size and board[cy, cx] == color:
+            n += 1
+            cx += sign * dx
+            cy += sign * dy
+    return n
+
+
+def makes_five(board: np.ndarray, x: int, y: int, color: int, rule: Rule) -> bool:
+    """Whether a stone of `color` at (x, y) (placed or hypothetical) completes a winning line."""
+    exact = rule is Rule.STANDARD or (rule is Rule.RENJU and color == BLACK)
+    for dx, dy in DIRECTIONS:
+        n = line_length(board, x, y, color, dx, dy)
+        if n == 5 or (n > 5 and not exact):
+            return True
+    return False
+
+
+@dataclass
+class GomokuState:
+    """A Gomoku position with its history; `play` returns a new state."""
+
+    size: int = DEFAULT_SIZE
+    rule: Rule = Rule.FREESTYLE
+    board: np.ndarray = field(default=None)  # type: ignore[assignment]
+    moves: tuple[int, ...] = ()
+    winner: int = EMPTY  # BLACK or WHITE once somebody has made five
+
+    def __post_init__(self) -> None:
+        if not MIN_SIZE <= self.size <= MAX_SIZE:
+            raise ValueError(f"board_size must be between {MIN_SIZE} and {MAX_SIZE}, got {self.size}")
+        if self.board is None:
+            self.board = np.zeros((self.size, self.size), dtype=np.int8)
+
+    @classmethod
+    def from_moves(
+        cls,
+        moves: list[int] | tuple[int, ...],
+        size: int = DEFAULT_SIZE,
+        rule: Rule = Rule.FREESTYLE,
+        setup_black: tuple[int, ...] = (),
+        setup_white: tuple[int, ...] = (),
+    ) -> GomokuState:
+        state = cls(size=size, rule=rule)
+        for color, stones in ((BLACK, setup_black), (WHITE, setup_white)):
+            for p in stones:
+                state._check_on_board_and_empty(p, "setup stone")
+                state.board[divmod(p, size)] = color
+        for p in moves:
+            state = state.play(p)
+        return state
+
+    @property
+    def to_move(self) -> int:
+        return BLACK if len(self.moves) % 2 == 0 else WHITE
+
+    @property
+    def is_over(self) -> bool:
+        return self.winner != EMPTY or not (self.board == EMPTY).any()
+
+    def _check_on_board_and_empty(self, point: int, what: str) -> None:
+        if not 0 <= point < self.size * self.size:
+            raise IllegalMove(f"{what} {point} is off the {self.size}x{self.size} board")
+        if self.board.flat[point] != EMPTY:
+            raise IllegalMove(f"{what} {index_name(point, self.size)} is on an occupied point")
+
+    def play(self, point: int) -> GomokuState:
+        if self.winner != EMPTY:
+            raise IllegalMove(f"move {index_name(point, self.size)} after the game ended")
+        self._check_on_board_and_empty(point, "move")
+        color = self.to_move
+        board = self.board.copy()
+        y, x = divmod(point, self.size)
+        board[y, x] = color
+        won = makes_five(board, x, y, color, self.rule)
+        return GomokuState(
+            size=self.size,
+            rule=self.rule,
+            board=board,
+            moves=(*self.moves, point),
+            winner=color if won else EMPTY,
+        )
+
+    def legal_mask(self) -> np.ndarray:
+        """Boolean mask over the flat board of the points the side to move may play."""
+        if self.winner != EMPTY:
+            return np.zeros(self.size * self.size, dtype=bool)
+        return self.board.reshape(-1) == EMPTY
+
+    def winning_points(self, color: int) -> list[int]:
+        """Empty points where `color` would complete a winning line at once."""
+        out = []
+        board = self.board
+        for p in np.flatnonzero(board.reshape(-1) == EMPTY):
+            y, x = divmod(int(p), self.size)
+            board[y, x] = color
+            if makes_five(board, x, y, color, self.rule):
+                out.append(int(p))
+            board[y, x] = EMPTY
+        return out
+
+    def ascii(self) -> str:
+        """The board as text, top row first, with RenjuNet coordinates."""
+        glyph = {EMPTY: ".", BLACK: "X", WHITE: "O"}
+        last = self.moves[-1] if self.moves else -1
+        lines = []
+        for y in range(self.size - 1, -1, -1):
+            cells = []
+            for x in range(self.size):
+                g = glyph[int(self.board[y, x])]
+                cells.append(g.lower() if y * self.size + x == last else g)
+            lines.append(f"{y + 1:>2} " + " ".join(cells))
+        lines.append("   " + " ".join("abcdefghijklmnopqrs"[: self.size]))
+        return "\n".join(lines)
+
+
+def board_from_ascii(text: str) -> np.ndarray:
+    """Parse a test-fixture board: rows top first, 'X' black, 'O' white, '.' empty."""
+    rows = [r.split() if " " in r.strip() else list(r.strip()) for r in text.strip().splitlines()]
+    size = len(rows)
+    board = np.zeros((size, size), dtype=np.int8)
+    code = {".": EMPTY, "X": BLACK, "O": WHITE}
+    for i, row in enumerate(rows):
+        if len(row) != size:
+            raise ValueError(f"row {i} has {len(row)} cells, expected {size}")
+        for x, c in enumerate(row):
+            board[size - 1 - i, x] = code[c.upper()]
+    return board
