@@ -22,10 +22,10 @@ def planes_numpy(boards: np.ndarray) -> np.ndarray:
 
 def planes_torch(boards: torch.Tensor) -> torch.Tensor:
     """int8 [N, H, W] -> float32 [N, 3, H, W] one-hot (black, white, empty)."""
-    b = boards.long()
-    return torch.nn.functional.one_hot(
-        torch.where(b == EMPTY, 2, b - 1), num_classes=N_PLANES
-    ).permute(0, 3, 1, 2).float()
+    # Cells 1 (black), 2 (white), 0 (empty) map to planes 0, 1, 2. Literal ints keep the
+    # function TorchScript-compilable (scripted code cannot close over module globals).
+    index = (boards.long() + 2) % 3
+    return torch.nn.functional.one_hot(index, num_classes=3).permute(0, 3, 1, 2).float()
 
 
 __all__ = ["BLACK", "EMPTY", "N_PLANES", "WHITE", "planes_numpy", "planes_torch"]

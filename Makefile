@@ -1,0 +1,50 @@
+# movepred: the README's two commands are `make demo` and `make test`.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+export PREFECT_HOME ?= $(CURDIR)/.prefect
+
+TRITON_GRPC ?= 127.0.0.1:8001
+SEARCH      ?= 127.0.0.1:50051
+
+.PHONY: setup demo test lint sample ingest train triton serve predict genmove proto bench clean
+
+setup:            ## virtualenv with pinned dependencies + generated gRPC code
+	@bash scripts/setup_env.sh
+
+demo: setup       ## ingest the shipped sample, train, publish v1, serve, Predict + GenMove, stop
+	$(PY) scripts/demo.py
+
+test: setup       ## lint + the whole test suite (fails when no test runs)
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+proto: setup      ## regenerate gRPC code from proto/
+	$(PY) -m services.api.generate
+
+sample: setup     ## regenerate the shipped self-play sample (no RenjuNet data in the repo)
+	$(PY) -m services.records.selfplay --games 300 --seed 0 --out data/sample/selfplay.rif
+
+ingest: setup     ## run the ingest flow: make ingest SOURCES="a.rif b.rif"
+	$(PY) -m flows.ingest $(SOURCES) --out artifacts/dataset
+
+train: setup      ## run the train flow and publish the next version into model_repository/
+	$(PY) -m flows.train --dataset artifacts/dataset --repository model_repository \
+	    --triton-url $(TRITON_GRPC)
+
+triton: setup     ## start Triton on model_repository/ (foreground)
+	$(PY) -m services.triton.server --repository model_repository --grpc-port 8001 --http-port 8000
+
+serve: setup      ## start the gRPC search service (foreground)
+	$(PY) -m services.search.server --port 50051 --triton-url $(TRITON_GRPC)
+
+predict: setup    ## make predict MOVES="h8 h9 i8"
+	$(PY) -m services.cli predict --target $(SEARCH) $(MOVES)
+
+genmove: setup    ## make genmove MOVES="h8 h9 i8" VISITS=400
+	$(PY) -m services.cli genmove --target $(SEARCH) --visits $(or $(VISITS),400) $(MOVES)
+
+clean:
+	rm -rf runs artifacts .triton .pytest_cache

@@ -1,0 +1,159 @@
+"""The `movepred` command line.
+
+Subcommands are registered by "registrar" functions: each takes the argparse subparsers object,
+adds its parsers and returns {command name: handler(args) -> exit code}. `main` collects them
+all in one dict and dispatches; add a registrar to `REGISTRARS` to add commands.
+
+    movepred predict --target 127.0.0.1:50051 h8 h9 i8
+    movepred genmove --visits 400 h8 h9 i8
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+import grpc
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from services.games.coords import CoordinateError, parse_point
+from services.games.gomoku import DEFAULT_SIZE, GomokuState, IllegalMove, Rule
+
+Handler = Callable[[argparse.Namespace], int]
+Subparsers = argparse._SubParsersAction  # what ArgumentParser.add_subparsers returns
+Registrar = Callable[[Subparsers], dict[str, Handler]]
+
+DEFAULT_TARGET = "127.0.0.1:50051"
+EXIT_RPC_ERROR = 1
+EXIT_USAGE = 2
+
+
+def _console() -> Console:
+    return Console(highlight=False)
+
+
+def _add_position_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", default=DEFAULT_TARGET, help="search service host:port")
+    p.add_argument("--rule", choices=[r.value for r in Rule], default=Rule.FREESTYLE.value)
+    p.add_argument("moves", nargs="*", help="moves in order, black first, e.g. h8 h9 i8")
+
+
+def _show_position(console: Console, moves: Sequence[str], rule: str) -> bool:
+    """Print the board; False (after printing why) when the moves are not a legal game."""
+    try:
+        points = [parse_point(m, DEFAULT_SIZE) for m in moves]
+    except CoordinateError as exc:
+        console.print(f"error: {exc}")
+        return False
+    try:
+        state = GomokuState.from_moves([y * DEFAULT_SIZE + x for x, y in points], rule=Rule(rule))
+    except IllegalMove as exc:  # the service explains it with the field name; show it anyway
+        console.print(f"note: {exc}")
+        return True
+    console.print(Text(state.ascii()))
+    return True
+
+
+def _rpc_error(console: Console, exc: grpc.RpcError) -> int:
+    code = exc.code() if hasattr(exc, "code") else None
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    console.print(f"error: {code.name if code else 'RPC failed'}: {details}")
+    return EXIT_RPC_ERROR
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from services.search.client import SearchClient
+
+    console = _console()
+    if not _show_position(console, args.moves, args.rule):
+        return EXIT_USAGE
+    try:
+        with SearchClient(args.target) as client:
+            r = client.predict(args.moves, rule=args.rule, top_k=args.top_k, timeout=args.timeout)
+    except grpc.RpcError as exc:
+        return _rpc_error(console, exc)
+    color = "black" if r.to_move == 1 else "white"
+    table = Table(title=f"{color} to move: policy of {r.model_name} v{r.model_version}")
+    table.add_column("#", justify="right")
+    table.add_column("move")
+    table.add_column("probability", justify="right")
+    for i, m in enumerate(r.top_moves, 1):
+        table.add_row(str(i), m.name, f"{m.probability:.4f}")
+    console.print(table)
+    return 0
+
+
+def cmd_genmove(args: argparse.Namespace) -> int:
+    from services.search.client import SearchClient
+
+    console = _console()
+    if not _show_position(console, args.moves, args.rule):
+        return EXIT_USAGE
+    try:
+        with SearchClient(args.target) as client:
+            r = client.genmove(
+                args.moves,
+                rule=args.rule,
+                max_visits=args.visits,
+                max_time_ms=args.time_ms,
+                timeout=args.timeout,
+            )
+    except grpc.RpcError as exc:
+        return _rpc_error(console, exc)
+    color = "black" if r.color == 1 else "white"
+    table = Table(title=f"{color} plays {r.name}", show_header=False)
+    table.add_column("field")
+    table.add_column("value")
+    table.add_row("move", f"{r.name} ({r.move.x}, {r.move.y})")
+    table.add_row("visits", f"{r.visits} of {r.total_visits}")
+    table.add_row("prior", f"{r.prior:.4f}")
+    table.add_row("value", f"{r.value:+.3f} (for {color})")
+    table.add_row("principal variation", " ".join(r.principal_variation_names))
+    table.add_row("model", f"{r.model_name} v{r.model_version}")
+    console.print(table)
+    return 0
+
+
+def add_search_commands(subparsers: Subparsers) -> dict[str, Handler]:
+    """Register `predict` and `genmove` (clients of the search service)."""
+    p = subparsers.add_parser("predict", help="policy network's move probabilities")
+    _add_position_args(p)
+    p.add_argument("--top-k", type=int, default=5, help="moves to list (default 5)")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds (default 10)")
+
+    g = subparsers.add_parser(
+        "genmove",
+        help="a move chosen by tree search",
+        epilog="With neither --visits nor --time-ms the server searches 200 visits.",
+    )
+    _add_position_args(g)
+    g.add_argument("--visits", type=int, default=0, help="simulations (0: limited by time)")
+    g.add_argument("--time-ms", type=int, default=0, help="time budget (0: limited by visits)")
+    g.add_argument("--timeout", type=float, default=None,
+                   help="seconds (default: time budget + 10 s, or 300 s)")
+    return {"predict": cmd_predict, "genmove": cmd_genmove}
+
+
+REGISTRARS: list[Registrar] = [add_search_commands]
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
+    parser = argparse.ArgumentParser(prog="movepred", description="Gomoku/Go move prediction")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    commands: dict[str, Handler] = {}
+    for register in REGISTRARS:
+        commands.update(register(subparsers))
+    return parser, commands
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser, commands = build_parser()
+    args = parser.parse_args(argv)
+    return commands[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Training data: (position, next move) pairs, canonical dedup, Parquet shards and loading."""

@@ -1,0 +1,1 @@
+"""Policy networks and the named configurations that build them."""

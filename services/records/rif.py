@@ -1,0 +1,296 @@
+"""Streaming reader for RenjuNet `.rif` XML database exports.
+
+Why streaming: the full RenjuNet export is tens of MB, so the file is fed to an expat pull
+parser in chunks and every record element is dropped as soon as it has been handled; memory
+stays flat whatever the file size. Why it never raises on bad content: a dataset build should
+ingest every good game and account for every bad one (`Rejected`, with a short reason) rather
+than stop at the first problem. Schema: /work/shared/data/renjunet/RIF_SCHEMA.md.
+
+The lookup tables (`<players>`, `<rules>`, `<tournaments>`, `<openings>`) precede `<games>` in
+a real export; they are kept as small dicts and joined into each game. A game whose ids are
+not in a table (or that comes before it) keeps the raw id.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import math
+import xml.etree.ElementTree as ET
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from services.games.coords import CoordinateError, index_name, parse_point
+
+BOARD_SIZE = 15
+SNIPPET_CHARS = 200
+CHUNK_BYTES = 1 << 16
+BRESULTS = (0.0, 0.5, 1.0)
+# record tag -> attributes that name the record: a player is "name surname", the others take
+# the first non-empty one
+_LOOKUPS = {
+    "player": ("name", "surname"),
+    "rule": ("name",),
+    "tournament": ("name",),
+    "opening": ("name", "abbr"),
+}
+
+
+@dataclass(frozen=True)
+class RifGame:
+    """One validated game; `moves` are flat point indices y * 15 + x, Black first."""
+
+    source: str
+    game_id: str
+    moves: tuple[int, ...]
+    rule: str = ""
+    bresult: float | None = None  # Black's score: 1 won, 0 lost, 0.5 draw, None unknown
+    black: str = ""
+    white: str = ""
+    opening: str = ""
+    alt: str = ""
+    swap: str = ""
+    tournament: str = ""
+    btime: str = ""
+    wtime: str = ""
+    info: str = ""
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A record that could not be ingested, with why and the start of its raw text."""
+
+    source: str
+    record_id: str
+    reason: str
+    snippet: str
+
+
+@dataclass
+class ReadStats:
+    read: int = 0
+    ingested: int = 0
+    rejected: int = 0
+    by_reason: dict[str, int] = field(default_factory=dict)
+
+
+def reason_category(reason: str) -> str:
+    """Stable key of a reason: its leading words, before any ':', id, coordinate or quote."""
+    head = reason.split(":", 1)[0]
+    words = []
+    for word in head.split():
+        if any(c.isdigit() or c in "'\"(" for c in word):
+            break
+        words.append(word)
+    return " ".join(words) or head
+
+
+def summarize(items: Iterable[RifGame | Rejected]) -> ReadStats:
+    stats = ReadStats()
+    reasons: Counter[str] = Counter()
+    for item in items:
+        stats.read += 1
+        if isinstance(item, RifGame):
+            stats.ingested += 1
+        else:
+            stats.rejected += 1
+            reasons[reason_category(item.reason)] += 1
+    stats.by_reason = dict(reasons.most_common())
+    return stats
+
+
+def read_rif(
+    path_or_bytes: str | Path | bytes, source: str | None = None
+) -> Iterator[RifGame | Rejected]:
+    """Yield every `<game>` of a .rif file (path, `.gz` path, or bytes) as RifGame or Rejected.
+
+    Each `<game>` element is one record, and a malformed tail is one more (a Rejected whose
+    record_id starts with "offset"), so records read == games + rejections.
+    """
+    if isinstance(path_or_bytes, bytes | bytearray):
+        yield from _Reader(source or "<bytes>").run(io.BytesIO(path_or_bytes))
+        return
+    path = Path(path_or_bytes)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as stream:
+        yield from _Reader(source or path.name).run(stream)
+
+
+def _truncate(text: str, limit: int = SNIPPET_CHARS) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class _Reader:
+    """One pass over one file: pull-parser events in, RifGame / Rejected out."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.tables: dict[str, dict[str, str]] = {tag: {} for tag in _LOOKUPS}
+        self.seen_ids: set[str] = set()
+        self.ordinal = 0
+        self.stack: list[ET.Element] = []
+        # the last two chunks fed (window = prev + cur), to locate and quote a parse error
+        self.prev = self.cur = b""
+        self.window_start = 0  # byte offset of prev
+        self.window_line = 1  # line number at window_start
+
+    def run(self, stream: BinaryIO) -> Iterator[RifGame | Rejected]:
+        parser = ET.XMLPullParser(events=("start", "end"))
+        while chunk := stream.read(CHUNK_BYTES):
+            self._remember(chunk)
+            parser.feed(chunk)  # a parse error is queued behind the events parsed before it
+            try:
+                yield from self._drain(parser)
+            except ET.ParseError as exc:
+                yield self._malformed(exc)
+                return
+        try:
+            parser.close()
+        except ET.ParseError as exc:  # e.g. a truncated file: no closing tags
+            yield from self._drain(parser)
+            yield self._malformed(exc)
+            return
+        yield from self._drain(parser)
+
+    def _drain(self, parser: ET.XMLPullParser) -> Iterator[RifGame | Rejected]:
+        for event, elem in parser.read_events():
+            if event == "start":
+                self.stack.append(elem)
+                continue
+            self.stack.pop()
+            depth = len(self.stack)  # 0: root, 1: container, 2: record, deeper: inside one
+            if depth == 2:
+                if elem.tag == "game":
+                    yield self._game(elem)
+                elif elem.tag in _LOOKUPS:
+                    self._add_lookup(elem)
+                self.stack[-1].remove(elem)
+            elif depth == 1:
+                self.stack[-1].remove(elem)
+
+    def _add_lookup(self, elem: ET.Element) -> None:
+        key = elem.get("id", "").strip()
+        parts = [p for p in (elem.get(a, "") for a in _LOOKUPS[elem.tag]) if p]
+        name = " ".join(parts) if elem.tag == "player" else next(iter(parts), "")
+        if key and name:
+            self.tables[elem.tag][key] = name
+
+    def _lookup(self, tag: str, elem: ET.Element, attr: str) -> str:
+        raw = elem.get(attr, "").strip()
+        return self.tables[tag].get(raw, raw)
+
+    def _game(self, elem: ET.Element) -> RifGame | Rejected:
+        self.ordinal += 1
+        game_id = elem.get("id", "").strip()
+        record_id = game_id or f"game #{self.ordinal}"
+        reason = self._check_id(game_id)
+        moves: tuple[int, ...] = ()
+        bresult: float | None = None
+        if reason is None:
+            moves, reason = parse_moves(_text(elem.find("move")))
+        if reason is None:
+            bresult, reason = parse_bresult(elem.get("bresult"))
+        if reason is not None:
+            elem.tail = None
+            snippet = _truncate(ET.tostring(elem, encoding="unicode"))
+            return Rejected(self.source, record_id, reason, snippet)
+        return RifGame(
+            source=self.source,
+            game_id=game_id,
+            moves=moves,
+            rule=self._lookup("rule", elem, "rule"),
+            bresult=bresult,
+            black=self._lookup("player", elem, "black"),
+            white=self._lookup("player", elem, "white"),
+            opening=self._lookup("opening", elem, "opening"),
+            alt=elem.get("alt", ""),
+            swap=elem.get("swap", ""),
+            tournament=self._lookup("tournament", elem, "tournament"),
+            btime=elem.get("btime", ""),
+            wtime=elem.get("wtime", ""),
+            info=_text(elem.find("info")).strip(),
+        )
+
+    def _check_id(self, game_id: str) -> str | None:
+        if not game_id:
+            return "missing game id"
+        if game_id in self.seen_ids:
+            return f"duplicate game id {game_id}"
+        self.seen_ids.add(game_id)
+        return None
+
+    def _remember(self, chunk: bytes) -> None:
+        self.window_line += self.prev.count(b"\n")
+        self.window_start += len(self.prev)
+        self.prev, self.cur = self.cur, chunk
+
+    def _malformed(self, exc: ET.ParseError) -> Rejected:
+        line, column = getattr(exc, "position", (0, 0))
+        message = str(exc).split(": line ", 1)[0]
+        where = f"line {line}, column {column}"
+        window = self.prev + self.cur
+        local = None
+        if line > self.window_line or self.window_start == 0:  # else the line starts earlier
+            local = _local_offset(window, line - self.window_line, column)
+        if local is None:
+            record_id, snippet = f"offset {where}", window[-SNIPPET_CHARS:]
+        else:
+            record_id = f"offset {self.window_start + local} ({where})"
+            snippet = window[max(0, local - 150) : local + 50]
+        text = snippet.decode("utf-8", errors="replace")
+        return Rejected(self.source, record_id, f"malformed XML: {message}", _truncate(text))
+
+
+def _local_offset(window: bytes, lines_down: int, column: int) -> int | None:
+    """Byte offset in `window` of expat's (line, character column), if the line is in it."""
+    if lines_down < 0:
+        return None
+    start = 0
+    for _ in range(lines_down):
+        start = window.find(b"\n", start) + 1
+        if start == 0:
+            return None
+    prefix = window[start:].decode("utf-8", errors="ignore")[:column]
+    return start + len(prefix.encode("utf-8"))
+
+
+def _text(elem: ET.Element | None) -> str:
+    return "" if elem is None else "".join(elem.itertext())
+
+
+def parse_moves(text: str, size: int = BOARD_SIZE) -> tuple[tuple[int, ...], str | None]:
+    """RenjuNet move text ('h8 h9 ...', any whitespace) -> point indices, or a reject reason."""
+    tokens = text.split()
+    if not tokens:
+        return (), "empty game"
+    moves: list[int] = []
+    first_at: dict[int, int] = {}
+    for number, token in enumerate(tokens, 1):
+        try:
+            x, y = parse_point(token, size)
+        except CoordinateError:
+            return (), f"unknown coordinate {token[:20]!r} at move {number}"
+        point = y * size + x
+        if point in first_at:
+            name = index_name(point, size)
+            return (), f"repeated point {name} at move {number} (first at move {first_at[point]})"
+        first_at[point] = number
+        moves.append(point)
+    return tuple(moves), None
+
+
+def parse_bresult(raw: str | None) -> tuple[float | None, str | None]:
+    """'1' / '0' / '0.5' -> Black's score; absent or blank -> None; anything else a reason."""
+    if raw is None or not raw.strip():
+        return None, None
+    try:
+        value = float(raw)
+    except ValueError:
+        return None, f"non-numeric bresult {raw[:20]!r}"
+    if math.isnan(value) or value not in BRESULTS:
+        return None, f"unknown bresult {raw[:20]!r} (expected 1, 0 or 0.5)"
+    return value, None

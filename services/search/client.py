@@ -1,0 +1,106 @@
+"""Python client of the search service (used by the `movepred` CLI and by tests).
+
+Moves are given as RenjuNet names ("h8") or (x, y) pairs; names are parsed here, pairs are sent
+as they are, so the server's validation has the last word. Calls return the proto responses and
+raise `grpc.RpcError` for failures (e.g. INVALID_ARGUMENT, UNAVAILABLE).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import grpc
+
+from services.api.movepred.v1 import search_pb2, search_pb2_grpc
+from services.games.coords import parse_point
+from services.games.gomoku import DEFAULT_SIZE, Rule
+
+MoveLike = str | tuple[int, int]
+RuleLike = Rule | str | int
+
+_PROTO_RULES = {
+    Rule.FREESTYLE: search_pb2.FREESTYLE,
+    Rule.STANDARD: search_pb2.STANDARD,
+    Rule.RENJU: search_pb2.RENJU,
+}
+DEFAULT_PREDICT_TIMEOUT_S = 10.0
+GENMOVE_EXTRA_TIMEOUT_S = 10.0  # on top of max_time_ms for network and start-up
+DEFAULT_GENMOVE_TIMEOUT_S = 300.0  # visits-only searches
+
+
+def proto_rule(rule: RuleLike) -> int:
+    """Rule.RENJU, "renju" or search_pb2.RENJU -> search_pb2.RENJU (ints pass unchanged)."""
+    if isinstance(rule, int) and not isinstance(rule, Rule):
+        return rule
+    return _PROTO_RULES[Rule(rule.lower() if isinstance(rule, str) else rule)]
+
+
+def to_points(moves: Sequence[MoveLike], size: int = DEFAULT_SIZE) -> list[search_pb2.Point]:
+    """Names are parsed (CoordinateError for a bad name); (x, y) pairs are sent as given."""
+    points = []
+    for m in moves:
+        x, y = parse_point(m, size) if isinstance(m, str) else (int(m[0]), int(m[1]))
+        points.append(search_pb2.Point(x=x, y=y))
+    return points
+
+
+def position(
+    moves: Sequence[MoveLike], rule: RuleLike = Rule.FREESTYLE, board_size: int = DEFAULT_SIZE
+) -> search_pb2.Position:
+    return search_pb2.Position(
+        game=search_pb2.GOMOKU,
+        rule=proto_rule(rule),
+        board_size=board_size,
+        moves=to_points(moves, board_size),
+    )
+
+
+class SearchClient:
+    """Blocking client for one search server; usable as a context manager."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self._channel = grpc.insecure_channel(target)
+        self._stub = search_pb2_grpc.SearchServiceStub(self._channel)
+
+    def predict(
+        self,
+        moves: Sequence[MoveLike],
+        rule: RuleLike = Rule.FREESTYLE,
+        top_k: int = 5,
+        timeout: float | None = DEFAULT_PREDICT_TIMEOUT_S,
+    ) -> search_pb2.PredictResponse:
+        request = search_pb2.PredictRequest(position=position(moves, rule), top_k=top_k)
+        return self._stub.Predict(request, timeout=timeout)
+
+    def genmove(
+        self,
+        moves: Sequence[MoveLike],
+        rule: RuleLike = Rule.FREESTYLE,
+        max_visits: int = 0,
+        max_time_ms: int = 0,
+        timeout: float | None = None,
+    ) -> search_pb2.GenMoveResponse:
+        """Both budgets 0 lets the server pick its default (200 visits).
+
+        timeout None: max_time_ms plus 10 s when a time budget is given, else 300 s.
+        """
+        if timeout is None:
+            timeout = (
+                max_time_ms / 1000.0 + GENMOVE_EXTRA_TIMEOUT_S
+                if max_time_ms > 0
+                else DEFAULT_GENMOVE_TIMEOUT_S
+            )
+        request = search_pb2.GenMoveRequest(
+            position=position(moves, rule), max_visits=max_visits, max_time_ms=max_time_ms
+        )
+        return self._stub.GenMove(request, timeout=timeout)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> SearchClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,1 @@
+"""Training loop, evaluation and TorchScript export of policy networks."""

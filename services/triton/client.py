@@ -1,0 +1,188 @@
+"""gRPC client for the ``gomoku_policy`` model on Triton.
+
+`PolicyClient.infer` sends int8 boards [N, 15, 15] and returns float32 logits [N, 225] with the
+model version that answered. Errors are split in two: `TritonUnavailableError` when Triton
+cannot be reached or cannot serve (connection refused, server/model not ready or unknown,
+deadline exceeded), `TritonRequestError` when Triton answered and rejected or failed the request.
+
+One `tritonclient.grpc.InferenceServerClient` (one gRPC channel) is shared by all threads: its
+unary calls are thread-safe (only the streaming API is not, and it is not used here).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+DEFAULT_MODEL_NAME = "gomoku_policy"
+INPUT_NAME = "boards"
+OUTPUT_NAME = "logits"
+BOARD_SIZE = 15
+N_MOVES = BOARD_SIZE * BOARD_SIZE
+
+# gRPC status codes meaning "Triton cannot serve right now" rather than "bad request".
+_UNAVAILABLE_CODES = frozenset(
+    {"UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED", "NOT_FOUND", "RESOURCE_EXHAUSTED", "ABORTED"}
+)
+
+
+class TritonError(RuntimeError):
+    """Base class of the errors raised by `PolicyClient`."""
+
+    def __init__(self, message: str, status: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class TritonUnavailableError(TritonError):
+    """Triton is unreachable, not ready, does not know the model, or the deadline passed."""
+
+
+class TritonRequestError(TritonError):
+    """Triton (or client-side validation) rejected the request, or the model failed on it."""
+
+
+@dataclass(frozen=True)
+class PolicyResult:
+    logits: np.ndarray  # float32 [N, 225], unmasked
+    model_name: str
+    model_version: str
+
+
+def _status_name(exc: InferenceServerException) -> str:
+    status = exc.status() or ""
+    return status.rsplit(".", 1)[-1].upper()  # "StatusCode.UNAVAILABLE" -> "UNAVAILABLE"
+
+
+def _translate(exc: InferenceServerException, what: str, url: str) -> TritonError:
+    status = _status_name(exc)
+    message = f"{what} on Triton at {url} failed [{status or 'no status'}]: {exc.message()}"
+    if status in _UNAVAILABLE_CODES or not status:
+        return TritonUnavailableError(message, status)
+    if "model" in (exc.message() or "").lower() and "not ready" in (exc.message() or "").lower():
+        return TritonUnavailableError(message, status)
+    return TritonRequestError(message, status)
+
+
+def _as_boards(boards: np.ndarray) -> np.ndarray:
+    arr = np.asarray(boards)
+    if arr.ndim != 3 or arr.shape[1:] != (BOARD_SIZE, BOARD_SIZE) or arr.shape[0] < 1:
+        raise TritonRequestError(
+            f"boards must be int8 [N, {BOARD_SIZE}, {BOARD_SIZE}] with N >= 1, got {arr.shape}"
+        )
+    if arr.dtype != np.int8:
+        if not np.issubdtype(arr.dtype, np.integer):
+            raise TritonRequestError(f"boards must be int8, got {arr.dtype}")
+        if arr.size and (arr.min() < 0 or arr.max() > 2):
+            raise TritonRequestError("board cells must be 0 (empty), 1 (black) or 2 (white)")
+        arr = arr.astype(np.int8)
+    return np.ascontiguousarray(arr)
+
+
+class PolicyClient:
+    """Thread-safe client for one model on one Triton server (gRPC)."""
+
+    def __init__(
+        self, url: str, model_name: str = DEFAULT_MODEL_NAME, timeout_s: float = 5.0
+    ) -> None:
+        self.url = url
+        self.model_name = model_name
+        self.timeout_s = float(timeout_s)
+        self._lock = threading.Lock()
+        self._client: grpcclient.InferenceServerClient | None = None
+        self._closed = False
+
+    def _grpc(self) -> grpcclient.InferenceServerClient:
+        client = self._client
+        if client is not None:
+            return client
+        with self._lock:
+            if self._closed:
+                raise TritonUnavailableError(f"PolicyClient for {self.url} is closed")
+            if self._client is None:
+                try:
+                    self._client = grpcclient.InferenceServerClient(url=self.url)
+                except InferenceServerException as exc:
+                    raise _translate(exc, "connect", self.url) from exc
+            return self._client
+
+    def infer(self, boards: np.ndarray) -> PolicyResult:
+        """Policy logits for int8 boards [N, 15, 15] (0 empty, 1 black, 2 white)."""
+        arr = _as_boards(boards)
+        inp = grpcclient.InferInput(INPUT_NAME, list(arr.shape), "INT8")
+        inp.set_data_from_numpy(arr)
+        out = grpcclient.InferRequestedOutput(OUTPUT_NAME)
+        try:
+            result = self._grpc().infer(
+                self.model_name, [inp], outputs=[out], client_timeout=self.timeout_s
+            )
+        except InferenceServerException as exc:
+            raise _translate(exc, f"infer {self.model_name}", self.url) from exc
+        logits = result.as_numpy(OUTPUT_NAME)
+        if logits is None or logits.shape != (arr.shape[0], N_MOVES):
+            shape = None if logits is None else logits.shape
+            raise TritonRequestError(
+                f"{self.model_name} answered logits {shape}, expected ({arr.shape[0]}, {N_MOVES})"
+            )
+        response = result.get_response()
+        return PolicyResult(
+            logits=np.asarray(logits, dtype=np.float32),
+            model_name=response.model_name or self.model_name,
+            model_version=response.model_version,
+        )
+
+    def load_model(self, name: str | None = None, timeout_s: float | None = None) -> None:
+        """Load or reload a model (repository API, explicit mode): the newest version(s) per
+        the config's version_policy come up, then older versions are unloaded."""
+        name = name or self.model_name
+        timeout = timeout_s if timeout_s is not None else max(self.timeout_s, 120.0)
+        try:
+            self._grpc().load_model(name, client_timeout=timeout)
+        except InferenceServerException as exc:
+            raise _translate(exc, f"load {name}", self.url) from exc
+
+    def unload_model(self, name: str | None = None) -> None:
+        name = name or self.model_name
+        try:
+            self._grpc().unload_model(name, client_timeout=max(self.timeout_s, 60.0))
+        except InferenceServerException as exc:
+            raise _translate(exc, f"unload {name}", self.url) from exc
+
+    def is_ready(self) -> bool:
+        """Server ready and the model ready (never raises)."""
+        try:
+            client = self._grpc()
+            return bool(
+                client.is_server_ready(client_timeout=self.timeout_s)
+                and client.is_model_ready(self.model_name, client_timeout=self.timeout_s)
+            )
+        except (InferenceServerException, TritonError):
+            return False
+
+    def ready_versions(self) -> list[str]:
+        """Versions of the model currently READY on the server (repository index)."""
+        try:
+            index = self._grpc().get_model_repository_index(client_timeout=self.timeout_s)
+        except InferenceServerException as exc:
+            raise _translate(exc, "repository index", self.url) from exc
+        return sorted(
+            (m.version for m in index.models if m.name == self.model_name and m.state == "READY"),
+            key=lambda v: int(v) if v.isdigit() else -1,
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    def __enter__(self) -> PolicyClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

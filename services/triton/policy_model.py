@@ -1,0 +1,114 @@
+"""Triton python-backend model for the Gomoku policy network.
+
+`services.triton.publisher.publish` copies this file as ``model.py`` into every published
+version folder, next to ``model.pt`` (TorchScript: int8 boards [N, 15, 15] -> float32 logits
+[N, 225]). It runs inside Triton's python stub, so it must import nothing from ``services``.
+
+All requests of one ``execute`` call (Triton's dynamic batcher groups them) go through a single
+forward pass: the boards are concatenated, moved to the GPU when there is one, and the logits are
+split back per request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import torch
+import triton_python_backend_utils as pb_utils
+
+INPUT_NAME = "boards"
+OUTPUT_NAME = "logits"
+BOARD_SIZE = 15
+N_MOVES = BOARD_SIZE * BOARD_SIZE
+
+
+def _log_info(message: str) -> None:
+    logger = getattr(pb_utils, "Logger", None)
+    if logger is not None:
+        logger.log_info(message)
+    else:  # very old stubs
+        print(message, flush=True)
+
+
+def _select_device(args: dict) -> torch.device:
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    # KIND_GPU instances get a device id from Triton; KIND_CPU instances still use the GPU
+    # when torch can see one (the default device of this stub process).
+    if args.get("model_instance_kind") == "GPU":
+        return torch.device("cuda", int(args.get("model_instance_device_id", 0)))
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict) -> None:
+        version_dir = os.path.join(args["model_repository"], args["model_version"])
+        self.model_name = args.get("model_name", "?")
+        self.model_version = args["model_version"]
+        self.device = _select_device(args)
+        self.model = torch.jit.load(os.path.join(version_dir, "model.pt"), map_location=self.device)
+        self.model.eval()
+        config = json.loads(args.get("model_config", "{}"))
+        _log_info(
+            f"{self.model_name} v{self.model_version}: TorchScript policy on {self.device} "
+            f"(torch {torch.__version__}, max_batch_size {config.get('max_batch_size')}, "
+            f"instance {args.get('model_instance_name')})"
+        )
+
+    def _forward(self, boards: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            x = torch.from_numpy(boards).to(self.device, non_blocking=True)
+            y = self.model(x)
+            if y.dim() != 2 or y.shape[0] != boards.shape[0] or y.shape[1] != N_MOVES:
+                expected = (boards.shape[0], N_MOVES)
+                raise RuntimeError(f"model returned shape {tuple(y.shape)}, expected {expected}")
+            return y.to(device="cpu", dtype=torch.float32).numpy()
+
+    def execute(self, requests: list) -> list:
+        responses: list = [None] * len(requests)
+        arrays: list[np.ndarray] = []
+        owners: list[int] = []
+        for i, request in enumerate(requests):
+            tensor = pb_utils.get_input_tensor_by_name(request, INPUT_NAME)
+            boards = None if tensor is None else tensor.as_numpy()
+            if boards is None or boards.ndim != 3 or boards.shape[1:] != (BOARD_SIZE, BOARD_SIZE):
+                shape = None if boards is None else boards.shape
+                responses[i] = pb_utils.InferenceResponse(
+                    output_tensors=[],
+                    error=pb_utils.TritonError(
+                        f"input '{INPUT_NAME}' must be int8 [N, {BOARD_SIZE}, {BOARD_SIZE}], "
+                        f"got {shape}"
+                    ),
+                )
+                continue
+            arrays.append(np.ascontiguousarray(boards, dtype=np.int8))
+            owners.append(i)
+
+        if arrays:
+            try:
+                batch = arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=0)
+                logits = self._forward(batch)
+            except Exception as exc:  # answer every request instead of crashing the stub
+                for i in owners:
+                    responses[i] = pb_utils.InferenceResponse(
+                        output_tensors=[],
+                        error=pb_utils.TritonError(f"policy forward failed: {exc}"),
+                    )
+            else:
+                start = 0
+                for i, boards in zip(owners, arrays, strict=True):
+                    stop = start + boards.shape[0]
+                    out = np.ascontiguousarray(logits[start:stop])
+                    responses[i] = pb_utils.InferenceResponse(
+                        output_tensors=[pb_utils.Tensor(OUTPUT_NAME, out)]
+                    )
+                    start = stop
+        return responses
+
+    def finalize(self) -> None:
+        _log_info(f"{self.model_name} v{self.model_version}: unloaded")
+        self.model = None
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()

@@ -1,0 +1,180 @@
+"""Publish TorchScript policy models as new Triton model versions.
+
+A version is staged in ``<repo>/<model>/.tmp-<uuid>/`` (``model.pt``, ``model.py`` = a copy of
+`policy_model.py`, ``metadata.json``), fsynced, then renamed to ``<repo>/<model>/<version>/`` in
+one ``os.rename``: Triton ignores non-numeric folders, so a version folder never appears half
+written. Version numbers are ``max(existing) + 1``; concurrent publishers are serialised with an
+``flock`` on the model folder (and a rename onto an existing version is retried, never merged).
+Serving picks the new version up when the model is (re)loaded (`PolicyClient.load_model`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+POLICY_MODEL_PY = Path(__file__).with_name("policy_model.py")
+CONFIG_TEMPLATES = Path(__file__).resolve().parents[2] / "model_repository"
+DEFAULT_MODEL_NAME = "gomoku_policy"
+BOARD_SIZE = 15
+_VERSION_RE = re.compile(r"[0-9]+")
+
+
+def list_versions(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> list[int]:
+    """Published (numeric, > 0) version folders of a model, ascending."""
+    model_dir = Path(repository) / model_name
+    if not model_dir.is_dir():
+        return []
+    versions = [
+        int(p.name) for p in model_dir.iterdir() if _VERSION_RE.fullmatch(p.name) and p.is_dir()
+    ]
+    return sorted(v for v in versions if v > 0)
+
+
+def latest_version(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> int | None:
+    versions = list_versions(repository, model_name)
+    return versions[-1] if versions else None
+
+
+def ensure_model_config(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> Path:
+    """``<repo>/<model>/config.pbtxt``, copied from the tracked ``model_repository`` if missing."""
+    config = Path(repository) / model_name / "config.pbtxt"
+    if config.is_file():
+        return config
+    template = CONFIG_TEMPLATES / model_name / "config.pbtxt"
+    if not template.is_file():
+        raise FileNotFoundError(f"{config} missing and there is no template at {template}")
+    config.parent.mkdir(parents=True, exist_ok=True)
+    tmp = config.with_name(f".config.pbtxt.{uuid.uuid4().hex}.tmp")
+    shutil.copyfile(template, tmp)
+    os.replace(tmp, config)
+    return config
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def validate_model_file(model_file: Path) -> None:
+    """Load the TorchScript file on CPU and check int8 [2,15,15] -> float32 [2,225]."""
+    import torch  # lazy: listing versions must not need torch
+
+    try:
+        model = torch.jit.load(str(model_file), map_location="cpu").eval()
+        with torch.inference_mode():
+            y = model(torch.zeros((2, BOARD_SIZE, BOARD_SIZE), dtype=torch.int8))
+    except Exception as exc:
+        raise ValueError(f"{model_file} is not a usable TorchScript policy: {exc}") from exc
+    n_moves = BOARD_SIZE * BOARD_SIZE
+    if not isinstance(y, torch.Tensor) or tuple(y.shape) != (2, n_moves):
+        shape = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
+        raise ValueError(f"{model_file}: int8 [2,15,15] gave {shape}, expected (2, {n_moves})")
+    if y.dtype != torch.float32:
+        raise ValueError(f"{model_file}: logits are {y.dtype}, expected torch.float32")
+
+
+def publish(
+    model_file: Path,
+    repository: Path,
+    model_name: str = DEFAULT_MODEL_NAME,
+    metadata: dict | None = None,
+    *,
+    validate: bool = True,
+) -> int:
+    """Publish `model_file` (TorchScript) as the next version of `model_name`; return it.
+
+    The model folder needs a ``config.pbtxt`` (copied from the tracked ``model_repository`` when
+    missing). `metadata` (JSON-serialisable) is stored in ``metadata.json`` with the version,
+    the model's sha256 and the publish time. With `validate`, the model is test-run on CPU first.
+    """
+    model_file = Path(model_file)
+    if not model_file.is_file():
+        raise FileNotFoundError(f"model file {model_file} does not exist")
+    if validate:
+        validate_model_file(model_file)
+    repository = Path(repository)
+    ensure_model_config(repository, model_name)
+    model_dir = repository / model_name
+    info: dict[str, Any] = dict(metadata or {})
+    json.dumps(info)  # fail before touching the repository
+
+    staging = model_dir / f".tmp-{uuid.uuid4().hex}"
+    staging.mkdir()
+    try:
+        shutil.copyfile(model_file, staging / "model.pt")
+        shutil.copyfile(POLICY_MODEL_PY, staging / "model.py")
+        sha = _sha256(staging / "model.pt")
+        with _locked(model_dir):
+            for _ in range(100):
+                version = (latest_version(repository, model_name) or 0) + 1
+                record = {
+                    **info,
+                    "model_name": model_name,
+                    "version": version,
+                    "sha256": sha,
+                    "source": str(model_file.resolve()),
+                    "published_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                }
+                meta_path = staging / "metadata.json"
+                meta_path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+                for name in ("model.pt", "model.py", "metadata.json"):
+                    _fsync_file(staging / name)
+                _fsync_dir(staging)
+                target = model_dir / str(version)
+                if target.exists():  # made by someone not taking the lock
+                    time.sleep(0.01)
+                    continue
+                try:
+                    os.rename(staging, target)
+                except OSError as exc:
+                    if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                        continue
+                    raise
+                _fsync_dir(model_dir)
+                return version
+        raise RuntimeError(f"could not allocate a version folder in {model_dir}")
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)

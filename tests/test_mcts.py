@@ -1,0 +1,334 @@
+"""PUCT search: tactics, budgets, batching, determinism (in-process evaluators, no serving).
+
+Boards are ASCII fixtures, top row first ('X' black, 'O' white, '.' empty); `state_from_ascii`
+turns one into a GomokuState by alternating the stones as moves.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from services.games.coords import index_name, parse_point
+from services.games.gomoku import BLACK, EMPTY, WHITE, GomokuState, Rule, board_from_ascii
+from services.search import mcts
+
+
+@dataclass(frozen=True)
+class Result:
+    logits: np.ndarray
+    model_name: str = "test_policy"
+    model_version: str = "7"
+
+
+class UniformEvaluator:
+    """Every point equally likely; records the batch sizes it was called with."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.batches: list[int] = []
+        self.delay_s = delay_s
+
+    def infer(self, boards: np.ndarray) -> Result:
+        assert boards.dtype == np.int8 and boards.ndim == 3
+        self.batches.append(len(boards))
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        n, size = boards.shape[0], boards.shape[1]
+        return Result(np.zeros((n, size * size), dtype=np.float32))
+
+
+class CornerEvaluator(UniformEvaluator):
+    """A hopeless network: it loves the a1 corner and ignores the position."""
+
+    def infer(self, boards: np.ndarray) -> Result:
+        out = super().infer(boards)
+        size = boards.shape[1]
+        y, x = np.divmod(np.arange(size * size), size)
+        logits = np.broadcast_to(-3.0 * (x + y), out.logits.shape).astype(np.float32)
+        return Result(logits)
+
+
+def state_from_ascii(text: str, rule: Rule = Rule.FREESTYLE) -> GomokuState:
+    """Alternate black and white stones (in point order) as moves; black has one extra stone
+    when white is to move. The fixture must not contain a five."""
+    board = board_from_ascii(text)
+    size = board.shape[0]
+    black = np.flatnonzero(board.reshape(-1) == BLACK).tolist()
+    white = np.flatnonzero(board.reshape(-1) == WHITE).tolist()
+    if len(black) - len(white) not in (0, 1):
+        raise ValueError(f"{len(black)} black and {len(white)} white stones cannot alternate")
+    moves = [m for pair in zip(black, white, strict=False) for m in pair]
+    moves += black[len(white) :]
+    state = GomokuState.from_moves(moves, size=size, rule=rule)
+    assert (state.board == board).all() and state.winner == EMPTY
+    return state
+
+
+def pt(name: str, size: int = 15) -> int:
+    x, y = parse_point(name, size)
+    return y * size + x
+
+
+def names(points: tuple[int, ...] | list[int]) -> list[str]:
+    return [index_name(p, 15) for p in points]
+
+
+BLACK_OPEN_FOUR = """
+...............
+...............
+...............
+...............
+...............
+......OOO......
+...............
+.......XXXX....
+...............
+...............
+...............
+...............
+..O............
+...............
+...............
+"""
+
+WHITE_FOUR_ONE_END = """
+...............
+...............
+.........X.....
+......X.X......
+...............
+...............
+...............
+...............
+...............
+...............
+...XOOOO.......
+...............
+...............
+X..............
+...............
+"""
+
+WHITE_FOUR_BLACK_TO_MOVE = """
+...............
+...............
+...............
+X.X.X..........
+...............
+...............
+...............
+...XOOOO.......
+...............
+...............
+...............
+...............
+...............
+...............
+...............
+"""
+
+WHITE_OPEN_FOUR_BLACK_TO_MOVE = """
+...............
+...............
+X.X.X.X........
+...............
+...............
+...............
+...............
+....OOOO.......
+...............
+...............
+...............
+...............
+...............
+...............
+...............
+"""
+
+BOTH_HAVE_FOURS = """
+...............
+...............
+...............
+...............
+...............
+...............
+...............
+...OXXXX.......
+...............
+...............
+...............
+....XOOOO......
+...............
+...............
+...............
+"""
+
+# 5x5, one empty point (e1), no five anywhere: filling it is a draw.
+ALMOST_FULL_5X5 = """
+XXOOX
+OOXXO
+XXOOX
+OOXXO
+XXOO.
+"""
+
+
+@pytest.mark.parametrize("evaluator_cls", [UniformEvaluator, CornerEvaluator])
+def test_black_takes_immediate_win(evaluator_cls: type[UniformEvaluator]) -> None:
+    state = state_from_ascii(BLACK_OPEN_FOUR)
+    assert state.to_move == BLACK and state.winning_points(BLACK) == [pt("g8"), pt("l8")]
+    r = mcts.search(state, evaluator_cls(), max_visits=200)
+    assert index_name(r.move, 15) in ("g8", "l8")
+    assert r.value == 1.0
+    assert state.play(r.move).winner == BLACK
+    assert r.principal_variation == (r.move,)
+
+
+@pytest.mark.parametrize("evaluator_cls", [UniformEvaluator, CornerEvaluator])
+def test_white_takes_immediate_win(evaluator_cls: type[UniformEvaluator]) -> None:
+    state = state_from_ascii(WHITE_FOUR_ONE_END)
+    assert state.to_move == WHITE
+    r = mcts.search(state, evaluator_cls(), max_visits=200)
+    assert index_name(r.move, 15) == "i5"
+    assert r.value == 1.0 and state.play(r.move).winner == WHITE
+
+
+@pytest.mark.parametrize("evaluator_cls", [UniformEvaluator, CornerEvaluator])
+def test_blocks_four_with_one_open_end(evaluator_cls: type[UniformEvaluator]) -> None:
+    state = state_from_ascii(WHITE_FOUR_BLACK_TO_MOVE)
+    assert state.to_move == BLACK and state.winning_points(BLACK) == []
+    r = mcts.search(state, evaluator_cls(), max_visits=200)
+    assert index_name(r.move, 15) == "i8"
+    assert state.play(r.move).winning_points(WHITE) == []
+
+
+@pytest.mark.parametrize("evaluator_cls", [UniformEvaluator, CornerEvaluator])
+def test_blocks_open_four_and_sees_the_loss(evaluator_cls: type[UniformEvaluator]) -> None:
+    state = state_from_ascii(WHITE_OPEN_FOUR_BLACK_TO_MOVE)
+    assert state.winning_points(WHITE) == [pt("d8"), pt("i8")]
+    r = mcts.search(state, evaluator_cls(), max_visits=50)
+    assert index_name(r.move, 15) in ("d8", "i8")
+    assert {c.move for c in r.children} == {pt("d8"), pt("i8")}  # nothing else searched
+    assert r.value == -1.0  # white wins at the other end whatever black does
+
+
+def test_prefers_own_win_over_blocking() -> None:
+    state = state_from_ascii(BOTH_HAVE_FOURS)
+    assert state.to_move == BLACK
+    assert state.winning_points(BLACK) == [pt("i8")] and state.winning_points(WHITE) == [pt("j4")]
+    r = mcts.search(state, CornerEvaluator(), max_visits=100)
+    assert index_name(r.move, 15) == "i8" and r.value == 1.0
+
+
+def test_full_board_is_a_draw() -> None:
+    state = state_from_ascii(ALMOST_FULL_5X5)
+    r = mcts.search(state, UniformEvaluator(), max_visits=10)
+    assert index_name(r.move, 5) == "e1"
+    assert r.value == 0.0 and r.total_visits == 10
+
+
+def test_game_over_raises() -> None:
+    state = GomokuState.from_moves([pt(n) for n in "h8 a1 i8 a2 j8 a3 k8 a4 l8".split()])
+    assert state.winner == BLACK
+    with pytest.raises(mcts.GameOverError):
+        mcts.search(state, UniformEvaluator(), max_visits=10)
+
+
+def test_respects_visit_budget() -> None:
+    state = GomokuState.from_moves([pt("h8"), pt("h9")])
+    for visits in (1, 7, 100):
+        r = mcts.search(state, UniformEvaluator(), max_visits=visits, batch_size=8)
+        assert r.total_visits == visits
+        assert sum(c.visits for c in r.children) <= visits and r.visits <= visits
+
+
+def test_respects_time_budget() -> None:
+    state = GomokuState.from_moves([pt("h8")])
+    start = time.monotonic()
+    r = mcts.search(state, UniformEvaluator(delay_s=0.01), max_time_ms=150, batch_size=4)
+    elapsed = time.monotonic() - start
+    assert 0.15 <= elapsed < 0.6
+    assert r.total_visits > 0
+
+
+def test_deadline_cuts_a_visit_search_short() -> None:
+    state = GomokuState.from_moves([pt("h8")])
+    start = time.monotonic()
+    r = mcts.search(
+        state, UniformEvaluator(delay_s=0.01), max_visits=100_000, deadline=start + 0.1
+    )
+    assert time.monotonic() - start < 0.5
+    assert 0 < r.total_visits < 100_000
+
+
+def test_principal_variation_is_legal() -> None:
+    state = GomokuState.from_moves([pt(n) for n in "h8 h9 i8 i9 g7".split()])
+    r = mcts.search(state, CornerEvaluator(), max_visits=300)
+    assert r.principal_variation[0] == r.move and len(r.principal_variation) > 1
+    s = state
+    for p in r.principal_variation:
+        s = s.play(p)  # raises IllegalMove if the PV is not a legal line
+
+
+def test_batched_evaluation_sends_many_leaves_per_call() -> None:
+    evaluator = UniformEvaluator()
+    state = GomokuState.from_moves([pt("h8"), pt("i9")])
+    r = mcts.search(state, evaluator, max_visits=64, batch_size=8)
+    assert evaluator.batches[0] == 1  # the root
+    assert max(evaluator.batches) == 8 and all(b <= 8 for b in evaluator.batches)
+    assert r.evaluator_calls == len(evaluator.batches) < r.total_visits
+    assert r.evaluated_leaves == sum(evaluator.batches)
+
+
+def test_result_reports_model_and_stats() -> None:
+    state = GomokuState.from_moves([pt("h8")])
+    r = mcts.search(state, CornerEvaluator(), max_visits=50, top_children=5)
+    assert (r.model_name, r.model_version) == ("test_policy", "7")
+    assert len(r.children) == 5 and r.children[0].move == r.move
+    assert [c.visits for c in r.children] == sorted((c.visits for c in r.children), reverse=True)
+    assert 0.0 < r.prior <= 1.0 and -1.0 <= r.value <= 1.0
+
+
+def test_deterministic_given_the_evaluator() -> None:
+    state = GomokuState.from_moves([pt(n) for n in "h8 h9 i8".split()])
+    a = mcts.search(state, UniformEvaluator(), max_visits=120, batch_size=8)
+    b = mcts.search(state, UniformEvaluator(), max_visits=120, batch_size=8)
+    assert (a.move, a.principal_variation, a.children) == (b.move, b.principal_variation, b.children)
+    assert names([a.move]) == ["a1"]  # uniform priors, no values: ties go to the lowest index
+
+
+@pytest.mark.parametrize(("max_visits", "max_time_ms"), [(0, 0), (-1, 0), (10, -5)])
+def test_bad_budget_is_rejected(max_visits: int, max_time_ms: int) -> None:
+    with pytest.raises(ValueError):
+        mcts.search(GomokuState(), UniformEvaluator(), max_visits=max_visits, max_time_ms=max_time_ms)
+
+
+@pytest.mark.parametrize("rule", list(Rule))
+def test_fast_winning_points_match_the_rules(rule: Rule) -> None:
+    rng = np.random.default_rng(42)
+    region = np.array([y * 15 + x for y in range(3, 11) for x in range(3, 11)])  # dense: 8x8
+    found = 0
+    for _ in range(60):
+        state = GomokuState(rule=rule)
+        for _ in range(int(rng.integers(10, 50))):
+            free = region[state.board.reshape(-1)[region] == EMPTY]
+            state = state.play(int(rng.choice(free)))
+            if state.winner:
+                break
+        for color in (BLACK, WHITE):
+            expected = state.winning_points(color)
+            assert mcts.winning_points(state, color) == expected
+            found += len(expected)
+    assert found > 20  # the positions do have threats to find
+
+
+def test_masked_softmax() -> None:
+    legal = np.array([True, False, True, True])
+    p = mcts.masked_softmax(np.array([1.0, 50.0, 1.0, np.nan]), legal)
+    assert p[1] == 0.0 and p[3] == 0.0 and p[0] == p[2] == 0.5
+    uniform = mcts.masked_softmax(np.full(4, -np.inf), legal)
+    assert uniform[1] == 0.0 and np.allclose(uniform[legal], 1 / 3)
+    assert not mcts.masked_softmax(np.zeros(4), np.zeros(4, dtype=bool)).any()

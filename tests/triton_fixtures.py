@@ -1,0 +1,104 @@
+"""Reusable Triton test helpers: a tiny TorchScript policy and a running server fixture.
+
+Use from a test module::
+
+    from tests.triton_fixtures import triton_server  # noqa: F401  (pytest fixture)
+
+`triton_server` is module-scoped: it copies the tracked ``config.pbtxt`` into a fresh temporary
+repository, publishes `TinyPolicy` (seed 0) as version 1 and starts `TritonServer`. Tests are
+skipped when no ``tritonserver`` binary is installed.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from services.triton.publisher import publish
+from services.triton.server import TritonServer, find_tritonserver
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TRACKED_REPOSITORY = REPO_ROOT / "model_repository"
+MODEL_NAME = "gomoku_policy"
+BOARD_SIZE = 15
+
+
+class TinyPolicy(torch.nn.Module):
+    """int8 boards [N,15,15] -> float32 logits [N,225]: one-hot planes, 3x3 conv, 1x1 conv."""
+
+    def __init__(self, channels: int = 4) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, channels, kernel_size=3, padding=1)
+        self.head = torch.nn.Conv2d(channels, 1, kernel_size=1)
+
+    def forward(self, boards: torch.Tensor) -> torch.Tensor:
+        b = boards.long()
+        planes = torch.stack([b == 1, b == 2, b == 0], dim=1).float()
+        x = torch.relu(self.conv(planes))
+        return self.head(x).flatten(1)
+
+
+def build_tiny_policy(path: Path, seed: int = 0) -> Path:
+    """Script a `TinyPolicy` with weights from `seed` and save it to `path`."""
+    torch.manual_seed(seed)
+    model = torch.jit.script(TinyPolicy().eval())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    model.save(str(path))
+    return path
+
+
+def run_local(model_path: Path, boards: np.ndarray) -> np.ndarray:
+    """The reference answer: the same TorchScript file run in this process on CPU."""
+    model = torch.jit.load(str(model_path), map_location="cpu").eval()
+    with torch.inference_mode():
+        return model(torch.from_numpy(np.ascontiguousarray(boards))).numpy()
+
+
+def random_boards(n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.choice(np.array([0, 1, 2], dtype=np.int8), size=(n, BOARD_SIZE, BOARD_SIZE),
+                      p=[0.6, 0.2, 0.2])
+
+
+def make_repository(root: Path, model_name: str = MODEL_NAME) -> Path:
+    """A fresh model repository holding only the tracked config of `model_name`."""
+    repository = root / "model_repository"
+    (repository / model_name).mkdir(parents=True)
+    shutil.copyfile(
+        TRACKED_REPOSITORY / model_name / "config.pbtxt", repository / model_name / "config.pbtxt"
+    )
+    return repository
+
+
+def require_tritonserver() -> Path:
+    try:
+        return find_tritonserver()
+    except FileNotFoundError as exc:
+        pytest.skip(f"no tritonserver: {exc}")
+
+
+@dataclass
+class TritonSetup:
+    server: TritonServer
+    repository: Path
+    models_dir: Path  # where the fixture keeps its TorchScript files
+    v1_model: Path
+
+
+@pytest.fixture(scope="module")
+def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonSetup]:
+    require_tritonserver()
+    root = tmp_path_factory.mktemp("triton")
+    repository = make_repository(root)
+    models_dir = root / "torchscript"
+    v1_model = build_tiny_policy(models_dir / "tiny-seed0.pt", seed=0)
+    publish(v1_model, repository, MODEL_NAME, metadata={"seed": 0})
+    server = TritonServer(repository, log_path=root / "tritonserver.log", startup_timeout_s=60)
+    with server:
+        yield TritonSetup(server, repository, models_dir, v1_model)
