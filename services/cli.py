@@ -76,7 +76,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     except grpc.RpcError as exc:
         return _rpc_error(console, exc)
     color = "black" if r.to_move == 1 else "white"
-    table = Table(title=f"{color} to move: policy of {r.model_name} v{r.model_version}")
+    console.print(f"{color} to move; policy of {r.model_name} v{r.model_version}:")
+    table = Table()
     table.add_column("#", justify="right")
     table.add_column("move")
     table.add_column("probability", justify="right")
@@ -132,8 +133,12 @@ def add_search_commands(subparsers: Subparsers) -> dict[str, Handler]:
     _add_position_args(g)
     g.add_argument("--visits", type=int, default=0, help="simulations (0: limited by time)")
     g.add_argument("--time-ms", type=int, default=0, help="time budget (0: limited by visits)")
-    g.add_argument("--timeout", type=float, default=None,
-                   help="seconds (default: time budget + 10 s, or 300 s)")
+    g.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds (default: time budget + 10 s, or 300 s)",
+    )
     return {"predict": cmd_predict, "genmove": cmd_genmove}
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import flows  # noqa: F401  (sets Prefect defaults before anything imports Prefect)
 from services.games.coords import parse_point
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,3 +57,12 @@ def renjunet_rif(tmp_path_factory) -> Path:
 
     path = tmp_path_factory.mktemp("renjunet") / "renjunet-dev.rif"
     return write_rif(renjunet_games(), path)
+
+
+@pytest.fixture(scope="session")
+def prefect_harness():
+    """Prefect's test harness: a throwaway API server and database for the whole session."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield

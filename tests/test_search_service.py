@@ -1,9 +1,13 @@
-"""The search service over real gRPC, with a real PolicyClient whose Triton is not running.
+"""The search service over real gRPC with a real PolicyClient; no mocks.
 
-The server runs in-process on a free loopback port; the PolicyClient points at a loopback port
-nobody listens on. So these tests cover what must work without Triton: UNAVAILABLE within the
-request deadline, validation (INVALID_ARGUMENT naming the field, before any inference), health
-and reflection.
+First part (always runs): the server runs in-process on a free loopback port and its
+PolicyClient points at a loopback port nobody listens on. That covers what must work without
+Triton: UNAVAILABLE within the request deadline, validation (INVALID_ARGUMENT naming the field,
+before any inference), health and reflection.
+
+Second part (skipped without a ``tritonserver`` binary): a real Triton serving the tiny
+TorchScript policy of `tests.triton_fixtures` is started *after* the search service, which must
+recover by itself; then Predict and GenMove are checked end to end.
 """
 
 from __future__ import annotations
@@ -11,15 +15,21 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from services import cli
 from services.api.movepred.v1 import search_pb2, search_pb2_grpc
+from services.games.coords import index_name
+from services.games.gomoku import GomokuState
 from services.search.client import SearchClient, position
+from services.search.mcts import masked_softmax
 from services.search.server import SERVICE_NAME, build_server
 from services.triton.client import PolicyClient
 
@@ -155,3 +165,134 @@ def test_cli_reports_errors(target: str, capsys: pytest.CaptureFixture[str]) -> 
     assert cli.main(["genmove", "--target", target, "--visits", "-3", "h8"]) == cli.EXIT_RPC_ERROR
     assert "max_visits" in capsys.readouterr().out
     assert cli.main(["genmove", "--target", target, "z99"]) == cli.EXIT_USAGE
+
+
+# --------------------------------------------------------------------------- with real Triton
+
+
+@dataclass
+class Live:
+    """A search service whose Triton starts late (on a port fixed in advance)."""
+
+    target: str
+    triton: object  # services.triton.server.TritonServer, not started until `bring_up`
+    model_path: Path
+    outage_codes: list[grpc.StatusCode] = field(default_factory=list)
+    recovery_s: float | None = None
+
+    def bring_up(self, within_s: float = 60.0) -> None:
+        """Start Triton once and wait until the search service answers Predict again."""
+        if self.recovery_s is not None:
+            return
+        with SearchClient(self.target) as client:
+            for _ in range(2):
+                with pytest.raises(grpc.RpcError) as info:
+                    client.predict(["h8"], timeout=5)
+                self.outage_codes.append(info.value.code())
+            self.triton.start()
+            start = time.monotonic()
+            while True:
+                try:
+                    client.predict(["h8"], timeout=5)
+                    break
+                except grpc.RpcError as exc:
+                    if time.monotonic() - start > within_s:
+                        raise AssertionError(f"no recovery after {within_s} s: {exc}") from exc
+                    time.sleep(0.2)
+            self.recovery_s = time.monotonic() - start
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    from services.triton.publisher import publish
+    from services.triton.server import TritonServer, free_port
+    from tests.triton_fixtures import (
+        MODEL_NAME,
+        build_tiny_policy,
+        make_repository,
+        require_tritonserver,
+    )
+
+    require_tritonserver()
+    root = tmp_path_factory.mktemp("search-triton")
+    repository = make_repository(root)
+    model_path = build_tiny_policy(root / "tiny-seed0.pt", seed=0)
+    publish(model_path, repository, MODEL_NAME)
+    grpc_port = free_port()
+    triton = TritonServer(repository, grpc_port=grpc_port, log_path=root / "tritonserver.log")
+    policy = PolicyClient(f"127.0.0.1:{grpc_port}", timeout_s=5.0)
+    server, port = build_server(policy, port=0)
+    server.start()
+    try:
+        yield Live(f"127.0.0.1:{port}", triton, model_path)
+    finally:
+        server.stop(0).wait()
+        policy.close()
+        triton.stop()
+
+
+@pytest.mark.timeout(180)
+def test_recovers_when_triton_comes_up(live: Live) -> None:
+    live.bring_up()
+    assert live.outage_codes == [grpc.StatusCode.UNAVAILABLE] * 2
+    assert live.recovery_s is not None and live.recovery_s < 60
+
+
+@pytest.mark.timeout(180)
+def test_predict_end_to_end(live: Live) -> None:
+    from tests.triton_fixtures import run_local
+
+    live.bring_up()
+    moves = ["h8", "h9", "i8", "g7"]
+    with SearchClient(live.target) as client:
+        r = client.predict(moves, top_k=7)
+    state = GomokuState.from_moves([p.y * 15 + p.x for p in position(moves).moves])
+    logits = run_local(live.model_path, state.board[np.newaxis].astype(np.int8))[0]
+    expected = masked_softmax(logits, state.legal_mask())
+    policy = np.array(r.policy)
+    assert policy.shape == (225,)
+    assert (policy[~state.legal_mask()] == 0).all()  # illegal points exactly 0
+    np.testing.assert_allclose(policy, expected, rtol=1e-4, atol=1e-6)
+    assert abs(policy.sum() - 1) < 1e-5
+    assert r.top_moves[0].name == index_name(int(np.argmax(expected)), 15)
+    probs = [m.probability for m in r.top_moves]
+    assert len(probs) == 7 and probs == sorted(probs, reverse=True)
+    assert r.to_move == search_pb2.BLACK
+    assert (r.model_name, r.model_version) == ("gomoku_policy", "1")
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(
+    ("moves", "expected"),
+    [
+        # black h8-k8 open four, white scattered: black must win at g8 or l8
+        (["h8", "a1", "i8", "c1", "j8", "e1", "k8", "g1"], {"g8", "l8"}),
+        # white h8-k8 blocked at g8: black must block l8
+        (["g8", "h8", "a15", "i8", "c15", "j8", "e15", "k8"], {"l8"}),
+    ],
+)
+def test_genmove_tactics_end_to_end(live: Live, moves: list[str], expected: set[str]) -> None:
+    live.bring_up()
+    with SearchClient(live.target) as client:
+        r = client.genmove(moves, max_visits=100)
+    assert r.name in expected and r.color == search_pb2.BLACK
+    assert r.principal_variation_names[0] == r.name
+    assert (r.model_name, r.model_version) == ("gomoku_policy", "1")
+
+
+@pytest.mark.timeout(180)
+def test_genmove_budget_end_to_end(live: Live) -> None:
+    live.bring_up()
+    with SearchClient(live.target) as client:
+        r = client.genmove(["h8", "h9"], max_visits=300)
+        assert r.total_visits == 300 and 0 < r.visits <= 300
+        state = GomokuState.from_moves([7 * 15 + 7, 8 * 15 + 7])
+        for p in r.principal_variation:  # a legal line
+            state = state.play(p.y * 15 + p.x)
+        start = time.monotonic()
+        t = client.genmove(["h8", "h9"], max_time_ms=300)
+        assert time.monotonic() - start < 2.0 and t.total_visits > 0
+        # the request deadline bounds a search whose own budget is larger
+        start = time.monotonic()
+        d = client.genmove(["h8"], max_visits=100_000, timeout=1.0)
+        assert time.monotonic() - start < 1.0 and 0 < d.total_visits < 100_000

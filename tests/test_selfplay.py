@@ -100,11 +100,11 @@ def test_blocks_a_diagonal_four_drawn_as_ascii() -> None:
         . . . . . . . . . . . . . . .
         . . . . . . . . . . . . . . .
         . . . . . . . . . . . . . . .
-        . . . . . . . . . . . . . . .
+        . . X . . . . . . . . . . . .
         . . . . . . . . . . . . . . .
         """
     )
-    # White h9-k6 diagonal, g10 blocked by Black: the only completion is l5
+    # White h9-k6 diagonal, g10 blocked by Black: the only completion is l5 (Black to move)
     assert choose_move(b, BLACK, np.random.default_rng(0)) == pt("l5")
 
 

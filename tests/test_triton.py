@@ -126,7 +126,7 @@ def test_hot_swap_to_new_version_without_failed_requests(
             except BaseException as exc:
                 failures.append(exc)
 
-    threads = [threading.Thread(target=hammer, daemon=True) for _ in range(2)]
+    threads = [threading.Thread(target=hammer, daemon=True)]
     for t in threads:
         t.start()
     try:
@@ -148,9 +148,9 @@ def test_hot_swap_to_new_version_without_failed_requests(
     versions = [v for _, v in answers]
     assert versions[0] == "1" and versions.count("1") >= 20
     assert versions.count("2") >= 20
-    # Once load_model has returned, only the new version answers.
-    late = [(round(t - loaded_at, 4), v) for t, v in answers if t > loaded_at and v != "2"]
-    assert not late, (late[:10], len(late), [(round(t - loaded_at, 4), v) for t, v in answers][-80:])
+    # Once load_model has returned, requests sent afterwards are answered by the new version.
+    late = [round(t - loaded_at, 4) for t, v in answers if t > loaded_at and v != "2"]
+    assert not late, f"v1 answered {len(late)} requests sent after load_model returned: {late[:5]}"
     # version_policy latest(1): v1 was unloaded.
     assert client.ready_versions() == ["2"]
     assert client.infer(boards).model_version == "2"
@@ -234,8 +234,9 @@ def test_missing_library_path_times_out_with_log(
     elapsed = time.monotonic() - t0
     assert elapsed < 4.0 + 10.0  # timeout + bounded stop
     message = str(info.value)
-    assert "not ready after 4.0 s" in message or "exited with code" in message
-    assert "Last lines of" in message or "last lines of" in message
+    assert "not ready after 4.0 s" in message and "LD_LIBRARY_PATH" in message
+    # The stub's own complaint comes from the server log tail.
+    assert "cannot open shared object file" in message
     assert not server.is_running()
 
 

@@ -62,8 +62,9 @@ def run_local(model_path: Path, boards: np.ndarray) -> np.ndarray:
 
 def random_boards(n: int, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
-    return rng.choice(np.array([0, 1, 2], dtype=np.int8), size=(n, BOARD_SIZE, BOARD_SIZE),
-                      p=[0.6, 0.2, 0.2])
+    return rng.choice(
+        np.array([0, 1, 2], dtype=np.int8), size=(n, BOARD_SIZE, BOARD_SIZE), p=[0.6, 0.2, 0.2]
+    )
 
 
 def make_repository(root: Path, model_name: str = MODEL_NAME) -> Path:

@@ -22,7 +22,8 @@ class GamePairs:
     error: str | None  # why the replay stopped early, None when the whole game was legal
 
 
-def replay(moves: tuple[int, ...] | list[int], size: int = 15, rule: Rule = Rule.FREESTYLE) -> GamePairs:
+def replay(moves: tuple[int, ...] | list[int], size: int = 15,
+           rule: Rule = Rule.FREESTYLE) -> GamePairs:
     state = GomokuState(size=size, rule=rule)
     error = None
     legal = 0

@@ -137,4 +137,5 @@ def read_split(dataset_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray, n
     size = int(table["board_size"][0].as_py())
     flat = np.frombuffer(b"".join(table["board"].to_pylist()), dtype=np.int8)
     boards = flat.reshape(-1, size, size).copy()  # writable, owned by the caller
-    return boards, table["move"].to_numpy().astype(np.int64), table["ply"].to_numpy().astype(np.int64)
+    moves = table["move"].to_numpy().astype(np.int64)
+    return boards, moves, table["ply"].to_numpy().astype(np.int64)

@@ -9,7 +9,7 @@ double-four) are not enforced yet.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 import numpy as np
 
@@ -21,7 +21,7 @@ MIN_SIZE, MAX_SIZE = 5, 19
 DIRECTIONS = ((1, 0), (0, 1), (1, 1), (1, -1))
 
 
-class Rule(str, Enum):
+class Rule(StrEnum):
     FREESTYLE = "freestyle"
     STANDARD = "standard"
     RENJU = "renju"
@@ -70,7 +70,8 @@ class GomokuState:
 
     def __post_init__(self) -> None:
         if not MIN_SIZE <= self.size <= MAX_SIZE:
-            raise ValueError(f"board_size must be between {MIN_SIZE} and {MAX_SIZE}, got {self.size}")
+            raise ValueError(
+                f"board_size must be between {MIN_SIZE} and {MAX_SIZE}, got {self.size}")
         if self.board is None:
             self.board = np.zeros((self.size, self.size), dtype=np.int8)
 

@@ -105,7 +105,9 @@ def summarize(items: Iterable[RifGame | Rejected]) -> ReadStats:
 def read_rif(
     path_or_bytes: str | Path | bytes, source: str | None = None
 ) -> Iterator[RifGame | Rejected]:
-    """Yield every `<game>` of a .rif file (path, `.gz` path, or bytes) as RifGame or Rejected.
+    """Yield every `<game>` of a .rif file as RifGame or Rejected.
+
+    A str or Path is a file name (gzip-compressed when it ends in .gz); bytes are the content.
 
     Each `<game>` element is one record, and a malformed tail is one more (a Rejected whose
     record_id starts with "offset"), so records read == games + rejections.

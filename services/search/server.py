@@ -68,8 +68,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--model", default="gomoku_policy", help="policy model name on Triton")
     p.add_argument("--triton-timeout", type=float, default=5.0, help="seconds per inference")
     p.add_argument("--max-workers", type=int, default=8)
-    p.add_argument("--batch-size", type=int, default=mcts.DEFAULT_BATCH_SIZE,
-                   help="leaves per Triton request during search")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=mcts.DEFAULT_BATCH_SIZE,
+        help="leaves per Triton request during search",
+    )
     return p.parse_args(argv)
 
 

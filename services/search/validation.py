@@ -66,9 +66,7 @@ def _rule(value: int) -> Rule:
     return _RULES[value]
 
 
-def _place(
-    board_state: GomokuState, points: Iterable[search_pb2.Point], field: str
-) -> list[int]:
+def _place(board_state: GomokuState, points: Iterable[search_pb2.Point], field: str) -> list[int]:
     """Check that each point is on the board and empty; returns flat indices."""
     size = board_state.size
     out: list[int] = []

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -40,13 +41,15 @@ from pathlib import Path
 from typing import IO
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# Project-owned, gitignored home of the assembled backend dir ($MOVEPRED_TRITON_HOME overrides).
+TRITON_HOME_ENV = "MOVEPRED_TRITON_HOME"
 DEFAULT_TRITON_HOME = REPO_ROOT / ".triton"
 DEFAULT_MODELS = ("gomoku_policy",)
 TRITONSERVER_ENV = "MOVEPRED_TRITONSERVER"
 
 _PYTHON_BACKEND_FILES = ("libtriton_python.so", "triton_python_backend_utils.py")
 _STUB_NAME = "triton_python_backend_stub"
-_LOG_TAIL_LINES = 40
+_LOG_TAIL_LINES = 25
 
 
 class TritonServerError(RuntimeError):
@@ -176,8 +179,19 @@ def _tail(path: Path | None, lines: int = _LOG_TAIL_LINES) -> str:
         text = path.read_text(errors="replace")
     except OSError as exc:
         return f"(log {path} unreadable: {exc})"
-    tail = text.splitlines()[-lines:]
-    return "\n".join(tail) if tail else "(log is empty)"
+    # Drop the ASCII tables Triton prints at start-up; keep error lines even if they are older.
+    kept = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith(("|", "+"))]
+    tail = kept[-lines:]
+    errors = [ln for ln in kept[:-lines] if _is_error_line(ln)][-10:]
+    if not tail:
+        return "(log is empty)"
+    head = ["(earlier errors)", *errors, "(last lines)"] if errors else []
+    return "\n".join([*head, *tail])
+
+
+def _is_error_line(line: str) -> bool:
+    s = line.lstrip()
+    return (len(s) > 1 and s[0] == "E" and s[1].isdigit()) or "error" in s.lower()
 
 
 def _kill_group(proc: subprocess.Popen, log_file: IO[bytes] | None) -> None:
@@ -327,7 +341,8 @@ class TritonServer:
             raise TritonServerError(f"tritonserver already running (pid {self.pid})")
         self._check_repository()
         self.tritonserver = find_tritonserver()
-        self.backend_dir = prepare_backend_dir(DEFAULT_TRITON_HOME, self.tritonserver)
+        home = Path(os.environ.get(TRITON_HOME_ENV) or DEFAULT_TRITON_HOME)
+        self.backend_dir = prepare_backend_dir(home, self.tritonserver)
         env = server_environment(self.tritonserver)
         auto_ports = self._fixed_http_port is None or self._fixed_grpc_port is None
         attempts = 3 if auto_ports else 1
@@ -467,15 +482,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"  HTTP: http://{server.http_url}", flush=True)
     print(f"  log:  {server.log_path}", flush=True)
     print("Ctrl-C to stop.", flush=True)
+    stop_requested = threading.Event()
+
+    def request_stop(signum: int, _frame: object) -> None:
+        stop_requested.set()
+
+    # Explicit handlers: SIGINT may be inherited as ignored (background job), and SIGTERM
+    # (docker stop, systemd) must also take the server down instead of orphaning it.
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        while server.is_running():
-            time.sleep(0.5)
-        print(f"tritonserver exited; last log lines:\n{server.log_tail()}", file=sys.stderr)
-        return server.stop() or 1
-    except KeyboardInterrupt:
+        while server.is_running() and not stop_requested.wait(0.5):
+            pass
+        if not stop_requested.is_set():
+            print(f"tritonserver exited; last log lines:\n{server.log_tail()}", file=sys.stderr)
+            return server.stop() or 1
         print("stopping tritonserver ...", flush=True)
-        server.stop()
+        code = server.stop()
+        print(f"tritonserver stopped (exit code {code})", flush=True)
         return 0
+    finally:
+        server.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

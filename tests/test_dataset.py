@@ -1,0 +1,149 @@
+"""Pairs, symmetry-canonical dedup, splits, shards, and the ingest flow under Prefect."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from services.dataset.build import deduplicate, pairs_table, source_pairs
+from services.dataset.canonical import canonicalize, split_of, zobrist
+from services.dataset.pairs import replay
+from services.dataset.shards import DatasetError, read_manifest, read_split
+from services.games.symmetry import N_SYMMETRIES, point_table
+from services.records.rif import read_rif
+from services.records.rif_writer import write_rif
+from tests.conftest import SAMPLE_RIF, TsvGame, renjunet_games
+
+S = 15
+
+
+def test_replay_gives_position_before_each_move() -> None:
+    game = replay([112, 113, 127])
+    assert game.error is None
+    assert game.boards.shape == (3, S * S)
+    assert not game.boards[0].any()
+    assert game.boards[2][112] == 1 and game.boards[2][113] == 2 and game.boards[2][127] == 0
+    assert list(game.to_move) == [1, 2, 1]
+
+
+def test_replay_stops_at_an_illegal_move_with_reason() -> None:
+    game = replay([112, 113, 112, 5])
+    assert len(game.moves) == 2
+    assert "ply 3" in game.error and "occupied" in game.error
+
+
+def test_all_symmetric_images_share_one_canonical_form() -> None:
+    game = replay([112, 113, 127, 98, 140, 30])
+    table = point_table(S)
+    board, move = game.boards[5], game.moves[5]
+    images = np.empty((N_SYMMETRIES, S * S), np.int8)
+    moves = np.empty(N_SYMMETRIES, np.int16)
+    for k in range(N_SYMMETRIES):
+        images[k][table[k]] = board
+        moves[k] = table[k][move]
+    cb, cm, h = canonicalize(images, moves, S)
+    assert len({row.tobytes() for row in cb}) == 1
+    assert len(set(cm.tolist())) == 1
+    assert len(set(h.tolist())) == 1
+    assert len(set(split_of(h).tolist())) == 1
+
+
+def test_symmetric_duplicates_merge_with_counts() -> None:
+    # h8 then i8 and h8 then h9 are mirror images: one pair after dedup, count 2.
+    a = replay([112, 113])
+    b = replay([112, 127])
+    t1 = pairs_table(a.boards, a.moves, a.to_move, a.plies, ["a", "a"], "s")
+    t2 = pairs_table(b.boards, b.moves, b.to_move, b.plies, ["b", "b"], "s")
+    merged = deduplicate([t1, t2])
+    assert merged.num_rows == 2  # (empty board, h8) and (h8 played, its neighbour)
+    assert sorted(merged["count"].to_pylist()) == [2, 2]
+
+
+def test_hash_collision_never_merges_different_positions() -> None:
+    a, b = replay([112, 113]), replay([0, 224])
+    t1 = pairs_table(a.boards[1:], a.moves[1:], a.to_move[1:], a.plies[1:], ["a"], "s")
+    t2 = pairs_table(b.boards[1:], b.moves[1:], b.to_move[1:], b.plies[1:], ["b"], "s")
+    # Force a collision: same 64-bit position hash on two different positions.
+    forced = t2.set_column(t2.schema.get_field_index("position_hash"), "position_hash",
+                           t1["position_hash"])
+    merged = deduplicate([t1, forced])
+    assert merged.num_rows == 2
+    assert merged["count"].to_pylist() == [1, 1]
+
+
+def test_zobrist_distinguishes_every_real_position() -> None:
+    games = renjunet_games(limit=200)
+    boards = np.concatenate([replay(g.moves).boards for g in games])
+    unique_boards = {row.tobytes() for row in boards}
+    unique_hashes = set(zobrist(np.frombuffer(b"".join(unique_boards), np.int8)
+                                .reshape(-1, S * S), S).tolist())
+    assert len(unique_hashes) == len(unique_boards)
+
+
+def test_no_test_position_occurs_in_training_under_any_symmetry(renjunet_rif: Path) -> None:
+    result = source_pairs("renjunet", read_rif(renjunet_rif))
+    table = deduplicate([result.pairs])
+    by_split: dict[str, set[bytes]] = {}
+    for board, split in zip(table["board"].to_pylist(), table["split"].to_pylist(), strict=True):
+        by_split.setdefault(split, set()).add(board)
+    assert by_split["train"].isdisjoint(by_split["test"])
+    assert by_split["train"].isdisjoint(by_split["validation"])
+    # and every mirror image of a test board, canonicalised, is that same test board
+    table_k = point_table(S)
+    for board in list(by_split["test"])[:50]:
+        flat = np.frombuffer(board, np.int8)
+        for k in range(N_SYMMETRIES):
+            image = np.empty_like(flat)
+            image[table_k[k]] = flat
+            cb, _, _ = canonicalize(image[None], np.zeros(1, np.int16), S)
+            assert cb[0].tobytes() not in by_split["train"]
+
+
+def test_source_counts_reconcile_with_bad_records(tmp_path: Path) -> None:
+    games = renjunet_games(limit=20)
+    bad = TsvGame("bad-replay", (112, 113, 112), 1.0, "x", "y", "z")  # repeated point
+    path = write_rif([*games, bad], tmp_path / "mixed.rif")
+    text = path.read_text().replace("</games>", '<game id="9999"><move>h8 p16</move></game>'
+                                    "</games>")
+    path.write_text(text)
+    result = source_pairs("mixed", read_rif(path))
+    assert result.read == 22
+    assert result.read == result.ingested + result.quarantined
+    reasons = " | ".join(q["reason"] for q in result.quarantine)
+    assert "p16" in reasons and "repeated" in reasons
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_ingest_flow_writes_unique_pairs_and_reruns_identically(tmp_path: Path) -> None:
+    from flows.ingest import ingest
+
+    out = tmp_path / "ds"
+    manifest = ingest(sources=[str(SAMPLE_RIF)], out_dir=str(out))
+    shards = sorted(out.glob("*-0000*.parquet"))
+    assert {p.name.split("-")[0] for p in shards} == {"train", "validation", "test"}
+    rows = pa.concat_tables([pq.read_table(p) for p in shards])
+    keys = {(b, m) for b, m in zip(rows["board"].to_pylist(), rows["move"].to_pylist(),
+                                   strict=True)}
+    assert rows.num_rows == len(keys) == manifest["rows"]
+    assert sum(rows["count"].to_pylist()) == manifest["raw_pairs"]
+    c = manifest["counts"][0]
+    assert c["read"] == c["ingested"] + c["quarantined"] and c["ingested"] > 0
+    assert read_manifest(out)["splits"]["train"] == read_split(out, "train")[0].shape[0]
+
+    first = {p.name: _sha(p) for p in out.iterdir()}
+    ingest(sources=[str(SAMPLE_RIF)], out_dir=str(out))
+    assert {p.name: _sha(p) for p in out.iterdir()} == first
+
+
+def test_reading_a_broken_dataset_names_the_file(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match="no manifest"):
+        read_split(tmp_path, "train")
