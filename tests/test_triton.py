@@ -35,7 +35,11 @@ from tests.triton_fixtures import (
     triton_server,  # noqa: F401  (pytest fixture)
 )
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [
+    pytest.mark.timeout(120),
+    # torch 2.13 deprecates TorchScript, which stays the serving format for now.
+    pytest.mark.filterwarnings(r"ignore:`torch\.jit\.\w+` is deprecated:DeprecationWarning"),
+]
 
 
 # --------------------------------------------------------------------------- serving

@@ -376,10 +376,17 @@ class TritonServer:
         while True:
             code = self._proc.poll()
             if code is not None:
+                tail = _tail(self.log_path)
+                hint = ""
+                if "at least one version must be available" in tail:
+                    hint = (
+                        " No version folder to serve: publish a model first "
+                        "(services.triton.publisher.publish)."
+                    )
                 raise TritonServerError(
                     f"tritonserver exited with code {code} during start-up "
-                    f"(repository {self.repository}, models {list(self.models)}); "
-                    f"last lines of {self.log_path}:\n{_tail(self.log_path)}"
+                    f"(repository {self.repository}, models {list(self.models)}).{hint} "
+                    f"Last lines of {self.log_path}:\n{tail}"
                 )
             if all(self._http_ok(opener, base + p) for p in paths):
                 self.startup_time_s = time.monotonic() - self._started_at
