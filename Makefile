@@ -46,5 +46,8 @@ predict: setup    ## make predict MOVES="h8 h9 i8"
 genmove: setup    ## make genmove MOVES="h8 h9 i8" VISITS=400
 	$(PY) -m services.cli genmove --target $(SEARCH) --visits $(or $(VISITS),400) $(MOVES)
 
+bench: setup      ## benchmarks; figures go into docs/benchmarks.md by hand, with the machine
+	$(PY) benchmarks/serving.py
+
 clean:
 	rm -rf runs artifacts .triton .pytest_cache

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import argparse
 import platform
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import grpc
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,11 +25,26 @@ sys.path.insert(0, str(ROOT))
 
 from services.models.configs import build  # noqa: E402
 from services.search.client import SearchClient  # noqa: E402
-from services.search.server import build_server  # noqa: E402
 from services.trainer.export import export_torchscript  # noqa: E402
 from services.triton.client import PolicyClient  # noqa: E402
 from services.triton.publisher import publish  # noqa: E402
-from services.triton.server import TritonServer  # noqa: E402
+from services.triton.server import TritonServer, free_port  # noqa: E402
+
+
+def wait_for_health(target: str, timeout_s: float = 30.0) -> None:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while True:
+            try:
+                stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                return
+            except grpc.RpcError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
 
 
 def percentiles(samples: list[float]) -> tuple[float, float]:
@@ -59,8 +76,13 @@ def main(argv: list[str] | None = None) -> None:
         with TritonServer(repo, log_path=Path(tmp) / "triton.log") as triton:
             startup = time.perf_counter() - t
             client = PolicyClient(triton.grpc_url)
-            server, port = build_server(client, port=0)
-            server.start()
+            # The service runs in its own process, as deployed: sharing this process's GIL with
+            # the load generator would charge the client's work to the service.
+            port = free_port()
+            service = subprocess.Popen(
+                [sys.executable, "-m", "services.search.server", "--port", str(port),
+                 "--triton-url", triton.grpc_url], cwd=ROOT)
+            wait_for_health(f"127.0.0.1:{port}")
             moves = ["h8", "h9", "i8", "g7"]
             board = np.zeros((1, 15, 15), np.int8)
             board[0, 7, 7] = board[0, 7, 8] = 1
@@ -71,7 +93,8 @@ def main(argv: list[str] | None = None) -> None:
                 gen_t = time.perf_counter()
                 r = search.genmove(moves, max_visits=800)
                 gen_s = time.perf_counter() - gen_t
-            server.stop(grace=1).wait()
+            service.terminate()
+            service.wait(timeout=30)
             client.close()
     d50, d99 = percentiles(direct)
     p50, p99 = percentiles(via)
