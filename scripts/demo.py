@@ -55,11 +55,13 @@ def main(argv: list[str] | None = None) -> int:
 
     t = step("2. train shao_f32_n2 and publish")
     out = train_flow(dataset_dir=str(work / "dataset"), repository=str(work / "model_repository"),
-                     model="shao_f32_n2", max_steps=args.steps, batch_size=64)
+                     model="shao_f32_n2", max_steps=args.steps, batch_size=64,
+                     run_dir=str(work / "train"))
     m = out["metrics"]
     print(f"published gomoku_policy version {out['version']}: validation top-1 "
           f"{m['validation']['top1']:.3f}, top-5 {m['validation']['top5']:.3f}, test top-1 "
-          f"{m['test']['top1']:.3f} ({m['steps']} steps, {time.perf_counter() - t:.1f} s)")
+          f"{m['test']['top1']:.3f} ({m['steps']} steps, {time.perf_counter() - t:.1f} s); "
+          f"plots and report in {out['run_dir']}")
 
     t = step("3. start Triton and the search service")
     with TritonServer(work / "model_repository", log_path=work / "triton.log") as triton:

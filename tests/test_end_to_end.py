@@ -39,7 +39,7 @@ def published(tmp_path_factory, prefect_harness) -> dict:
     work = tmp_path_factory.mktemp("e2e")
     ingest(sources=[str(SAMPLE_RIF)], out_dir=str(work / "dataset"))
     out = train_flow(dataset_dir=str(work / "dataset"), repository=str(work / "repo"),
-                     max_steps=STEPS, batch_size=64)
+                     max_steps=STEPS, batch_size=64, run_dir=str(work / "run1"))
     return {"work": work, "repo": work / "repo", "dataset": work / "dataset", **out}
 
 
@@ -63,7 +63,8 @@ def search(stack):
 
 
 def test_train_flow_published_version_one_with_metrics(published) -> None:
-    assert published["version"] == 1
+    assert published["version"] == 1 and published["published"]
+    assert (Path(published["run_dir"]) / "stages.png").stat().st_size > 1000
     assert (published["repo"] / "gomoku_policy" / "1" / "model.pt").is_file()
     val = published["metrics"]["validation"]
     assert val["n"] > 0 and 0.0 <= val["top1"] <= val["top5"] <= 1.0
@@ -145,7 +146,8 @@ def test_new_version_rolls_out_without_failed_requests(stack, search) -> None:
     thread.start()
     try:
         out = train_flow(dataset_dir=str(stack["dataset"]), repository=str(stack["repo"]),
-                         max_steps=20, batch_size=64, seed=1,
+                         max_steps=20, batch_size=64, seed=1, gate_tolerance=1.0,
+                         run_dir=str(stack["work"] / "run2"),
                          triton_url=stack["triton"].grpc_url)
         assert out["version"] == 2
         deadline = time.monotonic() + 60

@@ -1,0 +1,57 @@
+"""Evaluation: loss, top-1/top-5 accuracy, and top-1 by game stage (Shao et al.'s Fig. 7).
+
+Occupied points are masked out before ranking, so a prediction is always a legal move. Stages
+are 10-move buckets of the ply (0-9, 10-19, ...) with every ply past 100 in one bucket.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+STAGE_WIDTH = 10
+LAST_STAGE = 100  # plies >= 100 share one bucket
+
+
+def stage_labels() -> list[str]:
+    return [f"{s}-{s + STAGE_WIDTH - 1}" for s in range(0, LAST_STAGE, STAGE_WIDTH)] + [
+        f"{LAST_STAGE}+"]
+
+
+def stage_of(plies: np.ndarray) -> np.ndarray:
+    return np.minimum(plies // STAGE_WIDTH, LAST_STAGE // STAGE_WIDTH)
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, boards: np.ndarray, moves: np.ndarray, device: str,
+             plies: np.ndarray | None = None, batch: int = 2048) -> dict:
+    """Metrics of `model` (int8 boards -> logits) on one split."""
+    was_training = model.training
+    model.eval()
+    n = len(moves)
+    loss_sum = 0.0
+    hit1 = np.zeros(n, dtype=bool)
+    hit5 = np.zeros(n, dtype=bool)
+    finite = True
+    for i in range(0, n, batch):
+        b = torch.from_numpy(boards[i:i + batch]).to(device)
+        m = torch.from_numpy(moves[i:i + batch]).to(device)
+        logits = model(b).float()
+        finite &= bool(torch.isfinite(logits).all())
+        loss_sum += nn.functional.cross_entropy(logits, m, reduction="sum").item()
+        masked = logits.masked_fill(b.reshape(len(b), -1) != 0, float("-inf"))
+        best = masked.topk(5, dim=1).indices
+        hit1[i:i + batch] = (best[:, 0] == m).cpu().numpy()
+        hit5[i:i + batch] = (best == m[:, None]).any(dim=1).cpu().numpy()
+    model.train(was_training)
+    out = {"loss": loss_sum / max(n, 1), "top1": float(hit1.mean()) if n else 0.0,
+           "top5": float(hit5.mean()) if n else 0.0, "n": int(n), "finite": finite}
+    if plies is not None and n:
+        stages = stage_of(plies)
+        labels = stage_labels()
+        out["top1_by_stage"] = {
+            labels[s]: {"top1": float(hit1[stages == s].mean()), "n": int((stages == s).sum())}
+            for s in range(len(labels)) if (stages == s).any()
+        }
+    return out
