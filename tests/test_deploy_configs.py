@@ -1,0 +1,568 @@
+"""Static checks of the deployment files: Triton model configs, compose, Dockerfile, Kubernetes.
+
+No Docker engine or cluster is needed. What is checked:
+
+* every ``config.pbtxt`` under ``model_repository/`` and ``deploy/`` parses into Triton's
+  ``ModelConfig`` protobuf and describes the policy the trainer exports (int8 boards [15,15] ->
+  fp32 logits [225], batching up to 256, newest version only), and the embedded (python
+  backend) and stock (PyTorch backend) configs agree;
+* the stock config's tensor names bind to the exported TorchScript the way the PyTorch backend
+  binds them, and the embedded ``tritonserver`` (Triton 2.51, no PyTorch backend inside)
+  accepts the whole config and stops only at the missing backend library;
+* every YAML file under ``deploy/`` loads; the Kubernetes objects carry the GPU request, probes,
+  selectors and autoscaler they need; compose refers to files that exist; every command-line
+  flag the manifests pass to the search service (or to tritonserver, when the binary is
+  installed) is one the program accepts.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+K8S = DEPLOY / "k8s"
+COMPOSE = DEPLOY / "compose.yaml"
+MODEL_NAME = "gomoku_policy"
+EMBEDDED_CONFIG = ROOT / "model_repository" / MODEL_NAME / "config.pbtxt"
+STOCK_CONFIG = DEPLOY / "triton-stock" / MODEL_NAME / "config.pbtxt"
+CONFIG_FILES = sorted(
+    [*(ROOT / "model_repository").rglob("config.pbtxt"), *DEPLOY.rglob("config.pbtxt")]
+)
+YAML_FILES = sorted([*DEPLOY.rglob("*.yaml"), *DEPLOY.rglob("*.yml")])
+
+BOARD_SIZE = 15
+MAX_BATCH_SIZE = 256
+SEARCH_PORT = 50051
+TRITON_HTTP_PORT = 8000
+TRITON_GRPC_PORT = 8001
+
+
+# ---------------------------------------------------------------------------------- helpers
+def parse_config(path: Path) -> model_config_pb2.ModelConfig:
+    return text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+
+
+def load_yaml_docs(path: Path) -> list[Any]:
+    with path.open() as f:
+        return [doc for doc in yaml.safe_load_all(f) if doc is not None]
+
+
+def flag_names(argv: list[str]) -> list[str]:
+    """``--name`` of every flag in an argv list (``--a=1`` and ``--a 1`` forms)."""
+    return [tok.split("=", 1)[0] for tok in map(str, argv) if tok.startswith("--")]
+
+
+def flag_value(argv: list[str], name: str) -> str | None:
+    argv = [str(a) for a in argv]
+    for i, tok in enumerate(argv):
+        if tok == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if tok.startswith(name + "="):
+            return tok.split("=", 1)[1]
+    return None
+
+
+@functools.cache
+def search_server_help() -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "services.search.server", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def assert_search_flags_exist(argv: list[str], where: str) -> None:
+    help_text = search_server_help()
+    flags = flag_names(argv)
+    assert flags, f"{where}: no flags passed to the search service"
+    for flag in flags:
+        assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", help_text), (
+            f"{where}: {flag} is not a flag of services.search.server"
+        )
+
+
+@functools.cache
+def k8s_objects() -> dict[tuple[str, str], dict]:
+    kustomization = load_yaml_docs(K8S / "kustomization.yaml")[0]
+    objects: dict[tuple[str, str], dict] = {}
+    for resource in kustomization["resources"]:
+        for doc in load_yaml_docs(K8S / resource):
+            key = (doc["kind"], doc["metadata"]["name"])
+            assert key not in objects, f"{key} defined twice"
+            objects[key] = doc
+    return objects
+
+
+def k8s_object(kind: str, name: str) -> dict:
+    objects = k8s_objects()
+    assert (kind, name) in objects, f"no {kind}/{name} in deploy/k8s (have {sorted(objects)})"
+    return objects[(kind, name)]
+
+
+def only_container(deployment: dict) -> dict:
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    return containers[0]
+
+
+def container_port(container: dict, port: int | str) -> int:
+    """Resolve a probe's or Service's (possibly named) port to the container's number."""
+    if isinstance(port, int):
+        assert port in [p["containerPort"] for p in container["ports"]], port
+        return port
+    for p in container["ports"]:
+        if p.get("name") == port:
+            return int(p["containerPort"])
+    raise AssertionError(f"container {container['name']} has no port named {port!r}")
+
+
+def dockerfile_instructions(path: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined, comments dropped."""
+    instructions: list[tuple[str, str]] = []
+    pending = ""
+    for line in path.read_text().splitlines():
+        if not pending and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        if line.rstrip().endswith("\\"):
+            pending += line.rstrip()[:-1] + " "
+            continue
+        op, _, args = (pending + line).strip().partition(" ")
+        instructions.append((op.upper(), args.strip()))
+        pending = ""
+    return instructions
+
+
+def compose() -> dict:
+    return load_yaml_docs(COMPOSE)[0]
+
+
+def compose_default(value: str) -> str:
+    """``${VAR:-default}`` -> default (what compose uses when VAR is unset)."""
+    m = re.fullmatch(r"\$\{\w+:-(.*)\}", value)
+    return m.group(1) if m else value
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ------------------------------------------------------------------------ Triton configs
+def test_config_files_found() -> None:
+    assert EMBEDDED_CONFIG in CONFIG_FILES
+    assert STOCK_CONFIG in CONFIG_FILES
+
+
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_config_parses_and_describes_the_policy(path: Path) -> None:
+    config = parse_config(path)
+    assert config.name == path.parent.name == MODEL_NAME
+    assert config.max_batch_size == MAX_BATCH_SIZE
+
+    assert len(config.input) == 1
+    (boards,) = config.input
+    assert boards.data_type == model_config_pb2.TYPE_INT8
+    assert list(boards.dims) == [BOARD_SIZE, BOARD_SIZE]
+    assert len(config.output) == 1
+    (logits,) = config.output
+    assert logits.data_type == model_config_pb2.TYPE_FP32
+    assert list(logits.dims) == [BOARD_SIZE * BOARD_SIZE]
+
+    assert config.WhichOneof("scheduling_choice") == "dynamic_batching"
+    assert all(0 < b <= MAX_BATCH_SIZE for b in config.dynamic_batching.preferred_batch_size)
+    assert config.version_policy.WhichOneof("policy_choice") == "latest"
+    assert config.version_policy.latest.num_versions == 1
+    assert len(config.instance_group) >= 1
+
+
+def test_embedded_and_stock_configs_agree() -> None:
+    embedded, stock = parse_config(EMBEDDED_CONFIG), parse_config(STOCK_CONFIG)
+    assert embedded.name == stock.name
+    assert embedded.max_batch_size == stock.max_batch_size
+    assert list(embedded.input) == list(stock.input)  # names, dtypes, dims
+    assert list(embedded.output) == list(stock.output)
+    assert embedded.dynamic_batching == stock.dynamic_batching
+    assert embedded.version_policy == stock.version_policy
+    assert embedded.backend == "python"
+
+
+def test_stock_config_uses_the_pytorch_backend_on_gpu() -> None:
+    config = parse_config(STOCK_CONFIG)
+    assert config.platform == "pytorch_libtorch"
+    assert config.backend in ("", "pytorch")
+    assert config.default_model_filename in ("", "model.pt")  # what the publisher writes
+    assert config.instance_group
+    gpu = model_config_pb2.ModelInstanceGroup.KIND_GPU
+    assert all(group.kind == gpu for group in config.instance_group)
+    inputs = {i.name: i for i in config.input}
+    for warmup in config.model_warmup:
+        assert 0 < warmup.batch_size <= config.max_batch_size
+        assert set(warmup.inputs) == set(inputs)
+        for name, data in warmup.inputs.items():
+            assert data.data_type == inputs[name].data_type
+            assert list(data.dims) == list(inputs[name].dims)
+
+
+def test_stock_tensor_names_bind_to_the_exported_torchscript(tmp_path: Path) -> None:
+    """The PyTorch backend binds inputs named like forward()'s arguments, and outputs without
+    the <name>__<index> form by config order; clients use the same names on both servers."""
+    torch = pytest.importorskip("torch")
+    from services.models.shao import BoardPolicy, ShaoPolicyNet
+    from services.trainer.export import export_torchscript
+    from services.triton import client
+
+    path = tmp_path / "model.pt"
+    export_torchscript(BoardPolicy(ShaoPolicyNet(filters=4, n_convs=1)), path, n_check=4)
+    scripted = torch.jit.load(str(path))
+    arguments = [a.name for a in scripted.forward.schema.arguments][1:]  # drop self
+    config = parse_config(STOCK_CONFIG)
+    assert [i.name for i in config.input] == arguments == [client.INPUT_NAME]
+    assert [o.name for o in config.output] == [client.OUTPUT_NAME]
+    assert "__" not in client.OUTPUT_NAME  # single output -> strict config ordering
+
+
+def _stock_repository(root: Path, config_text: str) -> Path:
+    from services.triton.publisher import publish
+    from tests.triton_fixtures import build_tiny_policy
+
+    repository = root / "model_repository"
+    (repository / MODEL_NAME).mkdir(parents=True)
+    (repository / MODEL_NAME / "config.pbtxt").write_text(config_text)
+    publish(build_tiny_policy(root / "tiny.pt"), repository)  # 1/model.pt (+ model.py, ignored)
+    # The publisher keeps an existing config: publishing into a stock repository is safe.
+    assert (repository / MODEL_NAME / "config.pbtxt").read_text() == config_text
+    return repository
+
+
+def test_triton_core_accepts_the_stock_config(tmp_path: Path) -> None:
+    """The embedded Triton has no PyTorch backend, but its core parses, normalises and
+    validates the model config before it looks the backend up: the stock config must get
+    exactly that far, and a broken config must be stopped earlier (control)."""
+    from services.triton.server import TritonServer, TritonServerError
+    from tests.triton_fixtures import require_tritonserver
+
+    require_tritonserver()
+    missing_backend = "unable to find backend library for backend 'pytorch'"
+
+    repository = _stock_repository(tmp_path / "ok", STOCK_CONFIG.read_text())
+    with pytest.raises(TritonServerError) as info:
+        TritonServer(repository, startup_timeout_s=60).start()
+    assert missing_backend in str(info.value)
+
+    broken = STOCK_CONFIG.read_text().replace(
+        "max_queue_delay_microseconds: 500",
+        "preferred_batch_size: [ 512 ] max_queue_delay_microseconds: 500",
+    )
+    repository = _stock_repository(tmp_path / "broken", broken)
+    with pytest.raises(TritonServerError) as info:
+        TritonServer(repository, startup_timeout_s=60).start()
+    assert missing_backend not in str(info.value)
+    assert "preferred size must be <= max batch size" in str(info.value)
+
+
+def test_tritonserver_flags_exist() -> None:
+    """Every flag compose and Kubernetes pass to tritonserver exists in Triton 2.51's CLI."""
+    from services.triton.server import find_tritonserver, server_environment
+
+    try:
+        binary = find_tritonserver()
+    except FileNotFoundError as exc:
+        pytest.skip(f"no tritonserver: {exc}")
+    proc = subprocess.run(
+        [str(binary), "--help"],
+        env=server_environment(binary),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    help_text = proc.stdout + proc.stderr
+    assert "--model-repository" in help_text, help_text[-2000:]
+    triton = only_container(k8s_object("Deployment", "triton"))
+    for where, argv in (
+        ("compose triton", compose()["services"]["triton"]["command"]),
+        ("k8s triton", [*triton.get("command", []), *triton.get("args", [])]),
+    ):
+        for flag in flag_names(argv):
+            assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", help_text), (
+                f"{where}: tritonserver has no {flag}"
+            )
+
+
+# ------------------------------------------------------------------------------- YAML
+@pytest.mark.parametrize("path", YAML_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_yaml_file_loads(path: Path) -> None:
+    docs = load_yaml_docs(path)
+    assert docs and all(isinstance(doc, dict) for doc in docs)
+
+
+# ------------------------------------------------------------------------- Kubernetes
+def test_kustomization_lists_every_manifest() -> None:
+    kustomization = load_yaml_docs(K8S / "kustomization.yaml")[0]
+    assert kustomization["kind"] == "Kustomization"
+    listed = set(kustomization["resources"])
+    present = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
+    assert listed == present
+    kinds = {kind for kind, _ in k8s_objects()}
+    assert {
+        "Deployment",
+        "Service",
+        "HorizontalPodAutoscaler",
+        "ConfigMap",
+        "PersistentVolumeClaim",
+    } <= kinds
+
+
+def test_triton_deployment() -> None:
+    deployment = k8s_object("Deployment", "triton")
+    pod = deployment["spec"]["template"]["spec"]
+    triton = only_container(deployment)
+    for section in ("requests", "limits"):
+        assert str(triton["resources"][section]["nvidia.com/gpu"]) == "1", section
+
+    readiness = triton["readinessProbe"]["httpGet"]
+    assert readiness["path"] == "/v2/health/ready"
+    assert container_port(triton, readiness["port"]) == TRITON_HTTP_PORT
+    liveness = triton["livenessProbe"]["httpGet"]
+    assert liveness["path"] == "/v2/health/live"
+    assert container_port(triton, liveness["port"]) == TRITON_HTTP_PORT
+
+    argv = [*triton.get("command", []), *triton.get("args", [])]
+    assert flag_value(argv, "--model-control-mode") == "explicit"
+    assert flag_value(argv, "--load-model") == MODEL_NAME
+    assert flag_value(argv, "--strict-readiness") == "true"
+    assert int(flag_value(argv, "--grpc-port") or 8001) == TRITON_GRPC_PORT
+    assert container_port(triton, "grpc") == TRITON_GRPC_PORT
+    repository = flag_value(argv, "--model-repository")
+
+    # The repository volume is a PVC defined here, mounted (read-only) where Triton reads it.
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m for m in triton["volumeMounts"]}
+    assert repository in mounts
+    repo_volume = volumes[mounts[repository]["name"]]
+    claim = repo_volume["persistentVolumeClaim"]["claimName"]
+    k8s_object("PersistentVolumeClaim", claim)
+    assert mounts[repository].get("readOnly") is True
+
+    # The init container installs the stock config (from the ConfigMap) into that volume.
+    (init,) = pod["initContainers"]
+    init_mounts = {m["name"]: m["mountPath"] for m in init["volumeMounts"]}
+    assert init_mounts[repo_volume["name"]] == repository
+    config_volume = next(v for v in pod["volumes"] if "configMap" in v)
+    script = "\n".join(map(str, init["command"] + init.get("args", [])))
+    assert f"{init_mounts[config_volume['name']]}/config.pbtxt" in script
+    assert f"{repository}/{MODEL_NAME}" in script and "config.pbtxt" in script
+    config_map = k8s_object("ConfigMap", config_volume["configMap"]["name"])
+    assert config_map["data"]["config.pbtxt"] == STOCK_CONFIG.read_text(), (
+        "deploy/k8s/triton-config.yaml has drifted from deploy/triton-stock/.../config.pbtxt"
+    )
+
+
+def test_search_deployment() -> None:
+    deployment = k8s_object("Deployment", "movepred-search")
+    assert deployment["spec"]["replicas"] == 2
+    search = only_container(deployment)
+    assert search["readinessProbe"]["grpc"]["port"] == SEARCH_PORT
+    assert "grpc" in search["livenessProbe"]
+    assert search["resources"]["requests"]["cpu"]  # the HPA's utilisation base
+    argv = [*search.get("command", []), *search.get("args", [])]
+    assert argv[:3] == ["python", "-m", "services.search.server"]
+    assert_search_flags_exist(argv, "k8s movepred-search")
+    assert flag_value(argv, "--host") == "0.0.0.0"
+    assert int(flag_value(argv, "--port") or 0) == SEARCH_PORT
+    assert container_port(search, "grpc") == SEARCH_PORT
+    host, port = (flag_value(argv, "--triton-url") or "").rsplit(":", 1)
+    service = k8s_object("Service", host)
+    assert int(port) in [p["port"] for p in service["spec"]["ports"]]
+    assert int(port) == TRITON_GRPC_PORT
+
+
+def test_services_select_deployments_and_ports() -> None:
+    deployments = [d for (kind, _), d in k8s_objects().items() if kind == "Deployment"]
+    services = [s for (kind, _), s in k8s_objects().items() if kind == "Service"]
+    assert services
+    for service in services:
+        selector = service["spec"]["selector"]
+        matched = [
+            d
+            for d in deployments
+            if selector.items() <= d["spec"]["template"]["metadata"]["labels"].items()
+        ]
+        assert len(matched) == 1, f"Service {service['metadata']['name']} selects {matched}"
+        (deployment,) = matched
+        assert deployment["spec"]["selector"]["matchLabels"].items() <= (
+            deployment["spec"]["template"]["metadata"]["labels"].items()
+        )
+        container = only_container(deployment)
+        for port in service["spec"]["ports"]:
+            container_port(container, port.get("targetPort", port["port"]))
+    names = {s["metadata"]["name"] for s in services}
+    assert {"triton", "movepred-search"} <= names
+
+
+def test_search_autoscaler() -> None:
+    hpa = k8s_object("HorizontalPodAutoscaler", "movepred-search")
+    assert hpa["apiVersion"] == "autoscaling/v2"
+    target = hpa["spec"]["scaleTargetRef"]
+    assert (target["kind"], target["apiVersion"]) == ("Deployment", "apps/v1")
+    deployment = k8s_object("Deployment", target["name"])
+    replicas = deployment["spec"]["replicas"]
+    assert hpa["spec"]["minReplicas"] <= replicas <= hpa["spec"]["maxReplicas"]
+    (metric,) = hpa["spec"]["metrics"]
+    assert metric["type"] == "Resource"
+    assert metric["resource"]["name"] == "cpu"
+    assert metric["resource"]["target"]["type"] == "Utilization"
+    assert 0 < metric["resource"]["target"]["averageUtilization"] <= 100
+
+
+def test_kustomize_renders_the_same_objects() -> None:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl not installed")
+    proc = subprocess.run(
+        [kubectl, "kustomize", str(K8S)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    rendered = [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
+    assert {(d["kind"], d["metadata"]["name"]) for d in rendered} == set(k8s_objects())
+
+
+# ---------------------------------------------------------------------------- compose
+def test_compose_services_and_files() -> None:
+    services = compose()["services"]
+    assert {"triton", "search", "prefect"} <= set(services)
+
+    # Every build refers to a context and Dockerfile that exist, and the Dockerfile's COPY
+    # sources exist in that context and pass its dockerignore allow-list.
+    builds = [s["build"] for s in services.values() if "build" in s]
+    assert builds
+    for build in builds:
+        context = (DEPLOY / build["context"]).resolve()
+        dockerfile = context / build.get("dockerfile", "Dockerfile")
+        assert context.is_dir() and dockerfile.is_file(), build
+        ignore = dockerfile.with_name(dockerfile.name + ".dockerignore")
+        allowed = {
+            line[1:].rstrip("/")
+            for line in ignore.read_text().splitlines()
+            if line.startswith("!")
+        }
+        instructions = dockerfile_instructions(dockerfile)
+        copies = [args.split() for op, args in instructions if op == "COPY"]
+        assert copies
+        for *sources, _dest in copies:
+            for src in sources:
+                assert (context / src).exists(), f"{dockerfile}: COPY {src}: not in context"
+                assert any(a == src or a.startswith(src + "/") for a in allowed), (
+                    f"{ignore.name} does not let {src} into the build context"
+                )
+        (base,) = [args for op, args in instructions if op == "FROM"]
+        assert base.startswith("python:3.11")  # pyproject: requires-python >=3.11,<3.12
+
+    # Bind mounts refer to files/folders that exist (with the variables at their defaults).
+    for name, service in services.items():
+        for volume in service.get("volumes", []):
+            if isinstance(volume, dict) and volume.get("type") == "bind":
+                source = (DEPLOY / compose_default(volume["source"])).resolve()
+                assert source.exists(), f"{name}: bind source {source} missing"
+
+
+def test_compose_triton() -> None:
+    triton = compose()["services"]["triton"]
+    assert "tritonserver" in compose_default(triton["image"])
+    argv = triton["command"]
+    assert argv[0] == "tritonserver"
+    assert flag_value(argv, "--model-control-mode") == "explicit"
+    assert flag_value(argv, "--load-model") == MODEL_NAME
+    assert int(flag_value(argv, "--grpc-port") or 8001) == TRITON_GRPC_PORT
+    repository = flag_value(argv, "--model-repository")
+
+    binds = {v["target"]: v for v in triton["volumes"] if v.get("type") == "bind"}
+    assert compose_default(binds[repository]["source"]) == "../model_repository"
+    stock = binds[f"{repository}/{MODEL_NAME}/config.pbtxt"]
+    assert (DEPLOY / stock["source"]).resolve() == STOCK_CONFIG
+    assert all(v.get("read_only") for v in binds.values())
+    # Mounted over an existing file: the tracked config is there in a fresh clone.
+    assert EMBEDDED_CONFIG.is_file()
+
+    devices = triton["deploy"]["resources"]["reservations"]["devices"]
+    assert any(d.get("driver") == "nvidia" and "gpu" in d.get("capabilities", []) for d in devices)
+    test = " ".join(triton["healthcheck"]["test"])
+    assert f"localhost:{TRITON_HTTP_PORT}/v2/health/ready" in test
+
+
+def test_compose_search_and_prefect() -> None:
+    services = compose()["services"]
+    search = services["search"]
+    argv = search["command"]
+    assert argv[:3] == ["python", "-m", "services.search.server"]
+    assert_search_flags_exist(argv, "compose search")
+    assert flag_value(argv, "--host") == "0.0.0.0"
+    assert int(flag_value(argv, "--port") or 0) == SEARCH_PORT
+    assert flag_value(argv, "--triton-url") == f"triton:{TRITON_GRPC_PORT}"
+    assert "triton" in search["depends_on"]
+
+    dockerfile = (DEPLOY / search["build"]["context"] / search["build"]["dockerfile"]).resolve()
+    (cmd,) = [args for op, args in dockerfile_instructions(dockerfile) if op == "CMD"]
+    cmd_argv = json.loads(cmd)  # exec form
+    assert cmd_argv[:3] == ["python", "-m", "services.search.server"]
+    assert_search_flags_exist(cmd_argv, "Dockerfile CMD")
+    assert flag_value(cmd_argv, "--host") == "0.0.0.0"
+
+    prefect = services["prefect"]
+    command = prefect["command"]
+    command = command.split() if isinstance(command, str) else command
+    assert command[:3] == ["prefect", "server", "start"]
+    assert flag_value(command, "--host") == "0.0.0.0"
+
+
+def test_compose_search_healthcheck_runs_against_the_server() -> None:
+    """The compose health check of the search service is valid Python and passes against a
+    real search server (whose gRPC health says SERVING even without Triton)."""
+    test = compose()["services"]["search"]["healthcheck"]["test"]
+    assert test[:3] == ["CMD", "python", "-c"]
+    port = free_port()
+    code = test[3].replace(f"127.0.0.1:{SEARCH_PORT}", f"127.0.0.1:{port}")
+    assert str(port) in code
+    server = subprocess.Popen(
+        [
+            sys.executable, "-m", "services.search.server",
+            "--host", "127.0.0.1", "--port", str(port), "--triton-url", f"127.0.0.1:{free_port()}",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            check = subprocess.run(
+                [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=30
+            )
+            if check.returncode == 0:
+                break
+            assert server.poll() is None, server.stdout.read() if server.stdout else ""
+            assert time.monotonic() < deadline, check.stderr
+            time.sleep(0.2)
+    finally:
+        server.terminate()
+        server.wait(timeout=15)
