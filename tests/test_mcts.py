@@ -316,7 +316,7 @@ def test_fast_winning_points_match_the_rules(rule: Rule) -> None:
     for _ in range(60):
         state = GomokuState(rule=rule)
         for _ in range(int(rng.integers(10, 50))):
-            free = region[state.board.reshape(-1)[region] == EMPTY]
+            free = region[state.legal_mask()[region]]
             state = state.play(int(rng.choice(free)))
             if state.winner:
                 break

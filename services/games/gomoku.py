@@ -2,8 +2,9 @@
 
 Cells hold EMPTY / BLACK / WHITE as int8. Black moves first. `Rule.FREESTYLE` wins with five
 or more in a row, `Rule.STANDARD` with exactly five. `Rule.RENJU` scores an overline as no win
-for black (five or more wins for white); its forbidden points for black (double-three,
-double-four) are not enforced yet.
+for black (five or more wins for white) and forbids black the points where it would make an
+overline, a double-four or a double-three (`services.games.renju`), unless the move makes exactly
+five.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from enum import StrEnum
 
 import numpy as np
 
+from services.games import renju
 from services.games.coords import index_name
 
 EMPTY, BLACK, WHITE = 0, 1, 2
@@ -112,8 +114,13 @@ class GomokuState:
             raise IllegalMove(f"move {index_name(point, self.size)} after the game ended")
         self._check_on_board_and_empty(point, "move")
         color = self.to_move
-        board = self.board.copy()
         y, x = divmod(point, self.size)
+        if self.rule is Rule.RENJU and color == BLACK:
+            reason = renju.is_forbidden(self.board, x, y)
+            if reason is not None:
+                raise IllegalMove(
+                    f"move {index_name(point, self.size)} is forbidden for black ({reason})")
+        board = self.board.copy()
         board[y, x] = color
         won = makes_five(board, x, y, color, self.rule)
         return GomokuState(
@@ -128,10 +135,18 @@ class GomokuState:
         """Boolean mask over the flat board of the points the side to move may play."""
         if self.winner != EMPTY:
             return np.zeros(self.size * self.size, dtype=bool)
-        return self.board.reshape(-1) == EMPTY
+        mask = self.board.reshape(-1) == EMPTY
+        if self.rule is Rule.RENJU and self.to_move == BLACK:
+            mask &= ~renju.forbidden_mask(self.board)
+        return mask
 
     def winning_points(self, color: int) -> list[int]:
-        """Empty points where `color` would complete a winning line at once."""
+        """Empty points where `color` would complete a winning line at once.
+
+        Under renju a black point counts only if it makes exactly five (in some line); such a
+        point is always legal, as five takes precedence over forbidden shapes, and overline or
+        other forbidden points never make exactly five, so `makes_five` alone decides.
+        """
         out = []
         board = self.board
         for p in np.flatnonzero(board.reshape(-1) == EMPTY):

@@ -1,0 +1,256 @@
+"""Renju forbidden points for black (RIF rules): overline, double-four, double-three.
+
+Definitions used here, for a black stone placed at an empty point p (all patterns must contain
+p, because a move is forbidden only for what it makes):
+
+- **five**: exactly five black stones in an unbroken row. A move that makes a five in any
+  line is never forbidden, whatever else it makes (five takes precedence over forbidden
+  shapes); this includes a five in one line together with an overline in another.
+- **overline**: six or more black stones in an unbroken row through p.
+- **four**: a line in which one more black stone (at a "completion point") makes exactly five.
+  In one line through p there is at most one completion point on each side of p (the cells
+  between p and a completion point must all be black). Two completion points count as ONE
+  four when they are the two ends of four contiguous stones (the straight four ``.XXXX.``),
+  and as TWO fours otherwise (``X.XXX.X``, ``XX.XX.XX``, ``XXX.X.XXX``: two fives in one line).
+- **double-four**: two or more fours, in one line or in several.
+- **three**: a line (that holds no four) in which one more black stone at an extension point
+  q makes a straight four, i.e. exactly four contiguous black stones including p and q with
+  both end points empty and neither end point turning the five into an overline, AND black is
+  allowed to play q (q is not itself forbidden, judged on the board with p already placed).
+  Each line counts at most once.
+- **double-three**: threes in two or more lines (also with a four besides: 4-3-3).
+
+When a move is forbidden for several reasons the one reported is the first of overline,
+double-four, double-three.
+
+Recursion and its limit: deciding whether q is forbidden may again need to decide whether
+some extension point of a three through q is forbidden, and so on, each level adding one
+stone. The move asked about is depth 0, its extension points depth 1, theirs depth 2, ...
+`MAX_DEPTH` (6) bounds it: at depth MAX_DEPTH only five / overline / double-four are checked
+(exact, non-recursive) and a double-three is not looked for, so an extension point there
+counts as playable unless it is an overline or a double-four. Every level needs a fresh
+double-three candidate on the board, so real positions almost never go deep: on 600 random
+dense test positions a limit of 1 changed the answer in 23 of them, a limit of 2 in one, a
+limit of 3 in none. The limit only bounds the worst case.
+
+Boards are numpy arrays indexed ``board[y, x]`` with EMPTY=0, BLACK=1, WHITE=2 (as in
+`services.games.gomoku`).
+
+How it is made fast enough for tree search (`forbidden_mask` runs in `legal_mask`):
+
+- Everything black can make in one line through p depends only on the 11 cells p-5..p+5 of
+  that line (a five or a straight four through p, with the cells that decide "exactly five",
+  fits in it). Lines are read as one list slice of a padded flat board (off-board cells read
+  as WHITE: both just block) and their analysis (five / overline / number of fours /
+  extension points of a three) is computed once per distinct 11-cell pattern and cached
+  (at most 3**10 patterns). Only the recursion on extension points needs the 2-D board.
+- Only a few empty points can be forbidden at all (see `_candidates`): they are found with
+  bit operations on the whole board, and only they are checked.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+EMPTY, BLACK, WHITE = 0, 1, 2
+MAX_DEPTH = 6
+PAD = 5  # off-board margin of the padded board: every line window reaches 5 cells either side
+
+OVERLINE, DOUBLE_FOUR, DOUBLE_THREE = "overline", "double-four", "double-three"
+
+_NONE, _FIVE, _OVER = 0, 1, 2
+LineInfo = tuple[int, int, tuple[int, ...]]  # (five/overline/none, fours 0-2, three extensions)
+_LINES: dict[tuple[int, ...], LineInfo] = {}
+
+
+def is_forbidden(board: np.ndarray, x: int, y: int) -> str | None:
+    """Why black may not play at the empty point (x, y): 'overline', 'double-four',
+    'double-three', or None when the move is allowed (including any move that makes five)."""
+    size = board.shape[0]
+    if not (0 <= x < size and 0 <= y < size):
+        raise ValueError(f"({x}, {y}) is off the {size}x{size} board")
+    if board[y, x] != EMPTY:
+        raise ValueError(f"({x}, {y}) is not empty")
+    padded = _pad(board)
+    w = size + 2 * PAD
+    return _forbidden(padded.ravel().tolist(), w, (y + PAD) * w + x + PAD, 0)
+
+
+def forbidden_points(board: np.ndarray) -> dict[int, str]:
+    """All forbidden points for black on `board`: flat point (y * size + x) -> reason."""
+    size = board.shape[0]
+    w = size + 2 * PAD
+    padded = _pad(board)
+    cells = padded.ravel().tolist()
+    out = {}
+    for i in _candidates(padded):
+        reason = _forbidden(cells, w, i, 0)
+        if reason is not None:
+            out[(i // w - PAD) * size + i % w - PAD] = reason
+    return out
+
+
+def forbidden_mask(board: np.ndarray) -> np.ndarray:
+    """Flat bool mask (size * size) of the points forbidden for black."""
+    size = board.shape[0]
+    mask = np.zeros(size * size, dtype=bool)
+    mask[list(forbidden_points(board))] = True
+    return mask
+
+
+def candidate_mask(board: np.ndarray) -> np.ndarray:
+    """The empty points that `_candidates` lets through, as a (size, size) bool array."""
+    size = board.shape[0]
+    w = size + 2 * PAD
+    mask = np.zeros((size, size), dtype=bool)
+    for i in _candidates(_pad(board)):
+        mask[i // w - PAD, i % w - PAD] = True
+    return mask
+
+
+# -- internals --------------------------------------------------------------------------------
+
+
+def _pad(board: np.ndarray) -> np.ndarray:
+    size = board.shape[0]
+    padded = np.full((size + 2 * PAD, size + 2 * PAD), WHITE, dtype=np.int8)
+    padded[PAD:PAD + size, PAD:PAD + size] = board
+    return padded
+
+
+def _candidates(padded: np.ndarray) -> list[int]:
+    """Padded indices of the empty points that could be forbidden for black, ascending.
+
+    A necessary condition, cheap to compute: a forbidden point needs either two lines each
+    with at least two black stones within distance 3 (two threes: a straight four made from a
+    three spans at most 3 cells either side of p), or two lines each with at least three black
+    stones within distance 4 (two fours: a five through p spans at most 4 cells either side),
+    or one line with at least four black stones within distance 4 (two fours in one line, or
+    an overline). Every other empty point is certainly not forbidden. Computed on Python ints
+    used as bitboards over the padded board (the margin keeps shifts from wrapping rows).
+    """
+    flat = padded.ravel()
+    black = int.from_bytes(np.packbits(flat == BLACK, bitorder="little").tobytes(), "little")
+    if not black:
+        return []
+    empty = int.from_bytes(np.packbits(flat == EMPTY, bitorder="little").tobytes(), "little")
+    near_1 = near_2 = far_1 = far_2 = crowded = 0  # over lines
+    w = padded.shape[0]
+    for s in (1, w, w + 1, w - 1):  # row, file, diagonal, anti-diagonal
+        c1 = c2 = c3 = c4 = 0  # at least 1, 2, 3, 4 black stones so far on this line
+        near = 0
+        for k in (1, 2, 3, 4):
+            if k == 4:
+                near = c2
+            for m in (black >> k * s, black << k * s):
+                c4 |= c3 & m
+                c3 |= c2 & m
+                c2 |= c1 & m
+                c1 |= m
+        near_2 |= near_1 & near
+        near_1 |= near
+        far_2 |= far_1 & c3
+        far_1 |= c3
+        crowded |= c4
+    bits = empty & (near_2 | far_2 | crowded)
+    out = []
+    while bits:
+        low = bits & -bits
+        out.append(low.bit_length() - 1)
+        bits ^= low
+    return out
+
+
+def _analyse_line(key: tuple[int, ...]) -> LineInfo:
+    """What a black stone at the centre (index 5) of an 11-cell line makes in that line.
+
+    Returns (kind, fours, extensions): kind is _FIVE / _OVER / _NONE for the run through the
+    centre; fours is the number of fours through the centre (0, 1 or 2, a straight four
+    counting once); extensions are the offsets from the centre of the empty points where one
+    more stone makes a straight four through the centre (only when there is no four).
+    """
+    cells = list(key)
+    cells[5] = BLACK
+
+    def run(i: int) -> int:  # black run through i; one that reaches the window's end is >= 6
+        n, j = 1, i - 1
+        while j >= 0 and cells[j] == BLACK:
+            n, j = n + 1, j - 1
+        j = i + 1
+        while j <= 10 and cells[j] == BLACK:
+            n, j = n + 1, j + 1
+        return n
+
+    def end(step: int) -> int:  # the first non-black index from the centre along step
+        j = 5 + step
+        while 0 <= j <= 10 and cells[j] == BLACK:
+            j += step
+        return j
+
+    n = run(5)
+    kind = _FIVE if n == 5 else _OVER if n > 5 else _NONE
+    completions = 0
+    for step in (-1, 1):
+        j = end(step)
+        if 0 <= j <= 10 and cells[j] == EMPTY:
+            cells[j] = BLACK
+            completions += run(j) == 5
+            cells[j] = EMPTY
+    fours = 1 if completions == 2 and n == 4 else completions
+
+    extensions = []
+    if kind == _NONE and fours == 0:
+        for k in (-3, -2, -1, 1, 2, 3):
+            j = 5 + k
+            if cells[j] != EMPTY:
+                continue
+            cells[j] = BLACK
+            if run(5) == 4:  # a four-run within 5-3..5+3, so lo >= 1 and hi <= 9 below
+                lo, hi = end(-1), end(1)
+                if (cells[lo] == EMPTY and cells[hi] == EMPTY
+                        and cells[lo - 1] != BLACK and cells[hi + 1] != BLACK):
+                    extensions.append(k)
+            cells[j] = EMPTY
+    return kind, fours, tuple(extensions)
+
+
+def _forbidden(cells: list[int], w: int, i: int, depth: int) -> str | None:
+    """Forbidden reason for black at the empty padded index i, or None. cells is restored
+    before returning (written out by hand, not with try/finally: this is the hot path)."""
+    cells[i] = BLACK
+    lines = _LINES
+    overline, fours = False, 0
+    potential = []  # (stride, extensions) of the lines that could hold a three
+    for s in (1, w, w + 1, w - 1):  # row, file, diagonal, anti-diagonal
+        key = tuple(cells[i - 5 * s:i + 5 * s + 1:s])
+        info = lines.get(key)
+        if info is None:
+            info = lines[key] = _analyse_line(key)
+        kind, f, exts = info
+        if kind == _FIVE:
+            cells[i] = EMPTY
+            return None  # five takes precedence over every forbidden shape
+        if kind == _OVER:
+            overline = True
+        fours += f
+        if exts:
+            potential.append((s, exts))
+    reason = None
+    if overline:
+        reason = OVERLINE
+    elif fours >= 2:
+        reason = DOUBLE_FOUR
+    elif depth < MAX_DEPTH and len(potential) >= 2:
+        # a line counts as a three when one of its extension points is playable (checked
+        # recursively, with this stone in place); at depth MAX_DEPTH this is not looked for
+        threes = 0
+        for n, (s, exts) in enumerate(potential):
+            if any(_forbidden(cells, w, i + k * s, depth + 1) is None for k in exts):
+                threes += 1
+                if threes >= 2:
+                    reason = DOUBLE_THREE
+                    break
+            elif threes + len(potential) - n - 1 < 2:
+                break  # too few lines left to make two threes
+    cells[i] = EMPTY
+    return reason

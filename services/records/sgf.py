@@ -1,0 +1,727 @@
+"""SGF (FF[1]..FF[4]) game-record reader for Go, written from scratch; no third-party parser.
+
+`read_sgf` yields one `SgfGame` per game tree in a file (a collection may hold several) and
+one `SgfRejected` per game or file it cannot use, with a short reason, so that records read
+== games + rejections. It never raises on bad content. `read_archive` does the same for every
+member of a .tar.gz / .tar.bz2 / .tar / .zip, in memory.
+
+What it keeps: the root's game information, set-up stones, and the *main line* (the first
+child at every branch). Variations are only counted: `variations` is the number of game
+trees nested inside the game's tree (every '(' after the game's own), the SGF notion of a
+variation; exports that nest one tree per move (OGS, Fox) therefore count one per move.
+
+Details that matter:
+* Coordinates: SGF letters give the column from the left and the row from the *top*; points
+  here are `y * size + x` with y from the *bottom* (repository convention), i.e.
+  `(size - 1 - row) * size + col`. `B[]` is a pass, and so is `B[tt]` on boards up to 19x19.
+  `AB[dr:ds]` (FF[4] compressed point lists) expand to the rectangle they span.
+* Set-up stones (AB / AW / AE) in the root *and* in nodes after the root but before the first
+  move (Fox puts handicap stones in the second node) make up `setup_black` / `setup_white`.
+  Set-up in the main line *after* a move cannot be expressed as a move list: such a game is
+  rejected ("set-up stones after move N").
+* Property names: FF[1]-FF[3] allowed lower-case letters (`AddBlack`, `SiZe`); they are
+  dropped, so `AddBlack` reads as `AB`. A game-info property given twice (Fox writes two
+  AP) keeps its first value.
+* Values: `\\]` and `\\\\` escapes, soft line breaks (backslash-newline, removed), CRLF / CR
+  line ends; whitespace between properties and nodes is ignored.
+* Encodings: the file is decoded *before* tokenising (Shift_JIS and GBK second bytes can be
+  `\\` or `]`). A UTF-16 / UTF-8 byte-order mark wins; otherwise CA[] picks the codec
+  (GB2312 / GBK are read as GB18030, Shift_JIS / MS_KANJI as cp932 and EUC-KR as cp949, the
+  supersets real files use); no CA means UTF-8. If the chosen codec fails, the fallback is
+  UTF-8, then GB18030, then Latin-1 (never fails), and `encoding_fallback` is set. Two
+  refinements, both because GB18030 accepts almost any byte pair: text that is UTF-8 but for
+  a few broken bytes is read as UTF-8 with U+FFFD (`encoding` 'utf-8/replace'), since
+  GB18030 would pair a broken byte with the following ']' and shift the tree; and bytes that
+  read as cp932 with full-width kana and no half-width kana are taken as Shift_JIS
+  (Japanese files without CA would otherwise come out as plausible-looking Chinese), while
+  bytes whose non-ASCII runs are mostly of odd length (lone accented letters) are Latin-1.
+  Undeclared EUC-KR cannot be told from GBK this way and reads as GB18030.
+* Komi: Fox writes komi x100 (`KM[750]` = 7.5, `KM[375]` = 3.75): an integer komi of 100 or
+  more is divided by 100 and `komi_normalised` set. `KM[0]` stays 0.0. Unreadable -> None.
+* Results: `winner` 1 (Black), 2 (White), 0 (draw / jigo), None (unknown);
+  `result_kind` one of resign, time, forfeit, score, win (winner but no reason), draw,
+  void, illegal, other (winner with a non-standard reason: `B+J`, `B+AW`, `W+Repetition`),
+  unknown (`?`, empty, unreadable or contradictory) and missing (no RE).
+* Limits: a file over 64 MB, a property value over 1 MB, or a board outside 2..25 is
+  rejected. An error inside a game tree (unterminated value, stray character, unclosed
+  tree) rejects that game and ends the file: the rest cannot be trusted.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import re
+import tarfile
+import zipfile
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+from services.games.go import BLACK, WHITE
+
+MIN_SIZE, MAX_SIZE = 2, 25
+DEFAULT_SIZE = 19
+MAX_FILE_BYTES = 64 << 20
+MAX_VALUE_CHARS = 1 << 20
+SNIPPET_CHARS = 200
+NOT_SGF_SUFFIXES = frozenset({".gib", ".ngf", ".ugf", ".ugi", ".gtp", ".rif", ".psf"})
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".tar", ".zip")
+
+
+@dataclass(frozen=True)
+class SgfGame:
+    """One game's main line. Points are y * size + x with y counted from the bottom."""
+
+    source: str
+    game_index: int  # index of the game tree within the file (0 = first)
+    size: int
+    komi: float | None
+    komi_raw: str
+    komi_normalised: bool
+    handicap: int
+    setup_black: tuple[int, ...]
+    setup_white: tuple[int, ...]
+    moves: tuple[tuple[int, int | None], ...]  # (colour 1/2, point or None for a pass)
+    result_raw: str
+    winner: int | None
+    result_kind: str
+    rules: str = ""
+    player_to_move: int | None = None  # PL in the root / set-up nodes
+    black_rank: str = ""
+    white_rank: str = ""
+    black: str = ""
+    white: str = ""
+    variations: int = 0
+    encoding: str = "utf-8"
+    encoding_fallback: bool = False
+    file_format: int | None = None  # FF, None when absent
+
+    @property
+    def passes(self) -> int:
+        return sum(1 for _, p in self.moves if p is None)
+
+
+@dataclass(frozen=True)
+class SgfRejected:
+    """A file or game that could not be read, why, and the text near the problem."""
+
+    source: str
+    record_id: str  # "game N" (N from 0) or "file"
+    reason: str
+    snippet: str
+
+
+@dataclass
+class SgfStats:
+    read: int = 0
+    parsed: int = 0
+    rejected: int = 0
+    moves: int = 0
+    by_reason: dict[str, int] = field(default_factory=dict)
+
+
+def reason_category(reason: str) -> str:
+    """Stable key of a reason: its text before any ':' or '(' and without numbers."""
+    head = reason.split(":", 1)[0].split("(", 1)[0]
+    return " ".join(w for w in head.split() if not any(c.isdigit() for c in w)) or head
+
+
+def summarize(items: Iterator[SgfGame | SgfRejected] | list[SgfGame | SgfRejected]) -> SgfStats:
+    stats = SgfStats()
+    reasons: Counter[str] = Counter()
+    for item in items:
+        stats.read += 1
+        if isinstance(item, SgfGame):
+            stats.parsed += 1
+            stats.moves += len(item.moves)
+        else:
+            stats.rejected += 1
+            reasons[reason_category(item.reason)] += 1
+    stats.by_reason = dict(reasons.most_common())
+    return stats
+
+
+# ---- public entry points ----------------------------------------------------------------------
+def read_sgf(
+    data: bytes | str | Path, source: str | None = None
+) -> Iterator[SgfGame | SgfRejected]:
+    """Yield every game of one SGF file (or collection) as SgfGame or SgfRejected.
+
+    `data`: the file's bytes, a Path to it, or a str: SGF text when it contains '[' or is not
+    an existing file's name, otherwise a file name. `source` names the file in the records
+    (default: the file name, or '<bytes>' / '<text>').
+    """
+    if isinstance(data, str) and ("[" in data or not os.path.isfile(data)):
+        yield from _read_text_or_bytes(data, source or "<text>", None)
+        return
+    if isinstance(data, str | Path):
+        path = Path(data)
+        name = source or path.name
+        suffix = path.suffix.lower()
+        if suffix in NOT_SGF_SUFFIXES:
+            yield _file_reject(name, f"not an SGF file ({suffix})", b"")
+            return
+        try:
+            size = path.stat().st_size
+            if size > MAX_FILE_BYTES:
+                yield _file_reject(name, f"file too large ({size} bytes > {MAX_FILE_BYTES})", b"")
+                return
+            raw = path.read_bytes()
+        except OSError as exc:
+            yield _file_reject(name, f"unreadable file: {exc.strerror or exc}", b"")
+            return
+        yield from _read_text_or_bytes(raw, name, suffix)
+        return
+    yield from _read_text_or_bytes(bytes(data), source or "<bytes>", None)
+
+
+def read_archive(path: Path | str) -> Iterator[SgfGame | SgfRejected]:
+    """Every member of a .tar.gz / .tar.bz2 / .tar.xz / .tar / .zip archive, read in memory
+    one member at a time (nothing is unpacked to disk). Sources read
+    'archive.tar.gz:member/name.sgf'. Directories and links are skipped; every regular
+    member gives at least one record. An unreadable archive gives one SgfRejected."""
+    path = Path(path)
+    if path.name.lower().endswith(".zip"):
+        yield from _read_zip(path)
+    else:
+        yield from _read_tar(path)
+
+
+def _read_tar(path: Path) -> Iterator[SgfGame | SgfRejected]:
+    try:
+        archive = tarfile.open(path, "r:*")  # noqa: SIM115 (closed by the `with` below)
+    except (OSError, tarfile.TarError) as exc:
+        yield _file_reject(path.name, f"unreadable archive: {exc}", b"")
+        return
+    with archive:
+        while True:
+            try:
+                member = archive.next()
+            except (OSError, tarfile.TarError, EOFError) as exc:
+                yield _file_reject(path.name, f"archive damaged: {exc}", b"")
+                return
+            if member is None:
+                return
+            if not member.isfile():
+                continue
+            yield from _read_member(path.name, member.name, member.size,
+                                    lambda m=member: archive.extractfile(m).read())
+
+
+def _read_zip(path: Path) -> Iterator[SgfGame | SgfRejected]:
+    try:
+        archive = zipfile.ZipFile(path)
+    except (OSError, zipfile.BadZipFile) as exc:
+        yield _file_reject(path.name, f"unreadable archive: {exc}", b"")
+        return
+    with archive:
+        for info in archive.infolist():
+            if info.is_dir():
+                continue
+            yield from _read_member(path.name, info.filename, info.file_size,
+                                    lambda i=info: archive.read(i))
+
+
+def _read_member(archive_name: str, member: str, size: int, read) -> Iterator[
+        SgfGame | SgfRejected]:
+    source = f"{archive_name}:{member}"
+    suffix = os.path.splitext(member)[1].lower()
+    if suffix in NOT_SGF_SUFFIXES:
+        yield _file_reject(source, f"not an SGF file ({suffix})", b"")
+        return
+    if size > MAX_FILE_BYTES:
+        yield _file_reject(source, f"file too large ({size} bytes > {MAX_FILE_BYTES})", b"")
+        return
+    try:
+        raw = read()
+    except (OSError, tarfile.TarError, zipfile.BadZipFile, EOFError, ValueError) as exc:
+        yield _file_reject(source, f"unreadable archive member: {exc}", b"")
+        return
+    yield from _read_text_or_bytes(raw, source, suffix)
+
+
+# ---- decoding ---------------------------------------------------------------------------------
+_CA_BYTES = re.compile(rb"(?<![A-Za-z])CA\s*\[([^\]]{0,40})\]")
+_CHARSETS = {
+    "utf8": "utf-8", "utf-8": "utf-8", "ascii": "ascii", "usascii": "ascii",
+    "gb2312": "gb18030", "gbk": "gb18030", "gb18030": "gb18030", "cp936": "gb18030",
+    "euccn": "gb18030", "hzgb2312": "gb18030", "chinese": "gb18030",
+    "shiftjis": "cp932", "sjis": "cp932", "mskanji": "cp932", "windows31j": "cp932",
+    "cp932": "cp932", "xsjis": "cp932", "shiftjis2004": "cp932",
+    "euckr": "cp949", "cp949": "cp949", "ksc5601": "cp949", "uhc": "cp949", "korean": "cp949",
+    "iso88591": "latin-1", "latin1": "latin-1", "l1": "latin-1", "iso8859": "latin-1",
+    "big5": "cp950", "cp950": "cp950", "eucjp": "euc_jp", "utf16": "utf-16",
+    "utf16le": "utf-16-le", "utf16be": "utf-16-be",
+}
+
+
+def _codec_for(charset: str) -> str | None:
+    key = re.sub(r"[\s_\-]", "", charset.lower())
+    if key in _CHARSETS:
+        return _CHARSETS[key]
+    try:
+        return codecs.lookup(charset.strip()).name
+    except (LookupError, ValueError):
+        return None
+
+
+_HIGH_RUNS = re.compile(rb"[\x80-\xff]+")
+_KANA = re.compile("[\u3041-\u30ff]")
+_HALFWIDTH_KANA = re.compile("[\uff61-\uff9f]")
+
+
+def _looks_japanese(raw: bytes) -> bool:
+    """Undeclared legacy bytes that decode as cp932 into full-width kana and no half-width
+    kana are Shift_JIS (GBK text read as cp932 turns into half-width kana)."""
+    try:
+        text = raw.decode("cp932")
+    except UnicodeDecodeError:
+        return False
+    return bool(_KANA.search(text)) and not _HALFWIDTH_KANA.search(text)
+
+
+def decode_sgf(raw: bytes) -> tuple[str, str, bool]:
+    """(text, codec used, fell back?) for an SGF file's bytes; see the module docstring."""
+    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        chosen: str | None = "utf-16"
+    elif raw.startswith(codecs.BOM_UTF8):
+        chosen, raw = "utf-8", raw[3:]
+    elif raw.startswith(b"(\x00"):
+        chosen = "utf-16-le"
+    elif raw.startswith(b"\x00("):
+        chosen = "utf-16-be"
+    else:
+        m = _CA_BYTES.search(raw)
+        chosen = _codec_for(m.group(1).decode("latin-1")) if m else "utf-8"
+    if chosen is not None:
+        try:
+            return raw.decode(chosen), chosen, False
+        except UnicodeDecodeError:
+            if chosen.startswith("utf-16"):  # a byte-order mark: no other codec will do
+                return raw.decode(chosen, errors="replace"), f"{chosen}/replace", True
+    text, codec = _fallback(raw)
+    return text, codec, True
+
+
+def _fallback(raw: bytes) -> tuple[str, str]:
+    """Decode bytes the declared (or default) codec could not: UTF-8, else UTF-8 with a few
+    replacement characters when it is clearly UTF-8 with some broken bytes (servers cut
+    names mid-character), else Shift_JIS when it looks Japanese, else GB18030, else Latin-1.
+
+    Why UTF-8 with replacement before GB18030: GB18030 accepts almost any byte pair, and a
+    broken UTF-8 lead byte followed by ']' would swallow the ']' and shift the whole tree."""
+    try:
+        return raw.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        pass
+    text = raw.decode("utf-8", errors="replace")
+    bad = text.count("\ufffd") - raw.count("\ufffd".encode())  # minus real U+FFFD
+    non_ascii = sum(1 for ch in text if ch > "\x7f")
+    if non_ascii > bad and bad <= max(3, non_ascii // 20):
+        return text, "utf-8/replace"
+    if _looks_japanese(raw):
+        return raw.decode("cp932"), "cp932"
+    runs = _HIGH_RUNS.findall(raw)
+    if sum(len(r) % 2 for r in runs) * 2 > len(runs):
+        # mostly lone high bytes between ASCII ('Hrab\xe1nek'): Latin-1, not double-byte text
+        return raw.decode("latin-1"), "latin-1"
+    try:
+        return raw.decode("gb18030"), "gb18030"
+    except UnicodeDecodeError:
+        return raw.decode("latin-1"), "latin-1"
+
+
+# ---- tokenising and the game tree ---------------------------------------------------------------
+_VALUE = r"\[[^\\\]]*(?:\\.[^\\\]]*)*\]"
+_TOKEN = re.compile(
+    r"\s*(?:(?P<node>;)|(?P<prop>[A-Za-z]+)\s*(?P<values>" + _VALUE + r"(?:\s*" + _VALUE
+    + r")*)|(?P<open>\()|(?P<close>\)))",
+    re.S,
+)
+_ONE_VALUE = re.compile(r"\[([^\\\]]*(?:\\.[^\\\]]*)*)\]", re.S)
+_ESCAPE = re.compile(r"\\(\r\n|\n\r|\n|\r|.)", re.S)
+_GAME_START = re.compile(r"\(\s*(?:;|[A-Za-z]+\s*\[)")  # '(;', or '(' + property: no ';'
+_UNTERMINATED = re.compile(r"\s*[A-Za-z]*\s*\[")
+_SPACE = re.compile(r"\s+")
+_NAME = re.compile(r"[A-Za-z]+")
+
+# properties read from the main line before the first move (game info and set-up)
+_INFO = frozenset({"SZ", "KM", "HA", "RE", "RU", "PL", "BR", "WR", "PB", "PW", "GM", "FF"})
+_SETUP = frozenset({"AB", "AW", "AE"})
+
+
+def _unescape(value: str) -> str:
+    if "\\" not in value:
+        return value
+    return _ESCAPE.sub(lambda m: "" if m.group(1) in ("\n", "\r", "\r\n", "\n\r")
+                       else m.group(1), value)
+
+
+def _simple(value: str) -> str:
+    """SimpleText: unescaped, whitespace runs (newlines included) -> one space, stripped."""
+    return _SPACE.sub(" ", _unescape(value)).strip()
+
+
+class _BadGame(Exception):
+    """Raised inside one game's parse; becomes an SgfRejected."""
+
+    def __init__(self, reason: str, offset: int) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.offset = offset
+
+
+def _file_reject(source: str, reason: str, raw: bytes | str) -> SgfRejected:
+    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+    return SgfRejected(source, "file", reason, _truncate(text))
+
+
+def _truncate(text: str, limit: int = SNIPPET_CHARS) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _read_text_or_bytes(data: bytes | str, source: str, suffix: str | None) -> Iterator[
+        SgfGame | SgfRejected]:
+    if isinstance(data, bytes):
+        if len(data) > MAX_FILE_BYTES:
+            yield _file_reject(source, f"file too large ({len(data)} bytes > {MAX_FILE_BYTES})",
+                               b"")
+            return
+        if not data.strip():
+            yield _file_reject(source, "empty file", b"")
+            return
+        text, codec, fallback = decode_sgf(data)
+        if "\x00" in text[:4096]:
+            yield _file_reject(source, "binary content (NUL bytes), not an SGF file",
+                               data[:60].hex(" "))
+            return
+    else:
+        text, codec, fallback = data.lstrip("\ufeff"), "utf-8", False
+        if not text.strip():
+            yield _file_reject(source, "empty file", b"")
+            return
+    first = _GAME_START.search(text)
+    if first is None:
+        what = f"not an SGF file ({suffix})" if suffix and suffix != ".sgf" else \
+            "no SGF game tree '(;' found"
+        yield _file_reject(source, what, text)
+        return
+    yield from _Parser(text, source, codec, fallback).games(first.start())
+
+
+class _Parser:
+    def __init__(self, text: str, source: str, codec: str, fallback: bool) -> None:
+        self.text = text
+        self.source = source
+        self.codec = codec
+        self.fallback = fallback
+
+    def games(self, start: int) -> Iterator[SgfGame | SgfRejected]:
+        text = self.text
+        index = 0
+        pos = start
+        while True:
+            try:
+                game, pos = self._game(pos, index)
+            except _BadGame as exc:
+                lo = max(0, exc.offset - 120)
+                yield SgfRejected(self.source, f"game {index}", exc.reason,
+                                  _truncate(text[lo: exc.offset + 80]))
+                return
+            except Exception as exc:  # a bug here must not stop an ingest: record it
+                yield SgfRejected(self.source, f"game {index}",
+                                  f"parser error ({type(exc).__name__}: {exc})"[:200],
+                                  _truncate(text[pos: pos + SNIPPET_CHARS]))
+                return
+            yield game
+            index += 1
+            nxt = _GAME_START.search(text, pos)
+            if nxt is None:
+                return
+            pos = nxt.start()
+
+    def _game(self, pos: int, index: int) -> tuple[SgfGame | SgfRejected, int]:
+        """Parse the game tree opening at text[pos] == '('; return it and the end offset."""
+        text = self.text
+        scan = _TOKEN.scanner(text, pos)
+        match = scan.match
+        # frames: [on_main_line, children_seen]; the game's own tree is on the main line
+        stack: list[list] = []
+        trees = 0
+        on_main = False  # the current node sequence is the main line
+        node_no = -1  # main-line node counter
+        moves: list[tuple[int, int | None]] = []
+        info: dict[str, str] = {}
+        setup: dict[str, list[str]] = {"AB": [], "AW": [], "AE": []}
+        late_setup: str | None = None
+        fresh = False
+        end = pos
+        while True:
+            m = match()
+            if m is None:
+                end_at = self._error_offset(end)
+                raise _BadGame(self._error_reason(end_at), end_at)
+            end = m.end()
+            kind = m.lastgroup
+            if fresh:  # first token after '(': a property there opens a node (no ';')
+                fresh = False
+                if kind == "values" and on_main:
+                    node_no += 1
+            if kind == "values":  # property (lastgroup is the last closed group)
+                if not on_main:
+                    if end - m.start() > MAX_VALUE_CHARS:
+                        raise _BadGame(f"property value too long (> {MAX_VALUE_CHARS} chars)",
+                                       m.start())
+                    continue
+                name, raw_values = m.group("prop", "values")
+                if not name.isupper():
+                    name = "".join(c for c in name if c.isupper())
+                if len(raw_values) > MAX_VALUE_CHARS:
+                    raise _BadGame(f"property {name} value too long "
+                                   f"({len(raw_values)} > {MAX_VALUE_CHARS} chars)", m.start())
+                if name in ("B", "W"):
+                    if node_no < 0:
+                        raise _BadGame("property outside a node", m.start())
+                    # a move's value holds no ']' or escape: the first value is [1:first ']']
+                    moves.append((BLACK if name == "B" else WHITE,
+                                  raw_values[1:raw_values.index("]")]))
+                elif name in _SETUP:
+                    if moves:
+                        late_setup = late_setup or f"set-up stones ({name}) after move {len(moves)}"
+                    else:
+                        setup[name].extend(_ONE_VALUE.findall(raw_values))
+                elif name in _INFO and name not in info and not moves:
+                    info[name] = _ONE_VALUE.findall(raw_values)[0]
+            elif kind == "node":
+                if not stack:
+                    raise _BadGame("node outside a game tree", m.start())
+                if on_main:
+                    frame = stack[-1]
+                    if frame[1]:  # a node after a sub-tree: not on any line
+                        on_main = False
+                    else:
+                        node_no += 1
+            elif kind == "open":
+                trees += 1
+                if stack:
+                    parent = stack[-1]
+                    child_main = on_main and parent[1] == 0
+                    parent[1] += 1
+                else:
+                    child_main = True
+                stack.append([child_main, 0])
+                on_main = child_main
+                fresh = True
+            else:  # close
+                stack.pop()
+                if not stack:
+                    break
+                on_main = False  # back in a parent, after one of its sub-trees
+        try:  # the tree is well formed: a bad value rejects this game only
+            if late_setup is not None:
+                raise _BadGame(late_setup, pos)
+            if node_no < 0:
+                raise _BadGame("empty game tree (no nodes)", pos)
+            return self._build(index, info, setup, moves, trees - 1, pos), end
+        except _BadGame as exc:
+            snippet = _truncate(text[pos: pos + SNIPPET_CHARS])
+            return SgfRejected(self.source, f"game {index}", exc.reason, snippet), end
+
+    def _error_offset(self, end: int) -> int:
+        """Skip whitespace: the offset of the first character no token matched."""
+        text = self.text
+        while end < len(text) and text[end].isspace():
+            end += 1
+        return end
+
+    def _error_reason(self, at: int) -> str:
+        text = self.text
+        if at >= len(text):
+            return "truncated: game tree not closed"
+        if _UNTERMINATED.match(text, at):
+            return "truncated: property value not closed ']'"
+        ch = text[at]
+        name = _NAME.match(text, at)
+        if name:
+            return f"property {name.group(0)!r} without a value"
+        return f"malformed: unexpected {ch!r} at offset {at}"
+
+    def _build(self, index: int, info: dict[str, str], setup: dict[str, list[str]],
+               raw_moves: list, variations: int, pos: int) -> SgfGame:
+        gm = info.get("GM", "1").strip()
+        if gm not in ("", "1"):
+            raise _BadGame(f"not a Go game (GM[{gm[:10]}])", pos)
+        size = _parse_size(info.get("SZ"), pos)
+        moves = []
+        table = _point_table(size)
+        tt_pass = size <= 19
+        for n, (color, value) in enumerate(raw_moves, 1):
+            point = table.get(value)
+            if point is not None:
+                moves.append((color, point))
+                continue
+            value = value.strip()
+            if not value or (value in ("tt", "TT") and tt_pass):
+                moves.append((color, None))
+                continue
+            point = table.get(value)
+            if point is None:
+                raise _BadGame(f"unknown coordinate {value[:10]!r} at move {n} "
+                               f"on a {size}x{size} board", pos)
+            moves.append((color, point))
+        black = _points(setup["AB"], size, pos)
+        white = _points(setup["AW"], size, pos)
+        if setup["AE"]:
+            cleared = set(_points(setup["AE"], size, pos))
+            black = tuple(p for p in black if p not in cleared)
+            white = tuple(p for p in white if p not in cleared)
+        komi_raw = _simple(info.get("KM", ""))
+        komi, normalised = _parse_komi(komi_raw)
+        result_raw = _simple(info.get("RE", "")) if "RE" in info else ""
+        winner, kind = parse_result(info.get("RE"))
+        ff = info.get("FF", "").strip()
+        pl = info.get("PL", "").strip().upper()[:1]
+        return SgfGame(
+            source=self.source,
+            game_index=index,
+            size=size,
+            komi=komi,
+            komi_raw=komi_raw,
+            komi_normalised=normalised,
+            handicap=_parse_int(info.get("HA", "")),
+            setup_black=black,
+            setup_white=white,
+            moves=tuple(moves),
+            result_raw=result_raw,
+            winner=winner,
+            result_kind=kind,
+            rules=_simple(info.get("RU", "")),
+            player_to_move={"B": BLACK, "W": WHITE}.get(pl),
+            black_rank=_simple(info.get("BR", "")),
+            white_rank=_simple(info.get("WR", "")),
+            black=_simple(info.get("PB", "")),
+            white=_simple(info.get("PW", "")),
+            variations=variations,
+            encoding=self.codec,
+            encoding_fallback=self.fallback,
+            file_format=int(ff) if ff.isascii() and ff.isdigit() else None,
+        )
+
+
+# ---- values -------------------------------------------------------------------------------------
+@cache
+def _point_table(size: int) -> dict[str, int]:
+    """Every SGF point name on a size x size board -> y * size + x (y from the bottom)."""
+    letters = [chr(97 + i) if i < 26 else chr(65 + i - 26) for i in range(size)]
+    return {letters[x] + letters[row]: (size - 1 - row) * size + x
+            for x in range(size) for row in range(size)}
+
+
+def _point(value: str, size: int) -> int | None:
+    """SGF 'pd' -> y * size + x (y from the bottom), None if it is not on the board."""
+    return _point_table(size).get(value)
+
+
+def _points(values: list[str], size: int, pos: int) -> tuple[int, ...]:
+    """AB / AW / AE values, compressed rectangles ('dr:ds') expanded, duplicates dropped."""
+    out: dict[int, None] = {}
+    for raw in values:
+        value = raw.strip()
+        if ":" in value:
+            a, _, b = value.partition(":")
+            pa, pb = _point(a.strip(), size), _point(b.strip(), size)
+            if pa is None or pb is None:
+                raise _BadGame(f"unknown set-up point list {value[:12]!r}", pos)
+            (ya, xa), (yb, xb) = divmod(pa, size), divmod(pb, size)
+            for y in range(min(ya, yb), max(ya, yb) + 1):
+                for x in range(min(xa, xb), max(xa, xb) + 1):
+                    out[y * size + x] = None
+            continue
+        if value in ("", "tt") and size <= 19:
+            continue  # some writers emit AB[] / AB[tt]; nothing to place
+        p = _point(value, size)
+        if p is None:
+            raise _BadGame(f"unknown set-up point {value[:10]!r} on a {size}x{size} board", pos)
+        out[p] = None
+    return tuple(out)
+
+
+def _parse_size(raw: str | None, pos: int) -> int:
+    if raw is None or not raw.strip():
+        return DEFAULT_SIZE
+    text = _simple(raw)
+    cols, sep, rows = text.partition(":")
+    try:
+        size = int(cols)
+        if sep and int(rows) != size:
+            raise _BadGame(f"rectangular board SZ[{text[:12]}] is not supported", pos)
+    except ValueError:
+        raise _BadGame(f"unreadable board size SZ[{text[:12]}]", pos) from None
+    if not MIN_SIZE <= size <= MAX_SIZE:
+        raise _BadGame(f"unsupported board size SZ[{text[:12]}] "
+                       f"(accepted {MIN_SIZE}..{MAX_SIZE})", pos)
+    return size
+
+
+def _parse_int(raw: str) -> int:
+    text = _simple(raw)
+    try:
+        return int(float(text)) if text else 0
+    except ValueError:
+        return 0
+
+
+def _parse_komi(text: str) -> tuple[float | None, bool]:
+    """(komi, normalised?): '6.5' -> 6.5; Fox '750' -> 7.5 flagged; '' or junk -> None."""
+    if not text:
+        return None, False
+    try:
+        value = float(text.replace(",", "."))
+    except ValueError:
+        return None, False
+    if value != value or abs(value) == float("inf"):
+        return None, False
+    if abs(value) >= 100 and value == int(value):
+        return value / 100, True
+    return value, False
+
+
+_RESULT = re.compile(r"^([BW])\s*\+\s*(.*)$", re.S | re.I)
+_NUMBER = re.compile(r"^\d+(?:\.\d*)?$|^\.\d+$")
+_REASONS = {"r": "resign", "resign": "resign", "t": "time", "time": "time", "f": "forfeit",
+            "forfeit": "forfeit", "illegal": "illegal"}
+
+
+def parse_result(raw: str | None) -> tuple[int | None, str]:
+    """RE value -> (winner, kind): winner 1 Black, 2 White, 0 draw, None unknown."""
+    if raw is None:
+        return None, "missing"
+    text = _simple(raw)
+    low = text.lower()
+    if not text or low in ("?", "unknown"):
+        return None, "unknown"
+    if low in ("0", "draw", "jigo", "d", "0.0") or low.startswith(("d+", "draw", "jigo")):
+        return 0, "draw"
+    if low in ("void", "no result", "noresult"):
+        return None, "void"
+    m = _RESULT.match(text)
+    if m:
+        winner = BLACK if m.group(1).upper() == "B" else WHITE
+        rest = m.group(2).strip()
+        if "?" in rest or "+" in rest:
+            return None, "unknown"  # e.g. 'B+1.5 ? W+timeout': contradictory
+        if not rest:
+            return winner, "win"
+        if _NUMBER.match(rest):
+            return winner, "score"
+        return winner, _REASONS.get(rest.lower(), "other")
+    if low in ("b", "w"):
+        return (BLACK if low == "b" else WHITE), "win"
+    for loser, winner in (("black", WHITE), ("white", BLACK)):
+        if low.startswith(f"{loser} resign"):
+            return winner, "resign"
+    return None, "unknown"
