@@ -1,30 +1,63 @@
 """Named model configurations, listed in one place (in the manner of KataGo's b6c96 names).
 
-`shao_fF_nN` is Shao et al.'s network with F filters and N 3x3 convs; `_fc` uses their fully
-connected top instead of the 1x1 conv.
+`shao_fF_nN` is Shao et al.'s network with F filters and N 3x3 convs (`_fc`: their fully
+connected top, `_bn`: with batch norm). `res_bBcC` is a residual network of B blocks of C
+channels; `go_` configurations take compact Go inputs (services/games/go_features.py) and
+predict a pass as well. Every built model takes compact int8 inputs and returns logits.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from torch import nn
 
+from services.games.go_features import N_GO_PLANES
+from services.models.resnet import GomokuResidual, GoPolicy, ResidualPolicyNet
 from services.models.shao import BoardPolicy, ShaoPolicyNet
 
-CONFIGS: dict[str, Callable[[], nn.Module]] = {
-    "shao_f128_n4": lambda: ShaoPolicyNet(128, 4),  # the paper's default
-    "shao_f128_n0": lambda: ShaoPolicyNet(128, 0),
-    "shao_f128_n1": lambda: ShaoPolicyNet(128, 1),
-    "shao_f128_n2": lambda: ShaoPolicyNet(128, 2),
-    "shao_f128_n6": lambda: ShaoPolicyNet(128, 6),
-    "shao_f128_n4_fc": lambda: ShaoPolicyNet(128, 4, head="fc"),
-    "shao_f32_n2": lambda: ShaoPolicyNet(32, 2),  # small: demo and tests on 2 CPU cores
+
+@dataclass(frozen=True)
+class ModelSpec:
+    game: str  # "gomoku" or "go"
+    make: Callable[[], nn.Module]
+
+
+def _shao(filters: int, n: int, **kw) -> ModelSpec:
+    return ModelSpec("gomoku", lambda: BoardPolicy(ShaoPolicyNet(filters, n, **kw)))
+
+
+def _res(blocks: int, channels: int) -> ModelSpec:
+    return ModelSpec("gomoku", lambda: GomokuResidual(ResidualPolicyNet(3, blocks, channels)))
+
+
+def _go(blocks: int, channels: int) -> ModelSpec:
+    return ModelSpec("go", lambda: GoPolicy(
+        ResidualPolicyNet(N_GO_PLANES, blocks, channels, pass_logit=True)))
+
+
+CONFIGS: dict[str, ModelSpec] = {
+    **{f"shao_f128_n{n}": _shao(128, n) for n in (0, 1, 2, 4, 6, 8, 10)},  # Table III
+    "shao_f128_n4_fc": _shao(128, 4, head="fc"),
+    "shao_f128_n4_bn": _shao(128, 4, batch_norm=True),
+    "shao_f64_n4": _shao(64, 4),
+    "shao_f32_n2": _shao(32, 2),  # small: demo and tests on 2 CPU cores
+    "res_b6c96": _res(6, 96),
+    "res_b10c128": _res(10, 128),
+    "res_b2c32": _res(2, 32),  # small residual for tests
+    "go_res_b6c96": _go(6, 96),
+    "go_res_b10c128": _go(10, 128),
+    "go_res_b2c32": _go(2, 32),  # small Go network for tests
 }
 
 
-def build(name: str) -> BoardPolicy:
-    """A fresh board-input policy for the named configuration."""
+def spec(name: str) -> ModelSpec:
     if name not in CONFIGS:
         raise ValueError(f"unknown model config {name!r}; known: {', '.join(sorted(CONFIGS))}")
-    return BoardPolicy(CONFIGS[name]())
+    return CONFIGS[name]
+
+
+def build(name: str) -> nn.Module:
+    """A fresh policy for the named configuration (compact int8 inputs -> logits)."""
+    return spec(name).make()

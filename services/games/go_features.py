@@ -1,0 +1,55 @@
+"""Compact Go inputs and their expansion into network feature planes.
+
+A Go position travels (in shards, to Triton) as int8 [4, S, S]:
+    0  board relative to the side to move: 0 empty, 1 own stone, 2 opponent stone
+    1  liberties of the group on each stone, capped at 4 (0 on empty points)
+    2  move age: 1 on the last move, 2 on the one before, ... up to RECENT_MOVES (0 elsewhere)
+    3  ko: 1 on the point the side to move may not retake (0 elsewhere)
+On the model's device this becomes 17 float planes (AlphaGo-style raw features): own, opponent,
+empty; own liberties 1/2/3/4+; opponent liberties 1/2/3/4+; the last 4 moves one-hot; ko;
+ones (so zero padding marks the edge). Moves are y * S + x, and S * S means pass.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from services.games.go import EMPTY, GoState
+
+COMPACT_CHANNELS = 4
+RECENT_MOVES = 4
+MAX_LIBERTIES = 4
+N_GO_PLANES = 17
+
+
+def compact(state: GoState) -> np.ndarray:
+    """int8 [4, S, S] for the side to move of `state`."""
+    s = state.size
+    board = state.board
+    out = np.zeros((COMPACT_CHANNELS, s, s), dtype=np.int8)
+    own = board == state.to_move
+    out[0][own] = 1
+    out[0][(board != EMPTY) & ~own] = 2
+    out[1] = np.minimum(state.liberties(), MAX_LIBERTIES)
+    recent = [m for m in state.last_moves[-RECENT_MOVES:]]
+    for age, move in enumerate(reversed(recent), start=1):
+        if move is not None and out[2].flat[move] == 0:
+            out[2].flat[move] = age
+    if state.ko is not None:
+        out[3].flat[state.ko] = 1
+    return out
+
+
+def planes_torch(compact_boards: torch.Tensor) -> torch.Tensor:
+    """int8 [N, 4, S, S] -> float32 [N, 17, S, S]; scriptable (literal ints only)."""
+    c = compact_boards.long()
+    stones = torch.nn.functional.one_hot((c[:, 0] + 2) % 3, num_classes=3)  # own, opp, empty
+    libs = torch.nn.functional.one_hot(c[:, 1].clamp(0, 4), num_classes=5)[..., 1:]
+    own = stones[..., 0:1]
+    opp = stones[..., 1:2]
+    recent = torch.nn.functional.one_hot(c[:, 2].clamp(0, 4), num_classes=5)[..., 1:]
+    ko = (c[:, 3] > 0).long().unsqueeze(-1)
+    ones = torch.ones_like(ko)
+    planes = torch.cat([stones, libs * own, libs * opp, recent, ko, ones], dim=-1)
+    return planes.permute(0, 3, 1, 2).float()

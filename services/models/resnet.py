@@ -1,0 +1,73 @@
+"""Residual policy networks (BAKAGO's model v3 direction: identity blocks, no pooling).
+
+A stem conv, `blocks` pre-activation-free residual blocks (conv-BN-ReLU-conv-BN + identity,
+ReLU), and a 1x1 conv policy head; for Go an extra pass logit comes from pooled features.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from services.games import go_features
+from services.games.encoding import planes_torch
+
+
+class ResidualBlock(nn.Module):
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(x + self.bn2(self.conv2(y)))
+
+
+class ResidualPolicyNet(nn.Module):
+    """Planes [N, C, S, S] -> logits [N, S*S] (+1 pass logit when `pass_logit`)."""
+
+    def __init__(self, in_planes: int, blocks: int = 6, channels: int = 96,
+                 pass_logit: bool = False) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(in_planes, channels, 5, padding=2, bias=False),
+                                  nn.BatchNorm2d(channels), nn.ReLU())
+        self.blocks = nn.Sequential(*[ResidualBlock(channels) for _ in range(blocks)])
+        self.head = nn.Conv2d(channels, 1, 1)
+        self.pass_head = nn.Linear(channels, 1) if pass_logit else None
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d | nn.Linear):
+                nn.init.kaiming_uniform_(m.weight, nonlinearity="relu")
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+
+    def forward(self, planes: torch.Tensor) -> torch.Tensor:
+        x = self.blocks(self.stem(planes))
+        logits = self.head(x).flatten(1)
+        if self.pass_head is not None:
+            logits = torch.cat([logits, self.pass_head(x.mean(dim=(2, 3)))], dim=1)
+        return logits
+
+
+class GoPolicy(nn.Module):
+    """Compact Go inputs int8 [N, 4, S, S] -> logits [N, S*S + 1] (last = pass)."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, compact: torch.Tensor) -> torch.Tensor:
+        return self.net(go_features.planes_torch(compact))
+
+
+class GomokuResidual(nn.Module):
+    """Gomoku boards int8 [N, S, S] -> logits [N, S*S] through a residual trunk."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, boards: torch.Tensor) -> torch.Tensor:
+        return self.net(planes_torch(boards))

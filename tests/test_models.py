@@ -1,0 +1,83 @@
+"""Model configurations: every one builds; small ones script and match eager; Go features."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from services.games.go import BLACK, WHITE, GoState
+from services.games.go_features import N_GO_PLANES, compact, planes_torch
+from services.models.configs import CONFIGS, build, spec
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_every_named_config_builds(name: str) -> None:
+    model = build(name)
+    assert sum(p.numel() for p in model.parameters()) > 0
+    assert spec(name).game in ("gomoku", "go")
+
+
+@pytest.mark.parametrize("name", ["shao_f32_n2", "res_b2c32", "go_res_b2c32"])
+def test_small_configs_script_and_match_eager(name: str) -> None:
+    model = build(name).eval()
+    scripted = torch.jit.script(model)
+    if spec(name).game == "go":
+        x = torch.randint(0, 3, (3, 4, 19, 19), dtype=torch.int8)
+        expected = 19 * 19 + 1
+    else:
+        x = torch.randint(0, 3, (3, 15, 15), dtype=torch.int8)
+        expected = 15 * 15
+    with torch.no_grad():
+        out = scripted(x)
+        assert out.shape == (3, expected)
+        assert torch.allclose(out, model(x), atol=1e-5)
+
+
+def test_unknown_config_names_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="shao_f128_n4"):
+        build("nope")
+
+
+def test_go_compact_features_from_an_ascii_position() -> None:
+    state = GoState.from_ascii(
+        """
+        . . . . .
+        . X O . .
+        X O . O .
+        . X O . .
+        . . . . .
+        """,
+        to_move=BLACK,
+    ).play(12)  # black plays the centre (x=2, y=2), capturing the white stone at x=1, y=2
+    c = compact(state)
+    assert c.shape == (4, 5, 5)
+    assert state.board.flat[11] == 0  # captured
+    # side to move is now white: own stones are white (1), black is opponent (2)
+    board = state.board
+    assert np.array_equal(c[0] == 1, board == WHITE)
+    assert np.array_equal(c[0] == 2, board == BLACK)
+    libs = state.liberties()
+    assert np.array_equal(c[1], np.minimum(libs, 4))
+    assert c[2].flat[12] == 1  # the last move has age 1
+    planes = planes_torch(torch.from_numpy(c[None]))
+    assert planes.shape == (1, N_GO_PLANES, 5, 5)
+    assert torch.equal(planes[0, 0:3].sum(0), torch.ones(5, 5))  # own/opp/empty one-hot
+    assert torch.equal(planes[0, -1], torch.ones(5, 5))
+
+
+def test_go_ko_point_is_marked() -> None:
+    # White captures at the ko; black may not retake immediately.
+    state = GoState.from_ascii(
+        """
+        . . . . .
+        . X O . .
+        X . X O .
+        . X O . .
+        . . . . .
+        """,
+        to_move=WHITE,
+    ).play(11)  # white plays x=1,y=2 capturing black at x=2,y=2
+    assert state.ko is not None
+    c = compact(state)
+    assert c[3].flat[state.ko] == 1 and c[3].sum() == 1
