@@ -23,6 +23,15 @@ def stage_of(plies: np.ndarray) -> np.ndarray:
     return np.minimum(plies // STAGE_WIDTH, LAST_STAGE // STAGE_WIDTH)
 
 
+def occupied_mask(inputs: torch.Tensor, n_logits: int) -> torch.Tensor:
+    """True on occupied points: Gomoku cells [N, S, S] or Go compact [N, C, S, S] (channel 0
+    holds the stones); a trailing pass logit is never masked."""
+    stones = inputs[:, 0] if inputs.dim() == 4 else inputs
+    mask = stones.reshape(len(inputs), -1) != 0
+    extra = n_logits - mask.shape[1]
+    return torch.nn.functional.pad(mask, (0, extra), value=False) if extra else mask
+
+
 @torch.no_grad()
 def evaluate(model: nn.Module, boards: np.ndarray, moves: np.ndarray, device: str,
              plies: np.ndarray | None = None, batch: int = 2048) -> dict:
@@ -40,7 +49,7 @@ def evaluate(model: nn.Module, boards: np.ndarray, moves: np.ndarray, device: st
         logits = model(b).float()
         finite &= bool(torch.isfinite(logits).all())
         loss_sum += nn.functional.cross_entropy(logits, m, reduction="sum").item()
-        masked = logits.masked_fill(b.reshape(len(b), -1) != 0, float("-inf"))
+        masked = logits.masked_fill(occupied_mask(b, logits.shape[1]), float("-inf"))
         best = masked.topk(5, dim=1).indices
         hit1[i:i + batch] = (best[:, 0] == m).cpu().numpy()
         hit5[i:i + batch] = (best == m[:, None]).any(dim=1).cpu().numpy()
