@@ -23,12 +23,13 @@ MAX_LIBERTIES = 4
 N_GO_PLANES = 17
 
 
-def compact(state: GoState) -> np.ndarray:
-    """int8 [4, S, S] for the side to move of `state`."""
+def compact(state: GoState, to_move: int | None = None) -> np.ndarray:
+    """int8 [4, S, S] seen from `to_move` (default: the state's side to move; records may
+    give one side several moves in a row, e.g. handicap placement)."""
     s = state.size
     board = state.board
     out = np.zeros((COMPACT_CHANNELS, s, s), dtype=np.int8)
-    own = board == state.to_move
+    own = board == (to_move or state.to_move)
     out[0][own] = 1
     out[0][(board != EMPTY) & ~own] = 2
     out[1] = np.minimum(state.liberties(), MAX_LIBERTIES)
