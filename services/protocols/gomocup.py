@@ -1,0 +1,546 @@
+"""A Gomocup / Piskvork protocol brain whose moves come from the movepred search service.
+
+    python -m services.protocols.gomocup --target 127.0.0.1:50051 [--visits 400] [--debug]
+
+The manager writes commands to stdin, one a line; the brain answers on stdout, one flushed line
+per answer (protocol: https://plastovicka.github.io/protocl2en.htm). Supported:
+
+    START 15 / RECTSTART 15,15   OK; any other size: ERROR unsupported size ...
+    RESTART                      OK (empty board)
+    BEGIN                        our move on the current (empty) board: we are black
+    TURN x,y                     the opponent's move, then ours
+    BOARD / x,y,field ... / DONE a whole position (field 1 ours, 2 the opponent's, 3 a
+                                 continuous-game winning-line square), then our move
+    PLAY x,y                     the manager plays x,y for us; echoed back
+    TAKEBACK x,y                 undo the last move (it must be x,y): OK
+    INFO key value               stored, never answered (timeout_turn, timeout_match,
+                                 time_left, max_memory, game_type, rule, evaluate, folder)
+    ABOUT                        name="movepred", version=..., author=..., country=...
+    END                          exit without an answer
+    anything else                UNKNOWN ...
+
+Coordinates: Piskvork's x is the column from the left and y the row from the TOP, both from 0;
+the service's Point has y from the BOTTOM, so (x, y) <-> (x, 14 - y) on 15x15 (`to_service`,
+`from_service`; the mapping is its own inverse). Only 15x15 is served.
+
+Colour: the brain never learns it directly. Black moves first, so the side to move follows from
+the stones: after BEGIN we are black; in BOARD equal stone counts mean we are black and one
+opponent stone more means white; anything else is answered with ERROR. The service needs the
+moves in order: BOARD records are taken in the order sent (Piskvork sends them in move order,
+and must for renju) and interleaved black, white, black, ... by colour, which keeps that order
+and still yields a legal game when a freestyle manager sends them in another order.
+
+Rule (INFO rule, a bitmask): 4 renju -> RENJU, else 1 exactly five -> STANDARD, else FREESTYLE;
+2 (continuous game) changes nothing but the meaning of field 3, and 8 (caro) is not served and
+is searched as FREESTYLE. Winning-line squares (field 3) cannot be sent to the service: they
+are kept out of our answers (the best candidate of the search that is not one of them).
+
+Budget: INFO timeout_turn (ms) and, for a timed match, time_left / 15 bound the time of one
+move; the search gets that minus a reserve of 150 ms + 1/6 (at most 1 s) for the round trip and
+the last batch of evaluations, and the gRPC deadline is the turn minus 5 % (at most 200 ms), so
+a late answer becomes an ERROR line rather than a lost game on time. timeout_turn 0 ("as fast
+as possible") searches 32 visits; with no time information at all it searches --visits
+(default 400).
+
+Failures never end the brain: a service that cannot be reached answers
+`ERROR search service unavailable (...)`, other service errors `ERROR search failed: ...`, and
+bad input `ERROR ...`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import grpc
+
+from services.games.coords import index_name
+from services.games.gomoku import BLACK, DEFAULT_SIZE, WHITE, GomokuState, Rule
+from services.search.client import SearchClient
+
+SIZE = DEFAULT_SIZE
+NAME = "movepred"
+AUTHOR = "movepred developers"
+COUNTRY = "unknown"
+DEFAULT_TARGET = "127.0.0.1:50051"
+DEFAULT_VISITS = 400
+FAST_VISITS = 32  # INFO timeout_turn 0: play as fast as possible
+MIN_SEARCH_MS = 20
+MAX_SEARCH_MS = 60_000  # the search service's limit
+MAX_RESERVE_MS = 1_000
+MOVES_LEFT_ESTIMATE = 15  # a timed match spends at most time_left / 15 on one move
+
+RULE_EXACT_FIVE, RULE_CONTINUOUS, RULE_RENJU, RULE_CARO = 1, 2, 4, 8
+OWN, OPPONENT, WINNING_LINE = 1, 2, 3
+
+
+# ---- coordinates, rules, budgets --------------------------------------------------------------
+def to_service(px: int, py: int, size: int = SIZE) -> tuple[int, int]:
+    """Piskvork (x, y from the top) -> service Point (x, y from the bottom)."""
+    return px, size - 1 - py
+
+
+def from_service(x: int, y: int, size: int = SIZE) -> tuple[int, int]:
+    """Service Point (x, y from the bottom) -> Piskvork (x, y from the top)."""
+    return x, size - 1 - y
+
+
+def to_index(px: int, py: int, size: int = SIZE) -> int:
+    """Piskvork (x, y) -> repository point y * size + x (y from the bottom)."""
+    x, y = to_service(px, py, size)
+    return y * size + x
+
+
+def from_index(point: int, size: int = SIZE) -> tuple[int, int]:
+    """Repository point -> Piskvork (x, y)."""
+    y, x = divmod(point, size)
+    return from_service(x, y, size)
+
+
+def rule_from_info(bits: int) -> Rule:
+    if bits & RULE_RENJU:
+        return Rule.RENJU
+    if bits & RULE_EXACT_FIVE:
+        return Rule.STANDARD
+    return Rule.FREESTYLE
+
+
+@dataclass
+class TimeInfo:
+    """What INFO said about time, in milliseconds (None: not sent)."""
+
+    timeout_turn: int | None = None
+    timeout_match: int | None = None
+    time_left: int | None = None
+
+
+@dataclass(frozen=True)
+class Budget:
+    max_visits: int
+    max_time_ms: int
+    timeout_s: float | None  # gRPC deadline; None lets the client pick
+
+
+def search_budget(
+    info: TimeInfo, default_visits: int = DEFAULT_VISITS, spent_ms: int = 0
+) -> Budget:
+    """The budget of one move; `spent_ms` of the turn have passed since the command came."""
+    limits = []
+    if info.timeout_turn is not None and info.timeout_turn > 0:
+        limits.append(info.timeout_turn)
+    timed_match = info.timeout_match is None or info.timeout_match > 0  # 0: no match limit
+    if info.time_left is not None and timed_match:
+        limits.append(max(0, info.time_left) // MOVES_LEFT_ESTIMATE)
+    if not limits:
+        visits = FAST_VISITS if info.timeout_turn == 0 else default_visits
+        return Budget(max_visits=visits, max_time_ms=0, timeout_s=None)
+    turn_ms = max(0, min(limits) - spent_ms)
+    # the search overruns its time by up to one batch of evaluations (tens of ms on a CPU)
+    reserve = min(MAX_RESERVE_MS, 150 + turn_ms // 6)
+    search_ms = max(MIN_SEARCH_MS, min(MAX_SEARCH_MS, turn_ms - reserve))
+    deadline_ms = max(search_ms, min(turn_ms - min(200, turn_ms // 20), search_ms + 10_000))
+    return Budget(max_visits=0, max_time_ms=search_ms, timeout_s=deadline_ms / 1000)
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def _parse_ints(text: str, count: int) -> list[int] | None:
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != count:
+        return None
+    try:
+        return [int(p) for p in parts]
+    except ValueError:
+        return None
+
+
+class ProtocolError(Exception):
+    """Bad input from the manager; the message becomes an `ERROR` line."""
+
+
+# ---- the brain ---------------------------------------------------------------------------------
+class Brain:
+    """The protocol state machine: `handle(line)` returns the lines to answer (maybe none).
+
+    `client_factory()` makes the search client on first use (a `SearchClient` for `target`).
+    """
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        visits: int = DEFAULT_VISITS,
+        debug: bool = False,
+        sgf_dir: Path | None = None,
+        client_factory: Any = None,
+    ) -> None:
+        self.target = target
+        self.visits = visits
+        self.debug = debug
+        self.sgf_dir = sgf_dir
+        self._client_factory = client_factory
+        self._client: Any = None
+        self.size: int | None = None
+        self.moves: list[int] = []  # repository points, in play order, black first
+        self.blocked: set[int] = set()  # continuous game: winning-line squares
+        self.own_color: int | None = None
+        self.rule_bits = 0
+        self.time = TimeInfo()
+        self.info: dict[str, str] = {}
+        self.finished = False
+        self._board: list[tuple[int, int, int]] | None = None  # BOARD records until DONE
+        self._received = time.monotonic()  # when the command being answered came in
+        self._games_written = 0
+
+    @property
+    def rule(self) -> Rule:
+        return rule_from_info(self.rule_bits)
+
+    # -- dispatch --
+    def handle(self, line: str) -> list[str]:
+        """Answer one input line; never raises."""
+        if self._board is None:  # the turn's clock starts with the command (BOARD: its first line)
+            self._received = time.monotonic()
+        try:
+            return self._handle(line.strip())
+        except ProtocolError as exc:
+            return [f"ERROR {_one_line(exc)}"]
+        except Exception as exc:  # the brain must outlive anything
+            return [f"ERROR internal error: {type(exc).__name__}: {_one_line(exc)}"]
+
+    def _handle(self, line: str) -> list[str]:
+        if self._board is not None:
+            return self._board_line(line)
+        if not line:
+            return []
+        word, _, param = line.partition(" ")
+        command = word.upper()
+        param = param.strip()
+        handler = getattr(self, f"_cmd_{command.lower()}", None)
+        if handler is None or not command.isalpha():
+            return [f"UNKNOWN command {word[:40]}"]
+        return handler(param)
+
+    def _require_start(self) -> int:
+        if self.size is None:
+            raise ProtocolError("no board: send START 15 first")
+        return self.size
+
+    # -- commands --
+    def _cmd_start(self, param: str) -> list[str]:
+        values = _parse_ints(param, 1)
+        if values is None:
+            raise ProtocolError("bad START parameter")
+        return self._start(values[0], values[0])
+
+    def _cmd_rectstart(self, param: str) -> list[str]:
+        values = _parse_ints(param, 2)
+        if values is None:
+            raise ProtocolError("bad RECTSTART parameters")
+        return self._start(*values)
+
+    def _start(self, width: int, height: int) -> list[str]:
+        self._save_game()
+        if (width, height) != (SIZE, SIZE):
+            self.size = None
+            shape = str(width) if width == height else f"{width}x{height}"
+            raise ProtocolError(f"unsupported size {shape}: {NAME} plays on {SIZE}x{SIZE} only")
+        self.size = SIZE
+        self._reset()
+        self._client_or_new()  # the channel connects in the background, before the first move
+        return ["OK"]
+
+    def _cmd_restart(self, param: str) -> list[str]:
+        self._require_start()
+        self._save_game()
+        self._reset()
+        return ["OK"]
+
+    def _cmd_begin(self, param: str) -> list[str]:
+        self._require_start()
+        return self._genmove()
+
+    def _cmd_turn(self, param: str) -> list[str]:
+        point = self._point(param)
+        self._check_empty(point)
+        self.moves.append(point)
+        return self._genmove()
+
+    def _cmd_play(self, param: str) -> list[str]:
+        point = self._point(param)
+        self._check_empty(point)
+        self.own_color = BLACK if len(self.moves) % 2 == 0 else WHITE
+        self.moves.append(point)
+        return ["{},{}".format(*from_index(point, SIZE))]
+
+    def _cmd_takeback(self, param: str) -> list[str]:
+        point = self._point(param)
+        if not self.moves or self.moves[-1] != point:
+            raise ProtocolError(f"takeback of {param}: only the last move can be taken back")
+        self.moves.pop()
+        return ["OK"]
+
+    def _cmd_board(self, param: str) -> list[str]:
+        self._require_start()
+        self._board = []
+        return []
+
+    def _cmd_info(self, param: str) -> list[str]:
+        key, _, value = param.partition(" ")
+        key, value = key.lower(), value.strip()
+        self.info[key] = value
+        try:
+            number = int(value)
+        except ValueError:
+            return []  # folder, evaluate and unknown keys are only stored
+        if key == "timeout_turn":
+            self.time.timeout_turn = number
+        elif key == "timeout_match":
+            self.time.timeout_match = number
+        elif key == "time_left":
+            self.time.time_left = number
+        elif key == "rule":
+            self.rule_bits = number
+        return []
+
+    def _cmd_about(self, param: str) -> list[str]:
+        from services.protocols.sgf_export import app_version
+
+        return [
+            f'name="{NAME}", version="{app_version()}", author="{AUTHOR}", country="{COUNTRY}"'
+        ]
+
+    def _cmd_end(self, param: str) -> list[str]:
+        self._save_game()
+        self.finished = True
+        self.close()
+        return []
+
+    # -- BOARD --
+    def _board_line(self, line: str) -> list[str]:
+        assert self._board is not None
+        if not line:
+            return []
+        if line.upper() == "DONE":
+            records, self._board = self._board, None
+            return self._set_board(records)
+        values = _parse_ints(line, 3)
+        if values is None or values[2] not in (OWN, OPPONENT, WINNING_LINE):
+            self._board = None
+            raise ProtocolError(f"x,y,field or DONE expected after BOARD, got {line[:40]!r}")
+        self._board.append((values[0], values[1], values[2]))
+        return []
+
+    def _set_board(self, records: list[tuple[int, int, int]]) -> list[str]:
+        own: list[int] = []
+        opponent: list[int] = []
+        blocked: set[int] = set()
+        seen: set[int] = set()
+        for px, py, who in records:
+            point = self._point_xy(px, py)
+            if point in seen:
+                raise ProtocolError(f"BOARD gives {px},{py} twice")
+            seen.add(point)
+            if who == OWN:
+                own.append(point)
+            elif who == OPPONENT:
+                opponent.append(point)
+            else:
+                blocked.add(point)
+        if len(opponent) == len(own):
+            black, white = own, opponent
+        elif len(opponent) == len(own) + 1:
+            black, white = opponent, own
+        else:
+            raise ProtocolError(
+                f"BOARD has {len(own)} own and {len(opponent)} opponent stones: not a position "
+                "with us to move (ours must equal theirs, or be one fewer)"
+            )
+        moves: list[int] = []
+        for i, b in enumerate(black):
+            moves.append(b)
+            if i < len(white):
+                moves.append(white[i])
+        self.moves = moves
+        self.blocked = blocked
+        return self._genmove()
+
+    # -- helpers --
+    def _point(self, param: str) -> int:
+        self._require_start()
+        values = _parse_ints(param, 2)
+        if values is None:
+            raise ProtocolError(f"bad coordinates {param[:40]!r}")
+        return self._point_xy(*values)
+
+    def _point_xy(self, px: int, py: int) -> int:
+        size = self._require_start()
+        if not (0 <= px < size and 0 <= py < size):
+            raise ProtocolError(f"bad coordinates {px},{py}: off the {size}x{size} board")
+        return to_index(px, py, size)
+
+    def _check_empty(self, point: int) -> None:
+        if point in self.moves or point in self.blocked:
+            px, py = from_index(point, SIZE)
+            raise ProtocolError(f"{px},{py} is occupied")
+
+    def _reset(self) -> None:
+        self.moves = []
+        self.blocked = set()
+        self.own_color = None
+        self._board = None
+
+    def _client_or_new(self) -> Any:
+        if self._client is None:
+            if self._client_factory is not None:
+                self._client = self._client_factory()
+            else:
+                self._client = SearchClient(self.target)
+        return self._client
+
+    def _genmove(self) -> list[str]:
+        size = self._require_start()
+        if len(self.moves) + len(self.blocked) >= size * size:
+            raise ProtocolError("the board is full")
+        spent_ms = int((time.monotonic() - self._received) * 1000)
+        budget = search_budget(self.time, self.visits, spent_ms)
+        history = [(p % size, p // size) for p in self.moves]
+        try:
+            r = self._client_or_new().genmove(
+                history,
+                rule=self.rule,
+                max_visits=budget.max_visits,
+                max_time_ms=budget.max_time_ms,
+                timeout=budget.timeout_s,
+            )
+        except grpc.RpcError as exc:
+            return [self._rpc_error(exc)]
+        point = r.move.y * size + r.move.x
+        if point in self.blocked:
+            try:
+                point = self._unblocked_choice(r, history)
+            except grpc.RpcError as exc:
+                return [self._rpc_error(exc)]
+        if not 0 <= point < size * size or point in self.moves:
+            raise ProtocolError(f"the search service answered an illegal move {r.name!r}")
+        self.own_color = BLACK if len(self.moves) % 2 == 0 else WHITE
+        self.moves.append(point)
+        px, py = from_index(point, size)
+        out = []
+        if self.debug:
+            out.append(
+                f"DEBUG {index_name(point, size)} visits {r.visits}/{r.total_visits} "
+                f"value {r.value:+.3f} pv {' '.join(r.principal_variation_names)}"
+            )
+        out.append(f"{px},{py}")
+        return out
+
+    def _unblocked_choice(self, r: Any, history: list[tuple[int, int]]) -> int:
+        """The most visited candidate off the winning-line squares, else the policy's best."""
+        size = SIZE
+        taken = self.blocked | set(self.moves)
+        for c in getattr(r, "candidates", ()):
+            p = c.move.y * size + c.move.x
+            if p not in taken:
+                return p
+        k = min(size * size, len(taken) + 5)
+        policy = self._client_or_new().predict(history, rule=self.rule, top_k=k)
+        for m in policy.top_moves:
+            p = m.point.y * size + m.point.x
+            if p not in taken and m.probability > 0:
+                return p
+        raise ProtocolError("no legal point outside the winning-line squares")
+
+    def _rpc_error(self, exc: Any) -> str:
+        code = exc.code() if hasattr(exc, "code") else None
+        details = _one_line(exc.details() if hasattr(exc, "details") else exc)
+        if code == grpc.StatusCode.UNAVAILABLE and not details.startswith("Triton"):
+            return f"ERROR search service unavailable ({self.target}: {details[:200]})"
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return f"ERROR search failed: no answer within the turn ({self.target})"
+        name = code.name if code is not None else "RPC failed"
+        return f"ERROR search failed: {name}: {details[:300]}"
+
+    def _save_game(self) -> None:
+        """With --sgf-dir, write the game so far (if any) as SGF; a failure only goes to stderr."""
+        if self.sgf_dir is None or not self.moves:
+            return
+        from services.protocols.sgf_export import result_of, write_sgf
+
+        try:
+            state = GomokuState.from_moves(self.moves, rule=self.rule)
+            result = result_of(state)
+        except ValueError:
+            result = None
+        names = {BLACK: "opponent", WHITE: "opponent"}
+        if self.own_color is not None:
+            names[self.own_color] = NAME
+        self._games_written += 1
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        path = self.sgf_dir / f"gomocup-{stamp}-{self._games_written}.sgf"
+        try:
+            write_sgf(
+                path,
+                self.moves,
+                rule=self.rule,
+                black=names[BLACK],
+                white=names[WHITE],
+                result=result,
+                event="Gomocup protocol game",
+            )
+        except OSError as exc:  # stdout belongs to the protocol
+            print(f"movepred: could not write {path}: {exc}", file=sys.stderr)
+
+    def close(self) -> None:
+        if self._client is not None and hasattr(self._client, "close"):
+            self._client.close()
+        self._client = None
+
+
+def serve(brain: Brain, stdin: TextIO, stdout: TextIO) -> int:
+    """Read commands until END or end of input; every answer line is flushed at once."""
+    try:
+        while not brain.finished:
+            line = stdin.readline()
+            if not line:
+                break
+            for reply in brain.handle(line):
+                stdout.write(reply + "\n")
+                stdout.flush()
+    finally:
+        brain.close()
+    return 0
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m services.protocols.gomocup",
+        description="Gomocup/Piskvork protocol brain backed by the movepred search service.",
+    )
+    p.add_argument("--target", default=DEFAULT_TARGET, help="search service host:port")
+    p.add_argument(
+        "--visits",
+        type=int,
+        default=DEFAULT_VISITS,
+        help=f"visits per move when INFO gives no time limit (default {DEFAULT_VISITS})",
+    )
+    p.add_argument("--debug", action="store_true", help="send a DEBUG line before each move")
+    p.add_argument("--sgf-dir", type=Path, default=None, help="write every game here as SGF")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse_args(argv)
+    brain = Brain(args.target, visits=args.visits, debug=args.debug, sgf_dir=args.sgf_dir)
+    return serve(brain, sys.stdin, sys.stdout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,467 @@
+"""The Gomocup/Piskvork brain: coordinates, parsing, and whole sessions against the real service.
+
+First part (always runs): coordinate conversion, rule and budget mapping, the protocol state
+machine on inputs that never reach the service, and a brain subprocess whose search service is
+a closed port (ERROR lines, the process keeps answering).
+
+Second part (skipped without a ``tritonserver`` binary): a real Triton serving the tiny policy
+of `tests.triton_fixtures`, a real search service in-process, and the brain driven through a
+pipe as a manager would (``python -m services.protocols.gomocup``) and in-process.
+"""
+
+from __future__ import annotations
+
+import queue
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from services.games.coords import index_name, parse_point
+from services.games.gomoku import GomokuState, Rule
+from services.protocols.gomocup import (
+    FAST_VISITS,
+    Brain,
+    TimeInfo,
+    from_index,
+    from_service,
+    rule_from_info,
+    search_budget,
+    to_index,
+    to_service,
+)
+from services.search.client import SearchClient
+from services.search.server import build_server
+from services.triton.client import PolicyClient
+from tests.triton_fixtures import triton_server  # noqa: F401  (pytest fixture)
+
+ROOT = Path(__file__).resolve().parents[1]
+MOVE = re.compile(r"^(\d+),(\d+)$")
+ABOUT = re.compile(
+    r'^name="movepred", version="[^"]+", author="[^"]+", country="[^"]+"$'
+)
+
+
+def closed_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def parse_move(reply: str) -> tuple[int, int]:
+    m = MOVE.match(reply)
+    assert m, f"expected x,y, got {reply!r}"
+    x, y = int(m.group(1)), int(m.group(2))
+    assert 0 <= x < 15 and 0 <= y < 15, reply
+    return x, y
+
+
+# --------------------------------------------------------------------------- coordinates, rules
+
+
+def test_coordinates_piskvork_top_left_vs_service_bottom_left() -> None:
+    assert to_service(0, 0) == (0, 14)  # Piskvork's top-left corner is a15
+    assert to_service(0, 14) == (0, 0)  # its bottom-left corner is a1
+    assert to_service(14, 0) == (14, 14)
+    assert to_service(3, 12) == (3, 2)
+    assert index_name(to_index(0, 0), 15) == "a15"
+    assert index_name(to_index(0, 14), 15) == "a1"
+    assert index_name(to_index(7, 7), 15) == "h8"  # the centre stays the centre
+    assert index_name(to_index(3, 12), 15) == "d3"
+    assert index_name(to_index(11, 2), 15) == "l13"
+    assert from_index(parse_point("l13", 15)[1] * 15 + 11) == (11, 2)
+    for px in range(15):
+        for py in range(15):
+            assert from_service(*to_service(px, py)) == (px, py)
+            assert from_index(to_index(px, py)) == (px, py)
+    assert sorted(to_index(px, py) for px in range(15) for py in range(15)) == list(range(225))
+
+
+@pytest.mark.parametrize(
+    ("bits", "rule"),
+    [
+        (0, Rule.FREESTYLE),
+        (1, Rule.STANDARD),  # exactly five
+        (2, Rule.FREESTYLE),  # continuous game
+        (3, Rule.STANDARD),
+        (4, Rule.RENJU),
+        (5, Rule.RENJU),
+        (8, Rule.FREESTYLE),  # caro: not served
+    ],
+)
+def test_rule_bitmask(bits: int, rule: Rule) -> None:
+    assert rule_from_info(bits) is rule
+
+
+def test_search_budget() -> None:
+    b = search_budget(TimeInfo(), 123)
+    assert (b.max_visits, b.max_time_ms, b.timeout_s) == (123, 0, None)
+    fast = search_budget(TimeInfo(timeout_turn=0))
+    assert (fast.max_visits, fast.max_time_ms) == (FAST_VISITS, 0)
+    turn = search_budget(TimeInfo(timeout_turn=5000))
+    assert turn.max_visits == 0 and turn.max_time_ms == 5000 - 983
+    assert turn.timeout_s == 4.8  # the gRPC deadline stays inside the turn
+    # a timed match spends at most time_left / 15 on one move
+    left = search_budget(TimeInfo(timeout_turn=30000, timeout_match=180000, time_left=15000))
+    assert left.max_time_ms == 1000 - 316
+    # timeout_match 0 means no match limit: time_left does not count
+    free = search_budget(TimeInfo(timeout_turn=2000, timeout_match=0, time_left=100))
+    assert free.max_time_ms == 2000 - 483
+    late = search_budget(TimeInfo(timeout_turn=5000), spent_ms=1000)  # the turn began earlier
+    assert (late.max_time_ms, late.timeout_s) == (4000 - 816, 3.8)
+    tiny = search_budget(TimeInfo(timeout_turn=10))
+    assert (tiny.max_time_ms, tiny.timeout_s) == (20, 0.02)  # never below 20 ms
+    assert search_budget(TimeInfo(timeout_turn=10**7)).max_time_ms == 60_000  # server limit
+
+
+# --------------------------------------------------------------------------- protocol, no service
+
+
+@pytest.fixture
+def offline() -> Brain:
+    """A brain whose search service does not exist (only commands that never search)."""
+    return Brain(f"127.0.0.1:{closed_port()}")
+
+
+def test_start_sizes_and_commands_before_start(offline: Brain) -> None:
+    b = offline
+    assert b.handle("BEGIN")[0].startswith("ERROR no board")
+    assert b.handle("START 20") == ["ERROR unsupported size 20: movepred plays on 15x15 only"]
+    assert b.handle("TURN 1,1")[0].startswith("ERROR no board")
+    assert b.handle("START x")[0] == "ERROR bad START parameter"
+    assert b.handle("RECTSTART 15,20")[0].startswith("ERROR unsupported size 15x20")
+    assert b.handle("RECTSTART 15,15") == ["OK"]
+    assert b.handle("start 15\r\n") == ["OK"]  # case-insensitive, CR LF tolerated
+    assert b.handle("RESTART") == ["OK"]
+    assert b.handle("") == [] and b.handle("   ") == []
+
+
+def test_info_is_silent_and_stored(offline: Brain) -> None:
+    b = offline
+    assert b.handle("START 15") == ["OK"]
+    for line in [
+        "INFO timeout_turn 1500",
+        "INFO timeout_match 180000",
+        "INFO time_left 90000",
+        "INFO max_memory 83886080",
+        "INFO game_type 1",
+        "INFO rule 4",
+        "INFO evaluate 3,4",
+        "INFO folder C:\\some folder\\x",
+        "INFO something_new 42",
+        "INFO rule",
+    ]:
+        assert b.handle(line) == [], line
+    assert b.time == TimeInfo(timeout_turn=1500, timeout_match=180000, time_left=90000)
+    assert b.rule is Rule.RENJU
+    assert b.info["folder"] == "C:\\some folder\\x"
+    b.handle("INFO rule 1")
+    assert b.rule is Rule.STANDARD
+
+
+def test_about_unknown_play_takeback(offline: Brain) -> None:
+    b = offline
+    assert ABOUT.match(b.handle("ABOUT")[0])
+    assert b.handle("FOO 1,2")[0].startswith("UNKNOWN")
+    assert b.handle("SWAP2BOARD")[0].startswith("UNKNOWN")
+    assert b.handle("START 15") == ["OK"]
+    assert b.handle("PLAY 7,7") == ["7,7"]  # the manager plays for us
+    assert b.moves == [to_index(7, 7)] and b.own_color == 1
+    assert b.handle("PLAY 7,7") == ["ERROR 7,7 is occupied"]
+    assert b.handle("TURN 15,3")[0].startswith("ERROR bad coordinates 15,3")
+    assert b.handle("TURN 3")[0].startswith("ERROR bad coordinates")
+    assert b.handle("TURN 7,7") == ["ERROR 7,7 is occupied"]
+    assert b.moves == [to_index(7, 7)]  # rejected moves are not recorded
+    assert b.handle("TAKEBACK 1,1")[0].startswith("ERROR takeback of 1,1")
+    assert b.handle("TAKEBACK 7,7") == ["OK"] and b.moves == []
+    assert b.handle("END") == [] and b.finished
+
+
+def test_board_errors(offline: Brain) -> None:
+    b = offline
+    assert b.handle("START 15") == ["OK"]
+    assert b.handle("BOARD") == []
+    assert b.handle("7,7,1") == []
+    assert b.handle("7,7") == ["ERROR x,y,field or DONE expected after BOARD, got '7,7'"]
+    assert b.handle("ABOUT")[0].startswith("name=")  # back out of BOARD mode
+    for lines, message in [
+        (["7,7,1", "7,7,2"], "ERROR BOARD gives 7,7 twice"),
+        (["7,7,1", "8,8,1"], "ERROR BOARD has 2 own and 0 opponent stones"),
+        (["7,7,2", "8,8,2"], "ERROR BOARD has 0 own and 2 opponent stones"),
+        (["15,0,2"], "ERROR bad coordinates 15,0"),
+    ]:
+        b.handle("BOARD")
+        replies = [r for line in [*lines, "DONE"] for r in b.handle(line)]
+        assert replies and replies[0].startswith(message), (lines, replies)
+    assert b.handle("BOARD") == [] and b.handle("7,7,4")[0].startswith("ERROR x,y,field")
+    assert b.handle("7,7,1")[0].startswith("UNKNOWN")  # BOARD mode ended with the error
+
+
+class Pipe:
+    """The brain as a manager sees it: a subprocess spoken to through stdin/stdout."""
+
+    def __init__(self, target: str, log: Path, *extra: str) -> None:
+        self.log = log
+        self._log_file = log.open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "services.protocols.gomocup", "--target", target, *extra],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log_file,
+            text=True,
+            cwd=ROOT,
+        )
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line.rstrip("\r\n"))
+        self._lines.put(None)
+
+    def send(self, *lines: str) -> None:
+        assert self.proc.stdin is not None
+        for line in lines:
+            self.proc.stdin.write(line + "\r\n")  # the manager ends lines with CR LF
+        self.proc.stdin.flush()
+
+    def reply(self, timeout: float = 60.0) -> str:
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no reply in {timeout} s; stderr: {self.stderr()}") from None
+        assert line is not None, f"brain exited ({self.proc.poll()}); stderr: {self.stderr()}"
+        return line
+
+    def ask(self, *lines: str, timeout: float = 60.0) -> str:
+        self.send(*lines)
+        return self.reply(timeout)
+
+    def stderr(self) -> str:
+        self._log_file.flush()
+        return self.log.read_text()[-2000:]
+
+    def close(self) -> int | None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        rc = self.proc.wait(10)
+        self._log_file.close()
+        return rc
+
+
+def test_dead_service_gives_error_lines_and_the_brain_keeps_running(tmp_path: Path) -> None:
+    pipe = Pipe(f"127.0.0.1:{closed_port()}", tmp_path / "brain.log")
+    try:
+        assert pipe.ask("START 15") == "OK"
+        start = time.monotonic()
+        reply = pipe.ask("BEGIN")
+        assert reply.startswith("ERROR search service unavailable"), reply
+        assert time.monotonic() - start < 10
+        assert pipe.ask("TURN 7,7").startswith("ERROR search service unavailable")
+        assert pipe.ask("BOARD", "7,7,2", "DONE").startswith("ERROR search service unavailable")
+        assert ABOUT.match(pipe.ask("ABOUT"))  # still alive and answering
+        assert pipe.ask("RESTART") == "OK"
+        pipe.send("END")
+        assert pipe.proc.wait(10) == 0
+    finally:
+        pipe.close()
+
+
+# --------------------------------------------------------------------------- with real Triton
+
+
+@pytest.fixture(scope="module")
+def service(triton_server) -> Iterator[str]:  # noqa: F811  (the imported fixture)
+    policy = PolicyClient(triton_server.server.grpc_url, timeout_s=10.0)
+    server, port = build_server(policy, port=0)
+    server.start()
+    target = f"127.0.0.1:{port}"
+    try:
+        with SearchClient(target) as client:  # wait until the model answers through the service
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    client.predict(["h8"], timeout=5)
+                    break
+                except grpc.RpcError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+        yield target
+    finally:
+        server.stop(0).wait()
+        policy.close()
+
+
+# An opponent four on Piskvork row 12 (d3-g3 in RenjuNet names), closed on the left by our
+# stone at 2,12 (c3): the only defence is 7,12 (h3). Piskvork lines in move order.
+FOUR_AS_WHITE = ["3,12,2", "2,12,1", "4,12,2", "10,0,1", "5,12,2", "12,0,1", "6,12,2"]
+FOUR_AS_BLACK = ["2,12,1", "3,12,2", "10,0,1", "4,12,2", "12,0,1", "5,12,2", "14,0,1", "6,12,2"]
+
+
+@pytest.mark.timeout(240)
+def test_session_over_a_pipe(service: str, tmp_path: Path) -> None:
+    pipe = Pipe(service, tmp_path / "brain.log")
+    try:
+        assert pipe.ask("START 20").startswith("ERROR unsupported size")
+        assert pipe.ask("START 15") == "OK"
+        pipe.send(
+            "INFO timeout_turn 2000",
+            "INFO timeout_match 0",
+            "INFO max_memory 83886080",
+            "INFO game_type 1",
+            "INFO rule 0",
+            "INFO folder /tmp",
+        )
+        assert ABOUT.match(pipe.ask("ABOUT"))  # the next line answers ABOUT: INFO said nothing
+        # BEGIN: we are black on the empty board; the search is timed by INFO timeout_turn
+        moves: list[int] = []
+        start = time.monotonic()
+        first = parse_move(pipe.ask("BEGIN"))
+        elapsed = time.monotonic() - start
+        assert 1.0 < elapsed < 2.0, elapsed  # most of the turn, never past it
+        moves.append(to_index(*first))
+        # timeout_turn 0 asks for speed; every answer is legal and on an empty point
+        pipe.send("INFO timeout_turn 0")
+        for opp in ["0,0", "14,14", "0,14"]:
+            if to_index(*parse_move(opp)) in moves:
+                continue
+            moves.append(to_index(*parse_move(opp)))
+            ours = parse_move(pipe.ask(f"TURN {opp}"))
+            assert to_index(*ours) not in moves, (ours, moves)
+            moves.append(to_index(*ours))
+        GomokuState.from_moves(moves)  # a legal game
+        assert pipe.ask("XYZZY").startswith("UNKNOWN")
+        # a new game given as BOARD: the opponent's four must be blocked
+        assert pipe.ask("RESTART") == "OK"
+        assert pipe.ask("BOARD", *FOUR_AS_WHITE, "DONE") == "7,12"
+        assert pipe.ask("TAKEBACK 7,12") == "OK"
+        pipe.send("END")
+        assert pipe.proc.wait(10) == 0
+    finally:
+        pipe.close()
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(
+    ("records", "color"),
+    [
+        (FOUR_AS_BLACK, 1),
+        (FOUR_AS_WHITE, 2),
+        # a freestyle manager may send the stones in any order: ours first, then theirs
+        (sorted(FOUR_AS_WHITE, key=lambda r: (r[-1], r)), 2),
+        (list(reversed(FOUR_AS_BLACK)), 1),
+    ],
+    ids=["black", "white", "grouped", "reversed"],
+)
+def test_board_four_is_blocked(service: str, records: list[str], color: int) -> None:
+    brain = Brain(service, visits=64)
+    try:
+        assert brain.handle("START 15") == ["OK"]
+        replies = [r for line in ["BOARD", *records, "DONE"] for r in brain.handle(line)]
+        assert replies == ["7,12"]
+        assert brain.own_color == color
+        names = {index_name(p, 15) for p in brain.moves}
+        assert {"d3", "e3", "f3", "g3", "c3", "h3"} <= names  # Piskvork y=12 is row 3
+        state = GomokuState.from_moves(brain.moves)  # the interleaved order is a legal game
+        assert state.winner == 0 and len(state.moves) == len(records) + 1
+    finally:
+        brain.close()
+
+
+@pytest.mark.timeout(240)
+def test_renju_rule_and_debug_line(service: str) -> None:
+    brain = Brain(service, visits=32, debug=True)
+    try:
+        assert brain.handle("START 15") == ["OK"]
+        assert brain.handle("INFO rule 4") == []
+        debug, move = brain.handle("TURN 7,7")
+        assert debug.startswith("DEBUG ") and "visits" in debug
+        parse_move(move)
+        replies = brain.handle("TURN 8,8")
+        GomokuState.from_moves(brain.moves, rule=Rule.RENJU)
+        assert len(replies) == 2 and brain.own_color == 2
+    finally:
+        brain.close()
+
+
+@pytest.mark.timeout(240)
+def test_winning_line_squares_are_never_answered(service: str) -> None:
+    # the service's own choice on an empty board, then the same board with that square marked 3
+    with SearchClient(service) as client:
+        r = client.genmove([], max_visits=32)
+    px, py = from_service(r.move.x, r.move.y)
+    brain = Brain(service, visits=32)
+    try:
+        brain.handle("START 15")
+        brain.handle("INFO rule 2")
+        replies = [r for line in ["BOARD", f"{px},{py},3", "DONE"] for r in brain.handle(line)]
+        assert len(replies) == 1 and parse_move(replies[0]) != (px, py)
+    finally:
+        brain.close()
+
+
+class NoCandidates:
+    """The real client, with GenMove's candidate list dropped (as an older server sends it)."""
+
+    def __init__(self, target: str) -> None:
+        self.client = SearchClient(target)
+        self.predicts = 0
+
+    def genmove(self, *args, **kwargs):
+        r = self.client.genmove(*args, **kwargs)
+        r.ClearField("candidates")
+        return r
+
+    def predict(self, *args, **kwargs):
+        self.predicts += 1
+        return self.client.predict(*args, **kwargs)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+@pytest.mark.timeout(240)
+def test_winning_line_fallback_asks_the_policy(service: str) -> None:
+    with SearchClient(service) as client:
+        r = client.genmove([], max_visits=16)
+    blocked = from_service(r.move.x, r.move.y)
+    fake = NoCandidates(service)
+    brain = Brain(service, visits=16, client_factory=lambda: fake)
+    try:
+        brain.handle("START 15")
+        lines = ["BOARD", "{},{},3".format(*blocked), "DONE"]
+        replies = [r for line in lines for r in brain.handle(line)]
+        assert len(replies) == 1 and parse_move(replies[0]) != blocked
+        assert fake.predicts == 1
+    finally:
+        brain.close()
+
+
+def test_sgf_dir_keeps_every_game(tmp_path: Path) -> None:
+    from sgfmill import sgf
+
+    brain = Brain(f"127.0.0.1:{closed_port()}", sgf_dir=tmp_path / "games")
+    assert brain.handle("START 15") == ["OK"]
+    assert brain.handle("RESTART") == ["OK"]  # nothing played: nothing written
+    assert brain.handle("PLAY 7,7") == ["7,7"]
+    assert brain.handle("RESTART") == ["OK"]
+    assert brain.handle("TURN 0,0")[0].startswith("ERROR search service unavailable")
+    assert brain.handle("PLAY 1,0") == ["1,0"]  # we are white in this one
+    assert brain.handle("END") == []
+    first, second = sorted((tmp_path / "games").glob("*.sgf"), key=lambda p: p.name[-5])
+    game = sgf.Sgf_game.from_bytes(first.read_bytes())
+    assert game.get_root().get("PB") == "movepred" and game.get_root().get("PW") == "opponent"
+    assert [n.get_move() for n in game.get_main_sequence()[1:]] == [("b", (7, 7))]
+    game = sgf.Sgf_game.from_bytes(second.read_bytes())
+    assert game.get_root().get("PW") == "movepred" and game.get_root().get("PB") == "opponent"
+    moves = [n.get_move() for n in game.get_main_sequence()[1:]]
+    assert moves == [("b", (14, 0)), ("w", (14, 1))]  # Piskvork row 0 is the top row (14)
