@@ -1,11 +1,13 @@
 """Supervised training of a policy network on the shards.
 
 The paper's recipe is the default: Adam (0.9, 0.999, eps 1e-8), constant learning rate 0.003,
-batch 32, cross-entropy on the played move. A run is a sequence of epochs (one pass over a
-seeded permutation of the training split, with random board symmetries); it stops at the step,
+batch 32, cross-entropy on the played move. Training batches come from the streaming loader
+(services/dataset/loader.py: row-group shuffle, shuffle buffer, random board symmetries,
+compact int8 boards expanded on the device). A run is a sequence of epochs; it stops at the step,
 time or epoch budget, or early when the validation loss has not improved for `patience`
 epochs. Everything a run depends on is derived from (seed, epoch, step), and a checkpoint holds
-model, optimiser, scheduler, position and history, so a killed run resumes to the same result.
+model, optimiser, scheduler, the loader's position, RNG state and history, so a killed run
+resumes to the same result.
 On a GPU the forward pass runs in bf16 autocast with channels-last memory; on CPU in fp32.
 """
 
@@ -21,9 +23,9 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from services.dataset.loader import ShardStream
 from services.dataset.shards import read_split
 from services.models.configs import build
-from services.trainer.augment import random_symmetry
 from services.trainer.metrics import evaluate
 
 
@@ -44,6 +46,7 @@ class TrainConfig:
     eval_batch: int = 2048
     train_eval_rows: int = 4096  # train metrics on a fixed sample of this many rows
     checkpoint_every: int = 0  # steps between mid-epoch checkpoints; 0: only at epoch ends
+    shuffle_buffer: int = 65536  # rows held by the streaming loader's shuffle buffer
 
 
 @dataclass
@@ -69,10 +72,6 @@ def _scheduler(optimizer: torch.optim.Optimizer, config: TrainConfig):
         return torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: 0.5 * (1 + math.cos(math.pi * min(step, total) / total)))
     raise ValueError(f"lr_schedule must be 'constant' or 'cosine', got {config.lr_schedule!r}")
-
-
-def _epoch_order(seed: int, epoch: int, n: int) -> np.ndarray:
-    return np.random.default_rng([seed, epoch]).permutation(n)
 
 
 def save_checkpoint(path: Path, model, optimizer, scheduler, config: TrainConfig, state: dict,
@@ -112,36 +111,37 @@ def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
     optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate,
                                  betas=(0.9, 0.999), eps=1e-8)
     scheduler = _scheduler(optimizer, config)
-    state = {"epoch": 0, "batch": 0, "step": 0, "best_val_loss": float("inf"), "bad_epochs": 0,
-             "stopped": ""}
+    state = {"epoch": 0, "step": 0, "best_val_loss": float("inf"), "bad_epochs": 0,
+             "stopped": "", "loader": None}
     history: list[dict] = []
     if checkpoint is not None and checkpoint.exists():
         state, history = load_checkpoint(checkpoint, model, optimizer, scheduler, config)
         state["stopped"] = ""  # a budget that stopped the last run may have been raised
+    stream = ShardStream(dataset_dir, "train", batch_size=config.batch_size,
+                         shuffle_buffer=config.shuffle_buffer, seed=config.seed,
+                         augment=config.augment)
+    if state.get("loader"):
+        stream.load_state_dict(state["loader"])
     sample = np.random.default_rng([config.seed, 1 << 20]).permutation(len(moves))[
         :config.train_eval_rows]
-    steps_per_epoch = max(1, len(moves) // config.batch_size)
     start = time.perf_counter()
     seen = 0
     bar = tqdm(total=config.max_steps, initial=state["step"], desc=f"train {config.model}",
                disable=not progress, unit="step", mininterval=1.0)
     model.train()
+
+    def checkpoint_now() -> None:
+        if checkpoint is not None:
+            state["loader"] = stream.state_dict()
+            save_checkpoint(checkpoint, model, optimizer, scheduler, config, state, history)
+
+    if state["step"] >= config.max_steps:
+        state["stopped"] = "max_steps"
     while not state["stopped"]:
-        order = _epoch_order(config.seed, state["epoch"], len(moves))
-        while state["batch"] < steps_per_epoch:
-            if state["step"] >= config.max_steps:
-                state["stopped"] = "max_steps"
-                break
-            if config.max_seconds and time.perf_counter() - start > config.max_seconds:
-                state["stopped"] = "max_seconds"
-                break
-            idx = order[state["batch"] * config.batch_size:(state["batch"] + 1) * config.batch_size]
-            b, m = boards[idx], moves[idx]
-            if config.augment:
-                rng = np.random.default_rng([config.seed, state["epoch"], state["batch"]])
-                b, m = random_symmetry(b, m, rng)
-            b_t = torch.from_numpy(b).to(config.device, non_blocking=True)
-            m_t = torch.from_numpy(np.asarray(m, np.int64)).to(config.device, non_blocking=True)
+        finished_epoch = True
+        for batch in stream:  # one epoch, or its rest after a resume
+            b_t = batch["boards"].to(config.device, non_blocking=True)
+            m_t = batch["moves"].to(config.device, non_blocking=True)
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
                 logits = model(b_t)
             loss = nn.functional.cross_entropy(logits.float(), m_t)
@@ -152,36 +152,40 @@ def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
             optimizer.step()
             scheduler.step()
             state["step"] += 1
-            state["batch"] += 1
-            seen += len(m)
+            seen += len(m_t)
             bar.update(1)
             if state["step"] % 50 == 0:
                 bar.set_postfix(loss=f"{loss.item():.3f}", epoch=state["epoch"])
-            if (checkpoint is not None and config.checkpoint_every
-                    and state["step"] % config.checkpoint_every == 0):
-                save_checkpoint(checkpoint, model, optimizer, scheduler, config, state, history)
-        if state["batch"] >= steps_per_epoch or state["stopped"]:
-            epoch_metrics = {"epoch": state["epoch"], "step": state["step"],
-                             "complete": state["batch"] >= steps_per_epoch,
-                             "train": evaluate(model, boards[sample], moves[sample],
-                                               config.device, batch=config.eval_batch),
-                             "validation": evaluate(model, val[0], val[1], config.device,
-                                                    batch=config.eval_batch)}
-            history.append(epoch_metrics)
-            if epoch_metrics["complete"]:
-                val_loss = epoch_metrics["validation"]["loss"]
-                if val_loss < state["best_val_loss"] - 1e-6:
-                    state["best_val_loss"], state["bad_epochs"] = val_loss, 0
-                else:
-                    state["bad_epochs"] += 1
-                state["epoch"] += 1
-                state["batch"] = 0
-                if config.patience and state["bad_epochs"] >= config.patience:
-                    state["stopped"] = "early_stop"
-                elif state["epoch"] >= config.max_epochs:
-                    state["stopped"] = "max_epochs"
-            if checkpoint is not None:
-                save_checkpoint(checkpoint, model, optimizer, scheduler, config, state, history)
+            if config.checkpoint_every and state["step"] % config.checkpoint_every == 0:
+                checkpoint_now()
+            # Budgets are checked after a step, before the next batch is drawn, so a resumed
+            # run continues exactly where this one stopped.
+            if state["step"] >= config.max_steps:
+                state["stopped"] = "max_steps"
+            elif config.max_seconds and time.perf_counter() - start > config.max_seconds:
+                state["stopped"] = "max_seconds"
+            if state["stopped"]:
+                finished_epoch = False
+                break
+        epoch_metrics = {"epoch": state["epoch"], "step": state["step"],
+                         "complete": finished_epoch,
+                         "train": evaluate(model, boards[sample], moves[sample],
+                                           config.device, batch=config.eval_batch),
+                         "validation": evaluate(model, val[0], val[1], config.device,
+                                                batch=config.eval_batch)}
+        history.append(epoch_metrics)
+        if finished_epoch:
+            val_loss = epoch_metrics["validation"]["loss"]
+            if val_loss < state["best_val_loss"] - 1e-6:
+                state["best_val_loss"], state["bad_epochs"] = val_loss, 0
+            else:
+                state["bad_epochs"] += 1
+            state["epoch"] += 1
+            if config.patience and state["bad_epochs"] >= config.patience:
+                state["stopped"] = "early_stop"
+            elif state["epoch"] >= config.max_epochs:
+                state["stopped"] = "max_epochs"
+        checkpoint_now()
     bar.close()
     elapsed = time.perf_counter() - start
     test = read_split(dataset_dir, "test")
