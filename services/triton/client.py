@@ -126,38 +126,64 @@ class PolicyClient:
                     raise _translate(exc, "connect", self.url) from exc
             return self._client
 
-    def infer(self, boards: np.ndarray) -> PolicyResult:
-        """Policy logits for int8 boards [N, 15, 15] (0 empty, 1 black, 2 white)."""
+    def infer(
+        self,
+        boards: np.ndarray,
+        model_version: int | str | None = None,
+        model_name: str | None = None,
+    ) -> PolicyResult:
+        """Policy logits for int8 boards [N, 15, 15] (0 empty, 1 black, 2 white).
+
+        Without `model_version` Triton answers with the highest READY version of the model;
+        with it, exactly that version answers (or the request fails if it is not loaded).
+        `model_name` overrides the client's model for this call.
+        """
+        name = model_name or self.model_name
+        version = "" if model_version is None else str(model_version)
         arr = _as_boards(boards)
         inp = grpcclient.InferInput(INPUT_NAME, list(arr.shape), "INT8")
         inp.set_data_from_numpy(arr)
         out = grpcclient.InferRequestedOutput(OUTPUT_NAME)
+        what = f"infer {name}" + (f" v{version}" if version else "")
         try:
             result = self._grpc().infer(
-                self.model_name, [inp], outputs=[out], client_timeout=self.timeout_s
+                name, [inp], model_version=version, outputs=[out], client_timeout=self.timeout_s
             )
         except InferenceServerException as exc:
-            raise _translate(exc, f"infer {self.model_name}", self.url) from exc
+            raise _translate(exc, what, self.url) from exc
         logits = result.as_numpy(OUTPUT_NAME)
         if logits is None or logits.shape != (arr.shape[0], N_MOVES):
             shape = None if logits is None else logits.shape
             raise TritonRequestError(
-                f"{self.model_name} answered logits {shape}, expected ({arr.shape[0]}, {N_MOVES})"
+                f"{name} answered logits {shape}, expected ({arr.shape[0]}, {N_MOVES})"
             )
         response = result.get_response()
         return PolicyResult(
             logits=np.asarray(logits, dtype=np.float32),
-            model_name=response.model_name or self.model_name,
+            model_name=response.model_name or name,
             model_version=response.model_version,
         )
 
-    def load_model(self, name: str | None = None, timeout_s: float | None = None) -> None:
+    def load_model(
+        self,
+        name: str | None = None,
+        timeout_s: float | None = None,
+        config: str | None = None,
+        files: dict[str, bytes] | None = None,
+    ) -> None:
         """Load or reload a model (repository API, explicit mode): the newest version(s) per
-        the config's version_policy come up, then older versions are unloaded."""
+        the config's version_policy come up, then older versions are unloaded.
+
+        `config` (model config as JSON) replaces the repository's ``config.pbtxt`` for this
+        load; `files` (``{"file:<version>/<name>": bytes}``, needs `config`) loads the model
+        from those bytes instead of the repository. A failed load leaves the versions that
+        were serving before it serving."""
         name = name or self.model_name
         timeout = timeout_s if timeout_s is not None else max(self.timeout_s, 120.0)
+        if files and config is None:
+            raise TritonRequestError(f"load {name}: files need a config")
         try:
-            self._grpc().load_model(name, client_timeout=timeout)
+            self._grpc().load_model(name, config=config, files=files, client_timeout=timeout)
         except InferenceServerException as exc:
             raise _translate(exc, f"load {name}", self.url) from exc
 
@@ -179,16 +205,31 @@ class PolicyClient:
         except (InferenceServerException, TritonError):
             return False
 
-    def ready_versions(self) -> list[str]:
-        """Versions of the model currently READY on the server (repository index)."""
+    def ready_versions(self, name: str | None = None) -> list[str]:
+        """Versions of the model currently READY on the server (repository index).
+
+        Models loaded from `load_model` files (not from the repository) are not listed there;
+        ask `is_version_ready` about them."""
+        name = name or self.model_name
         try:
             index = self._grpc().get_model_repository_index(client_timeout=self.timeout_s)
         except InferenceServerException as exc:
             raise _translate(exc, "repository index", self.url) from exc
         return sorted(
-            (m.version for m in index.models if m.name == self.model_name and m.state == "READY"),
+            (m.version for m in index.models if m.name == name and m.state == "READY"),
             key=lambda v: int(v) if v.isdigit() else -1,
         )
+
+    def is_version_ready(self, version: int | str, name: str | None = None) -> bool:
+        """That version of the model is loaded and ready (never raises)."""
+        try:
+            return bool(
+                self._grpc().is_model_ready(
+                    name or self.model_name, str(version), client_timeout=self.timeout_s
+                )
+            )
+        except (InferenceServerException, TritonError):
+            return False
 
     def close(self) -> None:
         with self._lock:

@@ -1,0 +1,124 @@
+"""`movepred rollout`, `movepred rollback` and `movepred serving`: which version Triton serves.
+
+    movepred rollout --triton-url 127.0.0.1:8001 --repository model_repository [--version N]
+    movepred rollback --triton-url 127.0.0.1:8001 --repository model_repository
+    movepred serving --triton-url 127.0.0.1:8001 --repository model_repository
+
+Exit codes: 0 done (or already serving), 1 refused or Triton unreachable (the serving version
+keeps serving), 2 usage (no published version).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_TRITON_URL = "127.0.0.1:8001"
+DEFAULT_REPOSITORY = REPO_ROOT / "model_repository"
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    from services.triton.publisher import DEFAULT_MODEL_NAME
+
+    p.add_argument("--triton-url", default=DEFAULT_TRITON_URL, help="Triton gRPC host:port")
+    p.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY,
+                   help="the model repository Triton serves")
+    p.add_argument("--model-name", default=DEFAULT_MODEL_NAME)
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def _print_report(args: argparse.Namespace, report: object) -> None:
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))  # type: ignore[attr-defined]
+    else:
+        print(report.to_markdown())  # type: ignore[attr-defined]
+
+
+def _run(args: argparse.Namespace, action: str) -> int:
+    from services.triton.client import PolicyClient, TritonError
+    from services.triton.publisher import latest_version
+    from services.triton.rollout import RolloutError, rollback, rollout
+
+    version = getattr(args, "version", None)
+    if action == "rollout" and version is None:
+        version = latest_version(args.repository, args.model_name)
+        if version is None:
+            print(f"error: no published version of {args.model_name} in {args.repository}")
+            return EXIT_USAGE
+    with PolicyClient(args.triton_url, args.model_name) as client:
+        try:
+            if action == "rollout":
+                report = rollout(client, args.repository, version, args.model_name,
+                                 centre_radius=args.centre_radius)
+            else:
+                report = rollback(client, args.repository, args.model_name)
+        except RolloutError as exc:
+            print(f"error: {exc}")
+            if exc.smoke:
+                from services.triton.rollout import checks_markdown
+
+                print(checks_markdown(exc.smoke))
+            return EXIT_REFUSED
+        except (TritonError, FileNotFoundError, TimeoutError) as exc:
+            print(f"error: {exc}")
+            return EXIT_REFUSED
+    _print_report(args, report)
+    return 0
+
+
+def cmd_rollout(args: argparse.Namespace) -> int:
+    return _run(args, "rollout")
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    return _run(args, "rollback")
+
+
+def cmd_serving(args: argparse.Namespace) -> int:
+    from services.triton.client import PolicyClient, TritonError
+    from services.triton.publisher import list_versions
+    from services.triton.rollout import current_version, read_state
+
+    state = read_state(args.repository, args.model_name)
+    with PolicyClient(args.triton_url, args.model_name) as client:
+        try:
+            serving = current_version(client, args.model_name)
+        except TritonError as exc:
+            print(f"error: {exc}")
+            return EXIT_REFUSED
+    out = {"model_name": args.model_name, "serving": serving, "recorded_current": state["current"],
+           "recorded_previous": state["previous"],
+           "published": list_versions(args.repository, args.model_name),
+           "history": state["history"][-5:]}
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print(f"{args.model_name}: Triton serves v{serving}; recorded current "
+              f"v{state['current']}, previous v{state['previous']}; published {out['published']}")
+        for event in out["history"]:
+            print("  " + json.dumps(event))
+    return 0
+
+
+def add_rollout_commands(subparsers: argparse._SubParsersAction) -> dict:
+    """Register `rollout`, `rollback` and `serving` (Triton's serving version)."""
+    r = subparsers.add_parser(
+        "rollout",
+        help="smoke-test a published version and switch Triton's traffic to it",
+        epilog="A version that fails the checks is refused and the serving version stays.",
+    )
+    _add_common(r)
+    r.add_argument("--version", type=int, default=None,
+                   help="version to serve (default: the newest published)")
+    r.add_argument("--centre-radius", type=int, default=None,
+                   help="also require the empty board's top move within this many points of "
+                        "the centre")
+    b = subparsers.add_parser("rollback", help="serve the previous version again")
+    _add_common(b)
+    s = subparsers.add_parser("serving", help="the version Triton serves and the rollout record")
+    _add_common(s)
+    return {"rollout": cmd_rollout, "rollback": cmd_rollback, "serving": cmd_serving}

@@ -1,0 +1,673 @@
+"""Roll a published model version into Triton, smoke-tested first, and roll it back.
+
+`rollout(client, repository, version)` moves serving from the version Triton serves now (the
+highest READY version of the model) to `version`, in five steps:
+
+1. **Files.** ``<repo>/<model>/<version>/`` must hold ``model.py`` and ``model.pt``; ``model.pt``
+   must be an intact zip archive (every member's CRC is checked, which catches truncated or
+   bit-flipped TorchScript files) and, when ``metadata.json`` records a ``sha256``, match it.
+2. **Candidate.** The version is loaded under a separate model name
+   (``<model>__candidate``) from the bytes just checked (repository API with a config and files
+   override), so production traffic never reaches it: a request without an explicit version is
+   answered by the *highest* READY version of a model, so loading the candidate next to the
+   serving version under the same name would hand it the traffic before it is tested. A file
+   Triton cannot load is refused here, with Triton's reason.
+3. **Smoke test** on the candidate (`smoke_test`): known positions answer with logits of shape
+   [N, 225], float32, all finite, a well-formed masked policy, the same answer alone and in a
+   batch and on a repeat, and the answers carry the candidate's model version.
+4. **Switch.** The model is loaded under its own name with the on-disk ``config.pbtxt`` changed
+   only in ``version_policy: {specific: {versions: [version]}}``: Triton brings the version up
+   while the old one keeps answering, then unloads the old one (in-flight requests finish).
+   Then one unversioned request must be answered by the new version with exactly the
+   candidate's logits, else serving is switched back.
+5. **Record.** ``<repo>/<model>/rollout.json`` (written atomically) keeps the current and
+   previous versions and a history of rollouts, rollbacks and refusals.
+
+Any refusal raises `RolloutError` (with the reason and the smoke checks); the version that was
+serving keeps serving. `rollback` rolls out the recorded previous version the same way.
+Rollouts of one model are serialised with an ``flock`` on ``<repo>/<model>/.rollout.lock``.
+
+The version choice lives in Triton's memory only: a restarted Triton (or a plain
+``load_model`` without config, as the train flow does) serves the newest version per the on-disk
+``latest: {num_versions: 1}`` policy again; ``rollout --version <recorded current>`` restores it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import io
+import json
+import os
+import time
+import uuid
+import zipfile
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from services.triton.client import N_MOVES, PolicyClient, TritonError
+from services.triton.publisher import DEFAULT_MODEL_NAME, list_versions
+
+BOARD_SIZE = 15
+CANDIDATE_SUFFIX = "__candidate"
+STATE_FILE = "rollout.json"
+LOCK_FILE = ".rollout.lock"
+HISTORY_LIMIT = 100
+REQUIRED_FILES = ("model.pt", "model.py")
+_CONSISTENCY_ATOL = 1e-4
+
+
+class RolloutError(RuntimeError):
+    """A rollout or rollback was refused or failed; the serving version was kept."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        model_name: str,
+        version: int | None,
+        serving: int | None,
+        smoke: list[SmokeCheck] | None = None,
+        action: str = "rollout",
+    ) -> None:
+        super().__init__(message)
+        self.reason = message
+        self.model_name = model_name
+        self.version = version
+        self.serving = serving
+        self.smoke = list(smoke or [])
+        self.action = action
+
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable (Prefect may keep task exceptions)
+        return (_rebuild_error, (self.reason, self.__dict__))
+
+    def to_markdown(self) -> str:
+        serving = "nothing" if self.serving is None else f"v{self.serving}"
+        target = "?" if self.version is None else f"v{self.version}"
+        text = (
+            f"# {self.action.capitalize()} of {self.model_name} {target} refused\n\n"
+            f"Reason: {self.reason}\n\nStill serving: **{serving}**\n"
+        )
+        if self.smoke:
+            text += "\n" + checks_markdown(self.smoke)
+        return text
+
+
+def _rebuild_error(message: str, attrs: dict[str, Any]) -> RolloutError:
+    error = RolloutError(message, model_name=attrs["model_name"], version=attrs["version"],
+                         serving=attrs["serving"])
+    error.__dict__.update(attrs)
+    return error
+
+
+@dataclass(frozen=True)
+class SmokeCheck:
+    name: str
+    passed: bool
+    detail: str
+    blocking: bool = True  # informational checks never refuse a version
+
+
+@dataclass
+class RolloutReport:
+    model_name: str
+    action: str  # "rollout" | "rollback"
+    previous: int | None  # the version that served before (None: nothing served)
+    current: int  # the version serving now
+    smoke: list[SmokeCheck]
+    seconds: float
+    changed: bool = True  # False: `current` was already serving, only smoke-tested
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per step
+    unloaded: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def smoke_passed(self) -> bool:
+        return all(c.passed for c in self.smoke if c.blocking)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "smoke_passed": self.smoke_passed}
+
+    def to_markdown(self) -> str:
+        before = "nothing" if self.previous is None else f"v{self.previous}"
+        title = f"# {self.action.capitalize()}: {self.model_name}"
+        if self.changed:
+            head = f"{title} {before} -> v{self.current}"
+        else:
+            head = f"{title} v{self.current} already serving"
+        phases = ", ".join(f"{k} {v:.2f} s" for k, v in self.phases.items())
+        lines = [head, "", f"{self.seconds:.2f} s in all ({phases})."]
+        if self.unloaded:
+            lines.append(f"Unloaded: {', '.join(f'v{v}' for v in self.unloaded)}.")
+        lines += [*(f"Note: {n}" for n in self.notes), "", checks_markdown(self.smoke)]
+        return "\n".join(lines)
+
+
+def checks_markdown(checks: list[SmokeCheck]) -> str:
+    rows = []
+    for c in checks:
+        result = ("pass" if c.passed else "FAIL") + ("" if c.blocking else " (info)")
+        detail = c.detail.replace("|", "\\|")
+        rows.append(f"| {c.name} | {result} | {detail} |")
+    return "\n".join(["| smoke check | result | detail |", "|---|---|---|", *rows])
+
+
+# --------------------------------------------------------------------------- config
+
+
+def read_model_config(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> Any:
+    """The on-disk ``config.pbtxt`` as a ``ModelConfig`` protobuf."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    path = Path(repository) / model_name / "config.pbtxt"
+    config = model_config_pb2.ModelConfig()
+    try:
+        text_format.Parse(path.read_text(), config)
+    except (OSError, text_format.ParseError) as exc:
+        raise ValueError(f"cannot read the model config {path}: {exc}") from exc
+    return config
+
+
+def config_json(config: Any, versions: list[int], name: str | None = None) -> str:
+    """`config` as JSON for a load override: only ``version_policy`` (and `name`) changed."""
+    from google.protobuf import json_format
+    from tritonclient.grpc import model_config_pb2
+
+    override = model_config_pb2.ModelConfig()
+    override.CopyFrom(config)
+    if name is not None:
+        override.name = name
+    override.version_policy.Clear()
+    override.version_policy.specific.versions.extend(int(v) for v in versions)
+    return json_format.MessageToJson(override, preserving_proto_field_name=True)
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def check_version_files(
+    repository: Path, model_name: str, version: int
+) -> tuple[dict[str, bytes], list[str]]:
+    """Read and check a version folder; return ({file name: bytes}, notes).
+
+    Raises ValueError naming the folder or file when the version cannot be served.
+    """
+    folder = Path(repository) / model_name / str(version)
+    if version <= 0 or not folder.is_dir():
+        published = list_versions(repository, model_name)
+        raise ValueError(f"version {version} is not published: {folder} does not exist "
+                         f"(published: {published or 'none'})")
+    missing = [n for n in REQUIRED_FILES if not (folder / n).is_file()]
+    if missing:
+        raise ValueError(f"version {version}: {', '.join(str(folder / n) for n in missing)} "
+                         "missing")
+    files = {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+    model_pt = folder / "model.pt"
+    data = files["model.pt"]
+    if not data:
+        raise ValueError(f"version {version}: {model_pt} is empty")
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+        raise ValueError(f"version {version}: {model_pt} is not a TorchScript archive "
+                         f"(truncated or corrupt: {exc})") from exc
+    if bad is not None:
+        raise ValueError(f"version {version}: {model_pt} is corrupt (member {bad!r} fails its "
+                         "CRC check)")
+    notes: list[str] = []
+    meta_path = folder / "metadata.json"
+    if "metadata.json" in files:
+        try:
+            meta = json.loads(files["metadata.json"])
+        except ValueError as exc:
+            raise ValueError(f"version {version}: {meta_path} is not JSON: {exc}") from exc
+        expected = meta.get("sha256") if isinstance(meta, dict) else None
+        if expected and expected != _sha256(data):
+            raise ValueError(
+                f"version {version}: {model_pt} does not match the sha256 recorded in "
+                f"{meta_path} ({_sha256(data)[:12]}... != {str(expected)[:12]}...): the file "
+                "changed or is corrupt since it was published"
+            )
+        if not expected:
+            notes.append(f"{meta_path} records no sha256")
+    else:
+        notes.append(f"v{version} has no metadata.json (not made by the publisher)")
+    return files, notes
+
+
+# --------------------------------------------------------------------------- smoke test
+
+
+def _board(black: list[tuple[int, int]], white: list[tuple[int, int]]) -> np.ndarray:
+    board = np.zeros((BOARD_SIZE, BOARD_SIZE), dtype=np.int8)
+    for x, y in black:
+        board[y, x] = 1
+    for x, y in white:
+        board[y, x] = 2
+    return board
+
+
+def known_positions() -> dict[str, np.ndarray]:
+    """Fixed positions ({name: int8 [15, 15]}, indexed [y, x]) the smoke test asks about."""
+    crowded = np.tile(np.array([1, 2, 2, 1], dtype=np.int8), BOARD_SIZE * BOARD_SIZE // 4 + 1)
+    crowded = crowded[: BOARD_SIZE * BOARD_SIZE].reshape(BOARD_SIZE, BOARD_SIZE).copy()
+    crowded[5:10, 5:10] = 0  # 25 empty points around the centre
+    full = np.where(np.arange(BOARD_SIZE * BOARD_SIZE) % 2 == 0, 1, 2).astype(np.int8)
+    full = full.reshape(BOARD_SIZE, BOARD_SIZE)
+    full[0, 0] = 0  # one legal point left
+    return {
+        "empty": _board([], []),
+        "centre stone": _board([(7, 7)], []),
+        "opening": _board([(7, 7), (8, 7)], [(7, 8), (6, 6)]),
+        # black to move: f8-i8 is an open four, e8 or j8 makes five
+        "open four": _board([(5, 7), (6, 7), (7, 7), (8, 7)],
+                            [(7, 8), (8, 8), (9, 8), (6, 9)]),
+        "crowded": crowded,
+        "one empty point": full,
+    }
+
+
+def masked_policy(logits: np.ndarray, boards: np.ndarray) -> np.ndarray:
+    """Softmax over empty points (as the search service computes it); 0 on stones."""
+    legal = boards.reshape(len(boards), -1) == 0
+    z = np.where(legal, logits.astype(np.float64), -np.inf)
+    z = z - z.max(axis=1, keepdims=True)
+    e = np.where(legal, np.exp(z), 0.0)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _name(point: int) -> str:
+    from services.games.coords import index_name
+
+    return index_name(int(point), BOARD_SIZE)
+
+
+def smoke_test(
+    client: PolicyClient,
+    model_name: str,
+    version: int,
+    centre_radius: int | None = None,
+) -> tuple[list[SmokeCheck], np.ndarray]:
+    """Ask `version` of `model_name` (explicitly) about `known_positions`.
+
+    Returns the checks and the batch's logits. A check that cannot even get an answer fails
+    with the error. `centre_radius` makes "the empty board's top move lies within that many
+    points of the centre" a blocking check (it is informational otherwise).
+    """
+    names = list(known_positions())
+    boards = np.stack(list(known_positions().values()))
+    checks: list[SmokeCheck] = []
+    want = str(version)
+    try:
+        first = client.infer(boards, model_version=version, model_name=model_name)
+        again = client.infer(boards, model_version=version, model_name=model_name)
+        alone = [
+            client.infer(boards[i : i + 1], model_version=version, model_name=model_name)
+            for i in range(len(boards))
+        ]
+    except TritonError as exc:
+        checks.append(SmokeCheck("answers", False, f"v{version} did not answer: {exc}"))
+        return checks, np.zeros((0, N_MOVES), np.float32)
+
+    answered = {(r.model_name, r.model_version) for r in [first, again, *alone]}
+    checks.append(SmokeCheck(
+        "model version", answered == {(model_name, want)},
+        f"answers came from {sorted(answered)}, expected ({model_name!r}, {want!r})"))
+    logits = first.logits
+    ok_shape = logits.shape == (len(boards), N_MOVES) and logits.dtype == np.float32
+    checks.append(SmokeCheck("shape", ok_shape, f"{logits.dtype} {logits.shape}"))
+    bad = ~np.isfinite(logits)
+    if bad.any():
+        which = [names[i] for i in np.flatnonzero(bad.any(axis=1))]
+        detail = f"{int(bad.sum())} non-finite logits (NaN/Inf) in: {', '.join(which)}"
+    else:
+        detail = f"all {logits.size} logits finite, range [{logits.min():.3g}, {logits.max():.3g}]"
+    checks.append(SmokeCheck("finite", not bad.any(), detail))
+
+    policy = masked_policy(logits, boards)
+    occupied = boards.reshape(len(boards), -1) != 0
+    sums = policy.sum(axis=1)
+    ok_policy = bool(np.isfinite(policy).all() and np.allclose(sums, 1.0, atol=1e-6)
+                     and not policy[occupied].any())
+    single = int(np.flatnonzero(boards[names.index("one empty point")].ravel() == 0)[0])
+    ok_policy = ok_policy and bool(policy[names.index("one empty point"), single] > 0.999)
+    checks.append(SmokeCheck(
+        "masked policy", ok_policy,
+        "softmax over empty points sums to 1, 0 on stones" if ok_policy
+        else f"masked softmax is not a distribution over empty points (sums {np.round(sums, 4)})"))
+
+    scale = max(1.0, float(np.nanmax(np.abs(logits))) if np.isfinite(logits).any() else 1.0)
+    diff_batch = max(float(np.max(np.abs(r.logits[0] - logits[i]))) for i, r in enumerate(alone))
+    diff_repeat = float(np.max(np.abs(again.logits - logits)))
+    for name, diff, what in (("batch consistency", diff_batch, "alone vs in a batch of "
+                              f"{len(boards)}"), ("deterministic", diff_repeat, "repeated batch")):
+        ok = bool(np.isfinite(diff) and diff <= _CONSISTENCY_ATOL * scale)
+        checks.append(SmokeCheck(name, ok, f"max |difference| {diff:.3g} ({what})"))
+
+    if bool(np.isfinite(logits).all()):
+        top = int(np.argmax(policy[names.index("empty")]))
+        x, y = top % BOARD_SIZE, top // BOARD_SIZE
+        dist = max(abs(x - BOARD_SIZE // 2), abs(y - BOARD_SIZE // 2))
+        blocking = centre_radius is not None
+        ok = dist <= centre_radius if centre_radius is not None else True
+        checks.append(SmokeCheck("empty board", ok, f"top move {_name(top)}, {dist} from the "
+                                 "centre" + (f" (limit {centre_radius})" if blocking else ""),
+                                 blocking=blocking))
+        top = int(np.argmax(policy[names.index("open four")]))
+        wins = top in (7 * BOARD_SIZE + 4, 7 * BOARD_SIZE + 9)
+        checks.append(SmokeCheck("open four", True, f"top move {_name(top)} "
+                                 + ("makes five" if wins else "does not make five (e8/j8 do)"),
+                                 blocking=False))
+    return checks, logits
+
+
+# --------------------------------------------------------------------------- state
+
+
+def state_path(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> Path:
+    return Path(repository) / model_name / STATE_FILE
+
+
+def read_state(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> dict[str, Any]:
+    """The serving record ``{"current", "previous", "history"}`` (empty values when none)."""
+    path = state_path(repository, model_name)
+    try:
+        state = json.loads(path.read_text())
+    except FileNotFoundError:
+        state = {}
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"serving record {path} is unreadable: {exc}") from exc
+    return {"model_name": model_name, "current": state.get("current"),
+            "previous": state.get("previous"), "history": list(state.get("history", []))}
+
+
+def _write_state(repository: Path, model_name: str, state: dict[str, Any]) -> None:
+    path = state_path(repository, model_name)
+    state = {**state, "history": state["history"][-HISTORY_LIMIT:],
+             "updated_at": _now()}
+    tmp = path.with_name(f".{STATE_FILE}.{uuid.uuid4().hex}.tmp")
+    try:
+        with open(tmp, "w") as f:
+            f.write(json.dumps(state, indent=2) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+@contextlib.contextmanager
+def _rollout_lock(repository: Path, model_name: str, timeout_s: float) -> Iterator[None]:
+    model_dir = Path(repository) / model_name
+    if not model_dir.is_dir():
+        raise FileNotFoundError(f"model folder {model_dir} does not exist")
+    fd = os.open(model_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"another rollout of {model_name} holds "
+                                       f"{model_dir / LOCK_FILE} (waited {timeout_s:.0f} s)"
+                                       ) from exc
+                time.sleep(0.1)
+        yield
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------- rollout
+
+
+def current_version(client: PolicyClient, model_name: str | None = None) -> int | None:
+    """The version Triton serves to requests without a version (highest READY), or None."""
+    versions = [int(v) for v in client.ready_versions(model_name or client.model_name)
+                if v.isdigit()]
+    return max(versions) if versions else None
+
+
+def rollout(
+    client: PolicyClient,
+    repository: Path,
+    version: int,
+    model_name: str = DEFAULT_MODEL_NAME,
+    *,
+    centre_radius: int | None = None,
+    lock_timeout_s: float = 300.0,
+) -> RolloutReport:
+    """Smoke-test `version` and make it the only version served; see the module docstring.
+
+    Raises `RolloutError` when the version is refused (the serving version keeps serving), and
+    `TritonError` subclasses only when Triton cannot be reached before anything changed.
+    """
+    repository = Path(repository)
+    version = int(version)
+    with _rollout_lock(repository, model_name, lock_timeout_s):
+        return _rollout_locked(client, repository, version, model_name, centre_radius,
+                               "rollout", [])
+
+
+def _rollout_locked(
+    client: PolicyClient,
+    repository: Path,
+    version: int,
+    model_name: str,
+    centre_radius: int | None,
+    action: str,
+    notes: list[str],
+) -> RolloutReport:
+    t0 = time.monotonic()
+    phases: dict[str, float] = {}
+    state = read_state(repository, model_name)
+    ready_before = [int(v) for v in client.ready_versions(model_name) if v.isdigit()]
+    serving = max(ready_before) if ready_before else None  # what unversioned requests get
+    smoke: list[SmokeCheck] = []
+
+    def refuse(reason: str) -> RolloutError:
+        state["history"].append({"at": _now(), "action": action, "version": version,
+                                 "serving": serving, "outcome": "refused", "reason": reason})
+        if state["current"] is None:
+            state["current"] = serving
+        _write_state(repository, model_name, state)
+        return RolloutError(f"{action} of {model_name} v{version} refused: {reason}",
+                            model_name=model_name, version=version, serving=serving,
+                            smoke=smoke, action=action)
+
+    def phase(name: str, since: float) -> float:
+        now = time.monotonic()
+        phases[name] = round(now - since, 3)
+        return now
+
+    # 1. files
+    try:
+        config = read_model_config(repository, model_name)
+        files, file_notes = check_version_files(repository, model_name, version)
+    except ValueError as exc:
+        raise refuse(str(exc)) from exc
+    notes += file_notes
+    t = phase("files", t0)
+
+    if serving == version:
+        smoke, _ = smoke_test(client, model_name, version, centre_radius)
+        phase("smoke", t)
+        if not all(c.passed for c in smoke if c.blocking):
+            failed = ", ".join(c.name for c in smoke if c.blocking and not c.passed)
+            raise refuse(f"v{version} already serves but fails the smoke test ({failed})")
+        if state["current"] != version:
+            state["current"] = version
+            _write_state(repository, model_name, state)
+        return RolloutReport(model_name, action, serving, version, smoke,
+                             round(time.monotonic() - t0, 3), changed=False, phases=phases,
+                             notes=[*notes, f"v{version} was already serving; nothing changed"])
+
+    # 2. candidate under its own name, from the checked bytes
+    candidate = f"{model_name}{CANDIDATE_SUFFIX}"
+    try:
+        try:
+            client.load_model(
+                candidate,
+                config=config_json(config, [version], name=candidate),
+                files={f"file:{version}/{n}": data for n, data in files.items()},
+            )
+        except TritonError as exc:
+            raise refuse(f"Triton cannot load {repository / model_name / str(version)}: "
+                         f"{_triton_reason(exc)}") from exc
+        t = phase("candidate load", t)
+        # 3. smoke test
+        smoke, reference = smoke_test(client, candidate, version, centre_radius)
+        t = phase("smoke", t)
+    finally:
+        with contextlib.suppress(TritonError):
+            client.unload_model(candidate)
+    failed = [c for c in smoke if c.blocking and not c.passed]
+    if failed:
+        raise refuse("smoke test failed: " + "; ".join(f"{c.name}: {c.detail}" for c in failed))
+
+    # 4. switch: the same bytes must still be on disk
+    try:
+        again, _ = check_version_files(repository, model_name, version)
+    except ValueError as exc:
+        raise refuse(f"changed during the rollout: {exc}") from exc
+    if _sha256(again["model.pt"]) != _sha256(files["model.pt"]):
+        raise refuse(f"{repository / model_name / str(version) / 'model.pt'} changed during "
+                     "the rollout")
+    try:
+        client.load_model(model_name, config=config_json(config, [version]))
+    except TritonError as exc:
+        _ensure_serving(client, config, model_name, serving, notes)
+        raise refuse(f"Triton could not switch to v{version}: {_triton_reason(exc)}") from exc
+    t = phase("switch", t)
+    problem = _verify_switch(client, model_name, version, reference)
+    if problem:
+        _ensure_serving(client, config, model_name, serving, notes, force=True)
+        back = "nothing serves" if serving is None else f"switched back to v{serving}"
+        raise refuse(f"after the switch {problem}; {back}")
+    smoke.append(SmokeCheck("serving", True, f"unversioned requests answered by v{version} "
+                            "with the candidate's logits"))
+    unloaded = [v for v in ready_before if v != version]
+    phase("verify", t)
+
+    # 5. record
+    if serving is not None and serving != version:
+        state["previous"] = serving
+    state["current"] = version
+    seconds = round(time.monotonic() - t0, 3)
+    state["history"].append({"at": _now(), "action": action, "version": version,
+                             "serving": serving, "outcome": "serving", "seconds": seconds})
+    _write_state(repository, model_name, state)
+    return RolloutReport(model_name, action, serving, version, smoke, seconds, changed=True,
+                         phases=phases, unloaded=unloaded, notes=notes)
+
+
+def _triton_reason(exc: TritonError) -> str:
+    """Triton's own message, without our prefix and the python stub's traceback."""
+    text = str(exc)
+    text = text.split("]: ", 1)[-1] if "]: " in text else text
+    return text.split("\n\nAt:", 1)[0].strip()
+
+
+def _verify_switch(
+    client: PolicyClient, model_name: str, version: int, reference: np.ndarray
+) -> str | None:
+    """None when unversioned requests are answered by `version` with the smoke logits."""
+    boards = np.stack(list(known_positions().values()))
+    try:
+        result = client.infer(boards, model_name=model_name)
+    except TritonError as exc:
+        return f"v{version} does not answer: {exc}"
+    if result.model_version != str(version):
+        return f"v{result.model_version} answered instead of v{version}"
+    if not np.allclose(result.logits, reference, rtol=1e-4, atol=_CONSISTENCY_ATOL):
+        diff = float(np.nanmax(np.abs(result.logits - reference)))
+        return f"v{version} answers differ from the smoke-tested candidate by {diff:.3g}"
+    return None
+
+
+def _ensure_serving(
+    client: PolicyClient,
+    config: Any,
+    model_name: str,
+    serving: int | None,
+    notes: list[str],
+    force: bool = False,
+) -> None:
+    """Make sure `serving` (the version before the rollout) is the one served again."""
+    if serving is None:
+        with contextlib.suppress(TritonError):
+            client.unload_model(model_name)
+        return
+    if not force and current_version(client, model_name) == serving:
+        return  # Triton kept it: a failed load leaves the serving versions as they were
+    try:
+        client.load_model(model_name, config=config_json(config, [serving]))
+    except TritonError as exc:
+        notes.append(f"could not restore v{serving}: {exc}")
+
+
+def rollback(
+    client: PolicyClient,
+    repository: Path,
+    model_name: str = DEFAULT_MODEL_NAME,
+    *,
+    lock_timeout_s: float = 300.0,
+) -> RolloutReport:
+    """Roll out the version that served before the current one (smoke-tested like any other).
+
+    The target is the recorded ``previous`` version; if Triton serves something other than the
+    recorded ``current`` (loaded outside `rollout`), the recorded ``current``; with no record,
+    the highest published version below the serving one. Two rollbacks in a row swap back.
+    """
+    repository = Path(repository)
+    with _rollout_lock(repository, model_name, lock_timeout_s):
+        state = read_state(repository, model_name)
+        serving = current_version(client, model_name)
+        notes: list[str] = []
+        if serving is None:
+            target = state["current"]
+            notes.append(f"nothing was serving; restoring the recorded current v{target}")
+        elif state["current"] == serving:
+            target = state["previous"]
+        elif state["current"] is not None:
+            target = state["current"]
+            notes.append(f"v{serving} was loaded outside rollout; back to the recorded "
+                         f"v{target}")
+        else:
+            lower = [v for v in list_versions(repository, model_name) if v < serving]
+            target = lower[-1] if lower else None
+            notes.append(f"no serving record; back to the newest published version below "
+                         f"v{serving}")
+        if target is None:
+            raise RolloutError(
+                f"rollback of {model_name} refused: no previous version is known "
+                f"(serving {serving}, record {state_path(repository, model_name)})",
+                model_name=model_name, version=None, serving=serving, action="rollback")
+        return _rollout_locked(client, repository, int(target), model_name, None, "rollback",
+                               notes)

@@ -1,0 +1,382 @@
+"""Rollout and rollback on a real Triton under continuous load (no mocks).
+
+One module-scoped server (`triton_server`: v1 = TinyPolicy seed 0 serving). Tests run in file
+order and build on each other: the rollout flow moves serving to v2, broken versions (v3
+truncated, v4 a zip Triton cannot load, v5 NaN on the empty board) are refused while v2 keeps
+serving, then the rollback flow goes back to v1. Each version load starts a python stub that
+imports torch (2-5 s idle, 15-30 s on a busy 2-core machine), so the file makes only six.
+During every rollout a `LoadProbe` thread sends unversioned requests in a tight loop and
+counts failures; the figures are printed (``pytest -s``) as ``ROLLOUT-FIGURES {...}``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+import zipfile
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2
+
+from services import cli
+from services.triton.client import PolicyClient
+from services.triton.publisher import publish
+from services.triton.rollout import (
+    CANDIDATE_SUFFIX,
+    RolloutError,
+    check_version_files,
+    config_json,
+    current_version,
+    known_positions,
+    masked_policy,
+    read_model_config,
+    read_state,
+    rollout,
+    state_path,
+)
+from tests.triton_fixtures import (
+    MODEL_NAME,
+    TinyPolicy,
+    TritonSetup,
+    build_tiny_policy,
+    random_boards,
+    run_local,
+    triton_server,  # noqa: F401  (pytest fixture)
+)
+
+pytestmark = [
+    pytest.mark.timeout(180),  # a version load is 2-5 s idle, 15-30 s on a busy 2-core box
+    pytest.mark.filterwarnings(r"ignore:`torch\.jit\.\w+` is deprecated:DeprecationWarning"),
+]
+
+BOARDS = random_boards(2, seed=11)
+
+
+class LoadProbe:
+    """Unversioned requests in a tight loop from one thread; every answer is checked against
+    the local reference of the version that gave it (an unknown version is a failure)."""
+
+    def __init__(self, url: str, expected: dict[str, np.ndarray]) -> None:
+        self.client = PolicyClient(url, timeout_s=10.0)
+        self.expected = expected
+        self.answers: list[tuple[float, str]] = []
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            sent = time.monotonic()
+            try:
+                result = self.client.infer(BOARDS)
+                want = self.expected.get(result.model_version)
+                if want is None:
+                    raise AssertionError(f"answered by unexpected v{result.model_version}")
+                np.testing.assert_allclose(result.logits, want, rtol=1e-5, atol=1e-5)
+                self.answers.append((sent, result.model_version))
+            except Exception as exc:
+                self.failures.append(f"{type(exc).__name__}: {exc}")
+
+    def wait_for(self, version: str, n: int, timeout_s: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while sum(v == version for _, v in self.answers) < n:
+            assert time.monotonic() < deadline, f"fewer than {n} answers from v{version}"
+            assert self._thread.is_alive()
+            time.sleep(0.01)
+
+    def versions(self) -> list[str]:
+        """The answering versions in order, runs collapsed: ["1", "2"] for a clean switch."""
+        runs: list[str] = []
+        for _, v in self.answers:
+            if not runs or runs[-1] != v:
+                runs.append(v)
+        return runs
+
+    def figures(self, what: str, seconds: float, report: dict | None = None) -> dict:
+        by_version = dict(Counter(v for _, v in self.answers))
+        out = {"what": what, "requests": len(self.answers) + len(self.failures),
+               "failed": len(self.failures), "by_version": by_version, "order": self.versions(),
+               "call_seconds": round(seconds, 2)}
+        if report is not None:
+            out["rollout_seconds"] = report["seconds"]
+            out["phases"] = report["phases"]
+        print(f"ROLLOUT-FIGURES {json.dumps(out)}")
+        return out
+
+    def __enter__(self) -> LoadProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=15)
+        self.client.close()
+
+
+@pytest.fixture(scope="module")
+def env(triton_server: TritonSetup) -> dict:  # noqa: F811
+    models = triton_server.models_dir
+    v2_model = build_tiny_policy(models / "tiny-seed1.pt", seed=1)
+    expected = {"1": run_local(triton_server.v1_model, BOARDS), "2": run_local(v2_model, BOARDS)}
+    assert not np.allclose(expected["1"], expected["2"])
+    assert publish(v2_model, triton_server.repository, MODEL_NAME, metadata={"seed": 1}) == 2
+    client = PolicyClient(triton_server.server.grpc_url)
+    yield {"url": triton_server.server.grpc_url, "repo": triton_server.repository,
+           "client": client, "expected": expected}
+    client.close()
+
+
+def _assert_only_serving(client: PolicyClient, version: int) -> None:
+    assert client.ready_versions() == [str(version)]
+    assert current_version(client) == version
+    for other in (1, 2, 3, 4, 5, 6):
+        assert client.is_version_ready(other) == (other == version), other
+    assert not client.is_version_ready(version, MODEL_NAME + CANDIDATE_SUFFIX)
+
+
+# --------------------------------------------------------------------------- no server needed
+
+
+def test_config_override_changes_only_the_version_policy(env: dict) -> None:
+    on_disk = read_model_config(env["repo"], MODEL_NAME)
+    assert on_disk.version_policy.WhichOneof("policy_choice") == "latest"
+    for versions, name in (([2], None), ([3, 5], "other")):
+        parsed = json_format.Parse(config_json(on_disk, versions, name),
+                                   model_config_pb2.ModelConfig())
+        assert list(parsed.version_policy.specific.versions) == versions
+        assert parsed.name == (name or MODEL_NAME)
+        parsed.ClearField("version_policy")
+        parsed.name = on_disk.name
+        reference = model_config_pb2.ModelConfig()
+        reference.CopyFrom(on_disk)
+        reference.ClearField("version_policy")
+        assert parsed == reference  # max_batch_size, io, batching, instances: all unchanged
+
+
+def test_known_positions_and_masked_policy() -> None:
+    positions = known_positions()
+    boards = np.stack(list(positions.values()))
+    assert boards.dtype == np.int8 and boards.shape[1:] == (15, 15)
+    logits = np.random.default_rng(0).normal(size=(len(boards), 225)).astype(np.float32)
+    policy = masked_policy(logits, boards)
+    np.testing.assert_allclose(policy.sum(axis=1), 1.0, atol=1e-9)
+    assert not policy[boards.reshape(len(boards), -1) != 0].any()
+    # black to move (4 stones each) in the open-four position
+    four = positions["open four"]
+    assert (four == 1).sum() == (four == 2).sum() == 4
+
+
+def test_file_checks_name_the_file(tmp_path: Path, env: dict) -> None:
+    repo = tmp_path / "repo"
+    shutil.copytree(env["repo"] / MODEL_NAME / "2", repo / MODEL_NAME / "2")
+    files, notes = check_version_files(repo, MODEL_NAME, 2)
+    assert set(files) == {"model.pt", "model.py", "metadata.json"} and not notes
+    with pytest.raises(ValueError, match="version 7 is not published"):
+        check_version_files(repo, MODEL_NAME, 7)
+    pt = repo / MODEL_NAME / "2" / "model.pt"
+    data = bytearray(pt.read_bytes())
+    data[len(data) // 3] ^= 0xFF  # one flipped byte inside a member
+    pt.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"version 2: .*2/model\.pt (is corrupt|is not a Tor"
+                                         r"chScript|does not match the sha256)"):
+        check_version_files(repo, MODEL_NAME, 2)
+    (repo / MODEL_NAME / "2" / "model.py").unlink()
+    with pytest.raises(ValueError, match=r"2/model\.py missing"):
+        check_version_files(repo, MODEL_NAME, 2)
+
+
+# --------------------------------------------------------------------------- rollout, rollback
+
+
+def _flow_artifact(state) -> str:
+    """The markdown artifact of a flow run (Prefect's own result records left out)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    run_id = state.state_details.flow_run_id
+    with get_client(sync_client=True) as pc:
+        found = pc.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run_id])))
+    markdown = [a for a in found if a.type == "markdown"]
+    assert len(markdown) == 1, found
+    return str(markdown[0].data)
+
+
+@pytest.mark.timeout(300)  # the session's Prefect test server may start here (slow: migration)
+@pytest.mark.usefixtures("prefect_harness")
+def test_rollout_flow_switches_traffic_with_zero_failed_requests(env: dict) -> None:
+    from flows.rollout import rollout_flow
+
+    client, repo = env["client"], env["repo"]
+    assert current_version(client) == 1
+    with LoadProbe(env["url"], env["expected"]) as probe:
+        probe.wait_for("1", 30)
+        t0 = time.monotonic()
+        # version None: the newest published version, v2
+        state = rollout_flow(triton_url=env["url"], repository=str(repo), return_state=True)
+        done = time.monotonic()
+        probe.wait_for("2", 30)
+    out = state.result()
+    figures = probe.figures("rollout v1 -> v2 (rollout flow)", done - t0, out)
+    assert not probe.failures, f"{len(probe.failures)} failed, first: {probe.failures[0]}"
+    assert figures["order"] == ["1", "2"]  # switched once, never back
+    assert not [t for t, v in probe.answers if t > done and v != "2"]
+    assert (out["action"], out["previous"], out["current"]) == ("rollout", 1, 2)
+    assert out["changed"] and out["smoke_passed"] and out["unloaded"] == [1]
+    names = {c["name"] for c in out["smoke"]}
+    assert {"model version", "finite", "masked policy", "batch consistency", "serving"} <= names
+    text = _flow_artifact(state)
+    assert "Rollout: gomoku_policy v1 -> v2" in text and "| finite | pass |" in text
+    _assert_only_serving(client, 2)
+    record = read_state(repo)
+    assert (record["current"], record["previous"]) == (2, 1)
+    assert record["history"][-1]["outcome"] == "serving"
+    assert not list(state_path(repo).parent.glob(".rollout.json.*"))  # atomic write, no leftovers
+
+    # A refused version fails the flow run, says why in the artifact, and changes nothing.
+    refused = rollout_flow(triton_url=env["url"], repository=str(repo), version=9,
+                           return_state=True)
+    assert refused.is_failed()
+    text = _flow_artifact(refused)
+    assert "v9 refused" in text and "not published" in text and "Still serving: **v2**" in text
+    _assert_only_serving(client, 2)
+
+
+def test_corrupt_versions_are_refused_while_v2_serves(env: dict) -> None:
+    client, repo = env["client"], env["repo"]
+    good = repo / MODEL_NAME / "2"
+    # v3: written by hand (no publisher), model.pt truncated -> refused before any load
+    v3 = repo / MODEL_NAME / "3"
+    v3.mkdir()
+    shutil.copyfile(good / "model.py", v3 / "model.py")
+    data = (good / "model.pt").read_bytes()
+    (v3 / "model.pt").write_bytes(data[: len(data) // 2])
+    # v4: an intact zip whose metadata matches, but no TorchScript -> refused by Triton's load
+    v4 = repo / MODEL_NAME / "4"
+    v4.mkdir()
+    shutil.copyfile(good / "model.py", v4 / "model.py")
+    with zipfile.ZipFile(v4 / "model.pt", "w") as z:
+        z.writestr("archive/data.pkl", b"not a pickle")
+    import hashlib
+
+    sha = hashlib.sha256((v4 / "model.pt").read_bytes()).hexdigest()
+    (v4 / "metadata.json").write_text(json.dumps({"version": 4, "sha256": sha}))
+
+    with LoadProbe(env["url"], env["expected"]) as probe:
+        probe.wait_for("2", 20)
+        t0 = time.monotonic()
+        with pytest.raises(RolloutError) as info3:
+            rollout(client, repo, 3)
+        t3 = time.monotonic() - t0
+        t0 = time.monotonic()
+        with pytest.raises(RolloutError) as info4:
+            rollout(client, repo, 4)
+        t4 = time.monotonic() - t0
+        with pytest.raises(RolloutError, match="version 9 is not published"):
+            rollout(client, repo, 9)
+        probe.wait_for("2", len(probe.answers) + 20)
+    probe.figures("refused v3 (truncated) and v4 (not TorchScript)", t3 + t4)
+    assert not probe.failures, probe.failures[0]
+    assert probe.versions() == ["2"]
+    message3 = str(info3.value)
+    assert "v3 refused" in message3 and "3/model.pt" in message3
+    assert "truncated or corrupt" in message3
+    message4 = str(info4.value)
+    assert "v4 refused" in message4 and "Triton cannot load" in message4
+    assert f"{MODEL_NAME}/4" in message4 and "UNAVAILABLE" in message4
+    assert info4.value.serving == 2
+    _assert_only_serving(client, 2)
+    state = read_state(repo)
+    assert (state["current"], state["previous"]) == (2, 1)
+    refused = [e for e in state["history"] if e["outcome"] == "refused"]
+    assert [e["version"] for e in refused] == [9, 3, 4, 9]
+
+
+class NaNOnEmptyBoard(torch.nn.Module):
+    """A TinyPolicy whose logits are NaN for the empty board only (0 stones / 0 stones)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.policy = TinyPolicy()
+
+    def forward(self, boards: torch.Tensor) -> torch.Tensor:
+        stones = (boards != 0).sum(dim=(1, 2)).float().unsqueeze(1)
+        return self.policy(boards) * (stones / stones)
+
+
+def test_nan_version_is_refused_by_the_smoke_test(env: dict, tmp_path: Path) -> None:
+    client = env["client"]
+    path = tmp_path / "nan.pt"
+    torch.jit.script(NaNOnEmptyBoard().eval()).save(str(path))
+    # The publisher's own check (shape and dtype) lets it through: it is version 5.
+    assert publish(path, env["repo"], MODEL_NAME) == 5
+    with LoadProbe(env["url"], env["expected"]) as probe:  # v5 answering would be a failure
+        probe.wait_for("2", 20)
+        t0 = time.monotonic()
+        with pytest.raises(RolloutError) as info:
+            rollout(client, env["repo"], 5)
+        seconds = time.monotonic() - t0
+        probe.wait_for("2", len(probe.answers) + 20)
+    probe.figures("refused v5 (NaN)", seconds)
+    assert not probe.failures, probe.failures[0]
+    assert probe.versions() == ["2"]
+    error = info.value
+    assert "v5 refused" in str(error) and "smoke test failed" in str(error)
+    assert "NaN" in str(error) and "empty" in str(error)
+    failed = {c.name for c in error.smoke if not c.passed}
+    assert "finite" in failed
+    assert "Still serving: **v2**" in error.to_markdown()
+    _assert_only_serving(client, 2)
+
+
+# --------------------------------------------------------------------------- CLI and flows
+
+
+def test_cli_refuses_and_reports(env: dict, capsys: pytest.CaptureFixture[str]) -> None:
+    common = ["--triton-url", env["url"], "--repository", str(env["repo"])]
+    assert cli.main(["rollout", *common, "--version", "3"]) == 1
+    assert "truncated or corrupt" in capsys.readouterr().out
+    # the serving version: smoke-tested, nothing changes
+    assert cli.main(["rollout", *common, "--version", "2", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["changed"] is False and report["smoke_passed"] and report["current"] == 2
+    assert cli.main(["serving", *common, "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["serving"] == 2 and status["recorded_current"] == 2
+    assert status["recorded_previous"] == 1 and status["published"] == [1, 2, 3, 4, 5]
+    _assert_only_serving(env["client"], 2)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.usefixtures("prefect_harness")
+def test_rollback_flow_restores_previous_with_zero_failed_requests(env: dict) -> None:
+    from flows.rollout import rollback_flow
+
+    client, repo = env["client"], env["repo"]
+    with LoadProbe(env["url"], env["expected"]) as probe:
+        probe.wait_for("2", 30)
+        t0 = time.monotonic()
+        state = rollback_flow(triton_url=env["url"], repository=str(repo), return_state=True)
+        done = time.monotonic()
+        probe.wait_for("1", 30)
+    out = state.result()
+    figures = probe.figures("rollback v2 -> v1 (rollback flow)", done - t0, out)
+    assert not probe.failures, f"{len(probe.failures)} failed, first: {probe.failures[0]}"
+    assert figures["order"] == ["2", "1"]  # switched once, never back
+    assert not [t for t, v in probe.answers if t > done and v != "1"]
+    assert (out["action"], out["previous"], out["current"]) == ("rollback", 2, 1)
+    assert out["smoke_passed"] and out["unloaded"] == [2]
+    assert "Rollback: gomoku_policy v2 -> v1" in _flow_artifact(state)
+    _assert_only_serving(client, 1)
+    record = read_state(repo)
+    assert (record["current"], record["previous"]) == (1, 2)  # a second rollback goes back to 2
+    outcomes = [(e["action"], e["version"], e["outcome"]) for e in record["history"]]
+    assert outcomes[0] == ("rollout", 2, "serving") and outcomes[-1] == ("rollback", 1, "serving")
+    assert {o for _, _, o in outcomes[1:-1]} == {"refused"}
