@@ -5,7 +5,9 @@ adds its parsers and returns {command name: handler(args) -> exit code}. `main` 
 all in one dict and dispatches; add a registrar to `REGISTRARS` to add commands.
 
     movepred predict --target 127.0.0.1:50051 h8 h9 i8
+    movepred predict --position "h8 h9" --position "h8 i9 j10"     (one request, one batch)
     movepred genmove --visits 400 h8 h9 i8
+    movepred analyze --visits 2000 --every 200 h8 h9 i8            (streams; Ctrl-C stops it)
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from rich.text import Text
 
 from services.games.coords import CoordinateError, parse_point
 from services.games.gomoku import DEFAULT_SIZE, GomokuState, IllegalMove, Rule
+from services.protocols.sgf_export import add_play_command
+from services.triton.cli import add_rollout_commands
 
 Handler = Callable[[argparse.Namespace], int]
 Subparsers = argparse._SubParsersAction  # what ArgumentParser.add_subparsers returns
@@ -64,10 +68,39 @@ def _rpc_error(console: Console, exc: grpc.RpcError) -> int:
     return EXIT_RPC_ERROR
 
 
+def _policy_table(top_moves: Sequence) -> Table:
+    table = Table()
+    table.add_column("#", justify="right")
+    table.add_column("move")
+    table.add_column("probability", justify="right")
+    for i, m in enumerate(top_moves, 1):
+        table.add_row(str(i), m.name, f"{m.probability:.4f}")
+    return table
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
     from services.search.client import SearchClient
 
     console = _console()
+    extra = [p.split() for p in (args.position or [])]
+    if extra:  # several positions: one request, answered by one inference call
+        games = ([args.moves] if args.moves else []) + extra
+        for moves in games:
+            console.print(f"position: {' '.join(moves) or '(empty board)'}")
+            if not _show_position(console, moves, args.rule):
+                return EXIT_USAGE
+        try:
+            with SearchClient(args.target) as client:
+                r = client.predict_many(games, rule=args.rule, top_k=args.top_k,
+                                        timeout=args.timeout)
+        except grpc.RpcError as exc:
+            return _rpc_error(console, exc)
+        for moves, result in zip(games, r.results, strict=True):
+            color = "black" if result.to_move == 1 else "white"
+            console.print(f"{' '.join(moves) or '(empty board)'}: {color} to move; "
+                          f"policy of {r.model_name} v{r.model_version}:")
+            console.print(_policy_table(result.top_moves))
+        return 0
     if not _show_position(console, args.moves, args.rule):
         return EXIT_USAGE
     try:
@@ -77,14 +110,21 @@ def cmd_predict(args: argparse.Namespace) -> int:
         return _rpc_error(console, exc)
     color = "black" if r.to_move == 1 else "white"
     console.print(f"{color} to move; policy of {r.model_name} v{r.model_version}:")
-    table = Table()
-    table.add_column("#", justify="right")
-    table.add_column("move")
-    table.add_column("probability", justify="right")
-    for i, m in enumerate(r.top_moves, 1):
-        table.add_row(str(i), m.name, f"{m.probability:.4f}")
-    console.print(table)
+    console.print(_policy_table(r.top_moves))
     return 0
+
+
+def _candidates_table(candidates: Sequence, title: str | None = None) -> Table:
+    table = Table(title=title)
+    table.add_column("move")
+    table.add_column("visits", justify="right")
+    table.add_column("Q", justify="right")
+    table.add_column("prior", justify="right")
+    table.add_column("principal variation")
+    for c in candidates:
+        table.add_row(c.name, str(c.visits), f"{c.value:+.3f}", f"{c.prior:.4f}",
+                      " ".join(c.principal_variation_names))
+    return table
 
 
 def cmd_genmove(args: argparse.Namespace) -> int:
@@ -101,6 +141,8 @@ def cmd_genmove(args: argparse.Namespace) -> int:
                 max_visits=args.visits,
                 max_time_ms=args.time_ms,
                 timeout=args.timeout,
+                max_candidates=args.candidates,
+                reuse_tree=not args.no_reuse,
             )
     except grpc.RpcError as exc:
         return _rpc_error(console, exc)
@@ -110,19 +152,67 @@ def cmd_genmove(args: argparse.Namespace) -> int:
     table.add_column("value")
     table.add_row("move", f"{r.name} ({r.move.x}, {r.move.y})")
     table.add_row("visits", f"{r.visits} of {r.total_visits}")
+    table.add_row("reused visits", str(r.reused_visits))
     table.add_row("prior", f"{r.prior:.4f}")
     table.add_row("value", f"{r.value:+.3f} (for {color})")
     table.add_row("principal variation", " ".join(r.principal_variation_names))
     table.add_row("model", f"{r.model_name} v{r.model_version}")
     console.print(table)
+    if r.candidates:
+        console.print(_candidates_table(r.candidates, title="candidates"))
+    return 0
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from services.search.client import SearchClient
+
+    console = _console()
+    if not _show_position(console, args.moves, args.rule):
+        return EXIT_USAGE
+    with SearchClient(args.target) as client:
+        call = client.analyze(
+            args.moves,
+            rule=args.rule,
+            max_visits=args.visits,
+            max_time_ms=args.time_ms,
+            report_every_visits=args.every,
+            max_candidates=args.candidates,
+            timeout=args.timeout,
+            reuse_tree=not args.no_reuse,
+        )
+        try:
+            for r in call:
+                color = "black" if r.to_move == 1 else "white"
+                best = r.candidates[0] if r.candidates else None
+                head = "final" if r.final else "visits"
+                console.print(
+                    f"{head} {r.total_visits} (reused {r.reused_visits}) {r.elapsed_ms:.0f} ms  "
+                    f"value {r.value:+.3f} for {color}  best {best.name if best else '-'}  "
+                    f"[{r.model_name} v{r.model_version}]"
+                )
+                if r.final or args.tables:
+                    console.print(_candidates_table(r.candidates))
+        except KeyboardInterrupt:
+            call.cancel()  # stops the search on the server
+            console.print("cancelled")
+            return 130
+        except grpc.RpcError as exc:
+            return _rpc_error(console, exc)
     return 0
 
 
 def add_search_commands(subparsers: Subparsers) -> dict[str, Handler]:
-    """Register `predict` and `genmove` (clients of the search service)."""
+    """Register `predict`, `genmove` and `analyze` (clients of the search service)."""
     p = subparsers.add_parser("predict", help="policy network's move probabilities")
     _add_position_args(p)
     p.add_argument("--top-k", type=int, default=5, help="moves to list (default 5)")
+    p.add_argument(
+        "-p",
+        "--position",
+        action="append",
+        metavar="MOVES",
+        help='another position, quoted: "h8 h9 i8" (repeatable; all go in one request)',
+    )
     p.add_argument("--timeout", type=float, default=10.0, help="seconds (default 10)")
 
     g = subparsers.add_parser(
@@ -139,10 +229,36 @@ def add_search_commands(subparsers: Subparsers) -> dict[str, Handler]:
         default=None,
         help="seconds (default: time budget + 10 s, or 300 s)",
     )
-    return {"predict": cmd_predict, "genmove": cmd_genmove}
+    _add_search_args(g)
+
+    a = subparsers.add_parser(
+        "analyze",
+        help="stream a search's best moves as it runs",
+        epilog="Prints a line every --every visits and the candidates at the end; Ctrl-C "
+        "cancels the search on the server.",
+    )
+    _add_position_args(a)
+    a.add_argument("--visits", type=int, default=0, help="simulations (0: limited by time)")
+    a.add_argument("--time-ms", type=int, default=0, help="time budget (0: limited by visits)")
+    a.add_argument("--every", type=int, default=0, help="visits between reports (0: 100)")
+    a.add_argument("--tables", action="store_true", help="print the candidates at every report")
+    a.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds (default: time budget + 10 s, or 300 s)",
+    )
+    _add_search_args(a)
+    return {"predict": cmd_predict, "genmove": cmd_genmove, "analyze": cmd_analyze}
 
 
-REGISTRARS: list[Registrar] = [add_search_commands]
+def _add_search_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--candidates", type=int, default=0, help="candidate moves to list (0: 5)")
+    p.add_argument("--no-reuse", action="store_true", help="do not reuse the tree of an "
+                   "earlier request of this game")
+
+
+REGISTRARS: list[Registrar] = [add_search_commands, add_rollout_commands, add_play_command]
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:

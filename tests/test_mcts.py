@@ -334,3 +334,200 @@ def test_masked_softmax() -> None:
     uniform = mcts.masked_softmax(np.full(4, -np.inf), legal)
     assert uniform[1] == 0.0 and np.allclose(uniform[legal], 1 / 3)
     assert not mcts.masked_softmax(np.zeros(4), np.zeros(4, dtype=bool)).any()
+
+
+# --------------------------------------------------------------------------- renju legality
+
+# Black's i8 is a double-three (g8 h8 + i9 i10): forbidden for black under renju.
+RENJU_DOUBLE_THREE = """
+O..............
+...............
+...............
+...............
+...............
+........X......
+........X......
+......XX.......
+...............
+...............
+...............
+...............
+...............
+...............
+O.O.O..........
+"""
+
+# As above, and white's four j9-m12 (n13 blocked) can only be stopped at i8: black cannot.
+RENJU_FORBIDDEN_BLOCK = """
+O..............
+...............
+.............X.
+............O..
+...........O...
+........X.O....
+........XO.....
+......XX.......
+...............
+...............
+...............
+...............
+...............
+...............
+...............
+"""
+
+
+class PointEvaluator(UniformEvaluator):
+    """A network that is sure about one point, whatever the position."""
+
+    def __init__(self, point: int) -> None:
+        super().__init__()
+        self.point = point
+
+    def infer(self, boards: np.ndarray) -> Result:
+        out = super().infer(boards)
+        logits = out.logits.copy()
+        logits[:, self.point] = 20.0
+        return Result(logits)
+
+
+def walk(node: mcts.Node):
+    yield node
+    for child in node.children.values():
+        yield from walk(child)
+
+
+def test_renju_black_never_searches_a_forbidden_point() -> None:
+    state = state_from_ascii(RENJU_DOUBLE_THREE, rule=Rule.RENJU)
+    assert state.to_move == BLACK and not state.legal_mask()[pt("i8")]
+    s = mcts.Search(state, PointEvaluator(pt("i8")))
+    s.run(300)
+    r = s.result(top_children=225)
+    assert r.move != pt("i8") and pt("i8") not in {c.move for c in r.children}
+    assert r.total_visits == 300
+    for node in walk(s.root):  # no node anywhere offers a move its side may not play
+        if not node.terminal and len(node.moves):
+            assert node.state.legal_mask()[node.moves].all()
+    for c in r.children:
+        line = state
+        for p in c.principal_variation:
+            line = line.play(p)  # IllegalMove if a PV went through a forbidden point
+
+
+def test_renju_forbidden_only_block_is_a_proven_loss() -> None:
+    state = state_from_ascii(RENJU_FORBIDDEN_BLOCK, rule=Rule.RENJU)
+    assert state.to_move == BLACK and state.winning_points(WHITE) == [pt("i8")]
+    r = mcts.search(state, PointEvaluator(pt("i8")), max_visits=300)
+    assert r.move != pt("i8") and state.legal_mask()[r.move]
+    assert r.value == -1.0  # white makes five at i8 whatever black does
+
+
+def test_renju_white_may_play_blacks_forbidden_point() -> None:
+    state = state_from_ascii(RENJU_DOUBLE_THREE, rule=Rule.RENJU).play(pt("a2"))
+    assert state.to_move == WHITE and state.legal_mask()[pt("i8")]
+    r = mcts.search(state, PointEvaluator(pt("i8")), max_visits=50)
+    assert r.move == pt("i8")
+
+
+# --------------------------------------------------------------------------- candidates
+
+
+def test_candidates_carry_visits_q_prior_and_legal_variations() -> None:
+    state = GomokuState.from_moves([pt(n) for n in ("h8", "h9", "i8", "i9", "g7")])
+    r = mcts.search(state, CornerEvaluator(), max_visits=400, top_children=6)
+    assert [c.visits for c in r.children] == sorted((c.visits for c in r.children), reverse=True)
+    assert r.children[0].move == r.move
+    assert r.children[0].principal_variation == r.principal_variation
+    logits = CornerEvaluator().infer(state.board[np.newaxis].astype(np.int8)).logits[0]
+    policy = mcts.masked_softmax(logits, state.legal_mask())
+    for c in r.children:
+        assert c.principal_variation[0] == c.move
+        assert c.prior == pytest.approx(policy[c.move])
+        assert -1.0 <= c.value <= 1.0
+        line = state
+        for p in c.principal_variation:
+            line = line.play(p)
+
+
+# --------------------------------------------------------------------------- steps, reuse
+
+
+def test_tree_reuse_continues_with_the_subtree_visits() -> None:
+    state = GomokuState.from_moves([pt(n) for n in ("h8", "h9", "i8", "i9", "g7")])
+    first = mcts.Search(state, CornerEvaluator())
+    first.run(600)
+    r1 = first.result()
+    reply = r1.principal_variation[1]
+    node = first.root.child(r1.move).child(reply)  # two moves later: the same player to move
+    assert node is not None and node.visits > 0
+    later = state.play(r1.move).play(reply)
+    reused = node.visits
+    evaluator = CornerEvaluator()
+    probe = mcts.Search(node, evaluator)
+    probe.start()
+    assert evaluator.batches == []  # the reused root has its network priors already
+    r2 = mcts.search(later, evaluator, max_visits=reused + 50, tree=node)
+    assert r2.reused_visits == reused  # all of the subtree's visits
+    assert r2.total_visits == reused + 50 and r2.new_visits == 50
+    node = first.root.child(r1.move).child(reply)
+    # the budget counts reused visits: a smaller budget runs nothing new
+    evaluator = CornerEvaluator()
+    r3 = mcts.search(later, evaluator, max_visits=10, tree=node)
+    assert r3.new_visits == 0 and evaluator.batches == [] and r3.total_visits == node.visits
+    assert r3.move == r2.move
+    with pytest.raises(ValueError, match="not a search of this position"):
+        mcts.search(state, CornerEvaluator(), max_visits=10, tree=node)
+
+
+def test_should_stop_ends_the_search_between_batches() -> None:
+    state = GomokuState.from_moves([pt("h8")])
+    checks = []
+
+    def stop() -> bool:
+        checks.append(1)
+        return len(checks) > 3
+
+    evaluator = UniformEvaluator()
+    r = mcts.search(state, evaluator, max_visits=10_000, batch_size=8, should_stop=stop)
+    assert r.total_visits == 3 * 8 and len(evaluator.batches) == 1 + 3
+
+
+def test_batches_yield_the_visits_as_they_grow() -> None:
+    s = mcts.Search(GomokuState.from_moves([pt("h8")]), UniformEvaluator(), batch_size=8)
+    assert list(s.batches(40)) == [8, 16, 24, 32, 40]
+
+
+def test_deadline_does_not_start_a_batch_that_would_overrun() -> None:
+    state = GomokuState.from_moves([pt("h8")])
+    start = time.monotonic()
+    # root 0.2 s, one batch 0.2 s; a second batch would end after the deadline at 0.5 s
+    r = mcts.search(
+        state, UniformEvaluator(delay_s=0.2), max_visits=10_000, deadline=start + 0.5
+    )
+    assert r.evaluator_calls <= 2  # without the estimate: 3 (the last ending at 0.6 s)
+
+
+class FailingEvaluator(UniformEvaluator):
+    def __init__(self, fail_on_call: int) -> None:
+        super().__init__()
+        self.fail_on_call = fail_on_call
+
+    def infer(self, boards: np.ndarray) -> Result:
+        if len(self.batches) + 1 == self.fail_on_call:
+            self.batches.append(len(boards))
+            raise RuntimeError("network down")
+        return super().infer(boards)
+
+
+def test_evaluator_error_leaves_a_clean_tree() -> None:
+    state = GomokuState.from_moves([pt(n) for n in ("h8", "h9")])
+    s = mcts.Search(state, FailingEvaluator(fail_on_call=4), batch_size=8)
+    with pytest.raises(RuntimeError, match="network down"):
+        s.run(1000)
+    assert s.total_visits == s.root.visits == 16  # two batches made it
+    for node in walk(s.root):  # no virtual loss left, no node stuck awaiting the network
+        assert (node.child_n == np.round(node.child_n)).all() and (node.child_n >= 0).all()
+        assert node.terminal or node.priors is not None
+    s.evaluator = UniformEvaluator()  # the tree can be searched further
+    s.run(100)
+    assert s.root.visits == 100

@@ -7,13 +7,18 @@ before any inference), health and reflection.
 
 Second part (skipped without a ``tritonserver`` binary): a real Triton serving the tiny
 TorchScript policy of `tests.triton_fixtures` is started *after* the search service, which must
-recover by itself; then Predict and GenMove are checked end to end.
+recover by itself; then Predict (one position and batches), GenMove (candidates, tree reuse,
+renju, concurrent searches sharing Triton calls) and Analyze (streaming, cancellation, deadline)
+are checked end to end, reading the service's Prometheus registry to see its Triton calls.
 """
 
 from __future__ import annotations
 
+import logging
 import socket
+import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,10 +32,11 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from services import cli
 from services.api.movepred.v1 import search_pb2, search_pb2_grpc
 from services.games.coords import index_name
-from services.games.gomoku import GomokuState
+from services.games.gomoku import GomokuState, Rule
 from services.search.client import SearchClient, position
 from services.search.mcts import masked_softmax
-from services.search.server import SERVICE_NAME, build_server
+from services.search.metrics import Metrics
+from services.search.server import SERVICE_NAME, build_server, build_service
 from services.triton.client import PolicyClient
 
 
@@ -71,16 +77,25 @@ def _pos(*moves: str | tuple[int, int], **fields: object) -> search_pb2.Position
 def _abort_code(call, request, timeout: float = 5.0) -> tuple[grpc.StatusCode, str, float]:
     start = time.monotonic()
     with pytest.raises(grpc.RpcError) as info:
-        call(request, timeout=timeout)
+        reply = call(request, timeout=timeout)
+        if isinstance(request, search_pb2.AnalyzeRequest):
+            list(reply)  # a stream fails when read
     return info.value.code(), info.value.details(), time.monotonic() - start
 
 
-@pytest.mark.parametrize("method", ["Predict", "GenMove"])
+REQUESTS = {
+    "Predict": search_pb2.PredictRequest,
+    "GenMove": search_pb2.GenMoveRequest,
+    "Analyze": search_pb2.AnalyzeRequest,
+}
+
+
+@pytest.mark.parametrize("method", ["Predict", "GenMove", "Analyze"])
 def test_unavailable_within_deadline_and_again(stub, method: str) -> None:
     request = (
         search_pb2.PredictRequest(position=_pos("h8", "h9"))
         if method == "Predict"
-        else search_pb2.GenMoveRequest(position=_pos("h8", "h9"), max_visits=50)
+        else REQUESTS[method](position=_pos("h8", "h9"), max_visits=50)
     )
     for _ in range(2):  # a failure leaves nothing broken behind: the next call tries afresh
         code, details, elapsed = _abort_code(getattr(stub, method), request, timeout=5.0)
@@ -90,6 +105,8 @@ def test_unavailable_within_deadline_and_again(stub, method: str) -> None:
 
 
 WIN_LINE = ["h8", "a1", "i8", "a2", "j8", "a3", "k8", "a4", "l8"]  # black makes five
+# Black to move; i8 is a double-three for black (g8 h8 + i9 i10), forbidden under renju.
+RENJU_DOUBLE_THREE = ["g8", "a1", "h8", "c1", "i9", "e1", "i10", "a15"]
 
 INVALID = [
     ("Predict", dict(position=_pos("h8", "h8")), "position.moves[1]: h8 is occupied"),
@@ -105,8 +122,6 @@ INVALID = [
     ("Predict", dict(position=_pos(game=search_pb2.GO)), "position.game: GO is not served yet"),
     ("GenMove", dict(position=_pos("h8"), max_visits=-1), "max_visits: must be >= 0"),
     ("GenMove", dict(position=_pos("h8"), max_time_ms=-5), "max_time_ms: must be >= 0"),
-    ("GenMove", dict(position=_pos("h8"), max_visits=100_001), "max_visits: must be at most"),
-    ("GenMove", dict(position=_pos("h8"), max_time_ms=60_001), "max_time_ms: must be at most"),
     ("Predict", dict(position=_pos("h8"), top_k=-1), "top_k: must be in 0..225"),
     ("Predict", dict(position=_pos("h8"), top_k=226), "top_k: must be in 0..225"),
     ("GenMove", dict(position=_pos(*WIN_LINE)), "position: the game is over (black made five)"),
@@ -116,16 +131,119 @@ INVALID = [
         dict(position=search_pb2.Position(setup_black=[_point("h8")], setup_white=[_point("h8")])),
         "position.setup_white[0]: h8 is occupied",
     ),
+    (
+        "Predict",
+        dict(position=_pos("h8"), positions=[_pos("h8")]),
+        "position: give either position or positions, not both",
+    ),
+    (
+        "Predict",
+        dict(positions=[_pos("h8"), _pos("h8", "h8")]),
+        "positions[1].moves[1]: h8 is occupied",
+    ),
+    ("Predict", dict(positions=[_pos(), _pos(*WIN_LINE)]), "positions[1]: the game is over"),
+    ("GenMove", dict(position=_pos("h8"), max_candidates=226), "max_candidates: must be in 0..225"),
+    (
+        "GenMove",
+        dict(position=_pos(*RENJU_DOUBLE_THREE, "i8", rule=search_pb2.RENJU)),
+        "position.moves[8]: move i8 is forbidden for black (double-three)",
+    ),
+    ("Analyze", dict(position=_pos("h8"), report_every_visits=-1), "report_every_visits: must"),
+    ("Analyze", dict(position=_pos("h8"), max_visits=-1), "max_visits: must be >= 0"),
+    ("Analyze", dict(position=_pos(*WIN_LINE)), "position: the game is over (black made five)"),
 ]
 
 
 @pytest.mark.parametrize(("method", "fields", "message"), INVALID)
 def test_invalid_request_names_the_field(stub, method: str, fields: dict, message: str) -> None:
-    request_cls = search_pb2.PredictRequest if method == "Predict" else search_pb2.GenMoveRequest
-    code, details, _ = _abort_code(getattr(stub, method), request_cls(**fields))
+    code, details, _ = _abort_code(getattr(stub, method), REQUESTS[method](**fields))
     # INVALID_ARGUMENT, not UNAVAILABLE: validation runs before Triton is called
     assert code == grpc.StatusCode.INVALID_ARGUMENT, details
     assert details.startswith(message), details
+
+
+ALL_POINTS = [(x, y) for y in range(15) for x in range(15)]
+TOO_LARGE = [
+    ("GenMove", dict(position=_pos("h8"), max_visits=100_001), "max_visits: must be at most"),
+    ("GenMove", dict(position=_pos("h8"), max_time_ms=60_001), "max_time_ms: must be at most"),
+    ("Analyze", dict(position=_pos("h8"), max_visits=100_001), "max_visits: must be at most"),
+    ("Analyze", dict(position=_pos("h8"), max_time_ms=60_001), "max_time_ms: must be at most"),
+    ("Predict", dict(positions=[_pos("h8")] * 257), "positions: at most 256 per request, got 257"),
+    ("GenMove", dict(position=_pos(*ALL_POINTS, (0, 0))), "position.moves: at most 225 points"),
+    (
+        "Predict",
+        dict(positions=[_pos(), search_pb2.Position(setup_black=[_point("a1")] * 226)]),
+        "positions[1].setup_black: at most 225 points",
+    ),
+]
+
+
+@pytest.mark.parametrize(("method", "fields", "message"), TOO_LARGE)
+def test_over_the_limits_is_resource_exhausted(stub, method: str, fields: dict, message: str):
+    code, details, _ = _abort_code(getattr(stub, method), REQUESTS[method](**fields))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, details
+    assert details.startswith(message), details
+
+
+def test_a_message_over_the_size_limit_is_refused(stub) -> None:
+    # ~1.3 MB: over the server's 1 MiB max_receive_message_length, refused by gRPC itself
+    big = search_pb2.Position(setup_black=[search_pb2.Point(x=14, y=14)] * 200_000)
+    assert big.ByteSize() > 1 << 20
+    code, details, _ = _abort_code(stub.Predict, search_pb2.PredictRequest(position=big))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, details
+    # a full 256-position batch of 225-move records is well within it: it reaches validation
+    full = search_pb2.PredictRequest(positions=[_pos(*ALL_POINTS)] * 256)
+    assert full.ByteSize() < 1 << 20
+    code, details, _ = _abort_code(stub.Predict, full)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("positions[0].moves")
+
+
+def test_metrics_endpoint_counts_requests_by_code(stub) -> None:
+    from services.triton.server import free_port
+
+    policy = PolicyClient(f"127.0.0.1:{closed_port()}", timeout_s=2.0)
+    service = build_service(policy, port=0, metrics_port=free_port()).start()
+    try:
+        assert service.metrics_server is not None
+        assert service.metrics_server.httpd.server_address[0] == "127.0.0.1"  # loopback
+        with grpc.insecure_channel(f"127.0.0.1:{service.port}") as channel:
+            own = search_pb2_grpc.SearchServiceStub(channel)
+            for request in (
+                search_pb2.PredictRequest(position=_pos("h8", "h8")),
+                search_pb2.PredictRequest(position=_pos("h8")),
+                search_pb2.PredictRequest(positions=[_pos()] * 300),
+            ):
+                with pytest.raises(grpc.RpcError):
+                    own.Predict(request, timeout=5)
+        with urllib.request.urlopen(service.metrics_server.url, timeout=5) as reply:
+            text = reply.read().decode()
+    finally:
+        service.stop()
+        policy.close()
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+    def sample(name: str, **labels: str) -> float:
+        return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+    for code in ("INVALID_ARGUMENT", "UNAVAILABLE", "RESOURCE_EXHAUSTED"):
+        assert sample("movepred_requests_total", rpc="Predict", code=code) == 1, code
+    assert sample("movepred_request_duration_seconds_count", rpc="Predict") == 3
+    assert sample("movepred_triton_errors_total", kind="unavailable") == 1
+    assert sample("movepred_triton_batch_boards_count") == 1  # the one call that got that far
+
+
+def test_metrics_are_off_by_default() -> None:
+    service = build_service(PolicyClient(f"127.0.0.1:{closed_port()}"), port=0)
+    try:
+        assert service.metrics_server is None and isinstance(service.metrics, Metrics)
+    finally:
+        service.stop()
 
 
 def test_health_serving(target: str) -> None:
@@ -177,6 +295,7 @@ class Live:
     target: str
     triton: object  # services.triton.server.TritonServer, not started until `bring_up`
     model_path: Path
+    metrics: Metrics
     outage_codes: list[grpc.StatusCode] = field(default_factory=list)
     recovery_s: float | None = None
 
@@ -221,12 +340,11 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     grpc_port = free_port()
     triton = TritonServer(repository, grpc_port=grpc_port, log_path=root / "tritonserver.log")
     policy = PolicyClient(f"127.0.0.1:{grpc_port}", timeout_s=5.0)
-    server, port = build_server(policy, port=0)
-    server.start()
+    service = build_service(policy, port=0).start()
     try:
-        yield Live(f"127.0.0.1:{port}", triton, model_path)
+        yield Live(f"127.0.0.1:{service.port}", triton, model_path, service.metrics)
     finally:
-        server.stop(0).wait()
+        service.stop()
         policy.close()
         triton.stop()
 
@@ -296,3 +414,250 @@ def test_genmove_budget_end_to_end(live: Live) -> None:
         start = time.monotonic()
         d = client.genmove(["h8"], max_visits=100_000, timeout=1.0)
         assert time.monotonic() - start < 1.0 and 0 < d.total_visits < 100_000
+
+
+# --------------------------------------------------------------------------- batches, reuse,
+# renju, concurrency, Analyze: all on the real Triton of `live`
+
+
+def _boards_calls(live: Live) -> tuple[float, float]:
+    """(Triton infer calls, boards sent) so far, from the service's own metrics."""
+    m = live.metrics
+    calls = m.value("movepred_triton_batch_boards_count")
+    return calls, m.value("movepred_triton_batch_boards_sum")
+
+
+def _wait_for(predicate, within_s: float = 10.0) -> None:
+    deadline = time.monotonic() + within_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)
+
+
+@pytest.mark.timeout(180)
+def test_predict_batch_is_one_triton_call(live: Live) -> None:
+    from tests.triton_fixtures import run_local
+
+    live.bring_up()
+    games = [
+        (["h8"], search_pb2.FREESTYLE),
+        (["h8", "h9", "i8", "g7"], search_pb2.FREESTYLE),
+        ([], search_pb2.FREESTYLE),
+        (RENJU_DOUBLE_THREE, search_pb2.RENJU),
+        (["a1", "b2", "c3"], search_pb2.STANDARD),
+    ]
+    request = search_pb2.PredictRequest(
+        positions=[_pos(*moves, rule=rule) for moves, rule in games], top_k=3
+    )
+    calls, boards = _boards_calls(live)
+    with grpc.insecure_channel(live.target) as channel:
+        r = search_pb2_grpc.SearchServiceStub(channel).Predict(request, timeout=10)
+    assert _boards_calls(live) == (calls + 1, boards + len(games))  # ONE call, all positions
+    assert len(r.results) == len(games) and not r.policy and not r.top_moves
+    assert not r.HasField("value")  # no value head yet
+    assert (r.model_name, r.model_version) == ("gomoku_policy", "1")
+    rules = {search_pb2.FREESTYLE: Rule.FREESTYLE, search_pb2.RENJU: Rule.RENJU,
+             search_pb2.STANDARD: Rule.STANDARD}
+    states = [
+        GomokuState.from_moves([p.y * 15 + p.x for p in position(m).moves], rule=rules[rule])
+        for m, rule in games
+    ]
+    logits = run_local(live.model_path, np.stack([s.board for s in states]).astype(np.int8))
+    for state, row, result in zip(states, logits, r.results, strict=True):
+        expected = masked_softmax(row, state.legal_mask())
+        np.testing.assert_allclose(np.array(result.policy), expected, rtol=1e-4, atol=1e-6)
+        assert len(result.top_moves) == 3 and not result.HasField("value")
+        assert result.to_move == (search_pb2.BLACK if len(state.moves) % 2 == 0 else
+                                  search_pb2.WHITE)
+    renju = np.array(r.results[3].policy)
+    assert renju[7 * 15 + 8] == 0.0  # i8: forbidden for black, so never predicted
+    with SearchClient(live.target) as client:
+        one = client.predict(["h8"], top_k=3)
+        assert list(one.results[0].policy) == list(one.policy)
+        assert list(one.results[0].top_moves) == list(one.top_moves)
+        many = client.predict_many([["h8"], ["h8", "h9"]], top_k=2)
+        assert [len(x.top_moves) for x in many.results] == [2, 2]
+
+
+@pytest.mark.timeout(180)
+def test_genmove_reports_candidates(live: Live) -> None:
+    live.bring_up()
+    with SearchClient(live.target) as client:
+        r = client.genmove(["e5", "k11", "f5"], max_visits=200, max_candidates=4)
+        default = client.genmove(["e5", "k11"], max_visits=20)
+    assert len(r.candidates) == 4 and r.candidates[0].name == r.name
+    visits = [c.visits for c in r.candidates]
+    assert visits == sorted(visits, reverse=True) and visits[0] == r.visits
+    for c in r.candidates:
+        assert c.principal_variation_names[0] == c.name
+        assert len(c.principal_variation) == len(c.principal_variation_names)
+        assert 0.0 < c.prior <= 1.0 and -1.0 <= c.value <= 1.0
+    assert list(r.candidates[0].principal_variation_names) == list(r.principal_variation_names)
+    assert len(default.candidates) == 5
+
+
+@pytest.mark.timeout(180)
+def test_genmove_reuses_the_tree_of_the_previous_move(live: Live) -> None:
+    live.bring_up()
+    # white must block l8: every simulation goes through that one move, so after it the
+    # tree below holds nearly all of the first search's visits
+    moves = ["h8", "g8", "i8", "a1", "j8", "a2", "k8"]
+    hits = live.metrics.value("movepred_tree_reuse_total", result="hit")
+    reused = live.metrics.value("movepred_tree_reused_visits_total")
+    with SearchClient(live.target) as client:
+        r1 = client.genmove(moves, max_visits=200)
+        assert r1.name == "l8" and r1.reused_visits == 0 and r1.total_visits == 200
+        r2 = client.genmove([*moves, "l8"], max_visits=300)  # black's turn, one move later
+        assert r2.reused_visits == 199 and r2.total_visits == 300  # reused visits count
+        assert live.metrics.value("movepred_tree_reuse_total", result="hit") == hits + 1
+        assert live.metrics.value("movepred_tree_reused_visits_total") == reused + 199
+        pv = list(r2.principal_variation_names)
+        assert len(pv) >= 2
+        r3 = client.genmove([*moves, "l8", *pv[:2]], max_visits=50)  # two moves later
+        assert live.metrics.value("movepred_tree_reuse_total", result="hit") == hits + 2
+        assert r3.total_visits == max(50, r3.reused_visits)
+        r4 = client.genmove([*moves, "l8"], max_visits=100, reuse_tree=False)
+        assert r4.reused_visits == 0 and r4.total_visits == 100
+
+
+@pytest.mark.timeout(180)
+def test_genmove_renju_plays_legal_moves_only(live: Live) -> None:
+    live.bring_up()
+    with SearchClient(live.target) as client:
+        r = client.genmove(RENJU_DOUBLE_THREE, rule="renju", max_visits=150, max_candidates=225)
+    assert r.color == search_pb2.BLACK and r.name != "i8"
+    names = {c.name for c in r.candidates}
+    assert len(names) == 225 - 8 - 1 and "i8" not in names  # every legal point, no forbidden one
+    for c in r.candidates:
+        assert "i8" not in c.principal_variation_names[::2]  # black's moves along each line
+
+
+@pytest.mark.timeout(180)
+def test_concurrent_genmoves_share_triton_calls(live: Live) -> None:
+    live.bring_up()
+    m = live.metrics
+    count0 = m.value("movepred_triton_batch_boards_count")
+    small0 = m.value("movepred_triton_batch_boards_bucket", le="16.0")
+    requests0 = m.value("movepred_triton_batch_requests_sum")
+    openings = [["a1"], ["o15"], ["a15"], ["o1"], ["h8", "c3"], ["h8", "m13"], ["c13"], ["m3"]]
+
+    def one(moves: list[str]) -> search_pb2.GenMoveResponse:
+        with SearchClient(live.target) as client:
+            return client.genmove(moves, max_visits=160, reuse_tree=False, timeout=60)
+
+    threads_out: list = [None] * len(openings)
+
+    def run(i: int) -> None:
+        threads_out[i] = one(openings[i])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(openings))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    assert all(r is not None and r.total_visits == 160 for r in threads_out)
+    calls = m.value("movepred_triton_batch_boards_count") - count0
+    merged = calls - (m.value("movepred_triton_batch_boards_bucket", le="16.0") - small0)
+    requests = m.value("movepred_triton_batch_requests_sum") - requests0
+    # a search sends at most 16 leaves at a time: a call with more carried several searches
+    assert merged > 0 and requests > calls
+
+
+@pytest.mark.timeout(180)
+def test_analyze_streams_reports_until_the_budget(live: Live) -> None:
+    live.bring_up()
+    with SearchClient(live.target) as client:
+        reports = list(
+            client.analyze(["h8", "j9"], max_visits=256, report_every_visits=64,
+                           max_candidates=3, reuse_tree=False)
+        )
+    totals = [r.total_visits for r in reports]
+    assert [r.final for r in reports] == [False] * (len(reports) - 1) + [True]
+    assert totals == sorted(totals) and totals[-1] == 256 and len(reports) >= 4
+    for k, total in enumerate(totals[:-1], 1):
+        assert total >= 64 * k  # one report per 64 visits (at the end of a batch)
+    for r in reports:
+        assert 0 < len(r.candidates) <= 3 and r.to_move == search_pb2.BLACK
+        visits = [c.visits for c in r.candidates]
+        assert visits == sorted(visits, reverse=True)
+        assert r.model_version == "1"
+    assert reports[-1].candidates[0].principal_variation_names[0] == reports[-1].candidates[0].name
+
+
+@pytest.mark.timeout(180)
+def test_cancelled_calls_stop_their_search(live: Live, caplog: pytest.LogCaptureFixture) -> None:
+    live.bring_up()
+    caplog.set_level(logging.WARNING)
+    m = live.metrics
+    cancelled = m.value("movepred_requests_total", rpc="Analyze", code="CANCELLED")
+    playouts = m.value("movepred_search_playouts_total")
+    with SearchClient(live.target) as client:
+        call = client.analyze(["g7", "h9"], max_visits=100_000, report_every_visits=32,
+                              reuse_tree=False, timeout=60)
+        seen = []
+        for report in call:
+            seen.append(report.total_visits)
+            if len(seen) == 2:
+                call.cancel()
+                break
+        _wait_for(lambda: m.value("movepred_requests_total", rpc="Analyze", code="CANCELLED")
+                  == cancelled + 1)
+        calls = m.value("movepred_triton_batch_boards_count")
+        time.sleep(0.5)
+        assert m.value("movepred_triton_batch_boards_count") == calls  # no more Triton calls
+        assert m.value("movepred_search_playouts_total") - playouts < 2000
+
+        # a unary GenMove whose client gives up stops too
+        genmoves = m.value("movepred_requests_total", rpc="GenMove", code="CANCELLED")
+        request = search_pb2.GenMoveRequest(
+            position=position(["f6", "j10"]), max_visits=100_000, disable_tree_reuse=True
+        )
+        started = m.value("movepred_triton_batch_boards_count")
+        future = client._stub.GenMove.future(request, timeout=60)
+        _wait_for(lambda: m.value("movepred_triton_batch_boards_count") > started + 5)
+        future.cancel()
+        _wait_for(lambda: m.value("movepred_requests_total", rpc="GenMove", code="CANCELLED")
+                  == genmoves + 1)
+        calls = m.value("movepred_triton_batch_boards_count")
+        time.sleep(0.5)
+        assert m.value("movepred_triton_batch_boards_count") == calls
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [], [r.getMessage() for r in errors]  # a cancel is no server error
+
+
+@pytest.mark.timeout(180)
+def test_analyze_ends_before_the_deadline(live: Live) -> None:
+    live.bring_up()
+    with SearchClient(live.target) as client:
+        start = time.monotonic()
+        reports = list(client.analyze(["h8", "h10"], max_visits=100_000,
+                                      report_every_visits=50_000, reuse_tree=False, timeout=1.5))
+        assert time.monotonic() - start < 1.5
+    assert reports[-1].final and 0 < reports[-1].total_visits < 100_000
+
+
+@pytest.mark.timeout(180)
+def test_live_metrics_count_requests_and_latency(live: Live) -> None:
+    live.bring_up()
+    m = live.metrics
+    ok = m.value("movepred_requests_total", rpc="Predict", code="OK")
+    seconds = m.value("movepred_request_duration_seconds_count", rpc="Predict")
+    with SearchClient(live.target) as client:
+        client.predict(["h8"])
+    assert m.value("movepred_requests_total", rpc="Predict", code="OK") == ok + 1
+    assert m.value("movepred_request_duration_seconds_count", rpc="Predict") == seconds + 1
+    assert m.value("movepred_triton_infer_duration_seconds_count") > 0
+
+
+@pytest.mark.timeout(180)
+def test_cli_analyze_and_predict_batch(live: Live, capsys: pytest.CaptureFixture[str]) -> None:
+    live.bring_up()
+    argv = ["analyze", "--target", live.target, "--visits", "64", "--every", "32", "--no-reuse"]
+    assert cli.main([*argv, "h8", "h9"]) == 0
+    out = capsys.readouterr().out
+    assert "visits 32" in out and "final 64 (reused 0)" in out and "principal variation" in out
+    argv = ["predict", "--target", live.target, "--top-k", "2", "h8", "-p", "h8 h9", "-p", ""]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "h8 h9: black to move" in out and "(empty board): black to move" in out
+    assert "h8: white to move" in out

@@ -2,12 +2,14 @@
 
 Moves are given as RenjuNet names ("h8") or (x, y) pairs; names are parsed here, pairs are sent
 as they are, so the server's validation has the last word. Calls return the proto responses and
-raise `grpc.RpcError` for failures (e.g. INVALID_ARGUMENT, UNAVAILABLE).
+raise `grpc.RpcError` for failures (e.g. INVALID_ARGUMENT, UNAVAILABLE, RESOURCE_EXHAUSTED).
+`analyze` returns the streaming call: iterate it for the reports, `cancel()` it to stop the
+search on the server.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import grpc
 
@@ -55,6 +57,14 @@ def position(
     )
 
 
+def _search_timeout(timeout: float | None, max_time_ms: int) -> float:
+    if timeout is not None:
+        return timeout
+    if max_time_ms > 0:
+        return max_time_ms / 1000.0 + GENMOVE_EXTRA_TIMEOUT_S
+    return DEFAULT_GENMOVE_TIMEOUT_S
+
+
 class SearchClient:
     """Blocking client for one search server; usable as a context manager."""
 
@@ -73,6 +83,19 @@ class SearchClient:
         request = search_pb2.PredictRequest(position=position(moves, rule), top_k=top_k)
         return self._stub.Predict(request, timeout=timeout)
 
+    def predict_many(
+        self,
+        games: Sequence[Sequence[MoveLike]],
+        rule: RuleLike = Rule.FREESTYLE,
+        top_k: int = 5,
+        timeout: float | None = DEFAULT_PREDICT_TIMEOUT_S,
+    ) -> search_pb2.PredictResponse:
+        """Several positions in one request (one inference call); answers in `results`."""
+        request = search_pb2.PredictRequest(
+            positions=[position(moves, rule) for moves in games], top_k=top_k
+        )
+        return self._stub.Predict(request, timeout=timeout)
+
     def genmove(
         self,
         moves: Sequence[MoveLike],
@@ -80,21 +103,44 @@ class SearchClient:
         max_visits: int = 0,
         max_time_ms: int = 0,
         timeout: float | None = None,
+        max_candidates: int = 0,
+        reuse_tree: bool = True,
     ) -> search_pb2.GenMoveResponse:
         """Both budgets 0 lets the server pick its default (200 visits).
 
         timeout None: max_time_ms plus 10 s when a time budget is given, else 300 s.
         """
-        if timeout is None:
-            timeout = (
-                max_time_ms / 1000.0 + GENMOVE_EXTRA_TIMEOUT_S
-                if max_time_ms > 0
-                else DEFAULT_GENMOVE_TIMEOUT_S
-            )
         request = search_pb2.GenMoveRequest(
-            position=position(moves, rule), max_visits=max_visits, max_time_ms=max_time_ms
+            position=position(moves, rule),
+            max_visits=max_visits,
+            max_time_ms=max_time_ms,
+            max_candidates=max_candidates,
+            disable_tree_reuse=not reuse_tree,
         )
-        return self._stub.GenMove(request, timeout=timeout)
+        return self._stub.GenMove(request, timeout=_search_timeout(timeout, max_time_ms))
+
+    def analyze(
+        self,
+        moves: Sequence[MoveLike],
+        rule: RuleLike = Rule.FREESTYLE,
+        max_visits: int = 0,
+        max_time_ms: int = 0,
+        report_every_visits: int = 0,
+        max_candidates: int = 0,
+        timeout: float | None = None,
+        reuse_tree: bool = True,
+    ) -> Iterator[search_pb2.AnalyzeResponse]:
+        """The stream of reports (the last one has final=True); the returned call is also a
+        `grpc.Call`: `cancel()` stops the search. Timeout as for `genmove`."""
+        request = search_pb2.AnalyzeRequest(
+            position=position(moves, rule),
+            max_visits=max_visits,
+            max_time_ms=max_time_ms,
+            report_every_visits=report_every_visits,
+            max_candidates=max_candidates,
+            disable_tree_reuse=not reuse_tree,
+        )
+        return self._stub.Analyze(request, timeout=_search_timeout(timeout, max_time_ms))
 
     def close(self) -> None:
         self._channel.close()

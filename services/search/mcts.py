@@ -14,6 +14,13 @@ Why it looks like this:
   over the tree by a virtual loss, so one Triton request carries many boards.
 * **Deterministic given the evaluator**: candidates are kept in ascending point order and every
   tie (selection, final move, principal variation) goes to the lowest point index.
+* **Legal moves only**: candidates come from `GomokuState.legal_mask()`, so under renju black
+  never searches (nor plays) a forbidden point; a four that black could only block on a
+  forbidden point is a proven loss, found by searching black's legal moves.
+* **Steppable and reusable**: `Search` runs one batch at a time (`batches()` yields between
+  batches, where the tree holds no virtual loss), so callers can stream reports, stop on
+  cancellation, and keep the tree: a subtree of a finished search can seed the next search
+  (`Search(node, ...)`) with all its visits (tree reuse between the moves of one game).
 
 The search talks to a `PolicyEvaluator` (anything with `infer(boards) -> logits/model info`,
 e.g. `services.triton.client.PolicyClient`), never to Triton directly.
@@ -24,12 +31,21 @@ from __future__ import annotations
 import functools
 import math
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
-from services.games.gomoku import DIRECTIONS, EMPTY, GomokuState, makes_five, opponent
+from services.games.gomoku import (
+    BLACK,
+    DIRECTIONS,
+    EMPTY,
+    WHITE,
+    GomokuState,
+    makes_five,
+    opponent,
+)
 
 DEFAULT_C_PUCT = 1.5
 DEFAULT_BATCH_SIZE = 16
@@ -56,7 +72,8 @@ class PolicyEvaluator(Protocol):
 
 
 class GameOverError(ValueError):
-    """The position has no legal move (somebody made five, or the board is full)."""
+    """The position has no legal move (somebody made five, the board is full, or every empty
+    point is forbidden for black under renju)."""
 
 
 class EvaluatorError(RuntimeError):
@@ -95,19 +112,31 @@ def _windows(size: int) -> np.ndarray:
     return np.array(rows, dtype=np.intp)
 
 
-def winning_points(state: GomokuState, color: int) -> list[int]:
+# Cell codes whose sum over a 5-cell window identifies "four stones of one colour and one empty
+# cell": 4 * 1 = 4 for black, 4 * 6 = 24 for white (no other mix of 5 cells sums to 4 or 24).
+_CODES = np.array([0, 1, 6], dtype=np.int16)  # EMPTY, BLACK, WHITE
+_FOUR_SUM = {BLACK: 4, WHITE: 24}
+
+
+def _window_sums(state: GomokuState) -> np.ndarray:
+    return _CODES[state.board.reshape(-1)][_windows(state.size)].sum(axis=1)
+
+
+def winning_points(state: GomokuState, color: int, sums: np.ndarray | None = None) -> list[int]:
     """Empty points where `color` makes five at once, ascending.
 
     Same answer as `GomokuState.winning_points`, but fast: a five through a point needs a window
     of five cells holding four stones of `color` and that empty point, so only those candidates
-    are checked with the rules' own `makes_five` (which knows about overlines).
+    are checked with the rules' own `makes_five` (which knows about overlines). `sums`: the
+    board's window sums, when the caller has them already.
     """
-    windows = _windows(state.size)
-    cells = state.board.reshape(-1)[windows]
-    hit = ((cells == color).sum(axis=1) == 4) & ((cells == EMPTY).sum(axis=1) == 1)
+    if sums is None:
+        sums = _window_sums(state)
+    hit = sums == _FOUR_SUM[color]
     if not hit.any():
         return []
-    candidates = np.unique(windows[hit][cells[hit] == EMPTY])
+    windows = _windows(state.size)[hit]
+    candidates = np.unique(windows[state.board.reshape(-1)[windows] == EMPTY])
     size, board, rule = state.size, state.board, state.rule
     return [int(p) for p in candidates if makes_five(board, p % size, p // size, color, rule)]
 
@@ -118,13 +147,14 @@ class ChildStats:
     visits: int
     prior: float  # the network's probability of the move over all legal points
     value: float  # mean value for the player making the move (0 when unvisited)
+    principal_variation: tuple[int, ...] = ()  # starts with `move`
 
 
 @dataclass(frozen=True)
 class SearchResult:
     move: int
     visits: int  # visits of the chosen move
-    total_visits: int  # simulations run (visits of the root's children together)
+    total_visits: int  # visits of the root's children together, reused ones included
     prior: float  # network probability of the chosen move over all legal points
     value: float  # root mean value for the side to move, in [-1, 1]
     principal_variation: tuple[int, ...]  # starts with `move`
@@ -134,22 +164,46 @@ class SearchResult:
     evaluator_calls: int
     evaluated_leaves: int  # boards sent to the evaluator, root included
     elapsed_s: float
+    reused_visits: int = 0  # part of total_visits that came with a reused tree
+    new_visits: int = 0  # simulations run by this search (total_visits - reused_visits)
 
 
-class _Node:
-    """A position in the tree; edge statistics live in the parent's arrays for fast selection."""
+class Node:
+    """A position in the tree; edge statistics live in the parent's arrays for fast selection.
 
-    __slots__ = ("child_n", "child_w", "children", "moves", "priors", "state", "terminal", "value")
+    Kept small, as trees are cached between requests (about 6 KB per expanded node on 15x15):
+    candidates are int16, visit counts float32 (exact integers below 2**24), and only expanded
+    children are stored (`children` maps a candidate's index to its node).
+
+    `scale` is the network's total probability of the candidates (None while the priors did not
+    come from the network): `priors * scale` gives each candidate's probability over all legal
+    points, which is what results report as the prior.
+    """
+
+    __slots__ = (
+        "child_n",
+        "child_w",
+        "children",
+        "legal",
+        "moves",
+        "priors",
+        "scale",
+        "state",
+        "terminal",
+        "value",
+    )
 
     def __init__(self, state: GomokuState) -> None:
         self.state = state
         self.terminal = False
         self.value = 0.0  # leaf value for the player who moved into this node
-        self.moves: np.ndarray = np.empty(0, dtype=np.intp)  # candidates, ascending
+        self.moves: np.ndarray = np.empty(0, dtype=np.int16)  # candidates, ascending
         self.priors: np.ndarray | None = None  # over `moves`; None while awaiting the network
-        self.child_n = np.empty(0)
+        self.scale: float | None = None
+        self.legal: np.ndarray | None = None  # kept only while awaiting the network
+        self.child_n = np.empty(0, dtype=np.float32)
         self.child_w = np.empty(0)
-        self.children: list[_Node | None] = []
+        self.children: dict[int, Node] = {}
 
     def prepare(self) -> bool:
         """Classify a new node; True when its priors must come from the network."""
@@ -157,34 +211,50 @@ class _Node:
         if s.winner != EMPTY:  # the move into this node made five
             self.terminal, self.value = True, 1.0
             return False
-        if not (s.board == EMPTY).any():  # full board, nobody made five
+        legal = s.legal_mask()
+        if not legal.any():  # full board (or, under renju, only forbidden points): a draw
             self.terminal, self.value = True, 0.0
             return False
-        wins = winning_points(s, s.to_move)
+        sums = _window_sums(s)
+        wins = [p for p in winning_points(s, s.to_move, sums) if legal[p]]
         if wins:  # proven win for the side to move: only winning points matter
             self.value = -1.0
             self._set_moves(wins, np.full(len(wins), 1.0 / len(wins)))
             return False
-        blocks = winning_points(s, opponent(s.to_move))
-        candidates = blocks or np.flatnonzero(s.board.reshape(-1) == EMPTY).tolist()
+        blocks = [p for p in winning_points(s, opponent(s.to_move), sums) if legal[p]]
+        # no legal block (renju: black's only blocks are forbidden): every legal move loses
+        candidates = blocks or np.flatnonzero(legal).tolist()
         if len(candidates) == 1:
             self._set_moves(candidates, np.ones(1))
             return False
         self._set_moves(candidates, None)
+        self.legal = legal
         return True
 
+    @property
+    def visits(self) -> int:
+        """Simulations that went through this node to one of its children."""
+        return int(self.child_n.sum())
+
     def _set_moves(self, moves: list[int], priors: np.ndarray | None) -> None:
-        self.moves = np.asarray(moves, dtype=np.intp)
+        self.moves = np.asarray(moves, dtype=np.int16)
         self.priors = priors
-        self.child_n = np.zeros(len(moves))
+        self.child_n = np.zeros(len(moves), dtype=np.float32)
         self.child_w = np.zeros(len(moves))
-        self.children = [None] * len(moves)
+        self.children = {}
 
     def set_network_priors(self, policy: np.ndarray) -> None:
         """Priors over the candidates from a full-board policy, renormalised."""
         p = policy[self.moves]
-        total = p.sum()
+        total = float(p.sum())
         self.priors = p / total if total > 0 else np.full(len(p), 1.0 / len(p))
+        self.scale = total
+        self.legal = None
+
+    def network_prior(self, i: int) -> float:
+        """Probability of candidate i over all legal points (0 when unknown)."""
+        assert self.priors is not None
+        return float(self.priors[i] * self.scale) if self.scale is not None else 0.0
 
     def best_child(self) -> int:
         """Most visited child; ties go to the higher prior, then the lower point index."""
@@ -192,26 +262,60 @@ class _Node:
         order = np.lexsort((self.moves, -self.priors, -self.child_n))
         return int(order[0])
 
+    def child(self, move: int) -> Node | None:
+        """The expanded child reached by `move`, or None."""
+        i = int(np.searchsorted(self.moves, move))
+        if i < len(self.moves) and self.moves[i] == move:
+            return self.children.get(i)
+        return None
 
-class _Search:
+
+_Node = Node  # the name used before Node became public
+
+
+class Search:
+    """One PUCT search, run batch by batch.
+
+    `root` is a position (a fresh tree) or a `Node` of an earlier search (reuse: its visits,
+    `reused_visits`, count towards the budget). Use: `start()`, then iterate `batches(...)`
+    (or call `run`), then `result()`. Not thread-safe: one search belongs to one thread.
+    """
+
     def __init__(
         self,
-        root: GomokuState,
+        root: GomokuState | Node,
         evaluator: PolicyEvaluator,
-        c_puct: float,
-        batch_size: int,
+        *,
+        c_puct: float = DEFAULT_C_PUCT,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        model_name: str = "",
+        model_version: str = "",
     ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.evaluator = evaluator
         self.c_puct = c_puct
         self.batch_size = batch_size
-        self.root = _Node(root)
-        self.model_name = ""
-        self.model_version = ""
+        self.reused = isinstance(root, Node)
+        self.root = root if isinstance(root, Node) else Node(root)
+        if self.reused and (self.root.priors is None or self.root.terminal):
+            raise ValueError("a reused root must be an expanded, non-terminal node")
+        self.reused_visits = self.root.visits if self.reused else 0
+        self.model_name = model_name
+        self.model_version = model_version
         self.evaluator_calls = 0
         self.evaluated_leaves = 0
-        self.visits = 0
+        self.visits = 0  # simulations run by this search
+        self.started_at = time.monotonic()
+        self.proven_win = False
+        self.batch_seconds = 0.0  # running estimate of one batch's duration
+        self._started = False
 
-    def evaluate(self, nodes: list[_Node]) -> np.ndarray:
+    @property
+    def total_visits(self) -> int:
+        return self.reused_visits + self.visits
+
+    def evaluate(self, nodes: list[Node]) -> np.ndarray:
         """One evaluator call for `nodes`; returns their legal-point policies [N, size*size]."""
         boards = np.stack([n.state.board for n in nodes]).astype(np.int8, copy=False)
         out = self.evaluator.infer(boards)
@@ -223,28 +327,31 @@ class _Search:
         self.model_name, self.model_version = str(out.model_name), str(out.model_version)
         self.evaluator_calls += 1
         self.evaluated_leaves += len(nodes)
-        rows = zip(logits, nodes, strict=True)
-        return np.stack([masked_softmax(row, n.state.legal_mask()) for row, n in rows])
+        policies = []
+        for row, n in zip(logits, nodes, strict=True):
+            legal = n.legal if n.legal is not None else n.state.legal_mask()
+            policies.append(masked_softmax(row, legal))
+        return np.stack(policies)
 
-    def select_child(self, node: _Node) -> int:
+    def select_child(self, node: Node) -> int:
         assert node.priors is not None
-        n, w = node.child_n, node.child_w
+        n, w = node.child_n.astype(np.float64), node.child_w
         q = np.divide(w, n, out=np.zeros_like(w), where=n > 0)  # unvisited: 0 (a draw)
         u = q + self.c_puct * node.priors * math.sqrt(max(n.sum(), 1.0)) / (1.0 + n)
         return int(np.argmax(u))  # first maximum: the lowest point index
 
-    def descend(self) -> tuple[list[tuple[_Node, int]], _Node, str]:
+    def descend(self) -> tuple[list[tuple[Node, int]], Node, str]:
         """Select a path with virtual loss; kind is 'eval', 'known' or 'pending' (a collision)."""
-        path: list[tuple[_Node, int]] = []
+        path: list[tuple[Node, int]] = []
         node = self.root
         while True:
             i = self.select_child(node)
             path.append((node, i))
             node.child_n[i] += VIRTUAL_LOSS
             node.child_w[i] -= VIRTUAL_LOSS
-            child = node.children[i]
+            child = node.children.get(i)
             if child is None:
-                child = _Node(node.state.play(int(node.moves[i])))
+                child = Node(node.state.play(int(node.moves[i])))
                 node.children[i] = child
                 return path, child, "eval" if child.prepare() else "known"
             if child.terminal:
@@ -254,64 +361,123 @@ class _Search:
             node = child
 
     @staticmethod
-    def backup(path: list[tuple[_Node, int]], value: float, visit: bool = True) -> None:
+    def backup(path: list[tuple[Node, int]], value: float, visit: bool = True) -> None:
         """Replace the virtual loss by a real visit worth `value` to the last mover on the path."""
         for node, i in reversed(path):
             node.child_n[i] += (1.0 if visit else 0.0) - VIRTUAL_LOSS
             node.child_w[i] += (value if visit else 0.0) + VIRTUAL_LOSS
             value = -value
 
-    def run(self, max_visits: int, end: float) -> None:
+    def start(self) -> None:
+        """Classify and evaluate the root (once, unless a reused root has network priors)."""
+        if self._started:
+            return
         root = self.root
-        root.prepare()
-        if root.terminal:
+        if not self.reused:
+            root.prepare()
+        if root.terminal or len(root.moves) == 0:
             raise GameOverError("the game is over: there is no legal move")
-        policy = self.evaluate([root])[0]
-        self.root_policy = policy
-        root.set_network_priors(policy)
-        proven_win = root.value < 0  # the side to move can make five: one visit shows it
-        limit = max_visits if max_visits > 0 else math.inf
-        while self.visits < limit and time.monotonic() < end:
-            if proven_win and self.visits > 0:
-                break
-            batch: list[tuple[list[tuple[_Node, int]], _Node]] = []
-            for _ in range(int(min(self.batch_size, limit - self.visits))):
-                path, leaf, kind = self.descend()
-                if kind == "pending":  # already waiting in this batch: evaluate first
-                    self.backup(path, 0.0, visit=False)
-                    break
-                self.visits += 1
-                if kind == "eval":
-                    batch.append((path, leaf))
-                else:
-                    self.backup(path, leaf.value)
-            if batch:
-                policies = self.evaluate([leaf for _, leaf in batch])
-                for (path, leaf), policy in zip(batch, policies, strict=True):
-                    leaf.set_network_priors(policy)
-                    self.backup(path, leaf.value)  # 0: no value head yet
+        if root.scale is None:  # fresh root, or a reused proven-win / forced node
+            root.set_network_priors(self.evaluate([root])[0])
+        self.proven_win = root.value < 0  # the side to move can make five: one visit shows it
+        self._started = True
 
-    def result(self, started: float, top_children: int) -> SearchResult:
+    def step(self, max_new: float = math.inf) -> int:
+        """Run one batch of at most min(batch_size, max_new) simulations; returns how many."""
+        batch: list[tuple[list[tuple[Node, int]], Node]] = []
+        done = 0
+        for _ in range(int(min(self.batch_size, max_new))):
+            path, leaf, kind = self.descend()
+            if kind == "pending":  # already waiting in this batch: evaluate first
+                self.backup(path, 0.0, visit=False)
+                break
+            done += 1
+            if kind == "eval":
+                batch.append((path, leaf))
+            else:
+                self.backup(path, leaf.value)
+        if batch:
+            try:
+                policies = self.evaluate([leaf for _, leaf in batch])
+            except BaseException:
+                for path, _leaf in batch:  # leave the tree clean: no virtual loss, no half node
+                    self.backup(path, 0.0, visit=False)
+                    node, i = path[-1]
+                    del node.children[i]
+                self.visits += done - len(batch)  # the known leaves were backed up
+                raise
+            for (path, leaf), policy in zip(batch, policies, strict=True):
+                leaf.set_network_priors(policy)
+                self.backup(path, leaf.value)  # 0: no value head yet
+        self.visits += done
+        return done
+
+    def batches(
+        self,
+        max_visits: int,
+        end: float = math.inf,
+        should_stop: Callable[[], bool] | None = None,
+        deadline: float | None = None,
+    ) -> Iterator[int]:
+        """Run batches until the root has `max_visits` visits (reused ones included; 0: no
+        visit limit), `time.monotonic()` passes `end` (a time budget), `should_stop()` holds, or
+        a proven win has been visited; yields the root's total visits after each batch.
+
+        `deadline` is a hard end (e.g. the request deadline): a batch that would probably not
+        finish before it (judged by the recent batches' durations) is not started.
+        """
+        self.start()
+        limit = max_visits - self.reused_visits if max_visits > 0 else math.inf
+        while self.visits < limit:
+            now = time.monotonic()
+            if now >= end or (deadline is not None and now + self.batch_seconds >= deadline):
+                break
+            if self.proven_win and self.total_visits > 0:
+                break
+            if should_stop is not None and should_stop():
+                break
+            done = self.step(limit - self.visits)
+            elapsed = time.monotonic() - now
+            # rises at once with a slow batch, decays slowly: a cautious guess for `deadline`
+            self.batch_seconds = max(elapsed, 0.7 * self.batch_seconds + 0.3 * elapsed)
+            if done == 0:
+                break  # cannot happen on a clean tree (no leaf awaits the network between batches)
+            yield self.total_visits
+
+    def run(
+        self,
+        max_visits: int,
+        end: float = math.inf,
+        should_stop: Callable[[], bool] | None = None,
+        deadline: float | None = None,
+    ) -> None:
+        for _ in self.batches(max_visits, end, should_stop, deadline):
+            pass
+
+    def result(self, top_children: int = 10, started: float | None = None) -> SearchResult:
         root = self.root
+        assert root.priors is not None, "start() the search first"
         best = root.best_child()
         order = np.lexsort((root.moves, -root.priors, -root.child_n))
-        n, w = root.child_n, root.child_w
+        n, w = root.child_n.astype(np.float64), root.child_w
         q = np.divide(w, n, out=np.zeros_like(w), where=n > 0)
         children = tuple(
             ChildStats(
                 move=int(root.moves[i]),
                 visits=int(n[i]),
-                prior=float(self.root_policy[root.moves[i]]),
+                prior=root.network_prior(int(i)),
                 value=float(q[i]),
+                principal_variation=self.child_variation(int(i)),
             )
             for i in order[:top_children]
         )
         total = float(n.sum())
+        started = self.started_at if started is None else started
         return SearchResult(
             move=int(root.moves[best]),
             visits=int(n[best]),
             total_visits=int(total),
-            prior=float(self.root_policy[root.moves[best]]),
+            prior=root.network_prior(best),
             value=float(w.sum() / total) if total > 0 else 0.0,
             principal_variation=self.principal_variation(),
             model_name=self.model_name,
@@ -320,19 +486,33 @@ class _Search:
             evaluator_calls=self.evaluator_calls,
             evaluated_leaves=self.evaluated_leaves,
             elapsed_s=time.monotonic() - started,
+            reused_visits=self.reused_visits,
+            new_visits=self.visits,
         )
 
     def principal_variation(self) -> tuple[int, ...]:
         """Follow the most visited children from the root (the first move is always included)."""
-        pv: list[int] = []
-        node: _Node | None = self.root
-        while node is not None and not node.terminal and node.priors is not None:
-            i = node.best_child()
-            if pv and node.child_n[i] < 1:
-                break
-            pv.append(int(node.moves[i]))
-            node = node.children[i]
-        return tuple(pv)
+        return _variation(self.root, first_always=True)
+
+    def child_variation(self, i: int) -> tuple[int, ...]:
+        """The root's candidate i, then the most visited line below it."""
+        child = self.root.children.get(i)
+        rest = _variation(child, first_always=False) if child is not None else ()
+        return (int(self.root.moves[i]), *rest)
+
+
+_Search = Search  # the name used before Search became public
+
+
+def _variation(node: Node | None, first_always: bool) -> tuple[int, ...]:
+    pv: list[int] = []
+    while node is not None and not node.terminal and node.priors is not None:
+        i = node.best_child()
+        if (pv or not first_always) and node.child_n[i] < 1:
+            break
+        pv.append(int(node.moves[i]))
+        node = node.children.get(i)
+    return tuple(pv)
 
 
 def search(
@@ -345,13 +525,18 @@ def search(
     c_puct: float = DEFAULT_C_PUCT,
     batch_size: int = DEFAULT_BATCH_SIZE,
     top_children: int = 10,
+    tree: Node | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> SearchResult:
     """Choose a move for the side to move in `state`.
 
-    Budget: `max_visits` simulations and/or `max_time_ms` of wall time (0 = unlimited, but not
+    Budget: `max_visits` root visits and/or `max_time_ms` of wall time (0 = unlimited, but not
     both). `deadline` (a `time.monotonic()` instant) cuts the search short too, e.g. the gRPC
-    request deadline. The root is always evaluated once, even past the deadline, so there is
-    always a move (the highest prior one if no simulation ran). Evaluator errors propagate.
+    request deadline (no batch is started that would probably end after it), and so does
+    `should_stop()` (checked between batches). The root is always
+    evaluated once, even past the deadline, so there is always a move (the highest prior one if
+    no simulation ran). `tree`: a node of an earlier search for `state` to continue (its visits
+    count towards `max_visits`). Evaluator errors propagate.
     Raises GameOverError when the position has no legal move.
     """
     if max_visits < 0 or max_time_ms < 0:
@@ -360,10 +545,10 @@ def search(
         raise ValueError("give max_visits or max_time_ms (both 0 would search forever)")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if tree is not None and not np.array_equal(tree.state.board, state.board):
+        raise ValueError("tree is not a search of this position")
     started = time.monotonic()
     end = started + max_time_ms / 1000.0 if max_time_ms > 0 else math.inf
-    if deadline is not None:
-        end = min(end, deadline)
-    tree = _Search(state, evaluator, c_puct=c_puct, batch_size=batch_size)
-    tree.run(max_visits, end)
-    return tree.result(started, top_children)
+    s = Search(tree if tree is not None else state, evaluator, c_puct=c_puct, batch_size=batch_size)
+    s.run(max_visits, end, should_stop, deadline)
+    return s.result(top_children, started)

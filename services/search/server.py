@@ -4,6 +4,12 @@ Health (grpc.health.v1) reports SERVING for "" and "movepred.v1.SearchService" o
 is built: it says the service process is up, not that Triton is (requests say that, with
 UNAVAILABLE). Reflection lets grpcurl & co. discover the API.
 
+Limits: requests larger than `max_message_bytes` (1 MiB by default; gRPC's own check, answered
+with RESOURCE_EXHAUSTED before the servicer runs) and, optionally, more than
+`max_concurrent_rpcs` RPCs at once (RESOURCE_EXHAUSTED too). Field limits are in
+`services.search.validation`. Metrics (`services.search.metrics`) are served over HTTP only when
+`--metrics-port` is given (0, the default, keeps them off), on loopback unless `--metrics-host`.
+
 CLI (foreground until SIGINT/SIGTERM)::
 
     python -m services.search.server --port 50051 --triton-url 127.0.0.1:8001 --model gomoku_policy
@@ -16,6 +22,7 @@ import signal
 import sys
 import threading
 from concurrent import futures
+from dataclasses import dataclass
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -23,30 +30,75 @@ from grpc_reflection.v1alpha import reflection
 
 from services.api.movepred.v1 import search_pb2, search_pb2_grpc
 from services.search import mcts
+from services.search.batcher import DEFAULT_MAX_BOARDS, DEFAULT_WINDOW_S
+from services.search.metrics import Metrics, MetricsServer
 from services.search.servicer import SearchServicer
+from services.search.tree_cache import DEFAULT_MAX_ENTRIES, DEFAULT_MAX_VISITS, TreeCache
 
 SERVICE_NAME = search_pb2.DESCRIPTOR.services_by_name["SearchService"].full_name
 DEFAULT_PORT = 50051
 DEFAULT_TRITON_URL = "127.0.0.1:8001"
+DEFAULT_MAX_WORKERS = 16
+DEFAULT_MAX_MESSAGE_BYTES = 1 << 20  # a full 256-position Predict batch is ~0.4 MiB
 SHUTDOWN_GRACE_S = 5.0
 
 
-def build_server(
+@dataclass
+class Service:
+    """A bound, not yet started server with its parts; `start()`, then `stop()`."""
+
+    server: grpc.Server
+    port: int
+    servicer: SearchServicer
+    metrics: Metrics
+    metrics_server: MetricsServer | None = None
+
+    def start(self) -> Service:
+        self.server.start()
+        return self
+
+    def stop(self, grace: float | None = 0) -> None:
+        self.server.stop(grace).wait()
+        self.servicer.close()
+        if self.metrics_server is not None:
+            self.metrics_server.close()
+            self.metrics_server = None
+
+
+def build_service(
     evaluator: mcts.PolicyEvaluator,
     port: int = 0,
     host: str = "127.0.0.1",
-    max_workers: int = 8,
+    max_workers: int = DEFAULT_MAX_WORKERS,
     *,
     batch_size: int = mcts.DEFAULT_BATCH_SIZE,
-) -> tuple[grpc.Server, int]:
-    """A bound but not yet started server and its port (port 0 picks a free one).
-
-    Call `server.start()`, and `server.stop(grace)` when done.
-    """
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers))
-    search_pb2_grpc.add_SearchServiceServicer_to_server(
-        SearchServicer(evaluator, batch_size=batch_size), server
+    batch_window_s: float = DEFAULT_WINDOW_S,
+    max_batch_boards: int = DEFAULT_MAX_BOARDS,
+    tree_cache_entries: int = DEFAULT_MAX_ENTRIES,
+    tree_cache_visits: int = DEFAULT_MAX_VISITS,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    max_concurrent_rpcs: int | None = None,
+    metrics: Metrics | None = None,
+    metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
+) -> Service:
+    """The server and its parts (port 0 picks a free one; metrics_port None or 0: no HTTP
+    metrics endpoint, the registry is still filled and readable via `Service.metrics`)."""
+    metrics = metrics if metrics is not None else Metrics()
+    servicer = SearchServicer(
+        evaluator,
+        batch_size=batch_size,
+        batch_window_s=batch_window_s,
+        max_batch_boards=max_batch_boards,
+        tree_cache=TreeCache(tree_cache_entries, tree_cache_visits),
+        metrics=metrics,
     )
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="movepred-rpc"),
+        options=[("grpc.max_receive_message_length", max_message_bytes)],
+        maximum_concurrent_rpcs=max_concurrent_rpcs,
+    )
+    search_pb2_grpc.add_SearchServiceServicer_to_server(servicer, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for name in ("", SERVICE_NAME):
@@ -54,10 +106,32 @@ def build_server(
     reflection.enable_server_reflection(
         (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
-    bound = server.add_insecure_port(f"{host}:{port}")
-    if bound == 0:  # older grpcio returns 0 instead of raising
-        raise RuntimeError(f"could not bind {host}:{port}")
-    return server, bound
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+        if bound == 0:  # older grpcio returns 0 instead of raising
+            raise RuntimeError(f"could not bind {host}:{port}")
+        metrics_server = metrics.serve(metrics_port, metrics_host) if metrics_port else None
+    except BaseException:
+        servicer.close()
+        raise
+    return Service(server, bound, servicer, metrics, metrics_server)
+
+
+def build_server(
+    evaluator: mcts.PolicyEvaluator,
+    port: int = 0,
+    host: str = "127.0.0.1",
+    max_workers: int = DEFAULT_MAX_WORKERS,
+    *,
+    batch_size: int = mcts.DEFAULT_BATCH_SIZE,
+) -> tuple[grpc.Server, int]:
+    """A bound but not yet started server and its port (port 0 picks a free one).
+
+    Call `server.start()`, and `server.stop(grace)` when done. (`build_service` gives the
+    metrics and the servicer too.)
+    """
+    service = build_service(evaluator, port, host, max_workers, batch_size=batch_size)
+    return service.server, service.port
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -67,13 +141,37 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--triton-url", default=DEFAULT_TRITON_URL, help="Triton gRPC host:port")
     p.add_argument("--model", default="gomoku_policy", help="policy model name on Triton")
     p.add_argument("--triton-timeout", type=float, default=5.0, help="seconds per inference")
-    p.add_argument("--max-workers", type=int, default=8)
+    p.add_argument("--max-workers", type=int, default=DEFAULT_MAX_WORKERS)
     p.add_argument(
         "--batch-size",
         type=int,
         default=mcts.DEFAULT_BATCH_SIZE,
-        help="leaves per Triton request during search",
+        help="leaves per evaluation request of one search",
     )
+    p.add_argument(
+        "--batch-window-ms",
+        type=float,
+        default=DEFAULT_WINDOW_S * 1000,
+        help="how long the cross-request batcher gathers requests for one Triton call",
+    )
+    p.add_argument(
+        "--max-batch-boards",
+        type=int,
+        default=DEFAULT_MAX_BOARDS,
+        help="boards per Triton call at most (the model's max_batch_size)",
+    )
+    p.add_argument("--tree-cache-entries", type=int, default=DEFAULT_MAX_ENTRIES,
+                   help="searched trees kept for reuse (0: no tree reuse)")
+    p.add_argument("--tree-cache-visits", type=int, default=DEFAULT_MAX_VISITS,
+                   help="root visits of all kept trees together, at most")
+    p.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES,
+                   help="largest request accepted (RESOURCE_EXHAUSTED above)")
+    p.add_argument("--max-concurrent-rpcs", type=int, default=None,
+                   help="RPCs handled at once, more get RESOURCE_EXHAUSTED (default: no limit)")
+    p.add_argument("--metrics-port", type=int, default=0,
+                   help="serve Prometheus metrics on this port (default 0: off)")
+    p.add_argument("--metrics-host", default="127.0.0.1",
+                   help="address of the metrics endpoint (default 127.0.0.1)")
     return p.parse_args(argv)
 
 
@@ -83,26 +181,39 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     client = PolicyClient(args.triton_url, model_name=args.model, timeout_s=args.triton_timeout)
     try:
-        server, port = build_server(
-            client, args.port, args.host, args.max_workers, batch_size=args.batch_size
+        service = build_service(
+            client,
+            args.port,
+            args.host,
+            args.max_workers,
+            batch_size=args.batch_size,
+            batch_window_s=args.batch_window_ms / 1000.0,
+            max_batch_boards=args.max_batch_boards,
+            tree_cache_entries=args.tree_cache_entries,
+            tree_cache_visits=args.tree_cache_visits,
+            max_message_bytes=args.max_message_bytes,
+            max_concurrent_rpcs=args.max_concurrent_rpcs,
+            metrics_port=args.metrics_port,
+            metrics_host=args.metrics_host,
         )
-    except RuntimeError as exc:
+    except (RuntimeError, OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    server.start()
+    service.start()
     host = f"[{args.host}]" if ":" in args.host else args.host
+    metrics = f", metrics {service.metrics_server.url}" if service.metrics_server else ""
     print(
-        f"movepred search service listening on {host}:{port} "
-        f"(Triton {args.triton_url}, model {args.model})",
+        f"movepred search service listening on {host}:{service.port} "
+        f"(Triton {args.triton_url}, model {args.model}{metrics})",
         flush=True,
     )
     while not stop.wait(0.5):  # short waits keep the main thread responsive to signals
         pass
     print("stopping...", flush=True)
-    server.stop(SHUTDOWN_GRACE_S).wait()
+    service.stop(SHUTDOWN_GRACE_S)
     client.close()
     return 0
 

@@ -3,18 +3,27 @@
 Every request is validated before any inference (bad requests get INVALID_ARGUMENT naming the
 field, even while Triton is down). Error mapping:
 
+* `RequestTooLarge` (over a limit: budget, positions, moves)  -> RESOURCE_EXHAUSTED "<field>: ..."
 * `InvalidRequest` (and a finished game)          -> INVALID_ARGUMENT "<field>: <message>"
 * `TritonUnavailableError` (refused, down, late)  -> UNAVAILABLE "Triton is unreachable: ..."
 * `TritonRequestError` / unusable evaluator reply -> INTERNAL
 
 Nothing about a failure is cached: every request calls the evaluator afresh, so the service
 recovers by itself as soon as Triton answers again.
+
+All inference goes through one `BatchingEvaluator`: the leaves of concurrent GenMove/Analyze
+searches and the boards of Predict calls share Triton requests (a Predict's positions always
+travel in one). GenMove and Analyze continue the cached tree of an earlier request of the same
+game when there is one (`TreeCache`), stop between batches when the client cancels or the
+deadline comes near, and then store their tree for the next move.
 """
 
 from __future__ import annotations
 
+import math
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import grpc
@@ -24,13 +33,18 @@ from services.api.movepred.v1 import search_pb2, search_pb2_grpc
 from services.games.coords import index_name
 from services.games.gomoku import BLACK, GomokuState
 from services.search import mcts, validation
+from services.search.batcher import DEFAULT_MAX_BOARDS, DEFAULT_WINDOW_S, BatchingEvaluator
+from services.search.metrics import Metrics
+from services.search.tree_cache import TreeCache
 from services.triton.client import TritonRequestError, TritonUnavailableError
 
 T = TypeVar("T")
 
-# Part of the request deadline kept back for building and sending the GenMove reply.
-DEADLINE_MARGIN_FRACTION = 0.1
-DEADLINE_MARGIN_MAX_S = 0.25
+# Part of the request deadline kept back for building and sending the GenMove/Analyze reply
+# (on a loaded 2-core machine one batch plus the reply took up to ~0.2 s); besides, a search
+# does not start a batch that its recent batches say would end after that point.
+DEADLINE_MARGIN_FRACTION = 0.2
+DEADLINE_MARGIN_MAX_S = 0.5
 
 
 def _point(index: int, size: int) -> search_pb2.Point:
@@ -48,8 +62,34 @@ def top_moves(policy: np.ndarray, legal: np.ndarray, k: int) -> list[int]:
     return [int(points[i]) for i in order[:k]]
 
 
+def search_end(max_time_ms: int, time_remaining: float | None) -> tuple[float, float | None]:
+    """(end, deadline) `time.monotonic()` instants for a search: the end of its time budget,
+    and the request deadline less a margin for the reply (None without a deadline)."""
+    now = time.monotonic()
+    end = now + max_time_ms / 1000.0 if max_time_ms > 0 else math.inf
+    if time_remaining is None:
+        return end, None
+    margin = min(DEADLINE_MARGIN_MAX_S, DEADLINE_MARGIN_FRACTION * time_remaining)
+    return end, now + max(0.0, time_remaining - margin)
+
+
+def _status(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
+    """The gRPC status for a known failure (None: unexpected, let gRPC report UNKNOWN)."""
+    if isinstance(exc, validation.RequestTooLarge):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
+    if isinstance(exc, validation.InvalidRequest):
+        return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+    if isinstance(exc, mcts.GameOverError):
+        return grpc.StatusCode.INVALID_ARGUMENT, f"position: {exc}"
+    if isinstance(exc, TritonUnavailableError):
+        return grpc.StatusCode.UNAVAILABLE, f"Triton is unreachable: {exc}"
+    if isinstance(exc, (TritonRequestError, mcts.EvaluatorError)):
+        return grpc.StatusCode.INTERNAL, f"policy network failed: {exc}"
+    return None
+
+
 class SearchServicer(search_pb2_grpc.SearchServiceServicer):
-    """Answers Predict with the network's policy and GenMove with a PUCT search."""
+    """Answers Predict with the network's policy, GenMove and Analyze with a PUCT search."""
 
     def __init__(
         self,
@@ -57,65 +97,216 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         *,
         batch_size: int = mcts.DEFAULT_BATCH_SIZE,
         c_puct: float = mcts.DEFAULT_C_PUCT,
+        batch_window_s: float = DEFAULT_WINDOW_S,
+        max_batch_boards: int = DEFAULT_MAX_BOARDS,
+        tree_cache: TreeCache | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.evaluator = evaluator
         self.batch_size = batch_size
         self.c_puct = c_puct
+        self.metrics = metrics if metrics is not None else Metrics()
+        self.batcher = BatchingEvaluator(
+            evaluator, max_boards=max_batch_boards, window_s=batch_window_s, metrics=self.metrics
+        )
+        self.trees = tree_cache if tree_cache is not None else TreeCache()
 
+    def close(self) -> None:
+        """Stop the batching thread (after the server has stopped)."""
+        self.batcher.close()
+
+    # ------------------------------------------------------------------ RPCs
     def Predict(
         self, request: search_pb2.PredictRequest, context: grpc.ServicerContext
     ) -> search_pb2.PredictResponse:
-        return _handle(context, lambda: self._predict(request))
+        return self._unary("Predict", context, lambda: self._predict(request))
 
     def GenMove(
         self, request: search_pb2.GenMoveRequest, context: grpc.ServicerContext
     ) -> search_pb2.GenMoveResponse:
-        return _handle(context, lambda: self._genmove(request, context.time_remaining()))
+        return self._unary("GenMove", context, lambda: self._genmove(request, context))
 
+    def Analyze(
+        self, request: search_pb2.AnalyzeRequest, context: grpc.ServicerContext
+    ) -> Iterator[search_pb2.AnalyzeResponse]:
+        started = time.perf_counter()
+        code = grpc.StatusCode.OK
+        try:
+            try:
+                yield from self._analyze(request, context)
+            except Exception as exc:
+                status = _status(exc)
+                if status is None:
+                    code = grpc.StatusCode.UNKNOWN
+                    raise
+                code = status[0]
+                context.abort(*status)
+        finally:  # also when gRPC drops the generator of a cancelled call (GeneratorExit)
+            self._record("Analyze", context, code, started)
+
+    # ------------------------------------------------------------------ plumbing
+    def _unary(self, rpc: str, context: grpc.ServicerContext, work: Callable[[], T]) -> T:
+        """Run `work`, turning the known failures into gRPC status codes; count the call."""
+        started = time.perf_counter()
+        code = grpc.StatusCode.OK
+        try:
+            try:
+                return work()
+            except Exception as exc:
+                status = _status(exc)
+                if status is None:
+                    code = grpc.StatusCode.UNKNOWN
+                    raise
+                code = status[0]
+                context.abort(*status)
+                raise AssertionError("context.abort always raises") from exc  # pragma: no cover
+        finally:
+            self._record(rpc, context, code, started)
+
+    def _record(
+        self, rpc: str, context: grpc.ServicerContext, code: grpc.StatusCode, started: float
+    ) -> None:
+        if code == grpc.StatusCode.OK and not context.is_active():
+            remaining = context.time_remaining()
+            expired = remaining is not None and remaining <= 0
+            code = grpc.StatusCode.DEADLINE_EXCEEDED if expired else grpc.StatusCode.CANCELLED
+        self.metrics.request(rpc, code.name, time.perf_counter() - started)
+
+    def _new_search(self, state: GomokuState, reuse: bool) -> mcts.Search:
+        """A search of `state`, continuing a cached tree of the same game when there is one."""
+        hit = None
+        if reuse and self.trees.enabled:
+            served = self.batcher.last_model
+            hit = self.trees.take(state, served[1] if served is not None else None)
+            self.metrics.tree_reuse.labels("hit" if hit is not None else "miss").inc()
+        if hit is not None:
+            self.metrics.reused_visits.inc(hit.visits)
+            return mcts.Search(
+                hit.root,
+                self.batcher,
+                c_puct=self.c_puct,
+                batch_size=self.batch_size,
+                model_name=hit.model_name,
+                model_version=hit.model_version,
+            )
+        return mcts.Search(state, self.batcher, c_puct=self.c_puct, batch_size=self.batch_size)
+
+    def _finish_search(self, state: GomokuState, search: mcts.Search, reuse: bool) -> None:
+        """Count the playouts and keep the tree for the game's next move (a clean tree: this
+        runs only when no batch failed)."""
+        self.metrics.playouts.inc(search.visits)
+        if reuse:
+            self.trees.put(state, search.root, search.model_name, search.model_version)
+
+    # ------------------------------------------------------------------ Predict
     def _predict(self, request: search_pb2.PredictRequest) -> search_pb2.PredictResponse:
-        state, k = validation.predict_request(request)
-        out = self.evaluator.infer(state.board[np.newaxis].astype(np.int8))
+        states, k, batched = validation.predict_batch(request)
+        boards = np.stack([s.board for s in states]).astype(np.int8)
+        out = self.batcher.infer(boards)  # one Triton call: the batcher never splits a request
         logits = np.asarray(out.logits, dtype=np.float32)
-        if logits.shape != (1, state.size * state.size):
+        points = states[0].size ** 2
+        if logits.shape != (len(states), points):
             raise mcts.EvaluatorError(f"evaluator returned logits of shape {logits.shape}")
-        legal = state.legal_mask()
-        policy = mcts.masked_softmax(logits[0], legal)
-        return search_pb2.PredictResponse(
-            policy=policy.astype(np.float32).tolist(),
-            top_moves=[
-                search_pb2.MoveProbability(
-                    point=_point(p, state.size),
-                    name=index_name(p, state.size),
-                    probability=float(policy[p]),
-                )
-                for p in top_moves(policy, legal, k)
-            ],
-            to_move=_color(state.to_move),
+        results = [position_policy(s, row, k) for s, row in zip(states, logits, strict=True)]
+        response = search_pb2.PredictResponse(
             model_name=str(out.model_name),
             model_version=str(out.model_version),
+            results=results,
         )
+        if not batched:
+            first = results[0]
+            response.policy.extend(first.policy)
+            response.top_moves.extend(first.top_moves)
+            response.to_move = first.to_move
+        return response
 
+    # ------------------------------------------------------------------ GenMove
     def _genmove(
-        self, request: search_pb2.GenMoveRequest, time_remaining: float | None
+        self, request: search_pb2.GenMoveRequest, context: grpc.ServicerContext
     ) -> search_pb2.GenMoveResponse:
         state, budget = validation.genmove_request(request)
-        deadline = None
-        if time_remaining is not None:
-            margin = min(DEADLINE_MARGIN_MAX_S, DEADLINE_MARGIN_FRACTION * time_remaining)
-            deadline = time.monotonic() + max(0.0, time_remaining - margin)
-        result = mcts.search(
-            state,
-            self.evaluator,
-            max_visits=budget.max_visits,
-            max_time_ms=budget.max_time_ms,
-            deadline=deadline,
-            c_puct=self.c_puct,
-            batch_size=self.batch_size,
+        k = validation.max_candidates(request.max_candidates)
+        end, deadline = search_end(budget.max_time_ms, context.time_remaining())
+        reuse = not request.disable_tree_reuse
+        search = self._new_search(state, reuse)
+        with self.batcher.participant():
+            search.run(budget.max_visits, end, lambda: not context.is_active(), deadline)
+        self._finish_search(state, search, reuse)
+        return genmove_response(state, search.result(top_children=k), k)
+
+    # ------------------------------------------------------------------ Analyze
+    def _analyze(
+        self, request: search_pb2.AnalyzeRequest, context: grpc.ServicerContext
+    ) -> Iterator[search_pb2.AnalyzeResponse]:
+        a = validation.analyze_request(request)
+        end, deadline = search_end(a.budget.max_time_ms, context.time_remaining())
+        stopped = threading.Event()
+        context.add_callback(stopped.set)  # runs when the RPC ends, e.g. cancelled by the client
+
+        def should_stop() -> bool:
+            return stopped.is_set() or not context.is_active()
+
+        reuse = not request.disable_tree_reuse
+        search = self._new_search(a.state, reuse)
+        every = a.report_every
+        with self.batcher.participant():
+            search.start()
+        next_report = (search.total_visits // every + 1) * every
+        batches = search.batches(a.budget.max_visits, end, should_stop, deadline)
+        while True:
+            # registered with the batcher only while searching, never while a report is sent;
+            # the report at the end of the budget is the final one, sent below
+            report = None
+            with self.batcher.participant():
+                for total in batches:
+                    if total >= next_report and not total >= a.budget.max_visits > 0:
+                        next_report = (total // every + 1) * every
+                        report = analyze_response(a.state, search, a.candidates, final=False)
+                        break
+            if report is None:
+                break
+            yield report
+        self._finish_search(a.state, search, reuse)
+        if not should_stop():
+            yield analyze_response(a.state, search, a.candidates, final=True)
+
+
+def position_policy(state: GomokuState, logits: np.ndarray, k: int) -> search_pb2.PositionPolicy:
+    """Masked policy and top moves of one position (`value` left unset: no value head)."""
+    legal = state.legal_mask()
+    policy = mcts.masked_softmax(logits, legal)
+    return search_pb2.PositionPolicy(
+        policy=policy.astype(np.float32).tolist(),
+        top_moves=[
+            search_pb2.MoveProbability(
+                point=_point(p, state.size),
+                name=index_name(p, state.size),
+                probability=float(policy[p]),
+            )
+            for p in top_moves(policy, legal, k)
+        ],
+        to_move=_color(state.to_move),
+    )
+
+
+def move_candidates(children: tuple[mcts.ChildStats, ...], size: int) -> list:
+    return [
+        search_pb2.MoveCandidate(
+            move=_point(c.move, size),
+            name=index_name(c.move, size),
+            visits=c.visits,
+            value=c.value,
+            prior=c.prior,
+            principal_variation=[_point(p, size) for p in c.principal_variation],
+            principal_variation_names=[index_name(p, size) for p in c.principal_variation],
         )
-        return genmove_response(state, result)
+        for c in children
+    ]
 
 
-def genmove_response(state: GomokuState, result: mcts.SearchResult) -> search_pb2.GenMoveResponse:
+def genmove_response(
+    state: GomokuState, result: mcts.SearchResult, candidates: int = validation.DEFAULT_CANDIDATES
+) -> search_pb2.GenMoveResponse:
     size = state.size
     return search_pb2.GenMoveResponse(
         move=_point(result.move, size),
@@ -129,19 +320,23 @@ def genmove_response(state: GomokuState, result: mcts.SearchResult) -> search_pb
         principal_variation_names=[index_name(p, size) for p in result.principal_variation],
         model_name=result.model_name,
         model_version=result.model_version,
+        reused_visits=result.reused_visits,
+        candidates=move_candidates(result.children[:candidates], size),
     )
 
 
-def _handle(context: grpc.ServicerContext, work: Callable[[], T]) -> T:
-    """Run `work`, turning the known failures into gRPC status codes."""
-    try:
-        return work()
-    except validation.InvalidRequest as exc:
-        context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-    except mcts.GameOverError as exc:
-        context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"position: {exc}")
-    except TritonUnavailableError as exc:
-        context.abort(grpc.StatusCode.UNAVAILABLE, f"Triton is unreachable: {exc}")
-    except (TritonRequestError, mcts.EvaluatorError) as exc:
-        context.abort(grpc.StatusCode.INTERNAL, f"policy network failed: {exc}")
-    raise AssertionError("context.abort always raises")  # pragma: no cover
+def analyze_response(
+    state: GomokuState, search: mcts.Search, candidates: int, final: bool
+) -> search_pb2.AnalyzeResponse:
+    r = search.result(top_children=candidates)
+    return search_pb2.AnalyzeResponse(
+        candidates=move_candidates(r.children, state.size),
+        total_visits=r.total_visits,
+        reused_visits=r.reused_visits,
+        value=r.value,
+        to_move=_color(state.to_move),
+        final=final,
+        elapsed_ms=r.elapsed_s * 1000.0,
+        model_name=r.model_name,
+        model_version=r.model_version,
+    )

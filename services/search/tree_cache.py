@@ -1,0 +1,145 @@
+"""Tree reuse between the consecutive moves of one game: a bounded LRU of searched trees.
+
+After a search of position P the service keeps P's tree, keyed by how P arose: the rule, the
+board size, the setup stones and the move sequence. A later request whose moves extend P's by
+0, 1 or 2 moves (the same position asked again, the move just searched, or that move and the
+opponent's reply) takes the matching subtree out of the cache and continues from it, with all
+its visits. Entries are *taken*, never shared: two concurrent searches can never touch one tree
+(the second one simply searches from scratch), and the search that took a tree puts its new
+tree back under its own position when it finishes.
+
+Bounds: at most `max_entries` trees and `max_visits` root visits in all (a tree's node count
+grows with its visits, so this bounds memory); the least recently stored trees go first, and a
+tree larger than `max_visits` is not kept. A tree made with another model version than the one
+the service last saw answer is discarded on lookup, so a rollout never mixes versions for long.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from services.games.gomoku import EMPTY, GomokuState
+from services.search.mcts import Node
+
+DEFAULT_MAX_ENTRIES = 64
+DEFAULT_MAX_VISITS = 50_000  # ~6 KB per visit (node) at worst: ~300 MB
+MAX_EXTENSION = 2  # moves a request may add to a cached position and still reuse its tree
+
+BaseKey = tuple[str, int, bytes]
+
+
+def base_key(state: GomokuState) -> BaseKey:
+    """What a game is besides its moves: rule, size and the setup stones (the board without the
+    moves)."""
+    board = state.board.reshape(-1).copy()
+    board[list(state.moves)] = EMPTY
+    return (str(state.rule), state.size, board.tobytes())
+
+
+@dataclass(frozen=True)
+class CachedTree:
+    root: Node
+    visits: int
+    model_name: str
+    model_version: str
+
+
+@dataclass(frozen=True)
+class Reuse:
+    """A subtree taken from the cache for a request."""
+
+    root: Node
+    visits: int
+    extension: int  # moves the request added to the cached position (0..2)
+    model_name: str
+    model_version: str
+
+
+class TreeCache:
+    """Thread-safe LRU of searched trees; `take` for a request, `put` after its search."""
+
+    def __init__(
+        self,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        max_visits: int = DEFAULT_MAX_VISITS,
+        max_extension: int = MAX_EXTENSION,
+    ) -> None:
+        if max_entries < 0 or max_visits < 0 or max_extension < 0:
+            raise ValueError("tree cache bounds must be >= 0")
+        self.max_entries = max_entries
+        self.max_visits = max_visits
+        self.max_extension = max_extension
+        self._entries: OrderedDict[tuple[BaseKey, tuple[int, ...]], CachedTree] = OrderedDict()
+        self._visits = 0
+        self._lock = threading.Lock()
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_entries > 0 and self.max_visits > 0
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    @property
+    def visits(self) -> int:
+        """Root visits of all cached trees together."""
+        with self._lock:
+            return self._visits
+
+    def take(self, state: GomokuState, model_version: str | None = None) -> Reuse | None:
+        """Remove and return the subtree for `state`, if a cached position is `state` minus its
+        last 0..max_extension moves and that tree reached `state`. `model_version`: the version
+        now served (None: do not check); a tree of another version is dropped."""
+        if not self.enabled:
+            return None
+        base, moves = base_key(state), tuple(state.moves)
+        with self._lock:
+            for k in range(min(self.max_extension, len(moves)) + 1):
+                entry = self._entries.pop((base, moves[: len(moves) - k]), None)
+                if entry is None:
+                    continue
+                self._visits -= entry.visits
+                if model_version is not None and entry.model_version != model_version:
+                    continue
+                node = _follow(entry.root, moves[len(moves) - k :])
+                if node is None or not np.array_equal(node.state.board, state.board):
+                    continue
+                return Reuse(node, node.visits, k, entry.model_name, entry.model_version)
+        return None
+
+    def put(self, state: GomokuState, root: Node, model_name: str, model_version: str) -> bool:
+        """Keep `root` (the searched tree of `state`); False when it is not kept."""
+        visits = root.visits
+        if not self.enabled or visits == 0 or visits > self.max_visits or root.priors is None:
+            return False
+        key = (base_key(state), tuple(state.moves))
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._visits -= old.visits
+            self._entries[key] = CachedTree(root, visits, model_name, model_version)
+            self._visits += visits
+            while len(self._entries) > self.max_entries or self._visits > self.max_visits:
+                _, evicted = self._entries.popitem(last=False)
+                self._visits -= evicted.visits
+        return True
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._visits = 0
+
+
+def _follow(node: Node, moves: tuple[int, ...]) -> Node | None:
+    """The expanded, non-terminal node reached from `node` by `moves`, or None."""
+    for move in moves:
+        child = node.child(move)
+        if child is None or child.terminal or child.priors is None:
+            return None
+        node = child
+    return node

@@ -1,0 +1,219 @@
+"""Cross-request batching (`services.search.batcher`) with in-process evaluators.
+
+The evaluators here answer logits computed from each board, so a caller that received another
+caller's rows would be caught. The service's Triton path is covered in test_search_service.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from services.games.gomoku import GomokuState
+from services.search import mcts
+from services.search.batcher import BatchingEvaluator
+from services.search.metrics import Metrics
+from services.triton.client import TritonUnavailableError
+
+
+@dataclass(frozen=True)
+class Out:
+    logits: np.ndarray
+    model_name: str = "fake"
+    model_version: str = "3"
+
+
+def board_logits(boards: np.ndarray) -> np.ndarray:
+    """A deterministic function of each board alone: stones push their neighbours' logits."""
+    b = boards.reshape(len(boards), -1).astype(np.float32)
+    return (np.roll(b, 1, axis=1) * 0.7 + np.roll(b, -16, axis=1) * 0.3 - b).astype(np.float32)
+
+
+class BoardEvaluator:
+    """Records every call; optional delay and failure."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.calls: list[int] = []
+        self.delay_s = delay_s
+        self.fail: Exception | None = None
+        self.lock = threading.Lock()
+
+    def infer(self, boards: np.ndarray) -> Out:
+        with self.lock:
+            self.calls.append(len(boards))
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        if self.fail is not None:
+            raise self.fail
+        return Out(board_logits(boards))
+
+
+def boards_for(seed: int, n: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.choice(np.array([0, 1, 2], np.int8), size=(n, 15, 15), p=[0.7, 0.15, 0.15])
+
+
+@pytest.fixture()
+def make_batcher():
+    made: list[BatchingEvaluator] = []
+
+    def make(inner, **kwargs) -> BatchingEvaluator:
+        b = BatchingEvaluator(inner, **kwargs)
+        made.append(b)
+        return b
+
+    yield make
+    for b in made:
+        b.close()
+
+
+def run_participants(batcher: BatchingEvaluator, sizes: list[int]) -> list[np.ndarray]:
+    """One thread per size: register, wait for all, then infer once; returns the logits."""
+    barrier = threading.Barrier(len(sizes))
+
+    def one(i: int) -> np.ndarray:
+        with batcher.participant():
+            barrier.wait(timeout=10)
+            return batcher.infer(boards_for(i, sizes[i])).logits
+
+    with ThreadPoolExecutor(len(sizes)) as pool:
+        return list(pool.map(one, range(len(sizes))))
+
+
+def test_concurrent_participants_share_one_call_and_get_their_own_rows(make_batcher) -> None:
+    inner = BoardEvaluator()
+    metrics = Metrics()
+    batcher = make_batcher(inner, window_s=5.0, metrics=metrics)
+    sizes = [1, 16, 3, 16, 7, 16, 2, 9]
+    start = time.monotonic()
+    results = run_participants(batcher, sizes)
+    # all eight were waiting, so the batch went at once, not after the 5 s window
+    assert time.monotonic() - start < 2.5
+    assert inner.calls == [sum(sizes)]
+    for i, logits in enumerate(results):
+        np.testing.assert_array_equal(logits, board_logits(boards_for(i, sizes[i])))
+    assert metrics.value("movepred_triton_batch_boards_sum") == sum(sizes)
+    assert metrics.value("movepred_triton_batch_requests_sum") == len(sizes)
+    assert metrics.value("movepred_triton_batch_boards_count") == 1
+
+
+def test_max_boards_caps_a_call_and_never_splits_a_request(make_batcher) -> None:
+    inner = BoardEvaluator()
+    batcher = make_batcher(inner, window_s=5.0, max_boards=100)
+    sizes = [40] * 6 + [120]  # the 120-board request is larger than a call: it travels alone
+    results = run_participants(batcher, sizes)
+    assert sum(inner.calls) == sum(sizes)
+    assert all(n <= 100 and n % 40 == 0 for n in inner.calls if n != 120)
+    assert 120 in inner.calls
+    for i, logits in enumerate(results):
+        np.testing.assert_array_equal(logits, board_logits(boards_for(i, sizes[i])))
+
+
+def test_a_lone_caller_pays_no_window(make_batcher) -> None:
+    inner = BoardEvaluator()
+    batcher = make_batcher(inner, window_s=5.0)
+    start = time.monotonic()
+    out = batcher.infer(boards_for(0, 4))  # not a participant: counts as one while waiting
+    with batcher.participant():
+        batcher.infer(boards_for(1, 4))
+    assert time.monotonic() - start < 2.5
+    assert out.model_version == "3" and inner.calls == [4, 4]
+
+
+def test_the_window_bounds_the_wait_for_busy_participants(make_batcher) -> None:
+    inner = BoardEvaluator()
+    batcher = make_batcher(inner, window_s=0.3)
+    registered = threading.Event()
+    release = threading.Event()
+
+    def idle_participant() -> None:  # registered, but never sends anything
+        with batcher.participant():
+            registered.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=idle_participant)
+    thread.start()
+    try:
+        registered.wait(5)
+        with batcher.participant():
+            start = time.monotonic()
+            batcher.infer(boards_for(0, 2))
+            waited = time.monotonic() - start
+    finally:
+        release.set()
+        thread.join()
+    assert 0.25 <= waited < 3.0  # it waited for the other participant, but only the window
+
+
+def test_an_error_reaches_every_caller_of_the_call_then_it_recovers(make_batcher) -> None:
+    inner = BoardEvaluator()
+    metrics = Metrics()
+    batcher = make_batcher(inner, window_s=5.0, metrics=metrics)
+    inner.fail = TritonUnavailableError("Triton is down", "UNAVAILABLE")
+    barrier = threading.Barrier(3)
+    errors: list[BaseException] = []
+
+    def one(i: int) -> None:
+        with batcher.participant():
+            barrier.wait(timeout=10)
+            try:
+                batcher.infer(boards_for(i, 2))
+            except TritonUnavailableError as exc:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(errors) == 3 and len({id(e) for e in errors}) == 3  # one object per caller
+    assert all(e.status == "UNAVAILABLE" and "Triton is down" in str(e) for e in errors)
+    assert metrics.value("movepred_triton_errors_total", kind="unavailable") == 1
+    inner.fail = None
+    assert batcher.infer(boards_for(0, 1)).logits.shape == (1, 225)
+
+
+def test_wrong_output_shape_is_an_evaluator_error(make_batcher) -> None:
+    class Short:
+        def infer(self, boards: np.ndarray) -> Out:
+            return Out(np.zeros((len(boards) - 1, 225), np.float32))
+
+    batcher = make_batcher(Short())
+    with pytest.raises(mcts.EvaluatorError, match="for 3 boards"):
+        batcher.infer(boards_for(0, 3))
+
+
+def test_closed_batcher_refuses(make_batcher) -> None:
+    batcher = make_batcher(BoardEvaluator())
+    batcher.close()
+    with pytest.raises(mcts.EvaluatorError, match="closed"):
+        batcher.infer(boards_for(0, 1))
+
+
+def test_concurrent_searches_match_sequential_ones_with_fewer_calls(make_batcher) -> None:
+    games = [[112], [112, 113], [112, 128, 96], [0], [224, 112], [100, 101, 102], [7], [56, 57]]
+    states = [GomokuState.from_moves(m) for m in games]
+    sequential = BoardEvaluator()
+    expected = [mcts.search(s, sequential, max_visits=96, batch_size=8) for s in states]
+
+    inner = BoardEvaluator(delay_s=0.002)
+    batcher = make_batcher(inner, window_s=0.002)
+
+    def one(state: GomokuState) -> mcts.SearchResult:
+        with batcher.participant():
+            return mcts.search(state, batcher, max_visits=96, batch_size=8)
+
+    with ThreadPoolExecutor(len(states)) as pool:
+        got = list(pool.map(one, states))
+    for a, b in zip(expected, got, strict=True):  # batching changes nothing about a search
+        assert (a.move, a.principal_variation, a.children) == (b.move, b.principal_variation,
+                                                               b.children)
+        assert b.model_version == "3"
+    assert sum(inner.calls) == sum(sequential.calls)  # the same boards...
+    assert len(inner.calls) < len(sequential.calls)  # ...in fewer calls
+    assert max(inner.calls) > 8
