@@ -6,7 +6,8 @@ export PREFECT_HOME ?= $(CURDIR)/.prefect
 TRITON_GRPC ?= 127.0.0.1:8001
 SEARCH      ?= 127.0.0.1:50051
 
-.PHONY: setup demo test lint sample ingest train triton serve predict genmove proto bench clean
+.PHONY: setup demo test lint sample ingest schedule prefect-server train triton serve predict genmove \
+        proto bench clean
 
 setup:            ## virtualenv with pinned dependencies + generated gRPC code
 	@bash scripts/setup_env.sh
@@ -27,8 +28,19 @@ proto: setup      ## regenerate gRPC code from proto/
 sample: setup     ## regenerate the shipped self-play sample (no RenjuNet data in the repo)
 	$(PY) -m services.records.selfplay --games 300 --seed 0 --out data/sample/selfplay.rif
 
-ingest: setup     ## run the ingest flow: make ingest SOURCES="a.rif b.rif"
-	$(PY) -m flows.ingest $(SOURCES) --out artifacts/dataset
+PREFECT_PORT ?= 4200
+
+ingest: setup     ## run the ingest flow: make ingest SOURCES="a.rif b.rif" [DASK=local|tcp://host:8786]
+	$(PY) -m flows.ingest $(SOURCES) --out artifacts/dataset \
+	    $(if $(filter local,$(DASK)),--dask,$(if $(DASK),--dask-address $(DASK)))
+
+schedule: setup   ## serve the ingest flow on CRON (default nightly 03:00 UTC), foreground
+	PREFECT_API_URL=$${PREFECT_API_URL:-http://127.0.0.1:$(PREFECT_PORT)/api} \
+	    $(PY) -m flows.schedules $(SOURCES) --out artifacts/dataset --cron "$(or $(CRON),0 3 * * *)" \
+	    $(if $(DASK),--dask-address $(DASK))
+
+prefect-server: setup  ## Prefect API + UI on http://127.0.0.1:$(PREFECT_PORT), state in .prefect/, foreground
+	$(VENV)/bin/prefect server start --host 127.0.0.1 --port $(PREFECT_PORT)
 
 train: setup      ## run the train flow and publish the next version into model_repository/
 	$(PY) -m flows.train --dataset artifacts/dataset --repository model_repository \

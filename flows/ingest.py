@@ -1,98 +1,343 @@
 """Prefect flow `ingest`: RenjuNet `.rif` files -> deduplicated Parquet shards + manifest.
 
 Run: python -m flows.ingest [SOURCES ...] --out artifacts/dataset
+         [--dask | --dask-address tcp://scheduler:8786]
+
+How a run goes:
+
+1. every source file is fingerprinted (SHA-256 of its bytes);
+2. one `read-source` task per file, run in parallel (threads, or a Dask cluster), parses and
+   replays it into an intermediate Parquet file of raw canonical pairs plus one of quarantine
+   rows, both in the work folder (default `<out>.work/`) under a name holding the fingerprint.
+   The task returns only a small summary (counts, the two paths and their checksums), cached
+   by Prefect under the file's fingerprint, its name, the work folder and a hash of the
+   pipeline's code: an unchanged source is not read again until that code changes. It is
+   retried with exponential back-off;
+3. the flow checks each intermediate against the checksum in its summary (a cached summary
+   whose file was deleted or damaged is recomputed), then rebuilds the whole dataset from all
+   intermediates: dedup across every source, split, shards (see `services/dataset/shards.py`
+   for why a kill at any point is harmless and a rerun byte-identical);
+4. a table artifact (counts per source) and a markdown artifact (the run) are attached.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
+import logging
+import os
+import re
 from collections import Counter
 from pathlib import Path
 
-from prefect import flow, task
+import pyarrow as pa
+import pyarrow.parquet as pq
+from prefect import Flow, flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import INPUTS
+from prefect.futures import as_completed
+from prefect.tasks import exponential_backoff
 
-from services.dataset.build import SourceResult, deduplicate, source_pairs
+from services.dataset.build import deduplicate, source_pairs
 from services.dataset.shards import (
+    QUARANTINE_SCHEMA,
+    ROW_GROUP_ROWS,
+    ROWS_PER_SHARD,
     SCHEMA_VERSION,
     SPLITS,
-    atomic_write_json,
+    commit_manifest,
+    sha256_file,
     write_quarantine,
     write_split_shards,
+    write_table_atomic,
 )
-from services.records.rif import read_rif
+from services.records.rif import read_rif, reason_category
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SOURCES = (str(ROOT / "data" / "sample" / "selfplay.rif"),)
 DEFAULT_OUT = str(ROOT / "artifacts" / "dataset")
+INTERMEDIATE_VERSION = 1  # bump when the intermediate files' layout changes
+# the code that turns a source into its intermediates: any change to it is a new cache key
+PIPELINE_MODULES = ("services.dataset.build", "services.dataset.pairs",
+                    "services.dataset.canonical", "services.records.rif", "services.games.gomoku",
+                    "services.games.renju", "services.games.symmetry", "services.games.coords")
+RETRIES = 3  # delays 1, 2, 4 s (+ up to 50 % jitter)
+DEFAULT_DASK_WORKERS = 2
+
+
+def pipeline_version() -> str:
+    """INTERMEDIATE_VERSION plus a hash of the source of every PIPELINE_MODULES module."""
+    h = hashlib.sha256()
+    for name in PIPELINE_MODULES:
+        h.update(name.encode() + b"\0" + Path(importlib.import_module(name).__file__).read_bytes())
+    return f"{INTERMEDIATE_VERSION}-{h.hexdigest()[:16]}"
+
+
+PIPELINE_VERSION = pipeline_version()
 
 
 def fingerprint(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    """The source's content fingerprint: SHA-256 of its bytes."""
+    return sha256_file(Path(path))
 
 
-@task(retries=2, retry_delay_seconds=1)
-def read_source(path: str) -> SourceResult:
-    """Parse and replay one source file; malformed records go to quarantine, never raise."""
+def default_work_dir(out_dir: str | Path) -> Path:
+    """Intermediates live next to the dataset folder, never inside it."""
+    out = Path(out_dir).resolve()
+    return out.with_name(out.name + ".work")
+
+
+def intermediate_stem(name: str, fp: str) -> str:
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", name)
+    return f"{safe}.{fp[:16]}.v{INTERMEDIATE_VERSION}"
+
+
+@task(
+    name="read-source",
+    task_run_name="read {name}",
+    retries=RETRIES,
+    retry_delay_seconds=exponential_backoff(backoff_factor=1),
+    retry_jitter_factor=0.5,
+    # the key: name, fingerprint, work folder, pipeline version; not the path (a moved file
+    # hits)
+    cache_policy=INPUTS - "path",
+    result_serializer="json",
+)
+def read_source(path: str, name: str, fingerprint: str, work_dir: str,
+                version: str = PIPELINE_VERSION) -> dict:
+    """Parse and replay one source into intermediate files; return their summary.
+
+    Malformed records go to quarantine and never raise; an exception here is an I/O problem
+    (retried) or a source that changed after the flow fingerprinted it (fails the run).
+    """
     p = Path(path)
-    return source_pairs(p.name, read_rif(p, source=p.name))
+    if sha256_file(p) != fingerprint:
+        raise RuntimeError(f"{p}: changed while the ingest ran (fingerprint mismatch)")
+    result = source_pairs(name, read_rif(p, source=name))
+    work = Path(work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    stem = intermediate_stem(name, fingerprint)
+    pairs_path = work / f"{stem}.pairs.parquet"
+    quarantine_path = work / f"{stem}.quarantine.parquet"
+    quarantine = pa.Table.from_pylist(result.quarantine, schema=QUARANTINE_SCHEMA)
+    unique = result.pairs.select(["board", "move"]).group_by(
+        ["board", "move"], use_threads=False).aggregate([]).num_rows
+    reasons = Counter(reason_category(q["reason"]) for q in result.quarantine)
+    return {
+        "source": name,
+        "fingerprint": fingerprint,
+        "read": result.read,
+        "ingested": result.ingested,
+        "quarantined": result.quarantined,
+        "reasons": dict(sorted(reasons.items())),
+        "pairs": result.pairs.num_rows,
+        "unique_pairs": unique,
+        "pairs_path": str(pairs_path),
+        "pairs_sha256": write_table_atomic(result.pairs, pairs_path),
+        "quarantine_path": str(quarantine_path),
+        "quarantine_sha256": write_table_atomic(quarantine, quarantine_path),
+    }
+
+
+def _intact(summary: dict) -> bool:
+    for key in ("pairs", "quarantine"):
+        path = Path(summary[f"{key}_path"])
+        if not path.is_file() or sha256_file(path) != summary[f"{key}_sha256"]:
+            return False
+    return True
+
+
+def _resolve_sources(sources: list[str] | None) -> list[Path]:
+    paths = sorted({Path(s).resolve() for s in (sources or DEFAULT_SOURCES)},
+                   key=lambda p: (p.name, str(p)))
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"source file(s) not found: {', '.join(missing)}")
+    names = Counter(p.name for p in paths)
+    clashes = sorted(n for n, k in names.items() if k > 1)
+    if clashes:
+        raise ValueError(f"source names must be unique (the name labels its rows): {clashes}")
+    return paths
+
+
+def _run_reads(paths: list[Path], fps: dict[Path, str], work: Path, progress: bool,
+               refresh: bool = False) -> tuple[dict[str, dict], set[str]]:
+    """Submit one read task per source; return summaries by name and the names served from
+    Prefect's cache."""
+    reader = read_source.with_options(refresh_cache=True) if refresh else read_source
+    futures = [reader.submit(str(p), p.name, fps[p], str(work), PIPELINE_VERSION)
+               for p in paths]
+    summaries, cached = {}, set()
+    bar = _progress_bar(len(futures), "re-reading" if refresh else "reading") if progress else None
+    try:
+        for future in as_completed(futures):
+            summary = future.result()
+            summaries[summary["source"]] = summary
+            if future.state.name == "Cached":
+                cached.add(summary["source"])
+            if bar is not None:
+                bar[0].update(bar[1], advance=1, description=f"read {summary['source']}")
+    finally:
+        if bar is not None:
+            bar[0].stop()
+    return summaries, cached
+
+
+def _progress_bar(total: int, label: str):
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("sources"), TimeElapsedColumn(), console=Console(stderr=True))
+    bar.start()
+    return bar, bar.add_task(label, total=total)
+
+
+def _counts_row(summary: dict, reasons: list[str], cached: bool) -> dict:
+    row = {"source": summary["source"], "read": summary["read"],
+           "ingested": summary["ingested"], "quarantined": summary["quarantined"]}
+    row.update({f"quarantined: {r}": summary["reasons"].get(r, 0) for r in reasons})
+    row.update({"raw pairs": summary["pairs"], "unique pairs": summary["unique_pairs"],
+                "cached": "yes" if cached else "no"})
+    return row
 
 
 @flow(name="ingest")
-def ingest(sources: list[str] | None = None, out_dir: str = DEFAULT_OUT) -> dict:
-    """Ingest every source and write shards, quarantine and manifest into `out_dir`."""
-    paths = [Path(s) for s in (sources or DEFAULT_SOURCES)]
-    missing = [str(p) for p in paths if not p.exists()]
-    if missing:
-        raise FileNotFoundError(f"source file(s) not found: {', '.join(missing)}")
-    results = [f.result() for f in read_source.map([str(p) for p in paths])]
-    table = deduplicate([r.pairs for r in results])
-    out = Path(out_dir)
+def ingest(sources: list[str] | None = None, out_dir: str = DEFAULT_OUT,
+           work_dir: str | None = None, progress: bool = False) -> dict:
+    """Ingest every source and write shards, quarantine and manifest into `out_dir`.
+
+    `work_dir` holds the per-source intermediates (default `<out_dir>.work`); it must be on a
+    file system that every task worker and the flow see. Returns the manifest.
+    """
+    paths = _resolve_sources(sources)
+    out = Path(out_dir).resolve()
+    work = Path(work_dir).resolve() if work_dir else default_work_dir(out)
+    work.mkdir(parents=True, exist_ok=True)
+    for stale in work.glob(".*.tmp"):  # a killed run's half-written intermediate
+        stale.unlink(missing_ok=True)
+
+    fps = {p: fingerprint(p) for p in paths}
+    summaries, cached = _run_reads(paths, fps, work, progress)
+    damaged = [p for p in paths if not _intact(summaries[p.name])]
+    if damaged:  # a cached summary outlived its intermediate file: compute it again
+        again, _ = _run_reads(damaged, fps, work, progress, refresh=True)
+        summaries.update(again)
+        cached -= set(again)
+        still = [n for n in again if not _intact(again[n])]
+        if still:
+            raise RuntimeError(f"intermediates of {still} are damaged right after writing")
+    ordered = [summaries[p.name] for p in paths]
+
+    table = deduplicate([pq.read_table(s["pairs_path"]) for s in ordered])
+    quarantine = [row for s in ordered
+                  for row in pq.read_table(s["quarantine_path"]).to_pylist()]
     files = write_split_shards(table, out)
-    quarantine = [row for r in results for row in r.quarantine]
-    write_quarantine(quarantine, out)
+    quarantine_entry = write_quarantine(quarantine, out)
     split_rows = {s: sum(f["rows"] for f in files if f["split"] == s) for s in SPLITS}
-    per_source = [
-        {"source": r.source, "read": r.read, "ingested": r.ingested,
-         "quarantined": r.quarantined, "pairs": r.pairs.num_rows,
-         "reasons": dict(Counter(q["reason"].split(":")[0] for q in r.quarantine))}
-        for r in results
-    ]
+    counts = [{k: s[k] for k in ("source", "read", "ingested", "quarantined", "pairs",
+                                 "unique_pairs", "reasons")} for s in ordered]
     manifest = {
         "schema_version": SCHEMA_VERSION,
         "rows": table.num_rows,
-        "raw_pairs": sum(r.pairs.num_rows for r in results),
+        "raw_pairs": sum(s["pairs"] for s in ordered),
         "splits": split_rows,
         "files": files,
-        "sources": [{"path": p.name, "sha256": fingerprint(p)} for p in paths],
-        "counts": per_source,
+        "quarantine": quarantine_entry,
+        "sources": [{"path": p.name, "sha256": fps[p]} for p in paths],
+        "counts": counts,
+        "writer": {"rows_per_shard": ROWS_PER_SHARD, "row_group_rows": ROW_GROUP_ROWS,
+                   "compression": "zstd", "pyarrow": pa.__version__},
     }
-    atomic_write_json(manifest, out / "manifest.json")
+    removed = commit_manifest(manifest, out)
+
+    reasons = sorted({r for s in ordered for r in s["reasons"]})
     create_table_artifact(
         key="ingest-counts",
-        table=[{k: v for k, v in row.items() if k != "reasons"} for row in per_source],
-        description="Records per source: read = ingested + quarantined",
+        table=[_counts_row(s, reasons, s["source"] in cached) for s in ordered],
+        description="Records per source (read = ingested + quarantined, quarantined by "
+                    "reason), raw and unique (position, move) pairs, whether the source was "
+                    "served from the cache",
     )
-    create_markdown_artifact(
-        key="ingest-summary",
-        markdown=(f"# Ingest\n\n{len(paths)} source(s), {manifest['raw_pairs']} pairs, "
-                  f"{table.num_rows} unique after symmetry dedup.\n\n"
-                  + "\n".join(f"- {s}: {n} rows" for s, n in split_rows.items())),
-    )
+    create_markdown_artifact(key="ingest-summary", markdown=_summary_markdown(
+        manifest, out, len(cached), len(damaged), removed))
     return manifest
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+def _summary_markdown(manifest: dict, out: Path, n_cached: int, n_damaged: int,
+                      removed: list[str]) -> str:
+    rows = manifest["rows"]
+    lines = [
+        "# Ingest",
+        "",
+        f"{len(manifest['sources'])} source(s) ({n_cached} from the cache"
+        + (f", {n_damaged} recomputed after a missing intermediate" if n_damaged else "")
+        + f"), {sum(c['read'] for c in manifest['counts'])} records read, "
+        f"{manifest['quarantine']['rows']} quarantined; {manifest['raw_pairs']} pairs, "
+        f"**{rows} unique** after symmetry dedup, written to `{out}`.",
+        "",
+        "| split | rows | share | files |",
+        "|---|---:|---:|---:|",
+    ]
+    for split, n in manifest["splits"].items():
+        n_files = sum(1 for f in manifest["files"] if f["split"] == split)
+        lines.append(f"| {split} | {n} | {n / max(rows, 1):.1%} | {n_files} |")
+    if removed:
+        lines += ["", f"Removed {len(removed)} file(s) the new manifest no longer lists."]
+    return "\n".join(lines)
+
+
+def ingest_on(dask_address: str | None = None, dask_workers: int = 0,
+              dask_processes: bool = True) -> Flow:
+    """The `ingest` flow on a Dask cluster: an existing one at `dask_address`
+    (tcp://host:8786), or a local one of `dask_workers` workers started for the run; without
+    either, the flow itself (threads in this process)."""
+    if not dask_address and not dask_workers:
+        return ingest
+    # Dask logs every worker start and stop at INFO; keep warnings (workers inherit the env)
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
+    logging.getLogger("distributed").setLevel(logging.WARNING)
+    from prefect_dask import DaskTaskRunner
+
+    if dask_address:
+        runner = DaskTaskRunner(address=dask_address)
+    else:
+        runner = DaskTaskRunner(cluster_kwargs={
+            "n_workers": dask_workers, "threads_per_worker": 1, "processes": dask_processes,
+            "dashboard_address": None})
+    return ingest.with_options(task_runner=runner)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sources", nargs="*", help="RenjuNet .rif files (default: the sample)")
     parser.add_argument("--out", default=DEFAULT_OUT, help="dataset folder to write")
+    parser.add_argument("--work", default=None,
+                        help="folder for per-source intermediates (default: OUT.work)")
+    parser.add_argument("--dask", action="store_true",
+                        help=f"run the tasks on a local Dask cluster (--dask-workers, default "
+                             f"{DEFAULT_DASK_WORKERS})")
+    parser.add_argument("--dask-workers", type=int, default=0, help="local Dask worker processes")
+    parser.add_argument("--dask-address", default=None,
+                        help="run the tasks on an existing Dask cluster (tcp://host:8786)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
-    manifest = ingest(sources=args.sources or None, out_dir=args.out)
+    workers = args.dask_workers or (DEFAULT_DASK_WORKERS if args.dask else 0)
+    # `python -m flows.ingest` runs this file as __main__: take the flow from the importable
+    # module so that Dask workers can unpickle its tasks by reference
+    from flows.ingest import ingest_on as importable_ingest_on
+
+    run = importable_ingest_on(dask_address=args.dask_address, dask_workers=workers)
+    manifest = run(sources=args.sources or None, out_dir=args.out, work_dir=args.work,
+                   progress=not args.no_progress)
     print(f"{manifest['rows']} unique pairs -> {args.out}  splits: {manifest['splits']}")
     for row in manifest["counts"]:
         print(f"  {row['source']}: read {row['read']} = ingested {row['ingested']} "
-              f"+ quarantined {row['quarantined']}")
+              f"+ quarantined {row['quarantined']}"
+              + (f" {row['reasons']}" if row["reasons"] else ""))
+    return manifest
 
 
 if __name__ == "__main__":

@@ -1,13 +1,41 @@
 """Parquet shards of deduplicated (position, move) pairs, plus the manifest that describes them.
 
 Layout of a dataset folder:
-    manifest.json                 rows, checksums, sources, split counts, schema version
-    train-00000.parquet ...       one or more shards per split, rows sorted by position hash
-    quarantine.parquet            every record that could not be ingested, with its reason
+    manifest.json                    rows, split sizes, checksums, sources, schema version
+    train-00000.<sha12>.parquet ...  one or more shards per split, rows sorted by position hash
+    quarantine.<sha12>.parquet       every record that could not be ingested, with its reason
 
-Shards are written to a temporary name and renamed, so a reader never sees half a file, and
-their bytes depend only on the input (sorted rows, fixed writer options): a rerun on the same
-inputs reproduces identical files.
+The manifest is the only file with a fixed name and the single commit point of a dataset
+version. Every other file is named after its content (the first 12 hex digits of its
+SHA-256), so writing a new version never overwrites a file that the current manifest lists:
+
+1. shards and quarantine are written to a temporary name, fsynced and renamed (a reader never
+   sees half a file); a file whose content-addressed name already exists is left untouched;
+2. the new manifest is written the same way (temp + rename): from that instant readers see the
+   new version, and until then the old manifest and all of its files are intact;
+3. only then are the files the new manifest does not list (stale shards, an old quarantine,
+   left-over `.*.tmp` files of a killed run) removed.
+
+A run killed at any point therefore leaves either the old version or the new one, plus files
+that the next run either reuses (same content, same name) or removes, and shard bytes depend
+only on the input (rows sorted by (position hash, move, board), fixed writer options, pinned
+pyarrow): a rerun on the same inputs reproduces identical files and changes nothing. One
+writer per dataset folder at a time is assumed (the flow does not lock the folder).
+
+Row groups of 65,536 rows (`ROW_GROUP_ROWS`). A row group is the unit the training loader
+(`services/dataset/loader.py`) permutes, deals out to workers and ranks and reads in one call,
+so its size trades shuffle quality and parallelism against per-group overhead. 65,536 rows of
+15x15 boards are about 15 MB uncompressed (24 MB for 19x19 Go) and about 2 MB in zstd (30 bytes
+a row on the shipped sample); one group is what a loader worker reads at a time next to its
+shuffle buffer (65,536 rows by default), so memory stays bounded at any dataset size. Large
+groups compress well (zstd sees many similar boards, and per-group statistics and page headers
+are a negligible share of the file), and reading one is a single sequential read. Smaller
+groups would give the loader more units to spread over `world_size * num_workers` workers and a
+finer first-level shuffle, but cost compression, footer size and read calls; much larger ones
+would raise every worker's memory and leave workers idle on small splits (fewer units than
+workers), and a unit larger than the shuffle buffer mixes less with the others. A 1,000,000-row
+shard (`ROWS_PER_SHARD`) holds 16 groups, so even one shard gives 16 units to spread over the
+loader's workers.
 """
 
 from __future__ import annotations
@@ -15,18 +43,28 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 SCHEMA_VERSION = 1
 SCHEMA_KEY = b"movepred.schema_version"
 SPLITS = ("train", "validation", "test")
 ROWS_PER_SHARD = 1_000_000
-ROW_GROUP_ROWS = 65_536  # ~15 MB of boards: large enough for zstd, small enough to shuffle
+ROW_GROUP_ROWS = 65_536  # ~15 MB of boards, ~2 MB in zstd: see the module docstring
+MANIFEST = "manifest.json"
+# files this module writes into a dataset folder (fixed names of older versions included):
+# the only ones `remove_unlisted` may delete
+_OWNED = re.compile(
+    r"^(?:(?:train|validation|test)-\d{5}|quarantine)(?:\.[0-9a-f]{12})?\.parquet$"
+    r"|^\..+\.tmp$"
+)
 
 PAIR_SCHEMA = pa.schema(
     [
@@ -62,50 +100,133 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _atomic_write_table(table: pa.Table, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # not supported here (e.g. some network file systems): rename still atomic
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(data: bytes, path: Path) -> None:
+    """Write `data` to `path` through a unique temporary name, fsync, rename, fsync the folder."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    """The table as Parquet with the fixed writer options that make the bytes reproducible."""
+    sink = pa.BufferOutputStream()
     pq.write_table(
-        table, tmp, compression="zstd", row_group_size=ROW_GROUP_ROWS,
+        table, sink, compression="zstd", row_group_size=ROW_GROUP_ROWS,
         write_statistics=True, store_schema=True,
     )
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    return sink.getvalue().to_pybytes()
+
+
+def write_table_atomic(table: pa.Table, path: Path) -> str:
+    """Write `table` to `path` atomically; return the file's SHA-256."""
+    data = parquet_bytes(table)
+    atomic_write_bytes(data, path)
+    return hashlib.sha256(data).hexdigest()
+
+
+def _write_content_addressed(table: pa.Table, out_dir: Path, stem: str) -> dict:
+    """Write `table` as `<stem>.<sha12>.parquet` unless that very file is already there."""
+    data = parquet_bytes(table)
+    sha = hashlib.sha256(data).hexdigest()
+    path = out_dir / f"{stem}.{sha[:12]}.parquet"
+    if not (path.exists() and path.stat().st_size == len(data) and sha256_file(path) == sha):
+        atomic_write_bytes(data, path)
+    return {"path": path.name, "rows": table.num_rows, "sha256": sha}
+
+
+def _json_bytes(obj: dict) -> bytes:
+    return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
 
 
 def atomic_write_json(obj: dict, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    atomic_write_bytes(_json_bytes(obj), path)
 
 
 def write_split_shards(table: pa.Table, out_dir: Path) -> list[dict]:
-    """Write `table` (already deduplicated) as shards per split; return one entry per file."""
+    """Write `table` (already deduplicated) as shards per split; return one entry per file.
+
+    Files are content-addressed and nothing is removed: list the entries in a manifest
+    (`commit_manifest`) to make them the dataset's current version.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     files = []
     for split in SPLITS:
-        part = table.filter(pa.compute.equal(table["split"], split))
+        part = table.filter(pc.equal(table["split"], split))
         part = part.sort_by([("position_hash", "ascending"), ("move", "ascending"),
                              ("board", "ascending")])
         n_shards = max(1, -(-part.num_rows // ROWS_PER_SHARD))
         for i in range(n_shards):
             shard = part.slice(i * ROWS_PER_SHARD, ROWS_PER_SHARD).cast(PAIR_SCHEMA)
-            path = out_dir / f"{split}-{i:05d}.parquet"
-            _atomic_write_table(shard, path)
-            files.append({"path": path.name, "split": split, "rows": shard.num_rows,
-                          "sha256": sha256_file(path)})
+            entry = _write_content_addressed(shard, out_dir, f"{split}-{i:05d}")
+            files.append({"path": entry["path"], "split": split, "rows": entry["rows"],
+                          "sha256": entry["sha256"]})
     return files
 
 
-def write_quarantine(rows: Iterable[dict], out_dir: Path) -> int:
-    rows = sorted(rows, key=lambda r: (r["source"], r["record_id"], r["reason"]))
+def write_quarantine(rows: Iterable[dict], out_dir: Path) -> dict:
+    """Write the quarantine rows (sorted) as `quarantine.<sha12>.parquet`; return its entry."""
+    rows = sorted(rows, key=lambda r: (r["source"], r["record_id"], r["reason"], r["snippet"]))
     table = pa.Table.from_pylist(rows, schema=QUARANTINE_SCHEMA)
-    _atomic_write_table(table, out_dir / "quarantine.parquet")
-    return table.num_rows
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return _write_content_addressed(table, out_dir, "quarantine")
+
+
+def listed_files(manifest: dict) -> set[str]:
+    names = {entry["path"] for entry in manifest.get("files", [])}
+    if manifest.get("quarantine"):
+        names.add(manifest["quarantine"]["path"])
+    return names
+
+
+def remove_unlisted(out_dir: Path, manifest: dict) -> list[str]:
+    """Delete the shard, quarantine and temporary files of `out_dir` that `manifest` does not
+    list (never anything this module did not write); return their names."""
+    keep = listed_files(manifest) | {MANIFEST}
+    removed = []
+    for path in sorted(Path(out_dir).iterdir()):
+        if path.name not in keep and path.is_file() and _OWNED.match(path.name):
+            path.unlink(missing_ok=True)
+            removed.append(path.name)
+    return removed
+
+
+def commit_manifest(manifest: dict, out_dir: Path) -> list[str]:
+    """Make `manifest` the dataset's current version, then remove what it no longer lists.
+
+    Every file it lists must already be in place; stale files go only after the rename.
+    """
+    out_dir = Path(out_dir)
+    missing = [name for name in sorted(listed_files(manifest)) if not (out_dir / name).exists()]
+    if missing:
+        raise DatasetError(f"{out_dir}: manifest lists missing file(s): {', '.join(missing)}")
+    path = out_dir / MANIFEST
+    if not (path.is_file() and path.read_bytes() == _json_bytes(manifest)):  # else: no-op
+        atomic_write_json(manifest, path)
+    return remove_unlisted(out_dir, manifest)
 
 
 def read_manifest(dataset_dir: Path) -> dict:
-    path = Path(dataset_dir) / "manifest.json"
+    path = Path(dataset_dir) / MANIFEST
     if not path.exists():
         raise DatasetError(f"{path}: no manifest; run the ingest flow first")
     manifest = json.loads(path.read_text())

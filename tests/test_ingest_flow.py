@@ -1,0 +1,296 @@
+"""The `ingest` flow at scale: parallel cached reads, retries, shard semantics (rerun, new
+source, kill), artifacts, the Dask task runner, the nightly schedule."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import httpx
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import sqlalchemy
+
+import flows.ingest as ingest_mod
+from flows.ingest import ingest, ingest_on, main, read_source
+from flows.schedules import DEFAULT_CRON, nightly_deployment
+from services.dataset import shards
+from services.dataset.shards import read_manifest, read_split
+from services.records.rif import RifGame, read_rif
+from services.records.rif_writer import write_rif
+from tests.conftest import SAMPLE_RIF
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+
+class Killed(BaseException):
+    """Stands for the process dying: not an Exception, so nothing on the way handles it."""
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def files(folder: Path) -> dict[str, str]:
+    """Every file of a folder (hidden ones included) -> SHA-256."""
+    return {p.name: _sha(p) for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def stamps(folder: Path) -> dict[str, tuple[str, int]]:
+    return {p.name: (_sha(p), p.stat().st_mtime_ns) for p in sorted(folder.iterdir())}
+
+
+def dataset_keys(out: Path) -> list[tuple[bytes, int]]:
+    manifest = read_manifest(out)
+    table = pa.concat_tables([pq.read_table(out / f["path"]) for f in manifest["files"]])
+    return list(zip(table["board"].to_pylist(), table["move"].to_pylist(), strict=True))
+
+
+def dataset_counts(out: Path) -> int:
+    manifest = read_manifest(out)
+    return sum(sum(pq.read_table(out / f["path"], columns=["count"])["count"].to_pylist())
+               for f in manifest["files"])
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory) -> tuple[str, str]:
+    """Two sources cut from the shipped sample (their openings overlap, so dedup works across
+    them); the first holds two bad records (an occupied point, an off-board move), the second
+    one (so that every version of the dataset has its own quarantine file)."""
+    games = [g for g in read_rif(SAMPLE_RIF) if isinstance(g, RifGame)]
+    folder = tmp_path_factory.mktemp("sources")
+    bad = RifGame("x", "bad-replay", (112, 113, 112))
+    a = write_rif([*games[:60], bad], folder / "part-a.rif")
+    a.write_text(a.read_text().replace(
+        "</games>", '<game id="9999"><move>h8 p16</move></game></games>'))
+    b = write_rif([*games[60:120], RifGame("x", "bad-replay-b", (112, 112))],
+                  folder / "part-b.rif")
+    return str(a), str(b)
+
+
+def test_rerun_changes_nothing_and_reads_no_source_again(tmp_path: Path, sources,
+                                                         monkeypatch) -> None:
+    from prefect.artifacts import Artifact
+
+    out, work = tmp_path / "ds", tmp_path / "ds.work"
+    first = ingest(sources=list(sources), out_dir=str(out))
+    counts = {c["source"]: c for c in first["counts"]}
+    assert counts["part-a.rif"]["quarantined"] == 2
+    assert counts["part-a.rif"]["read"] == 62 and counts["part-b.rif"]["read"] == 61
+    assert sum(first["splits"].values()) == first["rows"] > 0
+    for split, n in first["splits"].items():
+        assert read_split(out, split)[0].shape[0] == n
+    table = {row["source"]: row for row in json.loads(Artifact.get("ingest-counts").data)}
+    row = table["part-a.rif"]
+    by_reason = {k: v for k, v in row.items() if k.startswith("quarantined: ")}
+    assert len(by_reason) >= 2 and sum(by_reason.values()) == row["quarantined"] == 2
+    assert row["read"] == row["ingested"] + row["quarantined"]
+    assert row["unique pairs"] == counts["part-a.rif"]["unique_pairs"] <= row["raw pairs"]
+    assert "validation" in Artifact.get("ingest-summary").data
+
+    before = {**stamps(out), **{f"work/{k}": v for k, v in stamps(work).items()}}
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("an unchanged source was read again instead of the cache")
+
+    real = ingest_mod.source_pairs
+    monkeypatch.setattr(ingest_mod, "source_pairs", no_reading)
+    assert ingest(sources=list(reversed(sources)), out_dir=str(out)) == first
+    assert {**stamps(out), **{f"work/{k}": v for k, v in stamps(work).items()}} == before
+    assert {row["cached"] for row in json.loads(Artifact.get("ingest-counts").data)} == {"yes"}
+
+    # a change to the pipeline's code is a new cache key: every source is read again
+    read: list[str] = []
+    monkeypatch.setattr(ingest_mod, "source_pairs",
+                        lambda name, records: read.append(name) or real(name, records))
+    monkeypatch.setattr(ingest_mod, "PIPELINE_VERSION", "changed")
+    assert ingest(sources=list(sources), out_dir=str(out)) == first
+    assert sorted(read) == ["part-a.rif", "part-b.rif"]
+
+
+def test_a_new_source_adds_rows_without_duplicating_old_ones(tmp_path: Path, sources) -> None:
+    a, b = sources
+    out = tmp_path / "ds"
+    one = ingest(sources=[a], out_dir=str(out))
+    old_keys = set(dataset_keys(out))
+    old_shards = {f["path"] for f in one["files"]}
+
+    two = ingest(sources=[a, b], out_dir=str(out))
+    keys = dataset_keys(out)
+    assert len(keys) == len(set(keys)) == two["rows"]
+    assert old_keys < set(keys)
+    assert two["rows"] < one["rows"] + two["counts"][1]["unique_pairs"]  # overlap merged
+    assert dataset_counts(out) == two["raw_pairs"] == one["raw_pairs"] + two["counts"][1]["pairs"]
+    # the old version's shards went once the new manifest was in place; nothing else is left
+    listed = {f["path"] for f in two["files"]} | {two["quarantine"]["path"], "manifest.json"}
+    assert set(files(out)) == listed and not old_shards & listed
+
+    fresh = tmp_path / "fresh"
+    ingest(sources=[b, a], out_dir=str(fresh))
+    assert files(fresh) == files(out)
+
+    copy = tmp_path / "part-a-copy.rif"  # the same games again under another name
+    copy.write_bytes(Path(a).read_bytes())
+    three = ingest(sources=[a, b, str(copy)], out_dir=str(out))
+    assert three["rows"] == two["rows"] and set(dataset_keys(out)) == set(keys)
+    assert dataset_counts(out) == three["raw_pairs"] == two["raw_pairs"] + one["raw_pairs"]
+
+
+def test_real_games_and_the_sample_ingest_together(tmp_path: Path, renjunet_rif: Path) -> None:
+    out = tmp_path / "ds"
+    manifest = ingest(sources=[str(renjunet_rif), str(SAMPLE_RIF)], out_dir=str(out))
+    assert [s["path"] for s in manifest["sources"]] == ["renjunet-dev.rif", "selfplay.rif"]
+    keys = dataset_keys(out)
+    assert len(keys) == len(set(keys)) == manifest["rows"]
+    assert dataset_counts(out) == manifest["raw_pairs"]
+    assert sum(c["unique_pairs"] for c in manifest["counts"]) >= manifest["rows"]
+    for split, n in manifest["splits"].items():
+        assert read_split(out, split)[0].shape[0] == n > 0
+
+
+def test_a_killed_run_then_a_rerun_ends_as_an_uninterrupted_run(tmp_path: Path, sources,
+                                                                monkeypatch) -> None:
+    a, b = sources
+    clean = tmp_path / "clean"
+    ingest(sources=[a, b], out_dir=str(clean))
+    expected, expected_work = files(clean), files(tmp_path / "clean.work")
+
+    out = tmp_path / "ds"
+    real_write = shards.atomic_write_bytes
+    # the new version writes 5 files into the dataset folder: 3 shards, quarantine, manifest;
+    # die before each of them in turn, leaving half a temporary file
+    for k in range(5):
+        ingest(sources=[a], out_dir=str(out))  # an older version in place
+        old = read_manifest(out)
+        done: list[Path] = []
+
+        def dying(data: bytes, path: Path, k: int = k, done: list = done) -> None:
+            if path.parent == out:
+                if len(done) == k:
+                    path.with_name(f".{path.name}.killed.tmp").write_bytes(data[: len(data) // 2])
+                    raise Killed
+                done.append(path)
+            real_write(data, path)
+
+        monkeypatch.setattr(shards, "atomic_write_bytes", dying)
+        with pytest.raises(Killed):
+            ingest(sources=[a, b], out_dir=str(out))
+        monkeypatch.setattr(shards, "atomic_write_bytes", real_write)
+        # until the new manifest is in place, the old version is whole
+        assert read_manifest(out) == old
+        for entry in old["files"]:
+            assert _sha(out / entry["path"]) == entry["sha256"]
+
+        ingest(sources=[a, b], out_dir=str(out))
+        assert files(out) == expected, f"killed before write {k}"
+        assert files(tmp_path / "ds.work") == expected_work
+
+
+def test_half_written_and_damaged_intermediates_are_redone(tmp_path: Path, sources) -> None:
+    out, work = tmp_path / "ds", tmp_path / "ds.work"
+    ingest(sources=list(sources), out_dir=str(out))
+    expected, expected_work = files(out), files(work)
+
+    (work / ".part-a.rif.0123.pairs.parquet.1-abcd.tmp").write_bytes(b"PAR1 half")
+    pairs = next(work.glob("part-a.rif.*.pairs.parquet"))
+    pairs.write_bytes(pairs.read_bytes()[:100])  # its cached summary still names it
+    next(work.glob("part-b.rif.*.quarantine.parquet")).unlink()
+
+    ingest(sources=list(sources), out_dir=str(out))
+    assert files(out) == expected
+    assert files(work) == expected_work
+
+
+def test_a_failing_read_is_retried_with_backoff(tmp_path: Path, sources, monkeypatch) -> None:
+    assert read_source.retries == 3
+    assert read_source.retry_delay_seconds == [1, 2, 4]
+    assert read_source.retry_jitter_factor == 0.5
+    real, calls = ingest_mod.source_pairs, []
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("transient read error")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ingest_mod, "source_pairs", flaky)
+    manifest = ingest(sources=[sources[1]], out_dir=str(tmp_path / "ds"))
+    assert len(calls) == 2 and manifest["rows"] > 0
+
+
+def test_dask_cluster_gives_the_same_shards_as_one_process(tmp_path: Path, sources,
+                                                          capsys) -> None:
+    from distributed import LocalCluster
+
+    from flows.schedules import ingest_on_dask
+
+    single = tmp_path / "single"
+    ingest(sources=list(sources), out_dir=str(single))
+    expected, expected_work = files(single), files(tmp_path / "single.work")
+    capsys.readouterr()
+
+    # 2 worker processes: tasks and their results cross process boundaries
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster:
+        cli = tmp_path / "cli"  # the command line, with its progress bar
+        manifest = main([*sources, "--out", str(cli), "--dask-address",
+                         cluster.scheduler_address])
+        captured = capsys.readouterr()
+        assert "2/2" in captured.err and "sources" in captured.err
+        assert f"{manifest['rows']} unique pairs" in captured.out
+        assert files(cli) == expected and files(tmp_path / "cli.work") == expected_work
+
+        scheduled = tmp_path / "scheduled"  # what the nightly deployment runs with --dask-address
+        ingest_on_dask(cluster.scheduler_address, sources=list(sources),
+                       out_dir=str(scheduled))
+        assert files(scheduled) == expected
+
+    # `--dask` starts such a cluster for the run
+    runner = ingest_on(dask_workers=2).task_runner
+    assert runner.cluster_kwargs["n_workers"] == 2 and runner.cluster_kwargs["processes"]
+
+
+def test_nightly_deployment_has_the_cron_schedule(tmp_path: Path) -> None:
+    deployment = nightly_deployment(sources=["a.rif"], out_dir=str(tmp_path / "ds"))
+    assert deployment.name == "nightly-ingest" and deployment.flow_name == "ingest"
+    assert deployment.entrypoint == "flows/ingest.py:ingest"
+    (schedule,) = deployment.schedules
+    assert schedule.schedule.cron == DEFAULT_CRON == "0 3 * * *"
+    assert schedule.schedule.timezone == "UTC" and schedule.active
+    assert deployment.parameters == {"sources": [str(Path("a.rif").resolve())],
+                                     "out_dir": str(tmp_path / "ds")}
+
+    on_dask = nightly_deployment(cron="30 1 * * 1-5", timezone="Europe/Berlin",
+                                 dask_address="tcp://scheduler:8786")
+    assert on_dask.entrypoint == "flows/schedules.py:ingest_on_dask"
+    assert on_dask.schedules[0].schedule.cron == "30 1 * * 1-5"
+    assert on_dask.parameters["dask_address"] == "tcp://scheduler:8786"
+    assert ingest_on(dask_address="tcp://scheduler:8786").task_runner.address == (
+        "tcp://scheduler:8786")
+
+
+@pytest.mark.xfail(
+    tuple(int(x) for x in sqlalchemy.__version__.split(".")[:2]) >= (2, 1), strict=True,
+    reason="Prefect 3.8.8's server cannot insert scheduled runs with SQLAlchemy 2.1 "
+           "(InvalidRequestError: Can't evaluate bulk DML statement); pin SQLAlchemy 2.0.x")
+def test_the_server_schedules_the_nightly_runs_at_three(tmp_path: Path) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+    from prefect.settings import PREFECT_API_URL
+
+    deployment_id = nightly_deployment(out_dir=str(tmp_path / "ds")).apply()
+    # what the server's scheduler service does for every deployment with a schedule (plain
+    # httpx: Prefect's client would retry the server error for minutes)
+    response = httpx.post(f"{PREFECT_API_URL.value()}/deployments/{deployment_id}/schedule",
+                          json={"min_runs": 3, "max_runs": 3}, timeout=60)
+    assert response.status_code < 300, response.text
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(deployment_filter=DeploymentFilter(
+            id=DeploymentFilterId(any_=[deployment_id])))
+    assert len(runs) >= 3
+    for run in runs:
+        assert run.state.is_scheduled()
+        start = run.expected_start_time
+        assert (start.hour, start.minute, start.utcoffset().total_seconds()) == (3, 0, 0)
