@@ -1,4 +1,11 @@
-"""Prefect flow `ingest`: RenjuNet `.rif` files -> deduplicated Parquet shards + manifest.
+"""Prefect flow `ingest`: game records -> deduplicated Parquet shards + manifest.
+
+Gomoku: RenjuNet `.rif` / `.rif.gz` files. Go: `.sgf` files and KGS month archives
+(`.tar.gz`, `.tgz`, `.tar.bz2`, `.zip`), games of one board size (`go_board_size`, default 19;
+other sizes are quarantined). One run, one game: Go and Gomoku go to separate dataset folders.
+Per source, read = ingested + quarantined; a Go game cut short by an illegal move keeps its
+pairs up to that move, counts as ingested and `truncated`, and also has a row in the quarantine
+table ("cut short by an illegal move: ..."; see services/dataset/go_build.py).
 
 Run: python -m flows.ingest [SOURCES ...] --out artifacts/dataset
          [--dask | --dask-address tcp://scheduler:8786]
@@ -32,6 +39,7 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from prefect import Flow, flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -40,6 +48,13 @@ from prefect.futures import as_completed
 from prefect.tasks import exponential_backoff
 
 from services.dataset.build import deduplicate, source_pairs
+from services.dataset.go_build import (
+    DEFAULT_GO_SIZE,
+    TRUNCATED,
+    go_deduplicate,
+    go_source_pairs,
+    is_go_source,
+)
 from services.dataset.shards import (
     QUARANTINE_SCHEMA,
     ROW_GROUP_ROWS,
@@ -52,16 +67,19 @@ from services.dataset.shards import (
     write_split_shards,
     write_table_atomic,
 )
-from services.records.rif import read_rif, reason_category
+from services.records import sgf
+from services.records.rif import RifGame, read_rif, reason_category
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SOURCES = (str(ROOT / "data" / "sample" / "selfplay.rif"),)
 DEFAULT_OUT = str(ROOT / "artifacts" / "dataset")
-INTERMEDIATE_VERSION = 1  # bump when the intermediate files' layout changes
+INTERMEDIATE_VERSION = 2  # bump when the intermediate files' layout changes
 # the code that turns a source into its intermediates: any change to it is a new cache key
 PIPELINE_MODULES = ("services.dataset.build", "services.dataset.pairs",
                     "services.dataset.canonical", "services.records.rif", "services.games.gomoku",
-                    "services.games.renju", "services.games.symmetry", "services.games.coords")
+                    "services.games.renju", "services.games.symmetry", "services.games.coords",
+                    "services.dataset.go_build", "services.dataset.go_pairs",
+                    "services.records.sgf", "services.games.go", "services.games.go_features")
 RETRIES = 3  # delays 1, 2, 4 s (+ up to 50 % jitter)
 DEFAULT_DASK_WORKERS = 2
 
@@ -105,7 +123,8 @@ def intermediate_stem(name: str, fp: str) -> str:
     result_serializer="json",
 )
 def read_source(path: str, name: str, fingerprint: str, work_dir: str,
-                version: str = PIPELINE_VERSION) -> dict:
+                version: str = PIPELINE_VERSION,
+                go_board_size: int | None = DEFAULT_GO_SIZE) -> dict:
     """Parse and replay one source into intermediate files; return their summary.
 
     Malformed records go to quarantine and never raise; an exception here is an I/O problem
@@ -114,7 +133,27 @@ def read_source(path: str, name: str, fingerprint: str, work_dir: str,
     p = Path(path)
     if sha256_file(p) != fingerprint:
         raise RuntimeError(f"{p}: changed while the ingest ran (fingerprint mismatch)")
-    result = source_pairs(name, read_rif(p, source=name))
+    truncated = 0
+    if is_go_source(p):
+        game = "go"
+        result = go_source_pairs(p, name, board_size=go_board_size)
+        truncated = result.truncated
+        categorize = sgf.reason_category
+    else:
+        game = "gomoku"
+        rules: dict[str, str] = {}
+
+        def records():
+            for record in read_rif(p, source=name):
+                if isinstance(record, RifGame):
+                    rules[record.game_id] = record.rule
+                yield record
+
+        result = source_pairs(name, records())
+        ids = result.pairs["game_id"].to_pylist() if result.pairs.num_rows else []
+        result.pairs = result.pairs.append_column(
+            "rule", pa.array([rules.get(i, "") for i in ids], pa.string()))
+        categorize = reason_category
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
     stem = intermediate_stem(name, fingerprint)
@@ -123,13 +162,16 @@ def read_source(path: str, name: str, fingerprint: str, work_dir: str,
     quarantine = pa.Table.from_pylist(result.quarantine, schema=QUARANTINE_SCHEMA)
     unique = result.pairs.select(["board", "move"]).group_by(
         ["board", "move"], use_threads=False).aggregate([]).num_rows
-    reasons = Counter(reason_category(q["reason"]) for q in result.quarantine)
+    reasons = Counter(categorize(q["reason"]) for q in result.quarantine
+                      if not q["reason"].startswith(TRUNCATED))
     return {
         "source": name,
+        "game": game,
         "fingerprint": fingerprint,
         "read": result.read,
         "ingested": result.ingested,
         "quarantined": result.quarantined,
+        "truncated": truncated,
         "reasons": dict(sorted(reasons.items())),
         "pairs": result.pairs.num_rows,
         "unique_pairs": unique,
@@ -148,12 +190,21 @@ def _intact(summary: dict) -> bool:
     return True
 
 
+def source_game(path: str | Path) -> str:
+    """'go' for the Go suffixes (GO_SUFFIXES), else 'gomoku' (read as RenjuNet .rif)."""
+    return "go" if is_go_source(path) else "gomoku"
+
+
 def _resolve_sources(sources: list[str] | None) -> list[Path]:
     paths = sorted({Path(s).resolve() for s in (sources or DEFAULT_SOURCES)},
                    key=lambda p: (p.name, str(p)))
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise FileNotFoundError(f"source file(s) not found: {', '.join(missing)}")
+    games = {source_game(p) for p in paths}
+    if len(games) > 1:
+        raise ValueError("this run mixes Go and Gomoku sources: ingest Go and Gomoku into "
+                         "separate dataset folders (one run each)")
     names = Counter(p.name for p in paths)
     clashes = sorted(n for n, k in names.items() if k > 1)
     if clashes:
@@ -162,12 +213,13 @@ def _resolve_sources(sources: list[str] | None) -> list[Path]:
 
 
 def _run_reads(paths: list[Path], fps: dict[Path, str], work: Path, progress: bool,
-               refresh: bool = False) -> tuple[dict[str, dict], set[str]]:
+               refresh: bool = False, go_board_size: int | None = DEFAULT_GO_SIZE,
+               ) -> tuple[dict[str, dict], set[str]]:
     """Submit one read task per source; return summaries by name and the names served from
     Prefect's cache."""
     reader = read_source.with_options(refresh_cache=True) if refresh else read_source
-    futures = [reader.submit(str(p), p.name, fps[p], str(work), PIPELINE_VERSION)
-               for p in paths]
+    futures = [reader.submit(str(p), p.name, fps[p], str(work), PIPELINE_VERSION,
+                             go_board_size) for p in paths]
     summaries, cached = {}, set()
     bar = _progress_bar(len(futures), "re-reading" if refresh else "reading") if progress else None
     try:
@@ -196,7 +248,8 @@ def _progress_bar(total: int, label: str):
 
 def _counts_row(summary: dict, reasons: list[str], cached: bool) -> dict:
     row = {"source": summary["source"], "read": summary["read"],
-           "ingested": summary["ingested"], "quarantined": summary["quarantined"]}
+           "ingested": summary["ingested"], "quarantined": summary["quarantined"],
+           "truncated": summary.get("truncated", 0)}
     row.update({f"quarantined: {r}": summary["reasons"].get(r, 0) for r in reasons})
     row.update({"raw pairs": summary["pairs"], "unique pairs": summary["unique_pairs"],
                 "cached": "yes" if cached else "no"})
@@ -205,11 +258,14 @@ def _counts_row(summary: dict, reasons: list[str], cached: bool) -> dict:
 
 @flow(name="ingest")
 def ingest(sources: list[str] | None = None, out_dir: str = DEFAULT_OUT,
-           work_dir: str | None = None, progress: bool = False) -> dict:
+           work_dir: str | None = None, progress: bool = False,
+           go_board_size: int | None = DEFAULT_GO_SIZE) -> dict:
     """Ingest every source and write shards, quarantine and manifest into `out_dir`.
 
     `work_dir` holds the per-source intermediates (default `<out_dir>.work`); it must be on a
-    file system that every task worker and the flow see. Returns the manifest.
+    file system that every task worker and the flow see. Sources are all Gomoku or all Go;
+    `go_board_size`: the one Go board size kept (None: all, but then the trainer's
+    `read_split` refuses a split that mixes sizes). Returns the manifest.
     """
     paths = _resolve_sources(sources)
     out = Path(out_dir).resolve()
@@ -219,10 +275,12 @@ def ingest(sources: list[str] | None = None, out_dir: str = DEFAULT_OUT,
         stale.unlink(missing_ok=True)
 
     fps = {p: fingerprint(p) for p in paths}
-    summaries, cached = _run_reads(paths, fps, work, progress)
+    game = source_game(paths[0])
+    summaries, cached = _run_reads(paths, fps, work, progress, go_board_size=go_board_size)
     damaged = [p for p in paths if not _intact(summaries[p.name])]
     if damaged:  # a cached summary outlived its intermediate file: compute it again
-        again, _ = _run_reads(damaged, fps, work, progress, refresh=True)
+        again, _ = _run_reads(damaged, fps, work, progress, refresh=True,
+                              go_board_size=go_board_size)
         summaries.update(again)
         cached -= set(again)
         still = [n for n in again if not _intact(again[n])]
@@ -230,16 +288,18 @@ def ingest(sources: list[str] | None = None, out_dir: str = DEFAULT_OUT,
             raise RuntimeError(f"intermediates of {still} are damaged right after writing")
     ordered = [summaries[p.name] for p in paths]
 
-    table = deduplicate([pq.read_table(s["pairs_path"]) for s in ordered])
+    raw = [pq.read_table(s["pairs_path"]) for s in ordered]
+    table = go_deduplicate(raw) if game == "go" else _gomoku_deduplicate(raw)
     quarantine = [row for s in ordered
                   for row in pq.read_table(s["quarantine_path"]).to_pylist()]
     files = write_split_shards(table, out)
     quarantine_entry = write_quarantine(quarantine, out)
     split_rows = {s: sum(f["rows"] for f in files if f["split"] == s) for s in SPLITS}
-    counts = [{k: s[k] for k in ("source", "read", "ingested", "quarantined", "pairs",
-                                 "unique_pairs", "reasons")} for s in ordered]
+    counts = [{k: s[k] for k in ("source", "read", "ingested", "quarantined", "truncated",
+                                 "pairs", "unique_pairs", "reasons")} for s in ordered]
     manifest = {
         "schema_version": SCHEMA_VERSION,
+        "game": game,
         "rows": table.num_rows,
         "raw_pairs": sum(s["pairs"] for s in ordered),
         "splits": split_rows,
@@ -257,7 +317,8 @@ def ingest(sources: list[str] | None = None, out_dir: str = DEFAULT_OUT,
         key="ingest-counts",
         table=[_counts_row(s, reasons, s["source"] in cached) for s in ordered],
         description="Records per source (read = ingested + quarantined, quarantined by "
-                    "reason), raw and unique (position, move) pairs, whether the source was "
+                    "reason; truncated: Go games cut at an illegal move, ingested), raw and "
+                    "unique (position, move) pairs, whether the source was "
                     "served from the cache",
     )
     create_markdown_artifact(key="ingest-summary", markdown=_summary_markdown(
@@ -265,16 +326,30 @@ def ingest(sources: list[str] | None = None, out_dir: str = DEFAULT_OUT,
     return manifest
 
 
+def _gomoku_deduplicate(raw: list[pa.Table]) -> pa.Table:
+    """`deduplicate` on the pair columns, then each row's rule: that of its game id (the
+    smallest rule when sources reuse an id). Result and mover rank stay unknown."""
+    rule_of = pa.concat_tables([t.select(["game_id", "rule"]) for t in raw]).group_by(
+        "game_id", use_threads=False).aggregate([("rule", "min")])
+    table = deduplicate([t.drop_columns(["rule"]) for t in raw])
+    index = pc.index_in(table["game_id"], value_set=rule_of["game_id"])
+    rules = pc.fill_null(rule_of["rule_min"].take(index), "")
+    return table.append_column("rule", rules)
+
+
 def _summary_markdown(manifest: dict, out: Path, n_cached: int, n_damaged: int,
                       removed: list[str]) -> str:
     rows = manifest["rows"]
+    truncated = sum(c.get("truncated", 0) for c in manifest["counts"])
     lines = [
         "# Ingest",
         "",
         f"{len(manifest['sources'])} source(s) ({n_cached} from the cache"
         + (f", {n_damaged} recomputed after a missing intermediate" if n_damaged else "")
         + f"), {sum(c['read'] for c in manifest['counts'])} records read, "
-        f"{manifest['quarantine']['rows']} quarantined; {manifest['raw_pairs']} pairs, "
+        f"{sum(c['quarantined'] for c in manifest['counts'])} quarantined"
+        + (f", {truncated} truncated at an illegal move" if truncated else "")
+        + f"; {manifest['raw_pairs']} pairs, "
         f"**{rows} unique** after symmetry dedup, written to `{out}`.",
         "",
         "| split | rows | share | files |",
@@ -312,7 +387,11 @@ def ingest_on(dask_address: str | None = None, dask_workers: int = 0,
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("sources", nargs="*", help="RenjuNet .rif files (default: the sample)")
+    parser.add_argument("sources", nargs="*",
+                        help="RenjuNet .rif files, or Go .sgf files / KGS archives (.tar.gz, "
+                             ".tar.bz2, .zip); not both (default: the Gomoku sample)")
+    parser.add_argument("--go-board-size", type=int, default=DEFAULT_GO_SIZE,
+                        help="Go: the board size kept (others are quarantined); 0 keeps all")
     parser.add_argument("--out", default=DEFAULT_OUT, help="dataset folder to write")
     parser.add_argument("--work", default=None,
                         help="folder for per-source intermediates (default: OUT.work)")
@@ -331,12 +410,13 @@ def main(argv: list[str] | None = None) -> dict:
 
     run = importable_ingest_on(dask_address=args.dask_address, dask_workers=workers)
     manifest = run(sources=args.sources or None, out_dir=args.out, work_dir=args.work,
-                   progress=not args.no_progress)
+                   progress=not args.no_progress, go_board_size=args.go_board_size or None)
     print(f"{manifest['rows']} unique pairs -> {args.out}  splits: {manifest['splits']}")
     for row in manifest["counts"]:
         print(f"  {row['source']}: read {row['read']} = ingested {row['ingested']} "
               f"+ quarantined {row['quarantined']}"
-              + (f" {row['reasons']}" if row["reasons"] else ""))
+              + (f" {row['reasons']}" if row["reasons"] else "")
+              + (f", truncated {row['truncated']}" if row.get("truncated") else ""))
     return manifest
 
 

@@ -150,6 +150,22 @@ def test_real_games_and_the_sample_ingest_together(tmp_path: Path, renjunet_rif:
         assert read_split(out, split)[0].shape[0] == n > 0
 
 
+def test_gomoku_rows_carry_the_schema_2_columns(tmp_path: Path) -> None:
+    out = tmp_path / "ds"
+    manifest = ingest(sources=[str(SAMPLE_RIF)], out_dir=str(out))
+    assert manifest["schema_version"] == shards.SCHEMA_VERSION == 2
+    assert manifest["game"] == "gomoku"
+    assert [c["truncated"] for c in manifest["counts"]] == [0]
+    table = pa.concat_tables([pq.read_table(out / f["path"]) for f in manifest["files"]])
+    assert table.schema.remove_metadata() == shards.PAIR_SCHEMA.remove_metadata()
+    assert set(table["game"].to_pylist()) == {"gomoku"}
+    assert set(table["rule"].to_pylist()) == {"freestyle"}  # the sample's <rule> lookup
+    assert set(table["mover_rank"].to_pylist()) == {""}
+    assert all(r != r for r in table["result"].to_pylist())  # NaN: not derived for Gomoku
+    boards, _, _ = read_split(out, "train")
+    assert boards.shape == (manifest["splits"]["train"], 15, 15)
+
+
 def test_a_killed_run_then_a_rerun_ends_as_an_uninterrupted_run(tmp_path: Path, sources,
                                                                 monkeypatch) -> None:
     a, b = sources

@@ -53,7 +53,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: game, rule, result, mover_rank; Go boards as compact planes
 SCHEMA_KEY = b"movepred.schema_version"
 SPLITS = ("train", "validation", "test")
 ROWS_PER_SHARD = 1_000_000
@@ -66,15 +66,24 @@ _OWNED = re.compile(
     r"|^\..+\.tmp$"
 )
 
+GAMES = ("gomoku", "go")
+GO_CHANNELS = 4  # services/games/go_features.py COMPACT_CHANNELS (not imported: torch)
+
 PAIR_SCHEMA = pa.schema(
     [
-        ("board", pa.binary()),  # size*size int8 cells (0 empty, 1 black, 2 white), canonical
-        ("move", pa.int16()),  # canonical next move, y * size + x
+        # canonical position, int8 bytes: Gomoku size*size cells (0 empty, 1 black, 2 white);
+        # Go the compact [4, size, size] planes of services/games/go_features.py
+        ("board", pa.binary()),
+        ("move", pa.int16()),  # canonical next move, y * size + x; Go: size*size = pass
+        ("game", pa.string()),  # "gomoku" or "go"
+        ("rule", pa.string()),  # the record's rule ("" when it names none)
         ("board_size", pa.int8()),
         ("to_move", pa.int8()),
         ("ply", pa.int16()),  # smallest ply at which this pair occurred
         ("count", pa.int32()),  # how many times the pair occurred in the sources
         ("position_hash", pa.uint64()),  # symmetry-invariant Zobrist hash of the board
+        ("result", pa.float32()),  # mover's result: 1 won, 0 lost, 0.5 draw (mean); NaN unknown
+        ("mover_rank", pa.string()),  # the mover's rank where the record has it (smallest)
         ("game_id", pa.string()),  # one game where it occurred (smallest id)
         ("source", pa.string()),
         ("split", pa.string()),
@@ -162,13 +171,31 @@ def atomic_write_json(obj: dict, path: Path) -> None:
     atomic_write_bytes(_json_bytes(obj), path)
 
 
+def with_pair_columns(table: pa.Table) -> pa.Table:
+    """`table` with every PAIR_SCHEMA column, in order, cast to its type. Columns that
+    Gomoku's `deduplicate` does not produce get their Gomoku defaults: game "gomoku", rule "",
+    result NaN (unknown), mover_rank ""."""
+    n = table.num_rows
+    defaults = {"game": pa.array(["gomoku"] * n, pa.string()),
+                "rule": pa.array([""] * n, pa.string()),
+                "result": pa.array(np.full(n, np.nan, np.float32), pa.float32()),
+                "mover_rank": pa.array([""] * n, pa.string())}
+    for name, column in defaults.items():
+        if name not in table.column_names:
+            table = table.append_column(name, column)
+    return table.select(PAIR_SCHEMA.names).cast(PAIR_SCHEMA)
+
+
 def write_split_shards(table: pa.Table, out_dir: Path) -> list[dict]:
     """Write `table` (already deduplicated) as shards per split; return one entry per file.
+
+    Missing Gomoku-only defaults are filled in (`with_pair_columns`).
 
     Files are content-addressed and nothing is removed: list the entries in a manifest
     (`commit_manifest`) to make them the dataset's current version.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
+    table = with_pair_columns(table)
     files = []
     for split in SPLITS:
         part = table.filter(pc.equal(table["split"], split))
@@ -238,10 +265,13 @@ def read_manifest(dataset_dir: Path) -> dict:
 
 
 def read_split(dataset_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Boards int8 [n, s, s], moves int64 [n] and plies int64 [n] of one split."""
+    """Boards int8, moves int64 [n] and plies int64 [n] of one split. Boards are [n, s, s]
+    for a Gomoku dataset and [n, 4, s, s] (compact planes) for a Go one; a split must hold one
+    game and one board size (the trainer reads one game at a time), else DatasetError."""
     dataset_dir = Path(dataset_dir)
     manifest = read_manifest(dataset_dir)
     parts = []
+    kind: tuple[str, int, Path] | None = None  # (game, size, first file)
     for entry in manifest["files"]:
         if entry["split"] != split:
             continue
@@ -250,13 +280,31 @@ def read_split(dataset_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray, n
             raise DatasetError(f"{path}: shard listed in the manifest is missing")
         version = (pq.read_schema(path).metadata or {}).get(SCHEMA_KEY)
         if version != str(SCHEMA_VERSION).encode():
-            raise DatasetError(f"{path}: schema version {version!r}, expected {SCHEMA_VERSION}")
-        parts.append(pq.read_table(path, columns=["board", "move", "board_size", "ply"]))
-    if not parts or sum(p.num_rows for p in parts) == 0:
+            found = version.decode(errors="replace") if version else "unknown"
+            raise DatasetError(
+                f"{path}: schema version {found}, expected {SCHEMA_VERSION}"
+                + ("; ingest the sources again" if version is not None else ""))
+        part = pq.read_table(path, columns=["game", "board", "move", "board_size", "ply"])
+        if part.num_rows == 0:
+            continue
+        games = pc.unique(part["game"]).to_pylist()
+        sizes = pc.unique(part["board_size"]).to_pylist()
+        if len(games) != 1 or len(sizes) != 1 or games[0] not in GAMES:
+            raise DatasetError(f"{path}: mixes games {games} / board sizes {sizes}; a split "
+                               f"must hold one game and one board size")
+        if kind is None:
+            kind = (games[0], int(sizes[0]), path)
+        elif kind[:2] != (games[0], int(sizes[0])):
+            raise DatasetError(f"{path}: {games[0]} {sizes[0]}x{sizes[0]} rows, but "
+                               f"{kind[2].name} holds {kind[0]} {kind[1]}x{kind[1]}; a split "
+                               f"must hold one game and one board size")
+        parts.append(part)
+    if kind is None:
         raise DatasetError(f"{dataset_dir}: split {split!r} is empty")
     table = pa.concat_tables(parts)
-    size = int(table["board_size"][0].as_py())
+    game, size, _ = kind
+    shape = (-1, size, size) if game == "gomoku" else (-1, GO_CHANNELS, size, size)
     flat = np.frombuffer(b"".join(table["board"].to_pylist()), dtype=np.int8)
-    boards = flat.reshape(-1, size, size).copy()  # writable, owned by the caller
+    boards = flat.reshape(shape).copy()  # writable, owned by the caller
     moves = table["move"].to_numpy().astype(np.int64)
     return boards, moves, table["ply"].to_numpy().astype(np.int64)

@@ -1,0 +1,141 @@
+"""The `ingest` flow on Go records: loose KGS `.sgf` files and a KGS month archive in, schema-2
+shards of compact [4, 19, 19] positions out, every record accounted for."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from flows.ingest import ingest
+from services.dataset import shards
+from services.dataset.go_build import TRUNCATED, go_deduplicate, go_source_pairs
+from services.dataset.shards import DatasetError, read_manifest, read_split
+from tests.conftest import SAMPLE_RIF, SHARED_DATA
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+KGS = SHARED_DATA / "kgs"
+KGS_TARBALL = KGS / "kgs-games-dev.tar.gz"
+S = 19
+
+
+def kgs_sources() -> list[Path]:
+    loose = sorted((KGS / "loose").glob("*.sgf")) if (KGS / "loose").is_dir() else []
+    if not loose or not KGS_TARBALL.is_file():
+        pytest.skip(f"KGS games not found under {KGS} (../shared absent)")
+    return [*loose, KGS_TARBALL]
+
+
+def rows_of(out: Path) -> pa.Table:
+    manifest = read_manifest(out)
+    return pa.concat_tables([pq.read_table(out / f["path"]) for f in manifest["files"]])
+
+
+@pytest.fixture(scope="module")
+def go_dataset(tmp_path_factory) -> tuple[Path, dict, list[Path]]:
+    """The loose KGS files, the KGS tarball and one malformed SGF file, ingested once."""
+    base = tmp_path_factory.mktemp("go-ingest")
+    sources = kgs_sources()
+    bad = base / "broken.sgf"
+    bad.write_text("(;GM[1]FF[4]SZ[19];B[pd];W[dp];B[pq")  # cut off mid-property
+    out = base / "ds"
+    manifest = ingest(sources=[str(p) for p in [*sources, bad]], out_dir=str(out))
+    return out, manifest, sources
+
+
+def test_every_record_is_ingested_or_quarantined(go_dataset) -> None:
+    out, manifest, sources = go_dataset
+    assert manifest["game"] == "go" and manifest["schema_version"] == shards.SCHEMA_VERSION == 2
+    counts = {c["source"]: c for c in manifest["counts"]}
+    assert set(counts) == {p.name for p in sources} | {"broken.sgf"}
+    for c in counts.values():
+        assert c["read"] == c["ingested"] + c["quarantined"] > 0, c
+    quarantine = pq.read_table(out / manifest["quarantine"]["path"]).to_pylist()
+    notes = [q for q in quarantine if q["reason"].startswith(TRUNCATED)]
+    assert len(quarantine) == sum(c["quarantined"] + c["truncated"] for c in counts.values())
+    assert len(notes) == sum(c["truncated"] for c in counts.values())
+    tar = counts[KGS_TARBALL.name]
+    assert tar["read"] == 96 and tar["ingested"] >= 60  # 70 19x19 games; 9x9/13x13 quarantined
+    assert tar["reasons"].get("board size", 0) == tar["quarantined"]
+    broken = [q for q in quarantine if q["source"] == "broken.sgf"]
+    assert counts["broken.sgf"] == {**counts["broken.sgf"], "ingested": 0, "quarantined": 1}
+    assert len(broken) == 1 and broken[0]["reason"] and "pq" in broken[0]["snippet"]
+
+
+def test_rows_are_the_unique_pairs_with_go_columns(go_dataset) -> None:
+    out, manifest, _ = go_dataset
+    rows = rows_of(out)
+    keys = set(zip(rows["board"].to_pylist(), rows["move"].to_pylist(), strict=True))
+    assert rows.num_rows == len(keys) == manifest["rows"]
+    assert sum(rows["count"].to_pylist()) == manifest["raw_pairs"] == sum(
+        c["pairs"] for c in manifest["counts"])
+    assert set(rows["game"].to_pylist()) == {"go"}
+    assert set(rows["board_size"].to_pylist()) == {S}
+    assert {len(b) for b in rows["board"].to_pylist()} == {4 * S * S}
+    moves = np.asarray(rows["move"].to_pylist())
+    assert (moves == S * S).any() and ((moves >= 0) & (moves <= S * S)).all()  # passes kept
+    result = rows["result"].to_numpy(zero_copy_only=False)
+    known = result[~np.isnan(result)]
+    assert len(known) and ((known >= 0) & (known <= 1)).all()
+    assert any(rows["mover_rank"].to_pylist())  # KGS records give ranks
+    assert any(rows["rule"].to_pylist())  # and rules
+
+
+def test_read_split_gives_compact_go_planes(go_dataset) -> None:
+    out, manifest, _ = go_dataset
+    for split, n in manifest["splits"].items():
+        boards, moves, plies = read_split(out, split)
+        assert boards.shape == (n, 4, S, S) and n > 0
+        assert len(moves) == len(plies) == n
+        assert set(np.unique(boards[:, 0]).tolist()) <= {0, 1, 2}
+
+
+def test_an_illegal_move_truncates_the_game_and_is_counted(tmp_path: Path) -> None:
+    # B plays on W's stone at move 3: the two pairs before it are kept
+    path = tmp_path / "illegal.sgf"
+    path.write_text("(;GM[1]FF[4]SZ[19]RE[B+R];B[pd];W[dp];B[dp];W[pp])")
+    result = go_source_pairs(path)
+    assert (result.read, result.ingested, result.quarantined, result.truncated) == (1, 1, 0, 1)
+    assert result.pairs.num_rows == 2
+    assert result.quarantine[0]["reason"].startswith(TRUNCATED)
+    table = go_deduplicate([result.pairs])
+    assert sorted(table["result"].to_pylist()) == [0.0, 1.0]  # Black won: B 1, W 0
+
+
+def test_a_run_mixing_go_and_gomoku_is_refused(tmp_path: Path) -> None:
+    sgf = tmp_path / "one.sgf"
+    sgf.write_text("(;GM[1]FF[4]SZ[19];B[pd];W[dp])")
+    with pytest.raises(ValueError, match="separate dataset folders"):
+        ingest(sources=[str(sgf), str(SAMPLE_RIF)], out_dir=str(tmp_path / "ds"))
+
+
+def test_gomoku_datasets_still_read_as_cells(tmp_path: Path) -> None:
+    out = tmp_path / "ds"
+    manifest = ingest(sources=[str(SAMPLE_RIF)], out_dir=str(out))
+    assert manifest["game"] == "gomoku"
+    boards, _, _ = read_split(out, "train")
+    assert boards.shape == (manifest["splits"]["train"], 15, 15)
+    rows = rows_of(out)
+    assert set(rows["game"].to_pylist()) == {"gomoku"}
+    assert np.isnan(rows["result"].to_numpy(zero_copy_only=False)).all()
+
+
+def test_old_and_mixed_shards_are_refused_naming_the_file(tmp_path: Path, go_dataset) -> None:
+    src, manifest, _ = go_dataset
+    out = tmp_path / "ds"
+    shutil.copytree(src, out)
+    train = next(out / f["path"] for f in manifest["files"] if f["split"] == "train")
+    table = pq.read_table(train)
+    pq.write_table(table.replace_schema_metadata({shards.SCHEMA_KEY: b"1"}), train)
+    with pytest.raises(DatasetError, match=rf"{train.name}: schema version 1, expected 2"):
+        read_split(out, "train")
+    games = pa.array(["gomoku"] + ["go"] * (table.num_rows - 1))
+    mixed = table.set_column(table.schema.get_field_index("game"), "game", games)
+    pq.write_table(mixed.cast(shards.PAIR_SCHEMA), train)
+    with pytest.raises(DatasetError, match=rf"{train.name}: mixes games"):
+        read_split(out, "train")
