@@ -3,22 +3,56 @@
 One function per step so the flow can run them as tasks: `source_pairs` turns one source's
 games into raw pairs (and quarantine rows for games that break the rules), `deduplicate`
 merges every source's pairs under symmetry and assigns splits.
+
+Both work on whole columns: `source_pairs` collects every game's moves, replays them as one
+batch (`replay_games`), hashes and canonicalises every position at once (`canonical_pairs`)
+and wraps the boards' single buffer as the Arrow board column; `deduplicate` sorts the rows
+by (position hash, move), compares the full board bytes of neighbours with equal keys (so a
+hash collision never merges different positions) and reduces each group with numpy. Their
+results are the ones the original per-game / Arrow group_by implementations give (row for
+row; `deduplicate`'s row order is its own), kept here as `_source_pairs_reference` and
+`_deduplicate_reference` for the equivalence tests and benchmarks/ingest.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from services.dataset.canonical import canonicalize, split_of
-from services.dataset.pairs import replay
+from services.dataset.canonical import (
+    SPLIT_NAMES,
+    canonical_pairs,
+    canonicalize,
+    split_codes,
+    split_of,
+)
+from services.dataset.pairs import replay, replay_games
 from services.games.gomoku import Rule
 from services.records.rif import Rejected, RifGame
 
 BOARD_SIZE = 15
+# rows of one board column chunk: its int32 offsets must stay below 2**31 bytes
+_MAX_CHUNK_BYTES = 2**31 - 1
+# deduplicate's scratch, in boards: rows gathered per step from a chunked board column, and
+# neighbouring rows compared per step
+_TAKE_ROWS = 1 << 18
+_COMPARE_ROWS = 1 << 18
+# set to {} to have source_pairs / deduplicate add [user s, system s, wall s] per step
+# (benchmarks/ingest.py)
+STEP_TIMES: dict[str, list[float]] | None = None
+_PAIR_COLUMNS = {
+    "board": pa.binary(), "move": pa.int16(), "board_size": pa.int8(), "to_move": pa.int8(),
+    "ply": pa.int16(), "count": pa.int32(), "position_hash": pa.uint64(),
+    "game_id": pa.string(), "source": pa.string(),
+}
 
 
 @dataclass
@@ -36,11 +70,468 @@ class SourceResult:
         return len(self.quarantine)
 
 
+@contextmanager
+def _step(name: str) -> Iterator[None]:
+    if STEP_TIMES is None:
+        yield
+        return
+    start = os.times()
+    wall = time.perf_counter()
+    try:
+        yield
+    finally:
+        end = os.times()
+        total = STEP_TIMES.setdefault(name, [0.0, 0.0, 0.0])
+        total[0] += end.user - start.user
+        total[1] += end.system - start.system
+        total[2] += time.perf_counter() - wall
+
+
 def quarantine_row(source: str, record_id: str, reason: str, snippet: str = "") -> dict:
     return {"source": source, "record_id": record_id, "reason": reason, "snippet": snippet[:200]}
 
 
+def _move_snippet(moves) -> str:
+    return " ".join(str(m) for m in moves[:40])
+
+
 def source_pairs(source: str, records: Iterable[RifGame | Rejected]) -> SourceResult:
+    result = SourceResult(source=source, pairs=pa.table({}))
+    games: list[tuple[int, ...]] = []
+    game_ids: list[str] = []
+    rejected_before: list[int] = []  # per game: quarantine rows of earlier Rejected records
+    with _step("pairs: collect records"):
+        for record in records:
+            result.read += 1
+            if isinstance(record, Rejected):
+                result.quarantine.append(
+                    quarantine_row(source, record.record_id, record.reason, record.snippet))
+                continue
+            games.append(record.moves)
+            game_ids.append(record.game_id)
+            rejected_before.append(len(result.quarantine))
+    with _step("pairs: replay (legality)"):
+        replayed = replay_games(games, BOARD_SIZE, Rule.FREESTYLE)
+    ok = np.fromiter((e is None for e in replayed.errors), dtype=bool, count=len(games))
+    if not ok.all():  # quarantine rows in record order, as a one-by-one pass would give them
+        rejected, merged, done = result.quarantine, [], 0
+        for g in np.flatnonzero(~ok).tolist():
+            merged.extend(rejected[done:rejected_before[g]])
+            done = rejected_before[g]
+            merged.append(quarantine_row(source, game_ids[g], replayed.errors[g],
+                                         _move_snippet(games[g])))
+        result.quarantine = merged + rejected[done:]
+    result.ingested = int(ok.sum())
+    lengths = np.where(ok, replayed.legal, 0)
+    keep = np.repeat(ok, replayed.legal)
+    moves = replayed.moves[keep]
+    plies = replayed.plies[keep]
+    with _step("pairs: hash + canonical boards"):
+        boards, canon_moves, hashes = canonical_pairs(moves, lengths, BOARD_SIZE)
+    with _step("pairs: Arrow table"):
+        game_of_row = np.repeat(np.arange(len(games)), lengths)
+        ids = pa.array(game_ids, pa.string()).take(pa.array(game_of_row, pa.int64()))
+        result.pairs = _raw_pairs_table(boards, canon_moves, (plies % 2 + 1).astype(np.int8),
+                                        plies, hashes, ids, source)
+    return result
+
+
+def pairs_table(boards: np.ndarray, moves: np.ndarray, to_move: np.ndarray, plies: np.ndarray,
+                game_ids: list[str], source: str) -> pa.Table:
+    """Canonicalise raw pairs; one row per occurrence (count 1), not yet deduplicated."""
+    cb, cm, h = canonicalize(boards, moves, BOARD_SIZE)
+    return _raw_pairs_table(cb, cm, to_move, plies, h, pa.array(game_ids, pa.string()), source)
+
+
+def _binary_column(rows: np.ndarray) -> pa.ChunkedArray:
+    """A [n, width] byte matrix as a binary column wrapping its buffer (no copy per row)."""
+    rows = np.ascontiguousarray(rows).view(np.uint8)
+    n, width = rows.shape
+    per_chunk = max(1, _MAX_CHUNK_BYTES // max(width, 1))
+    chunks = []
+    for r0 in range(0, n, per_chunk):
+        part = rows[r0:r0 + per_chunk]
+        offsets = np.arange(0, (len(part) + 1) * width, width, dtype=np.int32)
+        chunks.append(pa.Array.from_buffers(
+            pa.binary(), len(part), [None, pa.py_buffer(offsets), pa.py_buffer(part)]))
+    return pa.chunked_array(chunks, pa.binary())
+
+
+def _raw_pairs_table(boards: np.ndarray, moves: np.ndarray, to_move: np.ndarray,
+                     plies: np.ndarray, hashes: np.ndarray, game_ids: pa.Array,
+                     source: str) -> pa.Table:
+    n = len(moves)
+    return pa.table({
+        "board": _binary_column(boards),
+        "move": pa.array(moves, pa.int16()),
+        "board_size": pa.array(np.full(n, BOARD_SIZE, np.int8)),
+        "to_move": pa.array(np.asarray(to_move).astype(np.int8)),
+        "ply": pa.array(np.asarray(plies).astype(np.int16)),
+        "count": pa.array(np.ones(n, np.int32)),
+        "position_hash": pa.array(hashes, pa.uint64()),
+        "game_id": game_ids,
+        "source": pa.repeat(pa.scalar(source, pa.string()), n),
+    })
+
+
+def deduplicate(tables: list[pa.Table]) -> pa.Table:
+    """Merge identical canonical (board, move) pairs, summing counts; then assign splits.
+
+    Rows are grouped by (position hash, move), neighbours' full board bytes compared (so a
+    hash collision never merges different positions), and come out ordered by (position hash,
+    move) as the shards store them (up to ties in the hash's top bits), whatever the rows'
+    order in `tables`. The result is the Arrow group_by's (`_deduplicate_reference`) row for
+    row; that route is taken instead for tables not in the pair layout `source_pairs` makes
+    (column types, fixed-width boards, no nulls) and for hand-made tables in which one
+    (board, move) carries several position hashes.
+    """
+    table = pa.concat_tables(tables)
+    with _step("dedup: board matrix"):
+        boards = _FixedRows.of(table)
+    if boards is None:
+        return _deduplicate_reference([table])
+    n = table.num_rows
+    with _step("dedup: sort by (hash, move)"):
+        hashes = _numpy(table["position_hash"], np.uint64)
+        moves = _numpy(table["move"], np.int16)
+        order, same = _sort_pairs(hashes, moves)
+    with _step("dedup: compare boards"):
+        # rows next to an equal key, each read once: neighbour pairs (p, p + 1) with
+        # same[p] must hold equal boards, else the run is regrouped by board bytes
+        involved = np.flatnonzero(np.r_[same, False] | np.r_[False, same])
+        differ = []
+        block = min(len(involved), _COMPARE_ROWS + 1)
+        buffer = np.empty((block, boards.width), np.uint8)
+        scratch = np.empty((min(block, _TAKE_ROWS), boards.width), np.uint8)
+        for k in range(0, len(involved), _COMPARE_ROWS):
+            pos = involved[k:k + _COMPARE_ROWS + 1]  # one row of overlap with the next block
+            rows = boards.take(order[pos], buffer, scratch)
+            pair = same[pos[:-1]] & (pos[1:] == pos[:-1] + 1)
+            unequal = pair & ~_rows_equal(rows[:-1], rows[1:])
+            if unequal.any():
+                differ.append(pos[:-1][unequal])
+        if differ:  # equal keys, different boards: regroup those runs by (hash, board bytes)
+            _regroup_by_board(boards, hashes, order, same, np.concatenate(differ))
+    with _step("dedup: reduce groups + split"):
+        starts = np.flatnonzero(np.r_[True, ~same]) if n else np.zeros(0, np.int64)
+        first = order[starts]
+
+        def group_min(column: str, dtype) -> np.ndarray:
+            values = _numpy(table[column], dtype)
+            if n and values.min() == values.max():  # one value (board_size): no gather
+                return np.full(len(starts), values[0], dtype)
+            return np.minimum.reduceat(values[order], starts)
+
+        counts = _numpy(table["count"], np.int32)
+        if n and counts.min() == counts.max() == 1:  # raw pairs: the group sizes
+            count = np.diff(np.r_[starts, n]).astype(np.int64)
+        else:
+            count = np.add.reduceat(counts.astype(np.int64)[order], starts)
+        position_hash = hashes[first]  # a group's rows share their hash (sorted by it)
+        codes = split_codes(position_hash)
+        columns = {
+            "move": pa.array(moves[first], pa.int16()),
+            "board_size": pa.array(group_min("board_size", np.int8), pa.int8()),
+            "to_move": pa.array(group_min("to_move", np.int8), pa.int8()),
+            "ply": pa.array(group_min("ply", np.int16), pa.int16()),
+            "count": pa.array(count, pa.int64()),
+            "position_hash": pa.array(position_hash, pa.uint64()),
+            "split": pa.array(SPLIT_NAMES, pa.string()).take(pa.array(codes, pa.int8())),
+        }
+    with _step("dedup: min game_id / source"):
+        columns["game_id"] = _group_min_string(table["game_id"], order, starts)
+        columns["source"] = _group_min_string(table["source"], order, starts)
+    with _step("dedup: unique boards"):
+        unique_boards = boards.take(first)
+    with _step("dedup: check no pair in two groups"):
+        if not _all_different(unique_boards, moves[first]):
+            # the same (board, move) under two position hashes: a table whose hashes are not
+            # a function of the board (hand-made); group by the bytes themselves instead
+            return _deduplicate_reference([table])
+    columns["board"] = _binary_column(unique_boards)
+    names = ["board", "move", "board_size", "to_move", "ply", "count", "position_hash",
+             "game_id", "source", "split"]
+    return pa.table({name: columns[name] for name in names})
+
+
+def _fingerprints(rows: np.ndarray) -> np.ndarray:
+    """A 64-bit fingerprint of each row of a uint8 [n, width] matrix (equal rows, equal
+    fingerprints), read 8 bytes at a time, a block of rows at a time."""
+    n, width = rows.shape
+    words = width // 8
+    rows = np.ascontiguousarray(rows)
+    weights = np.random.default_rng(width).integers(1, 2**64, size=words + width % 8 + 1,
+                                                    dtype=np.uint64) | np.uint64(1)
+    out = np.empty(n, np.uint64)
+    for r0 in range(0, n, _COMPARE_ROWS):
+        block = rows[r0:r0 + _COMPARE_ROWS]
+        k = len(block)
+        fp = np.zeros(k, np.uint64)
+        if words:
+            w = np.ndarray((k, words), np.uint64, buffer=block, strides=(width, 8))
+            fp = (w * weights[:words]).sum(axis=1, dtype=np.uint64)
+        for j in range(words * 8, width):
+            fp += block[:, j].astype(np.uint64) * weights[words + j - words * 8]
+        out[r0:r0 + k] = fp
+    return out
+
+
+def _all_different(rows: np.ndarray, moves: np.ndarray) -> bool:
+    """Whether no two (row bytes, move) pairs are equal; fingerprints first, bytes to confirm."""
+    n = len(rows)
+    if n < 2:
+        return True
+    key = _fingerprints(rows) ^ (moves.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+    # sort (top fingerprint bits, row): one sort of 64-bit values, no argsort
+    row_bits = np.uint64((n - 1).bit_length())
+    key = (key >> row_bits) << row_bits | np.arange(n, dtype=np.uint64)
+    key.sort()
+    index = (key & ((np.uint64(1) << row_bits) - np.uint64(1))).astype(np.intp)
+    key >>= row_bits
+    twins = np.flatnonzero(key[1:] == key[:-1])
+    if not len(twins):
+        return True
+    a, b = index[twins], index[twins + 1]
+    equal = _rows_equal(np.take(rows, a, axis=0), np.take(rows, b, axis=0)) & \
+        (moves[a] == moves[b])
+    return not equal.any()
+
+
+def _sort_pairs(hashes: np.ndarray, moves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row order with equal (hash, move) next to each other, by (hash, move) (up to ties in
+    the hash's top bits), and `same`: whether each row has the next one's (hash, move)."""
+    n = len(hashes)
+    row_bits = max(1, (n - 1).bit_length())
+    if n and moves.min() >= 0 and moves.max() < 1024 and row_bits <= 26:
+        # one sort of 64-bit keys, (top hash bits, move, row), is twice as fast as argsort
+        hash_bits = np.uint64(64 - 10 - row_bits)
+        rows = np.uint64(row_bits)
+        key = (hashes >> (np.uint64(64) - hash_bits)) << (np.uint64(10) + rows)
+        key |= moves.astype(np.uint64) << rows
+        key |= np.arange(n, dtype=np.uint64)
+        key.sort()
+        order = (key & np.uint64((1 << row_bits) - 1)).astype(np.intp)
+        key >>= rows
+        same_prefix = key[1:] == key[:-1]
+        del key
+        sorted_hashes = hashes[order]
+        mixed = same_prefix & (sorted_hashes[1:] != sorted_hashes[:-1])
+        if mixed.any():  # equal top bits and move, other hashes: sort those runs by hash
+            run = np.cumsum(np.r_[True, ~same_prefix]) - 1
+            sub = np.flatnonzero(np.isin(run, run[np.flatnonzero(mixed)]))
+            by_hash = np.lexsort((order[sub], sorted_hashes[sub], run[sub]))
+            order[sub] = order[sub][by_hash]
+            sorted_hashes[sub] = sorted_hashes[sub][by_hash]
+        return order, same_prefix & (sorted_hashes[1:] == sorted_hashes[:-1])
+    order = np.lexsort((moves, hashes))
+    return order, ((hashes[order[1:]] == hashes[order[:-1]])
+                   & (moves[order[1:]] == moves[order[:-1]]))
+
+
+def _numpy(column: pa.ChunkedArray, dtype) -> np.ndarray:
+    return np.asarray(column.to_numpy(), dtype=dtype)
+
+
+class _FixedRows:
+    """The board column's chunks as uint8 [rows, width] views of their buffers (no copy),
+    read by global row index."""
+
+    def __init__(self, parts: list[np.ndarray], width: int) -> None:
+        self.parts = parts
+        self.width = width
+        self.starts = np.cumsum([0] + [len(p) for p in parts])
+
+    @classmethod
+    def of(cls, table: pa.Table) -> _FixedRows | None:
+        """The table's boards when it has the pair layout (column types, no nulls, every
+        board the same length); None otherwise."""
+        for name, kind in _PAIR_COLUMNS.items():
+            if name not in table.column_names:
+                return None
+            column = table[name]
+            if column.type != kind or column.null_count:
+                return None
+        parts, width = [], None
+        for chunk in table["board"].chunks:
+            if len(chunk) == 0:
+                continue
+            _, offsets_buf, data_buf = chunk.buffers()
+            offsets = np.frombuffer(offsets_buf, np.int32, count=len(chunk) + 1,
+                                    offset=chunk.offset * 4)
+            lengths = np.diff(offsets)
+            width = int(lengths[0]) if width is None else width
+            if width == 0 or (lengths != width).any():
+                return None
+            data = np.frombuffer(data_buf, np.uint8, count=int(offsets[-1] - offsets[0]),
+                                 offset=int(offsets[0]))
+            parts.append(data.reshape(len(chunk), width))
+        return cls(parts, width or 0)
+
+    def take(self, rows: np.ndarray, out: np.ndarray | None = None,
+             scratch: np.ndarray | None = None) -> np.ndarray:
+        """uint8 [len(rows), width]: the boards of the given rows, in that order (into `out`,
+        through `scratch` of at least min(len(rows), _TAKE_ROWS) rows, when given)."""
+        if out is None:
+            out = np.empty((len(rows), self.width), np.uint8)
+        out = out[:len(rows)]
+        # np.take with out= and mode="clip" (the indices are valid): many times faster here
+        # than rows-indexing or np.take's default mode
+        if len(self.parts) == 1:
+            return np.take(self.parts[0], rows, axis=0, out=out, mode="clip")
+        # several chunks: per block of rows, gather part by part into a scratch buffer, then
+        # put the rows back in order (memory: the result plus one block)
+        if scratch is None:
+            scratch = np.empty((min(len(rows), _TAKE_ROWS), self.width), np.uint8)
+        part_type = np.int16 if len(self.parts) < 2**15 else np.int32
+        for b0 in range(0, len(rows), _TAKE_ROWS):
+            block = rows[b0:b0 + _TAKE_ROWS]
+            part = (np.searchsorted(self.starts, block, side="right") - 1).astype(part_type)
+            by_part = np.argsort(part, kind="stable")  # a radix sort for small integers
+            bounds = np.searchsorted(part[by_part], np.arange(len(self.parts) + 1))
+            for p in np.flatnonzero(np.diff(bounds)).tolist():
+                s0, s1 = int(bounds[p]), int(bounds[p + 1])
+                np.take(self.parts[p], block[by_part[s0:s1]] - self.starts[p], axis=0,
+                        out=scratch[s0:s1], mode="clip")
+            back = np.empty(len(block), np.intp)
+            back[by_part] = np.arange(len(block))
+            np.take(scratch[:len(block)], back, axis=0, out=out[b0:b0 + len(block)],
+                    mode="clip")
+        return out
+
+
+def _rows_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """bool per row: a[i] == b[i] for uint8 [n, width] matrices, compared 8 bytes at a time."""
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    n, width = a.shape
+    words = width // 8
+    equal = np.ones(n, bool)
+    if words and n:
+        def as_words(x: np.ndarray) -> np.ndarray:  # unaligned uint64 view of each row's head
+            return np.ndarray((n, words), np.uint64, buffer=x, strides=(width, 8))
+
+        equal &= (as_words(a) == as_words(b)).all(axis=1)
+    if width % 8:
+        equal &= (a[:, words * 8:] == b[:, words * 8:]).all(axis=1)
+    return equal
+
+
+def _regroup_by_board(boards: _FixedRows, hashes: np.ndarray, order: np.ndarray,
+                      same: np.ndarray, differ: np.ndarray) -> None:
+    """Re-sort by (hash, board bytes) each run of equal keys that holds different boards,
+    and mark in `same` which neighbours are then the same pair (in place)."""
+    run_start = np.flatnonzero(np.r_[True, ~same])
+    run_end = np.r_[run_start[1:], len(order)]
+    for r in np.unique(np.searchsorted(run_start, differ, side="right") - 1).tolist():
+        s, e = int(run_start[r]), int(run_end[r])
+        rows = order[s:e]
+        keys = [(int(h), b.tobytes()) for h, b in zip(hashes[rows], boards.take(rows),
+                                                        strict=True)]
+        by_key = sorted(range(e - s), key=keys.__getitem__)
+        order[s:e] = rows[by_key]
+        same[s:e - 1] = [keys[a] == keys[b] for a, b in pairwise(by_key)]
+
+
+def _group_min_string(column: pa.ChunkedArray, order: np.ndarray,
+                      starts: np.ndarray) -> pa.Array:
+    """Per group, the smallest string (byte order, as Arrow's min) of a null-free column."""
+    chunks = [c for c in column.chunks if len(c)]
+    constant = _chunk_constants(chunks)
+    if constant is not None and len(set(constant)) == 1:  # one source: nothing to compare
+        return pa.repeat(pa.scalar(constant[0], pa.string()), len(starts))
+    codes, decode = _string_codes(column, chunks, constant)
+    smallest = np.minimum.reduceat(codes[order], starts) if len(starts) else codes[:0]
+    return decode(smallest)
+
+
+def _chunk_constants(chunks: list[pa.Array]) -> list[str] | None:
+    """The value of each chunk when every chunk holds one value only, else None."""
+    values = []
+    for chunk in chunks:
+        head = chunk[0]
+        if chunk[len(chunk) - 1] != head or not pc.all(pc.equal(chunk, head)).as_py():
+            return None
+        values.append(head.as_py())
+    return values
+
+
+def _string_codes(column: pa.ChunkedArray, chunks: list[pa.Array],
+                  constant: list[str] | None):
+    """(per-row integer codes ordered as the strings are, codes -> string array)."""
+    if constant is not None:  # each chunk one value (a source name): sort those
+        distinct = sorted(set(constant), key=lambda v: v.encode())
+        code = {v: i for i, v in enumerate(distinct)}
+        codes = np.repeat(np.array([code[v] for v in constant], np.int64),
+                          [len(c) for c in chunks])
+        values = pa.array(distinct, pa.string())
+        return codes, lambda smallest: values.take(pa.array(smallest, pa.int64()))
+    packed = _packed_short_strings(chunks)
+    if packed is not None:  # at most 8 bytes and no NUL: the big-endian bytes are the code
+        return packed, _unpack_short_strings
+    encoded = pc.dictionary_encode(column)  # one dictionary shared by every chunk
+    dictionary = encoded.chunks[-1].dictionary
+    by_value = pc.sort_indices(dictionary).to_numpy()
+    rank = np.empty(len(by_value), np.int64)
+    rank[by_value] = np.arange(len(by_value))
+    codes = rank[np.concatenate([c.indices.to_numpy() for c in encoded.chunks])]
+    return codes, lambda smallest: dictionary.take(pa.array(by_value[smallest], pa.int64()))
+
+
+def _packed_short_strings(chunks: list[pa.Array]) -> np.ndarray | None:
+    """uint64 per string: its UTF-8 bytes big-endian, zero-padded; None unless every string
+    has at most 8 bytes and none holds a NUL (where padding would make two strings equal)."""
+    out = []
+    for chunk in chunks:
+        _, offsets_buf, data_buf = chunk.buffers()
+        offsets = np.frombuffer(offsets_buf, np.int32, count=len(chunk) + 1,
+                                offset=chunk.offset * 4)
+        lengths = np.diff(offsets)
+        if len(lengths) and lengths.max() > 8:
+            return None
+        size = int(offsets[-1] - offsets[0])
+        data = np.frombuffer(data_buf, np.uint8, count=size, offset=int(offsets[0]))
+        if not data.all():
+            return None
+        padded = np.zeros(size // 8 + 2, np.uint64)  # whole words, one spare at the end
+        padded.view(np.uint8)[:size] = data
+        # the 8 bytes from each string's start: two little-endian words, shifted together
+        start = offsets[:-1].astype(np.int64)
+        start -= offsets[0]
+        word = start >> 3
+        value = padded[word]
+        word += 1
+        high = padded[word]
+        del word
+        start &= 7
+        start <<= 3  # the start's bit offset in its word
+        shift = start.view(np.uint64)
+        value >>= shift
+        np.subtract(np.uint64(64), shift, out=shift)
+        high <<= shift  # (a shift by 64 leaves the word: zeroed below)
+        high[shift == 64] = 0
+        value |= high
+        del high
+        # keep the string's own bytes: shift the rest out at the top, back again
+        np.multiply(np.uint64(8), np.uint64(8) - lengths.astype(np.uint64), out=shift)
+        value <<= shift
+        value >>= shift
+        value[lengths == 0] = 0  # (shifts by 64 leave the word)
+        out.append(value.byteswap(inplace=True))  # first byte most significant
+    return np.concatenate(out) if len(out) != 1 else out[0]
+
+
+def _unpack_short_strings(packed: np.ndarray) -> pa.Array:
+    cells = np.ascontiguousarray(packed.byteswap()).view(np.uint8).reshape(-1, 8)
+    present = cells != 0  # no NUL inside a string: its bytes are the leading non-zero ones
+    offsets = np.r_[0, np.cumsum(present.sum(axis=1))].astype(np.int32)
+    data = np.ascontiguousarray(cells[present])
+    return pa.Array.from_buffers(pa.string(), len(packed),
+                                 [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+# --- the original implementations: the equivalence tests and the benchmark compare with these
+
+
+def _source_pairs_reference(source: str, records: Iterable[RifGame | Rejected]) -> SourceResult:
     boards, moves, to_move, plies, game_ids = [], [], [], [], []
     result = SourceResult(source=source, pairs=pa.table({}))
     for record in records:
@@ -51,8 +542,8 @@ def source_pairs(source: str, records: Iterable[RifGame | Rejected]) -> SourceRe
             continue
         game = replay(record.moves, BOARD_SIZE, Rule.FREESTYLE)
         if game.error is not None:
-            snippet = " ".join(str(m) for m in record.moves[:40])
-            result.quarantine.append(quarantine_row(source, record.game_id, game.error, snippet))
+            result.quarantine.append(quarantine_row(source, record.game_id, game.error,
+                                                    _move_snippet(record.moves)))
             continue
         result.ingested += 1
         boards.append(game.boards)
@@ -61,19 +552,21 @@ def source_pairs(source: str, records: Iterable[RifGame | Rejected]) -> SourceRe
         plies.append(game.plies)
         game_ids.extend([record.game_id] * len(game.moves))
     if boards:
-        b = np.concatenate(boards)
-        result.pairs = pairs_table(b, np.concatenate(moves), np.concatenate(to_move),
-                                   np.concatenate(plies), game_ids, source)
+        result.pairs = _pairs_table_reference(
+            np.concatenate(boards), np.concatenate(moves), np.concatenate(to_move),
+            np.concatenate(plies), game_ids, source)
     else:
-        result.pairs = pairs_table(np.zeros((0, BOARD_SIZE**2), np.int8), np.zeros(0, np.int16),
-                                   np.zeros(0, np.int8), np.zeros(0, np.int16), [], source)
+        result.pairs = _pairs_table_reference(
+            np.zeros((0, BOARD_SIZE**2), np.int8), np.zeros(0, np.int16), np.zeros(0, np.int8),
+            np.zeros(0, np.int16), [], source)
     return result
 
 
-def pairs_table(boards: np.ndarray, moves: np.ndarray, to_move: np.ndarray, plies: np.ndarray,
-                game_ids: list[str], source: str) -> pa.Table:
-    """Canonicalise raw pairs; one row per occurrence (count 1), not yet deduplicated."""
-    cb, cm, h = canonicalize(boards, moves, BOARD_SIZE)
+def _pairs_table_reference(boards: np.ndarray, moves: np.ndarray, to_move: np.ndarray,
+                           plies: np.ndarray, game_ids: list[str], source: str) -> pa.Table:
+    from services.dataset.canonical import _canonicalize_reference
+
+    cb, cm, h = _canonicalize_reference(boards, moves, BOARD_SIZE)
     n = len(cm)
     board_col = pa.array([row.tobytes() for row in cb], type=pa.binary())
     return pa.table({
@@ -89,8 +582,7 @@ def pairs_table(boards: np.ndarray, moves: np.ndarray, to_move: np.ndarray, plie
     })
 
 
-def deduplicate(tables: list[pa.Table]) -> pa.Table:
-    """Merge identical canonical (board, move) pairs, summing counts; then assign splits."""
+def _deduplicate_reference(tables: list[pa.Table]) -> pa.Table:
     table = pa.concat_tables(tables)
     grouped = table.group_by(["board", "move"], use_threads=False).aggregate([
         ("board_size", "min"), ("to_move", "min"), ("ply", "min"), ("count", "sum"),

@@ -20,15 +20,24 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import cache
+from operator import itemgetter
 from pathlib import Path
 from typing import BinaryIO
 
-from services.games.coords import CoordinateError, index_name, parse_point
+from services.games.coords import (
+    LETTERS,
+    CoordinateError,
+    index_name,
+    parse_point,
+    point_name,
+)
 
 BOARD_SIZE = 15
 SNIPPET_CHARS = 200
 CHUNK_BYTES = 1 << 16
 BRESULTS = (0.0, 0.5, 1.0)
+_PLAIN_BRESULTS = {"1": 1.0, "0": 0.0, "0.5": 0.5}  # what parse_bresult makes of them
 # record tag -> attributes that name the record: a player is "name surname", the others take
 # the first non-empty one
 _LOOKUPS = {
@@ -57,6 +66,15 @@ class RifGame:
     btime: str = ""
     wtime: str = ""
     info: str = ""
+
+
+def _new_game(values: dict) -> RifGame:
+    """RifGame(**values) for a dict holding every field (and nothing else), without the frozen
+    dataclass's object.__setattr__ call per field (a fifth of the reader's time per game);
+    tests/test_dataset_speed_equivalence.py checks it against the dataclass."""
+    game = object.__new__(RifGame)
+    game.__dict__.update(values)
+    return game
 
 
 @dataclass(frozen=True)
@@ -159,20 +177,21 @@ class _Reader:
         yield from self._drain(parser)
 
     def _drain(self, parser: ET.XMLPullParser) -> Iterator[RifGame | Rejected]:
+        stack = self.stack
         for event, elem in parser.read_events():
             if event == "start":
-                self.stack.append(elem)
+                stack.append(elem)
                 continue
-            self.stack.pop()
-            depth = len(self.stack)  # 0: root, 1: container, 2: record, deeper: inside one
+            stack.pop()
+            depth = len(stack)  # 0: root, 1: container, 2: record, deeper: inside one
             if depth == 2:
                 if elem.tag == "game":
                     yield self._game(elem)
                 elif elem.tag in _LOOKUPS:
                     self._add_lookup(elem)
-                self.stack[-1].remove(elem)
+                stack[-1].remove(elem)
             elif depth == 1:
-                self.stack[-1].remove(elem)
+                stack[-1].remove(elem)
 
     def _add_lookup(self, elem: ET.Element) -> None:
         key = elem.get("id", "").strip()
@@ -187,7 +206,8 @@ class _Reader:
 
     def _game(self, elem: ET.Element) -> RifGame | Rejected:
         self.ordinal += 1
-        game_id = elem.get("id", "").strip()
+        get = elem.get
+        game_id = get("id", "").strip()
         record_id = game_id or f"game #{self.ordinal}"
         reason = self._check_id(game_id)
         moves: tuple[int, ...] = ()
@@ -195,27 +215,32 @@ class _Reader:
         if reason is None:
             moves, reason = parse_moves(_text(elem.find("move")))
         if reason is None:
-            bresult, reason = parse_bresult(elem.get("bresult"))
+            raw = get("bresult")
+            if raw in _PLAIN_BRESULTS:
+                bresult = _PLAIN_BRESULTS[raw]
+            else:
+                bresult, reason = parse_bresult(raw)
         if reason is not None:
             elem.tail = None
             snippet = _truncate(ET.tostring(elem, encoding="unicode"))
             return Rejected(self.source, record_id, reason, snippet)
-        return RifGame(
-            source=self.source,
-            game_id=game_id,
-            moves=moves,
-            rule=self._lookup("rule", elem, "rule"),
-            bresult=bresult,
-            black=self._lookup("player", elem, "black"),
-            white=self._lookup("player", elem, "white"),
-            opening=self._lookup("opening", elem, "opening"),
-            alt=elem.get("alt", ""),
-            swap=elem.get("swap", ""),
-            tournament=self._lookup("tournament", elem, "tournament"),
-            btime=elem.get("btime", ""),
-            wtime=elem.get("wtime", ""),
-            info=_text(elem.find("info")).strip(),
-        )
+        lookup = self._lookup
+        return _new_game({
+            "source": self.source,
+            "game_id": game_id,
+            "moves": moves,
+            "rule": lookup("rule", elem, "rule"),
+            "bresult": bresult,
+            "black": lookup("player", elem, "black"),
+            "white": lookup("player", elem, "white"),
+            "opening": lookup("opening", elem, "opening"),
+            "alt": get("alt", ""),
+            "swap": get("swap", ""),
+            "tournament": lookup("tournament", elem, "tournament"),
+            "btime": get("btime", ""),
+            "wtime": get("wtime", ""),
+            "info": _text(elem.find("info")).strip(),
+        })
 
     def _check_id(self, game_id: str) -> str | None:
         if not game_id:
@@ -261,7 +286,22 @@ def _local_offset(window: bytes, lines_down: int, column: int) -> int | None:
 
 
 def _text(elem: ET.Element | None) -> str:
-    return "" if elem is None else "".join(elem.itertext())
+    if elem is None:
+        return ""
+    if len(elem) == 0:  # no children: all its text is .text
+        return elem.text or ""
+    return "".join(elem.itertext())
+
+
+@cache
+def _point_names(size: int) -> dict[str, int]:
+    """Every plain coordinate name ('h8', 'H8') -> its point index, for the fast path."""
+    names = {}
+    for y in range(size):
+        for x in range(min(size, len(LETTERS))):
+            name = point_name(x, y)
+            names[name] = names[name.upper()] = y * size + x
+    return names
 
 
 def parse_moves(text: str, size: int = BOARD_SIZE) -> tuple[tuple[int, ...], str | None]:
@@ -269,6 +309,22 @@ def parse_moves(text: str, size: int = BOARD_SIZE) -> tuple[tuple[int, ...], str
     tokens = text.split()
     if not tokens:
         return (), "empty game"
+    # fast path: every token a plain name and no point twice; anything else (odd spellings
+    # parse_point accepts, errors) goes through the token-by-token loop below
+    try:
+        fast = itemgetter(*tokens)(_point_names(size))  # a tuple when there are 2+ tokens
+    except KeyError:
+        fast = None
+    if fast is not None:
+        if len(tokens) == 1:
+            return (fast,), None
+        if len(set(fast)) == len(fast):
+            return fast, None
+    return _parse_tokens(tokens, size)
+
+
+def _parse_tokens(tokens: list[str], size: int) -> tuple[tuple[int, ...], str | None]:
+    """The token-by-token parse: exact reasons for unknown coordinates and repeated points."""
     moves: list[int] = []
     first_at: dict[int, int] = {}
     for number, token in enumerate(tokens, 1):
