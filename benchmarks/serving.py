@@ -1,20 +1,46 @@
-"""Serving benchmark: Triton start-up, and Predict latency through the search service against
-calling Triton directly (the baseline, measured in the same run on the same model).
+"""Serving benchmark: Triton start-up, Predict latency and throughput through the search service
+against calling Triton directly (the baseline, measured in the same run on the same model), at
+several client concurrencies, and GenMove playouts/s for concurrent searches.
 
-    .venv/bin/python benchmarks/serving.py [--requests 500] [--model shao_f32_n2]
+    .venv/bin/python benchmarks/serving.py [--concurrency 1,16,64] [--requests 2000]
+        [--level-seconds 12] [--genmove-concurrency 1,8] [--genmove-visits 800]
+        [--genmove-rounds 2] [--model shao_f32_n2] [--triton-env OMP_WAIT_POLICY=PASSIVE]
 
-The model is freshly initialised (latency does not depend on the weights). Prints p50/p99 in
-milliseconds and the ratio service/direct.
+The model is freshly initialised (latency does not depend on the weights). The search service
+runs in its own process (`python -m services.search.server`, its default settings: 16 RPC
+worker threads, cross-request batcher); Triton in its own. For each concurrency C, C client
+threads of this process each hold their own channel (a `PolicyClient` for the direct calls, a
+`SearchClient` for the service) and send requests back to back until the level's request count
+(`--requests`, all threads together) or its time cap (`--level-seconds`) is reached; each
+thread first sends `--warmup` untimed requests. Direct and service runs alternate per level.
+Figures: latency p50/p99 in ms, throughput in requests/s (completed timed requests over the
+wall time of the timed part), the ratios service/direct, and the CPU seconds each process
+(this load generator, the search service, Triton with its python-backend stub) used in the
+level, plus the cores used by every other process of the machine (from /proc/stat): on a small
+machine the load generator competes for the same cores, and so do other jobs; a level whose
+"other processes" figure is not near 0 was measured under outside load.
+
+`--triton-env KEY=VALUE` sets extra environment for the Triton process only, e.g.
+`OMP_WAIT_POLICY=PASSIVE`: by default the stub's OpenMP threads (torch on CPU) spin-wait after
+each request, which costs several ms of CPU per request when requests arrive spaced out.
+
+GenMove: C concurrent searches (each thread its own channel, `disable_tree_reuse`, a different
+opening per thread), `--genmove-rounds` searches per thread; playouts/s = all visits / wall time.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import platform
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -29,6 +55,15 @@ from services.trainer.export import export_torchscript  # noqa: E402
 from services.triton.client import PolicyClient  # noqa: E402
 from services.triton.publisher import publish  # noqa: E402
 from services.triton.server import TritonServer, free_port  # noqa: E402
+
+_TICK = os.sysconf("SC_CLK_TCK")
+PREDICT_MOVES = ["h8", "h9", "i8", "g7"]
+# one opening per concurrent search (cycled), so that concurrent searches do different work
+GENMOVE_OPENINGS = [
+    ["h8", "h9", "i8", "g7"], ["h8", "i9", "g9", "j7"], ["h8", "g8", "i9", "h10"],
+    ["h8", "h7", "g9", "j8"], ["h8", "i8", "h9", "g10"], ["h8", "j9", "i7", "g9"],
+    ["h8", "g9", "h10", "i9"], ["h8", "i7", "j8", "g8"],
+]
 
 
 def wait_for_health(target: str, timeout_s: float = 30.0) -> None:
@@ -48,64 +83,292 @@ def wait_for_health(target: str, timeout_s: float = 30.0) -> None:
 
 
 def percentiles(samples: list[float]) -> tuple[float, float]:
+    if not samples:
+        return float("nan"), float("nan")
     a = np.array(samples) * 1000.0
     return float(np.percentile(a, 50)), float(np.percentile(a, 99))
 
 
-def timed(fn, n: int, warmup: int = 20) -> list[float]:
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(n):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
+def tree_cpu_seconds(root_pid: int, descendants: bool = True) -> float:
+    """CPU time (user + system) of a process and (unless told not to) its live descendants,
+    from /proc."""
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        pid = int(entry.name)
+        parents[pid] = int(fields[1])
+        times[pid] = (int(fields[11]) + int(fields[12])) / _TICK
+    total, todo = 0.0, [root_pid]
+    while todo:
+        pid = todo.pop()
+        total += times.get(pid, 0.0)
+        if descendants:
+            todo.extend(p for p, pp in parents.items() if pp == pid)
+    return total
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds all processes of the machine have used since boot (/proc/stat)."""
+    with open("/proc/stat") as f:
+        values = [int(x) for x in f.readline().split()[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+    guest = sum(values[8:10])  # already counted in user and nice
+    return (sum(values) - guest - idle) / _TICK
+
+
+def cpu_by_process(pids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds per named process tree ("bench", this process and the parent of the others,
+    counts alone), plus "machine": every process on the machine."""
+    out = {name: tree_cpu_seconds(pid, descendants=name != "bench") for name, pid in pids.items()}
+    out["machine"] = machine_busy_seconds()
     return out
 
 
+@dataclass
+class Level:
+    latencies: list[float]
+    wall_s: float
+    errors: int
+    cpu: dict[str, float]
+
+    @property
+    def throughput(self) -> float:
+        return len(self.latencies) / self.wall_s if self.wall_s > 0 else 0.0
+
+
+def run_level(
+    make_call: Callable[[], tuple[Callable[[], object], Callable[[], None]]],
+    concurrency: int,
+    total_requests: int,
+    max_seconds: float,
+    warmup: int,
+    pids: dict[str, int],
+) -> Level:
+    """`concurrency` threads, each with its own connection from `make_call()` (a call and its
+    close), share `total_requests` timed requests, stopping early at `max_seconds`."""
+    calls = [make_call() for _ in range(concurrency)]
+    ready = threading.Barrier(concurrency + 1)
+    lock = threading.Lock()
+    budget = [total_requests]
+    stop_at = [0.0]
+    per_thread: list[list[float]] = [[] for _ in range(concurrency)]
+    errors = [0]
+
+    def take() -> bool:
+        with lock:
+            if budget[0] <= 0 or time.perf_counter() > stop_at[0]:
+                return False
+            budget[0] -= 1
+            return True
+
+    def worker(i: int) -> None:
+        call = calls[i][0]
+        for _ in range(warmup):
+            call()
+        ready.wait()
+        ready.wait()  # the timed part starts when every thread is warm
+        out = per_thread[i]
+        while take():
+            t = time.perf_counter()
+            try:
+                call()
+            except Exception:  # counted and reported, not timed
+                with lock:
+                    errors[0] += 1
+                continue
+            out.append(time.perf_counter() - t)
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(concurrency)]
+    for t in threads:
+        t.start()
+    ready.wait()
+    cpu0 = cpu_by_process(pids)
+    start = time.perf_counter()
+    stop_at[0] = start + max_seconds
+    ready.wait()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - start
+    cpu = {name: s - cpu0[name] for name, s in cpu_by_process(pids).items()}
+    for _, close in calls:
+        close()
+    return Level([x for xs in per_thread for x in xs], wall, errors[0], cpu)
+
+
+def genmove_level(
+    target: str, concurrency: int, visits: int, rounds: int, pids: dict[str, int]
+) -> tuple[int, float, list[float], dict[str, float]]:
+    """(visits done, wall s, per-search seconds, cpu by process) for `concurrency` threads each
+    running `rounds` searches without tree reuse."""
+    clients = [SearchClient(target) for _ in range(concurrency)]
+    for i, c in enumerate(clients):  # warm the channel (and the service's code paths)
+        c.genmove(GENMOVE_OPENINGS[i % len(GENMOVE_OPENINGS)], max_visits=32, reuse_tree=False)
+    done = [0] * concurrency
+    durations: list[list[float]] = [[] for _ in range(concurrency)]
+    ready = threading.Barrier(concurrency + 1)
+
+    def worker(i: int) -> None:
+        moves = GENMOVE_OPENINGS[i % len(GENMOVE_OPENINGS)]
+        ready.wait()
+        for _ in range(rounds):
+            t = time.perf_counter()
+            r = clients[i].genmove(moves, max_visits=visits, reuse_tree=False)
+            durations[i].append(time.perf_counter() - t)
+            done[i] += r.total_visits - r.reused_visits
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(concurrency)]
+    for t in threads:
+        t.start()
+    cpu0 = cpu_by_process(pids)
+    start = time.perf_counter()
+    ready.wait()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - start
+    cpu = {name: s - cpu0[name] for name, s in cpu_by_process(pids).items()}
+    for c in clients:
+        c.close()
+    return sum(done), wall, [x for xs in durations for x in xs], cpu
+
+
+@contextlib.contextmanager
+def _restoring(restore: Callable[[], None]) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        restore()
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _cpu_text(cpu: dict[str, float], wall: float) -> str:
+    ours = {name: s for name, s in cpu.items() if name != "machine"}
+    others = max(0.0, cpu["machine"] - sum(ours.values()))
+    parts = [f"{name} {s:.2f}" for name, s in ours.items()]
+    return (f"cpu s: {', '.join(parts)} (= {sum(ours.values()) / wall:.2f} cores); "
+            f"other processes {others / wall:.2f} cores")
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--requests", type=int, default=500)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--concurrency", type=_ints, default=[1, 16, 64],
+                        help="Predict client threads per level, comma separated")
+    parser.add_argument("--requests", type=int, default=2000,
+                        help="timed requests per level and target, all threads together")
+    parser.add_argument("--level-seconds", type=float, default=12.0,
+                        help="time cap of one level's timed part, per target")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed requests per thread")
+    parser.add_argument("--genmove-concurrency", type=_ints, default=[1, 8])
+    parser.add_argument("--genmove-visits", type=int, default=800)
+    parser.add_argument("--genmove-rounds", type=int, default=2, help="searches per thread")
     parser.add_argument("--model", default="shao_f32_n2")
+    parser.add_argument("--triton-env", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra environment of the Triton process only (repeatable), e.g. "
+                             "OMP_WAIT_POLICY=PASSIVE")
     args = parser.parse_args(argv)
+    if any("=" not in item for item in args.triton_env):
+        parser.error("--triton-env takes KEY=VALUE")
+    triton_env = dict(item.split("=", 1) for item in args.triton_env)
+    started = time.perf_counter()
+    board = np.zeros((1, 15, 15), np.int8)
+    board[0, 7, 7] = board[0, 7, 8] = 1  # h8, i8 (black)
+    board[0, 8, 7] = board[0, 6, 6] = 2  # h9, g7 (white): the position of PREDICT_MOVES
+    print(f"machine: {platform.machine()} cpus={os.cpu_count()} "
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} model={args.model}"
+          + (f" triton env {triton_env}" if triton_env else ""), flush=True)
+    rows = []
+    gen_rows = []
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "repo"
         export_torchscript(build(args.model), Path(tmp) / "model.pt")
         publish(Path(tmp) / "model.pt", repo)
+        saved = {key: os.environ.get(key) for key in triton_env}
+
+        def restore_environ() -> None:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+        os.environ.update(triton_env)  # TritonServer hands os.environ on to the server
         t = time.perf_counter()
-        with TritonServer(repo, log_path=Path(tmp) / "triton.log") as triton:
+        with (
+            _restoring(restore_environ),
+            TritonServer(repo, log_path=Path(tmp) / "triton.log") as triton,
+        ):
             startup = time.perf_counter() - t
-            client = PolicyClient(triton.grpc_url)
+            restore_environ()  # the search service gets the original environment
+            print(f"triton start-up (process start -> model ready): {startup:.2f} s", flush=True)
             # The service runs in its own process, as deployed: sharing this process's GIL with
             # the load generator would charge the client's work to the service.
             port = free_port()
             service = subprocess.Popen(
                 [sys.executable, "-m", "services.search.server", "--port", str(port),
-                 "--triton-url", triton.grpc_url], cwd=ROOT)
-            wait_for_health(f"127.0.0.1:{port}")
-            moves = ["h8", "h9", "i8", "g7"]
-            board = np.zeros((1, 15, 15), np.int8)
-            board[0, 7, 7] = board[0, 7, 8] = 1
-            board[0, 8, 7] = board[0, 6, 6] = 2
-            direct = timed(lambda: client.infer(board), args.requests)
-            with SearchClient(f"127.0.0.1:{port}") as search:
-                via = timed(lambda: search.predict(moves), args.requests)
-                gen_t = time.perf_counter()
-                r = search.genmove(moves, max_visits=800)
-                gen_s = time.perf_counter() - gen_t
-            service.terminate()
-            service.wait(timeout=30)
-            client.close()
-    d50, d99 = percentiles(direct)
-    p50, p99 = percentiles(via)
-    print(f"machine: {platform.machine()} {platform.processor() or ''} "
-          f"cpus={__import__('os').cpu_count()} model={args.model}")
-    print(f"triton start-up (process start -> model ready): {startup:.2f} s")
-    print(f"direct Triton infer, batch 1 : p50 {d50:.2f} ms  p99 {d99:.2f} ms  (baseline)")
-    print(f"Predict via search service   : p50 {p50:.2f} ms  p99 {p99:.2f} ms  "
-          f"ratio p50 {p50 / d50:.2f}x  p99 {p99 / d99:.2f}x")
-    print(f"GenMove 800 visits: {gen_s:.2f} s = {r.total_visits / gen_s:.0f} playouts/s "
-          f"(move {r.name})")
+                 "--triton-url", triton.grpc_url], cwd=ROOT, stdout=subprocess.DEVNULL)
+            target = f"127.0.0.1:{port}"
+            try:
+                wait_for_health(target)
+                assert triton.pid is not None
+                pids = {"bench": os.getpid(), "service": service.pid, "triton": triton.pid}
+
+                def direct_call():
+                    client = PolicyClient(triton.grpc_url)
+                    return (lambda: client.infer(board)), client.close
+
+                def service_call():
+                    client = SearchClient(target)
+                    return (lambda: client.predict(PREDICT_MOVES)), client.close
+
+                for c in args.concurrency:
+                    levels = {}
+                    for name, make in (("direct", direct_call), ("service", service_call)):
+                        levels[name] = lv = run_level(make, c, args.requests, args.level_seconds,
+                                                      args.warmup, pids)
+                        p50, p99 = percentiles(lv.latencies)
+                        print(f"  C={c:<3} {name:<8} n={len(lv.latencies):<5} "
+                              f"p50 {p50:7.2f} ms  p99 {p99:7.2f} ms  "
+                              f"{lv.throughput:7.0f} req/s  errors {lv.errors}  "
+                              f"{_cpu_text(lv.cpu, lv.wall_s)}", flush=True)
+                    rows.append((c, levels["direct"], levels["service"]))
+                for c in args.genmove_concurrency:
+                    visits, wall, each, cpu = genmove_level(
+                        target, c, args.genmove_visits, args.genmove_rounds, pids)
+                    gen_rows.append((c, visits, wall, each, cpu))
+                    print(f"  GenMove C={c}: {visits} visits in {wall:.2f} s  "
+                          f"{_cpu_text(cpu, wall)}", flush=True)
+            finally:
+                service.terminate()
+                service.wait(timeout=30)
+    print()
+    print(f"Predict (1 position, top 5) via search service vs direct Triton infer (batch 1); "
+          f"{args.requests} requests per level or {args.level_seconds:g} s")
+    print(f"{'C':>3} | {'direct p50':>10} {'p99':>8} {'req/s':>7} | {'service p50':>11} "
+          f"{'p99':>8} {'req/s':>7} | {'ratio p50':>9} {'p99':>6} {'req/s':>6}")
+    for c, d, s in rows:
+        d50, d99 = percentiles(d.latencies)
+        s50, s99 = percentiles(s.latencies)
+        print(f"{c:>3} | {d50:10.2f} {d99:8.2f} {d.throughput:7.0f} | {s50:11.2f} {s99:8.2f} "
+              f"{s.throughput:7.0f} | {s50 / d50:8.2f}x {s99 / d99:5.2f}x "
+              f"{s.throughput / d.throughput:5.2f}x")
+    print(f"GenMove {args.genmove_visits} visits, no tree reuse, "
+          f"{args.genmove_rounds} searches per client")
+    for c, visits, wall, each, _ in gen_rows:
+        print(f"  {c} concurrent: {visits / wall:6.0f} playouts/s "
+              f"(per search p50 {np.percentile(each, 50):.2f} s, max {max(each):.2f} s)")
+    print(f"total benchmark time {time.perf_counter() - started:.0f} s, "
+          f"load average now {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":
