@@ -53,6 +53,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from services.checksums import sha256_file
+
 SCHEMA_VERSION = 2  # 2: game, rule, result, mover_rank; Go boards as compact planes
 SCHEMA_KEY = b"movepred.schema_version"
 SPLITS = ("train", "validation", "test")
@@ -99,14 +101,6 @@ QUARANTINE_SCHEMA = pa.schema(
 
 class DatasetError(ValueError):
     """A dataset folder or shard that cannot be used; the message names the file."""
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _fsync_dir(path: Path) -> None:

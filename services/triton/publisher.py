@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import re
@@ -24,6 +23,8 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from services.checksums import sha256_file
 
 POLICY_MODEL_PY = Path(__file__).with_name("policy_model.py")
 CONFIG_TEMPLATES = Path(__file__).resolve().parents[2] / "model_repository"
@@ -89,14 +90,6 @@ def _locked(directory: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def validate_model_file(model_file: Path) -> None:
     """Load the TorchScript file on CPU and check int8 [2,15,15] -> float32 [2,225]."""
     import torch  # lazy: listing versions must not need torch
@@ -145,7 +138,7 @@ def publish(
     try:
         shutil.copyfile(model_file, staging / "model.pt")
         shutil.copyfile(POLICY_MODEL_PY, staging / "model.py")
-        sha = _sha256(staging / "model.pt")
+        sha = sha256_file(staging / "model.pt")
         with _locked(model_dir):
             for _ in range(100):
                 version = (latest_version(repository, model_name) or 0) + 1
