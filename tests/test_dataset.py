@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -138,10 +139,30 @@ def test_ingest_flow_writes_unique_pairs_and_reruns_identically(tmp_path: Path) 
     c = manifest["counts"][0]
     assert c["read"] == c["ingested"] + c["quarantined"] and c["ingested"] > 0
     assert read_manifest(out)["splits"]["train"] == read_split(out, "train")[0].shape[0]
+    _the_readme_queries_agree(out, manifest)
 
     first = {p.name: _sha(p) for p in out.iterdir()}
     ingest(sources=[str(SAMPLE_RIF)], out_dir=str(out))
     assert {p.name: _sha(p) for p in out.iterdir()} == first
+
+
+def _the_readme_queries_agree(out: Path, manifest: dict) -> None:
+    """The README's one-line queries (polars, pyarrow, duckdb) open the shards as they are."""
+    import glob
+
+    import duckdb
+    import polars as pl
+
+    train = str(out / "train-*.parquet")
+    by_engine = {
+        "polars": pl.scan_parquet(train).select(pl.len(), pl.col("count").sum()).collect().row(0),
+        "pyarrow": (lambda t: (t.num_rows, pc.sum(t["count"]).as_py()))(
+            pq.ParquetDataset(glob.glob(train)).read(columns=["count"])),
+        "duckdb": duckdb.sql(f"SELECT count(*), sum(count) FROM '{train}'").fetchall()[0],
+    }
+    rows = {engine: int(r[0]) for engine, r in by_engine.items()}
+    assert rows == dict.fromkeys(by_engine, manifest["splits"]["train"])
+    assert len({int(r[1]) for r in by_engine.values()}) == 1
 
 
 def test_reading_a_broken_dataset_names_the_file(tmp_path: Path) -> None:
