@@ -226,35 +226,64 @@ def test_size_absent_or_square_pair_and_files_by_path(tmp_path: Path) -> None:
     assert missing.reason.startswith("unreadable file")
 
 
-def test_mutated_and_random_bytes_never_raise() -> None:
-    """Seeded fuzzing: truncations, structural-character flips, inserted and random bytes."""
+def mutated_inputs(count: int, seed: int) -> list[bytes]:
+    """Seeded fuzzing material: truncations, structural-character flips, inserted and random
+    bytes, on a few hand-made files and the first edge-case files."""
     seeds = [
         "(;GM[1]FF[4]CA[UTF-8]SZ[9]KM[6.5]PB[Lee \\] x]AB[aa:bb];B[ee](;W[ef];B[]C[(;)])(;W[dd]))",
         "(;FileFormat[1]SiZe[9]PlayerBlack[hi];Black[ff];White[gd])(;SZ[13];B[tt];W[mm])",
         "(;CA[GB2312]PB[古力];B[pd];W[dp])",
+        "(;SZ[19];B[pd]BL[30.5];W[dp]C[a comment ;B[aa] with (;W[bb]) moves];B[];W[tt]\n;B[qq])",
     ]
     bases = [t.encode("gb2312" if "GB2312" in t else "utf-8") for t in seeds]
     if EDGE_DIR.exists():
         bases += [p.read_bytes() for p in sorted(EDGE_DIR.rglob("*.sgf"))[:12]]
-    rng = random.Random(11)
-    for _ in range(1500):
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
         data = bytearray(rng.choice(bases))
         op = rng.random()
         if op < 0.3:
             data = data[: rng.randrange(len(data) + 1)]
         elif op < 0.7:
             for _ in range(rng.randrange(1, 5)):
-                data[rng.randrange(len(data))] = rng.choice(b"()[];\\\x00\xff\xe4 aZ:")
+                data[rng.randrange(len(data))] = rng.choice(b"()[];\\\x00\xff\xe4 aZ:BW")
         elif op < 0.9:
             j = rng.randrange(len(data) + 1)
             data[j:j] = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 20)))
         else:
             data = bytearray(rng.randrange(256) for _ in range(rng.randrange(300)))
-        for item in read_sgf(bytes(data), "fuzz.sgf"):
+        out.append(bytes(data))
+    return out
+
+
+def test_mutated_and_random_bytes_never_raise() -> None:
+    for data in mutated_inputs(1500, seed=11):
+        for item in read_sgf(data, "fuzz.sgf"):
             if isinstance(item, SgfRejected):
                 assert item.reason and not item.reason.startswith("parser error"), item
             else:
                 replay(item, keep_states=False)
+
+
+def test_the_fast_main_line_path_gives_what_token_by_token_parsing_gives(monkeypatch) -> None:
+    """The fast path (one regex pass per stretch of the main line) against the token-by-token
+    parser on every real file in ../shared, the edge cases and 1,500 mutated inputs: the same
+    games, moves, fields and rejection reasons."""
+    inputs = [(f"fuzz{i}.sgf", data) for i, data in enumerate(mutated_inputs(1500, seed=12))]
+    for tarball in (KGS_DIR / "kgs-games-dev.tar.gz", OTHER_DIR / "go-games-other-dev.tar.gz"):
+        if tarball.exists():
+            with tarfile.open(tarball) as archive:
+                inputs += [(m.name, archive.extractfile(m).read())
+                           for m in archive if m.isfile()]
+    if EDGE_DIR.exists():
+        inputs += [(str(p), p.read_bytes()) for p in sorted(EDGE_DIR.rglob("*")) if p.is_file()]
+    fast = [list(read_sgf(data, name)) for name, data in inputs]
+    monkeypatch.setattr("services.records.sgf.FAST_MAIN_LINE", False)
+    slow = [list(read_sgf(data, name)) for name, data in inputs]
+    differ = [name for (name, _), a, b in zip(inputs, fast, slow, strict=True) if a != b]
+    assert differ == []
+    assert sum(isinstance(g, SgfGame) for items in fast for g in items) > 100
 
 
 # ---- encodings -----------------------------------------------------------------------------------

@@ -68,6 +68,7 @@ MAX_FILE_BYTES = 64 << 20
 MAX_VALUE_CHARS = 1 << 20
 SNIPPET_CHARS = 200
 NOT_SGF_SUFFIXES = frozenset({".gib", ".ngf", ".ugf", ".ugi", ".gtp", ".rif", ".psf"})
+FAST_MAIN_LINE = True  # False: token by token only (the reference the fast path is tested against)
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".tar", ".zip")
 
 
@@ -348,6 +349,22 @@ _UNTERMINATED = re.compile(r"\s*[A-Za-z]*\s*\[")
 _SPACE = re.compile(r"\s+")
 _NAME = re.compile(r"[A-Za-z]+")
 
+# The fast path for the main line once its first move is reached (the bulk of a record).
+# `_STRETCH` checks in one C-level match that a stretch holds only nodes and upper-case
+# properties up to the next '(' or ')' (possessive quantifiers, so a failure cannot
+# backtrack); `_NOT_A_MOVE` then deletes every property but B, W and set-up (whose values may
+# hide ';B[aa]' text), and `_ONLY_MOVES` must match what is left, or the token-by-token
+# parser takes over from that point and decides as it always did.
+_VALUE_POSSESSIVE = r"\[[^\\\]]*+(?:\\.[^\\\]]*+)*+\]"
+_STRETCH = re.compile(r"(?:\s++|;|[A-Z]++\s*+(?:" + _VALUE_POSSESSIVE + r"\s*+)++)*+", re.S)
+# any upper-case name but B, W, AB, AW, AE, with its values
+_OTHER_PROPERTY = (r"(?:[C-VX-Z][A-Z]*+|A(?:[AC-DF-VX-Z][A-Z]*+|[BEW][A-Z]++)?|[BW][A-Z]++)"
+                   r"\s*+(?:" + _VALUE_POSSESSIVE + r"\s*+)++")
+_NOT_A_MOVE = re.compile(_OTHER_PROPERTY, re.S)
+_ONLY_MOVES = re.compile(r"(?:[ \t\n\r\f\v;]++|[BW]\[[a-zA-Z]{0,2}\])*+")
+_NODES_AND_SPACE = str.maketrans("", "", " \t\n\r\f\v;")
+_COLOURS = {"B": BLACK, "W": WHITE}
+
 # properties read from the main line before the first move (game info and set-up)
 _INFO = frozenset({"SZ", "KM", "HA", "RE", "RU", "PL", "BR", "WR", "PB", "PW", "GM", "FF"})
 _SETUP = frozenset({"AB", "AW", "AE"})
@@ -458,6 +475,7 @@ class _Parser:
         info: dict[str, str] = {}
         setup: dict[str, list[str]] = {"AB": [], "AW": [], "AE": []}
         late_setup: str | None = None
+        fast = FAST_MAIN_LINE  # the fast path may take the next stretch of the main line
         fresh = False
         end = pos
         while True:
@@ -486,9 +504,20 @@ class _Parser:
                 if name in ("B", "W"):
                     if node_no < 0:
                         raise _BadGame("property outside a node", m.start())
+                    if fast and not stack[-1][1] and late_setup is None:
+                        stretch = self._main_line_stretch(m.start(), len(stack) == 1)
+                        if stretch is None:
+                            fast = False
+                        else:
+                            moves.extend(stretch[0])
+                            end = stretch[1]
+                            if end == len(text):
+                                break
+                            scan = _TOKEN.scanner(text, end)  # goes on at the '(' or ')'
+                            match = scan.match
+                            continue
                     # a move's value holds no ']' or escape: the first value is [1:first ']']
-                    moves.append((BLACK if name == "B" else WHITE,
-                                  raw_values[1:raw_values.index("]")]))
+                    moves.append(f"{name}[{raw_values[1:raw_values.index(']')]}")
                 elif name in _SETUP:
                     if moves:
                         late_setup = late_setup or f"set-up stones ({name}) after move {len(moves)}"
@@ -531,6 +560,35 @@ class _Parser:
             snippet = _truncate(text[pos: pos + SNIPPET_CHARS])
             return SgfRejected(self.source, f"game {index}", exc.reason, snippet), end
 
+    def _main_line_stretch(self, start: int, top: bool) -> tuple[list[str], int] | None:
+        """The move tokens from text[start] (a move on the main line) up to the next '(' or
+        ')' and that offset, when the stretch is plain nodes and moves once the other
+        properties are deleted; None sends the caller back to token-by-token parsing.
+
+        `top`: the game's own tree; when no '(' follows anywhere (not even in a value) the
+        rest of the file is the rest of the game, and the offset returned is the file's end."""
+        text = self.text
+        if len(text) - start > MAX_VALUE_CHARS:
+            return None
+        body = None
+        if top and text.find("(", start) < 0:  # the rest of the file is the rest of the game
+            tail = text.rstrip()
+            if tail.endswith(")"):
+                body, stop = tail[start:-1], len(text)
+        if body is None:
+            stretch = _STRETCH.match(text, start)
+            stop = stretch.end()
+            if stop >= len(text) or text[stop] not in "()":
+                return None
+            body = text[start:stop]
+        if _ONLY_MOVES.fullmatch(body) is None:
+            body = _NOT_A_MOVE.sub("", body)
+            if _ONLY_MOVES.fullmatch(body) is None:
+                return None
+        tokens = body.translate(_NODES_AND_SPACE).split("]")  # 'B[pd', 'W[', ..., ''
+        del tokens[-1]
+        return tokens, stop
+
     def _error_offset(self, end: int) -> int:
         """Skip whitespace: the offset of the first character no token matched."""
         text = self.text
@@ -556,23 +614,10 @@ class _Parser:
         if gm not in ("", "1"):
             raise _BadGame(f"not a Go game (GM[{gm[:10]}])", pos)
         size = _parse_size(info.get("SZ"), pos)
-        moves = []
-        table = _point_table(size)
-        tt_pass = size <= 19
-        for n, (color, value) in enumerate(raw_moves, 1):
-            point = table.get(value)
-            if point is not None:
-                moves.append((color, point))
-                continue
-            value = value.strip()
-            if not value or (value in ("tt", "TT") and tt_pass):
-                moves.append((color, None))
-                continue
-            point = table.get(value)
-            if point is None:
-                raise _BadGame(f"unknown coordinate {value[:10]!r} at move {n} "
-                               f"on a {size}x{size} board", pos)
-            moves.append((color, point))
+        try:
+            moves = list(map(_move_table(size).__getitem__, raw_moves))
+        except KeyError:  # a value to strip, or not a point: one by one, with the reason
+            moves = self._moves_one_by_one(raw_moves, size, pos)
         black = _points(setup["AB"], size, pos)
         white = _points(setup["AW"], size, pos)
         if setup["AE"]:
@@ -611,6 +656,26 @@ class _Parser:
             file_format=int(ff) if ff.isascii() and ff.isdigit() else None,
         )
 
+    @staticmethod
+    def _moves_one_by_one(raw_moves: list[str], size: int,
+                          pos: int) -> list[tuple[int, int | None]]:
+        """Moves whose values need care (spaces, 'tt' on a big board) or are not points."""
+        table = _point_table(size)
+        tt_pass = size <= 19
+        moves: list[tuple[int, int | None]] = []
+        for n, token in enumerate(raw_moves, 1):
+            color = _COLOURS[token[0]]
+            value = token[2:].strip()
+            if not value or (value in ("tt", "TT") and tt_pass):
+                moves.append((color, None))
+                continue
+            point = table.get(value)
+            if point is None:
+                raise _BadGame(f"unknown coordinate {value[:10]!r} at move {n} "
+                               f"on a {size}x{size} board", pos)
+            moves.append((color, point))
+        return moves
+
 
 # ---- values -------------------------------------------------------------------------------------
 @cache
@@ -619,6 +684,18 @@ def _point_table(size: int) -> dict[str, int]:
     letters = [chr(97 + i) if i < 26 else chr(65 + i - 26) for i in range(size)]
     return {letters[x] + letters[row]: (size - 1 - row) * size + x
             for x in range(size) for row in range(size)}
+
+
+@cache
+def _move_table(size: int) -> dict[str, tuple[int, int | None]]:
+    """Move tokens as records write them ('B[pd]', 'W[]', 'B[tt]' up to 19x19 for a pass)
+    -> (colour, point); one shared tuple per token, so a game's moves cost a lookup each."""
+    values: dict[str, int | None] = dict(_point_table(size))
+    values[""] = None
+    if size <= 19:
+        values["tt"] = values["TT"] = None
+    return {f"{name}[{value}": (colour, point) for name, colour in _COLOURS.items()
+            for value, point in values.items()}
 
 
 def _point(value: str, size: int) -> int | None:
