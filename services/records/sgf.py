@@ -245,7 +245,7 @@ def _read_member(archive_name: str, member: str, size: int, read) -> Iterator[
 
 
 # ---- decoding ---------------------------------------------------------------------------------
-_CA_BYTES = re.compile(rb"(?<![A-Za-z])CA\s*\[([^\]]{0,40})\]")
+_CA_BYTES = re.compile(rb"CA\s*\[([^\]]{0,40})\]")  # literal prefix: a fast search
 _CHARSETS = {
     "utf8": "utf-8", "utf-8": "utf-8", "ascii": "ascii", "usascii": "ascii",
     "gb2312": "gb18030", "gbk": "gb18030", "gb18030": "gb18030", "cp936": "gb18030",
@@ -296,6 +296,8 @@ def decode_sgf(raw: bytes) -> tuple[str, str, bool]:
         chosen = "utf-16-be"
     else:
         m = _CA_BYTES.search(raw)
+        while m is not None and m.start() and raw[m.start() - 1: m.start()].isalpha():
+            m = _CA_BYTES.search(raw, m.start() + 1)  # part of a longer name (e.g. 'DCA')
         chosen = _codec_for(m.group(1).decode("latin-1")) if m else "utf-8"
     if chosen is not None:
         try:
@@ -361,7 +363,7 @@ _STRETCH = re.compile(r"(?:\s++|;|[A-Z]++\s*+(?:" + _VALUE_POSSESSIVE + r"\s*+)+
 _OTHER_PROPERTY = (r"(?:[C-VX-Z][A-Z]*+|A(?:[AC-DF-VX-Z][A-Z]*+|[BEW][A-Z]++)?|[BW][A-Z]++)"
                    r"\s*+(?:" + _VALUE_POSSESSIVE + r"\s*+)++")
 _NOT_A_MOVE = re.compile(_OTHER_PROPERTY, re.S)
-_ONLY_MOVES = re.compile(r"(?:[ \t\n\r\f\v;]++|[BW]\[[a-zA-Z]{0,2}\])*+")
+_ONLY_MOVES = re.compile(r"[ \t\n\r\f\v;]*+(?:[BW]\[[a-zA-Z]{0,2}\][ \t\n\r\f\v;]*+)*+")
 _NODES_AND_SPACE = str.maketrans("", "", " \t\n\r\f\v;")
 _COLOURS = {"B": BLACK, "W": WHITE}
 
@@ -615,7 +617,7 @@ class _Parser:
             raise _BadGame(f"not a Go game (GM[{gm[:10]}])", pos)
         size = _parse_size(info.get("SZ"), pos)
         try:
-            moves = list(map(_move_table(size).__getitem__, raw_moves))
+            moves = tuple(map(_move_table(size).__getitem__, raw_moves))
         except KeyError:  # a value to strip, or not a point: one by one, with the reason
             moves = self._moves_one_by_one(raw_moves, size, pos)
         black = _points(setup["AB"], size, pos)
