@@ -27,7 +27,6 @@ from typing import BinaryIO
 
 from services.games.coords import (
     LETTERS,
-    CoordinateError,
     index_name,
     parse_point,
     point_name,
@@ -162,7 +161,11 @@ class _Reader:
         parser = ET.XMLPullParser(events=("start", "end"))
         while chunk := stream.read(CHUNK_BYTES):
             self._remember(chunk)
-            parser.feed(chunk)  # a parse error is queued behind the events parsed before it
+            try:
+                parser.feed(chunk)  # a parse error is queued behind the events parsed before it
+            except (LookupError, ValueError) as exc:  # raised, not queued: see _bad_encoding
+                yield self._bad_encoding(exc)
+                return
             try:
                 yield from self._drain(parser)
             except ET.ParseError as exc:
@@ -184,14 +187,12 @@ class _Reader:
                 continue
             stack.pop()
             depth = len(stack)  # 0: root, 1: container, 2: record, deeper: inside one
-            if depth == 2:
-                if elem.tag == "game":
-                    yield self._game(elem)
-                elif elem.tag in _LOOKUPS:
-                    self._add_lookup(elem)
-                stack[-1].remove(elem)
-            elif depth == 1:
-                stack[-1].remove(elem)
+            if elem.tag == "game":  # a record wherever it is: no <games>, a fragment, nested
+                yield self._game(elem)
+            elif depth == 2 and elem.tag in _LOOKUPS:
+                self._add_lookup(elem)
+            if 0 < depth <= 2 and stack[-1].tag != "game":  # done with: dropped (not a part
+                stack[-1].remove(elem)  # of a game outside <games>, read when the game ends)
 
     def _add_lookup(self, elem: ET.Element) -> None:
         key = elem.get("id", "").strip()
@@ -245,8 +246,9 @@ class _Reader:
     def _check_id(self, game_id: str) -> str | None:
         if not game_id:
             return "missing game id"
-        if game_id in self.seen_ids:
-            return f"duplicate game id {game_id}"
+        if game_id in self.seen_ids:  # an id other than a short number is quoted and cut
+            plain = game_id.isascii() and game_id.isdigit() and len(game_id) <= 20
+            return f"duplicate game id {game_id if plain else repr(game_id[:20])}"
         self.seen_ids.add(game_id)
         return None
 
@@ -268,8 +270,17 @@ class _Reader:
         else:
             record_id = f"offset {self.window_start + local} ({where})"
             snippet = window[max(0, local - 150) : local + 50]
+        if not snippet.strip():  # only blanks around the error: quote the text before them
+            snippet = window[: len(window) if local is None else local].rstrip()[-150:]
         text = snippet.decode("utf-8", errors="replace")
         return Rejected(self.source, record_id, f"malformed XML: {message}", _truncate(text))
+
+    def _bad_encoding(self, exc: LookupError | ValueError) -> Rejected:
+        """The XML declaration names an encoding expat cannot use (unknown to Python, or
+        multi-byte): pyexpat raises that out of feed() instead of queueing a ParseError."""
+        head = (self.prev + self.cur)[:SNIPPET_CHARS].decode("utf-8", errors="replace")
+        reason = f"malformed XML: unsupported encoding ({_truncate(str(exc), 80)})"
+        return Rejected(self.source, "offset 0 (XML declaration)", reason, _truncate(head))
 
 
 def _local_offset(window: bytes, lines_down: int, column: int) -> int | None:
@@ -330,7 +341,7 @@ def _parse_tokens(tokens: list[str], size: int) -> tuple[tuple[int, ...], str | 
     for number, token in enumerate(tokens, 1):
         try:
             x, y = parse_point(token, size)
-        except CoordinateError:
+        except ValueError:  # CoordinateError, or int() of a digit like '²' that isdigit() passed
             return (), f"unknown coordinate {token[:20]!r} at move {number}"
         point = y * size + x
         if point in first_at:
