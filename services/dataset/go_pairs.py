@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from services.dataset.canonical import split_of, zobrist
 from services.games.go import BLACK, WHITE, replay
+from services.games.go_fast import game_compact
 from services.games.go_features import COMPACT_CHANNELS, compact
 from services.games.symmetry import N_SYMMETRIES, point_table
 from services.records.sgf import SgfGame
@@ -34,7 +35,17 @@ class GoPairs:
 
 
 def game_pairs(game: SgfGame) -> GoPairs:
-    """Replay the main line; an illegal move ends the pairs there (and is reported)."""
+    """Replay the main line; an illegal move ends the pairs there (and is reported).
+
+    Uses the incremental replay of services/games/go_fast.py, which writes every position's
+    planes in one pass; the output is byte-identical to `game_pairs_reference`."""
+    c = game_compact(game)
+    return _pairs(game, c.inputs, c.moves, c.to_move, c.error)
+
+
+def game_pairs_reference(game: SgfGame) -> GoPairs:
+    """The simple implementation `game_pairs` must match: `replay` keeping every `GoState`,
+    then `compact` (a full-board liberty count) per position."""
     rep = replay(game, keep_states=True)
     n = rep.played
     s = game.size
@@ -46,6 +57,13 @@ def game_pairs(game: SgfGame) -> GoPairs:
         inputs[i] = compact(rep.states[i], to_move=color)
         moves[i] = s * s if point is None else point
         to_move[i] = color
+    return _pairs(game, inputs, moves, to_move, rep.error)
+
+
+def _pairs(game: SgfGame, inputs: np.ndarray, moves: np.ndarray, to_move: np.ndarray,
+           error: str | None) -> GoPairs:
+    """Results (from the mover's side) and ranks around the replayed inputs."""
+    n = len(moves)
     if game.winner in (BLACK, WHITE):
         results = np.where(to_move == game.winner, 1.0, 0.0).astype(np.float32)
     elif game.winner == 0:
@@ -54,7 +72,7 @@ def game_pairs(game: SgfGame) -> GoPairs:
         results = np.full(n, np.nan, dtype=np.float32)
     ranks = [game.black_rank if c == BLACK else game.white_rank for c in to_move.tolist()]
     return GoPairs(inputs, moves, to_move, np.arange(n, dtype=np.int16), results, ranks,
-                   rep.error)
+                   error)
 
 
 def canonicalize(inputs: np.ndarray, moves: np.ndarray):
@@ -108,4 +126,5 @@ def pairs_table(pairs: GoPairs, game_id: str, source: str, rule: str = "") -> pa
     })
 
 
-__all__ = ["GoPairs", "canonicalize", "game_pairs", "pairs_table", "split_of"]
+__all__ = ["GoPairs", "canonicalize", "game_pairs", "game_pairs_reference", "pairs_table",
+           "split_of"]
