@@ -13,6 +13,17 @@ in the UI; see the README. Runs can also be started by hand:
 A served run loads the flow from its entrypoint, so a task runner set with `with_options` would
 not reach it: with `--dask-address` the deployment is the small flow `ingest-on-dask`, which
 runs `ingest` as a subflow on that Dask cluster.
+
+With `--train-cron` the same process also serves the `train` flow as `train/nightly-train` on
+the dataset folder that the ingest writes (`--out`), e.g. a Go dataset re-trained two hours
+after its nightly ingest:
+
+    python -m flows.schedules ../shared/data/kgs/kgs-games-dev.tar.gz --out artifacts/go-dataset \
+        --train-cron "0 5 * * *" --train-model go_res_b2c32 --train-seconds 600
+
+`prefect deployment run train/nightly-train` starts a training run now. The two schedules are
+independent: a train run that starts while an ingest still writes reads whichever manifest
+was committed last (see services/dataset/shards.py), never half a dataset.
 """
 
 from __future__ import annotations
@@ -25,10 +36,13 @@ from prefect.deployments.runner import RunnerDeployment
 from prefect.schedules import Cron
 
 from flows.ingest import DEFAULT_OUT, DEFAULT_SOURCES, ingest, ingest_on
+from flows.train import DEFAULT_REPOSITORY, DEFAULT_RUN_DIR, train_flow
 
 DEPLOYMENT_NAME = "nightly-ingest"
 DEFAULT_CRON = "0 3 * * *"  # every day at 03:00
 DEFAULT_TIMEZONE = "UTC"
+TRAIN_DEPLOYMENT_NAME = "nightly-train"
+DEFAULT_TRAIN_CRON = "0 5 * * *"  # two hours after the nightly ingest
 
 
 @flow(name="ingest-on-dask")
@@ -61,24 +75,68 @@ def nightly_deployment(sources: list[str] | None = None, out_dir: str = DEFAULT_
     )
 
 
+def train_deployment(dataset_dir: str = DEFAULT_OUT, model: str | None = None,
+                     cron: str = DEFAULT_TRAIN_CRON, timezone: str = DEFAULT_TIMEZONE,
+                     repository: str = DEFAULT_REPOSITORY, run_dir: str = DEFAULT_RUN_DIR,
+                     max_steps: int = 1500, max_seconds: float = 0.0, num_threads: int = 0,
+                     name: str = TRAIN_DEPLOYMENT_NAME) -> RunnerDeployment:
+    """The `train` flow on a cron schedule over one dataset folder (Gomoku or Go: the model,
+    when None, and the model name follow the dataset's game at run time)."""
+    parameters: dict = {
+        "dataset_dir": str(Path(dataset_dir).resolve()),
+        "repository": str(Path(repository).resolve()),
+        "run_dir": str(Path(run_dir).resolve()),
+        "max_steps": max_steps,
+        "max_seconds": max_seconds,
+        "num_threads": num_threads,
+    }
+    if model:
+        parameters["model"] = model
+    return train_flow.to_deployment(
+        name=name,
+        schedule=Cron(cron, timezone=timezone),
+        parameters=parameters,
+        description=f"Train {model or 'the default model of the dataset'} on "
+                    f"{parameters['dataset_dir']} on '{cron}' ({timezone})",
+        tags=["train"],
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("sources", nargs="*", help="RenjuNet .rif files (default: the sample)")
+    parser.add_argument("sources", nargs="*",
+                        help="RenjuNet .rif files or Go .sgf files / archives (default: the "
+                             "sample)")
     parser.add_argument("--out", default=DEFAULT_OUT, help="dataset folder to write")
     parser.add_argument("--cron", default=DEFAULT_CRON, help=f"default '{DEFAULT_CRON}'")
     parser.add_argument("--timezone", default=DEFAULT_TIMEZONE, help="IANA name, default UTC")
     parser.add_argument("--name", default=DEPLOYMENT_NAME, help="deployment name")
     parser.add_argument("--dask-address", default=None,
                         help="run the tasks on this Dask cluster (tcp://host:8786)")
+    parser.add_argument("--train-cron", default=None,
+                        help=f"also serve train/{TRAIN_DEPLOYMENT_NAME} on the --out dataset on "
+                             f"this cron (e.g. '{DEFAULT_TRAIN_CRON}')")
+    parser.add_argument("--train-model", default=None,
+                        help="model config (default: by the dataset's game)")
+    parser.add_argument("--train-steps", type=int, default=1500)
+    parser.add_argument("--train-seconds", type=float, default=0.0, help="0: no time limit")
+    parser.add_argument("--train-threads", type=int, default=0)
+    parser.add_argument("--repository", default=DEFAULT_REPOSITORY)
+    parser.add_argument("--run-dir", default=DEFAULT_RUN_DIR)
     args = parser.parse_args(argv)
     # as in flows.ingest: take the flows from the importable module, not __main__, so that the
     # deployment's entrypoint is a module path that the run's subprocess can import
     from flows.schedules import nightly_deployment as importable
+    from flows.schedules import train_deployment as importable_train
 
-    deployment = importable(args.sources or None, args.out, args.cron, args.timezone,
-                            args.dask_address, args.name)
-    serve(deployment)
+    deployments = [importable(args.sources or None, args.out, args.cron, args.timezone,
+                              args.dask_address, args.name)]
+    if args.train_cron:
+        deployments.append(importable_train(
+            args.out, args.train_model, args.train_cron, args.timezone, args.repository,
+            args.run_dir, args.train_steps, args.train_seconds, args.train_threads))
+    serve(*deployments)
 
 
 if __name__ == "__main__":

@@ -102,6 +102,16 @@ def test_batches_are_compact_tensors(dataset: Path) -> None:
     assert batch["moves"].dtype == torch.int64 and batch["moves"].shape == (32,)
 
 
+def test_gomoku_stream_knows_its_game_and_reads_rows_by_id(dataset: Path) -> None:
+    stream = ShardStream(dataset)
+    assert (stream.game, stream.n_moves, stream.board_shape) == ("gomoku", S * S, (S, S))
+    rows = split_rows(dataset)
+    boards, moves = stream.read_rows(np.array([0, 299, 300, len(rows) - 1]))
+    assert boards.shape == (4, S, S)
+    for i, row in enumerate([0, 299, 300, len(rows) - 1]):
+        assert (boards[i].tobytes(), int(moves[i])) == rows[row]
+
+
 def test_every_row_once_per_epoch_across_two_workers(dataset: Path) -> None:
     loader = make_loader(dataset, "train", batch_size=64, num_workers=2, seed=1,
                          augment=False, drop_last=False, shuffle_buffer=400)

@@ -59,6 +59,10 @@ def test_training_learns_and_reports_metrics(dataset: Path) -> None:
     assert m["validation"]["top1"] > 0.1  # uniform guessing over ~200 points gives ~0.005
     assert m["validation"]["top5"] >= m["validation"]["top1"]
     assert "0-9" in m["validation"]["top1_by_stage"]
+    # every epoch reports train, validation and test; only validation drives early stopping
+    assert result.history and all({"train", "validation", "test"} <= set(h)
+                                  for h in result.history)
+    assert m["test"] == result.history[-1]["test"] and m["game"] == "gomoku"
 
 
 def test_killed_run_resumes_to_the_same_result(dataset: Path, tmp_path: Path) -> None:

@@ -8,27 +8,61 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
+
+from services.games.go_features import MAX_LIBERTIES, RECENT_MOVES
 
 
 class ExportError(RuntimeError):
     """The scripted model does not reproduce the eager model."""
 
 
+def check_inputs(game: str, board_size: int, n: int, seed: int = 0) -> torch.Tensor:
+    """Random compact inputs of the game, within each plane's value range: Gomoku cells
+    int8 [n, s, s]; Go planes int8 [n, 4, s, s] (stones 0..2, liberties 0..4 on stones only,
+    a few move ages 1..4, at most one ko point), so every feature plane gets exercised."""
+    gen = torch.Generator().manual_seed(seed)
+    s = board_size
+    if game == "gomoku":
+        return torch.randint(0, 3, (n, s, s), generator=gen, dtype=torch.int64).to(torch.int8)
+    if game != "go":
+        raise ValueError(f"game must be 'gomoku' or 'go', got {game!r}")
+    stones = torch.randint(0, 3, (n, s, s), generator=gen)
+    libs = torch.randint(1, MAX_LIBERTIES + 1, (n, s, s), generator=gen) * (stones > 0)
+    age = torch.randint(1, RECENT_MOVES + 1, (n, s, s), generator=gen)
+    age = age * (torch.rand((n, s, s), generator=gen) < 0.02) * (stones > 0)
+    ko = torch.zeros((n, s * s), dtype=torch.int64)
+    has_ko = torch.rand(n, generator=gen) < 0.5
+    ko[has_ko, torch.randint(0, s * s, (int(has_ko.sum()),), generator=gen)] = 1
+    planes = torch.stack([stones, libs, age, ko.view(n, s, s)], dim=1)
+    return planes.to(torch.int8)
+
+
 def export_torchscript(model: nn.Module, path: Path, board_size: int = 15, n_check: int = 64,
-                       atol: float = 1e-4, seed: int = 0) -> float:
-    """Script `model` (int8 boards -> logits), verify it, save it; return the max abs diff."""
+                       atol: float = 1e-4, seed: int = 0, game: str = "gomoku",
+                       boards: np.ndarray | torch.Tensor | None = None) -> float:
+    """Script `model` (int8 boards -> logits), verify it, save it; return the max abs diff.
+
+    The check runs on `n_check` random inputs of `game` (see `check_inputs`) plus `boards`,
+    real positions (e.g. a slice of the validation split) where given: random Go planes are
+    not positions that occur, and a difference could hide in the features they never set.
+    """
     model = model.to("cpu").eval()
     scripted = torch.jit.script(model)
-    gen = torch.Generator().manual_seed(seed)
-    boards = torch.randint(0, 3, (n_check, board_size, board_size), generator=gen,
-                           dtype=torch.int64).to(torch.int8)
+    inputs = check_inputs(game, board_size, n_check, seed)
+    if boards is not None:
+        real = torch.as_tensor(np.asarray(boards), dtype=torch.int8)
+        if real.shape[1:] != inputs.shape[1:]:
+            raise ExportError(f"check boards are {tuple(real.shape[1:])}, a {game} "
+                              f"{board_size}x{board_size} input is {tuple(inputs.shape[1:])}")
+        inputs = torch.cat([inputs, real])
     with torch.no_grad():
-        eager = model(boards)
-        script_out = scripted(boards)
+        eager = model(inputs)
+        script_out = scripted(inputs)
     if not torch.isfinite(script_out).all():
-        raise ExportError("scripted model produced NaN or Inf on random boards")
+        raise ExportError("scripted model produced NaN or Inf on the check inputs")
     diff = (eager - script_out).abs().max().item()
     if diff > atol:
         raise ExportError(f"scripted model differs from eager by {diff:.3g} (> {atol})")
@@ -36,6 +70,6 @@ def export_torchscript(model: nn.Module, path: Path, board_size: int = 15, n_che
     scripted.save(str(path))
     reloaded = torch.jit.load(str(path))
     with torch.no_grad():
-        if not torch.equal(reloaded(boards), script_out):
+        if not torch.equal(reloaded(inputs), script_out):
             raise ExportError(f"{path}: reloaded TorchScript file gives different outputs")
     return diff

@@ -1,7 +1,10 @@
 """Evaluation: loss, top-1/top-5 accuracy, and top-1 by game stage (Shao et al.'s Fig. 7).
 
-Occupied points are masked out before ranking, so a prediction is always a legal move. Stages
-are 10-move buckets of the ply (0-9, 10-19, ...) with every ply past 100 in one bucket.
+Occupied points are masked out before ranking, so a prediction is always a legal move (Go: a
+pass, the last logit, is never masked; ko and suicide are not masked either). Gomoku stages
+are 10-move buckets of the ply (0-9, 10-19, ...) with every ply past 100 in one bucket; Go
+games run to 200-300 moves, so Go uses 50-move buckets with every ply past 300 in one
+(`STAGES`).
 """
 
 from __future__ import annotations
@@ -12,15 +15,16 @@ from torch import nn
 
 STAGE_WIDTH = 10
 LAST_STAGE = 100  # plies >= 100 share one bucket
+# (bucket width, first ply of the last open-ended bucket) per game
+STAGES: dict[str, tuple[int, int]] = {"gomoku": (STAGE_WIDTH, LAST_STAGE), "go": (50, 300)}
 
 
-def stage_labels() -> list[str]:
-    return [f"{s}-{s + STAGE_WIDTH - 1}" for s in range(0, LAST_STAGE, STAGE_WIDTH)] + [
-        f"{LAST_STAGE}+"]
+def stage_labels(width: int = STAGE_WIDTH, last: int = LAST_STAGE) -> list[str]:
+    return [f"{s}-{s + width - 1}" for s in range(0, last, width)] + [f"{last}+"]
 
 
-def stage_of(plies: np.ndarray) -> np.ndarray:
-    return np.minimum(plies // STAGE_WIDTH, LAST_STAGE // STAGE_WIDTH)
+def stage_of(plies: np.ndarray, width: int = STAGE_WIDTH, last: int = LAST_STAGE) -> np.ndarray:
+    return np.minimum(plies // width, last // width)
 
 
 def occupied_mask(inputs: torch.Tensor, n_logits: int) -> torch.Tensor:
@@ -34,8 +38,10 @@ def occupied_mask(inputs: torch.Tensor, n_logits: int) -> torch.Tensor:
 
 @torch.no_grad()
 def evaluate(model: nn.Module, boards: np.ndarray, moves: np.ndarray, device: str,
-             plies: np.ndarray | None = None, batch: int = 2048) -> dict:
-    """Metrics of `model` (int8 boards -> logits) on one split."""
+             plies: np.ndarray | None = None, batch: int = 2048,
+             stages: tuple[int, int] = (STAGE_WIDTH, LAST_STAGE)) -> dict:
+    """Metrics of `model` (int8 boards -> logits) on one split; `stages` = (bucket width,
+    last bucket's first ply) of the by-stage top-1 (see `STAGES`)."""
     was_training = model.training
     model.eval()
     n = len(moves)
@@ -57,10 +63,10 @@ def evaluate(model: nn.Module, boards: np.ndarray, moves: np.ndarray, device: st
     out = {"loss": loss_sum / max(n, 1), "top1": float(hit1.mean()) if n else 0.0,
            "top5": float(hit5.mean()) if n else 0.0, "n": int(n), "finite": finite}
     if plies is not None and n:
-        stages = stage_of(plies)
-        labels = stage_labels()
+        stage = stage_of(plies, *stages)
+        labels = stage_labels(*stages)
         out["top1_by_stage"] = {
-            labels[s]: {"top1": float(hit1[stages == s].mean()), "n": int((stages == s).sum())}
-            for s in range(len(labels)) if (stages == s).any()
+            labels[s]: {"top1": float(hit1[stage == s].mean()), "n": int((stage == s).sum())}
+            for s in range(len(labels)) if (stage == s).any()
         }
     return out

@@ -3,11 +3,17 @@
 The paper's recipe is the default: Adam (0.9, 0.999, eps 1e-8), constant learning rate 0.003,
 batch 32, cross-entropy on the played move. Training batches come from the streaming loader
 (services/dataset/loader.py: row-group shuffle, shuffle buffer, random board symmetries,
-compact int8 boards expanded on the device). A run is a sequence of epochs; it stops at the step,
+compact int8 boards expanded on the device). The game comes from the dataset's shards: a Gomoku
+split trains a Gomoku configuration (policy over s*s points), a Go split a `go_` configuration
+(compact [4, s, s] planes in, s*s + 1 logits out, the last one pass); a configuration of the
+other game is refused before any step. A run is a sequence of epochs; it stops at the step,
 time or epoch budget, or early when the validation loss has not improved for `patience`
-epochs. Everything a run depends on is derived from (seed, epoch, step), and a checkpoint holds
-model, optimiser, scheduler, the loader's position, RNG state and history, so a killed run
-resumes to the same result.
+epochs. After every epoch (and at a budget stop) loss, top-1 and top-5 are measured on a
+fixed sample of train rows, on validation and on test; only validation decides early
+stopping (and, in the flow, the publish gate): test is reported, never tuned on. Everything
+a run depends on is derived from (seed, epoch, step), and a checkpoint holds model,
+optimiser, scheduler, the loader's position, RNG state and history, so a killed run resumes
+to the same result.
 On a GPU the forward pass runs in bf16 autocast with channels-last memory; on CPU in fp32.
 """
 
@@ -25,8 +31,8 @@ from tqdm import tqdm
 
 from services.dataset.loader import ShardStream
 from services.dataset.shards import read_split
-from services.models.configs import build
-from services.trainer.metrics import evaluate
+from services.models.configs import build, spec
+from services.trainer.metrics import STAGES, evaluate
 
 
 @dataclass
@@ -47,6 +53,9 @@ class TrainConfig:
     train_eval_rows: int = 4096  # train metrics on a fixed sample of this many rows
     checkpoint_every: int = 0  # steps between mid-epoch checkpoints; 0: only at epoch ends
     shuffle_buffer: int = 65536  # rows held by the streaming loader's shuffle buffer
+    # torch intra-op threads for this process (0: leave torch's default). On a shared 2-core
+    # machine 1 was ~10x faster than 2 for small nets: OpenMP threads spin-wait for a core
+    num_threads: int = 0
 
 
 @dataclass
@@ -98,12 +107,33 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, config: TrainConfig
     return ckpt["state"], ckpt["history"]
 
 
+class GameMismatchError(ValueError):
+    """The model configuration is for another game than the dataset."""
+
+
 def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
           checkpoint: Path | None = None) -> TrainResult:
     """Train per `config`; with `checkpoint`, resume from it if present and keep it updated."""
     torch.manual_seed(config.seed)
-    boards, moves, _ = read_split(dataset_dir, "train")
+    if config.num_threads:
+        torch.set_num_threads(config.num_threads)
+    stream = ShardStream(dataset_dir, "train", batch_size=config.batch_size,
+                         shuffle_buffer=config.shuffle_buffer, seed=config.seed,
+                         augment=config.augment)
+    game = stream.game
+    if spec(config.model).game != game:
+        raise GameMismatchError(
+            f"{dataset_dir} holds {game} positions, model config {config.model!r} is for "
+            f"{spec(config.model).game}; pick a {'go_' if game == 'go' else 'Gomoku'} "
+            f"configuration (services/models/configs.py)")
+    stages = STAGES[game]
     val = read_split(dataset_dir, "validation")
+    test = read_split(dataset_dir, "test")
+    # train metrics on a fixed sample read by row id: the train split (1.4 KB a row for 19x19
+    # Go) need not fit in memory; ids are sorted so each row group is read once
+    sample = np.sort(np.random.default_rng([config.seed, 1 << 20]).permutation(stream.rows)[
+        :config.train_eval_rows])
+    train_boards, train_moves = stream.read_rows(sample)
     cuda = config.device.startswith("cuda")
     model = build(config.model).to(config.device)
     if cuda:
@@ -117,13 +147,8 @@ def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
     if checkpoint is not None and checkpoint.exists():
         state, history = load_checkpoint(checkpoint, model, optimizer, scheduler, config)
         state["stopped"] = ""  # a budget that stopped the last run may have been raised
-    stream = ShardStream(dataset_dir, "train", batch_size=config.batch_size,
-                         shuffle_buffer=config.shuffle_buffer, seed=config.seed,
-                         augment=config.augment)
     if state.get("loader"):
         stream.load_state_dict(state["loader"])
-    sample = np.random.default_rng([config.seed, 1 << 20]).permutation(len(moves))[
-        :config.train_eval_rows]
     start = time.perf_counter()
     seen = 0
     bar = tqdm(total=config.max_steps, initial=state["step"], desc=f"train {config.model}",
@@ -169,10 +194,11 @@ def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
                 break
         epoch_metrics = {"epoch": state["epoch"], "step": state["step"],
                          "complete": finished_epoch,
-                         "train": evaluate(model, boards[sample], moves[sample],
-                                           config.device, batch=config.eval_batch),
-                         "validation": evaluate(model, val[0], val[1], config.device,
-                                                batch=config.eval_batch)}
+                         "train": evaluate(model, train_boards, train_moves, config.device,
+                                           batch=config.eval_batch, stages=stages),
+                         **{split: evaluate(model, b, m, config.device, plies,
+                                            batch=config.eval_batch, stages=stages)
+                            for split, (b, m, plies) in (("validation", val), ("test", test))}}
         history.append(epoch_metrics)
         if finished_epoch:
             val_loss = epoch_metrics["validation"]["loss"]
@@ -188,13 +214,20 @@ def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
         checkpoint_now()
     bar.close()
     elapsed = time.perf_counter() - start
-    test = read_split(dataset_dir, "test")
+    last = history[-1] if history else None
+    if last is not None and last["step"] == state["step"] and "test" in last:
+        final = {split: last[split] for split in ("train", "validation", "test")}
+    else:  # e.g. a resume of a run killed between its last step and its evaluation
+        final = {"train": evaluate(model, train_boards, train_moves, config.device,
+                                   batch=config.eval_batch, stages=stages),
+                 **{split: evaluate(model, b, m, config.device, plies,
+                                    batch=config.eval_batch, stages=stages)
+                    for split, (b, m, plies) in (("validation", val), ("test", test))}}
     metrics: dict = {
+        "game": game, "n_moves": stream.n_moves,
         "steps": state["step"], "epochs": state["epoch"], "stopped": state["stopped"],
         "seconds": round(elapsed, 2), "samples_per_s": round(seen / max(elapsed, 1e-9), 1),
-        "train_rows": len(moves), "train": history[-1]["train"] if history else {},
-        "validation": evaluate(model, val[0], val[1], config.device, val[2], config.eval_batch),
-        "test": evaluate(model, test[0], test[1], config.device, test[2], config.eval_batch),
+        "train_rows": stream.rows, **final,
     }
     model.eval()
     return TrainResult(model=model.to(memory_format=torch.contiguous_format), config=config,
