@@ -8,6 +8,7 @@ all in one dict and dispatches; add a registrar to `REGISTRARS` to add commands.
     movepred predict --position "h8 h9" --position "h8 i9 j10"     (one request, one batch)
     movepred genmove --visits 400 h8 h9 i8
     movepred analyze --visits 2000 --every 200 h8 h9 i8            (streams; Ctrl-C stops it)
+    movepred gtp --target 127.0.0.1:50051 --visits 200             (a Go engine on stdin/out)
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from rich.text import Text
 
 from services.games.coords import CoordinateError, parse_point
 from services.games.gomoku import DEFAULT_SIZE, GomokuState, IllegalMove, Rule
+from services.protocols.gtp import add_gtp_command
 from services.protocols.sgf_export import add_play_command
 from services.triton.cli import add_rollout_commands
 
@@ -258,7 +260,12 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
                    "earlier request of this game")
 
 
-REGISTRARS: list[Registrar] = [add_search_commands, add_rollout_commands, add_play_command]
+REGISTRARS: list[Registrar] = [
+    add_search_commands,
+    add_rollout_commands,
+    add_play_command,
+    add_gtp_command,
+]
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:

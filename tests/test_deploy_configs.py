@@ -4,8 +4,9 @@ No Docker engine or cluster is needed. What is checked:
 
 * every ``config.pbtxt`` under ``model_repository/`` and ``deploy/`` parses into Triton's
   ``ModelConfig`` protobuf and describes the policy the trainer exports (int8 boards [15,15] ->
-  fp32 logits [225], batching up to 256, newest version only), and the embedded (python
-  backend) and stock (PyTorch backend) configs agree;
+  fp32 logits [225], batching up to 256, newest version only; for ``go_policy``: compact Go
+  inputs int8 [4,19,19] -> fp32 logits [362]), and the embedded (python backend) and stock
+  (PyTorch backend) configs of each model agree;
 * the stock config's tensor names bind to the exported TorchScript the way the PyTorch backend
   binds them, and the embedded ``tritonserver`` (Triton 2.51, no PyTorch backend inside)
   accepts the whole config and stops only at the missing backend library;
@@ -40,6 +41,11 @@ COMPOSE = DEPLOY / "compose.yaml"
 MODEL_NAME = "gomoku_policy"
 EMBEDDED_CONFIG = ROOT / "model_repository" / MODEL_NAME / "config.pbtxt"
 STOCK_CONFIG = DEPLOY / "triton-stock" / MODEL_NAME / "config.pbtxt"
+GO_MODEL_NAME = "go_policy"
+GO_EMBEDDED_CONFIG = ROOT / "model_repository" / GO_MODEL_NAME / "config.pbtxt"
+GO_STOCK_CONFIG = DEPLOY / "triton-stock" / GO_MODEL_NAME / "config.pbtxt"
+# per model: (input dims of one board, logits per board)
+MODEL_IO = {MODEL_NAME: ([15, 15], 225), GO_MODEL_NAME: ([4, 19, 19], 362)}
 CONFIG_FILES = sorted(
     [*(ROOT / "model_repository").rglob("config.pbtxt"), *DEPLOY.rglob("config.pbtxt")]
 )
@@ -171,22 +177,28 @@ def free_port() -> int:
 def test_config_files_found() -> None:
     assert EMBEDDED_CONFIG in CONFIG_FILES
     assert STOCK_CONFIG in CONFIG_FILES
+    assert GO_EMBEDDED_CONFIG in CONFIG_FILES
+    assert GO_STOCK_CONFIG in CONFIG_FILES
 
 
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_config_parses_and_describes_the_policy(path: Path) -> None:
     config = parse_config(path)
-    assert config.name == path.parent.name == MODEL_NAME
+    assert config.name == path.parent.name
+    assert config.name in MODEL_IO, f"{path}: no expected shapes for model {config.name!r}"
+    dims, n_moves = MODEL_IO[config.name]
     assert config.max_batch_size == MAX_BATCH_SIZE
 
     assert len(config.input) == 1
     (boards,) = config.input
+    assert boards.name == "boards"
     assert boards.data_type == model_config_pb2.TYPE_INT8
-    assert list(boards.dims) == [BOARD_SIZE, BOARD_SIZE]
+    assert list(boards.dims) == dims
     assert len(config.output) == 1
     (logits,) = config.output
+    assert logits.name == "logits"
     assert logits.data_type == model_config_pb2.TYPE_FP32
-    assert list(logits.dims) == [BOARD_SIZE * BOARD_SIZE]
+    assert list(logits.dims) == [n_moves]
 
     assert config.WhichOneof("scheduling_choice") == "dynamic_batching"
     assert all(0 < b <= MAX_BATCH_SIZE for b in config.dynamic_batching.preferred_batch_size)
@@ -195,8 +207,13 @@ def test_every_config_parses_and_describes_the_policy(path: Path) -> None:
     assert len(config.instance_group) >= 1
 
 
-def test_embedded_and_stock_configs_agree() -> None:
-    embedded, stock = parse_config(EMBEDDED_CONFIG), parse_config(STOCK_CONFIG)
+@pytest.mark.parametrize(
+    ("embedded_path", "stock_path"),
+    [(EMBEDDED_CONFIG, STOCK_CONFIG), (GO_EMBEDDED_CONFIG, GO_STOCK_CONFIG)],
+    ids=[MODEL_NAME, GO_MODEL_NAME],
+)
+def test_embedded_and_stock_configs_agree(embedded_path: Path, stock_path: Path) -> None:
+    embedded, stock = parse_config(embedded_path), parse_config(stock_path)
     assert embedded.name == stock.name
     assert embedded.max_batch_size == stock.max_batch_size
     assert list(embedded.input) == list(stock.input)  # names, dtypes, dims
@@ -206,8 +223,9 @@ def test_embedded_and_stock_configs_agree() -> None:
     assert embedded.backend == "python"
 
 
-def test_stock_config_uses_the_pytorch_backend_on_gpu() -> None:
-    config = parse_config(STOCK_CONFIG)
+@pytest.mark.parametrize("path", [STOCK_CONFIG, GO_STOCK_CONFIG], ids=[MODEL_NAME, GO_MODEL_NAME])
+def test_stock_config_uses_the_pytorch_backend_on_gpu(path: Path) -> None:
+    config = parse_config(path)
     assert config.platform == "pytorch_libtorch"
     assert config.backend in ("", "pytorch")
     assert config.default_model_filename in ("", "model.pt")  # what the publisher writes
@@ -239,6 +257,22 @@ def test_stock_tensor_names_bind_to_the_exported_torchscript(tmp_path: Path) -> 
     assert [i.name for i in config.input] == arguments == [client.INPUT_NAME]
     assert [o.name for o in config.output] == [client.OUTPUT_NAME]
     assert "__" not in client.OUTPUT_NAME  # single output -> strict config ordering
+
+
+def test_go_stock_tensor_names_bind_to_the_exported_go_torchscript(tmp_path: Path) -> None:
+    """The Go export (services.triton.go_model) names forward()'s argument `boards` too."""
+    torch = pytest.importorskip("torch")
+    from services.triton.go_model import build_go_model, export_go_torchscript
+
+    path = tmp_path / "model.pt"
+    export_go_torchscript(build_go_model("go_res_b2c32"), path, n_check=2)
+    scripted = torch.jit.load(str(path))
+    arguments = [a.name for a in scripted.forward.schema.arguments][1:]
+    config = parse_config(GO_STOCK_CONFIG)
+    assert [i.name for i in config.input] == arguments == ["boards"]
+    assert [o.name for o in config.output] == ["logits"]
+    y = scripted(torch.zeros((3, *MODEL_IO[GO_MODEL_NAME][0]), dtype=torch.int8))
+    assert tuple(y.shape) == (3, MODEL_IO[GO_MODEL_NAME][1])
 
 
 def _stock_repository(root: Path, config_text: str) -> Path:

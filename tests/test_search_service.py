@@ -119,7 +119,9 @@ INVALID = [
     ("Predict", dict(position=_pos("h8", board_size=19)), "position.board_size:"),
     ("GenMove", dict(position=_pos("h8", board_size=9)), "position.board_size:"),
     ("Predict", dict(position=_pos("h8", rule=9)), "position.rule: unknown rule 9"),
-    ("Predict", dict(position=_pos(game=search_pb2.GO)), "position.game: GO is not served yet"),
+    # this server has no Go model (Go itself: tests/test_go_service.py)
+    ("Predict", dict(position=_pos(game=search_pb2.GO)), "position.game: GO is not served by"),
+    ("Predict", dict(position=_pos(game=7)), "position.game: unknown game 7"),
     ("GenMove", dict(position=_pos("h8"), max_visits=-1), "max_visits: must be >= 0"),
     ("GenMove", dict(position=_pos("h8"), max_time_ms=-5), "max_time_ms: must be >= 0"),
     ("Predict", dict(position=_pos("h8"), top_k=-1), "top_k: must be in 0..225"),

@@ -103,3 +103,38 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonSe
     server = TritonServer(repository, log_path=root / "tritonserver.log", startup_timeout_s=60)
     with server:
         yield TritonSetup(server, repository, models_dir, v1_model)
+
+
+# --------------------------------------------------------------------------- Go
+GO_MODEL_NAME = "go_policy"
+GO_CONFIG = "go_res_b2c32"  # the small Go network of services/models/configs.py
+
+
+def add_go_model(repository: Path, seed: int = 0) -> Path:
+    """Copy the tracked go_policy config into `repository` and publish an untrained
+    `GO_CONFIG` network (weights from `seed`) as its next version; returns its model.pt."""
+    from services.triton.go_model import publish_go_model
+
+    (repository / GO_MODEL_NAME).mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(
+        TRACKED_REPOSITORY / GO_MODEL_NAME / "config.pbtxt",
+        repository / GO_MODEL_NAME / "config.pbtxt",
+    )
+    version = publish_go_model(repository, GO_CONFIG, seed=seed)
+    return repository / GO_MODEL_NAME / str(version) / "model.pt"
+
+
+def go_triton_setup(root: Path, with_gomoku: bool = True) -> tuple[TritonServer, TritonSetup]:
+    """A repository with the Go model v1 (and the tiny Gomoku policy v1) and a not yet
+    started server loading both; `TritonSetup.v1_model` is the Go model's model.pt."""
+    repository = make_repository(root) if with_gomoku else root / "model_repository"
+    models: tuple[str, ...] = (GO_MODEL_NAME,)
+    models_dir = root / "torchscript"
+    if with_gomoku:
+        publish(build_tiny_policy(models_dir / "tiny-seed0.pt", seed=0), repository, MODEL_NAME)
+        models = (MODEL_NAME, GO_MODEL_NAME)
+    go_model = add_go_model(repository)
+    server = TritonServer(
+        repository, models=models, log_path=root / "tritonserver.log", startup_timeout_s=120
+    )
+    return server, TritonSetup(server, repository, models_dir, go_model)

@@ -102,8 +102,11 @@ class BatchingEvaluator:
 
     def infer(self, boards: np.ndarray) -> BatchOutput:
         arr = np.ascontiguousarray(boards)
-        if arr.ndim != 3 or arr.shape[0] < 1:
-            raise EvaluatorError(f"boards must be [N, size, size] with N >= 1, got {arr.shape}")
+        if arr.ndim not in (3, 4) or arr.shape[0] < 1:  # Go: compact [N, 4, size, size]
+            raise EvaluatorError(
+                "boards must be [N, size, size] (Go: [N, 4, size, size]) with N >= 1, got "
+                f"{arr.shape}"
+            )
         request = _Request(arr, transient=getattr(self._local, "depth", 0) == 0)
         with self._cv:
             if self._closed:

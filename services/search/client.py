@@ -1,7 +1,9 @@
 """Python client of the search service (used by the `movepred` CLI and by tests).
 
 Moves are given as RenjuNet names ("h8") or (x, y) pairs; names are parsed here, pairs are sent
-as they are, so the server's validation has the last word. Calls return the proto responses and
+as they are, so the server's validation has the last word. Every call also takes a ready
+`search_pb2.Position` in place of the moves: that is how Go positions are sent (`go_position`
+builds one from GTP vertices such as "D4" and "pass"). Calls return the proto responses and
 raise `grpc.RpcError` for failures (e.g. INVALID_ARGUMENT, UNAVAILABLE, RESOURCE_EXHAUSTED).
 `analyze` returns the streaming call: iterate it for the reports, `cancel()` it to stop the
 search on the server.
@@ -16,8 +18,10 @@ import grpc
 from services.api.movepred.v1 import search_pb2, search_pb2_grpc
 from services.games.coords import parse_point
 from services.games.gomoku import DEFAULT_SIZE, Rule
+from services.search.go_position import DEFAULT_KOMI, GO_SIZE, parse_vertex
 
 MoveLike = str | tuple[int, int]
+GoMoveLike = str | tuple[int, int] | None  # "D4", "pass", (x, y), None (a pass)
 RuleLike = Rule | str | int
 
 _PROTO_RULES = {
@@ -57,6 +61,48 @@ def position(
     )
 
 
+def go_position(
+    moves: Sequence[GoMoveLike],
+    komi: float = DEFAULT_KOMI,
+    board_size: int = GO_SIZE,
+    setup_black: Sequence[GoMoveLike] = (),
+    setup_white: Sequence[GoMoveLike] = (),
+    first_to_move: int = search_pb2.BLACK,
+) -> search_pb2.Position:
+    """A Go position: GTP vertices ("D4", "pass"), (x, y) pairs or None (a pass) in play
+    order; `first_to_move` (search_pb2.BLACK / WHITE) plays moves[0]. Vertices are parsed here
+    (VertexError for a bad one)."""
+
+    def point(m: GoMoveLike) -> search_pb2.Point:
+        if m is None:
+            return search_pb2.Point(is_pass=True)
+        if isinstance(m, str):
+            p = parse_vertex(m, board_size)
+            if p is None:
+                return search_pb2.Point(is_pass=True)
+            return search_pb2.Point(x=p % board_size, y=p // board_size)
+        return search_pb2.Point(x=int(m[0]), y=int(m[1]))
+
+    return search_pb2.Position(
+        game=search_pb2.GO,
+        rule=search_pb2.GO_AREA,
+        board_size=board_size,
+        moves=[point(m) for m in moves],
+        setup_black=[point(m) for m in setup_black],
+        setup_white=[point(m) for m in setup_white],
+        first_to_move=first_to_move,
+        komi=komi,
+    )
+
+
+def _as_position(
+    moves: Sequence[MoveLike] | search_pb2.Position, rule: RuleLike
+) -> search_pb2.Position:
+    if isinstance(moves, search_pb2.Position):
+        return moves
+    return position(moves, rule)
+
+
 def _search_timeout(timeout: float | None, max_time_ms: int) -> float:
     if timeout is not None:
         return timeout
@@ -75,30 +121,30 @@ class SearchClient:
 
     def predict(
         self,
-        moves: Sequence[MoveLike],
+        moves: Sequence[MoveLike] | search_pb2.Position,
         rule: RuleLike = Rule.FREESTYLE,
         top_k: int = 5,
         timeout: float | None = DEFAULT_PREDICT_TIMEOUT_S,
     ) -> search_pb2.PredictResponse:
-        request = search_pb2.PredictRequest(position=position(moves, rule), top_k=top_k)
+        request = search_pb2.PredictRequest(position=_as_position(moves, rule), top_k=top_k)
         return self._stub.Predict(request, timeout=timeout)
 
     def predict_many(
         self,
-        games: Sequence[Sequence[MoveLike]],
+        games: Sequence[Sequence[MoveLike] | search_pb2.Position],
         rule: RuleLike = Rule.FREESTYLE,
         top_k: int = 5,
         timeout: float | None = DEFAULT_PREDICT_TIMEOUT_S,
     ) -> search_pb2.PredictResponse:
         """Several positions in one request (one inference call); answers in `results`."""
         request = search_pb2.PredictRequest(
-            positions=[position(moves, rule) for moves in games], top_k=top_k
+            positions=[_as_position(moves, rule) for moves in games], top_k=top_k
         )
         return self._stub.Predict(request, timeout=timeout)
 
     def genmove(
         self,
-        moves: Sequence[MoveLike],
+        moves: Sequence[MoveLike] | search_pb2.Position,
         rule: RuleLike = Rule.FREESTYLE,
         max_visits: int = 0,
         max_time_ms: int = 0,
@@ -111,7 +157,7 @@ class SearchClient:
         timeout None: max_time_ms plus 10 s when a time budget is given, else 300 s.
         """
         request = search_pb2.GenMoveRequest(
-            position=position(moves, rule),
+            position=_as_position(moves, rule),
             max_visits=max_visits,
             max_time_ms=max_time_ms,
             max_candidates=max_candidates,
@@ -121,7 +167,7 @@ class SearchClient:
 
     def analyze(
         self,
-        moves: Sequence[MoveLike],
+        moves: Sequence[MoveLike] | search_pb2.Position,
         rule: RuleLike = Rule.FREESTYLE,
         max_visits: int = 0,
         max_time_ms: int = 0,
@@ -133,7 +179,7 @@ class SearchClient:
         """The stream of reports (the last one has final=True); the returned call is also a
         `grpc.Call`: `cancel()` stops the search. Timeout as for `genmove`."""
         request = search_pb2.AnalyzeRequest(
-            position=position(moves, rule),
+            position=_as_position(moves, rule),
             max_visits=max_visits,
             max_time_ms=max_time_ms,
             report_every_visits=report_every_visits,

@@ -1,4 +1,4 @@
-"""PUCT tree search for Gomoku guided by a policy network.
+"""PUCT tree search for Gomoku and Go guided by a policy network.
 
 Why it looks like this:
 
@@ -22,8 +22,15 @@ Why it looks like this:
   cancellation, and keep the tree: a subtree of a finished search can seed the next search
   (`Search(node, ...)`) with all its visits (tree reuse between the moves of one game).
 
+Go (`services.search.go_position.GoPosition` as the state) is searched the same way, with Go's
+own rules for what a node is: the candidates are the legal points that do not fill one of the
+mover's own eyes, plus the pass (always legal, the policy's last entry); after two consecutive
+passes a node is terminal and worth the area score's verdict (with komi) to the player who
+passed last: +1 win, -1 loss, 0 tie. Other leaves are worth 0, as in Gomoku (no value head).
+
 The search talks to a `PolicyEvaluator` (anything with `infer(boards) -> logits/model info`,
-e.g. `services.triton.client.PolicyClient`), never to Triton directly.
+e.g. `services.triton.client.PolicyClient`), never to Triton directly. The boards it sends are
+`network_input(state)`: the int8 board [S, S] for Gomoku, the compact int8 [4, S, S] for Go.
 """
 
 from __future__ import annotations
@@ -46,6 +53,9 @@ from services.games.gomoku import (
     makes_five,
     opponent,
 )
+from services.search.go_position import GoPosition
+
+State = GomokuState | GoPosition
 
 DEFAULT_C_PUCT = 1.5
 DEFAULT_BATCH_SIZE = 16
@@ -66,18 +76,33 @@ class PolicyOutput(Protocol):
 
 
 class PolicyEvaluator(Protocol):
-    """A policy network: int8 boards [N, size, size] (0 empty, 1 black, 2 white) -> logits."""
+    """A policy network: int8 boards [N, size, size] (0 empty, 1 black, 2 white) -> logits
+    (Go: compact int8 [N, 4, size, size] -> logits [N, size * size + 1])."""
 
     def infer(self, boards: np.ndarray) -> PolicyOutput: ...
 
 
 class GameOverError(ValueError):
     """The position has no legal move (somebody made five, the board is full, or every empty
-    point is forbidden for black under renju)."""
+    point is forbidden for black under renju; Go: two consecutive passes ended the game)."""
 
 
 class EvaluatorError(RuntimeError):
     """The evaluator answered with something the search cannot use (e.g. a wrong shape)."""
+
+
+def network_input(state: State) -> np.ndarray:
+    """What the policy network takes for `state`: the board, or Go's compact features."""
+    if isinstance(state, GoPosition):
+        return state.features()
+    return state.board
+
+
+def policy_size(state: State) -> int:
+    """Entries of the policy of `state`: its points (Go: and the pass, last)."""
+    if isinstance(state, GoPosition):
+        return state.policy_size
+    return state.size * state.size
 
 
 def masked_softmax(logits: np.ndarray, legal: np.ndarray) -> np.ndarray:
@@ -193,7 +218,7 @@ class Node:
         "value",
     )
 
-    def __init__(self, state: GomokuState) -> None:
+    def __init__(self, state: State) -> None:
         self.state = state
         self.terminal = False
         self.value = 0.0  # leaf value for the player who moved into this node
@@ -208,6 +233,8 @@ class Node:
     def prepare(self) -> bool:
         """Classify a new node; True when its priors must come from the network."""
         s = self.state
+        if isinstance(s, GoPosition):
+            return self._prepare_go(s)
         if s.winner != EMPTY:  # the move into this node made five
             self.terminal, self.value = True, 1.0
             return False
@@ -224,6 +251,19 @@ class Node:
         blocks = [p for p in winning_points(s, opponent(s.to_move), sums) if legal[p]]
         # no legal block (renju: black's only blocks are forbidden): every legal move loses
         candidates = blocks or np.flatnonzero(legal).tolist()
+        if len(candidates) == 1:
+            self._set_moves(candidates, np.ones(1))
+            return False
+        self._set_moves(candidates, None)
+        self.legal = legal
+        return True
+
+    def _prepare_go(self, s: GoPosition) -> bool:
+        if s.is_over:  # two consecutive passes: scored by area with komi
+            self.terminal, self.value = True, s.terminal_value()
+            return False
+        legal = s.legal_mask()
+        candidates = s.search_candidates(legal)  # never empty: the pass is always there
         if len(candidates) == 1:
             self._set_moves(candidates, np.ones(1))
             return False
@@ -283,7 +323,7 @@ class Search:
 
     def __init__(
         self,
-        root: GomokuState | Node,
+        root: State | Node,
         evaluator: PolicyEvaluator,
         *,
         c_puct: float = DEFAULT_C_PUCT,
@@ -317,10 +357,10 @@ class Search:
 
     def evaluate(self, nodes: list[Node]) -> np.ndarray:
         """One evaluator call for `nodes`; returns their legal-point policies [N, size*size]."""
-        boards = np.stack([n.state.board for n in nodes]).astype(np.int8, copy=False)
+        boards = np.stack([network_input(n.state) for n in nodes]).astype(np.int8, copy=False)
         out = self.evaluator.infer(boards)
         logits = np.asarray(out.logits, dtype=np.float32)
-        points = nodes[0].state.size ** 2
+        points = policy_size(nodes[0].state)
         if logits.shape != (len(nodes), points):
             expected = (len(nodes), points)
             raise EvaluatorError(f"evaluator returned logits {logits.shape}, expected {expected}")
@@ -516,7 +556,7 @@ def _variation(node: Node | None, first_always: bool) -> tuple[int, ...]:
 
 
 def search(
-    state: GomokuState,
+    state: State,
     evaluator: PolicyEvaluator,
     *,
     max_visits: int = 0,

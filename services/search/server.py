@@ -13,6 +13,10 @@ with RESOURCE_EXHAUSTED before the servicer runs) and, optionally, more than
 CLI (foreground until SIGINT/SIGTERM)::
 
     python -m services.search.server --port 50051 --triton-url 127.0.0.1:8001 --model gomoku_policy
+
+Go requests go to the Triton model `--go-model` (default `go_policy`, compact int8 [4,19,19]
+inputs, 362 logits); while Triton does not serve it they fail with UNAVAILABLE, like Gomoku ones
+without `--model`. `--go-model ""` turns Go off (Go requests: INVALID_ARGUMENT).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from services.search.tree_cache import DEFAULT_MAX_ENTRIES, DEFAULT_MAX_VISITS, 
 SERVICE_NAME = search_pb2.DESCRIPTOR.services_by_name["SearchService"].full_name
 DEFAULT_PORT = 50051
 DEFAULT_TRITON_URL = "127.0.0.1:8001"
+DEFAULT_GO_MODEL = "go_policy"
 DEFAULT_MAX_WORKERS = 16
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20  # a full 256-position Predict batch is ~0.4 MiB
 SHUTDOWN_GRACE_S = 5.0
@@ -71,6 +76,7 @@ def build_service(
     host: str = "127.0.0.1",
     max_workers: int = DEFAULT_MAX_WORKERS,
     *,
+    go_evaluator: mcts.PolicyEvaluator | None = None,
     batch_size: int = mcts.DEFAULT_BATCH_SIZE,
     batch_window_s: float = DEFAULT_WINDOW_S,
     max_batch_boards: int = DEFAULT_MAX_BOARDS,
@@ -83,10 +89,13 @@ def build_service(
     metrics_host: str = "127.0.0.1",
 ) -> Service:
     """The server and its parts (port 0 picks a free one; metrics_port None or 0: no HTTP
-    metrics endpoint, the registry is still filled and readable via `Service.metrics`)."""
+    metrics endpoint, the registry is still filled and readable via `Service.metrics`).
+    `go_evaluator`: the Go policy (compact int8 [N,4,19,19] -> logits [N,362]); None: Go
+    requests are refused with INVALID_ARGUMENT."""
     metrics = metrics if metrics is not None else Metrics()
     servicer = SearchServicer(
         evaluator,
+        go_evaluator=go_evaluator,
         batch_size=batch_size,
         batch_window_s=batch_window_s,
         max_batch_boards=max_batch_boards,
@@ -140,6 +149,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")
     p.add_argument("--triton-url", default=DEFAULT_TRITON_URL, help="Triton gRPC host:port")
     p.add_argument("--model", default="gomoku_policy", help="policy model name on Triton")
+    p.add_argument("--go-model", default=DEFAULT_GO_MODEL,
+                   help=f"Go policy model name on Triton (default {DEFAULT_GO_MODEL}; "
+                        "empty: Go is not served)")
     p.add_argument("--triton-timeout", type=float, default=5.0, help="seconds per inference")
     p.add_argument("--max-workers", type=int, default=DEFAULT_MAX_WORKERS)
     p.add_argument(
@@ -180,12 +192,19 @@ def main(argv: list[str] | None = None) -> int:
 
     args = _parse_args(argv)
     client = PolicyClient(args.triton_url, model_name=args.model, timeout_s=args.triton_timeout)
+    go_client = (
+        PolicyClient(args.triton_url, model_name=args.go_model, timeout_s=args.triton_timeout,
+                     game="go")
+        if args.go_model
+        else None
+    )
     try:
         service = build_service(
             client,
             args.port,
             args.host,
             args.max_workers,
+            go_evaluator=go_client,
             batch_size=args.batch_size,
             batch_window_s=args.batch_window_ms / 1000.0,
             max_batch_boards=args.max_batch_boards,
@@ -205,9 +224,10 @@ def main(argv: list[str] | None = None) -> int:
     service.start()
     host = f"[{args.host}]" if ":" in args.host else args.host
     metrics = f", metrics {service.metrics_server.url}" if service.metrics_server else ""
+    go = f", Go model {args.go_model}" if args.go_model else ", no Go"
     print(
         f"movepred search service listening on {host}:{service.port} "
-        f"(Triton {args.triton_url}, model {args.model}{metrics})",
+        f"(Triton {args.triton_url}, model {args.model}{go}{metrics})",
         flush=True,
     )
     while not stop.wait(0.5):  # short waits keep the main thread responsive to signals
@@ -215,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     print("stopping...", flush=True)
     service.stop(SHUTDOWN_GRACE_S)
     client.close()
+    if go_client is not None:
+        go_client.close()
     return 0
 
 

@@ -11,11 +11,14 @@ field, even while Triton is down). Error mapping:
 Nothing about a failure is cached: every request calls the evaluator afresh, so the service
 recovers by itself as soon as Triton answers again.
 
-All inference goes through one `BatchingEvaluator`: the leaves of concurrent GenMove/Analyze
-searches and the boards of Predict calls share Triton requests (a Predict's positions always
-travel in one). GenMove and Analyze continue the cached tree of an earlier request of the same
-game when there is one (`TreeCache`), stop between batches when the client cancels or the
-deadline comes near, and then store their tree for the next move.
+All inference of one game goes through one `BatchingEvaluator`: the leaves of concurrent
+GenMove/Analyze searches and the boards of Predict calls share Triton requests (a Predict's
+positions always travel in one). Gomoku and Go have a batcher each, in front of their own
+evaluator (Triton models `gomoku_policy` and `go_policy`); a server built without a Go
+evaluator answers Go requests with INVALID_ARGUMENT ("position.game: GO is not served ...").
+GenMove and Analyze continue the cached tree of an earlier request of the same game when there
+is one (`TreeCache`), stop between batches when the client cancels or the deadline comes near,
+and then store their tree for the next move.
 """
 
 from __future__ import annotations
@@ -31,9 +34,10 @@ import numpy as np
 
 from services.api.movepred.v1 import search_pb2, search_pb2_grpc
 from services.games.coords import index_name
-from services.games.gomoku import BLACK, GomokuState
+from services.games.gomoku import BLACK
 from services.search import mcts, validation
 from services.search.batcher import DEFAULT_MAX_BOARDS, DEFAULT_WINDOW_S, BatchingEvaluator
+from services.search.go_position import GoPosition, vertex
 from services.search.metrics import Metrics
 from services.search.tree_cache import TreeCache
 from services.triton.client import TritonRequestError, TritonUnavailableError
@@ -47,8 +51,26 @@ DEADLINE_MARGIN_FRACTION = 0.2
 DEADLINE_MARGIN_MAX_S = 0.5
 
 
+State = mcts.State
+
+
 def _point(index: int, size: int) -> search_pb2.Point:
     return search_pb2.Point(x=index % size, y=index // size)
+
+
+def move_point(move: int, state: State) -> search_pb2.Point:
+    """The proto Point of a move of `state`'s game (Go: `size * size` is a pass)."""
+    size = state.size
+    if isinstance(state, GoPosition) and move == size * size:
+        return search_pb2.Point(is_pass=True)
+    return _point(move, size)
+
+
+def move_name(move: int, state: State) -> str:
+    """"h8" for Gomoku, the GTP vertex ("D4", "pass") for Go."""
+    if isinstance(state, GoPosition):
+        return vertex(move, state.size)
+    return index_name(move, state.size)
 
 
 def _color(color: int) -> search_pb2.Color.ValueType:
@@ -95,6 +117,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         self,
         evaluator: mcts.PolicyEvaluator,
         *,
+        go_evaluator: mcts.PolicyEvaluator | None = None,
         batch_size: int = mcts.DEFAULT_BATCH_SIZE,
         c_puct: float = mcts.DEFAULT_C_PUCT,
         batch_window_s: float = DEFAULT_WINDOW_S,
@@ -109,11 +132,36 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         self.batcher = BatchingEvaluator(
             evaluator, max_boards=max_batch_boards, window_s=batch_window_s, metrics=self.metrics
         )
+        self.go_evaluator = go_evaluator
+        if go_evaluator is not None:  # Go features import torch: pay for it now, not mid-search
+            import services.games.go_features  # noqa: F401
+        self.go_batcher = (
+            BatchingEvaluator(
+                go_evaluator,
+                max_boards=max_batch_boards,
+                window_s=batch_window_s,
+                metrics=self.metrics,
+            )
+            if go_evaluator is not None
+            else None
+        )
         self.trees = tree_cache if tree_cache is not None else TreeCache()
 
     def close(self) -> None:
-        """Stop the batching thread (after the server has stopped)."""
+        """Stop the batching threads (after the server has stopped)."""
         self.batcher.close()
+        if self.go_batcher is not None:
+            self.go_batcher.close()
+
+    def batcher_for(self, state: State, field: str = "position") -> BatchingEvaluator:
+        """The batcher of `state`'s game; InvalidRequest when this server does not serve it."""
+        if not isinstance(state, GoPosition):
+            return self.batcher
+        if self.go_batcher is None:
+            raise validation.InvalidRequest(
+                f"{field}.game", "GO is not served by this server (it runs without a Go model)"
+            )
+        return self.go_batcher
 
     # ------------------------------------------------------------------ RPCs
     def Predict(
@@ -172,26 +220,27 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             code = grpc.StatusCode.DEADLINE_EXCEEDED if expired else grpc.StatusCode.CANCELLED
         self.metrics.request(rpc, code.name, time.perf_counter() - started)
 
-    def _new_search(self, state: GomokuState, reuse: bool) -> mcts.Search:
+    def _new_search(self, state: State, reuse: bool) -> mcts.Search:
         """A search of `state`, continuing a cached tree of the same game when there is one."""
+        batcher = self.batcher_for(state)
         hit = None
         if reuse and self.trees.enabled:
-            served = self.batcher.last_model
+            served = batcher.last_model
             hit = self.trees.take(state, served[1] if served is not None else None)
             self.metrics.tree_reuse.labels("hit" if hit is not None else "miss").inc()
         if hit is not None:
             self.metrics.reused_visits.inc(hit.visits)
             return mcts.Search(
                 hit.root,
-                self.batcher,
+                batcher,
                 c_puct=self.c_puct,
                 batch_size=self.batch_size,
                 model_name=hit.model_name,
                 model_version=hit.model_version,
             )
-        return mcts.Search(state, self.batcher, c_puct=self.c_puct, batch_size=self.batch_size)
+        return mcts.Search(state, batcher, c_puct=self.c_puct, batch_size=self.batch_size)
 
-    def _finish_search(self, state: GomokuState, search: mcts.Search, reuse: bool) -> None:
+    def _finish_search(self, state: State, search: mcts.Search, reuse: bool) -> None:
         """Count the playouts and keep the tree for the game's next move (a clean tree: this
         runs only when no batch failed)."""
         self.metrics.playouts.inc(search.visits)
@@ -201,10 +250,11 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
     # ------------------------------------------------------------------ Predict
     def _predict(self, request: search_pb2.PredictRequest) -> search_pb2.PredictResponse:
         states, k, batched = validation.predict_batch(request)
-        boards = np.stack([s.board for s in states]).astype(np.int8)
-        out = self.batcher.infer(boards)  # one Triton call: the batcher never splits a request
+        batcher = self.batcher_for(states[0], "positions[0]" if batched else "position")
+        boards = np.stack([mcts.network_input(s) for s in states]).astype(np.int8)
+        out = batcher.infer(boards)  # one Triton call: the batcher never splits a request
         logits = np.asarray(out.logits, dtype=np.float32)
-        points = states[0].size ** 2
+        points = mcts.policy_size(states[0])
         if logits.shape != (len(states), points):
             raise mcts.EvaluatorError(f"evaluator returned logits of shape {logits.shape}")
         results = [position_policy(s, row, k) for s, row in zip(states, logits, strict=True)]
@@ -225,11 +275,11 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         self, request: search_pb2.GenMoveRequest, context: grpc.ServicerContext
     ) -> search_pb2.GenMoveResponse:
         state, budget = validation.genmove_request(request)
-        k = validation.max_candidates(request.max_candidates)
+        k = validation.max_candidates(request.max_candidates, points=mcts.policy_size(state))
         end, deadline = search_end(budget.max_time_ms, context.time_remaining())
         reuse = not request.disable_tree_reuse
         search = self._new_search(state, reuse)
-        with self.batcher.participant():
+        with self.batcher_for(state).participant():
             search.run(budget.max_visits, end, lambda: not context.is_active(), deadline)
         self._finish_search(state, search, reuse)
         return genmove_response(state, search.result(top_children=k), k)
@@ -248,8 +298,9 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
 
         reuse = not request.disable_tree_reuse
         search = self._new_search(a.state, reuse)
+        batcher = self.batcher_for(a.state)
         every = a.report_every
-        with self.batcher.participant():
+        with batcher.participant():
             search.start()
         next_report = (search.total_visits // every + 1) * every
         batches = search.batches(a.budget.max_visits, end, should_stop, deadline)
@@ -257,7 +308,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             # registered with the batcher only while searching, never while a report is sent;
             # the report at the end of the budget is the final one, sent below
             report = None
-            with self.batcher.participant():
+            with batcher.participant():
                 for total in batches:
                     if total >= next_report and not total >= a.budget.max_visits > 0:
                         next_report = (total // every + 1) * every
@@ -271,7 +322,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             yield analyze_response(a.state, search, a.candidates, final=True)
 
 
-def position_policy(state: GomokuState, logits: np.ndarray, k: int) -> search_pb2.PositionPolicy:
+def position_policy(state: State, logits: np.ndarray, k: int) -> search_pb2.PositionPolicy:
     """Masked policy and top moves of one position (`value` left unset: no value head)."""
     legal = state.legal_mask()
     policy = mcts.masked_softmax(logits, legal)
@@ -279,8 +330,8 @@ def position_policy(state: GomokuState, logits: np.ndarray, k: int) -> search_pb
         policy=policy.astype(np.float32).tolist(),
         top_moves=[
             search_pb2.MoveProbability(
-                point=_point(p, state.size),
-                name=index_name(p, state.size),
+                point=move_point(p, state),
+                name=move_name(p, state),
                 probability=float(policy[p]),
             )
             for p in top_moves(policy, legal, k)
@@ -289,48 +340,47 @@ def position_policy(state: GomokuState, logits: np.ndarray, k: int) -> search_pb
     )
 
 
-def move_candidates(children: tuple[mcts.ChildStats, ...], size: int) -> list:
+def move_candidates(children: tuple[mcts.ChildStats, ...], state: State) -> list:
     return [
         search_pb2.MoveCandidate(
-            move=_point(c.move, size),
-            name=index_name(c.move, size),
+            move=move_point(c.move, state),
+            name=move_name(c.move, state),
             visits=c.visits,
             value=c.value,
             prior=c.prior,
-            principal_variation=[_point(p, size) for p in c.principal_variation],
-            principal_variation_names=[index_name(p, size) for p in c.principal_variation],
+            principal_variation=[move_point(p, state) for p in c.principal_variation],
+            principal_variation_names=[move_name(p, state) for p in c.principal_variation],
         )
         for c in children
     ]
 
 
 def genmove_response(
-    state: GomokuState, result: mcts.SearchResult, candidates: int = validation.DEFAULT_CANDIDATES
+    state: State, result: mcts.SearchResult, candidates: int = validation.DEFAULT_CANDIDATES
 ) -> search_pb2.GenMoveResponse:
-    size = state.size
     return search_pb2.GenMoveResponse(
-        move=_point(result.move, size),
-        name=index_name(result.move, size),
+        move=move_point(result.move, state),
+        name=move_name(result.move, state),
         color=_color(state.to_move),
         visits=result.visits,
         total_visits=result.total_visits,
         prior=result.prior,
         value=result.value,
-        principal_variation=[_point(p, size) for p in result.principal_variation],
-        principal_variation_names=[index_name(p, size) for p in result.principal_variation],
+        principal_variation=[move_point(p, state) for p in result.principal_variation],
+        principal_variation_names=[move_name(p, state) for p in result.principal_variation],
         model_name=result.model_name,
         model_version=result.model_version,
         reused_visits=result.reused_visits,
-        candidates=move_candidates(result.children[:candidates], size),
+        candidates=move_candidates(result.children[:candidates], state),
     )
 
 
 def analyze_response(
-    state: GomokuState, search: mcts.Search, candidates: int, final: bool
+    state: State, search: mcts.Search, candidates: int, final: bool
 ) -> search_pb2.AnalyzeResponse:
     r = search.result(top_children=candidates)
     return search_pb2.AnalyzeResponse(
-        candidates=move_candidates(r.children, state.size),
+        candidates=move_candidates(r.children, state),
         total_visits=r.total_visits,
         reused_visits=r.reused_visits,
         value=r.value,

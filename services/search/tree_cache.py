@@ -1,7 +1,8 @@
 """Tree reuse between the consecutive moves of one game: a bounded LRU of searched trees.
 
 After a search of position P the service keeps P's tree, keyed by how P arose: the rule, the
-board size, the setup stones and the move sequence. A later request whose moves extend P's by
+board size, the setup stones and the move sequence (Go: the komi, the set-up board and who
+moved first, and the moves, passes included). A later request whose moves extend P's by
 0, 1 or 2 moves (the same position asked again, the move just searched, or that move and the
 opponent's reply) takes the matching subtree out of the cache and continues from it, with all
 its visits. Entries are *taken*, never shared: two concurrent searches can never touch one tree
@@ -22,8 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.games.gomoku import EMPTY, GomokuState
-from services.search.mcts import Node
+from services.games.gomoku import EMPTY
+from services.search.go_position import GoPosition
+from services.search.mcts import Node, State
 
 DEFAULT_MAX_ENTRIES = 64
 DEFAULT_MAX_VISITS = 50_000  # ~6 KB per visit (node) at worst: ~300 MB
@@ -32,9 +34,11 @@ MAX_EXTENSION = 2  # moves a request may add to a cached position and still reus
 BaseKey = tuple[str, int, bytes]
 
 
-def base_key(state: GomokuState) -> BaseKey:
+def base_key(state: State) -> BaseKey:
     """What a game is besides its moves: rule, size and the setup stones (the board without the
-    moves)."""
+    moves; Go: `GoPosition.base_key`)."""
+    if isinstance(state, GoPosition):
+        return state.base_key()
     board = state.board.reshape(-1).copy()
     board[list(state.moves)] = EMPTY
     return (str(state.rule), state.size, board.tobytes())
@@ -91,7 +95,7 @@ class TreeCache:
         with self._lock:
             return self._visits
 
-    def take(self, state: GomokuState, model_version: str | None = None) -> Reuse | None:
+    def take(self, state: State, model_version: str | None = None) -> Reuse | None:
         """Remove and return the subtree for `state`, if a cached position is `state` minus its
         last 0..max_extension moves and that tree reached `state`. `model_version`: the version
         now served (None: do not check); a tree of another version is dropped."""
@@ -112,7 +116,7 @@ class TreeCache:
                 return Reuse(node, node.visits, k, entry.model_name, entry.model_version)
         return None
 
-    def put(self, state: GomokuState, root: Node, model_name: str, model_version: str) -> bool:
+    def put(self, state: State, root: Node, model_name: str, model_version: str) -> bool:
         """Keep `root` (the searched tree of `state`); False when it is not kept."""
         visits = root.visits
         if not self.enabled or visits == 0 or visits > self.max_visits or root.priors is None:

@@ -5,15 +5,23 @@ and gets INVALID_ARGUMENT naming the field even while Triton is down.
 
 Defaults and limits (documented in the report and the CLI help):
 
-* `position.game`: GAME_UNSPECIFIED means GOMOKU; GO is rejected (not served yet).
-* `position.rule`: RULE_UNSPECIFIED means FREESTYLE.
-* `position.board_size`: 0 means 15; anything else but 15 is rejected (the model is 15x15).
-* `top_k`: 0 means 5; otherwise 1..size*size.
+* `position.game`: GAME_UNSPECIFIED means GOMOKU; GO is served too (`GoPosition`).
+* `position.rule`: RULE_UNSPECIFIED means FREESTYLE (Gomoku) or GO_AREA (Go); a Gomoku rule
+  on a Go position, or GO_AREA on a Gomoku one, is rejected.
+* `position.board_size`: 0 means 15 (Gomoku) or 19 (Go); any other size is rejected (the
+  models are 15x15 and 19x19).
+* Go only: `position.komi` (unset: 7.5; finite, at most the board's points in size),
+  `position.first_to_move` (unset: BLACK), passes in `moves` (`Point.is_pass`); Go moves must
+  be legal: an occupied point, a suicide or an immediate ko recapture names the move. At most
+  MAX_GO_MOVES moves (captures and passes let a Go game outgrow its board). Set-up stones
+  may not be passes and must leave every group a liberty.
+* `top_k`: 0 means 5; otherwise 1..size*size (Go: size*size + 1, the pass included).
 * `max_visits` / `max_time_ms`: both 0 means DEFAULT_VISITS visits; limits MAX_VISITS and
   MAX_TIME_MS.
 * `max_candidates` (GenMove, Analyze): 0 means 5; otherwise 1..size*size.
 * `report_every_visits` (Analyze): 0 means DEFAULT_REPORT_EVERY; must be >= 0.
-* `positions` (Predict): at most MAX_POSITIONS, and not together with `position`.
+* `positions` (Predict): at most MAX_POSITIONS, all of one game, and not together with
+  `position`.
 
 Over a limit (a budget above its maximum, more than MAX_POSITIONS positions, more moves or setup
 stones than the board has points) is `RequestTooLarge`, which the service answers with
@@ -24,10 +32,12 @@ answers RESOURCE_EXHAUSTED.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from services.api.movepred.v1 import search_pb2
+from services.games import go
 from services.games.coords import point_name
 from services.games.gomoku import (
     BLACK,
@@ -39,6 +49,9 @@ from services.games.gomoku import (
     Rule,
     makes_five,
 )
+from services.search.go_position import DEFAULT_KOMI, GO_SIZE, GoPosition
+
+State = GomokuState | GoPosition
 
 SERVED_SIZE = DEFAULT_SIZE
 DEFAULT_TOP_K = 5
@@ -48,6 +61,8 @@ MAX_TIME_MS = 60_000
 DEFAULT_CANDIDATES = 5
 DEFAULT_REPORT_EVERY = 100
 MAX_POSITIONS = 256  # Predict positions per request: one Triton batch (max_batch_size 256)
+GO_SERVED_SIZE = GO_SIZE
+MAX_GO_MOVES = 4 * GO_SIZE * GO_SIZE
 
 _RULES = {
     search_pb2.RULE_UNSPECIFIED: Rule.FREESTYLE,
@@ -56,6 +71,11 @@ _RULES = {
     search_pb2.RENJU: Rule.RENJU,
 }
 _COLOR_NAMES = {BLACK: "black", WHITE: "white"}
+_GAMES = {
+    search_pb2.GAME_UNSPECIFIED: search_pb2.GOMOKU,
+    search_pb2.GOMOKU: search_pb2.GOMOKU,
+    search_pb2.GO: search_pb2.GO,
+}
 
 
 class InvalidRequest(ValueError):
@@ -83,6 +103,18 @@ def _rule(value: int, field: str = "position") -> Rule:
     return _RULES[value]
 
 
+def game_of(position: search_pb2.Position, field: str = "position") -> int:
+    """search_pb2.GOMOKU or search_pb2.GO (GAME_UNSPECIFIED means GOMOKU)."""
+    if position.game not in _GAMES:
+        raise InvalidRequest(f"{field}.game", f"unknown game {position.game}")
+    return _GAMES[position.game]
+
+
+def policy_points(game: int) -> int:
+    """Entries of a policy of the served model of `game` (Go: the pass included)."""
+    return GO_SERVED_SIZE**2 + 1 if game == search_pb2.GO else SERVED_SIZE**2
+
+
 def _place(board_state: GomokuState, points: Iterable[search_pb2.Point], field: str) -> list[int]:
     """Check that each point is on the board and empty; returns flat indices."""
     size = board_state.size
@@ -90,6 +122,8 @@ def _place(board_state: GomokuState, points: Iterable[search_pb2.Point], field: 
     taken = set(int(p) for p in board_state.board.reshape(-1).nonzero()[0])
     for i, p in enumerate(points):
         where = f"{field}[{i}]"
+        if p.is_pass:
+            raise InvalidRequest(where, "a pass cannot be a set-up stone")
         if not (0 <= p.x < size and 0 <= p.y < size):
             raise InvalidRequest(where, f"({p.x}, {p.y}) is off the {size}x{size} board")
         index = p.y * size + p.x
@@ -100,16 +134,20 @@ def _place(board_state: GomokuState, points: Iterable[search_pb2.Point], field: 
     return out
 
 
-def position_to_state(position: search_pb2.Position, field: str = "position") -> GomokuState:
-    """A validated GomokuState for `position` (which may be a game that is already over).
+def position_to_state(position: search_pb2.Position, field: str = "position") -> State:
+    """A validated GomokuState (or GoPosition) for `position` (which may be a game that is
+    already over).
 
     `field` names the position in error messages ("position", "positions[3]").
     """
-    game = position.game
-    if game == search_pb2.GO:
-        raise InvalidRequest(f"{field}.game", "GO is not served yet")
-    if game not in (search_pb2.GAME_UNSPECIFIED, search_pb2.GOMOKU):
-        raise InvalidRequest(f"{field}.game", f"unknown game {game}")
+    if game_of(position, field) == search_pb2.GO:
+        return go_position_to_state(position, field)
+    if position.rule == search_pb2.GO_AREA:
+        raise InvalidRequest(f"{field}.rule", "GO_AREA is a Go rule; this is a Gomoku position")
+    if position.HasField("komi"):
+        raise InvalidRequest(f"{field}.komi", "only Go positions have a komi")
+    if position.first_to_move not in (search_pb2.COLOR_UNSPECIFIED, search_pb2.BLACK):
+        raise InvalidRequest(f"{field}.first_to_move", "black moves first in Gomoku")
     rule = _rule(position.rule, field)
     size = position.board_size or SERVED_SIZE
     if size != SERVED_SIZE:
@@ -141,6 +179,8 @@ def position_to_state(position: search_pb2.Position, field: str = "position") ->
     )
     for i, p in enumerate(position.moves):
         where = f"{field}.moves[{i}]"
+        if p.is_pass:
+            raise InvalidRequest(where, "a pass is a Go move; Gomoku has none")
         if not (0 <= p.x < size and 0 <= p.y < size):
             raise InvalidRequest(where, f"({p.x}, {p.y}) is off the {size}x{size} board")
         if state.winner != EMPTY:
@@ -156,8 +196,111 @@ def position_to_state(position: search_pb2.Position, field: str = "position") ->
     return state
 
 
-def require_playable(state: GomokuState, field: str = "position") -> None:
+def _go_setup(
+    points: Iterable[search_pb2.Point], size: int, taken: set[int], field: str
+) -> list[int]:
+    out: list[int] = []
+    for i, p in enumerate(points):
+        where = f"{field}[{i}]"
+        if p.is_pass:
+            raise InvalidRequest(where, "a pass cannot be a set-up stone")
+        if not (0 <= p.x < size and 0 <= p.y < size):
+            raise InvalidRequest(where, f"({p.x}, {p.y}) is off the {size}x{size} board")
+        index = p.y * size + p.x
+        if index in taken:
+            raise InvalidRequest(where, f"{go.point_name(index, size)} is occupied")
+        taken.add(index)
+        out.append(index)
+    return out
+
+
+def go_position_to_state(position: search_pb2.Position, field: str = "position") -> GoPosition:
+    """A validated GoPosition for a Go `position` (which may be a game that is already over)."""
+    if position.rule not in (search_pb2.RULE_UNSPECIFIED, search_pb2.GO_AREA):
+        if position.rule not in _RULES:
+            raise InvalidRequest(f"{field}.rule", f"unknown rule {position.rule}")
+        name = search_pb2.Rule.Name(position.rule)
+        raise InvalidRequest(
+            f"{field}.rule", f"{name} is a Gomoku rule; Go is played under GO_AREA (or unset)"
+        )
+    size = position.board_size or GO_SERVED_SIZE
+    if size != GO_SERVED_SIZE:
+        raise InvalidRequest(
+            f"{field}.board_size",
+            f"the served Go model plays on {GO_SERVED_SIZE}x{GO_SERVED_SIZE} only, got {size}",
+        )
+    points = size * size
+    komi = position.komi if position.HasField("komi") else DEFAULT_KOMI
+    if not math.isfinite(komi) or abs(komi) > points:
+        raise InvalidRequest(f"{field}.komi", f"must be finite and within +-{points}, got {komi}")
+    first = position.first_to_move
+    if first not in (search_pb2.COLOR_UNSPECIFIED, search_pb2.BLACK, search_pb2.WHITE):
+        raise InvalidRequest(f"{field}.first_to_move", f"unknown color {first}")
+    first_color = WHITE if first == search_pb2.WHITE else BLACK
+    for name in ("setup_black", "setup_white"):
+        n = len(getattr(position, name))
+        if n > points:
+            raise RequestTooLarge(
+                f"{field}.{name}", f"at most {points} points on a {size}x{size} board, got {n}"
+            )
+    if len(position.moves) > MAX_GO_MOVES:
+        raise RequestTooLarge(
+            f"{field}.moves", f"at most {MAX_GO_MOVES} Go moves, got {len(position.moves)}"
+        )
+    taken: set[int] = set()
+    black = _go_setup(position.setup_black, size, taken, f"{field}.setup_black")
+    white = _go_setup(position.setup_white, size, taken, f"{field}.setup_white")
+    state = go.GoState(size, first_color)
+    if black or white:
+        state = state.add_stones(black, white, to_move=first_color)
+        libs = state.liberties().reshape(-1)
+        for color, stones, name in ((BLACK, black, "setup_black"), (WHITE, white, "setup_white")):
+            dead = [p for p in stones if libs[p] == 0]
+            if dead:
+                raise InvalidRequest(
+                    f"{field}.{name}",
+                    f"the {_COLOR_NAMES[color]} set-up stone at "
+                    f"{go.point_name(dead[0], size)} has no liberty",
+                )
+    pos = GoPosition(state, komi)
+    for i, p in enumerate(position.moves):
+        where = f"{field}.moves[{i}]"
+        if pos.is_over:
+            raise InvalidRequest(
+                where, f"the game ended at moves[{i - 1}] (two consecutive passes)"
+            )
+        if p.is_pass:
+            move = pos.pass_move
+        elif not (0 <= p.x < size and 0 <= p.y < size):
+            raise InvalidRequest(where, f"({p.x}, {p.y}) is off the {size}x{size} board")
+        else:
+            move = p.y * size + p.x
+        try:
+            pos = pos.play(move)
+        except go.IllegalMove as exc:
+            raise InvalidRequest(where, _go_illegal(exc, pos)) from exc
+    return pos
+
+
+def _go_illegal(exc: go.IllegalMove, pos: GoPosition) -> str:
+    name = go.point_name(exc.point, pos.size) if exc.point is not None else "pass"
+    color = _COLOR_NAMES[pos.to_move]
+    if exc.reason == go.OCCUPIED:
+        return f"{name} is occupied"
+    if exc.reason == go.KO:
+        return (f"{name} retakes the ko at once: {color} must play elsewhere first "
+                "(simple ko)")
+    if exc.reason == go.SUICIDE:
+        return f"{name} is suicide for {color} (it would leave its own group without liberties)"
+    return f"{name} is illegal ({exc})"
+
+
+def require_playable(state: State, field: str = "position") -> None:
     """Raise InvalidRequest naming `field` when the side to move has no legal move."""
+    if isinstance(state, GoPosition):
+        if state.is_over:
+            raise InvalidRequest(field, "the game is over (two consecutive passes)")
+        return  # a pass is always legal
     if state.winner != EMPTY:
         raise InvalidRequest(field, f"the game is over ({_COLOR_NAMES[state.winner]} made five)")
     if not (state.board == EMPTY).any():
@@ -167,15 +310,21 @@ def require_playable(state: GomokuState, field: str = "position") -> None:
 
 
 def top_k(
-    value: int, size: int = SERVED_SIZE, field: str = "top_k", default: int = DEFAULT_TOP_K
+    value: int,
+    size: int = SERVED_SIZE,
+    field: str = "top_k",
+    default: int = DEFAULT_TOP_K,
+    points: int | None = None,
 ) -> int:
-    if not 0 <= value <= size * size:
-        raise InvalidRequest(field, f"must be in 0..{size * size}, got {value}")
+    """`points`: the policy's entries (default size * size; Go adds the pass)."""
+    limit = points if points is not None else size * size
+    if not 0 <= value <= limit:
+        raise InvalidRequest(field, f"must be in 0..{limit}, got {value}")
     return value or default
 
 
-def max_candidates(value: int, size: int = SERVED_SIZE) -> int:
-    return top_k(value, size, "max_candidates", DEFAULT_CANDIDATES)
+def max_candidates(value: int, size: int = SERVED_SIZE, points: int | None = None) -> int:
+    return top_k(value, size, "max_candidates", DEFAULT_CANDIDATES, points)
 
 
 def budget(max_visits: int, max_time_ms: int) -> Budget:
@@ -192,18 +341,18 @@ def budget(max_visits: int, max_time_ms: int) -> Budget:
     return Budget(max_visits, max_time_ms)
 
 
-def predict_request(request: search_pb2.PredictRequest) -> tuple[GomokuState, int]:
+def predict_request(request: search_pb2.PredictRequest) -> tuple[State, int]:
     """(state, top_k) for a single-position Predict request; the game must not be over."""
-    k = top_k(request.top_k)
+    game = game_of(request.position)
+    k = top_k(request.top_k, points=policy_points(game))
     state = position_to_state(request.position)
     require_playable(state)
     return state, k
 
 
-def predict_batch(request: search_pb2.PredictRequest) -> tuple[list[GomokuState], int, bool]:
+def predict_batch(request: search_pb2.PredictRequest) -> tuple[list[State], int, bool]:
     """(states, top_k, batched) for any Predict request: `position` (batched False) or up to
-    MAX_POSITIONS `positions` (batched True); no game may be over."""
-    k = top_k(request.top_k)
+    MAX_POSITIONS `positions` of one game (batched True); no game may be over."""
     if not request.positions:
         state, k = predict_request(request)
         return [state], k, False
@@ -213,18 +362,26 @@ def predict_batch(request: search_pb2.PredictRequest) -> tuple[list[GomokuState]
         raise RequestTooLarge(
             "positions", f"at most {MAX_POSITIONS} per request, got {len(request.positions)}"
         )
+    game = game_of(request.positions[0], "positions[0]")
+    k = top_k(request.top_k, points=policy_points(game))
     states = []
     for i, p in enumerate(request.positions):
+        if game_of(p, f"positions[{i}]") != game:
+            raise InvalidRequest(
+                f"positions[{i}].game",
+                "all positions of one request must be of one game (positions[0] is "
+                f"{search_pb2.Game.Name(game)})",
+            )
         state = position_to_state(p, f"positions[{i}]")
         require_playable(state, f"positions[{i}]")
         states.append(state)
     return states, k, True
 
 
-def genmove_request(request: search_pb2.GenMoveRequest) -> tuple[GomokuState, Budget]:
+def genmove_request(request: search_pb2.GenMoveRequest) -> tuple[State, Budget]:
     """(state, budget) for a GenMove request; the game must not be over."""
     b = budget(request.max_visits, request.max_time_ms)
-    max_candidates(request.max_candidates)
+    max_candidates(request.max_candidates, points=policy_points(game_of(request.position)))
     state = position_to_state(request.position)
     require_playable(state)
     return state, b
@@ -232,7 +389,7 @@ def genmove_request(request: search_pb2.GenMoveRequest) -> tuple[GomokuState, Bu
 
 @dataclass(frozen=True)
 class Analysis:
-    state: GomokuState
+    state: State
     budget: Budget
     report_every: int
     candidates: int
@@ -241,7 +398,7 @@ class Analysis:
 def analyze_request(request: search_pb2.AnalyzeRequest) -> Analysis:
     """What an Analyze request asks for; the game must not be over."""
     b = budget(request.max_visits, request.max_time_ms)
-    k = max_candidates(request.max_candidates)
+    k = max_candidates(request.max_candidates, points=policy_points(game_of(request.position)))
     if request.report_every_visits < 0:
         raise InvalidRequest(
             "report_every_visits", f"must be >= 0, got {request.report_every_visits}"

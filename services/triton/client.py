@@ -1,9 +1,12 @@
-"""gRPC client for the ``gomoku_policy`` model on Triton.
+"""gRPC client for the policy models on Triton: ``gomoku_policy`` and ``go_policy``.
 
 `PolicyClient.infer` sends int8 boards [N, 15, 15] and returns float32 logits [N, 225] with the
-model version that answered. Errors are split in two: `TritonUnavailableError` when Triton
-cannot be reached or cannot serve (connection refused, server/model not ready or unknown,
-deadline exceeded), `TritonRequestError` when Triton answered and rejected or failed the request.
+model version that answered; for a Go model (`game="go"`, or a model name starting with "go")
+it sends compact int8 Go inputs [N, 4, 19, 19] (`services.games.go_features`) and returns
+logits [N, 362], the last one the pass. Errors are split in two: `TritonUnavailableError` when
+Triton cannot be reached or cannot serve (connection refused, server/model not ready or
+unknown, deadline exceeded), `TritonRequestError` when Triton answered and rejected or failed
+the request.
 
 One `tritonclient.grpc.InferenceServerClient` (one gRPC channel) is shared by all threads: its
 unary calls are thread-safe (only the streaming API is not, and it is not used here).
@@ -19,10 +22,41 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 DEFAULT_MODEL_NAME = "gomoku_policy"
+DEFAULT_GO_MODEL_NAME = "go_policy"
 INPUT_NAME = "boards"
 OUTPUT_NAME = "logits"
 BOARD_SIZE = 15
 N_MOVES = BOARD_SIZE * BOARD_SIZE
+GO_BOARD_SIZE = 19
+GO_CHANNELS = 4
+GO_N_MOVES = GO_BOARD_SIZE * GO_BOARD_SIZE + 1  # the points, then the pass
+
+
+@dataclass(frozen=True)
+class ModelIO:
+    """What one board of a model's input and one row of its output look like."""
+
+    game: str  # "gomoku" or "go"
+    board_shape: tuple[int, ...]  # one input board (no batch dimension)
+    n_moves: int  # logits per board
+    max_value: int  # largest cell value of the input
+
+    def describe(self) -> str:
+        return "int8 [N, " + ", ".join(str(d) for d in self.board_shape) + "]"
+
+
+MODEL_IO = {
+    "gomoku": ModelIO("gomoku", (BOARD_SIZE, BOARD_SIZE), N_MOVES, 2),
+    # compact Go planes: relative stones 0..2, liberties 0..4, move age 0..4, ko 0..1
+    "go": ModelIO("go", (GO_CHANNELS, GO_BOARD_SIZE, GO_BOARD_SIZE), GO_N_MOVES, 4),
+}
+
+
+def io_for(model_name: str) -> ModelIO:
+    """The input/output of a model by its name: Go for names starting with "go" (but not
+    "gomoku"), else Gomoku."""
+    name = model_name.lower()
+    return MODEL_IO["go" if name.startswith("go") and not name.startswith("gomoku") else "gomoku"]
 
 # tritonclient's default channel options, plus a short reconnect backoff: after a Triton restart
 # the channel reconnects within ~1 s instead of gRPC's default (exponential, up to 120 s).
@@ -62,7 +96,7 @@ class TritonRequestError(TritonError):
 
 @dataclass(frozen=True)
 class PolicyResult:
-    logits: np.ndarray  # float32 [N, 225], unmasked
+    logits: np.ndarray  # float32 [N, 225] (Go: [N, 362]), unmasked
     model_name: str
     model_version: str
 
@@ -82,17 +116,17 @@ def _translate(exc: InferenceServerException, what: str, url: str) -> TritonErro
     return TritonRequestError(message, status)
 
 
-def _as_boards(boards: np.ndarray) -> np.ndarray:
+def _as_boards(boards: np.ndarray, io: ModelIO = MODEL_IO["gomoku"]) -> np.ndarray:
     arr = np.asarray(boards)
-    if arr.ndim != 3 or arr.shape[1:] != (BOARD_SIZE, BOARD_SIZE) or arr.shape[0] < 1:
-        raise TritonRequestError(
-            f"boards must be int8 [N, {BOARD_SIZE}, {BOARD_SIZE}] with N >= 1, got {arr.shape}"
-        )
+    if arr.ndim != 1 + len(io.board_shape) or arr.shape[1:] != io.board_shape or arr.shape[0] < 1:
+        raise TritonRequestError(f"boards must be {io.describe()} with N >= 1, got {arr.shape}")
     if arr.dtype != np.int8:
         if not np.issubdtype(arr.dtype, np.integer):
             raise TritonRequestError(f"boards must be int8, got {arr.dtype}")
-        if arr.size and (arr.min() < 0 or arr.max() > 2):
-            raise TritonRequestError("board cells must be 0 (empty), 1 (black) or 2 (white)")
+        if arr.size and (arr.min() < 0 or arr.max() > io.max_value):
+            if io.game == "gomoku":
+                raise TritonRequestError("board cells must be 0 (empty), 1 (black) or 2 (white)")
+            raise TritonRequestError(f"compact Go cells must be in 0..{io.max_value}")
         arr = arr.astype(np.int8)
     return np.ascontiguousarray(arr)
 
@@ -101,11 +135,19 @@ class PolicyClient:
     """Thread-safe client for one model on one Triton server (gRPC)."""
 
     def __init__(
-        self, url: str, model_name: str = DEFAULT_MODEL_NAME, timeout_s: float = 5.0
+        self,
+        url: str,
+        model_name: str = DEFAULT_MODEL_NAME,
+        timeout_s: float = 5.0,
+        game: str | None = None,
     ) -> None:
+        """`game` ("gomoku" or "go") fixes the model's input/output; None: from the name."""
         self.url = url
         self.model_name = model_name
         self.timeout_s = float(timeout_s)
+        if game is not None and game not in MODEL_IO:
+            raise ValueError(f"game must be one of {sorted(MODEL_IO)}, got {game!r}")
+        self.io = MODEL_IO[game] if game is not None else io_for(model_name)
         self._lock = threading.Lock()
         self._client: grpcclient.InferenceServerClient | None = None
         self._closed = False
@@ -126,13 +168,21 @@ class PolicyClient:
                     raise _translate(exc, "connect", self.url) from exc
             return self._client
 
+    def io_of(self, model_name: str) -> ModelIO:
+        """The input/output of `model_name`: the client's own for its model (and that model's
+        ``<name>__candidate`` etc.), else by the name."""
+        if model_name == self.model_name or model_name.startswith(self.model_name + "__"):
+            return self.io
+        return io_for(model_name)
+
     def infer(
         self,
         boards: np.ndarray,
         model_version: int | str | None = None,
         model_name: str | None = None,
     ) -> PolicyResult:
-        """Policy logits for int8 boards [N, 15, 15] (0 empty, 1 black, 2 white).
+        """Policy logits for int8 boards [N, 15, 15] (0 empty, 1 black, 2 white), or for a Go
+        model compact Go inputs [N, 4, 19, 19] (logits [N, 362]).
 
         Without `model_version` Triton answers with the highest READY version of the model;
         with it, exactly that version answers (or the request fails if it is not loaded).
@@ -140,7 +190,8 @@ class PolicyClient:
         """
         name = model_name or self.model_name
         version = "" if model_version is None else str(model_version)
-        arr = _as_boards(boards)
+        io = self.io_of(name)
+        arr = _as_boards(boards, io)
         inp = grpcclient.InferInput(INPUT_NAME, list(arr.shape), "INT8")
         inp.set_data_from_numpy(arr)
         out = grpcclient.InferRequestedOutput(OUTPUT_NAME)
@@ -152,10 +203,10 @@ class PolicyClient:
         except InferenceServerException as exc:
             raise _translate(exc, what, self.url) from exc
         logits = result.as_numpy(OUTPUT_NAME)
-        if logits is None or logits.shape != (arr.shape[0], N_MOVES):
+        if logits is None or logits.shape != (arr.shape[0], io.n_moves):
             shape = None if logits is None else logits.shape
             raise TritonRequestError(
-                f"{name} answered logits {shape}, expected ({arr.shape[0]}, {N_MOVES})"
+                f"{name} answered logits {shape}, expected ({arr.shape[0]}, {io.n_moves})"
             )
         response = result.get_response()
         return PolicyResult(

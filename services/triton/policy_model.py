@@ -1,8 +1,11 @@
-"""Triton python-backend model for the Gomoku policy network.
+"""Triton python-backend model for the policy networks (Gomoku and Go).
 
 `services.triton.publisher.publish` copies this file as ``model.py`` into every published
 version folder, next to ``model.pt`` (TorchScript: int8 boards [N, 15, 15] -> float32 logits
-[N, 225]). It runs inside Triton's python stub, so it must import nothing from ``services``.
+[N, 225] for ``gomoku_policy``; compact Go inputs int8 [N, 4, 19, 19] -> float32 logits [N, 362]
+for ``go_policy``). The shapes come from the model's config (``dims`` of the one input and the
+one output), so one file serves both. It runs inside Triton's python stub, so it must import
+nothing from ``services``.
 
 All requests of one ``execute`` call (Triton's dynamic batcher groups them) go through a single
 forward pass: the boards are concatenated, moved to the GPU when there is one, and the logits are
@@ -21,7 +24,15 @@ import triton_python_backend_utils as pb_utils
 INPUT_NAME = "boards"
 OUTPUT_NAME = "logits"
 BOARD_SIZE = 15
-N_MOVES = BOARD_SIZE * BOARD_SIZE
+N_MOVES = BOARD_SIZE * BOARD_SIZE  # the defaults, when the config does not say
+
+
+def _dims(config: dict, key: str, default: tuple[int, ...]) -> tuple[int, ...]:
+    """`dims` of the config's only input or output (Triton's JSON may give them as strings)."""
+    try:
+        return tuple(int(d) for d in config[key][0]["dims"])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return default
 
 
 def _log_info(message: str) -> None:
@@ -51,8 +62,11 @@ class TritonPythonModel:
         self.model = torch.jit.load(os.path.join(version_dir, "model.pt"), map_location=self.device)
         self.model.eval()
         config = json.loads(args.get("model_config", "{}"))
+        self.board_shape = _dims(config, "input", (BOARD_SIZE, BOARD_SIZE))
+        self.n_moves = _dims(config, "output", (N_MOVES,))[-1]
         _log_info(
-            f"{self.model_name} v{self.model_version}: TorchScript policy on {self.device} "
+            f"{self.model_name} v{self.model_version}: TorchScript policy on {self.device}, "
+            f"boards {list(self.board_shape)} -> {self.n_moves} logits "
             f"(torch {torch.__version__}, max_batch_size {config.get('max_batch_size')}, "
             f"instance {args.get('model_instance_name')})"
         )
@@ -61,8 +75,8 @@ class TritonPythonModel:
         with torch.inference_mode():
             x = torch.from_numpy(boards).to(self.device, non_blocking=True)
             y = self.model(x)
-            if y.dim() != 2 or y.shape[0] != boards.shape[0] or y.shape[1] != N_MOVES:
-                expected = (boards.shape[0], N_MOVES)
+            if y.dim() != 2 or y.shape[0] != boards.shape[0] or y.shape[1] != self.n_moves:
+                expected = (boards.shape[0], self.n_moves)
                 raise RuntimeError(f"model returned shape {tuple(y.shape)}, expected {expected}")
             return y.to(device="cpu", dtype=torch.float32).numpy()
 
@@ -73,13 +87,13 @@ class TritonPythonModel:
         for i, request in enumerate(requests):
             tensor = pb_utils.get_input_tensor_by_name(request, INPUT_NAME)
             boards = None if tensor is None else tensor.as_numpy()
-            if boards is None or boards.ndim != 3 or boards.shape[1:] != (BOARD_SIZE, BOARD_SIZE):
+            if boards is None or boards.shape[1:] != self.board_shape:
                 shape = None if boards is None else boards.shape
+                dims = ", ".join(str(d) for d in self.board_shape)
                 responses[i] = pb_utils.InferenceResponse(
                     output_tensors=[],
                     error=pb_utils.TritonError(
-                        f"input '{INPUT_NAME}' must be int8 [N, {BOARD_SIZE}, {BOARD_SIZE}], "
-                        f"got {shape}"
+                        f"input '{INPUT_NAME}' must be int8 [N, {dims}], got {shape}"
                     ),
                 )
                 continue

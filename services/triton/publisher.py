@@ -6,6 +6,10 @@ one ``os.rename``: Triton ignores non-numeric folders, so a version folder never
 written. Version numbers are ``max(existing) + 1``; concurrent publishers are serialised with an
 ``flock`` on the model folder (and a rename onto an existing version is retried, never merged).
 Serving picks the new version up when the model is (re)loaded (`PolicyClient.load_model`).
+
+The test run before publishing feeds the input shape of the model's ``config.pbtxt`` (the one in
+the repository, else the tracked template): int8 [2, 15, 15] -> [2, 225] for ``gomoku_policy``,
+int8 [2, 4, 19, 19] -> [2, 362] for ``go_policy``.
 """
 
 from __future__ import annotations
@@ -90,20 +94,46 @@ def _locked(directory: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def validate_model_file(model_file: Path) -> None:
-    """Load the TorchScript file on CPU and check int8 [2,15,15] -> float32 [2,225]."""
+def model_io(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> tuple[tuple[int, ...], int]:
+    """(input dims of one board, logits per board) from the model's config.pbtxt (the
+    repository's, else the tracked template; by the name when there is neither)."""
+    from services.triton.client import io_for
+
+    for config in (Path(repository) / model_name / "config.pbtxt",
+                   CONFIG_TEMPLATES / model_name / "config.pbtxt"):
+        if config.is_file():
+            from google.protobuf import text_format
+            from tritonclient.grpc import model_config_pb2
+
+            try:
+                parsed = text_format.Parse(config.read_text(), model_config_pb2.ModelConfig())
+                return tuple(int(d) for d in parsed.input[0].dims), int(parsed.output[0].dims[-1])
+            except (text_format.ParseError, IndexError, OSError):
+                break
+    io = io_for(model_name)
+    return io.board_shape, io.n_moves
+
+
+def validate_model_file(
+    model_file: Path,
+    board_shape: tuple[int, ...] = (BOARD_SIZE, BOARD_SIZE),
+    n_moves: int = BOARD_SIZE * BOARD_SIZE,
+) -> None:
+    """Load the TorchScript file on CPU and check int8 [2, *board_shape] -> float32
+    [2, n_moves] (default: the Gomoku policy, [2,15,15] -> [2,225])."""
     import torch  # lazy: listing versions must not need torch
 
+    shape_text = ",".join(str(d) for d in (2, *board_shape))
     try:
         model = torch.jit.load(str(model_file), map_location="cpu").eval()
         with torch.inference_mode():
-            y = model(torch.zeros((2, BOARD_SIZE, BOARD_SIZE), dtype=torch.int8))
+            y = model(torch.zeros((2, *board_shape), dtype=torch.int8))
     except Exception as exc:
         raise ValueError(f"{model_file} is not a usable TorchScript policy: {exc}") from exc
-    n_moves = BOARD_SIZE * BOARD_SIZE
     if not isinstance(y, torch.Tensor) or tuple(y.shape) != (2, n_moves):
         shape = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
-        raise ValueError(f"{model_file}: int8 [2,15,15] gave {shape}, expected (2, {n_moves})")
+        raise ValueError(f"{model_file}: int8 [{shape_text}] gave {shape}, expected "
+                         f"(2, {n_moves})")
     if y.dtype != torch.float32:
         raise ValueError(f"{model_file}: logits are {y.dtype}, expected torch.float32")
 
@@ -125,9 +155,9 @@ def publish(
     model_file = Path(model_file)
     if not model_file.is_file():
         raise FileNotFoundError(f"model file {model_file} does not exist")
-    if validate:
-        validate_model_file(model_file)
     repository = Path(repository)
+    if validate:
+        validate_model_file(model_file, *model_io(repository, model_name))
     ensure_model_config(repository, model_name)
     model_dir = repository / model_name
     info: dict[str, Any] = dict(metadata or {})

@@ -14,7 +14,10 @@ highest READY version of the model) to `version`, in five steps:
    Triton cannot load is refused here, with Triton's reason.
 3. **Smoke test** on the candidate (`smoke_test`): known positions answer with logits of shape
    [N, 225], float32, all finite, a well-formed masked policy, the same answer alone and in a
-   batch and on a repeat, and the answers carry the candidate's model version.
+   batch and on a repeat, and the answers carry the candidate's model version. A Go model
+   (``go_policy``: the client's `ModelIO` says so) is asked about known Go positions
+   (`known_go_positions`, compact int8 [4, 19, 19]) and must answer [N, 362] logits whose
+   softmax over the legal moves (the pass included) is a distribution.
 4. **Switch.** The model is loaded under its own name with the on-disk ``config.pbtxt`` changed
    only in ``version_policy: {specific: {versions: [version]}}``: Triton brings the version up
    while the old one keeps answering, then unloads the old one (in-flight requests finish).
@@ -52,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from services.triton.client import N_MOVES, PolicyClient, TritonError
+from services.triton.client import PolicyClient, TritonError
 from services.triton.publisher import DEFAULT_MODEL_NAME, list_versions
 
 BOARD_SIZE = 15
@@ -289,6 +292,57 @@ def masked_policy(logits: np.ndarray, boards: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
+def known_go_positions() -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Fixed Go positions: {name: (compact int8 [4, 19, 19], legal mask [362], pass last)}."""
+    from services.games import go_features
+    from services.games.go import GoState
+
+    def at(name: str) -> int:
+        from services.search.go_position import parse_vertex
+
+        point = parse_vertex(name)
+        assert point is not None
+        return point
+
+    states = {"empty": GoState(19)}
+    s = GoState(19)
+    for v in ("Q16", "D4", "Q4", "D16", "R14"):
+        s = s.play(at(v))
+    states["opening"] = s
+    # black E5 captures D5 and takes a ko: white may not retake at D5 at once
+    s = GoState(19)
+    for v in ("D4", "E4", "C5", "F5", "D6", "E6", "A1", "D5", "E5"):
+        s = s.play(at(v))
+    assert s.ko == at("D5")
+    states["ko"] = s
+    crowded = GoState(19)
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        legal = np.flatnonzero(crowded.legal_mask())
+        crowded = crowded.play(int(rng.choice(legal)))
+    states["crowded"] = crowded
+    states["after a pass"] = states["opening"].play(None)
+    return {
+        name: (go_features.compact(st), st.legal_mask(include_pass=True))
+        for name, st in states.items()
+    }
+
+
+def _smoke_boards(client: PolicyClient, model_name: str) -> np.ndarray:
+    """The boards `smoke_test` sends to `model_name` (Go or Gomoku positions)."""
+    if client.io_of(model_name).game == "go":
+        return np.stack([b for b, _ in known_go_positions().values()])
+    return np.stack(list(known_positions().values()))
+
+
+def masked_policy_legal(logits: np.ndarray, legal: np.ndarray) -> np.ndarray:
+    """Softmax over the legal entries of each row (`legal`: bool, same shape); 0 elsewhere."""
+    z = np.where(legal, logits.astype(np.float64), -np.inf)
+    z = z - z.max(axis=1, keepdims=True)
+    e = np.where(legal, np.exp(z), 0.0)
+    return e / e.sum(axis=1, keepdims=True)
+
+
 def _name(point: int) -> str:
     from services.games.coords import index_name
 
@@ -301,14 +355,24 @@ def smoke_test(
     version: int,
     centre_radius: int | None = None,
 ) -> tuple[list[SmokeCheck], np.ndarray]:
-    """Ask `version` of `model_name` (explicitly) about `known_positions`.
+    """Ask `version` of `model_name` (explicitly) about `known_positions` (a Go model: about
+    `known_go_positions`).
 
     Returns the checks and the batch's logits. A check that cannot even get an answer fails
     with the error. `centre_radius` makes "the empty board's top move lies within that many
-    points of the centre" a blocking check (it is informational otherwise).
+    points of the centre" a blocking check (it is informational otherwise; Gomoku only).
     """
-    names = list(known_positions())
-    boards = np.stack(list(known_positions().values()))
+    io = client.io_of(model_name)
+    go = io.game == "go"
+    boards = _smoke_boards(client, model_name)
+    if go:
+        known = known_go_positions()
+        names = list(known)
+        legal = np.stack([m for _, m in known.values()])
+    else:
+        names = list(known_positions())
+        legal = boards.reshape(len(boards), -1) == 0
+    n_moves = io.n_moves
     checks: list[SmokeCheck] = []
     want = str(version)
     try:
@@ -320,14 +384,14 @@ def smoke_test(
         ]
     except TritonError as exc:
         checks.append(SmokeCheck("answers", False, f"v{version} did not answer: {exc}"))
-        return checks, np.zeros((0, N_MOVES), np.float32)
+        return checks, np.zeros((0, n_moves), np.float32)
 
     answered = {(r.model_name, r.model_version) for r in [first, again, *alone]}
     checks.append(SmokeCheck(
         "model version", answered == {(model_name, want)},
         f"answers came from {sorted(answered)}, expected ({model_name!r}, {want!r})"))
     logits = first.logits
-    ok_shape = logits.shape == (len(boards), N_MOVES) and logits.dtype == np.float32
+    ok_shape = logits.shape == (len(boards), n_moves) and logits.dtype == np.float32
     checks.append(SmokeCheck("shape", ok_shape, f"{logits.dtype} {logits.shape}"))
     bad = ~np.isfinite(logits)
     if bad.any():
@@ -337,17 +401,24 @@ def smoke_test(
         detail = f"all {logits.size} logits finite, range [{logits.min():.3g}, {logits.max():.3g}]"
     checks.append(SmokeCheck("finite", not bad.any(), detail))
 
-    policy = masked_policy(logits, boards)
-    occupied = boards.reshape(len(boards), -1) != 0
+    policy = masked_policy_legal(logits, legal)
     sums = policy.sum(axis=1)
     ok_policy = bool(np.isfinite(policy).all() and np.allclose(sums, 1.0, atol=1e-6)
-                     and not policy[occupied].any())
-    single = int(np.flatnonzero(boards[names.index("one empty point")].ravel() == 0)[0])
-    ok_policy = ok_policy and bool(policy[names.index("one empty point"), single] > 0.999)
-    checks.append(SmokeCheck(
-        "masked policy", ok_policy,
-        "softmax over empty points sums to 1, 0 on stones" if ok_policy
-        else f"masked softmax is not a distribution over empty points (sums {np.round(sums, 4)})"))
+                     and not policy[~legal].any())
+    if go:
+        checks.append(SmokeCheck(
+            "masked policy", ok_policy,
+            "softmax over legal moves (pass included) sums to 1, 0 elsewhere" if ok_policy
+            else "masked softmax is not a distribution over the legal moves (sums "
+                 f"{np.round(sums, 4)})"))
+    else:
+        single = int(np.flatnonzero(boards[names.index("one empty point")].ravel() == 0)[0])
+        ok_policy = ok_policy and bool(policy[names.index("one empty point"), single] > 0.999)
+        checks.append(SmokeCheck(
+            "masked policy", ok_policy,
+            "softmax over empty points sums to 1, 0 on stones" if ok_policy
+            else "masked softmax is not a distribution over empty points (sums "
+                 f"{np.round(sums, 4)})"))
 
     scale = max(1.0, float(np.nanmax(np.abs(logits))) if np.isfinite(logits).any() else 1.0)
     diff_batch = max(float(np.max(np.abs(r.logits[0] - logits[i]))) for i, r in enumerate(alone))
@@ -357,7 +428,13 @@ def smoke_test(
         ok = bool(np.isfinite(diff) and diff <= _CONSISTENCY_ATOL * scale)
         checks.append(SmokeCheck(name, ok, f"max |difference| {diff:.3g} ({what})"))
 
-    if bool(np.isfinite(logits).all()):
+    if go and bool(np.isfinite(logits).all()):
+        from services.search.go_position import vertex
+
+        top = int(np.argmax(policy[names.index("empty")]))
+        checks.append(SmokeCheck("empty board", True, f"top move {vertex(top)}",
+                                 blocking=False))
+    elif bool(np.isfinite(logits).all()):
         top = int(np.argmax(policy[names.index("empty")]))
         x, y = top % BOARD_SIZE, top // BOARD_SIZE
         dist = max(abs(x - BOARD_SIZE // 2), abs(y - BOARD_SIZE // 2))
@@ -598,7 +675,7 @@ def _verify_switch(
     client: PolicyClient, model_name: str, version: int, reference: np.ndarray
 ) -> str | None:
     """None when unversioned requests are answered by `version` with the smoke logits."""
-    boards = np.stack(list(known_positions().values()))
+    boards = _smoke_boards(client, model_name)
     try:
         result = client.infer(boards, model_name=model_name)
     except TritonError as exc:

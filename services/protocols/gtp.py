@@ -1,0 +1,431 @@
+"""A GTP (Go Text Protocol, version 2) engine whose moves come from the movepred search service.
+
+    python -m services.protocols.gtp --target 127.0.0.1:50051 [--visits 200]
+    movepred gtp --target 127.0.0.1:50051 --visits 200
+
+The controller writes commands to stdin, one a line; every answer is ``= result`` or
+``? error`` followed by an empty line, with the command's id when it had one
+(https://www.lysator.liu.se/~gunnar/gtp/gtp2-spec-draft2/gtp2-spec.html). Supported:
+
+    protocol_version, name, version, known_command, list_commands, quit
+    boardsize 19            any other size: ``? unacceptable size`` (the Go model is 19x19)
+    clear_board, komi K
+    play COLOR VERTEX       COLOR b/black/w/white, VERTEX e.g. D4 or pass; an illegal move
+                            (occupied, suicide, ko retake) is ``? illegal move: ...``
+    genmove COLOR           a GenMove request to the service; answers the vertex (or pass)
+                            and plays it
+    undo                    takes the last move back (``? cannot undo`` at the start)
+    showboard               the board as text (X black, O white, the last move in lower case)
+    final_score             area score of the current position with komi: B+3.5, W+0.5 or 0;
+                            stones are all counted alive (no dead-stone removal), so score
+                            finished games (or ask an engine that removes dead stones)
+
+The engine keeps the game as a list of (colour, vertex) and replays it with the rules engine
+(`services.games.go.GoState`: captures, suicide illegal, simple ko), so illegal moves are
+refused locally. The service needs the moves in alternating order from the first mover: when a
+controller makes one colour play twice (e.g. free handicap placement, or a ``genmove`` for the
+side that just played), the position is sent as the board at the last break of alternation
+(set-up stones, `first_to_move`) followed by the alternating moves since; so is a game resumed
+after two passes. Ko state at such a break is not carried over (the service sees set-up
+stones).
+
+Failures never end the engine: an unreachable service answers
+``? search service unavailable (...)``, other service errors ``? search failed: ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+import grpc
+
+from services.api.movepred.v1 import search_pb2
+from services.games.go import BLACK, WHITE, GoState, IllegalMove, opponent, sgf_name
+from services.search.go_position import (
+    DEFAULT_KOMI,
+    GO_SIZE,
+    VertexError,
+    parse_vertex,
+    vertex,
+)
+
+NAME = "movepred"
+DEFAULT_TARGET = "127.0.0.1:50051"
+DEFAULT_VISITS = 200
+PROTOCOL_VERSION = "2"
+COMMANDS = (
+    "protocol_version",
+    "name",
+    "version",
+    "known_command",
+    "list_commands",
+    "quit",
+    "boardsize",
+    "clear_board",
+    "komi",
+    "play",
+    "genmove",
+    "undo",
+    "showboard",
+    "final_score",
+)
+_COLORS = {"b": BLACK, "black": BLACK, "w": WHITE, "white": WHITE}
+
+Move = tuple[int, int | None]  # (colour, point or None for a pass)
+
+
+class GtpError(Exception):
+    """A command that fails; the message becomes the `?` answer."""
+
+
+def parse_color(text: str) -> int:
+    color = _COLORS.get(text.strip().lower())
+    if color is None:
+        raise GtpError(f"syntax error: not a colour: {text!r}")
+    return color
+
+
+def color_name(color: int) -> str:
+    return "black" if color == BLACK else "white"
+
+
+def score_text(score: float) -> str:
+    """Black's area score minus komi -> "B+3.5", "W+0.5" or "0"."""
+    if score > 0:
+        return f"B+{score:g}"
+    if score < 0:
+        return f"W+{-score:g}"
+    return "0"
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def _preprocess(line: str) -> str:
+    """GTP's input rules: drop control characters but tab, tabs to spaces, cut comments."""
+    line = "".join(c for c in line if c == "\t" or (ord(c) >= 32 and ord(c) != 127))
+    line = line.replace("\t", " ")
+    return line.split("#", 1)[0].strip()
+
+
+def build_position(
+    history: Sequence[Move], states: Sequence[GoState], color: int, komi: float
+) -> search_pb2.Position:
+    """The service Position for `color` to move after `history` (`states[k]`: the position
+    before `history[k]`, `states[len(history)]` the current one): the board at the last break
+    of alternation (or of two passes in a row) as set-up, then the alternating moves since."""
+    start = len(history)
+    want = opponent(color)
+    for j in range(len(history) - 1, -1, -1):
+        c, point = history[j]
+        if c != want:
+            break
+        if point is None and j + 1 < len(history) and history[j + 1][1] is None:
+            break  # two passes in a row: the game was over there, send what followed
+        start = j
+        want = opponent(want)
+    base = states[start]
+    size = base.size
+    first = history[start][0] if start < len(history) else color
+
+    def pt(p: int | None) -> search_pb2.Point:
+        if p is None:
+            return search_pb2.Point(is_pass=True)
+        return search_pb2.Point(x=p % size, y=p // size)
+
+    cells = base.cells
+    return search_pb2.Position(
+        game=search_pb2.GO,
+        rule=search_pb2.GO_AREA,
+        board_size=size,
+        komi=komi,
+        first_to_move=search_pb2.BLACK if first == BLACK else search_pb2.WHITE,
+        setup_black=[pt(p) for p in range(size * size) if cells[p] == BLACK],
+        setup_white=[pt(p) for p in range(size * size) if cells[p] == WHITE],
+        moves=[pt(p) for _, p in history[start:]],
+    )
+
+
+def go_sgf(
+    moves: Sequence[Move],
+    *,
+    size: int = GO_SIZE,
+    komi: float = DEFAULT_KOMI,
+    black: str = "",
+    white: str = "",
+    result: str | None = None,
+    comments: Sequence[str | None] = (),
+    event: str | None = None,
+) -> str:
+    """An SGF (FF[4], GM[1]) record of a Go game: one node per move, passes as B[] / W[]."""
+
+    def esc(text: str) -> str:
+        return text.replace("\\", "\\\\").replace("]", "\\]")
+
+    from services.protocols.sgf_export import app_version
+
+    head = [f"GM[1]FF[4]CA[UTF-8]AP[movepred:{esc(app_version())}]SZ[{size}]KM[{komi:g}]"
+            "RU[Chinese]"]
+    if black:
+        head.append(f"PB[{esc(black)}]")
+    if white:
+        head.append(f"PW[{esc(white)}]")
+    if result is not None:
+        head.append(f"RE[{esc(result)}]")
+    if event:
+        head.append(f"EV[{esc(event)}]")
+    nodes = [";" + "".join(head)]
+    for i, (color, point) in enumerate(moves):
+        node = f";{'B' if color == BLACK else 'W'}[{sgf_name(point, size)}]"
+        comment = comments[i] if i < len(comments) else None
+        if comment:
+            node += f"C[{esc(comment)}]"
+        nodes.append(node)
+    lines = [nodes[0]]
+    for k in range(1, len(nodes), 10):
+        lines.append("".join(nodes[k : k + 10]))
+    return "(" + "\n".join(lines) + ")\n"
+
+
+class GtpEngine:
+    """The GTP state machine: `handle(line)` returns the whole answer (None for an empty or
+    comment line). `client_factory()` makes the search client on first use."""
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        visits: int = DEFAULT_VISITS,
+        time_ms: int = 0,
+        timeout_s: float | None = None,
+        client_factory: Callable[[], Any] | None = None,
+    ) -> None:
+        self.target = target
+        self.visits = visits
+        self.time_ms = time_ms
+        self.timeout_s = timeout_s
+        self._client_factory = client_factory
+        self._client: Any = None
+        self.size = GO_SIZE
+        self.komi = DEFAULT_KOMI
+        self.history: list[Move] = []
+        self.states: list[GoState] = [GoState(self.size)]
+        self.finished = False
+        self.last_genmove: search_pb2.GenMoveResponse | None = None
+
+    @property
+    def state(self) -> GoState:
+        return self.states[-1]
+
+    # -- dispatch --
+    def handle(self, line: str) -> str | None:
+        """Answer one input line; never raises."""
+        text = _preprocess(line)
+        if not text:
+            return None
+        words = text.split()
+        ident = ""
+        if words[0].isdigit():
+            ident = words.pop(0)
+            if not words:
+                return f"?{ident} syntax error: no command\n\n"
+        command, args = words[0].lower(), words[1:]
+        try:
+            if command not in COMMANDS:
+                raise GtpError("unknown command")
+            result = getattr(self, f"cmd_{command}")(args)
+        except GtpError as exc:
+            return f"?{ident} {_one_line(exc)}\n\n"
+        except Exception as exc:  # the engine must outlive anything
+            return f"?{ident} internal error: {type(exc).__name__}: {_one_line(exc)}\n\n"
+        return f"={ident} {result}\n\n" if result else f"={ident}\n\n"
+
+    # -- commands --
+    def cmd_protocol_version(self, args: list[str]) -> str:
+        return PROTOCOL_VERSION
+
+    def cmd_name(self, args: list[str]) -> str:
+        return NAME
+
+    def cmd_version(self, args: list[str]) -> str:
+        from services.protocols.sgf_export import app_version
+
+        return app_version()
+
+    def cmd_known_command(self, args: list[str]) -> str:
+        if len(args) != 1:
+            raise GtpError("syntax error: known_command takes one command name")
+        return "true" if args[0].lower() in COMMANDS else "false"
+
+    def cmd_list_commands(self, args: list[str]) -> str:
+        return "\n".join(COMMANDS)
+
+    def cmd_quit(self, args: list[str]) -> str:
+        self.finished = True
+        self.close()
+        return ""
+
+    def cmd_boardsize(self, args: list[str]) -> str:
+        if len(args) != 1 or not args[0].isdigit():
+            raise GtpError("syntax error: boardsize takes one integer")
+        if int(args[0]) != GO_SIZE:
+            raise GtpError("unacceptable size")
+        self._clear()
+        return ""
+
+    def cmd_clear_board(self, args: list[str]) -> str:
+        self._clear()
+        return ""
+
+    def cmd_komi(self, args: list[str]) -> str:
+        try:
+            komi = float(args[0]) if len(args) == 1 else float("nan")
+        except ValueError:
+            komi = float("nan")
+        if komi != komi or abs(komi) > self.size * self.size:
+            raise GtpError("syntax error: komi takes one number")
+        self.komi = komi
+        return ""
+
+    def cmd_play(self, args: list[str]) -> str:
+        if len(args) != 2:
+            raise GtpError("syntax error: play takes a colour and a vertex")
+        color = parse_color(args[0])
+        try:
+            point = parse_vertex(args[1], self.size)
+        except VertexError as exc:
+            raise GtpError(f"syntax error: {exc}") from exc
+        self._play(color, point)
+        return ""
+
+    def cmd_genmove(self, args: list[str]) -> str:
+        if len(args) != 1:
+            raise GtpError("syntax error: genmove takes a colour")
+        color = parse_color(args[0])
+        position = build_position(self.history, self.states, color, self.komi)
+        try:
+            reply = self._client_or_new().genmove(
+                position, max_visits=self.visits, max_time_ms=self.time_ms,
+                timeout=self.timeout_s,
+            )
+        except grpc.RpcError as exc:
+            raise GtpError(self._rpc_error(exc)) from exc
+        point = None if reply.move.is_pass else reply.move.y * self.size + reply.move.x
+        self._play(color, point)
+        self.last_genmove = reply
+        return vertex(point, self.size)
+
+    def cmd_undo(self, args: list[str]) -> str:
+        if not self.history:
+            raise GtpError("cannot undo")
+        self.history.pop()
+        self.states.pop()
+        return ""
+
+    def cmd_showboard(self, args: list[str]) -> str:
+        s = self.state
+        to_move = color_name(s.to_move)
+        return (f"\n{s.ascii()}\nmove {len(self.history)}, komi {self.komi:g}, {to_move} to "
+                f"move, captures B {s.captures[BLACK]} W {s.captures[WHITE]}")
+
+    def cmd_final_score(self, args: list[str]) -> str:
+        return score_text(self.state.score(self.komi))
+
+    # -- helpers --
+    def _clear(self) -> None:
+        self.history = []
+        self.states = [GoState(self.size)]
+
+    def _play(self, color: int, point: int | None) -> None:
+        state = self.state
+        if state.is_over:  # play goes on after two passes (e.g. to settle dead stones)
+            state = state.resume()
+        try:
+            new = state.play(point, color)
+        except IllegalMove as exc:
+            raise GtpError(f"illegal move: {vertex(point, self.size)} ({exc.reason})") from exc
+        self.history.append((color, point))
+        self.states.append(new)
+
+    def _client_or_new(self) -> Any:
+        if self._client is None:
+            if self._client_factory is not None:
+                self._client = self._client_factory()
+            else:
+                from services.search.client import SearchClient
+
+                self._client = SearchClient(self.target)
+        return self._client
+
+    def _rpc_error(self, exc: Any) -> str:
+        code = exc.code() if hasattr(exc, "code") else None
+        details = _one_line(exc.details() if hasattr(exc, "details") else exc)
+        if code == grpc.StatusCode.UNAVAILABLE and not details.startswith("Triton"):
+            return f"search service unavailable ({self.target}: {details[:200]})"
+        name = code.name if code is not None else "RPC failed"
+        return f"search failed: {name}: {details[:300]}"
+
+    def close(self) -> None:
+        if self._client is not None and hasattr(self._client, "close"):
+            self._client.close()
+        self._client = None
+
+
+def serve(engine: GtpEngine, stdin: TextIO, stdout: TextIO) -> int:
+    """Answer commands until `quit` or the end of input; every answer is flushed at once."""
+    try:
+        while not engine.finished:
+            line = stdin.readline()
+            if not line:
+                break
+            answer = engine.handle(line)
+            if answer is not None:
+                stdout.write(answer)
+                stdout.flush()
+    finally:
+        engine.close()
+    return 0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", default=DEFAULT_TARGET, help="search service host:port")
+    p.add_argument("--visits", type=int, default=DEFAULT_VISITS,
+                   help=f"visits per genmove (default {DEFAULT_VISITS}; 0: limited by time)")
+    p.add_argument("--time-ms", type=int, default=0, help="time per genmove (0: by visits)")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="seconds per GenMove call (default: time budget + 10 s, or 300 s)")
+
+
+def cmd_gtp(args: argparse.Namespace) -> int:
+    engine = GtpEngine(args.target, visits=args.visits, time_ms=args.time_ms,
+                       timeout_s=args.timeout)
+    return serve(engine, sys.stdin, sys.stdout)
+
+
+def add_gtp_command(subparsers: argparse._SubParsersAction) -> dict:
+    """Register `gtp`: a GTP engine on stdin/stdout backed by the search service."""
+    g = subparsers.add_parser(
+        "gtp",
+        help="play Go over GTP (stdin/stdout) with moves from the search service",
+        epilog="Board size 19 only; final_score counts every stone as alive.",
+    )
+    add_arguments(g)
+    return {"gtp": cmd_gtp}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m services.protocols.gtp",
+        description="GTP engine backed by the movepred search service.",
+    )
+    add_arguments(p)
+    args = p.parse_args(argv)
+    return cmd_gtp(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

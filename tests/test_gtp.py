@@ -1,0 +1,256 @@
+"""The GTP engine (`movepred gtp`): protocol, rules, positions sent to the service, and games.
+
+First part (always runs): GTP framing (ids, comments, errors), board commands and the rules
+(occupied, suicide, ko), undo, final_score, the Position sent for non-alternating histories,
+SGF output, and an engine whose search service is a closed port (it answers ``?`` and goes on).
+
+Second part (skipped without a ``tritonserver`` binary): a real Triton serving an untrained
+``go_res_b2c32`` as ``go_policy`` and a real search service in-process; the engine driven
+in-process and as a ``movepred gtp`` subprocess over a pipe, and one short game against GNU Go
+through benchmarks/go_match.py (skipped when gnugo is not installed).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from services import cli
+from services.api.movepred.v1 import search_pb2
+from services.games.go import BLACK, WHITE, GoState
+from services.protocols.gtp import COMMANDS, GtpEngine, build_position, go_sgf, score_text
+from services.search import validation
+from services.search.go_position import parse_vertex
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def closed_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def engine() -> Iterator[GtpEngine]:
+    e = GtpEngine(f"127.0.0.1:{closed_port()}", visits=8, timeout_s=5)
+    yield e
+    e.close()
+
+
+def _text(answer: str | None, status: str) -> str:
+    """The answer's text, without the status character, the id and the final blank line."""
+    assert answer is not None and answer.startswith(status) and answer.endswith("\n\n"), answer
+    match = re.match(r"^.(\d*)(.*)$", answer, re.DOTALL)
+    assert match is not None
+    return match.group(2).strip()
+
+
+def ok(answer: str | None) -> str:
+    return _text(answer, "=")
+
+
+def fails(answer: str | None) -> str:
+    return _text(answer, "?")
+
+
+# --------------------------------------------------------------------------- protocol
+
+
+def test_framing_ids_comments_and_admin_commands(engine: GtpEngine) -> None:
+    assert engine.handle("") is None and engine.handle("   # just a comment") is None
+    assert engine.handle("protocol_version") == "= 2\n\n"
+    assert engine.handle("7 name # trailing comment") == "=7 movepred\n\n"
+    assert engine.handle("\tname\r\n") == "= movepred\n\n"
+    assert ok(engine.handle("version"))
+    assert engine.handle("8 known_command genmove") == "=8 true\n\n"
+    assert engine.handle("known_command fly") == "= false\n\n"
+    assert ok(engine.handle("list_commands")).split("\n") == list(COMMANDS)
+    assert engine.handle("9 fly") == "?9 unknown command\n\n"
+    assert fails(engine.handle("boardsize 9")) == "unacceptable size"
+    assert fails(engine.handle("boardsize x")).startswith("syntax error")
+    assert fails(engine.handle("komi abc")).startswith("syntax error")
+    assert ok(engine.handle("komi 6.5")) == "" and engine.komi == 6.5
+    assert engine.handle("quit") == "=\n\n" and engine.finished
+
+
+def test_play_rules_undo_and_score(engine: GtpEngine) -> None:
+    assert ok(engine.handle("boardsize 19")) == ""
+    for color, v in (("b", "D4"), ("white", "E4"), ("B", "C5"), ("w", "F5"), ("black", "D6"),
+                     ("w", "E6"), ("b", "A1"), ("w", "D5"), ("b", "E5")):
+        assert ok(engine.handle(f"play {color} {v}")) == "", (color, v)
+    assert engine.state.ko == parse_vertex("D5") and engine.state.captures[BLACK] == 1
+    assert fails(engine.handle("play w D5")) == "illegal move: D5 (ko)"
+    assert fails(engine.handle("play w E5")) == "illegal move: E5 (occupied)"
+    assert fails(engine.handle("play w Z9")).startswith("syntax error")
+    assert fails(engine.handle("play green D4")).startswith("syntax error")
+    assert ok(engine.handle("play w pass")) == ""
+    board = ok(engine.handle("showboard"))
+    assert "A B C D E F G H J K L M N O P Q R S T" in board and "black to move" in board
+    assert len(engine.history) == 10
+    assert ok(engine.handle("undo")) == "" and len(engine.history) == 9
+    assert engine.state.ko == parse_vertex("D5")  # the position before the pass, ko included
+    e = GtpEngine("unused")
+    assert fails(e.handle("undo")) == "cannot undo"
+    for v in ("A2", "B1"):
+        e.handle(f"play b {v}")
+    assert fails(e.handle("play w A1")) == "illegal move: A1 (suicide)"
+    assert ok(e.handle("final_score")) == "B+353.5"  # 361 points of black area - 7.5
+    assert ok(e.handle("clear_board")) == "" and e.history == []
+    assert ok(e.handle("final_score")) == "W+7.5"
+    assert score_text(0.0) == "0" and score_text(-0.5) == "W+0.5"
+
+
+def test_positions_sent_to_the_service() -> None:
+    def run(moves: list[tuple[int, str]], color: int) -> search_pb2.Position:
+        e = GtpEngine("unused")
+        for c, v in moves:
+            assert ok(e.handle(f"play {'b' if c == BLACK else 'w'} {v}")) == ""
+        position = build_position(e.history, e.states, color, e.komi)
+        state = validation.position_to_state(position)  # the service accepts it...
+        assert state.board.tolist() == e.state.board.tolist()  # ...as the same board
+        assert state.to_move == color
+        return position
+
+    plain = run([(BLACK, "D4"), (WHITE, "Q16")], BLACK)
+    assert len(plain.moves) == 2 and not plain.setup_black and plain.komi == 7.5
+    # black plays twice (free handicap): the board so far becomes set-up, white to move
+    handicap = run([(BLACK, "D4"), (BLACK, "Q16"), (WHITE, "Q4")], BLACK)
+    assert len(handicap.setup_black) == 1 and [m.x for m in handicap.moves] == [15, 15]
+    assert handicap.first_to_move == search_pb2.BLACK
+    white_first = run([(BLACK, "D4"), (BLACK, "Q16")], WHITE)
+    assert len(white_first.setup_black) == 1 and len(white_first.moves) == 1
+    # genmove for the side that just played: everything becomes set-up
+    again = run([(BLACK, "D4"), (WHITE, "Q16")], WHITE)
+    assert not again.moves and again.first_to_move == search_pb2.WHITE
+    assert len(again.setup_black) == len(again.setup_white) == 1
+    # play resumed after two passes: only what followed the passes is sent as moves
+    resumed = run([(BLACK, "D4"), (WHITE, "pass"), (BLACK, "pass"), (WHITE, "Q16")], BLACK)
+    assert len(resumed.moves) == 2 and resumed.moves[0].is_pass
+
+
+def test_sgf_record() -> None:
+    text = go_sgf([(BLACK, parse_vertex("D4")), (WHITE, None), (BLACK, parse_vertex("Q16"))],
+                  komi=6.5, black="movepred", white="GNU Go", result="W+12.5",
+                  comments=["first", None, "a ] bracket"])
+    assert text.startswith("(;GM[1]FF[4]") and text.endswith(")\n")
+    assert "SZ[19]KM[6.5]" in text and "PB[movepred]PW[GNU Go]RE[W+12.5]" in text
+    assert ";B[dp]C[first];W[];B[pd]C[a \\] bracket]" in text
+
+
+def test_dead_service_answers_errors_and_the_engine_goes_on(engine: GtpEngine) -> None:
+    answer = fails(engine.handle("genmove b"))
+    assert answer.startswith("search service unavailable") or answer.startswith("search failed")
+    assert engine.history == []  # nothing was played
+    assert ok(engine.handle("play b D4")) == ""
+
+
+def test_cli_registers_gtp() -> None:
+    parser, commands = cli.build_parser()
+    assert "gtp" in commands
+    args = parser.parse_args(["gtp", "--target", "h:1", "--visits", "32"])
+    assert (args.target, args.visits, args.time_ms) == ("h:1", 32, 0)
+
+
+# --------------------------------------------------------------------------- with real Triton
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from services.search.server import build_service
+    from services.triton.client import PolicyClient
+    from tests.triton_fixtures import go_triton_setup, require_tritonserver
+
+    require_tritonserver()
+    server, _ = go_triton_setup(tmp_path_factory.mktemp("gtp-triton"), with_gomoku=False)
+    with server:
+        gomoku = PolicyClient(server.grpc_url, "gomoku_policy", timeout_s=30.0)
+        go = PolicyClient(server.grpc_url, "go_policy", timeout_s=30.0)
+        svc = build_service(gomoku, go_evaluator=go).start()
+        try:
+            yield f"127.0.0.1:{svc.port}"
+        finally:
+            svc.stop()
+            gomoku.close()
+            go.close()
+
+
+@pytest.mark.timeout(300)
+def test_genmove_in_process(service: str) -> None:
+    e = GtpEngine(service, visits=16)
+    try:
+        assert ok(e.handle("clear_board")) == "" and ok(e.handle("komi 7.5")) == ""
+        first = ok(e.handle("1 genmove b"))
+        assert parse_vertex(first) is not None or first == "pass"
+        assert e.last_genmove is not None and e.last_genmove.total_visits == 16
+        assert ok(e.handle("play w Q16")) == ""
+        second = ok(e.handle("genmove black"))
+        third = ok(e.handle("genmove black"))  # black twice: sent with set-up stones
+        assert [c for c, _ in e.history] == [BLACK, WHITE, BLACK, BLACK]
+        played = [e.history[i][1] for i in (0, 2, 3)]
+        assert [parse_vertex(v) for v in (first, second, third)] == played
+        board = ok(e.handle("showboard"))
+        assert board.count("X") + board.count("x") >= 1
+    finally:
+        e.close()
+
+
+@pytest.mark.timeout(300)
+def test_gtp_subprocess_over_a_pipe(service: str) -> None:
+    commands = ["protocol_version", "boardsize 19", "clear_board", "play b D4", "10 genmove w",
+                "final_score", "quit"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "services.cli", "gtp", "--target", service, "--visits", "8"],
+        input="\n".join(commands) + "\n", capture_output=True, text=True, timeout=240, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    answers = proc.stdout.split("\n\n")
+    assert answers[-1] == ""
+    answers = answers[:-1]
+    assert answers[0] == "= 2" and answers[1] == "=" and answers[2] == "="
+    assert answers[3] == "=" and answers[4].startswith("=10 ")
+    move = answers[4][4:]
+    assert move == "pass" or (parse_vertex(move) is not None and move != "D4")
+    assert answers[5].startswith("= ") and answers[6] == "="
+
+
+def _go_match():
+    spec = importlib.util.spec_from_file_location("go_match", ROOT / "benchmarks" / "go_match.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["go_match"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.timeout(600)
+def test_one_short_game_against_gnugo(service: str, tmp_path: Path) -> None:
+    go_match = _go_match()
+    gnugo = go_match.find_gnugo()
+    if gnugo is None:
+        pytest.skip("gnugo is not installed (apt-get install -y gnugo)")
+    ours = go_match.EnginePlayer(GtpEngine(service, visits=8, timeout_s=120))
+    opponent = go_match.GtpProcess([gnugo, "--mode", "gtp", "--level", "1", "--chinese-rules"])
+    try:
+        result = go_match.play_game(ours, opponent, WHITE, komi=7.5, max_moves=12)
+    finally:
+        ours.close()
+        opponent.close()
+    assert result.moves == 12 or result.end in ("two passes", "resignation")
+    assert result.our_color == "white" and result.gnugo_score[:2] in ("B+", "W+", "0")
+    state = GoState(19)
+    for color, point in result.history:  # a legal game, colours alternating from black
+        state = state.play(point, color)
+    assert [c for c, _ in result.history[:2]] == [BLACK, WHITE]
+    path = go_match.write_sgf(result, tmp_path, 7.5, 1)
+    text = path.read_text()
+    assert "PW[movepred]" in text and "PB[GNU Go (level 1)]" in text
+    assert text.count(";B[") + text.count(";W[") == result.moves
+    assert "visits, prior" in text  # our moves carry their search statistics
