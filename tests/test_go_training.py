@@ -308,8 +308,11 @@ def test_export_checks_go_models_on_valid_planes(tmp_path: Path) -> None:
     model = build("go_res_b2c32")
     diff = export_torchscript(model, tmp_path / "m.pt", board_size=19, game="go")
     assert diff <= 1e-4
+    loaded = torch.jit.load(str(tmp_path / "m.pt"))
     with torch.no_grad():
-        assert torch.jit.load(str(tmp_path / "m.pt"))(inputs).shape == (32, 19 * 19 + 1)
+        assert loaded(inputs).shape == (32, 19 * 19 + 1)
+    # the stock PyTorch backend binds the input by forward's argument name (deploy/triton-stock)
+    assert [a.name for a in loaded.forward.schema.arguments] == ["self", "boards"]
 
 
 # ---------------------------------------------------------------------------- flows

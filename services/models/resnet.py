@@ -52,14 +52,17 @@ class ResidualPolicyNet(nn.Module):
 
 
 class GoPolicy(nn.Module):
-    """Compact Go inputs int8 [N, 4, S, S] -> logits [N, S*S + 1] (last = pass)."""
+    """Compact Go inputs int8 [N, 4, S, S] -> logits [N, S*S + 1] (last = pass).
+
+    The argument is named `boards`, as in the Gomoku policies: the stock PyTorch backend of
+    Triton binds inputs by the forward argument's name (deploy/triton-stock)."""
 
     def __init__(self, net: nn.Module) -> None:
         super().__init__()
         self.net = net
 
-    def forward(self, compact: torch.Tensor) -> torch.Tensor:
-        return self.net(go_features.planes_torch(compact))
+    def forward(self, boards: torch.Tensor) -> torch.Tensor:
+        return self.net(go_features.planes_torch(boards))
 
 
 class GomokuResidual(nn.Module):
