@@ -42,6 +42,8 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
+from services.games.ascii_board import board_from_ascii
+
 EMPTY, BLACK, WHITE = 0, 1, 2
 MIN_SIZE, MAX_SIZE = 2, 25
 HISTORY_LEN = 8  # positions kept in `history` (current one included)
@@ -405,21 +407,6 @@ class GoState:
     def __repr__(self) -> str:
         return (f"GoState(size={self.size}, move_number={self.move_number}, "
                 f"to_move={self.to_move}, ko={self.ko}, passes={self.passes})")
-
-
-def board_from_ascii(text: str) -> np.ndarray:
-    """Rows top first; 'X' black, 'O' white, '.' or '+' empty; cells may be space-separated."""
-    rows = [r.split() if " " in r.strip() else list(r.strip())
-            for r in text.strip().splitlines() if r.strip()]
-    size = len(rows)
-    board = np.zeros((size, size), dtype=np.int8)
-    code = {".": EMPTY, "+": EMPTY, "X": BLACK, "O": WHITE}
-    for i, row in enumerate(rows):
-        if len(row) != size:
-            raise ValueError(f"row {i} has {len(row)} cells, expected {size}")
-        for x, c in enumerate(row):
-            board[size - 1 - i, x] = code[c.upper()]
-    return board
 
 
 # ---- replaying records ----------------------------------------------------------------------

@@ -15,6 +15,7 @@ from enum import StrEnum
 import numpy as np
 
 from services.games import renju
+from services.games.ascii_board import board_from_ascii  # noqa: F401 (re-exported)
 from services.games.coords import index_name
 
 EMPTY, BLACK, WHITE = 0, 1, 2
@@ -170,17 +171,3 @@ class GomokuState:
             lines.append(f"{y + 1:>2} " + " ".join(cells))
         lines.append("   " + " ".join("abcdefghijklmnopqrs"[: self.size]))
         return "\n".join(lines)
-
-
-def board_from_ascii(text: str) -> np.ndarray:
-    """Parse a test-fixture board: rows top first, 'X' black, 'O' white, '.' empty."""
-    rows = [r.split() if " " in r.strip() else list(r.strip()) for r in text.strip().splitlines()]
-    size = len(rows)
-    board = np.zeros((size, size), dtype=np.int8)
-    code = {".": EMPTY, "X": BLACK, "O": WHITE}
-    for i, row in enumerate(rows):
-        if len(row) != size:
-            raise ValueError(f"row {i} has {len(row)} cells, expected {size}")
-        for x, c in enumerate(row):
-            board[size - 1 - i, x] = code[c.upper()]
-    return board
