@@ -5,6 +5,7 @@ several client concurrencies, and GenMove playouts/s for concurrent searches.
     .venv/bin/python benchmarks/serving.py [--concurrency 1,16,64] [--requests 2000]
         [--level-seconds 12] [--genmove-concurrency 1,8] [--genmove-visits 800]
         [--genmove-rounds 2] [--model shao_f32_n2] [--triton-env OMP_WAIT_POLICY=PASSIVE]
+        [--service-arg=--max-workers=32]
 
 The model is freshly initialised (latency does not depend on the weights). The search service
 runs in its own process (`python -m services.search.server`, its default settings: 16 RPC
@@ -23,6 +24,9 @@ machine the load generator competes for the same cores, and so do other jobs; a 
 `--triton-env KEY=VALUE` sets extra environment for the Triton process only, e.g.
 `OMP_WAIT_POLICY=PASSIVE`: by default the stub's OpenMP threads (torch on CPU) spin-wait after
 each request, which costs several ms of CPU per request when requests arrive spaced out.
+
+`--service-arg ARG` (repeatable) adds ARG to the search service's command line, e.g.
+`--service-arg=--max-workers=32`, to compare service settings against the same baseline.
 
 GenMove: C concurrent searches (each thread its own channel, `disable_tree_reuse`, a different
 opening per thread), `--genmove-rounds` searches per thread; playouts/s = all visits / wall time.
@@ -276,6 +280,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--triton-env", action="append", default=[], metavar="KEY=VALUE",
                         help="extra environment of the Triton process only (repeatable), e.g. "
                              "OMP_WAIT_POLICY=PASSIVE")
+    parser.add_argument("--service-arg", action="append", default=[], metavar="ARG",
+                        help="extra argument of the search service's command line (repeatable), "
+                             "e.g. --service-arg=--max-workers=32")
     args = parser.parse_args(argv)
     if any("=" not in item for item in args.triton_env):
         parser.error("--triton-env takes KEY=VALUE")
@@ -286,7 +293,8 @@ def main(argv: list[str] | None = None) -> None:
     board[0, 8, 7] = board[0, 6, 6] = 2  # h9, g7 (white): the position of PREDICT_MOVES
     print(f"machine: {platform.machine()} cpus={os.cpu_count()} "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} model={args.model}"
-          + (f" triton env {triton_env}" if triton_env else ""), flush=True)
+          + (f" triton env {triton_env}" if triton_env else "")
+          + (f" service args {args.service_arg}" if args.service_arg else ""), flush=True)
     rows = []
     gen_rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -316,7 +324,8 @@ def main(argv: list[str] | None = None) -> None:
             port = free_port()
             service = subprocess.Popen(
                 [sys.executable, "-m", "services.search.server", "--port", str(port),
-                 "--triton-url", triton.grpc_url], cwd=ROOT, stdout=subprocess.DEVNULL)
+                 "--triton-url", triton.grpc_url, *args.service_arg],
+                cwd=ROOT, stdout=subprocess.DEVNULL)
             target = f"127.0.0.1:{port}"
             try:
                 wait_for_health(target)

@@ -114,13 +114,16 @@ def masked_softmax(logits: np.ndarray, legal: np.ndarray) -> np.ndarray:
     if not legal.any():
         return out
     z = np.asarray(logits, dtype=np.float64).reshape(legal.shape)[legal]
-    z = np.where(np.isnan(z), -np.inf, z)
-    if np.isposinf(z).any():
-        p = np.isposinf(z).astype(np.float64)
-    elif np.isneginf(z).all():
-        p = np.ones_like(z)
-    else:
+    if np.isfinite(z).all():  # the usual case, without the special cases' checks
         p = np.exp(z - z.max())
+    else:
+        z = np.where(np.isnan(z), -np.inf, z)
+        if np.isposinf(z).any():
+            p = np.isposinf(z).astype(np.float64)
+        elif np.isneginf(z).all():
+            p = np.ones_like(z)
+        else:
+            p = np.exp(z - z.max())
     out[legal] = p / p.sum()
     return out
 

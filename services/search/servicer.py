@@ -80,8 +80,8 @@ def _color(color: int) -> search_pb2.Color.ValueType:
 def top_moves(policy: np.ndarray, legal: np.ndarray, k: int) -> list[int]:
     """The k most probable legal points; ties go to the lower point index."""
     points = np.flatnonzero(legal)
-    order = np.lexsort((points, -policy[points]))
-    return [int(points[i]) for i in order[:k]]
+    order = np.argsort(-policy[points], kind="stable")  # stable: ties keep the index order
+    return points[order[:k]].tolist()
 
 
 def search_end(max_time_ms: int, time_remaining: float | None) -> tuple[float, float | None]:

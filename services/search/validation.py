@@ -32,9 +32,12 @@ answers RESOURCE_EXHAUSTED.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+import numpy as np
 
 from services.api.movepred.v1 import search_pb2
 from services.games import go
@@ -174,6 +177,10 @@ def position_to_state(position: search_pb2.Position, field: str = "position") ->
             if makes_five(probe.board, p % size, p // size, color, rule):
                 raise InvalidRequest(f"{field}.{name}", "the setup stones already make five")
 
+    if rule is not Rule.RENJU:  # no forbidden points: the moves can be placed without `play`
+        fast = _placed_without_five(probe.board, position.moves, size, rule)
+        if fast is not None:
+            return fast
     state = GomokuState.from_moves(
         [], size=size, rule=rule, setup_black=tuple(black), setup_white=tuple(white)
     )
@@ -194,6 +201,45 @@ def position_to_state(position: search_pb2.Position, field: str = "position") ->
         except IllegalMove as exc:  # e.g. a renju forbidden point for black
             raise InvalidRequest(where, str(exc)) from exc
     return state
+
+
+@functools.cache
+def _five_windows(size: int) -> np.ndarray:
+    """Flat indices of every 5-in-a-row window of a size x size board, shape [n, 5]."""
+    rows = []
+    for dx, dy in ((1, 0), (0, 1), (1, 1), (1, -1)):
+        for y in range(size):
+            for x in range(size):
+                if 0 <= x + 4 * dx < size and 0 <= y + 4 * dy < size:
+                    rows.append([(y + k * dy) * size + x + k * dx for k in range(5)])
+    return np.array(rows, dtype=np.intp)
+
+
+def _placed_without_five(
+    setup: np.ndarray, moves: Iterable[search_pb2.Point], size: int, rule: Rule
+) -> GomokuState | None:
+    """The state after `moves` on the `setup` board, built without replaying them one by one,
+    when that gives exactly what `GomokuState.play` would (no forbidden points, i.e. not renju):
+    every move is on the board and empty, and the final board has no five in a row of one
+    colour, so no move can have made five (stones are never removed) and nobody has won.
+    None when that does not hold: the caller replays the moves, which names the failing move."""
+    board = setup.copy()
+    flat = board.reshape(-1)
+    played: list[int] = []
+    color = BLACK
+    for p in moves:
+        if p.is_pass or not (0 <= p.x < size and 0 <= p.y < size):
+            return None
+        index = p.y * size + p.x
+        if flat[index] != EMPTY:
+            return None
+        flat[index] = color
+        played.append(index)
+        color = WHITE if color == BLACK else BLACK
+    cells = flat[_five_windows(size)]
+    if (cells == BLACK).all(axis=1).any() or (cells == WHITE).all(axis=1).any():
+        return None
+    return GomokuState(size=size, rule=rule, board=board, moves=tuple(played), winner=EMPTY)
 
 
 def _go_setup(
