@@ -15,9 +15,10 @@ Figures, each measured in a fresh child process (so peak memory is that run's ow
     through /proc/self/clear_refs); positions/s per core = raw pairs / CPU seconds of the
     whole run. Best and median of --repeat runs.
   * the steps inside `source_pairs` and `deduplicate` (`services.dataset.build.STEP_TIMES`);
-  * the shard writer's own parts (default columns, filter + sort, Parquet encoding with and
-    without zstd, SHA-256, write + fsync), re-done one by one with the functions and options
-    of services/dataset/shards.py;
+  * the shard writer's own parts (default columns, the splits' parts in shard order: slices
+    of `deduplicate`'s output, which comes in that order, else filter + sort; Parquet encoding
+    with and without zstd, SHA-256, write + fsync), re-done one by one with the functions and
+    options of services/dataset/shards.py;
   * the simple reference implementation (token-by-token move parsing, per-move replay, 8
     full-board images per pair, Python bytes per row, Arrow group_by, Python split strings)
     against the current code on the first --reference-games games, in the same run, with a
@@ -58,7 +59,6 @@ sys.path.insert(0, str(ROOT))
 
 from services.dataset import build, shards  # noqa: E402
 from services.dataset.shards import (  # noqa: E402
-    PAIR_SCHEMA,
     ROW_GROUP_ROWS,
     ROWS_PER_SHARD,
     SPLITS,
@@ -273,22 +273,17 @@ def writer_parts(path: str, out: str) -> dict:
     if fill is not None:
         with stage(stages, "fill default columns (with_pair_columns)"):
             table = fill(table)
-    parts = []
-    with stage(stages, "filter by split + sort (hash, move, board)"):
-        for split in SPLITS:
-            part = table.filter(pc.equal(table["split"], split))
-            parts.append(part.sort_by([("position_hash", "ascending"), ("move", "ascending"),
-                                       ("board", "ascending")]))
+    with stage(stages, "split parts in shard order (split, hash, move, board)"):
+        parts = [part for _, part in shards.split_parts(table)]  # slices, for dedup's output
     with stage(stages, "slice + cast to PAIR_SCHEMA"):
-        pieces = [p.slice(i, ROWS_PER_SHARD).cast(PAIR_SCHEMA) for p in parts
-                  for i in range(0, max(p.num_rows, 1), ROWS_PER_SHARD)]
+        pieces = [shards.shard_piece(p, i) for p in parts
+                  for i in range(max(1, -(-p.num_rows // ROWS_PER_SHARD)))]
     with stage(stages, "Parquet encode, no compression (for scale)"):
         for piece in pieces:
-            pq.write_table(piece, pa.BufferOutputStream(), compression="none",
-                           row_group_size=ROW_GROUP_ROWS, write_statistics=True,
-                           store_schema=True)
+            pq.write_table(piece, pa.BufferOutputStream(),
+                           **{**shards.parquet_options(piece.schema), "compression": "none"})
     with stage(stages, "Parquet encode, zstd (the writer's bytes)"):
-        blobs = [shards.parquet_bytes(piece) for piece in pieces]
+        blobs = [shards._parquet_buffer(piece) for piece in pieces]
     with stage(stages, "SHA-256 of the files"):
         for blob in blobs:
             hashlib.sha256(blob).hexdigest()

@@ -11,6 +11,7 @@ agree value for value, down to the bytes of the shards they lead to.
 from __future__ import annotations
 
 import dataclasses
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +35,7 @@ from services.dataset.canonical import (
     zobrist_table,
 )
 from services.dataset.pairs import replay, replay_games
-from services.dataset.shards import write_split_shards
+from services.dataset.shards import SPLITS, split_parts, write_split_shards
 from services.games.gomoku import Rule
 from services.games.symmetry import N_SYMMETRIES, point_table
 from services.records import rif
@@ -231,14 +232,20 @@ def _chunked(table: pa.Table, rows: int) -> pa.Table:
     return pa.concat_tables([table.slice(i, rows) for i in range(0, table.num_rows, rows)])
 
 
+def _shard_order_keys(table: pa.Table) -> list[tuple]:
+    rank = {s: i for i, s in enumerate(SPLITS)}
+    return [(rank[r["split"]], r["position_hash"], r["move"], r["board"])
+            for r in table.select(["split", "position_hash", "move", "board"]).to_pylist()]
+
+
 def _assert_dedup_equal(tables: list[pa.Table], ordered: bool = True) -> pa.Table:
     fast = deduplicate(tables)
     slow = _deduplicate_reference(tables)
     assert fast.schema == slow.schema
     assert fast.sort_by(SORT_KEY).equals(slow.sort_by(SORT_KEY))
-    if ordered:  # (hashes made to share their top bits may come out of (hash, move) order)
-        keys = fast.select(["position_hash", "move"]).to_pylist()
-        assert keys == sorted(keys, key=lambda r: (r["position_hash"], r["move"]))
+    if ordered:  # the shards' order: split, then (hash, move, board bytes)
+        keys = _shard_order_keys(fast)
+        assert keys == sorted(keys)
     return fast
 
 
@@ -295,6 +302,66 @@ def test_deduplicate_hash_collisions_never_merge(real_pairs: pa.Table) -> None:
         _assert_dedup_equal([t, twisted], ordered=False)
 
 
+def test_sort_pairs_is_exact_where_the_top_hash_bits_tie() -> None:
+    # the sort key holds only the hash's top bits: here runs of thousands of rows share them
+    rng = np.random.default_rng(11)
+    n = 6000
+    hashes = (rng.integers(0, 4, n).astype(np.uint64) << np.uint64(62)) | \
+        rng.integers(0, 300, n).astype(np.uint64)
+    moves = rng.integers(0, S * S, n).astype(np.int16)
+    major = split_codes(hashes)
+    order, same = build._sort_pairs(hashes, moves, major)
+    assert sorted(order.tolist()) == list(range(n))
+    keys = list(zip(major[order].tolist(), hashes[order].tolist(), moves[order].tolist(),
+                    strict=True))
+    assert keys == sorted(keys)
+    assert same.tolist() == [a[1:] == b[1:] for a, b in pairwise(keys)]
+
+
+def test_deduplicate_with_hashes_that_share_their_top_bits(real_pairs: pa.Table) -> None:
+    # still a function of the board (the fast route), but the top bits tie for many rows and
+    # different boards share a hash (regrouped by board bytes): the result and its order hold
+    h = real_pairs["position_hash"].to_numpy()
+    for folded in ((h >> np.uint64(60) << np.uint64(60)) | (h & np.uint64(0xFFF)),
+                   h & np.uint64(0xFF)):
+        t = real_pairs.set_column(real_pairs.schema.get_field_index("position_hash"),
+                                  "position_hash", pa.array(folded, pa.uint64()))
+        out = _assert_dedup_equal([_chunked(t, 4096)])
+        assert out.num_rows == _deduplicate_reference([t]).num_rows
+
+
+def test_shard_writer_slices_an_ordered_table_and_sorts_any_other(real_pairs: pa.Table,
+                                                                   tmp_path: Path) -> None:
+    table = deduplicate([real_pairs])
+    parts = split_parts(table)
+    assert [split for split, _ in parts] == list(SPLITS)
+    address = table["board"].chunks[0].buffers()[2].address
+    for _, part in parts:  # slices of the table as it is: no copy
+        assert all(c.buffers()[2].address == address for c in part["board"].chunks)
+    want = write_split_shards(table, tmp_path / "ordered")
+    rng = np.random.default_rng(5)
+    shuffled = table.take(pa.array(rng.permutation(table.num_rows)))
+    assert write_split_shards(shuffled, tmp_path / "shuffled") == want
+    # the same bytes whatever the chunks (Parquet pages follow them)
+    assert write_split_shards(_chunked(table, 333), tmp_path / "chunked") == want
+    # one split out of order, the others in it; rows of unknown splits are left out
+    backwards = pa.concat_tables([parts[0][1], parts[2][1][::-1], parts[1][1]])
+    assert write_split_shards(backwards, tmp_path / "backwards") == want
+    other = pa.concat_tables([table, table.slice(0, 50).set_column(
+        table.schema.get_field_index("split"), "split", pa.array(["holdout"] * 50))])
+    assert write_split_shards(other, tmp_path / "other") == want
+    # ties on (hash, move), different boards: the board bytes decide
+    tied = table.slice(0, 2).set_column(table.schema.get_field_index("position_hash"),
+                                        "position_hash", pa.array([7, 7], pa.uint64()))
+    tied = tied.set_column(table.schema.get_field_index("move"), "move",
+                           pa.array([3, 3], pa.int16()))
+    tied = tied.set_column(table.schema.get_field_index("split"), "split",
+                           pa.array(["train", "train"]))
+    by_board = tied.sort_by([("board", "ascending")])
+    for t in (by_board, by_board[::-1]):
+        assert split_parts(t)[0][1].equals(by_board)
+
+
 def test_deduplicate_other_layouts_take_the_reference_route(real_pairs: pa.Table) -> None:
     t = real_pairs.slice(0, 500)
     with_null = t.set_column(t.schema.get_field_index("game_id"), "game_id",
@@ -305,9 +372,13 @@ def test_deduplicate_other_layouts_take_the_reference_route(real_pairs: pa.Table
     assert deduplicate([ragged]).equals(_deduplicate_reference([ragged]))
 
 
-def test_shards_are_byte_identical_to_the_reference_pipeline(mixed_rif: Path,
-                                                             tmp_path: Path) -> None:
-    fast = deduplicate([source_pairs("mixed", read_rif(mixed_rif)).pairs])
+@pytest.mark.parametrize("chunk_rows", [None, 997])
+def test_shards_are_byte_identical_to_the_reference_pipeline(mixed_rif: Path, tmp_path: Path,
+                                                             chunk_rows: int | None) -> None:
+    pairs = source_pairs("mixed", read_rif(mixed_rif)).pairs
+    if chunk_rows:  # as the flow reads its intermediate files back
+        pairs = _chunked(pairs, chunk_rows)
+    fast = deduplicate([pairs])
     slow = _deduplicate_reference([_source_pairs_reference("mixed", read_rif(mixed_rif)).pairs])
     a = write_split_shards(fast, tmp_path / "fast")
     b = write_split_shards(slow, tmp_path / "slow")

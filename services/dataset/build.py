@@ -7,11 +7,18 @@ merges every source's pairs under symmetry and assigns splits.
 Both work on whole columns: `source_pairs` collects every game's moves, replays them as one
 batch (`replay_games`), hashes and canonicalises every position at once (`canonical_pairs`)
 and wraps the boards' single buffer as the Arrow board column; `deduplicate` sorts the rows
-by (position hash, move), compares the full board bytes of neighbours with equal keys (so a
-hash collision never merges different positions) and reduces each group with numpy. Their
-results are the ones the original per-game / Arrow group_by implementations give (row for
-row; `deduplicate`'s row order is its own), kept here as `_source_pairs_reference` and
-`_deduplicate_reference` for the equivalence tests and benchmarks/ingest.py.
+by (split, position hash, move), compares the full board bytes of neighbours with equal keys
+(so a hash collision never merges different positions), reduces each group with numpy and
+gathers the unique boards once, in the order the shards store them (so the shard writer only
+slices). Their results are the ones the original per-game / Arrow group_by implementations
+give (row for row; `deduplicate`'s row order is the shards'), kept here as
+`_source_pairs_reference` and `_deduplicate_reference` for the equivalence tests and
+benchmarks/ingest.py.
+
+Memory: most of the CPU time that is not the code's own work is the kernel providing new
+pages (about 1-3 s per GB on the VMs this runs on), so the large passes work a block at a
+time in cache-sized scratch, large arrays come from `empty_array` (ordinary pages; numpy
+would ask for huge pages) and nothing board-sized is copied more than once.
 """
 
 from __future__ import annotations
@@ -31,20 +38,25 @@ from services.dataset.canonical import (
     SPLIT_NAMES,
     canonical_pairs,
     canonicalize,
+    empty_array,
     split_codes,
     split_of,
 )
-from services.dataset.pairs import replay, replay_games
+from services.dataset.pairs import game_plies, replay, replay_games
 from services.games.gomoku import Rule
 from services.records.rif import Rejected, RifGame
 
 BOARD_SIZE = 15
 # rows of one board column chunk: its int32 offsets must stay below 2**31 bytes
 _MAX_CHUNK_BYTES = 2**31 - 1
-# deduplicate's scratch, in boards: rows gathered per step from a chunked board column, and
-# neighbouring rows compared per step
+# deduplicate's scratch, in boards: rows gathered per step from a chunked board column
 _TAKE_ROWS = 1 << 18
-_COMPARE_ROWS = 1 << 18
+# rows per block where each block is worked on while it is in cache (boards gathered and
+# compared or fingerprinted, short strings packed): a few MB. A board column of many chunks
+# is read _TAKE_ROWS rows at a time instead (each block is gathered chunk by chunk)
+_GATHER_ROWS = 1 << 14
+# rows per block of 8-byte columns (sort keys, neighbour comparisons): 512 KiB
+_BLOCK_ROWS = 1 << 16
 # set to {} to have source_pairs / deduplicate add [user s, system s, wall s] per step
 # (benchmarks/ingest.py)
 STEP_TIMES: dict[str, list[float]] | None = None
@@ -122,15 +134,17 @@ def source_pairs(source: str, records: Iterable[RifGame | Rejected]) -> SourceRe
                                          _move_snippet(games[g])))
         result.quarantine = merged + rejected[done:]
     result.ingested = int(ok.sum())
-    lengths = np.where(ok, replayed.legal, 0)
-    keep = np.repeat(ok, replayed.legal)
-    moves = replayed.moves[keep]
-    plies = replayed.plies[keep]
+    if ok.all():
+        lengths, moves = replayed.legal, replayed.moves
+    else:
+        lengths = np.where(ok, replayed.legal, 0)
+        moves = replayed.moves[np.repeat(ok, replayed.legal)]
+    plies = game_plies(lengths)
     with _step("pairs: hash + canonical boards"):
         boards, canon_moves, hashes = canonical_pairs(moves, lengths, BOARD_SIZE)
     with _step("pairs: Arrow table"):
-        game_of_row = np.repeat(np.arange(len(games)), lengths)
-        ids = pa.array(game_ids, pa.string()).take(pa.array(game_of_row, pa.int64()))
+        game_of_row = np.repeat(np.arange(len(games), dtype=np.int32), lengths)
+        ids = pa.array(game_ids, pa.string()).take(pa.array(game_of_row, pa.int32()))
         result.pairs = _raw_pairs_table(boards, canon_moves, (plies % 2 + 1).astype(np.int8),
                                         plies, hashes, ids, source)
     return result
@@ -178,12 +192,13 @@ def deduplicate(tables: list[pa.Table]) -> pa.Table:
     """Merge identical canonical (board, move) pairs, summing counts; then assign splits.
 
     Rows are grouped by (position hash, move), neighbours' full board bytes compared (so a
-    hash collision never merges different positions), and come out ordered by (position hash,
-    move) as the shards store them (up to ties in the hash's top bits), whatever the rows'
-    order in `tables`. The result is the Arrow group_by's (`_deduplicate_reference`) row for
-    row; that route is taken instead for tables not in the pair layout `source_pairs` makes
-    (column types, fixed-width boards, no nulls) and for hand-made tables in which one
-    (board, move) carries several position hashes.
+    hash collision never merges different positions), and come out in the order the shards
+    store them: by split (train, validation, test), then (position hash, move, board bytes),
+    whatever the rows' order in `tables`, so `write_split_shards` writes slices of the result
+    as they are. The result is the Arrow group_by's (`_deduplicate_reference`) row for row;
+    that route (and its row order) is taken instead for tables not in the pair layout
+    `source_pairs` makes (column types, fixed-width boards, no nulls) and for hand-made
+    tables in which one (board, move) carries several position hashes.
     """
     table = pa.concat_tables(tables)
     with _step("dedup: board matrix"):
@@ -191,60 +206,68 @@ def deduplicate(tables: list[pa.Table]) -> pa.Table:
     if boards is None:
         return _deduplicate_reference([table])
     n = table.num_rows
-    with _step("dedup: sort by (hash, move)"):
+    with _step("dedup: sort by (split, hash, move)"):
         hashes = _numpy(table["position_hash"], np.uint64)
         moves = _numpy(table["move"], np.int16)
-        order, same = _sort_pairs(hashes, moves)
+        # the shards' order: by split (a function of the hash), then (hash, move)
+        row_splits = split_codes(hashes)
+        order, same = _sort_pairs(hashes, moves, row_splits)
     with _step("dedup: compare boards"):
         # rows next to an equal key, each read once: neighbour pairs (p, p + 1) with
         # same[p] must hold equal boards, else the run is regrouped by board bytes
         involved = np.flatnonzero(np.r_[same, False] | np.r_[False, same])
         differ = []
-        block = min(len(involved), _COMPARE_ROWS + 1)
-        buffer = np.empty((block, boards.width), np.uint8)
-        scratch = np.empty((min(block, _TAKE_ROWS), boards.width), np.uint8)
-        for k in range(0, len(involved), _COMPARE_ROWS):
-            pos = involved[k:k + _COMPARE_ROWS + 1]  # one row of overlap with the next block
+        step = boards.block_rows
+        block = min(len(involved), step + 1)
+        buffer = empty_array((block, boards.width), np.uint8)
+        scratch = empty_array((min(block, _TAKE_ROWS), boards.width), np.uint8)
+        for k in range(0, len(involved), step):
+            pos = involved[k:k + step + 1]  # one row of overlap with the next block
             rows = boards.take(order[pos], buffer, scratch)
             pair = same[pos[:-1]] & (pos[1:] == pos[:-1] + 1)
             unequal = pair & ~_rows_equal(rows[:-1], rows[1:])
             if unequal.any():
                 differ.append(pos[:-1][unequal])
+        del buffer, scratch
         if differ:  # equal keys, different boards: regroup those runs by (hash, board bytes)
             _regroup_by_board(boards, hashes, order, same, np.concatenate(differ))
     with _step("dedup: reduce groups + split"):
         starts = np.flatnonzero(np.r_[True, ~same]) if n else np.zeros(0, np.int64)
-        first = order[starts]
+        del same
+        # each group's first row, groups in (split, hash, move, board) order
+        first = _take(order, starts, empty_array(len(starts), np.intp))
 
         def group_min(column: str, dtype) -> np.ndarray:
             values = _numpy(table[column], dtype)
             if n and values.min() == values.max():  # one value (board_size): no gather
                 return np.full(len(starts), values[0], dtype)
-            return np.minimum.reduceat(values[order], starts)
+            return _reduce_groups(np.minimum, values, order, starts)
 
         counts = _numpy(table["count"], np.int32)
         if n and counts.min() == counts.max() == 1:  # raw pairs: the group sizes
-            count = np.diff(np.r_[starts, n]).astype(np.int64)
+            count = empty_array(len(starts), np.int64)
+            np.subtract(starts[1:], starts[:-1], out=count[:-1])
+            count[-1:] = n - starts[-1:]
         else:
-            count = np.add.reduceat(counts.astype(np.int64)[order], starts)
-        position_hash = hashes[first]  # a group's rows share their hash (sorted by it)
-        codes = split_codes(position_hash)
+            count = _reduce_groups(np.add, counts, order, starts, np.int64)
         columns = {
-            "move": pa.array(moves[first], pa.int16()),
+            "move": pa.array(_take(moves, first), pa.int16()),
             "board_size": pa.array(group_min("board_size", np.int8), pa.int8()),
             "to_move": pa.array(group_min("to_move", np.int8), pa.int8()),
             "ply": pa.array(group_min("ply", np.int16), pa.int16()),
             "count": pa.array(count, pa.int64()),
-            "position_hash": pa.array(position_hash, pa.uint64()),
-            "split": pa.array(SPLIT_NAMES, pa.string()).take(pa.array(codes, pa.int8())),
+            # a group's rows share their hash (sorted by it)
+            "position_hash": pa.array(_take(hashes, first, empty_array(len(first), np.uint64)),
+                                      pa.uint64()),
+            "split": _split_column(_take(row_splits, first)),
         }
     with _step("dedup: min game_id / source"):
         columns["game_id"] = _group_min_string(table["game_id"], order, starts)
         columns["source"] = _group_min_string(table["source"], order, starts)
     with _step("dedup: unique boards"):
-        unique_boards = boards.take(first)
+        unique_boards, fingerprints = _gather_rows(boards, first)
     with _step("dedup: check no pair in two groups"):
-        if not _all_different(unique_boards, moves[first]):
+        if not _all_different(unique_boards, columns["move"].to_numpy(), fingerprints):
             # the same (board, move) under two position hashes: a table whose hashes are not
             # a function of the board (hand-made); group by the bytes themselves instead
             return _deduplicate_reference([table])
@@ -252,6 +275,56 @@ def deduplicate(tables: list[pa.Table]) -> pa.Table:
     names = ["board", "move", "board_size", "to_move", "ply", "count", "position_hash",
              "game_id", "source", "split"]
     return pa.table({name: columns[name] for name in names})
+
+
+def _take(values: np.ndarray, rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """values[rows] for valid rows; np.take without its per-index range check, up to twice
+    as fast on large random gathers."""
+    return np.take(values, rows, out=out, mode="clip")
+
+
+def _reduce_groups(ufunc: np.ufunc, values: np.ndarray, order: np.ndarray, starts: np.ndarray,
+                   dtype=None) -> np.ndarray:
+    """`ufunc.reduceat(values[order], starts)` (in `dtype`), a block of whole groups at a time:
+    no gathered copy of the whole column."""
+    n, groups = len(order), len(starts)
+    out = empty_array(groups, dtype or values.dtype)
+    g0 = 0
+    while g0 < groups:
+        r0 = int(starts[g0])
+        g1 = max(g0 + 1, int(np.searchsorted(starts, r0 + _BLOCK_ROWS, side="right")))
+        r1 = int(starts[g1]) if g1 < groups else n
+        part = _take(values, order[r0:r1])
+        if dtype is not None:
+            part = part.astype(dtype)
+        ufunc.reduceat(part, starts[g0:g1] - r0, out=out[g0:g1])
+        g0 = g1
+    return out
+
+
+def _split_column(codes: np.ndarray) -> pa.Array:
+    """The split names of int8 codes into SPLIT_NAMES."""
+    return pa.array(SPLIT_NAMES, pa.string()).take(pa.array(codes, pa.int8()))
+
+
+def _gather_rows(boards: _FixedRows, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(uint8 [len(rows), width]: the boards of `rows` in that order, their fingerprints).
+
+    The rows are written once, into the buffer the board column then wraps as it is; each
+    block's fingerprints are taken while the block is in cache.
+    """
+    n, width = len(rows), boards.width
+    if n == 0 or width == 0:
+        return np.zeros((n, width), np.uint8), np.zeros(n, np.uint64)
+    out = empty_array((n, width), np.uint8)
+    fingerprints = empty_array(n, np.uint64)
+    step = boards.block_rows
+    scratch = empty_array((min(n, step), width), np.uint8)
+    for r0 in range(0, n, step):
+        block = out[r0:r0 + step]
+        boards.take(rows[r0:r0 + step], block, scratch)
+        fingerprints[r0:r0 + len(block)] = _fingerprints(block)
+    return out, fingerprints
 
 
 def _fingerprints(rows: np.ndarray) -> np.ndarray:
@@ -262,31 +335,42 @@ def _fingerprints(rows: np.ndarray) -> np.ndarray:
     rows = np.ascontiguousarray(rows)
     weights = np.random.default_rng(width).integers(1, 2**64, size=words + width % 8 + 1,
                                                     dtype=np.uint64) | np.uint64(1)
-    out = np.empty(n, np.uint64)
-    for r0 in range(0, n, _COMPARE_ROWS):
-        block = rows[r0:r0 + _COMPARE_ROWS]
+    out = empty_array(n, np.uint64)
+    for r0 in range(0, n, _GATHER_ROWS):
+        block = rows[r0:r0 + _GATHER_ROWS]
         k = len(block)
-        fp = np.zeros(k, np.uint64)
-        if words:
+        fp = out[r0:r0 + k]
+        fp[:] = 0
+        if words:  # (an integer matmul: wraps around as the products do, no [k, words] temp)
             w = np.ndarray((k, words), np.uint64, buffer=block, strides=(width, 8))
-            fp = (w * weights[:words]).sum(axis=1, dtype=np.uint64)
+            np.matmul(w, weights[:words], out=fp)
         for j in range(words * 8, width):
             fp += block[:, j].astype(np.uint64) * weights[words + j - words * 8]
-        out[r0:r0 + k] = fp
     return out
 
 
-def _all_different(rows: np.ndarray, moves: np.ndarray) -> bool:
+def _all_different(rows: np.ndarray, moves: np.ndarray,
+                   fingerprints: np.ndarray | None = None) -> bool:
     """Whether no two (row bytes, move) pairs are equal; fingerprints first, bytes to confirm."""
     n = len(rows)
     if n < 2:
         return True
-    key = _fingerprints(rows) ^ (moves.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
-    # sort (top fingerprint bits, row): one sort of 64-bit values, no argsort
+    key = _fingerprints(rows) if fingerprints is None else fingerprints
+    # sort (top bits of fingerprint ^ mixed move, row): one sort of 64-bit values, no argsort
     row_bits = np.uint64((n - 1).bit_length())
-    key = (key >> row_bits) << row_bits | np.arange(n, dtype=np.uint64)
+    keys = empty_array(n, np.uint64)
+    for r0 in range(0, n, _BLOCK_ROWS):  # (no full-size temporaries)
+        part = moves[r0:r0 + _BLOCK_ROWS].astype(np.uint64)
+        part *= np.uint64(0x9E3779B97F4A7C15)
+        part ^= key[r0:r0 + _BLOCK_ROWS]
+        part >>= row_bits
+        part <<= row_bits
+        part |= np.arange(r0, r0 + len(part), dtype=np.uint64)
+        keys[r0:r0 + _BLOCK_ROWS] = part
+    key = keys
     key.sort()
-    index = (key & ((np.uint64(1) << row_bits) - np.uint64(1))).astype(np.intp)
+    index = empty_array(n, np.intp)
+    np.bitwise_and(key, (np.uint64(1) << row_bits) - np.uint64(1), out=index.view(np.uint64))
     key >>= row_bits
     twins = np.flatnonzero(key[1:] == key[:-1])
     if not len(twins):
@@ -297,35 +381,83 @@ def _all_different(rows: np.ndarray, moves: np.ndarray) -> bool:
     return not equal.any()
 
 
-def _sort_pairs(hashes: np.ndarray, moves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Row order with equal (hash, move) next to each other, by (hash, move) (up to ties in
-    the hash's top bits), and `same`: whether each row has the next one's (hash, move)."""
+def _sort_pairs(hashes: np.ndarray, moves: np.ndarray,
+                major: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row order by (major, hash, move) (`major`: small codes 0..3, a function of the hash:
+    the split), and `same`: whether each row has the next one's (hash, move)."""
     n = len(hashes)
     row_bits = max(1, (n - 1).bit_length())
-    if n and moves.min() >= 0 and moves.max() < 1024 and row_bits <= 26:
-        # one sort of 64-bit keys, (top hash bits, move, row), is twice as fast as argsort
-        hash_bits = np.uint64(64 - 10 - row_bits)
+    if n and moves.min() >= 0 and moves.max() < 1024 and row_bits <= 26 and \
+            major.min() >= 0 and major.max() < 4:
+        # one sort of 64-bit keys, (major, top hash bits, move, row), is twice as fast as
+        # argsort; runs of equal top bits whose hashes differ are put in order after it
         rows = np.uint64(row_bits)
-        key = (hashes >> (np.uint64(64) - hash_bits)) << (np.uint64(10) + rows)
-        key |= moves.astype(np.uint64) << rows
-        key |= np.arange(n, dtype=np.uint64)
+        drop = np.uint64(2 + 10 + row_bits)  # the hash's low bits, left out of the key
+        key = np.right_shift(hashes, drop, out=empty_array(n, np.uint64))
+        key <<= np.uint64(10 + row_bits)
+        for r0 in range(0, n, _BLOCK_ROWS):  # (no full-size temporaries)
+            part = major[r0:r0 + _BLOCK_ROWS].astype(np.uint64)
+            part <<= np.uint64(62)
+            key[r0:r0 + _BLOCK_ROWS] |= part
+            part = moves[r0:r0 + _BLOCK_ROWS].astype(np.uint64)
+            part <<= rows
+            part |= np.arange(r0, r0 + len(part), dtype=np.uint64)
+            key[r0:r0 + _BLOCK_ROWS] |= part
         key.sort()
-        order = (key & np.uint64((1 << row_bits) - 1)).astype(np.intp)
-        key >>= rows
-        same_prefix = key[1:] == key[:-1]
-        del key
-        sorted_hashes = hashes[order]
-        mixed = same_prefix & (sorted_hashes[1:] != sorted_hashes[:-1])
-        if mixed.any():  # equal top bits and move, other hashes: sort those runs by hash
-            run = np.cumsum(np.r_[True, ~same_prefix]) - 1
-            sub = np.flatnonzero(np.isin(run, run[np.flatnonzero(mixed)]))
-            by_hash = np.lexsort((order[sub], sorted_hashes[sub], run[sub]))
-            order[sub] = order[sub][by_hash]
-            sorted_hashes[sub] = sorted_hashes[sub][by_hash]
-        return order, same_prefix & (sorted_hashes[1:] == sorted_hashes[:-1])
-    order = np.lexsort((moves, hashes))
+        order = empty_array(n, np.intp)
+        np.bitwise_and(key, np.uint64((1 << row_bits) - 1), out=order.view(np.uint64))
+        key >>= rows  # (major, top hash bits, move)
+        same = np.empty(n - 1, bool)
+        top_equal = np.empty(n - 1, bool)  # (major, top hash bits) equal to the next row's
+        mixed = []  # of those, rows whose hash differs from the next row's
+        for r0 in range(0, n - 1, _BLOCK_ROWS):
+            k = key[r0:r0 + _BLOCK_ROWS + 1]
+            h = _take(hashes, order[r0:r0 + _BLOCK_ROWS + 1])
+            hash_equal = h[1:] == h[:-1]
+            r1 = r0 + len(k) - 1
+            np.equal(k[1:], k[:-1], out=same[r0:r1])
+            same[r0:r1] &= hash_equal
+            k = k[1:] ^ k[:-1]
+            k >>= np.uint64(10)
+            np.equal(k, 0, out=top_equal[r0:r1])
+            top_mixed = np.flatnonzero(top_equal[r0:r1] & ~hash_equal)
+            if len(top_mixed):
+                mixed.append(top_mixed + r0)
+        if mixed:
+            _sort_runs_by_hash(key, order, same, top_equal, hashes, moves, major,
+                               np.concatenate(mixed), row_bits)
+        return order, same
+    order = np.lexsort((moves, hashes, major))
     return order, ((hashes[order[1:]] == hashes[order[:-1]])
                    & (moves[order[1:]] == moves[order[:-1]]))
+
+
+def _sort_runs_by_hash(key: np.ndarray, order: np.ndarray, same: np.ndarray,
+                       top_equal: np.ndarray, hashes: np.ndarray, moves: np.ndarray,
+                       major: np.ndarray, mixed: np.ndarray, row_bits: int) -> None:
+    """`_sort_pairs`: put the rows of each run of equal (major, top hash bits) (`top_equal`:
+    row p's with row p + 1's) that holds one of the positions `mixed` in (hash, move) order,
+    and update `key` and `same` there (in place)."""
+    run = np.empty(len(order), np.int32 if len(order) < 2**31 else np.int64)  # run of each row
+    run[0] = 0
+    np.cumsum(~top_equal, dtype=run.dtype, out=run[1:])
+    runs = np.unique(run[mixed])
+    begin, end = np.searchsorted(run, runs), np.searchsorted(run, runs, side="right")
+    del run
+    length = end - begin
+    sub = np.arange(int(length.sum())) + np.repeat(begin - (np.cumsum(length) - length), length)
+    rows = order[sub]
+    # (the runs are in (major, top hash bits) order, which (major, hash) order keeps)
+    by_key = np.lexsort((rows, moves[rows], hashes[rows], major[rows]))
+    rows = rows[by_key]
+    order[sub] = rows
+    # the key as `_sort_pairs` left it: (major, top hash bits, move)
+    key[sub] = (major[rows].astype(np.uint64) << np.uint64(62 - row_bits)
+                | (hashes[rows] >> np.uint64(12 + row_bits)) << np.uint64(10)
+                | moves[rows].astype(np.uint64))
+    at = np.unique(np.r_[sub - 1, sub])
+    at = at[(at >= 0) & (at < len(same))]
+    same[at] = (key[at] == key[at + 1]) & (hashes[order[at]] == hashes[order[at + 1]])
 
 
 def _numpy(column: pa.ChunkedArray, dtype) -> np.ndarray:
@@ -340,6 +472,8 @@ class _FixedRows:
         self.parts = parts
         self.width = width
         self.starts = np.cumsum([0] + [len(p) for p in parts])
+        # rows to gather per call in a blockwise pass (see _GATHER_ROWS)
+        self.block_rows = _GATHER_ROWS if len(parts) <= 1 else _TAKE_ROWS
 
     @classmethod
     def of(cls, table: pa.Table) -> _FixedRows | None:
@@ -381,7 +515,7 @@ class _FixedRows:
         # several chunks: per block of rows, gather part by part into a scratch buffer, then
         # put the rows back in order (memory: the result plus one block)
         if scratch is None:
-            scratch = np.empty((min(len(rows), _TAKE_ROWS), self.width), np.uint8)
+            scratch = empty_array((min(len(rows), _TAKE_ROWS), self.width), np.uint8)
         part_type = np.int16 if len(self.parts) < 2**15 else np.int32
         for b0 in range(0, len(rows), _TAKE_ROWS):
             block = rows[b0:b0 + _TAKE_ROWS]
@@ -437,10 +571,11 @@ def _group_min_string(column: pa.ChunkedArray, order: np.ndarray,
     chunks = [c for c in column.chunks if len(c)]
     constant = _chunk_constants(chunks)
     if constant is not None and len(set(constant)) == 1:  # one source: nothing to compare
+        if len(chunks[0]) >= len(starts):  # rows that hold that string: a slice, no copy
+            return chunks[0].slice(0, len(starts))
         return pa.repeat(pa.scalar(constant[0], pa.string()), len(starts))
     codes, decode = _string_codes(column, chunks, constant)
-    smallest = np.minimum.reduceat(codes[order], starts) if len(starts) else codes[:0]
-    return decode(smallest)
+    return decode(_reduce_groups(np.minimum, codes, order, starts))
 
 
 def _chunk_constants(chunks: list[pa.Array]) -> list[str] | None:
@@ -479,53 +614,64 @@ def _string_codes(column: pa.ChunkedArray, chunks: list[pa.Array],
 def _packed_short_strings(chunks: list[pa.Array]) -> np.ndarray | None:
     """uint64 per string: its UTF-8 bytes big-endian, zero-padded; None unless every string
     has at most 8 bytes and none holds a NUL (where padding would make two strings equal)."""
-    out = []
+    out = empty_array(sum(len(c) for c in chunks), np.uint64)
+    done = 0
     for chunk in chunks:
         _, offsets_buf, data_buf = chunk.buffers()
         offsets = np.frombuffer(offsets_buf, np.int32, count=len(chunk) + 1,
                                 offset=chunk.offset * 4)
-        lengths = np.diff(offsets)
-        if len(lengths) and lengths.max() > 8:
-            return None
         size = int(offsets[-1] - offsets[0])
         data = np.frombuffer(data_buf, np.uint8, count=size, offset=int(offsets[0]))
         if not data.all():
             return None
-        padded = np.zeros(size // 8 + 2, np.uint64)  # whole words, one spare at the end
-        padded.view(np.uint8)[:size] = data
-        # the 8 bytes from each string's start: two little-endian words, shifted together
-        start = offsets[:-1].astype(np.int64)
-        start -= offsets[0]
-        word = start >> 3
-        value = padded[word]
-        word += 1
-        high = padded[word]
-        del word
-        start &= 7
-        start <<= 3  # the start's bit offset in its word
-        shift = start.view(np.uint64)
-        value >>= shift
-        np.subtract(np.uint64(64), shift, out=shift)
-        high <<= shift  # (a shift by 64 leaves the word: zeroed below)
-        high[shift == 64] = 0
-        value |= high
-        del high
-        # keep the string's own bytes: shift the rest out at the top, back again
-        np.multiply(np.uint64(8), np.uint64(8) - lengths.astype(np.uint64), out=shift)
-        value <<= shift
-        value >>= shift
-        value[lengths == 0] = 0  # (shifts by 64 leave the word)
-        out.append(value.byteswap(inplace=True))  # first byte most significant
-    return np.concatenate(out) if len(out) != 1 else out[0]
+        for r0 in range(0, len(chunk), _GATHER_ROWS):  # a block at a time, in cache
+            bounds = offsets[r0:r0 + _GATHER_ROWS + 1]
+            lengths = np.diff(bounds)
+            if lengths.max() > 8:
+                return None
+            k = len(lengths)
+            _pack_block(data[bounds[0] - offsets[0]:bounds[-1] - offsets[0]],
+                        bounds[:-1] - bounds[0], lengths, out[done + r0:done + r0 + k])
+        done += len(chunk)
+    return out
+
+
+def _pack_block(data: np.ndarray, start: np.ndarray, lengths: np.ndarray,
+                out: np.ndarray) -> None:
+    """`_packed_short_strings` of one block: strings at `start` (int32) in `data`."""
+    size = len(data)
+    padded = np.zeros(size // 8 + 2, np.uint64)  # whole words, one spare at the end
+    padded.view(np.uint8)[:size] = data
+    # the 8 bytes from each string's start: two little-endian words, shifted together
+    start = start.astype(np.int64)
+    word = start >> 3
+    value = np.take(padded, word, out=out)
+    word += 1
+    high = np.take(padded, word)
+    del word
+    start &= 7
+    start <<= 3  # the start's bit offset in its word
+    shift = start.view(np.uint64)
+    value >>= shift
+    np.subtract(np.uint64(64), shift, out=shift)
+    high <<= shift  # (a shift by 64 leaves the word: zeroed below)
+    high[shift == 64] = 0
+    value |= high
+    del high
+    # keep the string's own bytes: shift the rest out at the top, back again
+    np.multiply(np.uint64(8), np.uint64(8) - lengths.astype(np.uint64), out=shift)
+    value <<= shift
+    value >>= shift
+    value[lengths == 0] = 0  # (shifts by 64 leave the word)
+    value.byteswap(inplace=True)  # first byte most significant
 
 
 def _unpack_short_strings(packed: np.ndarray) -> pa.Array:
-    cells = np.ascontiguousarray(packed.byteswap()).view(np.uint8).reshape(-1, 8)
-    present = cells != 0  # no NUL inside a string: its bytes are the leading non-zero ones
-    offsets = np.r_[0, np.cumsum(present.sum(axis=1))].astype(np.int32)
-    data = np.ascontiguousarray(cells[present])
-    return pa.Array.from_buffers(pa.string(), len(packed),
-                                 [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    """The strings `_packed_short_strings` packed: the big-endian bytes as 8-byte binaries,
+    trailing NULs (the padding; no string holds one) trimmed."""
+    data = packed.byteswap()  # first byte first
+    fixed = pa.Array.from_buffers(pa.binary(8), len(packed), [None, pa.py_buffer(data)])
+    return pc.utf8_rtrim(fixed.cast(pa.binary()).cast(pa.string()), characters="\x00")
 
 
 # --- the original implementations: the equivalence tests and the benchmark compare with these

@@ -17,10 +17,12 @@ equivalence tests and the benchmark; `canonicalize` must return exactly what it 
 
 from __future__ import annotations
 
+import math
 from functools import cache
 from itertools import pairwise
 
 import numpy as np
+import pyarrow as pa
 
 from services.games.symmetry import N_SYMMETRIES, point_table
 
@@ -30,6 +32,8 @@ _NO_MOVE = np.iinfo(np.int32).max
 # rows per block in canonical_pairs: its scratch arrays (8 B per stone on each row's board)
 # and the block's boards stay in cache; 2**15 measured fastest, 2**18 a third slower
 _BLOCK_ROWS = 1 << 15
+# numpy's threshold for madvise(MADV_HUGEPAGE) (see `empty_array`)
+_HUGE_ARRAY_BYTES = 1 << 22
 
 
 @cache
@@ -54,6 +58,20 @@ def _point_table(size: int) -> np.ndarray:
     table = point_table(size)
     table.flags.writeable = False
     return table
+
+
+def empty_array(shape: int | tuple[int, ...], dtype) -> np.ndarray:
+    """np.empty(shape, dtype), large ones in memory from Arrow's pool.
+
+    numpy asks the kernel for transparent huge pages (madvise) on arrays of 4 MiB and more;
+    where the host has to find (compact) or back such pages first, as on the VMs this runs
+    on, touching a fresh array of them costs up to three times what ordinary pages cost.
+    """
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    if nbytes < _HUGE_ARRAY_BYTES:
+        return np.empty(shape, dtype)
+    return np.frombuffer(pa.allocate_buffer(nbytes), dtype).reshape(shape)
 
 
 def zobrist(boards: np.ndarray, size: int) -> np.ndarray:
@@ -119,11 +137,13 @@ def canonical_pairs(moves: np.ndarray, lengths: np.ndarray, size: int):
     moves = np.asarray(moves, dtype=np.intp)
     lengths = np.asarray(lengths, dtype=np.int64)
     n, cells = len(moves), size * size
-    boards = np.zeros((n, cells), dtype=np.int8)
-    canon_moves = np.empty(n, dtype=np.int16)
-    hashes = np.empty(n, dtype=np.uint64)
     if n == 0:
-        return boards, canon_moves, hashes
+        return np.zeros((0, cells), np.int8), np.empty(0, np.int16), np.empty(0, np.uint64)
+    boards = empty_array((n, cells), np.int8)  # zeroed block by block, as it is filled
+    canon_moves = np.empty(n, dtype=np.int16)
+    hashes = empty_array(n, np.uint64)
+    if moves.min() < 0 or moves.max() >= cells:
+        raise ValueError(f"canonical_pairs: a move off the {size}x{size} board")
     game_ends = np.cumsum(lengths)
     game_starts = game_ends - lengths
     # blocks of whole games, so running hashes and stones never cross a block boundary
@@ -133,6 +153,7 @@ def canonical_pairs(moves: np.ndarray, lengths: np.ndarray, size: int):
     last = np.searchsorted(game_starts, bounds[1:], side="left")
     for (r0, r1), g0, g1 in zip(pairwise(bounds.tolist()), first.tolist(), last.tolist(),
                                 strict=True):
+        boards[r0:r1] = 0
         _canonical_block(moves[r0:r1], lengths[g0:g1][lengths[g0:g1] > 0], size,
                          boards[r0:r1], canon_moves[r0:r1], hashes[r0:r1])
     return boards, canon_moves, hashes
@@ -148,14 +169,15 @@ def _canonical_block(moves: np.ndarray, lengths: np.ndarray, size: int, boards: 
     # the 8 images' hashes of every position: exclusive running XOR of the moves' keys,
     # restarted at each game's first move by folding the previous game's total into its key
     keys = np.take(symmetry_zobrist(size).reshape(N_SYMMETRIES, -1),
-                   moves * 3 + (ply % 2 + 1), axis=1)  # [8, n]; Black (1) at even plies
+                   moves * 3 + (ply % 2 + 1), axis=1, mode="clip")  # [8, n]; Black (1) at
+    # even plies (mode="clip" here and below: the indices are in range, no check per index)
     totals = np.bitwise_xor.reduceat(keys, starts, axis=1)
     keys[:, starts[1:]] ^= totals[:, :-1]
     image_hashes = np.bitwise_xor.accumulate(keys, axis=1)
     keys[:, starts[1:]] ^= totals[:, :-1]
     image_hashes ^= keys  # inclusive -> exclusive: the position before the move
     # smallest (hash, move, k): among the images of smallest hash, the smallest move * 8 + k
-    image_moves = np.take(_point_table(size), moves, axis=1)  # [8, n] int32
+    image_moves = np.take(_point_table(size), moves, axis=1, mode="clip")  # [8, n] int32
     smallest = image_hashes.min(axis=0)
     tie_break = np.where(image_hashes == smallest, image_moves * N_SYMMETRIES
                          + np.arange(N_SYMMETRIES, dtype=np.int32)[:, None], _NO_MOVE)
@@ -179,7 +201,7 @@ def _canonical_block(moves: np.ndarray, lengths: np.ndarray, size: int, boards: 
         lookup = np.repeat(first + parity - 2 * before.astype(index_type), count)
         lookup += np.arange(0, 2 * total, 2, dtype=index_type)  # stones parity, parity+2, ...
         target = np.repeat(row_base, count)
-        target += np.take(flat_moves, lookup).astype(index_type, copy=False)
+        target += np.take(flat_moves, lookup, mode="clip")
         flat_boards[target] = parity + 1
 
 
@@ -187,12 +209,26 @@ def split_codes(position_hash: np.ndarray, validation: float = 0.05,
                 test: float = 0.05) -> np.ndarray:
     """int8 index into SPLIT_NAMES of each position hash (the split `split_of` names)."""
     # Mix the bits again so the split does not depend on the low bits of one Zobrist key.
-    mixed = (position_hash * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)
-    u = mixed.astype(np.float64) / float(1 << 24)
+    if isinstance(position_hash, np.ndarray) and position_hash.dtype == np.uint64:
+        mixed = np.multiply(position_hash, np.uint64(0x9E3779B97F4A7C15),
+                            out=empty_array(len(position_hash), np.uint64))
+    else:
+        mixed = position_hash * np.uint64(0x9E3779B97F4A7C15)
+    mixed >>= np.uint64(40)
+    # u = mixed / 2**24 in [0, 1) decides; u < fraction exactly when mixed < _below(fraction)
     codes = np.zeros(len(position_hash), dtype=np.int8)
-    codes[u < validation + test] = 1
-    codes[u < test] = 2
+    codes[mixed < _below(validation + test)] = 1
+    codes[mixed < _below(test)] = 2
     return codes
+
+
+def _below(fraction: float) -> np.uint64:
+    """The integer bound b with (m / 2**24 < fraction) == (m < b) for integers 0 <= m < 2**24
+    (the scaling by 2**24 is exact, and m < x == m < ceil(x) for an integer m)."""
+    limit = float(fraction) * float(1 << 24)
+    if not limit > 0:  # (NaN too)
+        return np.uint64(0)
+    return np.uint64(min(math.ceil(limit), 1 << 24)) if limit < 1 << 24 else np.uint64(1 << 24)
 
 
 def split_of(position_hash: np.ndarray, validation: float = 0.05, test: float = 0.05) -> np.ndarray:

@@ -22,6 +22,8 @@ import numpy as np
 from services.games.gomoku import BLACK, WHITE, GomokuState, IllegalMove, Rule
 
 _FAST_RULES = (Rule.FREESTYLE, Rule.STANDARD)
+# moves per block of whole games in suspect_games: its scratch arrays stay small (in cache)
+_SUSPECT_MOVES = 1 << 15
 
 
 @dataclass(frozen=True)
@@ -44,8 +46,18 @@ class ReplayedGames:
     @property
     def plies(self) -> np.ndarray:
         """int16 [sum(legal)]: 0-based move number of each pair."""
-        starts = np.cumsum(self.legal) - self.legal
-        return (np.arange(len(self.moves)) - np.repeat(starts, self.legal)).astype(np.int16)
+        return game_plies(self.legal)
+
+
+def game_plies(lengths: np.ndarray) -> np.ndarray:
+    """int16 [sum(lengths)]: 0, 1, ... along each game of the given lengths (< 2**15)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    lengths = lengths[lengths > 0]
+    steps = np.ones(int(lengths.sum()), dtype=np.int16)  # a running count, restarted at
+    if len(steps):  # each game's first move by a step back over the previous game
+        steps[0] = 0
+        steps[np.cumsum(lengths[:-1])] = 1 - lengths[:-1]
+    return np.cumsum(steps, dtype=np.int16)
 
 
 def replay(moves: tuple[int, ...] | list[int], size: int = 15,
@@ -80,14 +92,17 @@ def replay_games(games: Sequence[Sequence[int]], size: int = 15,
                else np.ones(len(games), dtype=bool))
     legal = lengths.copy()
     errors: list[str | None] = [None] * len(games)
-    keep = np.ones(len(flat), dtype=bool)
+    keep = None
     starts = np.cumsum(lengths) - lengths
     for g in np.flatnonzero(suspect).tolist():
         game = replay(list(games[g]), size, rule)
         errors[g] = game.error
         legal[g] = len(game.moves)
-        keep[starts[g] + legal[g]: starts[g] + lengths[g]] = False
-    return ReplayedGames(flat[keep].astype(np.int16), legal, errors)
+        if legal[g] < lengths[g]:
+            if keep is None:
+                keep = np.ones(len(flat), dtype=bool)
+            keep[starts[g] + legal[g]: starts[g] + lengths[g]] = False
+    return ReplayedGames((flat if keep is None else flat[keep]).astype(np.int16), legal, errors)
 
 
 def suspect_games(moves: np.ndarray, lengths: np.ndarray, size: int = 15) -> np.ndarray:
@@ -96,6 +111,19 @@ def suspect_games(moves: np.ndarray, lengths: np.ndarray, size: int = 15) -> np.
     colour before the last move); True means it has to be replayed to find out."""
     moves = np.asarray(moves, dtype=np.int64)
     lengths = np.asarray(lengths, dtype=np.int64)
+    suspect = np.zeros(len(lengths), dtype=bool)
+    ends = np.cumsum(lengths)
+    g0 = 0
+    while g0 < len(lengths):  # blocks of whole games, about _SUSPECT_MOVES moves each
+        m0 = int(ends[g0] - lengths[g0])
+        g1 = max(g0 + 1, int(np.searchsorted(ends, m0 + _SUSPECT_MOVES, side="right")))
+        suspect[g0:g1] = _suspect_block(moves[m0:int(ends[g1 - 1])], lengths[g0:g1], size)
+        g0 = g1
+    return suspect
+
+
+def _suspect_block(moves: np.ndarray, lengths: np.ndarray, size: int) -> np.ndarray:
+    """`suspect_games` of the games of one block."""
     n_games, cells = len(lengths), size * size
     if len(moves) == 0:
         return np.zeros(n_games, dtype=bool)

@@ -130,26 +130,58 @@ def atomic_write_bytes(data: bytes, path: Path) -> None:
     _fsync_dir(path.parent)
 
 
+# Columns whose values are nearly all distinct: no dictionary (Parquet would build one for
+# the first page of each column chunk and then fall back to plain values; plain values
+# compress better here), no min/max statistics (nobody prunes on them; the loader reads
+# `game` and `board_size` statistics)
+_NO_DICTIONARY = frozenset({"board", "position_hash", "game_id"})
+_NO_STATISTICS = frozenset({"board", "game_id"})
+
+
+def parquet_options(schema: pa.Schema) -> dict:
+    """The fixed `pq.write_table` options of every file written here (they and the pinned
+    pyarrow make the bytes reproducible): zstd, row groups of ROW_GROUP_ROWS, dictionary
+    encoding and statistics for every column but the high-cardinality ones."""
+    names = schema.names
+    return {
+        "compression": "zstd", "row_group_size": ROW_GROUP_ROWS, "store_schema": True,
+        "use_dictionary": [c for c in names if c not in _NO_DICTIONARY],
+        "write_statistics": [c for c in names if c not in _NO_STATISTICS],
+    }
+
+
+def _parquet_buffer(table: pa.Table) -> memoryview:
+    """`parquet_bytes` without a copy: a view of the buffer the file was written into."""
+    options = parquet_options(table.schema)
+    # one buffer of a bound's size (the encoded table is far smaller than the Arrow one), of
+    # which only the pages written to are ever touched; a growing BufferOutputStream copies
+    # everything it holds at each doubling
+    try:
+        buffer = pa.allocate_buffer(table.nbytes + table.nbytes // 2 + (1 << 20))
+        sink = pa.FixedSizeBufferWriter(buffer)
+        pq.write_table(table, sink, **options)
+    except (MemoryError, OSError, pa.ArrowException):  # beyond the bound: a growing buffer
+        stream = pa.BufferOutputStream()
+        pq.write_table(table, stream, **options)
+        return memoryview(stream.getvalue())
+    return memoryview(buffer)[:sink.tell()]
+
+
 def parquet_bytes(table: pa.Table) -> bytes:
     """The table as Parquet with the fixed writer options that make the bytes reproducible."""
-    sink = pa.BufferOutputStream()
-    pq.write_table(
-        table, sink, compression="zstd", row_group_size=ROW_GROUP_ROWS,
-        write_statistics=True, store_schema=True,
-    )
-    return sink.getvalue().to_pybytes()
+    return _parquet_buffer(table).tobytes()
 
 
 def write_table_atomic(table: pa.Table, path: Path) -> str:
     """Write `table` to `path` atomically; return the file's SHA-256."""
-    data = parquet_bytes(table)
+    data = _parquet_buffer(table)
     atomic_write_bytes(data, path)
     return hashlib.sha256(data).hexdigest()
 
 
 def _write_content_addressed(table: pa.Table, out_dir: Path, stem: str) -> dict:
     """Write `table` as `<stem>.<sha12>.parquet` unless that very file is already there."""
-    data = parquet_bytes(table)
+    data = _parquet_buffer(table)
     sha = hashlib.sha256(data).hexdigest()
     path = out_dir / f"{stem}.{sha[:12]}.parquet"
     if not (path.exists() and path.stat().st_size == len(data) and sha256_file(path) == sha):
@@ -170,20 +202,88 @@ def with_pair_columns(table: pa.Table) -> pa.Table:
     Gomoku's `deduplicate` does not produce get their Gomoku defaults: game "gomoku", rule "",
     result NaN (unknown), mover_rank ""."""
     n = table.num_rows
-    defaults = {"game": pa.array(["gomoku"] * n, pa.string()),
-                "rule": pa.array([""] * n, pa.string()),
-                "result": pa.array(np.full(n, np.nan, np.float32), pa.float32()),
-                "mover_rank": pa.array([""] * n, pa.string())}
+    defaults = {"game": lambda: pa.repeat(pa.scalar("gomoku", pa.string()), n),
+                "rule": lambda: _empty_strings(n),
+                "result": lambda: pa.array(np.full(n, np.nan, np.float32), pa.float32()),
+                "mover_rank": lambda: _empty_strings(n)}
     for name, column in defaults.items():
         if name not in table.column_names:
-            table = table.append_column(name, column)
+            table = table.append_column(name, column())
     return table.select(PAIR_SCHEMA.names).cast(PAIR_SCHEMA)
+
+
+def _empty_strings(n: int) -> pa.Array:
+    """n empty strings: offsets that are all 0 (np.zeros: pages the kernel maps to zeros
+    without writing them), no data."""
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(np.zeros(n + 1, np.int32)),
+                                                  pa.py_buffer(b"")])
+
+
+_SORT_KEYS = [("position_hash", "ascending"), ("move", "ascending"), ("board", "ascending")]
+
+
+def split_parts(table: pa.Table) -> list[tuple[str, pa.Table]]:
+    """(split, its rows sorted by (position hash, move, board)) for each of SPLITS; rows of
+    other splits are left out.
+
+    A table already in that order (grouped by split in SPLITS order, sorted inside each, as
+    `deduplicate` returns it) is only sliced, without a copy; any other is filtered and
+    sorted (a split that happens to be in order is not sorted again).
+    """
+    codes = pc.index_in(table["split"], value_set=pa.array(SPLITS, pa.string()))
+    if codes.null_count == 0:
+        codes = codes.to_numpy()
+        if len(codes) < 2 or bool((codes[1:] >= codes[:-1]).all()):
+            bounds = np.searchsorted(codes, np.arange(len(SPLITS) + 1)).tolist()
+            parts = [table.slice(bounds[i], bounds[i + 1] - bounds[i])
+                     for i in range(len(SPLITS))]
+            if all(_in_shard_order(part) for part in parts):
+                return list(zip(SPLITS, parts, strict=True))
+    out = []
+    for split in SPLITS:
+        part = table.filter(pc.equal(table["split"], split))
+        if not _in_shard_order(part):
+            part = part.sort_by(_SORT_KEYS)
+        out.append((split, part))
+    return out
+
+
+def _in_shard_order(part: pa.Table) -> bool:
+    """Whether `part` is sorted by (position hash, move, board), so that a stable sort would
+    leave it as it is: no nulls in those columns, each row's key at most the next one's."""
+    if part.num_rows < 2:
+        return True
+    columns = [part[name] for name, _ in _SORT_KEYS]
+    if any(c.null_count for c in columns):
+        return False
+    hashes, moves = (np.asarray(c.to_numpy()) for c in columns[:2])
+    hash_equal = hashes[1:] == hashes[:-1]
+    if not (hash_equal | (hashes[1:] > hashes[:-1])).all():
+        return False
+    move_equal = moves[1:] == moves[:-1]
+    if not (~hash_equal | move_equal | (moves[1:] > moves[:-1])).all():
+        return False
+    tied = np.flatnonzero(hash_equal & move_equal)  # (rare) the board bytes decide
+    if len(tied):
+        boards = columns[2]
+        this, following = boards.take(pa.array(tied)), boards.take(pa.array(tied + 1))
+        if not pc.all(pc.less_equal(this, following)).as_py():
+            return False
+    return True
+
+
+def shard_piece(part: pa.Table, i: int) -> pa.Table:
+    """Rows of shard `i` of a split's part, one chunk per column (a copy only of a column in
+    several): Parquet's page boundaries follow the chunks, and the bytes must not depend on
+    how the input was chunked."""
+    return part.slice(i * ROWS_PER_SHARD, ROWS_PER_SHARD).combine_chunks().cast(PAIR_SCHEMA)
 
 
 def write_split_shards(table: pa.Table, out_dir: Path) -> list[dict]:
     """Write `table` (already deduplicated) as shards per split; return one entry per file.
 
-    Missing Gomoku-only defaults are filled in (`with_pair_columns`).
+    Missing Gomoku-only defaults are filled in (`with_pair_columns`). Each split's rows are
+    sorted by (position hash, move, board) (`split_parts`).
 
     Files are content-addressed and nothing is removed: list the entries in a manifest
     (`commit_manifest`) to make them the dataset's current version.
@@ -191,13 +291,10 @@ def write_split_shards(table: pa.Table, out_dir: Path) -> list[dict]:
     out_dir.mkdir(parents=True, exist_ok=True)
     table = with_pair_columns(table)
     files = []
-    for split in SPLITS:
-        part = table.filter(pc.equal(table["split"], split))
-        part = part.sort_by([("position_hash", "ascending"), ("move", "ascending"),
-                             ("board", "ascending")])
+    for split, part in split_parts(table):
         n_shards = max(1, -(-part.num_rows // ROWS_PER_SHARD))
         for i in range(n_shards):
-            shard = part.slice(i * ROWS_PER_SHARD, ROWS_PER_SHARD).cast(PAIR_SCHEMA)
+            shard = shard_piece(part, i)
             entry = _write_content_addressed(shard, out_dir, f"{split}-{i:05d}")
             files.append({"path": entry["path"], "split": split, "rows": entry["rows"],
                           "sha256": entry["sha256"]})
