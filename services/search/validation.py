@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -121,8 +121,16 @@ def policy_points(game: int) -> int:
 def _place(board_state: GomokuState, points: Iterable[search_pb2.Point], field: str) -> list[int]:
     """Check that each point is on the board and empty; returns flat indices."""
     size = board_state.size
-    out: list[int] = []
     taken = set(int(p) for p in board_state.board.reshape(-1).nonzero()[0])
+    return _setup_points(points, size, taken, field,
+                         lambda index: point_name(index % size, index // size))
+
+
+def _setup_points(points: Iterable[search_pb2.Point], size: int, taken: set[int], field: str,
+                  name: Callable[[int], str]) -> list[int]:
+    """Set-up stones of either game: on the board, not a pass, not on a taken point (`taken`
+    grows with them); flat indices. `name` spells a point in the game's own notation."""
+    out: list[int] = []
     for i, p in enumerate(points):
         where = f"{field}[{i}]"
         if p.is_pass:
@@ -131,7 +139,7 @@ def _place(board_state: GomokuState, points: Iterable[search_pb2.Point], field: 
             raise InvalidRequest(where, f"({p.x}, {p.y}) is off the {size}x{size} board")
         index = p.y * size + p.x
         if index in taken:
-            raise InvalidRequest(where, f"{point_name(p.x, p.y)} is occupied")
+            raise InvalidRequest(where, f"{name(index)} is occupied")
         taken.add(index)
         out.append(index)
     return out
@@ -242,24 +250,6 @@ def _placed_without_five(
     return GomokuState(size=size, rule=rule, board=board, moves=tuple(played), winner=EMPTY)
 
 
-def _go_setup(
-    points: Iterable[search_pb2.Point], size: int, taken: set[int], field: str
-) -> list[int]:
-    out: list[int] = []
-    for i, p in enumerate(points):
-        where = f"{field}[{i}]"
-        if p.is_pass:
-            raise InvalidRequest(where, "a pass cannot be a set-up stone")
-        if not (0 <= p.x < size and 0 <= p.y < size):
-            raise InvalidRequest(where, f"({p.x}, {p.y}) is off the {size}x{size} board")
-        index = p.y * size + p.x
-        if index in taken:
-            raise InvalidRequest(where, f"{go.point_name(index, size)} is occupied")
-        taken.add(index)
-        out.append(index)
-    return out
-
-
 def go_position_to_state(position: search_pb2.Position, field: str = "position") -> GoPosition:
     """A validated GoPosition for a Go `position` (which may be a game that is already over)."""
     if position.rule not in (search_pb2.RULE_UNSPECIFIED, search_pb2.GO_AREA):
@@ -294,8 +284,11 @@ def go_position_to_state(position: search_pb2.Position, field: str = "position")
             f"{field}.moves", f"at most {MAX_GO_MOVES} Go moves, got {len(position.moves)}"
         )
     taken: set[int] = set()
-    black = _go_setup(position.setup_black, size, taken, f"{field}.setup_black")
-    white = _go_setup(position.setup_white, size, taken, f"{field}.setup_white")
+    def name(index: int) -> str:
+        return go.point_name(index, size)
+
+    black = _setup_points(position.setup_black, size, taken, f"{field}.setup_black", name)
+    white = _setup_points(position.setup_white, size, taken, f"{field}.setup_white", name)
     state = go.GoState(size, first_color)
     if black or white:
         state = state.add_stones(black, white, to_move=first_color)
