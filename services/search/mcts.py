@@ -254,12 +254,7 @@ class Node:
         blocks = [p for p in winning_points(s, opponent(s.to_move), sums) if legal[p]]
         # no legal block (renju: black's only blocks are forbidden): every legal move loses
         candidates = blocks or np.flatnonzero(legal).tolist()
-        if len(candidates) == 1:
-            self._set_moves(candidates, np.ones(1))
-            return False
-        self._set_moves(candidates, None)
-        self.legal = legal
-        return True
+        return self._open(candidates, legal)
 
     def _prepare_go(self, s: GoPosition) -> bool:
         if s.is_over:  # two consecutive passes: scored by area with komi
@@ -267,6 +262,11 @@ class Node:
             return False
         legal = s.legal_mask()
         candidates = s.search_candidates(legal)  # never empty: the pass is always there
+        return self._open(candidates, legal)
+
+    def _open(self, candidates: list[int], legal: np.ndarray) -> bool:
+        """A single candidate is forced (no evaluation needed: False); otherwise the node
+        waits for the network's priors over `candidates` (True)."""
         if len(candidates) == 1:
             self._set_moves(candidates, np.ones(1))
             return False
