@@ -77,6 +77,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--seconds-per-row", type=float, default=600)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out-dir", type=Path, default=ROOT / "docs",
+                        help="where paper_table.md/.png go (another folder keeps docs/ as is)")
     args = parser.parse_args(argv)
     if not TSV.exists():
         raise SystemExit(f"real RenjuNet-derived games not found at {TSV}")
@@ -133,7 +135,8 @@ def write_report(data: dict, rows: list[dict], args) -> None:
             f"{p[2]}% | {p[3]} |")
     lines += ["", "Accuracy counts the top-ranked legal point (occupied points masked). "
               "Train accuracy is measured on a fixed sample of 4,096 training rows.", ""]
-    (ROOT / "docs" / "paper_table.md").write_text("\n".join(lines))
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    (args.out_dir / "paper_table.md").write_text("\n".join(lines))
     try:
         from services.trainer.plots import plt
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -145,7 +148,7 @@ def write_report(data: dict, rows: list[dict], args) -> None:
         ax.grid(alpha=0.3)
         ax.legend()
         fig.tight_layout()
-        fig.savefig(ROOT / "docs" / "paper_table.png", dpi=100)
+        fig.savefig(args.out_dir / "paper_table.png", dpi=100)
         plt.close(fig)
     except Exception as exc:  # the table matters more than the picture
         print(f"plot failed: {exc}", file=sys.stderr)

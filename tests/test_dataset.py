@@ -168,3 +168,24 @@ def _the_readme_queries_agree(out: Path, manifest: dict) -> None:
 def test_reading_a_broken_dataset_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match="no manifest"):
         read_split(tmp_path, "train")
+
+
+def test_rows_carry_the_movers_result_averaged_over_occurrences(tmp_path: Path) -> None:
+    # two games open alike (h8 h9 ...): Black won one, lost the other; a third has no result
+    h8, h9, i8, g8, i9 = 7 * 15 + 7, 8 * 15 + 7, 7 * 15 + 8, 7 * 15 + 6, 8 * 15 + 8
+    games = [TsvGame("1", (h8, h9, i8), 1.0, "a", "b", "x"),
+             TsvGame("2", (h8, h9, g8), 0.0, "a", "b", "x"),
+             TsvGame("3", (h8, i9), None, "a", "b", "x")]
+    path = write_rif(games, tmp_path / "results.rif")
+    table = deduplicate([source_pairs(path.name, read_rif(path)).pairs])
+    by_ply: dict[int, list[float]] = {}
+    for ply, result in zip(table["ply"].to_pylist(), table["result"].to_pylist(), strict=True):
+        by_ply.setdefault(ply, []).append(result)
+    # ply 0: (empty, h8) occurred 3 times, results known twice: Black 1 and 0 -> 0.5
+    assert by_ply[0] == [0.5]
+    # ply 1: White's h9 (twice: White lost, then won -> 0.5), White's i9 (result unknown)
+    assert sorted(by_ply[1], key=lambda r: r == r) == [pytest.approx(float("nan"), nan_ok=True),
+                                                        0.5]
+    # ply 2: Black's i8 (Black won) and g8 (Black lost) are mirror images: one pair, 0.5
+    assert by_ply[2] == [0.5]
+    assert sum(table["count"].to_pylist()) == 8

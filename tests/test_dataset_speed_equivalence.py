@@ -220,12 +220,17 @@ def test_source_pairs_of_nothing_and_of_rejects_only() -> None:
 
 
 def test_pairs_table_matches_reference() -> None:
-    games = sample_games()[:20]
+    records = [g for g in read_rif(SAMPLE_RIF) if isinstance(g, RifGame)][:20]
+    games = [g.moves for g in records]
     reps = [replay(g) for g in games]
     args = (np.concatenate([r.boards for r in reps]), np.concatenate([r.moves for r in reps]),
             np.concatenate([r.to_move for r in reps]), np.concatenate([r.plies for r in reps]),
             [f"g{i}" for i, r in enumerate(reps) for _ in r.moves], "s")
-    assert pairs_table(*args).equals(build._pairs_table_reference(*args))
+    results = build.mover_results(
+        np.concatenate([np.full(len(r.moves), g.bresult, np.float32)
+                        for g, r in zip(records, reps, strict=True)]), args[3])
+    assert pairs_table(*args, results).equals(build._pairs_table_reference(*args, results))
+    assert set(np.unique(results).tolist()) <= {0.0, 0.5, 1.0}
 
 
 def _chunked(table: pa.Table, rows: int) -> pa.Table:

@@ -339,3 +339,73 @@ def test_corrupt_pages_name_the_file_and_row_group(broken: Path, num_workers: in
     with pytest.raises(DatasetError, match=rf"{path.name}: row group 2: cannot be read"):
         for _ in loader:
             pass
+
+
+def split_results(dataset_dir: Path, split: str = "train") -> dict[tuple[bytes, int], float]:
+    manifest = json.loads((dataset_dir / "manifest.json").read_text())
+    out = {}
+    for entry in manifest["files"]:
+        if entry["split"] == split:
+            t = pq.read_table(dataset_dir / entry["path"], columns=["board", "move", "result"])
+            out.update(zip(zip(t["board"].to_pylist(), t["move"].to_pylist(), strict=True),
+                           t["result"].to_pylist(), strict=True))
+    return out
+
+
+def test_results_travel_with_their_rows_through_augmentation(dataset: Path) -> None:
+    results = split_results(dataset)
+    known = [r for r in results.values() if r == r]
+    assert len(known) > 0.9 * len(results) and {0.0, 1.0} <= set(known)  # the sample's games
+    table = point_table(S)
+    seen = 0
+    for batch in ShardStream(dataset, batch_size=128, seed=3, drop_last=False, results=True):
+        assert batch["results"].dtype == torch.float32
+        assert len(batch["results"]) == len(batch["moves"])
+        boards = batch["boards"].reshape(len(batch["moves"]), -1).numpy()
+        for board, move, result in zip(boards, batch["moves"].tolist(),
+                                       batch["results"].tolist(), strict=True):
+            for k in range(N_SYMMETRIES):
+                key = (board[table[k]].tobytes(), int(np.flatnonzero(table[k] == move)[0]))
+                if key in results:
+                    expected = results[key]
+                    assert result == expected or (result != result and expected != expected)
+                    break
+            else:
+                raise AssertionError("a row that is no symmetry of any original row")
+            seen += 1
+    assert seen == len(results)
+
+
+def test_results_do_not_change_the_order_and_resume_with_workers(
+        dataset: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loader_module, "PACKET_ROWS", 3 * 32)
+    kwargs = {"batch_size": 32, "seed": 9, "shuffle_buffer": 300, "num_workers": 2,
+              "drop_last": False}
+
+    def rows(loader, limit=None) -> list[tuple[torch.Tensor, ...]]:
+        return [(b["boards"].clone(), b["moves"].clone(), b["results"].clone())
+                for b in itertools.islice(loader, limit)]
+
+    plain = collect(make_loader(dataset, "train", **kwargs))
+    full = rows(make_loader(dataset, "train", results=True, **kwargs))
+    assert same([f[:2] for f in full], plain)  # the same rows in the same order
+    loader = make_loader(dataset, "train", results=True, **kwargs)
+    head = rows(loader, 11)
+    again = make_loader(dataset, "train", results=True, **kwargs)
+    again.load_state_dict(loader.state_dict())
+    resumed = head + rows(again)
+    assert len(resumed) == len(full)
+    for a, b in zip(resumed, full, strict=True):
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+        assert torch.equal(a[2].nan_to_num(-9), b[2].nan_to_num(-9))
+
+
+def test_read_rows_returns_results_on_request(dataset: Path) -> None:
+    stream = ShardStream(dataset)
+    results = split_results(dataset)
+    ids = np.array([0, 5, 17, stream.rows - 1])
+    boards, moves, got = stream.read_rows(ids, results=True)
+    for board, move, result in zip(boards, moves.tolist(), got.tolist(), strict=True):
+        expected = results[(board.reshape(-1).tobytes(), move)]
+        assert result == expected or (result != result and expected != expected)
+    assert len(stream.read_rows(ids)) == 2

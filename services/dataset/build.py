@@ -111,6 +111,7 @@ def source_pairs(source: str, records: Iterable[RifGame | Rejected]) -> SourceRe
     result = SourceResult(source=source, pairs=pa.table({}))
     games: list[tuple[int, ...]] = []
     game_ids: list[str] = []
+    bresults: list[float] = []  # Black's result per game, NaN unknown
     rejected_before: list[int] = []  # per game: quarantine rows of earlier Rejected records
     with _step("pairs: collect records"):
         for record in records:
@@ -121,6 +122,7 @@ def source_pairs(source: str, records: Iterable[RifGame | Rejected]) -> SourceRe
                 continue
             games.append(record.moves)
             game_ids.append(record.game_id)
+            bresults.append(np.nan if record.bresult is None else record.bresult)
             rejected_before.append(len(result.quarantine))
     with _step("pairs: replay (legality)"):
         replayed = replay_games(games, BOARD_SIZE, Rule.FREESTYLE)
@@ -145,16 +147,26 @@ def source_pairs(source: str, records: Iterable[RifGame | Rejected]) -> SourceRe
     with _step("pairs: Arrow table"):
         game_of_row = np.repeat(np.arange(len(games), dtype=np.int32), lengths)
         ids = pa.array(game_ids, pa.string()).take(pa.array(game_of_row, pa.int32()))
-        result.pairs = _raw_pairs_table(boards, canon_moves, (plies % 2 + 1).astype(np.int8),
-                                        plies, hashes, ids, source)
+        result.pairs = _raw_pairs_table(
+            boards, canon_moves, (plies % 2 + 1).astype(np.int8), plies, hashes, ids, source,
+            mover_results(np.asarray(bresults, np.float32)[game_of_row], plies))
     return result
 
 
+def mover_results(bresults: np.ndarray, plies: np.ndarray) -> np.ndarray:
+    """float32 result of the player making each move (Black moves at even plies) from Black's
+    result of its game: 1 won, 0 lost, 0.5 draw, NaN unknown (what the value head learns)."""
+    b = np.asarray(bresults, np.float32)
+    return np.where(np.asarray(plies) % 2 == 0, b, np.float32(1) - b).astype(np.float32)
+
+
 def pairs_table(boards: np.ndarray, moves: np.ndarray, to_move: np.ndarray, plies: np.ndarray,
-                game_ids: list[str], source: str) -> pa.Table:
+                game_ids: list[str], source: str,
+                results: np.ndarray | None = None) -> pa.Table:
     """Canonicalise raw pairs; one row per occurrence (count 1), not yet deduplicated."""
     cb, cm, h = canonicalize(boards, moves, BOARD_SIZE)
-    return _raw_pairs_table(cb, cm, to_move, plies, h, pa.array(game_ids, pa.string()), source)
+    return _raw_pairs_table(cb, cm, to_move, plies, h, pa.array(game_ids, pa.string()), source,
+                            results)
 
 
 def _binary_column(rows: np.ndarray) -> pa.ChunkedArray:
@@ -173,8 +185,10 @@ def _binary_column(rows: np.ndarray) -> pa.ChunkedArray:
 
 def _raw_pairs_table(boards: np.ndarray, moves: np.ndarray, to_move: np.ndarray,
                      plies: np.ndarray, hashes: np.ndarray, game_ids: pa.Array,
-                     source: str) -> pa.Table:
+                     source: str, results: np.ndarray | None = None) -> pa.Table:
     n = len(moves)
+    if results is None:
+        results = np.full(n, np.nan, np.float32)
     return pa.table({
         "board": _binary_column(boards),
         "move": pa.array(moves, pa.int16()),
@@ -183,6 +197,7 @@ def _raw_pairs_table(boards: np.ndarray, moves: np.ndarray, to_move: np.ndarray,
         "ply": pa.array(np.asarray(plies).astype(np.int16)),
         "count": pa.array(np.ones(n, np.int32)),
         "position_hash": pa.array(hashes, pa.uint64()),
+        "result": pa.array(np.asarray(results, np.float32), pa.float32()),
         "game_id": game_ids,
         "source": pa.repeat(pa.scalar(source, pa.string()), n),
     })
@@ -261,6 +276,9 @@ def deduplicate(tables: list[pa.Table]) -> pa.Table:
                                       pa.uint64()),
             "split": _split_column(_take(row_splits, first)),
         }
+        if "result" in table.column_names:
+            columns["result"] = pa.array(_group_mean_known(
+                _numpy(table["result"], np.float32), order, starts), pa.float32())
     with _step("dedup: min game_id / source"):
         columns["game_id"] = _group_min_string(table["game_id"], order, starts)
         columns["source"] = _group_min_string(table["source"], order, starts)
@@ -273,8 +291,19 @@ def deduplicate(tables: list[pa.Table]) -> pa.Table:
             return _deduplicate_reference([table])
     columns["board"] = _binary_column(unique_boards)
     names = ["board", "move", "board_size", "to_move", "ply", "count", "position_hash",
-             "game_id", "source", "split"]
-    return pa.table({name: columns[name] for name in names})
+             "result", "game_id", "source", "split"]
+    return pa.table({name: columns[name] for name in names if name in columns})
+
+
+def _group_mean_known(values: np.ndarray, order: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Per group, the mean of its non-NaN values (NaN when it has none), as float32."""
+    known = ~np.isnan(values)
+    if not known.any():
+        return np.full(len(starts), np.nan, np.float32)
+    sums = _reduce_groups(np.add, np.where(known, values, 0).astype(np.float64), order, starts)
+    counts = _reduce_groups(np.add, known.astype(np.int32), order, starts)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, sums / counts, np.nan).astype(np.float32)
 
 
 def _take(values: np.ndarray, rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -678,7 +707,7 @@ def _unpack_short_strings(packed: np.ndarray) -> pa.Array:
 
 
 def _source_pairs_reference(source: str, records: Iterable[RifGame | Rejected]) -> SourceResult:
-    boards, moves, to_move, plies, game_ids = [], [], [], [], []
+    boards, moves, to_move, plies, game_ids, results = [], [], [], [], [], []
     result = SourceResult(source=source, pairs=pa.table({}))
     for record in records:
         result.read += 1
@@ -697,19 +726,22 @@ def _source_pairs_reference(source: str, records: Iterable[RifGame | Rejected]) 
         to_move.append(game.to_move)
         plies.append(game.plies)
         game_ids.extend([record.game_id] * len(game.moves))
+        bresult = np.nan if record.bresult is None else record.bresult
+        results.extend(bresult if ply % 2 == 0 else 1 - bresult for ply in game.plies.tolist())
     if boards:
         result.pairs = _pairs_table_reference(
             np.concatenate(boards), np.concatenate(moves), np.concatenate(to_move),
-            np.concatenate(plies), game_ids, source)
+            np.concatenate(plies), game_ids, source, results)
     else:
         result.pairs = _pairs_table_reference(
             np.zeros((0, BOARD_SIZE**2), np.int8), np.zeros(0, np.int16), np.zeros(0, np.int8),
-            np.zeros(0, np.int16), [], source)
+            np.zeros(0, np.int16), [], source, [])
     return result
 
 
 def _pairs_table_reference(boards: np.ndarray, moves: np.ndarray, to_move: np.ndarray,
-                           plies: np.ndarray, game_ids: list[str], source: str) -> pa.Table:
+                           plies: np.ndarray, game_ids: list[str], source: str,
+                           results: list[float] | None = None) -> pa.Table:
     from services.dataset.canonical import _canonicalize_reference
 
     cb, cm, h = _canonicalize_reference(boards, moves, BOARD_SIZE)
@@ -723,6 +755,8 @@ def _pairs_table_reference(boards: np.ndarray, moves: np.ndarray, to_move: np.nd
         "ply": pa.array(plies.astype(np.int16)),
         "count": pa.array(np.ones(n, np.int32)),
         "position_hash": pa.array(h, pa.uint64()),
+        "result": pa.array(np.full(n, np.nan, np.float32) if results is None
+                           else np.asarray(results, np.float32), pa.float32()),
         "game_id": pa.array(game_ids, pa.string()),
         "source": pa.array([source] * n, pa.string()),
     })
@@ -730,17 +764,21 @@ def _pairs_table_reference(boards: np.ndarray, moves: np.ndarray, to_move: np.nd
 
 def _deduplicate_reference(tables: list[pa.Table]) -> pa.Table:
     table = pa.concat_tables(tables)
-    grouped = table.group_by(["board", "move"], use_threads=False).aggregate([
-        ("board_size", "min"), ("to_move", "min"), ("ply", "min"), ("count", "sum"),
-        ("position_hash", "min"), ("game_id", "min"), ("source", "min"),
-    ])
-    grouped = grouped.rename_columns({
-        "board_size_min": "board_size", "to_move_min": "to_move", "ply_min": "ply",
-        "count_sum": "count", "position_hash_min": "position_hash", "game_id_min": "game_id",
-        "source_min": "source",
-    })
+    aggregates = [("board_size", "min"), ("to_move", "min"), ("ply", "min"), ("count", "sum"),
+                  ("position_hash", "min"), ("game_id", "min"), ("source", "min")]
+    if "result" in table.column_names:  # NaN (unknown) -> null: the mean skips them
+        r = table["result"]
+        table = table.set_column(table.column_names.index("result"), "result", pc.if_else(
+            pc.is_nan(r), pa.scalar(None, r.type), r))
+        aggregates.append(("result", "mean"))
+    grouped = table.group_by(["board", "move"], use_threads=False).aggregate(aggregates)
+    grouped = grouped.rename_columns({f"{c}_{op}": c for c, op in aggregates})
+    if "result" in grouped.column_names:  # mean gives float64, null where none is known
+        mean = grouped["result"].to_numpy(zero_copy_only=False).astype(np.float32)
+        grouped = grouped.set_column(grouped.column_names.index("result"), "result",
+                                     pa.array(mean, pa.float32()))
     splits = split_of(grouped["position_hash"].to_numpy())
     grouped = grouped.append_column("split", pa.array(splits.tolist(), pa.string()))
     columns = ["board", "move", "board_size", "to_move", "ply", "count", "position_hash",
-               "game_id", "source", "split"]
-    return grouped.select(columns)
+               "result", "game_id", "source", "split"]
+    return grouped.select([c for c in columns if c in grouped.column_names])

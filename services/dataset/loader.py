@@ -7,6 +7,8 @@ with `batch_size=None` (`make_loader` builds one). Each batch is a dict:
             int8  [B, 4, s, s]  Go: the compact planes of `services.games.go_features`
                                 (stones seen from the mover, liberties, move age, ko)
     moves   int64 [B]           y * s + x, transformed together with its board; Go: s * s = pass
+    results float32 [B]         only with `results=True` (value training): the mover's result,
+                                1 won, 0 lost, 0.5 draw, NaN unknown (the shards' `result`)
     worker  int                 which of this rank's workers made it (used for resumption)
 
 Boards stay compact int8 until they reach the model's device, where `expand_planes` (or the
@@ -87,6 +89,7 @@ from services.games.symmetry import N_SYMMETRIES, point_table
 
 STATE_VERSION = 1
 PACKET_ROWS = 16384  # rows a worker hands to the main process at once
+COLUMNS = ("boards", "moves", "results")  # what a batch holds, in block order
 
 
 @dataclass(frozen=True)
@@ -258,8 +261,9 @@ def board_matrix(column: pa.ChunkedArray | pa.Array, cells: int,
     return np.frombuffer(data_buf, dtype=np.int8, count=n * cells, offset=first).reshape(n, cells)
 
 
-def _read_unit(plan: _Plan, unit: int) -> tuple[np.ndarray, np.ndarray]:
-    """Boards int8 [n, channels*s*s] and moves int64 [n] of one row group."""
+def _read_unit(plan: _Plan, unit: int, results: bool = False) -> list[np.ndarray]:
+    """Boards int8 [n, channels*s*s] and moves int64 [n] of one row group, then with
+    `results` the mover's results float32 [n] (NaN where unknown)."""
     path = plan.paths[plan.unit_file[unit]]
     rg = int(plan.unit_group[unit])
     where = f"{path}: row group {rg}"
@@ -267,7 +271,8 @@ def _read_unit(plan: _Plan, unit: int) -> tuple[np.ndarray, np.ndarray]:
         # checksums are verified where the writer stored them
         pf = pq.ParquetFile(path, page_checksum_verification=True)
         try:
-            table = pf.read_row_group(rg, columns=["board", "move"], use_threads=False)
+            columns = ["board", "move", "result"] if results else ["board", "move"]
+            table = pf.read_row_group(rg, columns=columns, use_threads=False)
         finally:
             pf.close()
     except (pa.ArrowException, OSError) as e:
@@ -283,7 +288,10 @@ def _read_unit(plan: _Plan, unit: int) -> tuple[np.ndarray, np.ndarray]:
     if moves.min() < 0 or moves.max() >= plan.n_moves:
         raise DatasetError(f"{where}: move outside 0..{plan.n_moves - 1} "
                            f"(min {moves.min()}, max {moves.max()})")
-    return boards, moves.astype(np.int64)
+    cols = [boards, moves.astype(np.int64)]
+    if results:
+        cols.append(table.column("result").to_numpy(zero_copy_only=False).astype(np.float32))
+    return cols
 
 
 class _Stream:
@@ -404,7 +412,9 @@ class _Augmenter:
             np.take(src, index, axis=1, out=dst, mode="clip")  # in range; "clip": no extra copy
 
     def __call__(self, boards: np.ndarray, moves: np.ndarray, rng: np.random.Generator,
-                 out_boards: np.ndarray, out_moves: np.ndarray) -> None:
+                 out_boards: np.ndarray, out_moves: np.ndarray) -> np.ndarray:
+        """Write the transformed rows (in grouped order); return that order, the row each
+        output came from, for columns that travel along unchanged."""
         n = len(moves)
         ks = rng.integers(0, N_SYMMETRIES, n, dtype=np.int8)
         order = np.argsort(ks, kind="stable")
@@ -415,12 +425,13 @@ class _Augmenter:
                 self._apply(k, grouped[start:start + count], out_boards[start:start + count])
             start += count
         out_moves[:n] = self.move_table[ks[order], moves[order]]
+        return order
 
 
-def _batch_tensors(n: int, size: int, shared: bool = False,
-                   channels: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+def _batch_tensors(n: int, size: int, shared: bool = False, channels: int = 1,
+                   results: bool = False) -> tuple[torch.Tensor, ...]:
     """boards int8 [n, s, s] (or [n, channels, s, s] when channels > 1) and moves int64 [n]
-    as views of one uint8 storage.
+    (and with `results` results float32 [n]) as views of one uint8 storage.
 
     `shared`: allocate it in shared memory (in a worker, as torch's default_collate does),
     which saves copying the block there when it is sent to the main process.
@@ -428,14 +439,16 @@ def _batch_tensors(n: int, size: int, shared: bool = False,
     shape = (n, size, size) if channels == 1 else (n, channels, size, size)
     cells = n * channels * size * size
     offset = -(-cells // 8) * 8  # int64 view must start 8-aligned
+    total = offset + 8 * n + (4 * n if results else 0)
     if shared:
-        raw = torch.empty(0, dtype=torch.uint8).set_(
-            torch.UntypedStorage._new_shared(offset + 8 * n))
+        raw = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(total))
     else:
-        raw = torch.empty(offset + 8 * n, dtype=torch.uint8)
+        raw = torch.empty(total, dtype=torch.uint8)
     boards = raw[:cells].view(torch.int8).view(shape)
-    moves = raw[offset:].view(torch.int64)
-    return boards, moves
+    moves = raw[offset:offset + 8 * n].view(torch.int64)
+    if not results:
+        return boards, moves
+    return boards, moves, raw[offset + 8 * n:].view(torch.float32)
 
 
 _DEVICE_TABLES: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = {}
@@ -484,7 +497,7 @@ class ShardStream(IterableDataset):
     def __init__(self, dataset_dir: str | Path, split: str = "train", batch_size: int = 256,
                  shuffle_buffer: int = 65536, seed: int = 0, epoch: int = 0,
                  augment: bool = True, rank: int = 0, world_size: int = 1,
-                 drop_last: bool = True):
+                 drop_last: bool = True, results: bool = False):
         super().__init__()
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -501,6 +514,7 @@ class ShardStream(IterableDataset):
         self.augment = augment
         self.rank, self.world_size = rank, world_size
         self.drop_last = drop_last
+        self.results = results  # also deliver the mover's result of every row
         self.plan = _plan_split(self.dataset_dir, split)
         self.board_size = self.plan.board_size
         self.game = self.plan.game  # "gomoku" or "go": decides board shape and move range
@@ -537,8 +551,9 @@ class ShardStream(IterableDataset):
         s = self.board_size
         return (s, s) if self.plan.channels == 1 else (self.plan.channels, s, s)
 
-    def read_rows(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Boards [n, *board_shape] and moves of rows by id, as stored (no augmentation).
+    def read_rows(self, ids: np.ndarray, results: bool = False) -> tuple[np.ndarray, ...]:
+        """Boards [n, *board_shape] and moves of rows by id, as stored (no augmentation), then
+        with `results` their results (see the module doc).
 
         Ids count rows over the split's shards in manifest order, the order of `read_split`,
         so a trainer can evaluate a fixed sample of a large train split without holding the
@@ -548,15 +563,23 @@ class ShardStream(IterableDataset):
         ids = np.asarray(ids, dtype=np.int64)
         if len(ids) and (ids.min() < 0 or ids.max() >= plan.rows):
             raise IndexError(f"row ids must be in 0..{plan.rows - 1}")
-        boards = np.empty((len(ids), plan.row_bytes), dtype=np.int8)
-        moves = np.empty(len(ids), dtype=np.int64)
+        cols = self._empty_columns(len(ids), results)
         unit_of = np.searchsorted(plan.unit_start, ids, side="right") - 1
         for unit in np.unique(unit_of).tolist():
             slots = np.flatnonzero(unit_of == unit)
-            b, m = _read_unit(plan, unit)
             local = ids[slots] - plan.unit_start[unit]
-            boards[slots], moves[slots] = b[local], m[local]
-        return boards.reshape(len(ids), *self.board_shape), moves
+            for out, col in zip(cols, _read_unit(plan, unit, results), strict=True):
+                out[slots] = col[local]
+        return (cols[0].reshape(len(ids), *self.board_shape), *cols[1:])
+
+    def _specs(self, results: bool | None = None) -> list[tuple[tuple[int, ...], Any]]:
+        """(shape of one row, dtype) of each column a row carries: boards, moves[, results]."""
+        specs = [((self.plan.row_bytes,), np.int8), ((), np.int64)]
+        with_results = self.results if results is None else results
+        return [*specs, ((), np.float32)] if with_results else specs
+
+    def _empty_columns(self, rows: int, results: bool | None = None) -> list[np.ndarray]:
+        return [np.empty((rows, *tail), dtype=dtype) for tail, dtype in self._specs(results)]
 
     def _units_of(self, epoch: int, global_worker: int, global_workers: int) -> np.ndarray:
         rng = np.random.default_rng([self.seed, epoch, 0])
@@ -592,10 +615,10 @@ class ShardStream(IterableDataset):
         units = self._units_of(epoch, g, global_workers)
         rng = np.random.default_rng([self.seed, epoch, 1, global_workers, g])
         shape = (self.shuffle_buffer, self.batch_size, int(plan.unit_rows.max()))
-        specs = [((plan.row_bytes,), np.int8), ((), np.int64)]
+        specs = self._specs()
 
         def load(unit: int, outs: list[np.ndarray]) -> int:
-            return self._load_into(unit, epoch, outs[0], outs[1])
+            return self._load_into(unit, epoch, outs)
 
         if skip == 0:
             return _Stream(units, load, specs, *shape, rng, self._alloc), None, 0
@@ -615,55 +638,53 @@ class ShardStream(IterableDataset):
             left -= batches
         stream = _Stream(units, load, specs, *shape, sim.rng, self._alloc)
         stream.n, stream.next_unit, stream.blocks = sim.n, sim.next_unit, sim.blocks
-        boards, moves = self._rows_of(sim.bufs[0][:sim.n], epoch)
-        stream.bufs[0][:sim.n], stream.bufs[1][:sim.n] = boards, moves
+        for buf, col in zip(stream.bufs, self._rows_of(sim.bufs[0][:sim.n], epoch), strict=True):
+            buf[:sim.n] = col
         if held_block is None:  # this worker's epoch was already over
             return stream, None, 0
-        boards, moves = self._rows_of(held_block[0], epoch)
-        arrays, block = self._alloc(len(moves))
-        arrays[0][:], arrays[1][:] = boards, moves
+        cols = self._rows_of(held_block[0], epoch)
+        arrays, block = self._alloc(len(cols[0]))
+        for out, col in zip(arrays, cols, strict=True):
+            out[:] = col
         return stream, block, left
 
-    def _alloc(self, rows: int) -> tuple[list[np.ndarray], tuple[torch.Tensor, torch.Tensor]]:
+    def _alloc(self, rows: int) -> tuple[list[np.ndarray], tuple[torch.Tensor, ...]]:
         """A block's tensors (one storage: a worker shares it once per block) + numpy views."""
         shared = get_worker_info() is not None
-        boards, moves = _batch_tensors(rows, self.board_size, shared, self.plan.channels)
-        return [boards.numpy().reshape(rows, -1), moves.numpy()], (boards, moves)
+        block = _batch_tensors(rows, self.board_size, shared, self.plan.channels, self.results)
+        return [block[0].numpy().reshape(rows, -1), *(t.numpy() for t in block[1:])], block
 
-    def _rows_of(self, ids: np.ndarray, epoch: int) -> tuple[np.ndarray, np.ndarray]:
-        """Boards and moves of rows given by id (reads each row group involved once)."""
+    def _rows_of(self, ids: np.ndarray, epoch: int) -> list[np.ndarray]:
+        """The columns of rows given by id, as the stream delivers them (augmented): reads
+        each row group involved once."""
         plan = self.plan
-        boards = np.empty((len(ids), plan.row_bytes), dtype=np.int8)
-        moves = np.empty(len(ids), dtype=np.int64)
+        cols = self._empty_columns(len(ids))
         unit_of = np.searchsorted(plan.unit_start, ids, side="right") - 1
         for unit in np.unique(unit_of).tolist():
             slots = np.flatnonzero(unit_of == unit)
-            b, m = self._load(unit, epoch)
+            unit_cols = self._empty_columns(int(plan.unit_rows[unit]))
+            self._load_into(unit, epoch, unit_cols)
             local = ids[slots] - plan.unit_start[unit]
-            boards[slots], moves[slots] = b[local], m[local]
-        return boards, moves
+            for out, col in zip(cols, unit_cols, strict=True):
+                out[slots] = col[local]
+        return cols
 
-    def _load(self, unit: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
-        rows = int(self.plan.unit_rows[unit])
-        boards = np.empty((rows, self.plan.row_bytes), dtype=np.int8)
-        moves = np.empty(rows, dtype=np.int64)
-        self._load_into(unit, epoch, boards, moves)
-        return boards, moves
-
-    def _load_into(self, unit: int, epoch: int, out_boards: np.ndarray,
-                   out_moves: np.ndarray) -> int:
-        """Write a row group's rows into the outputs, augmented with the unit's own generator
-        (so a restore, which reads the unit again, gets the same symmetries whichever worker
-        reads it); return the number of rows."""
-        boards, moves = _read_unit(self.plan, unit)
-        n = len(moves)
+    def _load_into(self, unit: int, epoch: int, outs: list[np.ndarray]) -> int:
+        """Write a row group's rows into the outputs (boards, moves[, results]), augmented with
+        the unit's own generator (so a restore, which reads the unit again, gets the same
+        symmetries whichever worker reads it); return the number of rows."""
+        cols = _read_unit(self.plan, unit, self.results)
+        n = len(cols[1])
         if not self.augment:
-            out_boards[:n], out_moves[:n] = boards, moves
+            for out, col in zip(outs, cols, strict=True):
+                out[:n] = col
             return n
         if self._augmenter is None:
             self._augmenter = _Augmenter(self.board_size, self.plan.channels)
         rng = np.random.default_rng([self.seed, epoch, 2, unit])
-        self._augmenter(boards, moves, rng, out_boards, out_moves)
+        order = self._augmenter(cols[0], cols[1], rng, outs[0], outs[1])
+        for out, col in zip(outs[2:], cols[2:], strict=True):
+            np.take(col, order, out=out[:n])
         return n
 
     # ------------------------------------------------------------------ iteration
@@ -695,8 +716,7 @@ class ShardStream(IterableDataset):
                 if block is None:
                     break
                 first = 0
-            boards, moves = block
-            rows = len(moves)
+            rows = len(block[1])
             batches = self._batches_in(rows)
             i = first
             while i < batches:
@@ -706,7 +726,8 @@ class ShardStream(IterableDataset):
                 s, e = i * b, min(j * b, rows)
                 progress["batches"][role] += j - i
                 progress["next_worker"] = (role + 1) % workers
-                batch = {"boards": boards[s:e], "moves": moves[s:e], "worker": role}
+                batch = {name: t[s:e] for name, t in zip(COLUMNS, block, strict=False)}
+                batch["worker"] = role
                 if packet:
                     batch["batches"] = j - i
                 yield batch
@@ -813,17 +834,17 @@ class ShardLoader(DataLoader):
         for packet in iterator:
             role = packet["worker"]
             count = packet.get("batches", 1)
-            boards, moves = packet["boards"], packet["moves"]
+            tensors = {name: packet[name] for name in COLUMNS if name in packet}
             for i in range(count):
                 progress["batches"][role] += 1
                 # the DataLoader goes round-robin over packets: while one is being cut, its
                 # worker is still the one that delivers next
                 progress["next_worker"] = role if i + 1 < count else (role + 1) % self._roles
                 if count == 1:
-                    yield {"boards": boards, "moves": moves, "worker": role}
+                    yield {**tensors, "worker": role}
                 else:
                     s = i * b
-                    yield {"boards": boards[s:s + b], "moves": moves[s:s + b], "worker": role}
+                    yield {**{k: t[s:s + b] for k, t in tensors.items()}, "worker": role}
         if self._progress is progress:
             self._progress = self.dataset._fresh_progress(progress["epoch"] + 1, self._roles)
 

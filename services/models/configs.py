@@ -3,7 +3,8 @@
 `shao_fF_nN` is Shao et al.'s network with F filters and N 3x3 convs (`_fc`: their fully
 connected top, `_bn`: with batch norm). `res_bBcC` is a residual network of B blocks of C
 channels; `go_` configurations take compact Go inputs (services/games/go_features.py) and
-predict a pass as well. Every built model takes compact int8 inputs and returns logits.
+predict a pass as well. A `_v` suffix adds a value head (services/models/value.py). Every built
+model takes compact int8 inputs and returns logits, or (logits, value) with a value head.
 """
 
 from __future__ import annotations
@@ -16,12 +17,17 @@ from torch import nn
 from services.games.go_features import N_GO_PLANES
 from services.models.resnet import GomokuResidual, GoPolicy, ResidualPolicyNet
 from services.models.shao import BoardPolicy, ShaoPolicyNet
+from services.models.value import PolicyValue
 
 
 @dataclass(frozen=True)
 class ModelSpec:
     game: str  # "gomoku" or "go"
     make: Callable[[], nn.Module]
+    value: bool = False  # forward returns (logits, value)
+
+    def with_value(self) -> ModelSpec:
+        return ModelSpec(self.game, lambda: PolicyValue(self.make()), value=True)
 
 
 def _shao(filters: int, n: int, **kw) -> ModelSpec:
@@ -37,7 +43,7 @@ def _go(blocks: int, channels: int) -> ModelSpec:
         ResidualPolicyNet(N_GO_PLANES, blocks, channels, pass_logit=True)))
 
 
-CONFIGS: dict[str, ModelSpec] = {
+_POLICIES: dict[str, ModelSpec] = {
     **{f"shao_f128_n{n}": _shao(128, n) for n in (0, 1, 2, 4, 6, 8, 10)},  # Table III
     "shao_f128_n4_fc": _shao(128, 4, head="fc"),
     "shao_f128_n4_bn": _shao(128, 4, batch_norm=True),
@@ -50,6 +56,11 @@ CONFIGS: dict[str, ModelSpec] = {
     "go_res_b10c128": _go(10, 128),
     "go_res_b2c32": _go(2, 32),  # small Go network for tests
 }
+# with a value head: the served search uses it at leaves that are not finished games
+_WITH_VALUE = ("shao_f32_n2", "shao_f128_n4", "res_b2c32", "res_b6c96", "res_b10c128",
+               "go_res_b2c32", "go_res_b6c96", "go_res_b10c128")
+CONFIGS: dict[str, ModelSpec] = {
+    **_POLICIES, **{f"{name}_v": _POLICIES[name].with_value() for name in _WITH_VALUE}}
 
 
 def spec(name: str) -> ModelSpec:
@@ -59,5 +70,6 @@ def spec(name: str) -> ModelSpec:
 
 
 def build(name: str) -> nn.Module:
-    """A fresh policy for the named configuration (compact int8 inputs -> logits)."""
+    """A fresh network for the named configuration (compact int8 inputs -> logits, or
+    (logits, value) for a `_v` configuration)."""
     return spec(name).make()

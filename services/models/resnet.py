@@ -43,12 +43,19 @@ class ResidualPolicyNet(nn.Module):
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
 
-    def forward(self, planes: torch.Tensor) -> torch.Tensor:
-        x = self.blocks(self.stem(planes))
+        self.channels = channels  # of `features`, for a value head
+
+    def features(self, planes: torch.Tensor) -> torch.Tensor:
+        return self.blocks(self.stem(planes))
+
+    def policy(self, x: torch.Tensor) -> torch.Tensor:
         logits = self.head(x).flatten(1)
         if self.pass_head is not None:
             logits = torch.cat([logits, self.pass_head(x.mean(dim=(2, 3)))], dim=1)
         return logits
+
+    def forward(self, planes: torch.Tensor) -> torch.Tensor:
+        return self.policy(self.features(planes))
 
 
 class GoPolicy(nn.Module):
@@ -61,8 +68,11 @@ class GoPolicy(nn.Module):
         super().__init__()
         self.net = net
 
+    def encode(self, boards: torch.Tensor) -> torch.Tensor:
+        return go_features.planes_torch(boards)
+
     def forward(self, boards: torch.Tensor) -> torch.Tensor:
-        return self.net(go_features.planes_torch(boards))
+        return self.net(self.encode(boards))
 
 
 class GomokuResidual(nn.Module):
@@ -72,5 +82,8 @@ class GomokuResidual(nn.Module):
         super().__init__()
         self.net = net
 
+    def encode(self, boards: torch.Tensor) -> torch.Tensor:
+        return planes_torch(boards)
+
     def forward(self, boards: torch.Tensor) -> torch.Tensor:
-        return self.net(planes_torch(boards))
+        return self.net(self.encode(boards))

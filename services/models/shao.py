@@ -36,8 +36,16 @@ class ShaoPolicyNet(nn.Module):
                 nn.init.xavier_uniform_(m.weight)
                 nn.init.zeros_(m.bias)
 
+        self.channels = filters  # of `features`, for a value head
+
+    def features(self, planes: torch.Tensor) -> torch.Tensor:
+        return self.trunk(planes)
+
+    def policy(self, features: torch.Tensor) -> torch.Tensor:
+        return self.head(features).flatten(1)
+
     def forward(self, planes: torch.Tensor) -> torch.Tensor:
-        return self.head(self.trunk(planes)).flatten(1)
+        return self.policy(self.features(planes))
 
 
 class BoardPolicy(nn.Module):
@@ -51,5 +59,8 @@ class BoardPolicy(nn.Module):
         super().__init__()
         self.net = net
 
+    def encode(self, boards: torch.Tensor) -> torch.Tensor:
+        return planes_torch(boards)
+
     def forward(self, boards: torch.Tensor) -> torch.Tensor:
-        return self.net(planes_torch(boards))
+        return self.net(self.encode(boards))

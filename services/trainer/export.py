@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from services.games.go_features import MAX_LIBERTIES, RECENT_MOVES
+from services.models.value import split_outputs
 
 
 class ExportError(RuntimeError):
@@ -43,7 +44,8 @@ def check_inputs(game: str, board_size: int, n: int, seed: int = 0) -> torch.Ten
 def export_torchscript(model: nn.Module, path: Path, board_size: int = 15, n_check: int = 64,
                        atol: float = 1e-4, seed: int = 0, game: str = "gomoku",
                        boards: np.ndarray | torch.Tensor | None = None) -> float:
-    """Script `model` (int8 boards -> logits), verify it, save it; return the max abs diff.
+    """Script `model` (int8 boards -> logits, or (logits, value) with a value head), verify
+    it, save it; return the max abs diff over its outputs.
 
     The check runs on `n_check` random inputs of `game` (see `check_inputs`) plus `boards`,
     real positions (e.g. a slice of the validation split) where given: random Go planes are
@@ -59,17 +61,23 @@ def export_torchscript(model: nn.Module, path: Path, board_size: int = 15, n_che
                               f"{board_size}x{board_size} input is {tuple(inputs.shape[1:])}")
         inputs = torch.cat([inputs, real])
     with torch.no_grad():
-        eager = model(inputs)
-        script_out = scripted(inputs)
-    if not torch.isfinite(script_out).all():
+        eager = _outputs(model(inputs))
+        script_out = _outputs(scripted(inputs))
+    if not all(torch.isfinite(t).all() for t in script_out):
         raise ExportError("scripted model produced NaN or Inf on the check inputs")
-    diff = (eager - script_out).abs().max().item()
+    diff = max((e - s).abs().max().item() for e, s in zip(eager, script_out, strict=True))
     if diff > atol:
         raise ExportError(f"scripted model differs from eager by {diff:.3g} (> {atol})")
     path.parent.mkdir(parents=True, exist_ok=True)
     scripted.save(str(path))
     reloaded = torch.jit.load(str(path))
     with torch.no_grad():
-        if not torch.equal(reloaded(inputs), script_out):
-            raise ExportError(f"{path}: reloaded TorchScript file gives different outputs")
+        again = _outputs(reloaded(inputs))
+    if not all(torch.equal(a, b) for a, b in zip(again, script_out, strict=True)):
+        raise ExportError(f"{path}: reloaded TorchScript file gives different outputs")
     return diff
+
+
+def _outputs(out) -> list[torch.Tensor]:
+    logits, value = split_outputs(out)
+    return [logits] if value is None else [logits, value]
