@@ -102,6 +102,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
             console.print(f"{' '.join(moves) or '(empty board)'}: {color} to move; "
                           f"policy of {r.model_name} v{r.model_version}:")
             console.print(_policy_table(result.top_moves))
+            if result.HasField("value"):  # only from a network with a value head
+                console.print(f"value {result.value:+.3f} for {color}")
         return 0
     if not _show_position(console, args.moves, args.rule):
         return EXIT_USAGE
@@ -113,6 +115,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     color = "black" if r.to_move == 1 else "white"
     console.print(f"{color} to move; policy of {r.model_name} v{r.model_version}:")
     console.print(_policy_table(r.top_moves))
+    if r.HasField("value"):  # only from a network with a value head
+        console.print(f"value {r.value:+.3f} for {color}")
     return 0
 
 

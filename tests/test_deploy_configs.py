@@ -5,8 +5,9 @@ No Docker engine or cluster is needed. What is checked:
 * every ``config.pbtxt`` under ``model_repository/`` and ``deploy/`` parses into Triton's
   ``ModelConfig`` protobuf and describes the policy the trainer exports (int8 boards [15,15] ->
   fp32 logits [225], batching up to 256, newest version only; for ``go_policy``: compact Go
-  inputs int8 [4,19,19] -> fp32 logits [362]), and the embedded (python backend) and stock
-  (PyTorch backend) configs of each model agree;
+  inputs int8 [4,19,19] -> fp32 logits [362]); the embedded (python backend) configs declare the
+  value head's output too (fp32 ``value`` [1]), the stock ones the logits only; the embedded
+  and stock (PyTorch backend) configs of each model otherwise agree;
 * the stock config's tensor names bind to the exported TorchScript the way the PyTorch backend
   binds them, and the embedded ``tritonserver`` (Triton 2.51, no PyTorch backend inside)
   accepts the whole config and stops only at the missing backend library;
@@ -194,11 +195,16 @@ def test_every_config_parses_and_describes_the_policy(path: Path) -> None:
     assert boards.name == "boards"
     assert boards.data_type == model_config_pb2.TYPE_INT8
     assert list(boards.dims) == dims
-    assert len(config.output) == 1
-    (logits,) = config.output
+    # embedded (python backend): logits and value; stock (PyTorch backend): logits only
+    assert len(config.output) == (2 if config.backend == "python" else 1)
+    logits = config.output[0]
     assert logits.name == "logits"
     assert logits.data_type == model_config_pb2.TYPE_FP32
     assert list(logits.dims) == [n_moves]
+    for value in config.output[1:]:
+        assert value.name == "value"
+        assert value.data_type == model_config_pb2.TYPE_FP32
+        assert list(value.dims) == [1]
 
     assert config.WhichOneof("scheduling_choice") == "dynamic_batching"
     assert all(0 < b <= MAX_BATCH_SIZE for b in config.dynamic_batching.preferred_batch_size)
@@ -217,7 +223,8 @@ def test_embedded_and_stock_configs_agree(embedded_path: Path, stock_path: Path)
     assert embedded.name == stock.name
     assert embedded.max_batch_size == stock.max_batch_size
     assert list(embedded.input) == list(stock.input)  # names, dtypes, dims
-    assert list(embedded.output) == list(stock.output)
+    assert list(embedded.output)[:1] == list(stock.output)  # the stock one: logits only
+    assert [o.name for o in embedded.output] == ["logits", "value"]
     assert embedded.dynamic_batching == stock.dynamic_batching
     assert embedded.version_policy == stock.version_policy
     assert embedded.backend == "python"
@@ -288,6 +295,32 @@ def _stock_repository(root: Path, config_text: str) -> Path:
     return repository
 
 
+def stock_config_with_value(path: Path) -> str:
+    """The stock config with the `value` output its comment describes, inserted after the
+    logits (for a network with a value head)."""
+    text = path.read_text()
+    snippet = next(line.lstrip("# ").strip() for line in text.splitlines()
+                   if line.startswith("#") and 'name: "value"' in line)
+    logits_end = text.index("}", text.index('name: "logits"'))
+    return text[: logits_end + 1] + ",\n  " + snippet + text[logits_end + 1 :]
+
+
+@pytest.mark.parametrize(
+    ("stock_path", "embedded_path"),
+    [(STOCK_CONFIG, EMBEDDED_CONFIG), (GO_STOCK_CONFIG, GO_EMBEDDED_CONFIG)],
+    ids=[MODEL_NAME, GO_MODEL_NAME],
+)
+def test_stock_value_output_of_the_comment_parses(stock_path: Path, embedded_path: Path) -> None:
+    config = text_format.Parse(stock_config_with_value(stock_path),
+                               model_config_pb2.ModelConfig())
+    assert [o.name for o in config.output] == ["logits", "value"]  # config order = tuple order
+    value = config.output[1]
+    embedded_value = parse_config(embedded_path).output[1]
+    assert value.HasField("reshape") and list(value.reshape.shape) == []  # the model's [N]
+    value.ClearField("reshape")
+    assert value == embedded_value  # the API shape [N, 1] as the embedded server answers
+
+
 def test_triton_core_accepts_the_stock_config(tmp_path: Path) -> None:
     """The embedded Triton has no PyTorch backend, but its core parses, normalises and
     validates the model config before it looks the backend up: the stock config must get
@@ -299,6 +332,11 @@ def test_triton_core_accepts_the_stock_config(tmp_path: Path) -> None:
     missing_backend = "unable to find backend library for backend 'pytorch'"
 
     repository = _stock_repository(tmp_path / "ok", STOCK_CONFIG.read_text())
+    with pytest.raises(TritonServerError) as info:
+        TritonServer(repository, startup_timeout_s=60).start()
+    assert missing_backend in str(info.value)
+    # with the value output its comment describes (reshape included): just as far
+    repository = _stock_repository(tmp_path / "value", stock_config_with_value(STOCK_CONFIG))
     with pytest.raises(TritonServerError) as info:
         TritonServer(repository, startup_timeout_s=60).start()
     assert missing_backend in str(info.value)

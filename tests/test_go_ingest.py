@@ -122,7 +122,8 @@ def test_gomoku_datasets_still_read_as_cells(tmp_path: Path) -> None:
     assert boards.shape == (manifest["splits"]["train"], 15, 15)
     rows = rows_of(out)
     assert set(rows["game"].to_pylist()) == {"gomoku"}
-    assert np.isnan(rows["result"].to_numpy(zero_copy_only=False)).all()
+    results = rows["result"].to_numpy(zero_copy_only=False)  # the mover's, from <bresult>
+    assert not np.isnan(results).any() and ((0 <= results) & (results <= 1)).all()
 
 
 def test_old_and_mixed_shards_are_refused_naming_the_file(tmp_path: Path, go_dataset) -> None:

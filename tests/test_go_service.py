@@ -172,6 +172,39 @@ def test_only_the_pass_is_left_when_every_point_is_an_own_eye() -> None:
     assert r.move == 81
 
 
+@dataclass(frozen=True)
+class ValueOut:
+    logits: np.ndarray
+    values: np.ndarray
+    model_name: str = "holder"
+    model_version: str = "0"
+
+
+class HolderWinsGo(UniformGo):
+    """Uniform policy; the value head is sure whoever holds `point` wins (compact plane 0 is
+    seen from the side to move: 1 own stone, 2 the opponent's)."""
+
+    def __init__(self, point: int) -> None:
+        super().__init__()
+        self.point = point
+
+    def infer(self, boards: np.ndarray) -> ValueOut:
+        logits = super().infer(boards).logits
+        holder = boards[:, 0].reshape(len(boards), -1)[:, self.point]
+        values = np.select([holder == 1, holder == 2], [0.8, -0.8], 0.0).astype(np.float32)
+        return ValueOut(logits, values)
+
+
+def test_go_leaves_get_the_value_head() -> None:
+    pos = GoPosition(GoState(9), komi=7.5)  # black to move on an empty 9x9 board
+    target = 2 * 9 + 2  # C3
+    r = mcts.search(pos, HolderWinsGo(target), max_visits=300, top_children=82)
+    children = {c.move: c for c in r.children}
+    assert r.move == target and r.visits > 150
+    assert children[target].value == pytest.approx(0.8)
+    assert all(c.value == 0.0 for c in r.children if c.move != target)  # the pass too
+
+
 # --------------------------------------------------------------------------- validation
 
 
@@ -321,6 +354,7 @@ def test_go_predict_end_to_end(live: Live) -> None:
     assert (policy[~legal] == 0).all() and (policy[legal] > 0).all()  # ko, stones: 0
     expected = mcts.masked_softmax(local_logits(live.go_model, [pos])[0], legal)
     np.testing.assert_allclose(policy, expected, rtol=1e-4, atol=1e-6)
+    assert not r.HasField("value") and not r.results[0].HasField("value")  # no value head
     assert len(r.top_moves) == legal.sum() == 353  # top_k 362 lists every legal move
     assert r.top_moves[0].name == vertex(int(np.argmax(expected)))
     passes = [m for m in r.top_moves if m.name == "pass"]
@@ -389,3 +423,37 @@ def test_go_rollout_smoke_tests_go_positions(live: Live) -> None:
     with SearchClient(live.target) as client:
         r = client.predict(go_position(["D4"]))
     assert r.model_version == str(version)
+
+
+@pytest.mark.timeout(600)
+def test_go_value_model_end_to_end(live: Live) -> None:
+    """Runs last: a `go_res_b2c32_v` network (value head) published as the next go_policy
+    version. Triton's value is the local TorchScript's, Predict reports it for the side to
+    move, and GenMove searches with it."""
+    from tests.triton_fixtures import add_go_value_model, run_local_outputs
+
+    model = add_go_value_model(live.repository, seed=0)
+    version = model.parent.name
+    games = [["D4"], KO, []]
+    positions = [replay(g) for g in games]
+    boards = np.stack([p.features() for p in positions])
+    logits, values = run_local_outputs(model, boards)
+    assert values is not None and values.shape == (3,)
+    with PolicyClient(live.triton.grpc_url, "go_policy", timeout_s=60.0) as admin:
+        admin.load_model()  # the newest version, per the on-disk config
+        direct = admin.infer(boards)
+    assert direct.model_version == version
+    np.testing.assert_allclose(direct.logits, logits, rtol=1e-5, atol=1e-5)
+    assert direct.values is not None
+    np.testing.assert_allclose(direct.values, values, rtol=1e-5, atol=1e-6)
+    with SearchClient(live.target) as client:
+        r = client.predict(go_position(KO), top_k=3)
+        assert r.model_version == version and r.to_move == search_pb2.WHITE
+        assert r.HasField("value") and -1.0 <= r.value <= 1.0
+        assert r.value == pytest.approx(float(values[1]), abs=1e-5)
+        many = client.predict_many([go_position(g) for g in games], top_k=2)
+        got = [x.value for x in many.results if x.HasField("value")]
+        np.testing.assert_allclose(got, values, rtol=0, atol=1e-5)
+        g = client.genmove(go_position(["Q16", "D4"]), max_visits=48, reuse_tree=False)
+        assert g.model_version == version and g.total_visits == 48
+        assert g.value != 0.0 and -1.0 <= g.value <= 1.0

@@ -531,3 +531,111 @@ def test_evaluator_error_leaves_a_clean_tree() -> None:
     s.evaluator = UniformEvaluator()  # the tree can be searched further
     s.run(100)
     assert s.root.visits == 100
+
+
+# --------------------------------------------------------------------------- value head
+
+
+@dataclass(frozen=True)
+class ValueResult:
+    logits: np.ndarray
+    values: np.ndarray | None
+    model_name: str = "test_value"
+    model_version: str = "8"
+
+
+class HolderWinsEvaluator(UniformEvaluator):
+    """A uniform policy with a value head sure that whoever holds `point` wins: `v` for the side
+    to move when it has a stone there, -`v` when the opponent has, 0 while the point is empty.
+    `fill` replaces every value (e.g. NaN: a model without a value head)."""
+
+    def __init__(self, point: int, v: float = 0.8, fill: float | None = None) -> None:
+        super().__init__()
+        self.point, self.v, self.fill = point, v, fill
+
+    def infer(self, boards: np.ndarray) -> ValueResult:
+        logits = super().infer(boards).logits
+        flat = boards.reshape(len(boards), -1)
+        black, white = (flat == BLACK).sum(axis=1), (flat == WHITE).sum(axis=1)
+        to_move = np.where(black == white, BLACK, WHITE)
+        holder = flat[:, self.point]
+        values = np.where(holder == EMPTY, 0.0, np.where(holder == to_move, self.v, -self.v))
+        if self.fill is not None:
+            values = np.full(len(boards), self.fill)
+        return ValueResult(logits, values.astype(np.float32))
+
+
+def test_leaf_values_are_minus_the_network_value_and_zero_without_one() -> None:
+    got = mcts.leaf_values(np.array([0.5, -2.0, np.nan, np.inf, 0.0], np.float32), 5)
+    assert got.tolist() == [-0.5, 1.0, 0.0, 0.0, 0.0]  # clipped; not finite: no opinion
+    assert mcts.leaf_values(None, 3).tolist() == [0.0, 0.0, 0.0]
+    assert mcts.leaf_values(np.array([[0.25], [-0.25]]), 2).tolist() == [-0.25, 0.25]
+    with pytest.raises(mcts.EvaluatorError, match="values"):
+        mcts.leaf_values(np.zeros(3), 2)
+
+
+def test_a_leaf_is_worth_minus_the_value_for_its_side_to_move() -> None:
+    """The network's value is for the side to move AT the leaf; the leaf's value (and the
+    parent's Q of that move) is for the player who moved into it: the opposite."""
+    state = GomokuState.from_moves([pt("h8")])  # white to move
+    s = mcts.Search(state, HolderWinsEvaluator(pt("a1"), fill=0.5), batch_size=1)
+    s.start()
+    assert s.step() == 1
+    (i, leaf), = s.root.children.items()
+    assert leaf.value == -0.5  # black to move at the leaf is +0.5: bad for white
+    assert s.root.child_n[i] == 1 and s.root.child_w[i] == -0.5
+    assert s.result().children[0].value == -0.5
+
+
+def test_value_head_steers_the_search_to_the_position_it_calls_won() -> None:
+    state = GomokuState.from_moves([pt("h8")])  # white to move; the policy is uniform
+    target = pt("c3")
+    evaluator = HolderWinsEvaluator(target)
+    r = mcts.search(state, evaluator, max_visits=400, top_children=225)
+    children = {c.move: c for c in r.children}
+    # after white c3 black is to move and the value head calls it lost for black (-0.8):
+    # worth +0.8 to white, every other move 0
+    assert r.move == target and r.visits > 400 // 2
+    assert children[target].value == pytest.approx(0.8)
+    assert all(c.value == 0.0 for c in r.children if c.move != target)
+    assert r.value > 0.5
+    # the same position with black to move: black takes c3 first
+    black = GomokuState.from_moves([pt("h8"), pt("h9")])
+    assert mcts.search(black, evaluator, max_visits=400).move == target
+
+
+@pytest.mark.parametrize("fill", [np.nan, None])
+def test_nan_or_absent_values_count_as_zero(fill: float | None) -> None:
+    class NoValue(HolderWinsEvaluator):
+        def infer(self, boards: np.ndarray) -> ValueResult:
+            out = super().infer(boards)
+            return ValueResult(out.logits, None if fill is None else out.values)
+
+    state = GomokuState.from_moves([pt("h8"), pt("a15"), pt("i9")])
+    with_nan = mcts.search(state, NoValue(pt("c3"), fill=np.nan), max_visits=300,
+                           top_children=225)
+    plain = mcts.search(state, UniformEvaluator(), max_visits=300, top_children=225)
+    assert with_nan.move == plain.move and with_nan.value == plain.value
+    assert [(c.move, c.visits, c.value) for c in with_nan.children] == [
+        (c.move, c.visits, c.value) for c in plain.children
+    ]
+
+
+def test_a_reused_root_with_a_negative_value_is_not_a_proven_win() -> None:
+    state = GomokuState.from_moves([pt("h8")])
+    first = mcts.Search(state, HolderWinsEvaluator(pt("c3")))
+    first.run(600)
+    after = first.root.child(pt("c3"))
+    reply = int(after.moves[after.best_child()])
+    node = after.child(reply)  # black moved into it: the value head says -0.8 for black
+    assert node is not None and node.value == pytest.approx(-0.8) and not node.proven
+    assert node.visits > 0
+    later = state.play(pt("c3")).play(reply)
+    reused = node.visits
+    r = mcts.search(later, HolderWinsEvaluator(pt("c3")), max_visits=reused + 40, tree=node)
+    assert r.reused_visits == reused and r.new_visits == 40  # the search went on
+    # a real proven win still stops after its first visit
+    win = state_from_ascii(BLACK_OPEN_FOUR)
+    s = mcts.Search(win, HolderWinsEvaluator(pt("c3")))
+    s.start()
+    assert s.proven_win and s.root.proven

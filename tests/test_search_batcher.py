@@ -188,6 +188,60 @@ def test_wrong_output_shape_is_an_evaluator_error(make_batcher) -> None:
         batcher.infer(boards_for(0, 3))
 
 
+@dataclass(frozen=True)
+class ValueOut:
+    logits: np.ndarray
+    values: np.ndarray
+    model_name: str = "fake"
+    model_version: str = "4"
+
+
+def board_values(boards: np.ndarray) -> np.ndarray:
+    """A value per board from the board alone (NaN for boards with an even stone count, like a
+    model without a value head would answer), so mixed-up rows would be caught."""
+    stones = (boards.reshape(len(boards), -1) != 0).sum(axis=1)
+    return np.where(stones % 2 == 1, np.tanh(stones / 50.0), np.nan).astype(np.float32)
+
+
+def test_values_are_split_per_caller_like_the_logits(make_batcher) -> None:
+    class WithValues(BoardEvaluator):
+        def infer(self, boards: np.ndarray) -> ValueOut:
+            return ValueOut(super().infer(boards).logits, board_values(boards)[:, None])
+
+    inner = WithValues()
+    batcher = make_batcher(inner, window_s=5.0)
+    sizes = [3, 1, 16, 5]
+    barrier = threading.Barrier(len(sizes))
+
+    def one(i: int):
+        with batcher.participant():
+            barrier.wait(timeout=10)
+            return batcher.infer(boards_for(i, sizes[i]))
+
+    with ThreadPoolExecutor(len(sizes)) as pool:
+        outs = list(pool.map(one, range(len(sizes))))
+    assert inner.calls == [sum(sizes)]  # one call
+    for i, out in enumerate(outs):
+        boards = boards_for(i, sizes[i])
+        np.testing.assert_array_equal(out.logits, board_logits(boards))
+        assert out.values is not None and out.values.shape == (sizes[i],)  # [N, 1] -> [N]
+        np.testing.assert_array_equal(out.values, board_values(boards))  # NaN where NaN
+        assert out.model_version == "4"
+    assert batcher.infer(boards_for(0, 2)).values.shape == (2,)
+    plain = make_batcher(BoardEvaluator())  # an evaluator without values: None
+    assert plain.infer(boards_for(0, 2)).values is None
+
+
+def test_wrong_values_shape_is_an_evaluator_error(make_batcher) -> None:
+    class Short:
+        def infer(self, boards: np.ndarray) -> ValueOut:
+            return ValueOut(board_logits(boards), np.zeros(len(boards) + 1, np.float32))
+
+    batcher = make_batcher(Short())
+    with pytest.raises(mcts.EvaluatorError, match="values"):
+        batcher.infer(boards_for(0, 3))
+
+
 def test_closed_batcher_refuses(make_batcher) -> None:
     batcher = make_batcher(BoardEvaluator())
     batcher.close()

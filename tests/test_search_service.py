@@ -300,6 +300,7 @@ class Live:
     metrics: Metrics
     outage_codes: list[grpc.StatusCode] = field(default_factory=list)
     recovery_s: float | None = None
+    repository: Path | None = None  # Triton's model repository, to publish into
 
     def bring_up(self, within_s: float = 60.0) -> None:
         """Start Triton once and wait until the search service answers Predict again."""
@@ -344,7 +345,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     policy = PolicyClient(f"127.0.0.1:{grpc_port}", timeout_s=5.0)
     service = build_service(policy, port=0).start()
     try:
-        yield Live(f"127.0.0.1:{service.port}", triton, model_path, service.metrics)
+        yield Live(f"127.0.0.1:{service.port}", triton, model_path, service.metrics,
+                   repository=repository)
     finally:
         service.stop()
         policy.close()
@@ -456,7 +458,7 @@ def test_predict_batch_is_one_triton_call(live: Live) -> None:
         r = search_pb2_grpc.SearchServiceStub(channel).Predict(request, timeout=10)
     assert _boards_calls(live) == (calls + 1, boards + len(games))  # ONE call, all positions
     assert len(r.results) == len(games) and not r.policy and not r.top_moves
-    assert not r.HasField("value")  # no value head yet
+    assert not r.HasField("value")  # v1 is policy-only (and `positions` leave it unset)
     assert (r.model_name, r.model_version) == ("gomoku_policy", "1")
     rules = {search_pb2.FREESTYLE: Rule.FREESTYLE, search_pb2.RENJU: Rule.RENJU,
              search_pb2.STANDARD: Rule.STANDARD}
@@ -663,3 +665,49 @@ def test_cli_analyze_and_predict_batch(live: Live, capsys: pytest.CaptureFixture
     out = capsys.readouterr().out
     assert "h8 h9: black to move" in out and "(empty board): black to move" in out
     assert "h8: white to move" in out
+
+
+@pytest.mark.timeout(300)
+def test_value_model_end_to_end(live: Live, capsys: pytest.CaptureFixture[str]) -> None:
+    """Runs last: publishes a network with a value head as the next gomoku_policy version.
+    Predict then reports the value for the side to move (the local TorchScript's), per
+    position of a batch too, and GenMove searches with it; v1 (policy-only) left it unset."""
+    from services.triton.publisher import publish
+    from tests.triton_fixtures import MODEL_NAME, build_value_model, run_local_outputs
+
+    live.bring_up()
+    with SearchClient(live.target) as client:
+        before = client.predict(["h8", "h9"])
+        assert before.model_version == "1"
+        assert not before.HasField("value") and not before.results[0].HasField("value")
+    assert live.repository is not None
+    model = build_value_model(live.repository.parent / "value-seed0.pt", seed=0)
+    version = publish(model, live.repository, MODEL_NAME)
+    with PolicyClient(live.triton.grpc_url, timeout_s=30.0) as admin:
+        admin.load_model()
+    games = [["h8", "h9", "i8", "g7"], [], ["a1"]]
+    states = [GomokuState.from_moves([p.y * 15 + p.x for p in position(m).moves]) for m in games]
+    logits, values = run_local_outputs(model, np.stack([st.board for st in states]))
+    assert values is not None
+    with SearchClient(live.target) as client:
+        one = client.predict(games[0], top_k=3)
+        assert one.model_version == str(version)
+        assert one.HasField("value") and one.results[0].HasField("value")
+        assert -1.0 <= one.value <= 1.0
+        assert one.value == pytest.approx(float(values[0]), abs=1e-5)
+        assert one.results[0].value == one.value
+        np.testing.assert_allclose(np.array(one.policy),
+                                   masked_softmax(logits[0], states[0].legal_mask()),
+                                   rtol=1e-4, atol=1e-6)
+        many = client.predict_many(games, top_k=2)
+        assert not many.HasField("value")  # set for `position` only
+        for result, want in zip(many.results, values, strict=True):
+            assert result.HasField("value") and -1.0 <= result.value <= 1.0
+            assert result.value == pytest.approx(float(want), abs=1e-5)
+        r = client.genmove(games[0], max_visits=64, reuse_tree=False)
+        assert r.model_version == str(version) and r.total_visits == 64
+        # every leaf is worth the network's value now, so the root's mean value moves off 0
+        assert r.value != 0.0 and -1.0 <= r.value <= 1.0
+        assert all(-1.0 <= c.value <= 1.0 for c in r.candidates)
+    assert cli.main(["predict", "--target", live.target, "h8", "h9", "i8", "g7"]) == 0
+    assert f"value {float(values[0]):+.3f} for black" in capsys.readouterr().out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ from services.dataset.build import deduplicate, source_pairs
 from services.dataset.shards import SCHEMA_VERSION, SPLITS, atomic_write_json, write_split_shards
 from services.models.configs import build
 from services.models.shao import ShaoPolicyNet
-from services.records.rif import read_rif
+from services.records.rif import RifGame, read_rif
 from services.trainer import gate
 from services.trainer.export import ExportError, export_torchscript
 from services.trainer.metrics import stage_labels, stage_of
@@ -65,15 +66,57 @@ def test_training_learns_and_reports_metrics(dataset: Path) -> None:
     assert m["test"] == result.history[-1]["test"] and m["game"] == "gomoku"
 
 
-def test_killed_run_resumes_to_the_same_result(dataset: Path, tmp_path: Path) -> None:
-    straight = train(dataset, small(max_steps=60), progress=False)
+@pytest.mark.parametrize("model", ["shao_f32_n2", "shao_f32_n2_v"])
+def test_killed_run_resumes_to_the_same_result(dataset: Path, tmp_path: Path, model: str) -> None:
+    straight = train(dataset, small(model=model, max_steps=60), progress=False)
     ckpt = tmp_path / "ckpt.pt"
-    train(dataset, small(max_steps=25), progress=False, checkpoint=ckpt)  # "killed" at step 25
-    resumed = train(dataset, small(max_steps=60), progress=False, checkpoint=ckpt)
+    # "killed" at step 25
+    train(dataset, small(model=model, max_steps=25), progress=False, checkpoint=ckpt)
+    resumed = train(dataset, small(model=model, max_steps=60), progress=False, checkpoint=ckpt)
     assert resumed.metrics["steps"] == 60
     for a, b in zip(straight.model.state_dict().values(), resumed.model.state_dict().values(),
                     strict=True):
         assert torch.equal(a, b)
+
+
+def write_dataset(out: Path, records) -> Path:
+    files = write_split_shards(deduplicate([source_pairs("sample", records).pairs]), out)
+    atomic_write_json({"schema_version": SCHEMA_VERSION, "files": files,
+                       "splits": {s: sum(f["rows"] for f in files if f["split"] == s)
+                                  for s in SPLITS}}, out / "manifest.json")
+    return out
+
+
+def test_value_head_learns_whose_side_wins(tmp_path: Path) -> None:
+    # the sample's games rewritten so that Black always wins: every Black-to-move row has
+    # result 1 and every White-to-move row 0, so the value must follow the side to move
+    games = [dataclasses.replace(g, bresult=1.0) for g in read_rif(SAMPLE_RIF)
+             if isinstance(g, RifGame)]
+    ds = write_dataset(tmp_path / "ds", games)
+    result = train(ds, small(model="shao_f32_n2_v", max_steps=120), progress=False)
+    for split in ("train", "validation", "test"):
+        m = result.metrics[split]
+        assert m["value_n"] == m["n"] and m["finite"]
+        assert m["value_sign"] > 0.99 and m["value_mse"] < 0.05, (split, m)
+    assert result.metrics["validation"]["top1"] > 0.05  # the policy learns next to it
+    path = tmp_path / "v.pt"
+    export_torchscript(result.model, path)
+    empty = torch.zeros(1, 15, 15, dtype=torch.int8)
+    one_black = empty.clone()
+    one_black[0, 7, 7] = 1
+    logits, value = torch.jit.load(str(path))(torch.cat([empty, one_black]))
+    assert logits.shape == (2, 225) and value.shape == (2,)
+    assert value[0] > 0.9 and value[1] < -0.9  # Black to move wins; White to move loses
+
+
+def test_value_metrics_on_real_results(dataset: Path) -> None:
+    result = train(dataset, small(model="shao_f32_n2_v", max_steps=30), progress=False)
+    for split in ("train", "validation", "test"):
+        m = result.metrics[split]
+        assert m["value_n"] > 0.9 * m["n"]  # the sample's games all have a result
+        assert 0 <= m["value_sign"] <= 1 and 0 <= m["value_mse"] <= 4
+    policy_only = train(dataset, small(max_steps=2), progress=False)
+    assert "value_mse" not in policy_only.metrics["validation"]
 
 
 def test_checkpoint_from_another_config_is_refused(dataset: Path, tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import services.triton.server as server_mod
 from services.triton.client import (
@@ -28,10 +29,12 @@ from tests.triton_fixtures import (
     MODEL_NAME,
     TritonSetup,
     build_tiny_policy,
+    build_value_model,
     make_repository,
     random_boards,
     require_tritonserver,
     run_local,
+    run_local_outputs,
     triton_server,  # noqa: F401  (pytest fixture)
 )
 
@@ -58,6 +61,9 @@ def test_infer_matches_local_torchscript(triton_server: TritonSetup) -> None:  #
     np.testing.assert_allclose(
         result.logits, run_local(triton_server.v1_model, boards), rtol=1e-5, atol=1e-5
     )
+    # the config declares `value`; a policy-only model answers NaN ("no value head")
+    assert result.values is not None and result.values.shape == (8,)
+    assert result.values.dtype == np.float32 and np.isnan(result.values).all()
 
 
 def test_batch_sizes_and_concurrent_clients(triton_server: TritonSetup) -> None:  # noqa: F811
@@ -159,6 +165,65 @@ def test_hot_swap_to_new_version_without_failed_requests(
     assert client.ready_versions() == ["2"]
     assert client.infer(boards).model_version == "2"
     client.close()
+
+
+def test_value_model_serves_logits_and_value(triton_server: TritonSetup) -> None:  # noqa: F811
+    """A network with a value head (TorchScript answering (logits, value)) published into the
+    same model: Triton's `value` output is the local TorchScript's value, per request even when
+    the dynamic batcher merges requests."""
+    model = build_value_model(triton_server.models_dir / "value-seed0.pt", seed=0)
+    version = publish(model, triton_server.repository, MODEL_NAME, metadata={"value": True})
+    boards = random_boards(16, seed=3)
+    logits, values = run_local_outputs(model, boards)
+    assert values is not None and values.shape == (16,) and np.ptp(values) > 0
+    with PolicyClient(triton_server.server.grpc_url, timeout_s=30.0) as client:
+        client.load_model()
+        result = client.infer(boards)
+        assert result.model_version == str(version)
+        np.testing.assert_allclose(result.logits, logits, rtol=1e-5, atol=1e-5)
+        assert result.values is not None and result.values.shape == (16,)
+        assert result.values.dtype == np.float32
+        np.testing.assert_allclose(result.values, values, rtol=1e-5, atol=1e-6)
+        assert (np.abs(result.values) <= 1).all()
+        # concurrent requests of different sizes: each gets its own rows of both outputs
+        parts = {i: random_boards(1 + i, seed=200 + i) for i in range(6)}
+        expected = {i: run_local_outputs(model, b) for i, b in parts.items()}
+        got: dict[int, PolicyResult] = {}
+        threads = [threading.Thread(target=lambda i=i: got.__setitem__(i, client.infer(parts[i])))
+                   for i in parts]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        for i, (want_logits, want_values) in expected.items():
+            np.testing.assert_allclose(got[i].logits, want_logits, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(got[i].values, want_values, rtol=1e-5, atol=1e-6)
+
+
+def test_a_config_without_value_still_serves_logits(triton_server: TritonSetup) -> None:  # noqa: F811
+    """An older repository's config (or deploy/triton-stock's) declares `logits` only: the
+    client asks for no output by name, so it works, and `values` is None."""
+    from services.triton.publisher import POLICY_MODEL_PY
+    from services.triton.rollout import config_json, read_model_config
+
+    config = read_model_config(triton_server.repository, MODEL_NAME)
+    assert [o.name for o in config.output] == ["logits", "value"]
+    del config.output[1]
+    name = f"{MODEL_NAME}__logits_only"
+    model = triton_server.models_dir / "value-seed0.pt"  # made by the test above
+    if not model.is_file():
+        build_value_model(model, seed=0)
+    files = {"file:1/model.pt": model.read_bytes(), "file:1/model.py": POLICY_MODEL_PY.read_bytes()}
+    boards = random_boards(4, seed=9)
+    with PolicyClient(triton_server.server.grpc_url, timeout_s=30.0) as client:
+        client.load_model(name, config=config_json(config, [1], name=name), files=files)
+        try:
+            result = client.infer(boards, model_name=name)
+        finally:
+            client.unload_model(name)
+    assert result.values is None
+    np.testing.assert_allclose(result.logits, run_local_outputs(model, boards)[0],
+                               rtol=1e-5, atol=1e-5)
 
 
 # --------------------------------------------------------------------------- failures
@@ -306,6 +371,42 @@ def test_publish_is_atomic_and_numbered(tmp_path: Path) -> None:
         publish(bad, repository)
     assert latest_version(repository) == 10
     assert not list(model_dir.glob(".tmp-*"))
+
+
+class _BadValue(torch.nn.Module):
+    """Logits of the right shape, and a value of `width` per board (1-D when `width` is 0)."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.width = width
+
+    def forward(self, boards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        n = boards.shape[0]
+        logits = torch.zeros((n, 225))
+        if self.width == 0:
+            return logits, torch.zeros((n,), dtype=torch.float64)
+        return logits, torch.zeros((n, self.width))
+
+
+def test_validate_model_file_checks_the_value_head(tmp_path: Path) -> None:
+    from services.triton.publisher import model_io, validate_model_file
+
+    policy = build_tiny_policy(tmp_path / "tiny.pt")
+    assert validate_model_file(policy) is False  # no value head
+    assert validate_model_file(build_value_model(tmp_path / "value.pt")) is True
+    # the tracked configs declare `value`, but the logits stay what model_io reports
+    assert model_io(tmp_path, MODEL_NAME) == ((15, 15), 225)
+    assert model_io(tmp_path, "go_policy") == ((4, 19, 19), 362)
+    for width, message in ((2, r"value of shape \(2, 2\), expected \(2,\)"),
+                           (0, "value is torch.float64")):
+        bad = tmp_path / f"bad-value-{width}.pt"
+        torch.jit.script(_BadValue(width)).save(str(bad))
+        with pytest.raises(ValueError, match=message):
+            validate_model_file(bad)
+        repository = make_repository(tmp_path / f"r{width}")
+        with pytest.raises(ValueError, match="value"):
+            publish(bad, repository)
+        assert list_versions(repository) == []
 
 
 def test_prepare_backend_dir_is_idempotent(tmp_path: Path) -> None:

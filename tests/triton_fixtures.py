@@ -60,6 +60,45 @@ def run_local(model_path: Path, boards: np.ndarray) -> np.ndarray:
         return model(torch.from_numpy(np.ascontiguousarray(boards))).numpy()
 
 
+def run_local_outputs(model_path: Path, boards: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """(logits, value or None) of the TorchScript file run here on CPU: the reference answer
+    for a model with or without a value head."""
+    model = torch.jit.load(str(model_path), map_location="cpu").eval()
+    with torch.inference_mode():
+        out = model(torch.from_numpy(np.ascontiguousarray(boards)))
+    if isinstance(out, tuple):
+        return out[0].numpy(), out[1].numpy()
+    return out.numpy(), None
+
+
+# --------------------------------------------------------------------------- value head
+VALUE_CONFIG = "shao_f32_n2_v"  # a small Gomoku network with a value head
+GO_VALUE_CONFIG = "go_res_b2c32_v"  # the small Go network with a value head
+
+
+def value_network(config: str, seed: int = 0) -> torch.nn.Module:
+    """A `config` network (`_v`: with a value head) with weights from `seed`; the value head,
+    which starts at 0 everywhere, gets random weights too, so values differ between boards."""
+    from services.models.configs import build
+
+    torch.manual_seed(seed)
+    model = build(config)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.value_head.parameters():
+            p.copy_(torch.randn(p.shape, generator=generator) * 0.1)
+    return model.eval()
+
+
+def build_value_model(path: Path, seed: int = 0, config: str = VALUE_CONFIG) -> Path:
+    """Export a Gomoku network with a value head (`value_network`) to `path` with the
+    trainer's `export_torchscript`; its forward returns (logits [N, 225], value [N])."""
+    from services.trainer.export import export_torchscript
+
+    export_torchscript(value_network(config, seed), path, board_size=BOARD_SIZE, n_check=8)
+    return path
+
+
 def random_boards(n: int, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     return rng.choice(
@@ -121,6 +160,16 @@ def add_go_model(repository: Path, seed: int = 0) -> Path:
         repository / GO_MODEL_NAME / "config.pbtxt",
     )
     version = publish_go_model(repository, GO_CONFIG, seed=seed)
+    return repository / GO_MODEL_NAME / str(version) / "model.pt"
+
+
+def add_go_value_model(repository: Path, seed: int = 0) -> Path:
+    """Publish a `GO_VALUE_CONFIG` network (`value_network`) as the next version of the Go
+    model in `repository` (its config already there); returns its model.pt."""
+    from services.triton.go_model import publish_go_model
+
+    version = publish_go_model(repository, GO_VALUE_CONFIG, seed=seed,
+                               model=value_network(GO_VALUE_CONFIG, seed))
     return repository / GO_MODEL_NAME / str(version) / "model.pt"
 
 

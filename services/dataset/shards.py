@@ -355,8 +355,10 @@ def read_manifest(dataset_dir: Path) -> dict:
     return manifest
 
 
-def read_split(dataset_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Boards int8, moves int64 [n] and plies int64 [n] of one split. Boards are [n, s, s]
+def read_split(dataset_dir: Path, split: str,
+               results: bool = False) -> tuple[np.ndarray, ...]:
+    """Boards int8, moves int64 [n] and plies int64 [n] of one split, then with `results` the
+    movers' results float32 [n] (1 won, 0 lost, 0.5 draw, NaN unknown). Boards are [n, s, s]
     for a Gomoku dataset and [n, 4, s, s] (compact planes) for a Go one; a split must hold one
     game and one board size (the trainer reads one game at a time), else DatasetError."""
     dataset_dir = Path(dataset_dir)
@@ -375,7 +377,8 @@ def read_split(dataset_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray, n
             raise DatasetError(
                 f"{path}: schema version {found}, expected {SCHEMA_VERSION}"
                 + ("; ingest the sources again" if version is not None else ""))
-        part = pq.read_table(path, columns=["game", "board", "move", "board_size", "ply"])
+        columns = ["game", "board", "move", "board_size", "ply"] + (["result"] if results else [])
+        part = pq.read_table(path, columns=columns)
         if part.num_rows == 0:
             continue
         games = pc.unique(part["game"]).to_pylist()
@@ -398,4 +401,7 @@ def read_split(dataset_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray, n
     flat = np.frombuffer(b"".join(table["board"].to_pylist()), dtype=np.int8)
     boards = flat.reshape(shape).copy()  # writable, owned by the caller
     moves = table["move"].to_numpy().astype(np.int64)
-    return boards, moves, table["ply"].to_numpy().astype(np.int64)
+    plies = table["ply"].to_numpy().astype(np.int64)
+    if not results:
+        return boards, moves, plies
+    return boards, moves, plies, table["result"].to_numpy(zero_copy_only=False).astype(np.float32)

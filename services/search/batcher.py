@@ -14,7 +14,8 @@ for their whole run, and a plain `infer` caller counts as one while it waits; wh
 participant is already waiting, nobody can add to the batch, so it is sent at once. A lone
 search or Predict therefore pays no window. A request is never split, so the positions of one
 Predict always travel in one Triton call; requests are merged only while the total stays within
-`max_boards` (one larger than that travels alone).
+`max_boards` (one larger than that travels alone). The network's values (`values`, float32 [N],
+when the evaluator's answer has them) are split per caller like the logits.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class BatchOutput:
     logits: np.ndarray
     model_name: str
     model_version: str
+    values: np.ndarray | None = None  # float32 [N] (NaN: no value head); None: none sent
 
 
 class _Request:
@@ -191,10 +193,19 @@ class BatchingEvaluator:
             logits = np.asarray(out.logits)
             if logits.ndim != 2 or logits.shape[0] != total:
                 raise EvaluatorError(f"evaluator returned logits {logits.shape} for {total} boards")
+            values = getattr(out, "values", None)  # evaluators without a value head: none
+            if values is not None:
+                values = np.asarray(values, dtype=np.float32)
+                if values.shape not in ((total,), (total, 1)):
+                    raise EvaluatorError(
+                        f"evaluator returned values {values.shape} for {total} boards"
+                    )
+                values = values.reshape(total)
             name, version = str(out.model_name), str(out.model_version)
             offset = 0
             for r, n in zip(batch, sizes, strict=True):
-                r.output = BatchOutput(logits[offset : offset + n], name, version)
+                rows = None if values is None else values[offset : offset + n]
+                r.output = BatchOutput(logits[offset : offset + n], name, version, rows)
                 offset += n
             self.last_model = (name, version)
         except BaseException as exc:  # every caller must wake up, whatever went wrong

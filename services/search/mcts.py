@@ -1,11 +1,16 @@
-"""PUCT tree search for Gomoku and Go guided by a policy network.
+"""PUCT tree search for Gomoku and Go guided by a policy network (and its value head).
 
 Why it looks like this:
 
-* **No value head yet.** A non-terminal leaf is worth 0 (a draw) to both sides. Real values come
-  only from proven outcomes: a move that makes five is +1 for its mover, a full board is 0, and a
-  position whose side to move can make five at once is +1 for that side. With zero-valued leaves
-  the visits follow the prior, sharpened wherever the rules prove something.
+* **Leaf values from the value head, when the network has one.** A leaf that is not a finished
+  game is worth what the network says: its value v (`PolicyOutput.values`) is the expected
+  result for the side to move *at* the leaf, so the leaf is worth -v to the player who moved
+  into it (`Node.value`, the convention of every node value and of `Search.backup`). Without a
+  value head (no `values`, or NaN for that board) such a leaf is worth 0 (a draw) to both
+  sides, and the visits follow the prior, sharpened wherever the rules prove something. Proven
+  outcomes come from the rules, never from the network: a move that makes five is +1 for its
+  mover, a full board is 0, and a position whose side to move can make five at once is +1 for
+  that side. Forced nodes (a single candidate, see below) are not evaluated and are worth 0.
 * **Tactical exactness**, so the guarantees hold even with a weak network: when the side to move
   can make five, only its winning points are searched (the node is a proven win); otherwise,
   when the opponent threatens five (a four), only the blocking points are searched. Nodes left
@@ -26,11 +31,13 @@ Go (`services.search.go_position.GoPosition` as the state) is searched the same 
 own rules for what a node is: the candidates are the legal points that do not fill one of the
 mover's own eyes, plus the pass (always legal, the policy's last entry); after two consecutive
 passes a node is terminal and worth the area score's verdict (with komi) to the player who
-passed last: +1 win, -1 loss, 0 tie. Other leaves are worth 0, as in Gomoku (no value head).
+passed last: +1 win, -1 loss, 0 tie. Other leaves get the network's value as in Gomoku (0
+without a value head).
 
-The search talks to a `PolicyEvaluator` (anything with `infer(boards) -> logits/model info`,
-e.g. `services.triton.client.PolicyClient`), never to Triton directly. The boards it sends are
-`network_input(state)`: the int8 board [S, S] for Gomoku, the compact int8 [4, S, S] for Go.
+The search talks to a `PolicyEvaluator` (anything with `infer(boards) -> logits/values/model
+info`, e.g. `services.triton.client.PolicyClient`), never to Triton directly. The boards it
+sends are `network_input(state)`: the int8 board [S, S] for Gomoku, the compact int8 [4, S, S]
+for Go.
 """
 
 from __future__ import annotations
@@ -63,7 +70,13 @@ VIRTUAL_LOSS = 1.0
 
 
 class PolicyOutput(Protocol):
-    """What an evaluator returns (`services.triton.client.PolicyResult` fits)."""
+    """What an evaluator returns (`services.triton.client.PolicyResult` fits).
+
+    It may also carry ``values``: float32 [N], the expected result in [-1, 1] for the side to
+    move of each board (NaN for a board without one). That attribute is optional (read with
+    ``getattr``; None or absent: the network has no value head), so a policy-only evaluator
+    needs only the three properties below.
+    """
 
     @property
     def logits(self) -> np.ndarray: ...  # float32 [N, size*size], unmasked
@@ -77,7 +90,8 @@ class PolicyOutput(Protocol):
 
 class PolicyEvaluator(Protocol):
     """A policy network: int8 boards [N, size, size] (0 empty, 1 black, 2 white) -> logits
-    (Go: compact int8 [N, 4, size, size] -> logits [N, size * size + 1])."""
+    (Go: compact int8 [N, 4, size, size] -> logits [N, size * size + 1]), and values [N] when
+    it has a value head."""
 
     def infer(self, boards: np.ndarray) -> PolicyOutput: ...
 
@@ -126,6 +140,20 @@ def masked_softmax(logits: np.ndarray, legal: np.ndarray) -> np.ndarray:
             p = np.exp(z - z.max())
     out[legal] = p / p.sum()
     return out
+
+
+def leaf_values(values: np.ndarray | None, n: int) -> np.ndarray:
+    """Leaf values (float64 [n], for the player who moved into each node) from the network's
+    values for the side to move there: -v, clipped to [-1, 1]; 0 (a draw) where v is not
+    finite (NaN: no value head) and everywhere when `values` is None."""
+    if values is None:
+        return np.zeros(n)
+    v = np.asarray(values, dtype=np.float64)
+    if v.shape not in ((n,), (n, 1)):
+        raise EvaluatorError(f"evaluator returned values {v.shape}, expected ({n},)")
+    v = v.reshape(n)
+    finite = np.isfinite(v)
+    return np.where(finite, 0.0 - np.clip(np.where(finite, v, 0.0), -1.0, 1.0), 0.0)
 
 
 @functools.cache
@@ -215,6 +243,7 @@ class Node:
         "legal",
         "moves",
         "priors",
+        "proven",
         "scale",
         "state",
         "terminal",
@@ -224,7 +253,10 @@ class Node:
     def __init__(self, state: State) -> None:
         self.state = state
         self.terminal = False
-        self.value = 0.0  # leaf value for the player who moved into this node
+        self.proven = False  # the side to move can make five: a proven win (value -1)
+        # leaf value for the player who moved into this node: a proven outcome, or minus the
+        # network's value for the side to move here (0 without a value head)
+        self.value = 0.0
         self.moves: np.ndarray = np.empty(0, dtype=np.int16)  # candidates, ascending
         self.priors: np.ndarray | None = None  # over `moves`; None while awaiting the network
         self.scale: float | None = None
@@ -248,7 +280,7 @@ class Node:
         sums = _window_sums(s)
         wins = [p for p in winning_points(s, s.to_move, sums) if legal[p]]
         if wins:  # proven win for the side to move: only winning points matter
-            self.value = -1.0
+            self.value, self.proven = -1.0, True
             self._set_moves(wins, np.full(len(wins), 1.0 / len(wins)))
             return False
         blocks = [p for p in winning_points(s, opponent(s.to_move), sums) if legal[p]]
@@ -360,6 +392,11 @@ class Search:
 
     def evaluate(self, nodes: list[Node]) -> np.ndarray:
         """One evaluator call for `nodes`; returns their legal-point policies [N, size*size]."""
+        return self.evaluate_with_values(nodes)[0]
+
+    def evaluate_with_values(self, nodes: list[Node]) -> tuple[np.ndarray, np.ndarray]:
+        """One evaluator call for `nodes`: (legal-point policies [N, size*size], leaf values
+        [N]); a leaf value is for the player who moved into the node (see `leaf_values`)."""
         boards = np.stack([network_input(n.state) for n in nodes]).astype(np.int8, copy=False)
         out = self.evaluator.infer(boards)
         logits = np.asarray(out.logits, dtype=np.float32)
@@ -367,6 +404,7 @@ class Search:
         if logits.shape != (len(nodes), points):
             expected = (len(nodes), points)
             raise EvaluatorError(f"evaluator returned logits {logits.shape}, expected {expected}")
+        values = leaf_values(getattr(out, "values", None), len(nodes))
         self.model_name, self.model_version = str(out.model_name), str(out.model_version)
         self.evaluator_calls += 1
         self.evaluated_leaves += len(nodes)
@@ -374,7 +412,7 @@ class Search:
         for row, n in zip(logits, nodes, strict=True):
             legal = n.legal if n.legal is not None else n.state.legal_mask()
             policies.append(masked_softmax(row, legal))
-        return np.stack(policies)
+        return np.stack(policies), values
 
     def select_child(self, node: Node) -> int:
         assert node.priors is not None
@@ -422,7 +460,7 @@ class Search:
             raise GameOverError("the game is over: there is no legal move")
         if root.scale is None:  # fresh root, or a reused proven-win / forced node
             root.set_network_priors(self.evaluate([root])[0])
-        self.proven_win = root.value < 0  # the side to move can make five: one visit shows it
+        self.proven_win = root.proven  # the side to move can make five: one visit shows it
         self._started = True
 
     def step(self, max_new: float = math.inf) -> int:
@@ -441,7 +479,7 @@ class Search:
                 self.backup(path, leaf.value)
         if batch:
             try:
-                policies = self.evaluate([leaf for _, leaf in batch])
+                policies, values = self.evaluate_with_values([leaf for _, leaf in batch])
             except BaseException:
                 for path, _leaf in batch:  # leave the tree clean: no virtual loss, no half node
                     self.backup(path, 0.0, visit=False)
@@ -449,9 +487,10 @@ class Search:
                     del node.children[i]
                 self.visits += done - len(batch)  # the known leaves were backed up
                 raise
-            for (path, leaf), policy in zip(batch, policies, strict=True):
+            for (path, leaf), policy, value in zip(batch, policies, values, strict=True):
                 leaf.set_network_priors(policy)
-                self.backup(path, leaf.value)  # 0: no value head yet
+                leaf.value = float(value)  # -v of the value head; 0 without one
+                self.backup(path, leaf.value)
         self.visits += done
         return done
 

@@ -257,7 +257,11 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         points = mcts.policy_size(states[0])
         if logits.shape != (len(states), points):
             raise mcts.EvaluatorError(f"evaluator returned logits of shape {logits.shape}")
-        results = [position_policy(s, row, k) for s, row in zip(states, logits, strict=True)]
+        values = predict_values(getattr(out, "values", None), len(states))
+        results = [
+            position_policy(s, row, k, v)
+            for s, row, v in zip(states, logits, values, strict=True)
+        ]
         response = search_pb2.PredictResponse(
             model_name=str(out.model_name),
             model_version=str(out.model_version),
@@ -268,6 +272,8 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             response.policy.extend(first.policy)
             response.top_moves.extend(first.top_moves)
             response.to_move = first.to_move
+            if first.HasField("value"):
+                response.value = first.value
         return response
 
     # ------------------------------------------------------------------ GenMove
@@ -322,8 +328,22 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             yield analyze_response(a.state, search, a.candidates, final=True)
 
 
-def position_policy(state: State, logits: np.ndarray, k: int) -> search_pb2.PositionPolicy:
-    """Masked policy and top moves of one position (`value` left unset: no value head)."""
+def predict_values(values: np.ndarray | None, n: int) -> list[float | None]:
+    """The network's value of each of `n` positions for its side to move, None where there is
+    none (no value output, or NaN: a network without a value head)."""
+    if values is None:
+        return [None] * n
+    v = np.asarray(values, dtype=np.float32)
+    if v.shape not in ((n,), (n, 1)):
+        raise mcts.EvaluatorError(f"evaluator returned values of shape {v.shape}")
+    return [float(x) if np.isfinite(x) else None for x in v.reshape(n)]
+
+
+def position_policy(
+    state: State, logits: np.ndarray, k: int, value: float | None = None
+) -> search_pb2.PositionPolicy:
+    """Masked policy and top moves of one position, and the network's value for the side to
+    move when there is one (`value` left unset otherwise)."""
     legal = state.legal_mask()
     policy = mcts.masked_softmax(logits, legal)
     return search_pb2.PositionPolicy(
@@ -337,6 +357,7 @@ def position_policy(state: State, logits: np.ndarray, k: int) -> search_pb2.Posi
             for p in top_moves(policy, legal, k)
         ],
         to_move=_color(state.to_move),
+        value=value,
     )
 
 

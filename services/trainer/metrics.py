@@ -4,7 +4,9 @@ Occupied points are masked out before ranking, so a prediction is always a legal
 pass, the last logit, is never masked; ko and suicide are not masked either). Gomoku stages
 are 10-move buckets of the ply (0-9, 10-19, ...) with every ply past 100 in one bucket; Go
 games run to 200-300 moves, so Go uses 50-move buckets with every ply past 300 in one
-(`STAGES`).
+(`STAGES`). A model with a value head is also scored on the rows whose game result is known:
+`value_mse` (against +1 won / -1 lost / 0 drawn for the mover) and `value_sign` (how often its
+sign names the winner of decisive games).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 from torch import nn
+
+from services.models.value import split_outputs
 
 STAGE_WIDTH = 10
 LAST_STAGE = 100  # plies >= 100 share one bucket
@@ -39,21 +43,28 @@ def occupied_mask(inputs: torch.Tensor, n_logits: int) -> torch.Tensor:
 @torch.no_grad()
 def evaluate(model: nn.Module, boards: np.ndarray, moves: np.ndarray, device: str,
              plies: np.ndarray | None = None, batch: int = 2048,
-             stages: tuple[int, int] = (STAGE_WIDTH, LAST_STAGE)) -> dict:
-    """Metrics of `model` (int8 boards -> logits) on one split; `stages` = (bucket width,
-    last bucket's first ply) of the by-stage top-1 (see `STAGES`)."""
+             stages: tuple[int, int] = (STAGE_WIDTH, LAST_STAGE),
+             results: np.ndarray | None = None) -> dict:
+    """Metrics of `model` (int8 boards -> logits, or (logits, value)) on one split; `stages` =
+    (bucket width, last bucket's first ply) of the by-stage top-1 (see `STAGES`); `results`
+    (the movers' results, NaN unknown) score a value head."""
     was_training = model.training
     model.eval()
     n = len(moves)
     loss_sum = 0.0
     hit1 = np.zeros(n, dtype=bool)
     hit5 = np.zeros(n, dtype=bool)
+    values = np.full(n, np.nan, np.float32)
     finite = True
     for i in range(0, n, batch):
         b = torch.from_numpy(boards[i:i + batch]).to(device)
         m = torch.from_numpy(moves[i:i + batch]).to(device)
-        logits = model(b).float()
+        logits, value = split_outputs(model(b))
+        logits = logits.float()
         finite &= bool(torch.isfinite(logits).all())
+        if value is not None:
+            finite &= bool(torch.isfinite(value).all())
+            values[i:i + batch] = value.float().cpu().numpy()
         loss_sum += nn.functional.cross_entropy(logits, m, reduction="sum").item()
         masked = logits.masked_fill(occupied_mask(b, logits.shape[1]), float("-inf"))
         best = masked.topk(5, dim=1).indices
@@ -62,6 +73,8 @@ def evaluate(model: nn.Module, boards: np.ndarray, moves: np.ndarray, device: st
     model.train(was_training)
     out = {"loss": loss_sum / max(n, 1), "top1": float(hit1.mean()) if n else 0.0,
            "top5": float(hit5.mean()) if n else 0.0, "n": int(n), "finite": finite}
+    if results is not None and not np.isnan(values).all():
+        out.update(value_metrics(values, results))
     if plies is not None and n:
         stage = stage_of(plies, *stages)
         labels = stage_labels(*stages)
@@ -70,3 +83,15 @@ def evaluate(model: nn.Module, boards: np.ndarray, moves: np.ndarray, device: st
             for s in range(len(labels)) if (stage == s).any()
         }
     return out
+
+
+def value_metrics(values: np.ndarray, results: np.ndarray) -> dict:
+    """Value-head scores on the rows with a known result (see the module doc)."""
+    known = ~np.isnan(results)
+    target = 2 * results[known] - 1
+    v = values[known]
+    decisive = target != 0
+    return {"value_n": int(known.sum()),
+            "value_mse": float(np.mean((v - target) ** 2)) if known.any() else float("nan"),
+            "value_sign": float(np.mean(np.sign(v[decisive]) == target[decisive]))
+            if decisive.any() else float("nan")}

@@ -1,20 +1,21 @@
 """Supervised training of a policy network on the shards.
 
-The paper's recipe is the default: Adam (0.9, 0.999, eps 1e-8), constant learning rate 0.003,
-batch 32, cross-entropy on the played move. Training batches come from the streaming loader
-(services/dataset/loader.py: row-group shuffle, shuffle buffer, random board symmetries,
-compact int8 boards expanded on the device). The game comes from the dataset's shards: a Gomoku
-split trains a Gomoku configuration (policy over s*s points), a Go split a `go_` configuration
-(compact [4, s, s] planes in, s*s + 1 logits out, the last one pass); a configuration of the
-other game is refused before any step. A run is a sequence of epochs; it stops at the step,
-time or epoch budget, or early when the validation loss has not improved for `patience`
-epochs. After every epoch (and at a budget stop) loss, top-1 and top-5 are measured on a
-fixed sample of train rows, on validation and on test; only validation decides early
-stopping (and, in the flow, the publish gate): test is reported, never tuned on. Everything
-a run depends on is derived from (seed, epoch, step), and a checkpoint holds model,
-optimiser, scheduler, the loader's position, RNG state and history, so a killed run resumes
-to the same result.
-On a GPU the forward pass runs in bf16 autocast with channels-last memory; on CPU in fp32.
+The paper's recipe is the default: Adam (0.9, 0.999, eps 1e-8), constant learning rate 0.003, batch
+32, cross-entropy on the played move. A `_v` configuration (services/models/value.py) also learns
+the game's result from the mover's side: `value_weight` times the squared error of its value
+against +1 won / -1 lost / 0 drawn, over the rows whose result the records give. Training batches
+come from the streaming loader (services/dataset/loader.py: row-group shuffle, shuffle buffer,
+random board symmetries, compact int8 boards expanded on the device). The game comes from the
+dataset's shards: a Gomoku split trains a Gomoku configuration (policy over s*s points), a Go split
+a `go_` configuration (compact [4, s, s] planes in, s*s + 1 logits out, the last one pass); a
+configuration of the other game is refused before any step. A run is a sequence of epochs; it stops
+at the step, time or epoch budget, or early when the validation loss has not improved for
+`patience` epochs. After every epoch (and at a budget stop) loss, top-1 and top-5 are measured on a
+fixed sample of train rows, on validation and on test; only validation decides early stopping (and,
+in the flow, the publish gate): test is reported, never tuned on. Everything a run depends on is
+derived from (seed, epoch, step), and a checkpoint holds model, optimiser, scheduler, the loader's
+position, RNG state and history, so a killed run resumes to the same result. On a GPU the forward
+pass runs in bf16 autocast with channels-last memory; on CPU in fp32.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from tqdm import tqdm
 from services.dataset.loader import ShardStream
 from services.dataset.shards import read_split
 from services.models.configs import build, spec
+from services.models.value import split_outputs
 from services.trainer.metrics import STAGES, evaluate
 
 
@@ -42,6 +44,7 @@ class TrainConfig:
     learning_rate: float = 0.003
     lr_schedule: str = "constant"  # or "cosine" (to 0 over max_steps)
     grad_clip: float = 1.0  # max gradient norm; 0 disables
+    value_weight: float = 1.0  # weight of a value head's loss (`_v` configurations)
     max_steps: int = 2000
     max_epochs: int = 1000
     max_seconds: float = 0.0  # 0: no time limit
@@ -107,6 +110,15 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, config: TrainConfig
     return ckpt["state"], ckpt["history"]
 
 
+def value_loss(value: torch.Tensor, results: torch.Tensor) -> torch.Tensor:
+    """Mean squared error of `value` against the mover's result (1 won -> +1, 0 lost -> -1,
+    0.5 -> 0) over the rows whose result is known (NaN: unknown, no gradient); 0 if none is.
+    Masked arithmetic rather than indexing: no host sync on a GPU."""
+    known = ~torch.isnan(results)
+    error = torch.where(known, value - (2 * results - 1), torch.zeros_like(value))
+    return (error * error).sum() / known.sum().clamp(min=1)
+
+
 class GameMismatchError(ValueError):
     """The model configuration is for another game than the dataset."""
 
@@ -117,9 +129,10 @@ def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
     torch.manual_seed(config.seed)
     if config.num_threads:
         torch.set_num_threads(config.num_threads)
+    has_value = spec(config.model).value
     stream = ShardStream(dataset_dir, "train", batch_size=config.batch_size,
                          shuffle_buffer=config.shuffle_buffer, seed=config.seed,
-                         augment=config.augment)
+                         augment=config.augment, results=has_value)
     game = stream.game
     if spec(config.model).game != game:
         raise GameMismatchError(
@@ -127,13 +140,14 @@ def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
             f"{spec(config.model).game}; pick a {'go_' if game == 'go' else 'Gomoku'} "
             f"configuration (services/models/configs.py)")
     stages = STAGES[game]
-    val = read_split(dataset_dir, "validation")
-    test = read_split(dataset_dir, "test")
+    # (boards, moves, plies[, results]) of each evaluated split
+    val = read_split(dataset_dir, "validation", results=has_value)
+    test = read_split(dataset_dir, "test", results=has_value)
     # train metrics on a fixed sample read by row id: the train split (1.4 KB a row for 19x19
     # Go) need not fit in memory; ids are sorted so each row group is read once
     sample = np.sort(np.random.default_rng([config.seed, 1 << 20]).permutation(stream.rows)[
         :config.train_eval_rows])
-    train_boards, train_moves = stream.read_rows(sample)
+    train_rows = stream.read_rows(sample, results=has_value)
     cuda = config.device.startswith("cuda")
     model = build(config.model).to(config.device)
     if cuda:
@@ -155,6 +169,13 @@ def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
                disable=not progress, unit="step", mininterval=1.0)
     model.train()
 
+    def evaluate_splits() -> dict:
+        def run(rows: tuple, plies: bool = True) -> dict:
+            return evaluate(model, rows[0], rows[1], config.device,
+                            rows[2] if plies else None, batch=config.eval_batch, stages=stages,
+                            results=rows[-1] if has_value else None)
+        return {"train": run(train_rows, plies=False), "validation": run(val), "test": run(test)}
+
     def checkpoint_now() -> None:
         if checkpoint is not None:
             state["loader"] = stream.state_dict()
@@ -168,8 +189,11 @@ def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
             b_t = batch["boards"].to(config.device, non_blocking=True)
             m_t = batch["moves"].to(config.device, non_blocking=True)
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
-                logits = model(b_t)
+                logits, value = split_outputs(model(b_t))
             loss = nn.functional.cross_entropy(logits.float(), m_t)
+            if value is not None:
+                r_t = batch["results"].to(config.device, non_blocking=True)
+                loss = loss + config.value_weight * value_loss(value.float(), r_t)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if config.grad_clip:
@@ -193,12 +217,7 @@ def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
                 finished_epoch = False
                 break
         epoch_metrics = {"epoch": state["epoch"], "step": state["step"],
-                         "complete": finished_epoch,
-                         "train": evaluate(model, train_boards, train_moves, config.device,
-                                           batch=config.eval_batch, stages=stages),
-                         **{split: evaluate(model, b, m, config.device, plies,
-                                            batch=config.eval_batch, stages=stages)
-                            for split, (b, m, plies) in (("validation", val), ("test", test))}}
+                         "complete": finished_epoch, **evaluate_splits()}
         history.append(epoch_metrics)
         if finished_epoch:
             val_loss = epoch_metrics["validation"]["loss"]
@@ -218,11 +237,7 @@ def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
     if last is not None and last["step"] == state["step"] and "test" in last:
         final = {split: last[split] for split in ("train", "validation", "test")}
     else:  # e.g. a resume of a run killed between its last step and its evaluation
-        final = {"train": evaluate(model, train_boards, train_moves, config.device,
-                                   batch=config.eval_batch, stages=stages),
-                 **{split: evaluate(model, b, m, config.device, plies,
-                                    batch=config.eval_batch, stages=stages)
-                    for split, (b, m, plies) in (("validation", val), ("test", test))}}
+        final = evaluate_splits()
     metrics: dict = {
         "game": game, "n_moves": stream.n_moves,
         "steps": state["step"], "epochs": state["epoch"], "stopped": state["stopped"],

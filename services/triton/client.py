@@ -3,7 +3,11 @@
 `PolicyClient.infer` sends int8 boards [N, 15, 15] and returns float32 logits [N, 225] with the
 model version that answered; for a Go model (`game="go"`, or a model name starting with "go")
 it sends compact int8 Go inputs [N, 4, 19, 19] (`services.games.go_features`) and returns
-logits [N, 362], the last one the pass. Errors are split in two: `TritonUnavailableError` when
+logits [N, 362], the last one the pass. With the logits comes the ``value`` output where the
+model's config declares one (`PolicyResult.values`, float32 [N] for the side to move, NaN for a
+network without a value head); no output is named in the request, so Triton sends every output
+the config declares and a config with ``logits`` alone (deploy/triton-stock) works unchanged
+(`values` None). Errors are split in two: `TritonUnavailableError` when
 Triton cannot be reached or cannot serve (connection refused, server/model not ready or
 unknown, deadline exceeded), `TritonRequestError` when Triton answered and rejected or failed
 the request.
@@ -25,6 +29,7 @@ DEFAULT_MODEL_NAME = "gomoku_policy"
 DEFAULT_GO_MODEL_NAME = "go_policy"
 INPUT_NAME = "boards"
 OUTPUT_NAME = "logits"
+VALUE_NAME = "value"
 BOARD_SIZE = 15
 N_MOVES = BOARD_SIZE * BOARD_SIZE
 GO_BOARD_SIZE = 19
@@ -99,6 +104,9 @@ class PolicyResult:
     logits: np.ndarray  # float32 [N, 225] (Go: [N, 362]), unmasked
     model_name: str
     model_version: str
+    # float32 [N]: expected result in [-1, 1] for the side to move of each board; NaN where the
+    # network has no value head; None when the server sent no value output at all
+    values: np.ndarray | None = None
 
 
 def _status_name(exc: InferenceServerException) -> str:
@@ -182,7 +190,8 @@ class PolicyClient:
         model_name: str | None = None,
     ) -> PolicyResult:
         """Policy logits for int8 boards [N, 15, 15] (0 empty, 1 black, 2 white), or for a Go
-        model compact Go inputs [N, 4, 19, 19] (logits [N, 362]).
+        model compact Go inputs [N, 4, 19, 19] (logits [N, 362]), and the values where the
+        server sends them (`PolicyResult.values`).
 
         Without `model_version` Triton answers with the highest READY version of the model;
         with it, exactly that version answers (or the request fails if it is not loaded).
@@ -194,25 +203,35 @@ class PolicyClient:
         arr = _as_boards(boards, io)
         inp = grpcclient.InferInput(INPUT_NAME, list(arr.shape), "INT8")
         inp.set_data_from_numpy(arr)
-        out = grpcclient.InferRequestedOutput(OUTPUT_NAME)
         what = f"infer {name}" + (f" v{version}" if version else "")
         try:
+            # outputs=None: every output of the model's config (logits, and value where the
+            # config declares it; naming "value" would fail on a logits-only config)
             result = self._grpc().infer(
-                name, [inp], model_version=version, outputs=[out], client_timeout=self.timeout_s
+                name, [inp], model_version=version, outputs=None, client_timeout=self.timeout_s
             )
         except InferenceServerException as exc:
             raise _translate(exc, what, self.url) from exc
+        n = arr.shape[0]
         logits = result.as_numpy(OUTPUT_NAME)
-        if logits is None or logits.shape != (arr.shape[0], io.n_moves):
+        if logits is None or logits.shape != (n, io.n_moves):
             shape = None if logits is None else logits.shape
             raise TritonRequestError(
-                f"{name} answered logits {shape}, expected ({arr.shape[0]}, {io.n_moves})"
+                f"{name} answered logits {shape}, expected ({n}, {io.n_moves})"
             )
+        values = result.as_numpy(VALUE_NAME)
+        if values is not None:
+            if values.shape not in ((n, 1), (n,)):
+                raise TritonRequestError(
+                    f"{name} answered value {values.shape}, expected ({n}, 1)"
+                )
+            values = np.asarray(values, dtype=np.float32).reshape(n)
         response = result.get_response()
         return PolicyResult(
             logits=np.asarray(logits, dtype=np.float32),
             model_name=response.model_name or name,
             model_version=response.model_version,
+            values=values,
         )
 
     def load_model(

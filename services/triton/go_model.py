@@ -2,7 +2,9 @@
 
 Triton's ``go_policy`` model (model_repository/go_policy/config.pbtxt) takes compact int8 Go
 inputs [N, 4, 19, 19] (`services.games.go_features.compact`, seen from the side to move) and
-answers float32 logits [N, 362]: the 361 points (y * 19 + x), then the pass.
+answers float32 logits [N, 362]: the 361 points (y * 19 + x), then the pass. A network with a
+value head (a ``go_res_*_v`` configuration) is served as well: its export returns
+``(logits, value [N])`` (`ServedGoPolicyValue`) and Triton answers the value as ``value``.
 
 `ServedGoPolicy` wraps a Go network (`services.models.configs`: ``go_res_b2c32``,
 ``go_res_b6c96``, ...) so that forward's argument is named ``boards``, like the Gomoku export:
@@ -56,6 +58,21 @@ class ServedGoPolicy(nn.Module):
         return self.policy(boards)
 
 
+class ServedGoPolicyValue(nn.Module):
+    """As `ServedGoPolicy` for a network with a value head: -> (logits [N, 362], value [N])."""
+
+    def __init__(self, policy: nn.Module) -> None:
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, boards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.policy(boards)
+
+
+def _outputs(out: torch.Tensor | tuple[torch.Tensor, torch.Tensor]) -> list[torch.Tensor]:
+    return list(out) if isinstance(out, tuple) else [out]
+
+
 def sample_inputs(n: int, size: int = GO_BOARD_SIZE, seed: int = 0) -> np.ndarray:
     """Compact inputs int8 [n, 4, size, size] of positions from random legal games."""
     rng = np.random.default_rng(seed)
@@ -88,28 +105,36 @@ def build_go_model(config: str = DEFAULT_CONFIG, seed: int = 0,
 
 def export_go_torchscript(model: nn.Module, path: Path, n_check: int = 16,
                           atol: float = 1e-4, seed: int = 0) -> float:
-    """Script `model` behind `ServedGoPolicy`, verify it, save it; return the max abs diff."""
+    """Script `model` behind `ServedGoPolicy` (`ServedGoPolicyValue` for a network with a
+    value head), verify it, save it; return the max abs diff over its outputs."""
     model = model.to("cpu").eval()
-    served = ServedGoPolicy(model).eval()
-    scripted = torch.jit.script(served)
     boards = torch.from_numpy(sample_inputs(n_check, seed=seed))
     with torch.no_grad():
-        eager = served(boards)
-        script_out = scripted(boards)
-    if tuple(script_out.shape) != (n_check, GO_N_MOVES):
-        raise ExportError(f"Go policy gave {tuple(script_out.shape)}, expected "
+        has_value = isinstance(model(boards[:1]), tuple)
+    served = (ServedGoPolicyValue(model) if has_value else ServedGoPolicy(model)).eval()
+    scripted = torch.jit.script(served)
+    with torch.no_grad():
+        eager = _outputs(served(boards))
+        script_out = _outputs(scripted(boards))
+    logits = script_out[0]
+    if tuple(logits.shape) != (n_check, GO_N_MOVES):
+        raise ExportError(f"Go policy gave {tuple(logits.shape)}, expected "
                           f"({n_check}, {GO_N_MOVES})")
-    if not torch.isfinite(script_out).all():
+    if has_value and tuple(script_out[1].shape) != (n_check,):
+        raise ExportError(f"Go value head gave {tuple(script_out[1].shape)}, expected "
+                          f"({n_check},)")
+    if not all(torch.isfinite(t).all() for t in script_out):
         raise ExportError("scripted Go model produced NaN or Inf")
-    diff = float((eager - script_out).abs().max().item())
+    diff = max(float((e - o).abs().max().item()) for e, o in zip(eager, script_out, strict=True))
     if diff > atol:
         raise ExportError(f"scripted Go model differs from eager by {diff:.3g} (> {atol})")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     scripted.save(str(path))
     with torch.no_grad():
-        if not torch.equal(torch.jit.load(str(path))(boards), script_out):
-            raise ExportError(f"{path}: reloaded TorchScript file gives different outputs")
+        again = _outputs(torch.jit.load(str(path))(boards))
+    if not all(torch.equal(a, b) for a, b in zip(again, script_out, strict=True)):
+        raise ExportError(f"{path}: reloaded TorchScript file gives different outputs")
     return diff
 
 

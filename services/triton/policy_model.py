@@ -3,13 +3,20 @@
 `services.triton.publisher.publish` copies this file as ``model.py`` into every published
 version folder, next to ``model.pt`` (TorchScript: int8 boards [N, 15, 15] -> float32 logits
 [N, 225] for ``gomoku_policy``; compact Go inputs int8 [N, 4, 19, 19] -> float32 logits [N, 362]
-for ``go_policy``). The shapes come from the model's config (``dims`` of the one input and the
-one output), so one file serves both. It runs inside Triton's python stub, so it must import
-nothing from ``services``.
+for ``go_policy``). The shapes come from the model's config (``dims`` of the one input and of the
+``logits`` output), so one file serves both. It runs inside Triton's python stub, so it must
+import nothing from ``services``.
+
+Value head: a network with one (``services.models.value.PolicyValue``) returns the tuple
+``(logits, value)``, value float32 [N] in [-1, 1] for the side to move of each board. When the
+config declares a ``value`` output (float32, dims [1]: [N, 1] per request) it is always sent:
+the network's value, or NaN for every board of a policy-only network ("no value head"), so one
+config serves both kinds of model. A config without a ``value`` output (an older repository's
+copy) gets the logits alone, as before.
 
 All requests of one ``execute`` call (Triton's dynamic batcher groups them) go through a single
-forward pass: the boards are concatenated, moved to the GPU when there is one, and the logits are
-split back per request.
+forward pass: the boards are concatenated, moved to the GPU when there is one, and the outputs
+are split back per request.
 """
 
 from __future__ import annotations
@@ -23,16 +30,29 @@ import triton_python_backend_utils as pb_utils
 
 INPUT_NAME = "boards"
 OUTPUT_NAME = "logits"
+VALUE_NAME = "value"
 BOARD_SIZE = 15
 N_MOVES = BOARD_SIZE * BOARD_SIZE  # the defaults, when the config does not say
 
 
-def _dims(config: dict, key: str, default: tuple[int, ...]) -> tuple[int, ...]:
-    """`dims` of the config's only input or output (Triton's JSON may give them as strings)."""
+def _dims(config: dict, key: str, default: tuple[int, ...], name: str | None = None
+          ) -> tuple[int, ...]:
+    """`dims` of the config's input or output called `name` (None: the first one); Triton's
+    JSON may give them as strings."""
     try:
-        return tuple(int(d) for d in config[key][0]["dims"])
-    except (KeyError, IndexError, TypeError, ValueError):
+        entries = config[key]
+        entry = entries[0] if name is None else next(
+            (e for e in entries if e.get("name") == name), entries[0])
+        return tuple(int(d) for d in entry["dims"])
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
         return default
+
+
+def _output_names(config: dict) -> set[str]:
+    try:
+        return {str(o["name"]) for o in config.get("output", [])}
+    except (KeyError, TypeError):
+        return set()
 
 
 def _log_info(message: str) -> None:
@@ -63,22 +83,39 @@ class TritonPythonModel:
         self.model.eval()
         config = json.loads(args.get("model_config", "{}"))
         self.board_shape = _dims(config, "input", (BOARD_SIZE, BOARD_SIZE))
-        self.n_moves = _dims(config, "output", (N_MOVES,))[-1]
+        self.n_moves = _dims(config, "output", (N_MOVES,), OUTPUT_NAME)[-1]
+        self.send_value = VALUE_NAME in _output_names(config)  # the config declares it
         _log_info(
             f"{self.model_name} v{self.model_version}: TorchScript policy on {self.device}, "
-            f"boards {list(self.board_shape)} -> {self.n_moves} logits "
+            f"boards {list(self.board_shape)} -> {self.n_moves} logits"
+            f"{' + value' if self.send_value else ''} "
             f"(torch {torch.__version__}, max_batch_size {config.get('max_batch_size')}, "
             f"instance {args.get('model_instance_name')})"
         )
 
-    def _forward(self, boards: np.ndarray) -> np.ndarray:
+    def _forward(self, boards: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """(logits float32 [N, n_moves], value float32 [N] or None without a value head)."""
+        n = boards.shape[0]
         with torch.inference_mode():
             x = torch.from_numpy(boards).to(self.device, non_blocking=True)
-            y = self.model(x)
-            if y.dim() != 2 or y.shape[0] != boards.shape[0] or y.shape[1] != self.n_moves:
-                expected = (boards.shape[0], self.n_moves)
+            out = self.model(x)
+            value = None
+            if isinstance(out, (tuple, list)):
+                if len(out) != 2:
+                    raise RuntimeError(f"model returned {len(out)} outputs, expected logits "
+                                       "or (logits, value)")
+                y, value = out
+            else:
+                y = out
+            if y.dim() != 2 or y.shape[0] != n or y.shape[1] != self.n_moves:
+                expected = (n, self.n_moves)
                 raise RuntimeError(f"model returned shape {tuple(y.shape)}, expected {expected}")
-            return y.to(device="cpu", dtype=torch.float32).numpy()
+            if value is not None:
+                if tuple(value.shape) not in ((n,), (n, 1)):
+                    raise RuntimeError(f"model returned value shape {tuple(value.shape)}, "
+                                       f"expected ({n},)")
+                value = value.reshape(n).to(device="cpu", dtype=torch.float32).numpy()
+            return y.to(device="cpu", dtype=torch.float32).numpy(), value
 
     def execute(self, requests: list) -> list:
         responses: list = [None] * len(requests)
@@ -103,7 +140,9 @@ class TritonPythonModel:
         if arrays:
             try:
                 batch = arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=0)
-                logits = self._forward(batch)
+                logits, value = self._forward(batch)
+                if self.send_value and value is None:  # policy-only: NaN = "no value head"
+                    value = np.full(len(batch), np.nan, dtype=np.float32)
             except Exception as exc:  # answer every request instead of crashing the stub
                 for i in owners:
                     responses[i] = pb_utils.InferenceResponse(
@@ -115,9 +154,11 @@ class TritonPythonModel:
                 for i, boards in zip(owners, arrays, strict=True):
                     stop = start + boards.shape[0]
                     out = np.ascontiguousarray(logits[start:stop])
-                    responses[i] = pb_utils.InferenceResponse(
-                        output_tensors=[pb_utils.Tensor(OUTPUT_NAME, out)]
-                    )
+                    tensors = [pb_utils.Tensor(OUTPUT_NAME, out)]
+                    if self.send_value:
+                        rows = np.ascontiguousarray(value[start:stop].reshape(-1, 1))
+                        tensors.append(pb_utils.Tensor(VALUE_NAME, rows))
+                    responses[i] = pb_utils.InferenceResponse(output_tensors=tensors)
                     start = stop
         return responses
 

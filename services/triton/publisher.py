@@ -9,7 +9,8 @@ Serving picks the new version up when the model is (re)loaded (`PolicyClient.loa
 
 The test run before publishing feeds the input shape of the model's ``config.pbtxt`` (the one in
 the repository, else the tracked template): int8 [2, 15, 15] -> [2, 225] for ``gomoku_policy``,
-int8 [2, 4, 19, 19] -> [2, 362] for ``go_policy``.
+int8 [2, 4, 19, 19] -> [2, 362] for ``go_policy``; a network with a value head answers the tuple
+(logits, value [2]) and both shapes are checked.
 """
 
 from __future__ import annotations
@@ -96,8 +97,10 @@ def _locked(directory: Path) -> Iterator[None]:
 
 def model_io(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> tuple[tuple[int, ...], int]:
     """(input dims of one board, logits per board) from the model's config.pbtxt (the
-    repository's, else the tracked template; by the name when there is neither)."""
-    from services.triton.client import io_for
+    repository's, else the tracked template; by the name when there is neither). The logits
+    are the output called ``logits`` (else the first one; ``value``, when declared, is one
+    float per board whatever the model)."""
+    from services.triton.client import OUTPUT_NAME, io_for
 
     for config in (Path(repository) / model_name / "config.pbtxt",
                    CONFIG_TEMPLATES / model_name / "config.pbtxt"):
@@ -107,7 +110,9 @@ def model_io(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> tuple[tu
 
             try:
                 parsed = text_format.Parse(config.read_text(), model_config_pb2.ModelConfig())
-                return tuple(int(d) for d in parsed.input[0].dims), int(parsed.output[0].dims[-1])
+                logits = next((o for o in parsed.output if o.name == OUTPUT_NAME),
+                              parsed.output[0])
+                return tuple(int(d) for d in parsed.input[0].dims), int(logits.dims[-1])
             except (text_format.ParseError, IndexError, OSError):
                 break
     io = io_for(model_name)
@@ -118,24 +123,42 @@ def validate_model_file(
     model_file: Path,
     board_shape: tuple[int, ...] = (BOARD_SIZE, BOARD_SIZE),
     n_moves: int = BOARD_SIZE * BOARD_SIZE,
-) -> None:
+) -> bool:
     """Load the TorchScript file on CPU and check int8 [2, *board_shape] -> float32
-    [2, n_moves] (default: the Gomoku policy, [2,15,15] -> [2,225])."""
+    [2, n_moves] (default: the Gomoku policy, [2,15,15] -> [2,225]), or, for a network with a
+    value head, the tuple (logits float32 [2, n_moves], value float32 [2]). Returns whether
+    the model has a value head."""
     import torch  # lazy: listing versions must not need torch
 
     shape_text = ",".join(str(d) for d in (2, *board_shape))
     try:
         model = torch.jit.load(str(model_file), map_location="cpu").eval()
         with torch.inference_mode():
-            y = model(torch.zeros((2, *board_shape), dtype=torch.int8))
+            out = model(torch.zeros((2, *board_shape), dtype=torch.int8))
     except Exception as exc:
         raise ValueError(f"{model_file} is not a usable TorchScript policy: {exc}") from exc
+    value = None
+    if isinstance(out, (tuple, list)):
+        if len(out) != 2 or not all(isinstance(t, torch.Tensor) for t in out):
+            kinds = ", ".join(type(t).__name__ for t in out)
+            raise ValueError(f"{model_file}: int8 [{shape_text}] gave ({kinds}), expected "
+                             "logits or (logits, value) tensors")
+        y, value = out
+    else:
+        y = out
     if not isinstance(y, torch.Tensor) or tuple(y.shape) != (2, n_moves):
         shape = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
         raise ValueError(f"{model_file}: int8 [{shape_text}] gave {shape}, expected "
                          f"(2, {n_moves})")
     if y.dtype != torch.float32:
         raise ValueError(f"{model_file}: logits are {y.dtype}, expected torch.float32")
+    if value is not None:
+        if tuple(value.shape) != (2,):
+            raise ValueError(f"{model_file}: int8 [{shape_text}] gave value of shape "
+                             f"{tuple(value.shape)}, expected (2,): one value per board")
+        if value.dtype != torch.float32:
+            raise ValueError(f"{model_file}: value is {value.dtype}, expected torch.float32")
+    return value is not None
 
 
 def publish(
