@@ -46,7 +46,7 @@ DEFAULT_DATASET = str(ROOT / "artifacts" / "dataset")
 DEFAULT_REPOSITORY = str(ROOT / "model_repository")
 DEFAULT_RUN_DIR = str(ROOT / "artifacts" / "train")
 MODEL_NAME = "gomoku_policy"
-DEFAULT_MODELS = {"gomoku": "shao_f32_n2", "go": "go_res_b2c32"}  # small: 2 CPU cores
+DEFAULT_MODELS = {"gomoku": "shao_f32_n2_v", "go": "go_res_b2c32_v"}  # small, with a value head
 MODEL_NAMES = {"gomoku": MODEL_NAME, "go": "go_policy"}
 CHECK_ROWS = 64  # real validation positions the export check runs on, next to random ones
 

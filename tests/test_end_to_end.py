@@ -70,6 +70,9 @@ def test_train_flow_published_version_one_with_metrics(published) -> None:
     assert val["n"] > 0 and 0.0 <= val["top1"] <= val["top5"] <= 1.0
     # a trained model beats picking uniformly among ~200 empty points by far
     assert val["top5"] > 0.1
+    # the default configuration has a value head, fitted to the games' results
+    assert published["config"]["model"].endswith("_v")
+    assert val["value_n"] > 0 and 0.0 <= val["value_sign"] <= 1.0
 
 
 def test_predict_is_a_distribution_over_legal_points(search) -> None:
@@ -86,6 +89,7 @@ def test_predict_is_a_distribution_over_legal_points(search) -> None:
     assert policy[r.top_moves[0].point.y * S + r.top_moves[0].point.x] == pytest.approx(probs[0])
     assert r.model_name == "gomoku_policy" and r.model_version == "1"
     assert r.to_move == 1  # black: four moves played
+    assert r.HasField("value") and -1.0 <= r.value <= 1.0  # the value head, for Black
 
 
 def test_genmove_returns_a_legal_move(search) -> None:

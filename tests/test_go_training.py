@@ -324,7 +324,7 @@ def test_train_flow_takes_a_go_dataset(go_dataset: Path, tmp_path: Path,
 
     out = train_flow(dataset_dir=str(go_dataset), repository=str(tmp_path / "repo"),
                      max_steps=8, batch_size=32, run_dir=str(tmp_path / "run"), num_threads=1)
-    assert out["game"] == "go" and out["config"]["model"] == "go_res_b2c32"  # by the dataset
+    assert out["game"] == "go" and out["config"]["model"] == "go_res_b2c32_v"  # by the dataset
     assert out["model_name"] == "go_policy" and not out["published"] and out["version"] is None
     assert "not published" in out["gate"]  # a 9x9 dataset fits no 19x19 (or absent) config
     assert Path(out["exported"]).is_file()  # checked TorchScript in the run folder
