@@ -1,7 +1,7 @@
 """Go match: the search service's GenMove (through the GTP front-end) against GNU Go.
 
     .venv/bin/python benchmarks/go_match.py [--games 4] [--visits 64] [--max-moves 200]
-        [--level 1] [--komi 7.5] [--out runs/go_match]
+        [--level 1] [--komi 7.5] [--size 19] [--out runs/go_match]
         [--target HOST:PORT | --repository REPO | --checkpoint CKPT.pt --config go_res_b2c32
          | --seed 0] [--gnugo /usr/games/gnugo] [--json out.json]
 
@@ -11,7 +11,8 @@ otherwise the benchmark starts one in-process on a real Triton serving ``go_poli
 `--repository` (its newest published version), or from a fresh temporary repository where it
 publishes a ``go_res_*`` network (`--config`, with the weights of `--checkpoint` or seeded
 random ones: `--seed`). The opponent is ``gnugo --mode gtp --level L --chinese-rules`` over a
-pipe (19x19, the only size the Go model plays).
+pipe. Both engines get ``boardsize --size`` (default 19; the service serves 9..19 with the one
+network, and GNU Go plays at most 19x19).
 
 The referee (`play_game`) keeps its own `GoState`, asks the side to move for ``genmove`` and
 tells the other side ``play``; a game ends after two passes in a row, a resignation, or
@@ -46,7 +47,13 @@ from services.protocols.gtp import (  # noqa: E402
     go_sgf,
     score_text,
 )
-from services.search.go_position import GO_SIZE, parse_vertex, vertex  # noqa: E402
+from services.search.go_position import (  # noqa: E402
+    GO_MAX_SIZE,
+    GO_MIN_SIZE,
+    GO_SIZE,
+    parse_vertex,
+    vertex,
+)
 
 DEFAULT_GNUGO = "/usr/games/gnugo"
 OURS = "movepred"
@@ -136,6 +143,7 @@ class GameResult:
     our_seconds_per_move: float
     gnugo_seconds_per_move: float
     sgf: str | None = None
+    size: int = GO_SIZE
     history: list[tuple[int, int | None]] = field(default_factory=list, repr=False)
     comments: list[str | None] = field(default_factory=list, repr=False)
 
@@ -148,13 +156,15 @@ def play_game(
     komi: float = 7.5,
     max_moves: int = 200,
     game: int = 0,
+    size: int = GO_SIZE,
 ) -> GameResult:
-    """One game between `ours` and `gnugo` (both already started); see the module docstring."""
+    """One game between `ours` and `gnugo` (both already started) on a `size` board; see the
+    module docstring."""
     for player in (ours, gnugo):
-        player.send(f"boardsize {GO_SIZE}")
+        player.send(f"boardsize {size}")
         player.send("clear_board")
         player.send(f"komi {komi:g}")
-    state = GoState(GO_SIZE)
+    state = GoState(size)
     history: list[tuple[int, int | None]] = []
     comments: list[str | None] = []
     seconds = {OURS: 0.0, "gnugo": 0.0}
@@ -174,12 +184,12 @@ def play_game(
             end = "resignation"
             winner = WHITE if color == BLACK else BLACK
             break
-        point = parse_vertex(reply, GO_SIZE)
+        point = parse_vertex(reply, size)
         try:
             state = state.play(point, color)
         except IllegalMove as exc:
             raise GtpProcessError(f"{who} played an illegal move {reply}: {exc}") from exc
-        other.send(f"play {color_name(color)} {vertex(point, GO_SIZE)}")
+        other.send(f"play {color_name(color)} {vertex(point, size)}")
         history.append((color, point))
         comments.append(_comment(ours) if who == OURS else None)
         passes = passes + 1 if point is None else 0
@@ -205,6 +215,7 @@ def play_game(
         we_won=winner == our_color,
         our_seconds_per_move=seconds[OURS] / max(1, counts[OURS]),
         gnugo_seconds_per_move=seconds["gnugo"] / max(1, counts["gnugo"]),
+        size=size,
         history=history,
         comments=comments,
     )
@@ -222,7 +233,7 @@ def write_sgf(result: GameResult, out: Path, komi: float, level: int) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     ours_black = result.our_color == "black"
     gnugo = f"GNU Go (level {level})"
-    text = go_sgf(result.history, size=GO_SIZE, komi=komi,
+    text = go_sgf(result.history, size=result.size, komi=komi,
                   black=OURS if ours_black else gnugo, white=gnugo if ours_black else OURS,
                   result=result.gnugo_score if result.gnugo_score[:2] in ("B+", "W+") else "0",
                   comments=result.comments, event=f"go_match game {result.game} ({result.end})")
@@ -245,10 +256,18 @@ def search_service(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
 
     with ExitStack() as stack:
         if args.repository:
+            from services.triton.publisher import dims_accept, model_io
+
             repository = Path(args.repository)
             version = latest_version(repository, "go_policy")
             if version is None:
                 raise SystemExit(f"no published go_policy version in {repository}")
+            dims = model_io(repository, "go_policy")[0]
+            if not dims_accept(dims, (4, args.size, args.size)):
+                raise SystemExit(
+                    f"{repository}/go_policy/config.pbtxt takes boards {list(dims)}, not "
+                    f"{args.size}x{args.size}: copy model_repository/go_policy/config.pbtxt "
+                    "(dims [4, -1, -1]) over it")
             what = f"{repository}/go_policy v{version}"
         else:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="go-match-")))
@@ -280,7 +299,8 @@ def run_match(args: argparse.Namespace) -> dict:
     started = time.perf_counter()
     with search_service(args) as (target, what):
         print(f"movepred ({what}, {args.visits} visits/move) vs GNU Go level {args.level}, "
-              f"{args.games} games, 19x19, komi {args.komi:g}, at most {args.max_moves} moves",
+              f"{args.games} games, {args.size}x{args.size}, komi {args.komi:g}, at most "
+              f"{args.max_moves} moves",
               flush=True)
         for game in range(args.games):
             our_color = BLACK if game % 2 == 0 else WHITE
@@ -289,7 +309,7 @@ def run_match(args: argparse.Namespace) -> dict:
                                 "--chinese-rules", "--seed", str(game + 1)])
             try:
                 result = play_game(ours, gnugo, our_color, komi=args.komi,
-                                   max_moves=args.max_moves, game=game)
+                                   max_moves=args.max_moves, game=game, size=args.size)
             finally:
                 ours.close()
                 gnugo.close()
@@ -311,6 +331,7 @@ def run_match(args: argparse.Namespace) -> dict:
         "score": f"{wins}-{len(results) - wins}",
         "max_moves": args.max_moves,
         "komi": args.komi,
+        "size": args.size,
         "seconds": round(time.perf_counter() - started, 1),
         "results": [{k: v for k, v in asdict(r).items() if k not in ("history", "comments")}
                     for r in results],
@@ -331,6 +352,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-moves", type=int, default=200, help="move cap (then scored)")
     p.add_argument("--level", type=int, default=1, help="GNU Go level")
     p.add_argument("--komi", type=float, default=7.5)
+    p.add_argument("--size", type=int, default=GO_SIZE, choices=range(GO_MIN_SIZE, GO_MAX_SIZE + 1),
+                   metavar=f"{GO_MIN_SIZE}..{GO_MAX_SIZE}",
+                   help=f"board size for both engines (default {GO_SIZE})")
     p.add_argument("--out", default=str(ROOT / "runs" / "go_match"), help="SGFs and summary")
     p.add_argument("--json", default=None, help="also write the summary here")
     p.add_argument("--gnugo", default=None, help=f"gnugo binary (default: PATH or {DEFAULT_GNUGO})")

@@ -54,8 +54,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from services.models.configs import build  # noqa: E402
+from services.models.export import export_torchscript  # noqa: E402
 from services.search.client import SearchClient  # noqa: E402
-from services.trainer.export import export_torchscript  # noqa: E402
 from services.triton.client import PolicyClient  # noqa: E402
 from services.triton.publisher import publish  # noqa: E402
 from services.triton.server import TritonServer, free_port  # noqa: E402

@@ -3,13 +3,13 @@
     .venv/bin/python benchmarks/strength.py [--model shao_f32_n2 | --model path/to/model.pt]
         [--steps 3000] [--save-model runs/strength/model.pt]
         [--visits 200 800] [--games 100] [--time-budget 0] [--jobs 2] [--seed 0]
-        [--opponent policy|policy+tactics] [--json out.json]
+        [--opponent policy|policy+tactics|search-no-value] [--json out.json]
 
 The policy: with a configuration name (default `shao_f32_n2`) the shipped self-play sample is
 turned into shards (`services.dataset.build` + `services.dataset.shards`, as the ingest flow
 does, without Prefect), the network is trained on them (`services.trainer.train.train`, batch
 64, `--steps` steps or `--train-seconds`), then exported with
-`services.trainer.export.export_torchscript` (and kept at `--save-model` if given). With a path
+`services.models.export.export_torchscript` (and kept at `--save-model` if given). With a path
 ending in `.pt`, that TorchScript file is used as it is.
 
 Everything runs in-process, without Triton: `TorchPolicy` wraps the TorchScript model in the
@@ -22,7 +22,9 @@ symmetries; every opening is played twice, the search taking black in one game a
 the other. The search player calls `services.search.mcts.search(state, policy, max_visits=V)`
 on a fresh tree every move (as GenMove with `disable_tree_reuse`); the policy player plays the
 legal point with the highest logit (`--opponent policy+tactics`: it first plays a five, then
-blocks the opponent's five, as the search does exactly; a harder baseline, not the default).
+blocks the opponent's five, as the search does exactly; a harder baseline, not the default;
+`--opponent search-no-value`: the same search at the same visits with the network's value head
+ignored, leaves worth 0 as with a policy-only network: the A/B of a `_v` model's value head).
 Both are deterministic, so a game depends only on its opening and colours (and the result not
 on `--jobs`). A game ends with five in a row, a full board, or `--max-moves` moves after the
 opening (counted as a draw). Bounds: `--games` per V
@@ -71,24 +73,32 @@ class PolicyOutput:
     logits: np.ndarray  # float32 [N, 225]
     model_name: str
     model_version: str
+    values: np.ndarray | None = None  # float32 [N] for the side to move; None: no value head
 
 
 class TorchPolicy:
-    """A TorchScript policy (int8 boards -> logits) as a search evaluator, in this process."""
+    """A TorchScript policy (int8 boards -> logits, or (logits, value)) as a search evaluator,
+    in this process; `use_value=False` hides a value head from the search."""
 
-    def __init__(self, path: str | Path, name: str = "local") -> None:
-        self.model = torch.jit.load(str(path), map_location="cpu").eval()
+    def __init__(self, path: str | Path, name: str = "local", use_value: bool = True,
+                 model: torch.jit.ScriptModule | None = None) -> None:
+        self.model = model if model is not None else torch.jit.load(
+            str(path), map_location="cpu").eval()
         self.name = name
+        self.use_value = use_value
         self.calls = 0
         self.boards = 0
 
     def infer(self, boards: np.ndarray) -> PolicyOutput:
         x = torch.from_numpy(np.ascontiguousarray(boards, dtype=np.int8))
         with torch.inference_mode():
-            logits = self.model(x).to(torch.float32).numpy()
+            out = self.model(x)
+        logits, values = out if isinstance(out, tuple) else (out, None)
         self.calls += 1
         self.boards += len(boards)
-        return PolicyOutput(logits, self.name, "1")
+        values = values.to(torch.float32).numpy() if values is not None and self.use_value \
+            else None
+        return PolicyOutput(logits.to(torch.float32).numpy(), self.name, "1", values)
 
 
 def policy_move(policy: TorchPolicy, state: GomokuState, tactics: bool = False) -> int:
@@ -118,8 +128,8 @@ def train_policy(model: str, steps: int, seconds: float, seed: int, out: Path) -
         atomic_write_json,
         write_split_shards,
     )
+    from services.models.export import export_torchscript
     from services.records.rif import read_rif
-    from services.trainer.export import export_torchscript
     from services.trainer.train import TrainConfig, train
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -191,10 +201,11 @@ _WORKER: dict = {}
 def _init_worker(model_path: str, threads: int) -> None:
     torch.set_num_threads(threads)
     _WORKER["policy"] = TorchPolicy(model_path)
+    _WORKER["no_value"] = TorchPolicy(model_path, use_value=False, model=_WORKER["policy"].model)
 
 
-def play_game(task: tuple[int, tuple[int, ...], int, int, int, int, bool]) -> GameRecord:
-    index, opening, search_color, visits, max_moves, max_time_ms, tactics = task
+def play_game(task: tuple[int, tuple[int, ...], int, int, int, int, str]) -> GameRecord:
+    index, opening, search_color, visits, max_moves, max_time_ms, opponent = task
     policy: TorchPolicy = _WORKER["policy"]
     state = GomokuState.from_moves(opening, SIZE, Rule.FREESTYLE)
     counts = {"search": 0, "policy": 0}
@@ -205,8 +216,11 @@ def play_game(task: tuple[int, tuple[int, ...], int, int, int, int, bool]) -> Ga
         t = time.perf_counter()
         if who == "search":
             move = mcts.search(state, policy, max_visits=visits, max_time_ms=max_time_ms).move
+        elif opponent == "search-no-value":
+            move = mcts.search(state, _WORKER["no_value"], max_visits=visits,
+                               max_time_ms=max_time_ms).move
         else:
-            move = policy_move(policy, state, tactics)
+            move = policy_move(policy, state, opponent == "policy+tactics")
         seconds[who] += time.perf_counter() - t
         counts[who] += 1
         state = state.play(move)
@@ -260,12 +274,12 @@ def summarise(games: list[GameRecord], visits: int, wall_s: float, stopped: str)
 
 def run_match(pool, opening_list: list[tuple[int, ...]], visits: int, games: int,
               time_budget: float, max_moves: int, max_time_ms: int, jobs: int,
-              verbose: bool, tactics: bool = False) -> tuple[list[GameRecord], float, str]:
+              verbose: bool, opponent: str = "policy") -> tuple[list[GameRecord], float, str]:
     """Play opening pairs until `games` games are done or `time_budget` has passed (no new pair
     starts after it); results come back in game order."""
     pairs = (games + 1) // 2
     tasks = [(2 * i + k, opening_list[i], (BLACK, WHITE)[k], visits, max_moves, max_time_ms,
-              tactics) for i in range(pairs) for k in (0, 1)]
+              opponent) for i in range(pairs) for k in (0, 1)]
     start = time.perf_counter()
     records: list[GameRecord] = []
     stopped = "games"
@@ -299,7 +313,8 @@ def run_match(pool, opening_list: list[tuple[int, ...]], visits: int, games: int
 def report(s: dict, jobs: int, opponent: str = "policy") -> str:
     lo, hi = s["wilson95"]
     bc = s["by_search_colour"]
-    against = "raw policy (argmax)" if opponent == "policy" else "policy argmax + win/block"
+    against = {"policy": "raw policy (argmax)", "policy+tactics": "policy argmax + win/block",
+               "search-no-value": "the same search without the value head"}[opponent]
     return "\n".join([
         f"search {s['visits']} visits vs {against}: {s['games']} games "
         f"(stopped by {s['stopped']}) in {s['wall_s']:.0f} s with {jobs} worker(s)",
@@ -334,9 +349,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="moves after the opening before a game is a draw")
     parser.add_argument("--max-time-ms", type=int, default=0,
                         help="time cap of each search in ms (0: visits only)")
-    parser.add_argument("--opponent", choices=("policy", "policy+tactics"), default="policy",
-                        help="the raw policy (default), or the policy that first plays a "
-                             "five and blocks a four")
+    parser.add_argument("--opponent", choices=("policy", "policy+tactics", "search-no-value"),
+                        default="policy",
+                        help="the raw policy (default), the policy that first plays a five "
+                             "and blocks a four, or the search ignoring the value head")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes playing games")
     parser.add_argument("--seed", type=int, default=0, help="openings (and training) seed")
     parser.add_argument("--json", default=None, help="write summaries and games here")
@@ -373,7 +389,7 @@ def main(argv: list[str] | None = None) -> None:
                 games, wall, stopped = run_match(pool, opening_list, visits, args.games,
                                                  args.time_budget, args.max_moves,
                                                  args.max_time_ms, args.jobs, not args.quiet,
-                                                 args.opponent == "policy+tactics")
+                                                 args.opponent)
                 s = summarise(games, visits, wall, stopped)
                 summaries.append(s)
                 all_games.extend(games)

@@ -34,12 +34,12 @@ from prefect.artifacts import create_markdown_artifact
 
 from services.dataset.loader import dataset_game
 from services.dataset.shards import read_split
+from services.models.export import export_torchscript
 from services.trainer import gate
-from services.trainer.export import export_torchscript
 from services.trainer.plots import plot_curves, plot_stages
 from services.trainer.train import TrainConfig, TrainResult, train
 from services.triton.client import PolicyClient
-from services.triton.publisher import publish
+from services.triton.publisher import dims_accept, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATASET = str(ROOT / "artifacts" / "dataset")
@@ -60,7 +60,8 @@ def fit(dataset_dir: str, config: TrainConfig, checkpoint: str | None) -> TrainR
 def unservable_reason(repository: str, model_name: str, dataset_dir: str) -> str | None:
     """Why a model of this dataset cannot be published as `model_name`, or None if it can:
     there must be a config.pbtxt (the repository's, else the tracked template) whose input
-    dims are the dataset's board shape ([s, s] Gomoku cells, [4, s, s] Go planes)."""
+    dims take the dataset's board shape ([s, s] Gomoku cells, [4, s, s] Go planes; a -1 dim,
+    as in the tracked go_policy config, takes any size)."""
     game, size = dataset_game(dataset_dir, "train")
     shape = [size, size] if game == "gomoku" else [4, size, size]
     for config in (Path(repository) / model_name / "config.pbtxt",
@@ -69,7 +70,7 @@ def unservable_reason(repository: str, model_name: str, dataset_dir: str) -> str
             text = re.sub(r"#.*", "", config.read_text())  # comments may show shapes too
             found = re.search(r"input\s*\[.*?dims:\s*\[([^\]]*)\]", text, re.S)
             dims = [int(d) for d in found.group(1).split(",")] if found else None
-            if dims != shape:
+            if dims is None or not dims_accept(dims, shape):  # -1: any size
                 return (f"{config} takes input dims {dims}, this {game} dataset's boards are "
                         f"{shape}")
             return None

@@ -5,9 +5,11 @@ No Docker engine or cluster is needed. What is checked:
 * every ``config.pbtxt`` under ``model_repository/`` and ``deploy/`` parses into Triton's
   ``ModelConfig`` protobuf and describes the policy the trainer exports (int8 boards [15,15] ->
   fp32 logits [225], batching up to 256, newest version only; for ``go_policy``: compact Go
-  inputs int8 [4,19,19] -> fp32 logits [362]); the embedded (python backend) configs declare the
+  inputs int8 [4,-1,-1] -> fp32 logits [-1], any board size, in the embedded config, and
+  [4,19,19] -> [362] in the stock one); the embedded (python backend) configs declare the
   value head's output too (fp32 ``value`` [1]), the stock ones the logits only; the embedded
-  and stock (PyTorch backend) configs of each model otherwise agree;
+  and stock (PyTorch backend) configs of each model otherwise agree (the stock dims being one
+  of the sizes the embedded -1 dims take);
 * the stock config's tensor names bind to the exported TorchScript the way the PyTorch backend
   binds them, and the embedded ``tritonserver`` (Triton 2.51, no PyTorch backend inside)
   accepts the whole config and stops only at the missing backend library;
@@ -45,8 +47,11 @@ STOCK_CONFIG = DEPLOY / "triton-stock" / MODEL_NAME / "config.pbtxt"
 GO_MODEL_NAME = "go_policy"
 GO_EMBEDDED_CONFIG = ROOT / "model_repository" / GO_MODEL_NAME / "config.pbtxt"
 GO_STOCK_CONFIG = DEPLOY / "triton-stock" / GO_MODEL_NAME / "config.pbtxt"
-# per model: (input dims of one board, logits per board)
+# per model: (input dims of one board, logits per board) at the model's default size
 MODEL_IO = {MODEL_NAME: ([15, 15], 225), GO_MODEL_NAME: ([4, 19, 19], 362)}
+# configs with variable dims (-1): the embedded go_policy takes every board size, its logits
+# follow the board (S * S + 1); the stock one stays 19x19
+VARIABLE_IO = {GO_EMBEDDED_CONFIG: ([4, -1, -1], -1)}
 CONFIG_FILES = sorted(
     [*(ROOT / "model_repository").rglob("config.pbtxt"), *DEPLOY.rglob("config.pbtxt")]
 )
@@ -187,7 +192,7 @@ def test_every_config_parses_and_describes_the_policy(path: Path) -> None:
     config = parse_config(path)
     assert config.name == path.parent.name
     assert config.name in MODEL_IO, f"{path}: no expected shapes for model {config.name!r}"
-    dims, n_moves = MODEL_IO[config.name]
+    dims, n_moves = VARIABLE_IO.get(path, MODEL_IO[config.name])
     assert config.max_batch_size == MAX_BATCH_SIZE
 
     assert len(config.input) == 1
@@ -219,11 +224,20 @@ def test_every_config_parses_and_describes_the_policy(path: Path) -> None:
     ids=[MODEL_NAME, GO_MODEL_NAME],
 )
 def test_embedded_and_stock_configs_agree(embedded_path: Path, stock_path: Path) -> None:
+    from services.triton.publisher import dims_accept
+
+    def agree(embedded_tensors, stock_tensors) -> bool:
+        """Same names and dtypes; the stock dims are the embedded ones, or one of the sizes
+        the embedded variable (-1) dims take."""
+        return len(embedded_tensors) == len(stock_tensors) and all(
+            (e.name, e.data_type) == (s.name, s.data_type) and dims_accept(e.dims, s.dims)
+            for e, s in zip(embedded_tensors, stock_tensors, strict=True))
+
     embedded, stock = parse_config(embedded_path), parse_config(stock_path)
     assert embedded.name == stock.name
     assert embedded.max_batch_size == stock.max_batch_size
-    assert list(embedded.input) == list(stock.input)  # names, dtypes, dims
-    assert list(embedded.output)[:1] == list(stock.output)  # the stock one: logits only
+    assert agree(list(embedded.input), list(stock.input))  # names, dtypes, dims
+    assert agree(list(embedded.output)[:1], list(stock.output))  # the stock one: logits only
     assert [o.name for o in embedded.output] == ["logits", "value"]
     assert embedded.dynamic_batching == stock.dynamic_batching
     assert embedded.version_policy == stock.version_policy
@@ -252,8 +266,8 @@ def test_stock_tensor_names_bind_to_the_exported_torchscript(tmp_path: Path) -> 
     """The PyTorch backend binds inputs named like forward()'s arguments, and outputs without
     the <name>__<index> form by config order; clients use the same names on both servers."""
     torch = pytest.importorskip("torch")
+    from services.models.export import export_torchscript
     from services.models.shao import BoardPolicy, ShaoPolicyNet
-    from services.trainer.export import export_torchscript
     from services.triton import client
 
     path = tmp_path / "model.pt"
@@ -280,6 +294,21 @@ def test_go_stock_tensor_names_bind_to_the_exported_go_torchscript(tmp_path: Pat
     assert [o.name for o in config.output] == ["logits"]
     y = scripted(torch.zeros((3, *MODEL_IO[GO_MODEL_NAME][0]), dtype=torch.int8))
     assert tuple(y.shape) == (3, MODEL_IO[GO_MODEL_NAME][1])
+
+
+def test_go_value_export_names_its_argument_boards(tmp_path: Path) -> None:
+    """A Go network with a value head (`PolicyValue`, scripted as it is, no wrapper) binds by
+    the same input name and answers (logits [N, 362], value [N])."""
+    torch = pytest.importorskip("torch")
+    from services.triton.go_model import build_go_model, export_go_torchscript
+
+    path = tmp_path / "model.pt"
+    export_go_torchscript(build_go_model("go_res_b2c32_v"), path, n_check=2)
+    scripted = torch.jit.load(str(path))
+    assert [a.name for a in scripted.forward.schema.arguments][1:] == ["boards"]
+    logits, value = scripted(torch.zeros((3, *MODEL_IO[GO_MODEL_NAME][0]), dtype=torch.int8))
+    assert tuple(logits.shape) == (3, MODEL_IO[GO_MODEL_NAME][1])
+    assert tuple(value.shape) == (3,)
 
 
 def _stock_repository(root: Path, config_text: str) -> Path:

@@ -123,7 +123,7 @@ def test_gomoku_datasets_still_read_as_cells(tmp_path: Path) -> None:
     rows = rows_of(out)
     assert set(rows["game"].to_pylist()) == {"gomoku"}
     results = rows["result"].to_numpy(zero_copy_only=False)  # the mover's, from <bresult>
-    assert not np.isnan(results).any() and ((0 <= results) & (results <= 1)).all()
+    assert not np.isnan(results).any() and ((results >= 0) & (results <= 1)).all()
 
 
 def test_old_and_mixed_shards_are_refused_naming_the_file(tmp_path: Path, go_dataset) -> None:

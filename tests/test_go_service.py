@@ -10,13 +10,15 @@ size, wrong rule; UNAVAILABLE for a valid Go request; a server without a Go mode
 Second part (skipped without a ``tritonserver`` binary): one Triton serving the tiny Gomoku
 policy and an untrained ``go_res_b2c32`` as ``go_policy`` v1; Predict (against the same
 TorchScript file run here), batches in one Triton call, GenMove (legal moves and lines, tree
-reuse), Analyze, Gomoku still served next to Go, and a rollout of a Go version (smoke-tested on
-Go positions).
+reuse), Analyze, Gomoku still served next to Go, board sizes 9..19 from the same version (Triton
+directly, also two sizes at once; Predict, GenMove and Analyze on 9x9 and 13x13), and a rollout
+of a Go version (smoke-tested on Go positions).
 """
 
 from __future__ import annotations
 
 import socket
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,10 +50,10 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
-def replay(vertices: list[str], komi: float = 7.5) -> GoPosition:
-    pos = GoPosition(GoState(19), komi)
+def replay(vertices: list[str], komi: float = 7.5, size: int = 19) -> GoPosition:
+    pos = GoPosition(GoState(size), komi)
     for v in vertices:
-        p = parse_vertex(v)
+        p = parse_vertex(v, size)
         pos = pos.play(pos.pass_move if p is None else p)
     return pos
 
@@ -236,8 +238,22 @@ INVALID = [
      "position.moves[9]: D5 retakes the ko at once: white must play elsewhere first"),
     ("GenMove", dict(position=_go("A2", "T19", "B1", "A1")),
      "position.moves[3]: A1 is suicide for white"),
-    ("Predict", dict(position=_go("D4", board_size=9)),
-     "position.board_size: the served Go model plays on 19x19 only, got 9"),
+    ("Predict", dict(position=_go("D4", board_size=7)),
+     "position.board_size: Go is served on sizes 9..19 (9x9 to 19x19), got 7"),
+    ("GenMove", dict(position=_go("D4", board_size=21)),
+     "position.board_size: Go is served on sizes 9..19 (9x9 to 19x19), got 21"),
+    ("Analyze", dict(position=_go(board_size=25)),
+     "position.board_size: Go is served on sizes 9..19 (9x9 to 19x19), got 25"),
+    ("Predict", dict(positions=[_go("D4", board_size=9), _go("D4", board_size=21)]),
+     "positions[1].board_size: Go is served on sizes 9..19"),
+    ("Predict", dict(positions=[_go("D4", board_size=9), _go("D4")]),
+     "positions[1].board_size: all positions of one request must be on one board size "
+     "(positions[0] is 9x9, this one 19x19)"),
+    ("Predict", dict(position=_go("D4", board_size=9), top_k=83), "top_k: must be in 0..82"),
+    ("GenMove", dict(position=_go("D4", board_size=13), max_candidates=171),
+     "max_candidates: must be in 0..170"),
+    ("Predict", dict(position=_go("K10", board_size=9)), "position.moves[0]: (9, 9) is off the "
+     "9x9 board"),
     ("Predict", dict(position=_go("D4", rule=search_pb2.RENJU)),
      "position.rule: RENJU is a Gomoku rule"),
     ("Predict", dict(position=_go("D4", komi=float("nan"))), "position.komi: must be finite"),
@@ -284,6 +300,12 @@ def test_valid_go_request_without_triton_is_unavailable(offline) -> None:
     with pytest.raises(grpc.RpcError) as info:  # top_k 362 (every move, the pass too) is valid
         offline.Predict(search_pb2.PredictRequest(position=_go(), top_k=362), timeout=10)
     assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    for size in (9, 13):  # so is every move of a smaller board
+        request = search_pb2.PredictRequest(position=_go("D4", board_size=size),
+                                            top_k=size * size + 1)
+        with pytest.raises(grpc.RpcError) as info:
+            offline.Predict(request, timeout=10)
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE, info.value.details()
 
 
 def test_server_without_a_go_model_refuses_go() -> None:
@@ -407,6 +429,129 @@ def test_go_genmove_end_to_end(live: Live) -> None:
                                       report_every_visits=32, reuse_tree=False))
     assert [x.final for x in reports] == [False] * (len(reports) - 1) + [True]
     assert reports[-1].total_visits == 64 and reports[-1].to_move == search_pb2.WHITE
+
+
+@pytest.mark.timeout(300)
+def test_triton_answers_every_go_size_from_one_version(live: Live) -> None:
+    """9x9, 13x13 and 19x19 boards to the same go_policy version: logits [N, S*S+1] equal to
+    the TorchScript file run here; also two sizes at once from several threads (Triton's
+    dynamic batcher may hand both to one execute call: one forward pass per size)."""
+    from services.triton.client import TritonRequestError
+    from services.triton.go_model import sample_inputs
+    from tests.triton_fixtures import run_local
+
+    inputs = {s: sample_inputs(6, s, seed=s) for s in (9, 13, 19)}
+    expected = {s: run_local(live.go_model, b) for s, b in inputs.items()}
+    with PolicyClient(live.triton.grpc_url, "go_policy", timeout_s=60.0) as client:
+        for s, boards in inputs.items():
+            r = client.infer(boards)
+            assert (r.model_name, r.model_version) == ("go_policy", "1")
+            assert r.logits.shape == (6, s * s + 1)
+            np.testing.assert_allclose(r.logits, expected[s], rtol=1e-5, atol=1e-5)
+        with pytest.raises(TritonRequestError, match=r"S in 9\.\.19"):  # refused before Triton
+            client.infer(np.zeros((1, 4, 21, 21), np.int8))
+
+        errors: list[BaseException] = []
+        versions: set[str] = set()
+        barrier = threading.Barrier(6)
+
+        def worker(k: int) -> None:
+            s = (9, 19, 13)[k % 3]
+            try:
+                barrier.wait(timeout=30)
+                for i in range(6):
+                    rows = slice(i % 6, i % 6 + 1 + k % 2)
+                    r = client.infer(inputs[s][rows])
+                    versions.add(r.model_version)
+                    np.testing.assert_allclose(r.logits, expected[s][rows], rtol=1e-5,
+                                               atol=1e-5)
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+    assert not errors, errors[0]
+    assert versions == {"1"}
+
+
+@pytest.mark.timeout(300)
+def test_go_predict_genmove_analyze_on_small_boards(live: Live) -> None:
+    ko = replay(KO, size=9)  # the ko fits on 9x9: white to move, D5 is the ko point
+    with SearchClient(live.target) as client:
+        r = client.predict(go_position(KO, board_size=9), top_k=82)
+        assert (r.model_name, r.model_version) == ("go_policy", "1")
+        policy = np.array(r.policy)
+        assert policy.shape == (82,) and abs(policy.sum() - 1) < 1e-5
+        legal = ko.legal_mask()
+        assert legal.shape == (82,) and not legal[parse_vertex("D5", 9)] and legal[81]
+        assert (policy[~legal] == 0).all() and (policy[legal] > 0).all()  # stones, ko: 0
+        expected = mcts.masked_softmax(local_logits(live.go_model, [ko])[0], legal)
+        np.testing.assert_allclose(policy, expected, rtol=1e-4, atol=1e-6)
+        assert len(r.top_moves) == legal.sum() and r.top_moves[0].name == vertex(
+            int(np.argmax(expected)), 9)
+
+        # a 13x13 batch in one Triton call
+        games = [[], ["G7"], ["N13", "pass"]]
+        many = client.predict_many([go_position(g, board_size=13) for g in games], top_k=3)
+        positions = [replay(g, size=13) for g in games]
+        for pos, row, result in zip(positions, local_logits(live.go_model, positions),
+                                    many.results, strict=True):
+            assert len(result.policy) == 170
+            np.testing.assert_allclose(np.array(result.policy),
+                                       mcts.masked_softmax(row, pos.legal_mask()),
+                                       rtol=1e-4, atol=1e-6)
+
+        moves = ["E5", "C3"]
+        g = client.genmove(go_position(moves, board_size=9), max_visits=48, max_candidates=82)
+        assert g.color == search_pb2.BLACK and g.total_visits == 48
+        assert g.move.is_pass or (0 <= g.move.x < 9 and 0 <= g.move.y < 9)
+        pos = replay(moves, size=9)
+        assert pos.legal_mask()[parse_vertex(g.name, 9) if g.name != "pass" else 81]
+        for name in g.principal_variation_names:  # a legal 9x9 line
+            p = parse_vertex(name, 9)
+            pos = pos.play(pos.pass_move if p is None else p)
+        assert {c.name for c in g.candidates} <= {vertex(m, 9) for m in range(82)}
+        # the same moves on 19x19 are another game: no tree of the 9x9 search is reused
+        big = client.genmove(go_position(moves), max_visits=16)
+        assert big.reused_visits == 0 and big.total_visits == 16
+        reports = list(client.analyze(go_position(["G7"], board_size=13), max_visits=32,
+                                      report_every_visits=16, reuse_tree=False))
+    assert reports[-1].final and reports[-1].total_visits == 32
+    assert reports[-1].to_move == search_pb2.WHITE
+    assert all(0 <= c.move.x < 13 and 0 <= c.move.y < 13 for c in reports[-1].candidates
+               if not c.move.is_pass)
+
+
+@pytest.mark.timeout(300)
+def test_concurrent_searches_on_two_board_sizes(live: Live) -> None:
+    """GenMove on 9x9 and on 19x19 at the same time: the service's Go batcher never merges
+    boards of different sizes into one Triton call, and both searches finish."""
+    results: dict[int, search_pb2.GenMoveResponse] = {}
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(2)
+
+    def run(size: int) -> None:
+        try:
+            with SearchClient(live.target) as client:
+                barrier.wait(timeout=30)
+                results[size] = client.genmove(go_position(["D4"], board_size=size),
+                                               max_visits=64, reuse_tree=False)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in (9, 19)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=240)
+    assert not errors, errors[0]
+    for size, r in results.items():
+        assert r.total_visits == 64 and r.color == search_pb2.WHITE
+        pos = replay(["D4"], size=size)
+        assert pos.legal_mask()[size * size if r.move.is_pass else r.move.y * size + r.move.x]
 
 
 @pytest.mark.timeout(600)

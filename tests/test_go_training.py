@@ -34,7 +34,7 @@ from services.games.go import GoState, sgf_name
 from services.games.go_features import N_GO_PLANES
 from services.games.symmetry import N_SYMMETRIES, point_table
 from services.models.configs import build
-from services.trainer.export import check_inputs, export_torchscript
+from services.models.export import check_inputs, export_torchscript
 from services.trainer.metrics import STAGES, stage_labels
 from services.trainer.train import GameMismatchError, TrainConfig, train
 from tests.conftest import SHARED_DATA
@@ -325,10 +325,9 @@ def test_train_flow_takes_a_go_dataset(go_dataset: Path, tmp_path: Path,
     out = train_flow(dataset_dir=str(go_dataset), repository=str(tmp_path / "repo"),
                      max_steps=8, batch_size=32, run_dir=str(tmp_path / "run"), num_threads=1)
     assert out["game"] == "go" and out["config"]["model"] == "go_res_b2c32_v"  # by the dataset
-    assert out["model_name"] == "go_policy" and not out["published"] and out["version"] is None
-    assert "not published" in out["gate"]  # a 9x9 dataset fits no 19x19 (or absent) config
-    assert Path(out["exported"]).is_file()  # checked TorchScript in the run folder
-    assert not (tmp_path / "repo" / "go_policy").exists()
+    # the tracked go_policy config takes every served size (dims [4, -1, -1]): 9x9 too
+    assert out["model_name"] == "go_policy" and out["published"] and out["version"] == 1
+    assert (tmp_path / "repo" / "go_policy" / "1" / "model.pt").is_file()
     assert {"train", "validation", "test"} <= set(out["metrics"])
     report = (tmp_path / "run" / "report.md").read_text()
     assert "| test |" in report and "| validation |" in report
@@ -378,3 +377,13 @@ def test_kgs_games_train_and_resume_as_19x19_go(kgs_dataset: Path, tmp_path: Pat
     boards, _, _ = read_split(kgs_dataset, "test")
     assert export_torchscript(resumed.model, tmp_path / "kgs-model.pt", board_size=19,
                               game="go", boards=boards[:32]) <= 1e-4
+
+
+def test_servable_configs_follow_the_dims(go_dataset: Path, tmp_path: Path) -> None:
+    from flows.train import unservable_reason
+
+    repo = str(tmp_path / "empty-repo")  # falls back to the tracked templates
+    assert unservable_reason(repo, "go_policy", str(go_dataset)) is None  # [4, -1, -1]
+    reason = unservable_reason(repo, "gomoku_policy", str(go_dataset))
+    assert reason is not None and "[15, 15]" in reason and "[4, 9, 9]" in reason
+    assert "no Triton config" in unservable_reason(repo, "nope", str(go_dataset))

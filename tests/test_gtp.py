@@ -6,8 +6,9 @@ SGF output, and an engine whose search service is a closed port (it answers ``?`
 
 Second part (skipped without a ``tritonserver`` binary): a real Triton serving an untrained
 ``go_res_b2c32`` as ``go_policy`` and a real search service in-process; the engine driven
-in-process and as a ``movepred gtp`` subprocess over a pipe, and one short game against GNU Go
-through benchmarks/go_match.py (skipped when gnugo is not installed).
+in-process (19x19 and 9x9) and as a ``movepred gtp`` subprocess over a pipe, and one short game
+against GNU Go on 19x19 and one on 9x9 through benchmarks/go_match.py (skipped when gnugo is not
+installed).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def test_framing_ids_comments_and_admin_commands(engine: GtpEngine) -> None:
     assert engine.handle("known_command fly") == "= false\n\n"
     assert ok(engine.handle("list_commands")).split("\n") == list(COMMANDS)
     assert engine.handle("9 fly") == "?9 unknown command\n\n"
-    assert fails(engine.handle("boardsize 9")) == "unacceptable size"
+    assert fails(engine.handle("boardsize 25")) == "unacceptable size"
     assert fails(engine.handle("boardsize x")).startswith("syntax error")
     assert fails(engine.handle("komi abc")).startswith("syntax error")
     assert ok(engine.handle("komi 6.5")) == "" and engine.komi == 6.5
@@ -106,6 +107,30 @@ def test_play_rules_undo_and_score(engine: GtpEngine) -> None:
     assert ok(e.handle("clear_board")) == "" and e.history == []
     assert ok(e.handle("final_score")) == "W+7.5"
     assert score_text(0.0) == "0" and score_text(-0.5) == "W+0.5"
+
+
+def test_boardsize_takes_9_to_19_and_clear_board_keeps_it(engine: GtpEngine) -> None:
+    for bad in ("7", "8", "20", "21", "25", "0"):
+        assert fails(engine.handle(f"boardsize {bad}")) == "unacceptable size", bad
+    assert engine.size == 19  # a refused size changes nothing
+    assert ok(engine.handle("play b D4")) == ""
+    assert ok(engine.handle("boardsize 9")) == "" and engine.size == 9
+    assert engine.history == [] and engine.state.size == 9  # boardsize clears the board
+    assert ok(engine.handle("play b J9")) == ""  # J: the ninth column (no I)
+    assert fails(engine.handle("play w K9")).startswith("syntax error")  # off the 9x9 board
+    assert fails(engine.handle("play w A10")).startswith("syntax error")
+    board = ok(engine.handle("showboard"))
+    assert "   A B C D E F G H J\n" in board and board.startswith("9 . . . . . . . . x")
+    assert ok(engine.handle("final_score")) == "B+73.5"  # 81 points of black area - 7.5
+    assert ok(engine.handle("clear_board")) == "" and engine.size == 9
+    assert engine.history == [] and engine.state.size == 9
+    assert ok(engine.handle("play w E5")) == ""
+    position = build_position(engine.history, engine.states, BLACK, engine.komi)
+    assert position.board_size == 9 and len(position.moves) == 1
+    state = validation.position_to_state(position)  # the service takes it as a 9x9 game
+    assert state.size == 9 and state.to_move == BLACK
+    assert ok(engine.handle("boardsize 13")) == "" and engine.state.size == 13
+    assert ok(engine.handle("boardsize 19")) == "" and engine.state.size == 19
 
 
 def test_positions_sent_to_the_service() -> None:
@@ -203,6 +228,25 @@ def test_genmove_in_process(service: str) -> None:
 
 
 @pytest.mark.timeout(300)
+def test_genmove_on_9x9(service: str) -> None:
+    e = GtpEngine(service, visits=16)
+    try:
+        assert ok(e.handle("boardsize 9")) == "" and ok(e.handle("clear_board")) == ""
+        first = ok(e.handle("genmove b"))
+        point = parse_vertex(first, 9)
+        assert point is None or 0 <= point < 81
+        assert e.last_genmove is not None and e.last_genmove.total_visits == 16
+        assert ok(e.handle("play w E5" if first != "E5" else "play w D4")) == ""
+        second = ok(e.handle("genmove b"))
+        assert [c for c, _ in e.history] == [BLACK, WHITE, BLACK]
+        assert e.history[2][1] == parse_vertex(second, 9)
+        assert fails(e.handle("boardsize 25")) == "unacceptable size"
+        assert e.size == 9 and len(e.history) == 3  # the refused size left the game alone
+    finally:
+        e.close()
+
+
+@pytest.mark.timeout(300)
 def test_gtp_subprocess_over_a_pipe(service: str) -> None:
     commands = ["protocol_version", "boardsize 19", "clear_board", "play b D4", "10 genmove w",
                 "final_score", "quit"]
@@ -231,7 +275,8 @@ def _go_match():
 
 
 @pytest.mark.timeout(600)
-def test_one_short_game_against_gnugo(service: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("size", [19, 9])
+def test_one_short_game_against_gnugo(service: str, tmp_path: Path, size: int) -> None:
     go_match = _go_match()
     gnugo = go_match.find_gnugo()
     if gnugo is None:
@@ -239,18 +284,19 @@ def test_one_short_game_against_gnugo(service: str, tmp_path: Path) -> None:
     ours = go_match.EnginePlayer(GtpEngine(service, visits=8, timeout_s=120))
     opponent = go_match.GtpProcess([gnugo, "--mode", "gtp", "--level", "1", "--chinese-rules"])
     try:
-        result = go_match.play_game(ours, opponent, WHITE, komi=7.5, max_moves=12)
+        result = go_match.play_game(ours, opponent, WHITE, komi=7.5, max_moves=12, size=size)
     finally:
         ours.close()
         opponent.close()
     assert result.moves == 12 or result.end in ("two passes", "resignation")
     assert result.our_color == "white" and result.gnugo_score[:2] in ("B+", "W+", "0")
-    state = GoState(19)
+    assert result.size == size
+    state = GoState(size)
     for color, point in result.history:  # a legal game, colours alternating from black
         state = state.play(point, color)
     assert [c for c, _ in result.history[:2]] == [BLACK, WHITE]
     path = go_match.write_sgf(result, tmp_path, 7.5, 1)
     text = path.read_text()
-    assert "PW[movepred]" in text and "PB[GNU Go (level 1)]" in text
+    assert "PW[movepred]" in text and "PB[GNU Go (level 1)]" in text and f"SZ[{size}]" in text
     assert text.count(";B[") + text.count(";W[") == result.moves
     assert "visits, prior" in text  # our moves carry their search statistics

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -9,6 +13,7 @@ import torch
 from services.games.go import BLACK, WHITE, GoState
 from services.games.go_features import N_GO_PLANES, compact, planes_torch
 from services.models.configs import CONFIGS, build, spec
+from services.models.export import ExportError, export_torchscript
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
@@ -81,3 +86,34 @@ def test_go_ko_point_is_marked() -> None:
     assert state.ko is not None
     c = compact(state)
     assert c[3].flat[state.ko] == 1 and c[3].sum() == 1
+
+
+def test_models_package_imports_neither_trainer_nor_triton() -> None:
+    """The export lives in services.models so that services.triton can use it: the models
+    package must not pull in services.trainer (which imports triton) or services.triton."""
+    code = ("import sys, services.models.configs, services.models.export, services.models.value\n"
+            "bad = sorted(m for m in sys.modules\n"
+            "             if m.startswith(('services.trainer', 'services.triton')))\n"
+            "assert not bad, bad\n")
+    root = Path(__file__).resolve().parents[1]
+    run = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+
+
+def test_export_checks_the_output_sizes_it_is_given(tmp_path: Path) -> None:
+    model = build("shao_f32_n2")
+    assert export_torchscript(model, tmp_path / "ok.pt", n_check=4, n_moves=225) <= 1e-4
+    with pytest.raises(ExportError, match=r"logits \(4, 225\), expected \(4, 362\)"):
+        export_torchscript(model, tmp_path / "bad.pt", n_check=4, n_moves=362)
+    assert not (tmp_path / "bad.pt").exists()
+
+
+class _WrongValue(torch.nn.Module):
+    def forward(self, boards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        n = boards.shape[0]
+        return torch.zeros((n, 225)), torch.zeros((n, 1))
+
+
+def test_export_refuses_a_value_of_the_wrong_shape(tmp_path: Path) -> None:
+    with pytest.raises(ExportError, match=r"value head gave \(4, 1\), expected \(4,\)"):
+        export_torchscript(_WrongValue(), tmp_path / "m.pt", n_check=4, n_moves=225)

@@ -12,10 +12,10 @@ import torch
 from services.dataset.build import deduplicate, source_pairs
 from services.dataset.shards import SCHEMA_VERSION, SPLITS, atomic_write_json, write_split_shards
 from services.models.configs import build
+from services.models.export import ExportError, export_torchscript
 from services.models.shao import ShaoPolicyNet
 from services.records.rif import RifGame, read_rif
 from services.trainer import gate
-from services.trainer.export import ExportError, export_torchscript
 from services.trainer.metrics import stage_labels, stage_of
 from services.trainer.train import CheckpointError, TrainConfig, train
 from services.triton.publisher import list_versions, publish

@@ -396,7 +396,7 @@ def test_validate_model_file_checks_the_value_head(tmp_path: Path) -> None:
     assert validate_model_file(build_value_model(tmp_path / "value.pt")) is True
     # the tracked configs declare `value`, but the logits stay what model_io reports
     assert model_io(tmp_path, MODEL_NAME) == ((15, 15), 225)
-    assert model_io(tmp_path, "go_policy") == ((4, 19, 19), 362)
+    assert model_io(tmp_path, "go_policy") == ((4, -1, -1), -1)  # any board size
     for width, message in ((2, r"value of shape \(2, 2\), expected \(2,\)"),
                            (0, "value is torch.float64")):
         bad = tmp_path / f"bad-value-{width}.pt"
@@ -424,3 +424,154 @@ def test_prepare_backend_dir_is_idempotent(tmp_path: Path) -> None:
     before = stub.stat().st_ino
     assert prepare_backend_dir(tmp_path / "triton") == backends
     assert stub.stat().st_ino == before  # unchanged files are not copied again
+
+
+# --------------------------------------------------------------------------- Go board sizes
+
+
+def test_go_io_takes_every_served_size_and_gomoku_stays_15x15() -> None:
+    from services.triton.client import GO_BOARD_SIZES, MODEL_IO, _as_boards
+
+    go, gomoku = MODEL_IO["go"], MODEL_IO["gomoku"]
+    assert tuple(range(9, 20)) == GO_BOARD_SIZES
+    for s in (9, 13, 19):
+        assert go.accepts((4, s, s)) and go.n_moves_for((4, s, s)) == s * s + 1
+        assert _as_boards(np.zeros((2, 4, s, s), np.int8), go).shape == (2, 4, s, s)
+    assert (go.board_shape, go.n_moves) == ((4, 19, 19), 362)  # the default size
+    for shape in ((4, 7, 7), (4, 21, 21), (4, 9, 13), (3, 9, 9), (9, 9)):
+        assert not go.accepts(shape)
+    with pytest.raises(TritonRequestError, match=r"S in 9\.\.19.*\(1, 4, 21, 21\)"):
+        _as_boards(np.zeros((1, 4, 21, 21), np.int8), go)
+    assert gomoku.accepts((15, 15)) and not gomoku.accepts((9, 9))
+    assert gomoku.n_moves_for((15, 15)) == 225
+    with pytest.raises(TritonRequestError, match=r"int8 \[N, 15, 15\]"):
+        _as_boards(np.zeros((1, 9, 9), np.int8), gomoku)
+
+
+class _Only19(torch.nn.Module):
+    """A "Go policy" that is not fully convolutional: right on 19x19 only."""
+
+    def forward(self, boards: torch.Tensor) -> torch.Tensor:
+        return boards.float().flatten(1)[:, :362]
+
+
+def test_validate_model_file_runs_variable_dims_at_19_and_9(tmp_path: Path) -> None:
+    from services.triton.go_model import build_go_model, export_go_torchscript
+    from services.triton.publisher import check_shapes, dims_accept, model_io, validate_model_file
+
+    dims, n_moves = model_io(tmp_path, "go_policy")
+    assert check_shapes(dims, n_moves) == [((4, 19, 19), 362), ((4, 9, 9), 82)]
+    assert check_shapes((15, 15), 225) == [((15, 15), 225)]
+    assert dims_accept(dims, (4, 13, 13)) and not dims_accept(dims, (3, 13, 13))
+    assert not dims_accept((4, 19, 19), (4, 9, 9))
+    good = tmp_path / "go.pt"
+    export_go_torchscript(build_go_model("go_res_b2c32"), good, n_check=2)
+    assert validate_model_file(good, dims, n_moves) is False
+    only19 = tmp_path / "only19.pt"
+    torch.jit.script(_Only19()).save(str(only19))
+    assert validate_model_file(only19, (4, 19, 19), 362) is False  # a fixed 19x19 config
+    with pytest.raises(ValueError, match=r"int8 \[2,4,9,9\] gave \(2, 324\), expected \(2, 82\)"):
+        validate_model_file(only19, dims, n_moves)
+    repository = tmp_path / "repo"
+    (repository / "go_policy").mkdir(parents=True)
+    with pytest.raises(ValueError, match="expected"):  # publish checks both sizes too
+        publish(only19, repository, "go_policy")
+    assert list_versions(repository, "go_policy") == []
+    assert publish(good, repository, "go_policy") == 1
+
+
+class _FakeTensor:
+    def __init__(self, name: str, array: np.ndarray) -> None:
+        self._name, self._array = name, array
+
+    def name(self) -> str:
+        return self._name
+
+    def as_numpy(self) -> np.ndarray:
+        return self._array
+
+
+class _FakeResponse:
+    def __init__(self, output_tensors: list, error: str | None = None) -> None:
+        self.outputs = {t.name(): t.as_numpy() for t in output_tensors}
+        self.error = error
+
+
+def _policy_model_in_process(monkeypatch: pytest.MonkeyPatch, version_dir: Path,
+                             config_text: str):
+    """services/triton/policy_model.py initialised here, as Triton's python stub would, with a
+    stand-in for `triton_python_backend_utils` (tensors, responses, errors)."""
+    import importlib.util
+    import sys
+    import types
+
+    from google.protobuf import json_format, text_format
+    from tritonclient.grpc import model_config_pb2
+
+    utils = types.ModuleType("triton_python_backend_utils")
+    utils.Tensor = _FakeTensor
+    utils.InferenceResponse = _FakeResponse
+    utils.TritonError = str
+    utils.get_input_tensor_by_name = lambda request, name: request.get(name)
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", utils)
+    source = Path(__file__).resolve().parents[1] / "services" / "triton" / "policy_model.py"
+    spec = importlib.util.spec_from_file_location("policy_model_under_test", source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = text_format.Parse(config_text, model_config_pb2.ModelConfig())
+    model = module.TritonPythonModel()
+    model.initialize({
+        "model_repository": str(version_dir.parent), "model_version": version_dir.name,
+        "model_name": config.name, "model_config": json.dumps(
+            json_format.MessageToDict(config, preserving_proto_field_name=True)),
+    })
+    return model
+
+
+def test_policy_model_makes_one_forward_per_board_shape(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One `execute` call holding 9x9 and 19x19 Go requests (as the dynamic batcher may hand
+    them over): one forward pass per shape, every request answered with its own rows, equal
+    to the TorchScript run here; a bad shape fails alone."""
+    from services.triton.go_model import build_go_model, export_go_torchscript, sample_inputs
+
+    version_dir = tmp_path / "go_policy" / "1"
+    version_dir.mkdir(parents=True)
+    model_pt = version_dir / "model.pt"
+    export_go_torchscript(build_go_model("go_res_b2c32"), model_pt, n_check=2)
+    config_text = (Path(__file__).resolve().parents[1] / "model_repository" / "go_policy"
+                   / "config.pbtxt").read_text()
+    model = _policy_model_in_process(monkeypatch, version_dir, config_text)
+    assert model.board_shape == (4, -1, -1) and model.n_moves == -1 and model.send_value
+
+    forward, shapes = model.model, []
+
+    def counting(x: torch.Tensor):
+        shapes.append(tuple(x.shape))
+        return forward(x)
+
+    model.model = counting
+    boards = [sample_inputs(2, 9, seed=1), sample_inputs(1, 19, seed=2),
+              sample_inputs(3, 9, seed=3), np.zeros((1, 3, 9, 9), np.int8),
+              sample_inputs(2, 13, seed=4)]
+    responses = model.execute([{"boards": _FakeTensor("boards", b)} for b in boards])
+    assert shapes == [(5, 4, 9, 9), (1, 4, 19, 19), (2, 4, 13, 13)]  # first-seen order
+    for b, r in zip(boards, responses, strict=True):
+        if b.shape[1] == 3:
+            assert r.error is not None and "must be int8 [N, 4, ?, ?]" in r.error
+            continue
+        assert r.error is None
+        s = b.shape[-1]
+        assert r.outputs["logits"].shape == (len(b), s * s + 1)
+        np.testing.assert_allclose(r.outputs["logits"], run_local(model_pt, b),
+                                   rtol=1e-5, atol=1e-5)
+        assert r.outputs["value"].shape == (len(b), 1) and np.isnan(r.outputs["value"]).all()
+
+    # a config with a fixed logits width: boards whose network answer differs fail, alone
+    fixed = config_text.replace("dims: [ -1 ]", "dims: [ 362 ]")
+    model = _policy_model_in_process(monkeypatch, version_dir, fixed)
+    nine, nineteen = model.execute([{"boards": _FakeTensor("boards", b)} for b in boards[:2]])
+    assert nine.error is not None and "expected (2, 362)" in nine.error
+    assert nineteen.error is None and nineteen.outputs["logits"].shape == (1, 362)

@@ -91,9 +91,10 @@ def value_network(config: str, seed: int = 0) -> torch.nn.Module:
 
 
 def build_value_model(path: Path, seed: int = 0, config: str = VALUE_CONFIG) -> Path:
-    """Export a Gomoku network with a value head (`value_network`) to `path` with the
-    trainer's `export_torchscript`; its forward returns (logits [N, 225], value [N])."""
-    from services.trainer.export import export_torchscript
+    """Export a Gomoku network with a value head (`value_network`) to `path` with
+    `services.models.export.export_torchscript`; its forward returns (logits [N, 225],
+    value [N])."""
+    from services.models.export import export_torchscript
 
     export_torchscript(value_network(config, seed), path, board_size=BOARD_SIZE, n_check=8)
     return path

@@ -46,6 +46,13 @@ from services.games.ascii_board import board_from_ascii
 
 EMPTY, BLACK, WHITE = 0, 1, 2
 MIN_SIZE, MAX_SIZE = 2, 25
+# Board sizes Go is *served* on (Triton's go_policy, the search service, `movepred gtp`): 9..19.
+# The Go networks are fully convolutional (the pass logit and the value head pool globally), so
+# one network answers any size; the range keeps to the sizes that are played and that make
+# sense for networks trained on 19x19 games: 19 is the largest (the training data, GNU Go and
+# most GTP tools stop there), 9 the smallest standard board (below it nearly every point sits
+# on the edge, which a 19x19-trained network has rarely seen).
+SERVED_MIN_SIZE, SERVED_MAX_SIZE = 9, 19
 HISTORY_LEN = 8  # positions kept in `history` (current one included)
 GTP_LETTERS = "ABCDEFGHJKLMNOPQRSTUVWXYZ"  # no I, as in GTP; 25 letters covers 25x25
 SGF_LETTERS = "abcdefghijklmnopqrstuvwxyz"

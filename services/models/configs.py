@@ -57,8 +57,8 @@ _POLICIES: dict[str, ModelSpec] = {
     "go_res_b2c32": _go(2, 32),  # small Go network for tests
 }
 # with a value head: the served search uses it at leaves that are not finished games
-_WITH_VALUE = ("shao_f32_n2", "shao_f128_n4", "res_b2c32", "res_b6c96", "res_b10c128",
-               "go_res_b2c32", "go_res_b6c96", "go_res_b10c128")
+_WITH_VALUE = ("shao_f32_n2", "shao_f128_n2", "shao_f128_n4", "res_b2c32", "res_b6c96",
+               "res_b10c128", "go_res_b2c32", "go_res_b6c96", "go_res_b10c128")
 CONFIGS: dict[str, ModelSpec] = {
     **_POLICIES, **{f"{name}_v": _POLICIES[name].with_value() for name in _WITH_VALUE}}
 

@@ -8,8 +8,10 @@ The controller writes commands to stdin, one a line; every answer is ``= result`
 (https://www.lysator.liu.se/~gunnar/gtp/gtp2-spec-draft2/gtp2-spec.html). Supported:
 
     protocol_version, name, version, known_command, list_commands, quit
-    boardsize 19            any other size: ``? unacceptable size`` (the Go model is 19x19)
-    clear_board, komi K
+    boardsize N             N in 9..19 (the sizes the service serves Go on: one network for
+                            every size, see services/games/go.py); any other size is
+                            ``? unacceptable size``. It clears the board; the default is 19
+    clear_board, komi K     clear_board keeps the size
     play COLOR VERTEX       COLOR b/black/w/white, VERTEX e.g. D4 or pass; an illegal move
                             (occupied, suicide, ko retake) is ``? illegal move: ...``
     genmove COLOR           a GenMove request to the service; answers the vertex (or pass)
@@ -47,6 +49,7 @@ from services.games.go import BLACK, WHITE, GoState, IllegalMove, opponent, sgf_
 from services.search.go_position import (
     DEFAULT_KOMI,
     GO_SIZE,
+    GO_SIZES,
     VertexError,
     parse_vertex,
     vertex,
@@ -272,8 +275,10 @@ class GtpEngine:
     def cmd_boardsize(self, args: list[str]) -> str:
         if len(args) != 1 or not args[0].isdigit():
             raise GtpError("syntax error: boardsize takes one integer")
-        if int(args[0]) != GO_SIZE:
+        size = int(args[0])
+        if size not in GO_SIZES:
             raise GtpError("unacceptable size")
+        self.size = size
         self._clear()
         return ""
 
@@ -411,7 +416,8 @@ def add_gtp_command(subparsers: argparse._SubParsersAction) -> dict:
     g = subparsers.add_parser(
         "gtp",
         help="play Go over GTP (stdin/stdout) with moves from the search service",
-        epilog="Board size 19 only; final_score counts every stone as alive.",
+        epilog="Board sizes 9..19 (boardsize N; default 19); final_score counts every stone "
+               "as alive.",
     )
     add_arguments(g)
     return {"gtp": cmd_gtp}

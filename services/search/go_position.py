@@ -6,7 +6,7 @@
 Go policy has `size * size + 1` entries), plus what only Go has:
 
 * `features()`: the compact int8 [4, S, S] network input (`services.games.go_features`), which
-  is what the `go_policy` model on Triton takes;
+  is what the `go_policy` model on Triton takes (any served size S, `GO_SIZES`: 9..19);
 * `terminal_value()`: after two consecutive passes the game is over and scored by area
   (stones plus empty regions bordered by one colour only, dead stones are *not* removed) with
   komi: +1 for the player who made the last pass when that player wins, -1 when it loses,
@@ -31,13 +31,18 @@ from services.games.go import (
     BLACK,
     EMPTY,
     GTP_LETTERS,
+    SERVED_MAX_SIZE,
+    SERVED_MIN_SIZE,
     WHITE,
     GoState,
     opponent,
     point_name,
 )
 
-GO_SIZE = 19  # the size the go_policy model is built for
+GO_SIZE = 19  # the default size (board_size 0 in a request, GTP before any boardsize)
+# The sizes served (requests, GTP `boardsize`): 9..19, see services/games/go.py for why.
+GO_MIN_SIZE, GO_MAX_SIZE = SERVED_MIN_SIZE, SERVED_MAX_SIZE
+GO_SIZES = range(GO_MIN_SIZE, GO_MAX_SIZE + 1)
 DEFAULT_KOMI = 7.5
 
 

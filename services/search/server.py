@@ -14,9 +14,10 @@ CLI (foreground until SIGINT/SIGTERM)::
 
     python -m services.search.server --port 50051 --triton-url 127.0.0.1:8001 --model gomoku_policy
 
-Go requests go to the Triton model `--go-model` (default `go_policy`, compact int8 [4,19,19]
-inputs, 362 logits); while Triton does not serve it they fail with UNAVAILABLE, like Gomoku ones
-without `--model`. `--go-model ""` turns Go off (Go requests: INVALID_ARGUMENT).
+Go requests go to the Triton model `--go-model` (default `go_policy`, compact int8 [4,S,S]
+inputs, S*S+1 logits, board sizes 9..19); while Triton does not serve it they fail with
+UNAVAILABLE, like Gomoku ones without `--model`. `--go-model ""` turns Go off (Go requests:
+INVALID_ARGUMENT).
 """
 
 from __future__ import annotations
@@ -90,8 +91,8 @@ def build_service(
 ) -> Service:
     """The server and its parts (port 0 picks a free one; metrics_port None or 0: no HTTP
     metrics endpoint, the registry is still filled and readable via `Service.metrics`).
-    `go_evaluator`: the Go policy (compact int8 [N,4,19,19] -> logits [N,362]); None: Go
-    requests are refused with INVALID_ARGUMENT."""
+    `go_evaluator`: the Go policy (compact int8 [N,4,S,S] -> logits [N,S*S+1], S in 9..19);
+    None: Go requests are refused with INVALID_ARGUMENT."""
     metrics = metrics if metrics is not None else Metrics()
     servicer = SearchServicer(
         evaluator,

@@ -8,14 +8,17 @@ Defaults and limits (documented in the report and the CLI help):
 * `position.game`: GAME_UNSPECIFIED means GOMOKU; GO is served too (`GoPosition`).
 * `position.rule`: RULE_UNSPECIFIED means FREESTYLE (Gomoku) or GO_AREA (Go); a Gomoku rule
   on a Go position, or GO_AREA on a Gomoku one, is rejected.
-* `position.board_size`: 0 means 15 (Gomoku) or 19 (Go); any other size is rejected (the
-  models are 15x15 and 19x19).
+* `position.board_size`: 0 means 15 (Gomoku) or 19 (Go). Gomoku is 15x15 only (the Gomoku
+  model's input is fixed); Go takes 9..19 (`GO_SIZES`: one fully convolutional network serves
+  every size, see services/games/go.py for the range), any other size is rejected naming
+  `board_size`. The positions of one Predict request share one board size (one Triton call).
 * Go only: `position.komi` (unset: 7.5; finite, at most the board's points in size),
   `position.first_to_move` (unset: BLACK), passes in `moves` (`Point.is_pass`); Go moves must
   be legal: an occupied point, a suicide or an immediate ko recapture names the move. At most
   MAX_GO_MOVES moves (captures and passes let a Go game outgrow its board). Set-up stones
   may not be passes and must leave every group a liberty.
-* `top_k`: 0 means 5; otherwise 1..size*size (Go: size*size + 1, the pass included).
+* `top_k`: 0 means 5; otherwise 1..size*size (Go: size*size + 1, the pass included, for the
+  requested size).
 * `max_visits` / `max_time_ms`: both 0 means DEFAULT_VISITS visits; limits MAX_VISITS and
   MAX_TIME_MS.
 * `max_candidates` (GenMove, Analyze): 0 means 5; otherwise 1..size*size.
@@ -52,7 +55,14 @@ from services.games.gomoku import (
     Rule,
     makes_five,
 )
-from services.search.go_position import DEFAULT_KOMI, GO_SIZE, GoPosition
+from services.search.go_position import (
+    DEFAULT_KOMI,
+    GO_MAX_SIZE,
+    GO_MIN_SIZE,
+    GO_SIZE,
+    GO_SIZES,
+    GoPosition,
+)
 
 State = GomokuState | GoPosition
 
@@ -64,8 +74,8 @@ MAX_TIME_MS = 60_000
 DEFAULT_CANDIDATES = 5
 DEFAULT_REPORT_EVERY = 100
 MAX_POSITIONS = 256  # Predict positions per request: one Triton batch (max_batch_size 256)
-GO_SERVED_SIZE = GO_SIZE
-MAX_GO_MOVES = 4 * GO_SIZE * GO_SIZE
+GO_SERVED_SIZE = GO_SIZE  # the default Go size; GO_SIZES are all the served ones
+MAX_GO_MOVES = 4 * GO_MAX_SIZE * GO_MAX_SIZE  # whatever the size
 
 _RULES = {
     search_pb2.RULE_UNSPECIFIED: Rule.FREESTYLE,
@@ -113,9 +123,18 @@ def game_of(position: search_pb2.Position, field: str = "position") -> int:
     return _GAMES[position.game]
 
 
-def policy_points(game: int) -> int:
-    """Entries of a policy of the served model of `game` (Go: the pass included)."""
-    return GO_SERVED_SIZE**2 + 1 if game == search_pb2.GO else SERVED_SIZE**2
+def policy_points(game: int, size: int = 0) -> int:
+    """Entries of a policy of the served model of `game` on a `size` board (0, or a size that
+    is not served: the default size; Go: the pass included)."""
+    if game == search_pb2.GO:
+        s = size if size in GO_SIZES else GO_SERVED_SIZE
+        return s * s + 1
+    return SERVED_SIZE**2
+
+
+def position_points(position: search_pb2.Position, field: str = "position") -> int:
+    """`policy_points` of the game and board size `position` asks for (validated later)."""
+    return policy_points(game_of(position, field), position.board_size)
 
 
 def _place(board_state: GomokuState, points: Iterable[search_pb2.Point], field: str) -> list[int]:
@@ -260,10 +279,11 @@ def go_position_to_state(position: search_pb2.Position, field: str = "position")
             f"{field}.rule", f"{name} is a Gomoku rule; Go is played under GO_AREA (or unset)"
         )
     size = position.board_size or GO_SERVED_SIZE
-    if size != GO_SERVED_SIZE:
+    if size not in GO_SIZES:
         raise InvalidRequest(
             f"{field}.board_size",
-            f"the served Go model plays on {GO_SERVED_SIZE}x{GO_SERVED_SIZE} only, got {size}",
+            f"Go is served on sizes {GO_MIN_SIZE}..{GO_MAX_SIZE} ({GO_MIN_SIZE}x{GO_MIN_SIZE} "
+            f"to {GO_MAX_SIZE}x{GO_MAX_SIZE}), got {size}",
         )
     points = size * size
     komi = position.komi if position.HasField("komi") else DEFAULT_KOMI
@@ -382,8 +402,7 @@ def budget(max_visits: int, max_time_ms: int) -> Budget:
 
 def predict_request(request: search_pb2.PredictRequest) -> tuple[State, int]:
     """(state, top_k) for a single-position Predict request; the game must not be over."""
-    game = game_of(request.position)
-    k = top_k(request.top_k, points=policy_points(game))
+    k = top_k(request.top_k, points=position_points(request.position))
     state = position_to_state(request.position)
     require_playable(state)
     return state, k
@@ -402,7 +421,7 @@ def predict_batch(request: search_pb2.PredictRequest) -> tuple[list[State], int,
             "positions", f"at most {MAX_POSITIONS} per request, got {len(request.positions)}"
         )
     game = game_of(request.positions[0], "positions[0]")
-    k = top_k(request.top_k, points=policy_points(game))
+    k = top_k(request.top_k, points=position_points(request.positions[0], "positions[0]"))
     states = []
     for i, p in enumerate(request.positions):
         if game_of(p, f"positions[{i}]") != game:
@@ -413,6 +432,12 @@ def predict_batch(request: search_pb2.PredictRequest) -> tuple[list[State], int,
             )
         state = position_to_state(p, f"positions[{i}]")
         require_playable(state, f"positions[{i}]")
+        if states and state.size != states[0].size:  # one Triton call takes one board size
+            raise InvalidRequest(
+                f"positions[{i}].board_size",
+                "all positions of one request must be on one board size (positions[0] is "
+                f"{states[0].size}x{states[0].size}, this one {state.size}x{state.size})",
+            )
         states.append(state)
     return states, k, True
 
@@ -420,7 +445,7 @@ def predict_batch(request: search_pb2.PredictRequest) -> tuple[list[State], int,
 def genmove_request(request: search_pb2.GenMoveRequest) -> tuple[State, Budget]:
     """(state, budget) for a GenMove request; the game must not be over."""
     b = budget(request.max_visits, request.max_time_ms)
-    max_candidates(request.max_candidates, points=policy_points(game_of(request.position)))
+    max_candidates(request.max_candidates, points=position_points(request.position))
     state = position_to_state(request.position)
     require_playable(state)
     return state, b
@@ -437,7 +462,7 @@ class Analysis:
 def analyze_request(request: search_pb2.AnalyzeRequest) -> Analysis:
     """What an Analyze request asks for; the game must not be over."""
     b = budget(request.max_visits, request.max_time_ms)
-    k = max_candidates(request.max_candidates, points=policy_points(game_of(request.position)))
+    k = max_candidates(request.max_candidates, points=position_points(request.position))
     if request.report_every_visits < 0:
         raise InvalidRequest(
             "report_every_visits", f"must be >= 0, got {request.report_every_visits}"

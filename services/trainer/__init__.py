@@ -1,1 +1,2 @@
-"""Training loop, evaluation and TorchScript export of policy networks."""
+"""Training loop, evaluation and publication gate of policy networks (the TorchScript export
+is `services.models.export`)."""

@@ -2,8 +2,11 @@
 
 `PolicyClient.infer` sends int8 boards [N, 15, 15] and returns float32 logits [N, 225] with the
 model version that answered; for a Go model (`game="go"`, or a model name starting with "go")
-it sends compact int8 Go inputs [N, 4, 19, 19] (`services.games.go_features`) and returns
-logits [N, 362], the last one the pass. With the logits comes the ``value`` output where the
+it sends compact int8 Go inputs [N, 4, S, S] (`services.games.go_features`) for any served
+size S in 9..19 (`services.games.go.SERVED_MIN_SIZE` / `SERVED_MAX_SIZE`: one fully
+convolutional network answers every size, the config declares the spatial dims as -1) and
+returns logits [N, S * S + 1], the last one the pass (19x19: [N, 362]); one call holds boards
+of one size. Gomoku stays 15x15. With the logits comes the ``value`` output where the
 model's config declares one (`PolicyResult.values`, float32 [N] for the side to move, NaN for a
 network without a value head); no output is named in the request, so Triton sends every output
 the config declares and a config with ``logits`` alone (deploy/triton-stock) works unchanged
@@ -25,6 +28,8 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from services.games.go import SERVED_MAX_SIZE, SERVED_MIN_SIZE
+
 DEFAULT_MODEL_NAME = "gomoku_policy"
 DEFAULT_GO_MODEL_NAME = "go_policy"
 INPUT_NAME = "boards"
@@ -32,28 +37,56 @@ OUTPUT_NAME = "logits"
 VALUE_NAME = "value"
 BOARD_SIZE = 15
 N_MOVES = BOARD_SIZE * BOARD_SIZE
-GO_BOARD_SIZE = 19
+GO_BOARD_SIZE = 19  # the default Go size (and the largest served)
 GO_CHANNELS = 4
 GO_N_MOVES = GO_BOARD_SIZE * GO_BOARD_SIZE + 1  # the points, then the pass
+GO_BOARD_SIZES = tuple(range(SERVED_MIN_SIZE, SERVED_MAX_SIZE + 1))  # 9..19
 
 
 @dataclass(frozen=True)
 class ModelIO:
-    """What one board of a model's input and one row of its output look like."""
+    """What one board of a model's input and one row of its output look like.
+
+    `board_shape` / `n_moves` are those of the default size; `sizes` lists every board size
+    the model takes (the last two dims of a board, square), and a board of size S has S * S
+    logits, plus one (the pass, last) when `pass_move`."""
 
     game: str  # "gomoku" or "go"
-    board_shape: tuple[int, ...]  # one input board (no batch dimension)
-    n_moves: int  # logits per board
+    board_shape: tuple[int, ...]  # one input board at the default size (no batch dimension)
+    n_moves: int  # logits per board at the default size
     max_value: int  # largest cell value of the input
+    sizes: tuple[int, ...] = ()  # accepted board sizes; () means the default one only
+    pass_move: bool = False  # one logit more than the points: the pass
+
+    @property
+    def board_sizes(self) -> tuple[int, ...]:
+        return self.sizes or (self.board_shape[-1],)
+
+    def accepts(self, board_shape: tuple[int, ...]) -> bool:
+        """Whether one board of shape `board_shape` (no batch dimension) is a valid input."""
+        shape = tuple(int(d) for d in board_shape)
+        return (len(shape) == len(self.board_shape)
+                and shape[:-2] == self.board_shape[:-2]
+                and shape[-1] == shape[-2] and shape[-1] in self.board_sizes)
+
+    def n_moves_for(self, board_shape: tuple[int, ...]) -> int:
+        """Logits per board of shape `board_shape`: the points (and the pass)."""
+        return int(board_shape[-1]) * int(board_shape[-2]) + int(self.pass_move)
 
     def describe(self) -> str:
-        return "int8 [N, " + ", ".join(str(d) for d in self.board_shape) + "]"
+        sizes = self.board_sizes
+        if len(sizes) == 1:
+            return "int8 [N, " + ", ".join(str(d) for d in self.board_shape) + "]"
+        lead = "".join(f"{d}, " for d in self.board_shape[:-2])
+        return f"int8 [N, {lead}S, S] with S in {sizes[0]}..{sizes[-1]}"
 
 
 MODEL_IO = {
     "gomoku": ModelIO("gomoku", (BOARD_SIZE, BOARD_SIZE), N_MOVES, 2),
-    # compact Go planes: relative stones 0..2, liberties 0..4, move age 0..4, ko 0..1
-    "go": ModelIO("go", (GO_CHANNELS, GO_BOARD_SIZE, GO_BOARD_SIZE), GO_N_MOVES, 4),
+    # compact Go planes: relative stones 0..2, liberties 0..4, move age 0..4, ko 0..1; any
+    # served size (the config's spatial dims are -1), logits S * S + 1
+    "go": ModelIO("go", (GO_CHANNELS, GO_BOARD_SIZE, GO_BOARD_SIZE), GO_N_MOVES, 4,
+                  sizes=GO_BOARD_SIZES, pass_move=True),
 }
 
 
@@ -101,7 +134,7 @@ class TritonRequestError(TritonError):
 
 @dataclass(frozen=True)
 class PolicyResult:
-    logits: np.ndarray  # float32 [N, 225] (Go: [N, 362]), unmasked
+    logits: np.ndarray  # float32 [N, 225] (Go: [N, S * S + 1], 19x19: [N, 362]), unmasked
     model_name: str
     model_version: str
     # float32 [N]: expected result in [-1, 1] for the side to move of each board; NaN where the
@@ -126,8 +159,8 @@ def _translate(exc: InferenceServerException, what: str, url: str) -> TritonErro
 
 def _as_boards(boards: np.ndarray, io: ModelIO = MODEL_IO["gomoku"]) -> np.ndarray:
     arr = np.asarray(boards)
-    if arr.ndim != 1 + len(io.board_shape) or arr.shape[1:] != io.board_shape or arr.shape[0] < 1:
-        raise TritonRequestError(f"boards must be {io.describe()} with N >= 1, got {arr.shape}")
+    if arr.ndim != 1 + len(io.board_shape) or not io.accepts(arr.shape[1:]) or arr.shape[0] < 1:
+        raise TritonRequestError(f"boards must be {io.describe()}, N >= 1; got {arr.shape}")
     if arr.dtype != np.int8:
         if not np.issubdtype(arr.dtype, np.integer):
             raise TritonRequestError(f"boards must be int8, got {arr.dtype}")
@@ -190,8 +223,9 @@ class PolicyClient:
         model_name: str | None = None,
     ) -> PolicyResult:
         """Policy logits for int8 boards [N, 15, 15] (0 empty, 1 black, 2 white), or for a Go
-        model compact Go inputs [N, 4, 19, 19] (logits [N, 362]), and the values where the
-        server sends them (`PolicyResult.values`).
+        model compact Go inputs [N, 4, S, S], S in 9..19 (logits [N, S * S + 1]; 19x19:
+        [N, 362]), and the values where the server sends them (`PolicyResult.values`). All
+        boards of one call have one size.
 
         Without `model_version` Triton answers with the highest READY version of the model;
         with it, exactly that version answers (or the request fails if it is not loaded).
@@ -213,11 +247,12 @@ class PolicyClient:
         except InferenceServerException as exc:
             raise _translate(exc, what, self.url) from exc
         n = arr.shape[0]
+        n_moves = io.n_moves_for(arr.shape[1:])
         logits = result.as_numpy(OUTPUT_NAME)
-        if logits is None or logits.shape != (n, io.n_moves):
+        if logits is None or logits.shape != (n, n_moves):
             shape = None if logits is None else logits.shape
             raise TritonRequestError(
-                f"{name} answered logits {shape}, expected ({n}, {io.n_moves})"
+                f"{name} answered logits {shape}, expected ({n}, {n_moves})"
             )
         values = result.as_numpy(VALUE_NAME)
         if values is not None:

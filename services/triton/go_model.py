@@ -1,18 +1,21 @@
 """The served Go policy: TorchScript export of a `go_res_*` network and its publication.
 
 Triton's ``go_policy`` model (model_repository/go_policy/config.pbtxt) takes compact int8 Go
-inputs [N, 4, 19, 19] (`services.games.go_features.compact`, seen from the side to move) and
-answers float32 logits [N, 362]: the 361 points (y * 19 + x), then the pass. A network with a
-value head (a ``go_res_*_v`` configuration) is served as well: its export returns
-``(logits, value [N])`` (`ServedGoPolicyValue`) and Triton answers the value as ``value``.
+inputs [N, 4, S, S] (`services.games.go_features.compact`, seen from the side to move; S from 9
+to 19, one network for every size: it is fully convolutional) and answers float32 logits
+[N, S * S + 1]: the points (y * S + x), then the pass. The export check runs at 19x19, and
+publishing test-runs the file at 19x19 and 9x9 (`services.triton.publisher.check_shapes`).
+A network with a value head (a ``go_res_*_v`` configuration, `services.models.value.PolicyValue`)
+is served as well: its export returns ``(logits, value [N])``, which Triton answers as
+``value``.
 
-`ServedGoPolicy` wraps a Go network (`services.models.configs`: ``go_res_b2c32``,
-``go_res_b6c96``, ...) so that forward's argument is named ``boards``, like the Gomoku export:
-the stock PyTorch backend binds inputs by that name (deploy/triton-stock/go_policy). The
-export checks that the scripted file reproduces the eager model on real positions (random
-legal games replayed with `GoState`), and `publish_go_model` publishes it as the next version
-of ``go_policy`` (the trainer's `export_torchscript` feeds Gomoku-shaped boards, so it cannot
-export a Go network).
+`export_go_torchscript` is the shared export (`services.models.export.export_torchscript`,
+also the trainer's) with the Go inputs and shapes: the networks (`services.models.configs`:
+``go_res_b2c32``, ``go_res_b6c96``, ...) already name forward's argument ``boards``, which the
+stock PyTorch backend binds inputs by (deploy/triton-stock/go_policy), so they are scripted as
+they are. The check runs on random Go planes plus real positions (random legal games replayed
+with `GoState`, `sample_inputs`), and `publish_go_model` publishes the file as the next version
+of ``go_policy``.
 
 CLI::
 
@@ -38,39 +41,10 @@ from torch import nn
 from services.games import go_features
 from services.games.go import GoState
 from services.models.configs import build, spec
+from services.models.export import ExportError, export_torchscript
 from services.triton.client import DEFAULT_GO_MODEL_NAME, GO_BOARD_SIZE, GO_N_MOVES
 
 DEFAULT_CONFIG = "go_res_b2c32"
-
-
-class ExportError(RuntimeError):
-    """The scripted Go model does not reproduce the eager one (or is not a Go policy)."""
-
-
-class ServedGoPolicy(nn.Module):
-    """Compact Go inputs int8 [N, 4, 19, 19] ("boards") -> logits [N, 362] (last: pass)."""
-
-    def __init__(self, policy: nn.Module) -> None:
-        super().__init__()
-        self.policy = policy
-
-    def forward(self, boards: torch.Tensor) -> torch.Tensor:
-        return self.policy(boards)
-
-
-class ServedGoPolicyValue(nn.Module):
-    """As `ServedGoPolicy` for a network with a value head: -> (logits [N, 362], value [N])."""
-
-    def __init__(self, policy: nn.Module) -> None:
-        super().__init__()
-        self.policy = policy
-
-    def forward(self, boards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.policy(boards)
-
-
-def _outputs(out: torch.Tensor | tuple[torch.Tensor, torch.Tensor]) -> list[torch.Tensor]:
-    return list(out) if isinstance(out, tuple) else [out]
 
 
 def sample_inputs(n: int, size: int = GO_BOARD_SIZE, seed: int = 0) -> np.ndarray:
@@ -105,37 +79,12 @@ def build_go_model(config: str = DEFAULT_CONFIG, seed: int = 0,
 
 def export_go_torchscript(model: nn.Module, path: Path, n_check: int = 16,
                           atol: float = 1e-4, seed: int = 0) -> float:
-    """Script `model` behind `ServedGoPolicy` (`ServedGoPolicyValue` for a network with a
-    value head), verify it, save it; return the max abs diff over its outputs."""
-    model = model.to("cpu").eval()
-    boards = torch.from_numpy(sample_inputs(n_check, seed=seed))
-    with torch.no_grad():
-        has_value = isinstance(model(boards[:1]), tuple)
-    served = (ServedGoPolicyValue(model) if has_value else ServedGoPolicy(model)).eval()
-    scripted = torch.jit.script(served)
-    with torch.no_grad():
-        eager = _outputs(served(boards))
-        script_out = _outputs(scripted(boards))
-    logits = script_out[0]
-    if tuple(logits.shape) != (n_check, GO_N_MOVES):
-        raise ExportError(f"Go policy gave {tuple(logits.shape)}, expected "
-                          f"({n_check}, {GO_N_MOVES})")
-    if has_value and tuple(script_out[1].shape) != (n_check,):
-        raise ExportError(f"Go value head gave {tuple(script_out[1].shape)}, expected "
-                          f"({n_check},)")
-    if not all(torch.isfinite(t).all() for t in script_out):
-        raise ExportError("scripted Go model produced NaN or Inf")
-    diff = max(float((e - o).abs().max().item()) for e, o in zip(eager, script_out, strict=True))
-    if diff > atol:
-        raise ExportError(f"scripted Go model differs from eager by {diff:.3g} (> {atol})")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    scripted.save(str(path))
-    with torch.no_grad():
-        again = _outputs(torch.jit.load(str(path))(boards))
-    if not all(torch.equal(a, b) for a, b in zip(again, script_out, strict=True)):
-        raise ExportError(f"{path}: reloaded TorchScript file gives different outputs")
-    return diff
+    """Script a Go `model` (logits [N, 362], or (logits, value [N]) with a value head),
+    verify it on `n_check` random Go inputs and `n_check` real positions, save it; return the
+    max abs diff over its outputs. Raises `ExportError`."""
+    return export_torchscript(model, Path(path), board_size=GO_BOARD_SIZE, n_check=n_check,
+                              atol=atol, seed=seed, game="go",
+                              boards=sample_inputs(n_check, seed=seed), n_moves=GO_N_MOVES)
 
 
 def publish_go_model(

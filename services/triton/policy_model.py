@@ -2,10 +2,16 @@
 
 `services.triton.publisher.publish` copies this file as ``model.py`` into every published
 version folder, next to ``model.pt`` (TorchScript: int8 boards [N, 15, 15] -> float32 logits
-[N, 225] for ``gomoku_policy``; compact Go inputs int8 [N, 4, 19, 19] -> float32 logits [N, 362]
-for ``go_policy``). The shapes come from the model's config (``dims`` of the one input and of the
-``logits`` output), so one file serves both. It runs inside Triton's python stub, so it must
-import nothing from ``services``.
+[N, 225] for ``gomoku_policy``; compact Go inputs int8 [N, 4, S, S] -> float32 logits
+[N, S * S + 1] for ``go_policy``, any board size S). The shapes come from the model's config
+(``dims`` of the one input and of the ``logits`` output), so one file serves both. It runs
+inside Triton's python stub, so it must import nothing from ``services``.
+
+Variable sizes: an input dim of -1 in the config is free (``go_policy`` declares [4, -1, -1]:
+one fully convolutional network answers 9x9, 13x13 and 19x19 boards alike; which sizes are
+*served* is the clients' and the search service's business). A board must match the fixed
+dims. The logits per board are the config's ``logits`` dims when fixed; when -1 they follow the
+board: H * W points, plus one (the pass, last) when the input has planes ([C, H, W]: Go).
 
 Value head: a network with one (``services.models.value.PolicyValue``) returns the tuple
 ``(logits, value)``, value float32 [N] in [-1, 1] for the side to move of each board. When the
@@ -14,9 +20,11 @@ the network's value, or NaN for every board of a policy-only network ("no value 
 config serves both kinds of model. A config without a ``value`` output (an older repository's
 copy) gets the logits alone, as before.
 
-All requests of one ``execute`` call (Triton's dynamic batcher groups them) go through a single
-forward pass: the boards are concatenated, moved to the GPU when there is one, and the outputs
-are split back per request.
+All requests of one ``execute`` call (Triton's dynamic batcher groups them) that share a board
+shape go through a single forward pass: the boards are concatenated, moved to the GPU when there
+is one, and the outputs are split back per request. Requests of different shapes in one call
+(e.g. 9x9 and 19x19 Go boards) make one forward pass per distinct shape; a failure answers the
+requests of that shape only.
 """
 
 from __future__ import annotations
@@ -87,15 +95,30 @@ class TritonPythonModel:
         self.send_value = VALUE_NAME in _output_names(config)  # the config declares it
         _log_info(
             f"{self.model_name} v{self.model_version}: TorchScript policy on {self.device}, "
-            f"boards {list(self.board_shape)} -> {self.n_moves} logits"
+            f"boards {list(self.board_shape)} -> "
+            f"{self.n_moves if self.n_moves != -1 else 'per-size'} logits"
             f"{' + value' if self.send_value else ''} "
             f"(torch {torch.__version__}, max_batch_size {config.get('max_batch_size')}, "
             f"instance {args.get('model_instance_name')})"
         )
 
+    def _accepts(self, shape: tuple[int, ...]) -> bool:
+        """One board's shape matches the config's dims (-1: any size >= 1)."""
+        return len(shape) == len(self.board_shape) and all(
+            (want == -1 and got >= 1) or got == want
+            for got, want in zip(shape, self.board_shape, strict=True))
+
+    def _moves_for(self, shape: tuple[int, ...]) -> int:
+        """Logits per board of `shape`: the config's fixed width, else the board's points
+        (plus the pass for a board with planes, i.e. Go)."""
+        if self.n_moves != -1:
+            return self.n_moves
+        return int(shape[-1]) * int(shape[-2]) + (1 if len(shape) >= 3 else 0)
+
     def _forward(self, boards: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """(logits float32 [N, n_moves], value float32 [N] or None without a value head)."""
         n = boards.shape[0]
+        n_moves = self._moves_for(tuple(boards.shape[1:]))
         with torch.inference_mode():
             x = torch.from_numpy(boards).to(self.device, non_blocking=True)
             out = self.model(x)
@@ -107,9 +130,10 @@ class TritonPythonModel:
                 y, value = out
             else:
                 y = out
-            if y.dim() != 2 or y.shape[0] != n or y.shape[1] != self.n_moves:
-                expected = (n, self.n_moves)
-                raise RuntimeError(f"model returned shape {tuple(y.shape)}, expected {expected}")
+            if y.dim() != 2 or y.shape[0] != n or y.shape[1] != n_moves:
+                expected = (n, n_moves)
+                raise RuntimeError(f"model returned shape {tuple(y.shape)} for boards "
+                                   f"{tuple(boards.shape)}, expected {expected}")
             if value is not None:
                 if tuple(value.shape) not in ((n,), (n, 1)):
                     raise RuntimeError(f"model returned value shape {tuple(value.shape)}, "
@@ -119,14 +143,14 @@ class TritonPythonModel:
 
     def execute(self, requests: list) -> list:
         responses: list = [None] * len(requests)
-        arrays: list[np.ndarray] = []
-        owners: list[int] = []
+        arrays: dict[int, np.ndarray] = {}
+        groups: dict[tuple[int, ...], list[int]] = {}  # board shape -> requests, in order
         for i, request in enumerate(requests):
             tensor = pb_utils.get_input_tensor_by_name(request, INPUT_NAME)
             boards = None if tensor is None else tensor.as_numpy()
-            if boards is None or boards.shape[1:] != self.board_shape:
+            if boards is None or not self._accepts(tuple(boards.shape[1:])):
                 shape = None if boards is None else boards.shape
-                dims = ", ".join(str(d) for d in self.board_shape)
+                dims = ", ".join("?" if d == -1 else str(d) for d in self.board_shape)
                 responses[i] = pb_utils.InferenceResponse(
                     output_tensors=[],
                     error=pb_utils.TritonError(
@@ -134,12 +158,13 @@ class TritonPythonModel:
                     ),
                 )
                 continue
-            arrays.append(np.ascontiguousarray(boards, dtype=np.int8))
-            owners.append(i)
+            arrays[i] = np.ascontiguousarray(boards, dtype=np.int8)
+            groups.setdefault(tuple(boards.shape[1:]), []).append(i)
 
-        if arrays:
+        for owners in groups.values():  # one forward pass per distinct board shape
+            parts = [arrays[i] for i in owners]
             try:
-                batch = arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=0)
+                batch = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
                 logits, value = self._forward(batch)
                 if self.send_value and value is None:  # policy-only: NaN = "no value head"
                     value = np.full(len(batch), np.nan, dtype=np.float32)
@@ -149,17 +174,17 @@ class TritonPythonModel:
                         output_tensors=[],
                         error=pb_utils.TritonError(f"policy forward failed: {exc}"),
                     )
-            else:
-                start = 0
-                for i, boards in zip(owners, arrays, strict=True):
-                    stop = start + boards.shape[0]
-                    out = np.ascontiguousarray(logits[start:stop])
-                    tensors = [pb_utils.Tensor(OUTPUT_NAME, out)]
-                    if self.send_value:
-                        rows = np.ascontiguousarray(value[start:stop].reshape(-1, 1))
-                        tensors.append(pb_utils.Tensor(VALUE_NAME, rows))
-                    responses[i] = pb_utils.InferenceResponse(output_tensors=tensors)
-                    start = stop
+                continue
+            start = 0
+            for i, boards in zip(owners, parts, strict=True):
+                stop = start + boards.shape[0]
+                out = np.ascontiguousarray(logits[start:stop])
+                tensors = [pb_utils.Tensor(OUTPUT_NAME, out)]
+                if self.send_value:
+                    rows = np.ascontiguousarray(value[start:stop].reshape(-1, 1))
+                    tensors.append(pb_utils.Tensor(VALUE_NAME, rows))
+                responses[i] = pb_utils.InferenceResponse(output_tensors=tensors)
+                start = stop
         return responses
 
     def finalize(self) -> None:

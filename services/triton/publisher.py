@@ -8,9 +8,11 @@ written. Version numbers are ``max(existing) + 1``; concurrent publishers are se
 Serving picks the new version up when the model is (re)loaded (`PolicyClient.load_model`).
 
 The test run before publishing feeds the input shape of the model's ``config.pbtxt`` (the one in
-the repository, else the tracked template): int8 [2, 15, 15] -> [2, 225] for ``gomoku_policy``,
-int8 [2, 4, 19, 19] -> [2, 362] for ``go_policy``; a network with a value head answers the tuple
-(logits, value [2]) and both shapes are checked.
+the repository, else the tracked template): int8 [2, 15, 15] -> [2, 225] for ``gomoku_policy``;
+for ``go_policy``, whose spatial dims are -1 (any board size), int8 [2, 4, 19, 19] -> [2, 362]
+and int8 [2, 4, 9, 9] -> [2, 82] (`CHECK_SIZES`: the largest and the smallest served size; a
+free logits width is the board's points, plus the pass for Go); a network with a value head
+answers the tuple (logits, value [2]) and both shapes are checked.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ POLICY_MODEL_PY = Path(__file__).with_name("policy_model.py")
 CONFIG_TEMPLATES = Path(__file__).resolve().parents[2] / "model_repository"
 DEFAULT_MODEL_NAME = "gomoku_policy"
 BOARD_SIZE = 15
+CHECK_SIZES = (19, 9)  # a free (-1) spatial dim is test-run at these sizes
 _VERSION_RE = re.compile(r"[0-9]+")
 
 
@@ -99,7 +102,8 @@ def model_io(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> tuple[tu
     """(input dims of one board, logits per board) from the model's config.pbtxt (the
     repository's, else the tracked template; by the name when there is neither). The logits
     are the output called ``logits`` (else the first one; ``value``, when declared, is one
-    float per board whatever the model)."""
+    float per board whatever the model). Variable dims stay -1 (``go_policy``:
+    ((4, -1, -1), -1)); `check_shapes` turns them into concrete test shapes."""
     from services.triton.client import OUTPUT_NAME, io_for
 
     for config in (Path(repository) / model_name / "config.pbtxt",
@@ -119,6 +123,34 @@ def model_io(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> tuple[tu
     return io.board_shape, io.n_moves
 
 
+def dims_accept(dims: tuple[int, ...] | list[int], board_shape: tuple[int, ...] | list[int]
+                ) -> bool:
+    """Whether a config's input `dims` (-1: any size) take boards of `board_shape`."""
+    return len(dims) == len(board_shape) and all(
+        d == -1 or int(d) == int(s) for d, s in zip(dims, board_shape, strict=True))
+
+
+def check_shapes(
+    board_shape: tuple[int, ...], n_moves: int, sizes: tuple[int, ...] = CHECK_SIZES
+) -> list[tuple[tuple[int, ...], int]]:
+    """The concrete (board shape, logits per board) pairs to test-run a model on: the shape
+    itself when every dim is fixed; else each free (-1) dim set to each of `sizes`. A free
+    logits width is the board's points (the last two dims), plus one for the pass when the
+    board has planes ([C, H, W]: Go), as `policy_model.py` checks it."""
+    board_shape = tuple(int(d) for d in board_shape)
+    if -1 not in board_shape:
+        shapes = [board_shape]
+    else:
+        shapes = [tuple(s if d == -1 else d for d in board_shape) for s in sizes]
+    out = []
+    for shape in shapes:
+        width = n_moves
+        if width == -1:
+            width = shape[-1] * shape[-2] + (1 if len(shape) >= 3 else 0)
+        out.append((shape, int(width)))
+    return out
+
+
 def validate_model_file(
     model_file: Path,
     board_shape: tuple[int, ...] = (BOARD_SIZE, BOARD_SIZE),
@@ -126,17 +158,35 @@ def validate_model_file(
 ) -> bool:
     """Load the TorchScript file on CPU and check int8 [2, *board_shape] -> float32
     [2, n_moves] (default: the Gomoku policy, [2,15,15] -> [2,225]), or, for a network with a
-    value head, the tuple (logits float32 [2, n_moves], value float32 [2]). Returns whether
-    the model has a value head."""
+    value head, the tuple (logits float32 [2, n_moves], value float32 [2]). Dims of -1 (a
+    config's variable sizes) are checked at each of `CHECK_SIZES` (`check_shapes`: Go
+    [4,-1,-1] -> -1 runs [2,4,19,19] -> [2,362] and [2,4,9,9] -> [2,82]). Returns whether the
+    model has a value head."""
     import torch  # lazy: listing versions must not need torch
+
+    try:
+        model = torch.jit.load(str(model_file), map_location="cpu").eval()
+    except Exception as exc:
+        raise ValueError(f"{model_file} is not a usable TorchScript policy: {exc}") from exc
+    heads = {_check_outputs(model, model_file, shape, width)
+             for shape, width in check_shapes(tuple(board_shape), n_moves)}
+    if len(heads) != 1:
+        raise ValueError(f"{model_file}: answers a value on some board sizes only")
+    return heads.pop()
+
+
+def _check_outputs(model: Any, model_file: Path, board_shape: tuple[int, ...],
+                   n_moves: int) -> bool:
+    """One test run of `validate_model_file` on int8 zeros [2, *board_shape]."""
+    import torch
 
     shape_text = ",".join(str(d) for d in (2, *board_shape))
     try:
-        model = torch.jit.load(str(model_file), map_location="cpu").eval()
         with torch.inference_mode():
             out = model(torch.zeros((2, *board_shape), dtype=torch.int8))
     except Exception as exc:
-        raise ValueError(f"{model_file} is not a usable TorchScript policy: {exc}") from exc
+        raise ValueError(f"{model_file} is not a usable TorchScript policy on int8 "
+                         f"[{shape_text}]: {exc}") from exc
     value = None
     if isinstance(out, (tuple, list)):
         if len(out) != 2 or not all(isinstance(t, torch.Tensor) for t in out):

@@ -1,7 +1,15 @@
 """TorchScript export with a check that the scripted model matches the eager one.
 
 The served file must compute what was trained: a mismatch, NaN or Inf refuses the export, so a
-broken model never reaches the repository.
+broken model never reaches the repository. One export for every game and both output forms
+(logits, or (logits, value) with a value head): the trainer, the flows and the Triton Go
+publisher (`services.triton.go_model`) all call `export_torchscript`. It lives in the models
+package, which depends only on torch, numpy and `services.games`, so that `services.triton`
+can use it without importing `services.trainer` (which imports triton).
+
+The scripted file keeps the model's forward argument name, ``boards`` for every network here
+(`BoardPolicy`, `GomokuResidual`, `GoPolicy`, `PolicyValue`): the stock PyTorch backend binds
+its inputs by that name.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from services.models.value import split_outputs
 
 
 class ExportError(RuntimeError):
-    """The scripted model does not reproduce the eager model."""
+    """The scripted model does not reproduce the eager model (or gives the wrong shapes)."""
 
 
 def check_inputs(game: str, board_size: int, n: int, seed: int = 0) -> torch.Tensor:
@@ -43,13 +51,15 @@ def check_inputs(game: str, board_size: int, n: int, seed: int = 0) -> torch.Ten
 
 def export_torchscript(model: nn.Module, path: Path, board_size: int = 15, n_check: int = 64,
                        atol: float = 1e-4, seed: int = 0, game: str = "gomoku",
-                       boards: np.ndarray | torch.Tensor | None = None) -> float:
+                       boards: np.ndarray | torch.Tensor | None = None,
+                       n_moves: int | None = None) -> float:
     """Script `model` (int8 boards -> logits, or (logits, value) with a value head), verify
     it, save it; return the max abs diff over its outputs.
 
     The check runs on `n_check` random inputs of `game` (see `check_inputs`) plus `boards`,
     real positions (e.g. a slice of the validation split) where given: random Go planes are
     not positions that occur, and a difference could hide in the features they never set.
+    With `n_moves`, the logits must be [N, n_moves] and a value [N].
     """
     model = model.to("cpu").eval()
     scripted = torch.jit.script(model)
@@ -63,11 +73,14 @@ def export_torchscript(model: nn.Module, path: Path, board_size: int = 15, n_che
     with torch.no_grad():
         eager = _outputs(model(inputs))
         script_out = _outputs(scripted(inputs))
+    if n_moves is not None:
+        _check_shapes(script_out, len(inputs), n_moves, game)
     if not all(torch.isfinite(t).all() for t in script_out):
         raise ExportError("scripted model produced NaN or Inf on the check inputs")
     diff = max((e - s).abs().max().item() for e, s in zip(eager, script_out, strict=True))
     if diff > atol:
         raise ExportError(f"scripted model differs from eager by {diff:.3g} (> {atol})")
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     scripted.save(str(path))
     reloaded = torch.jit.load(str(path))
@@ -76,6 +89,14 @@ def export_torchscript(model: nn.Module, path: Path, board_size: int = 15, n_che
     if not all(torch.equal(a, b) for a, b in zip(again, script_out, strict=True)):
         raise ExportError(f"{path}: reloaded TorchScript file gives different outputs")
     return diff
+
+
+def _check_shapes(outputs: list[torch.Tensor], n: int, n_moves: int, game: str) -> None:
+    if tuple(outputs[0].shape) != (n, n_moves):
+        raise ExportError(f"{game} policy gave logits {tuple(outputs[0].shape)}, expected "
+                          f"({n}, {n_moves})")
+    if len(outputs) > 1 and tuple(outputs[1].shape) != (n,):
+        raise ExportError(f"{game} value head gave {tuple(outputs[1].shape)}, expected ({n},)")
 
 
 def _outputs(out) -> list[torch.Tensor]:
