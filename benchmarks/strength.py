@@ -151,7 +151,9 @@ def train_policy(model: str, steps: int, seconds: float, seed: int, out: Path) -
             "splits": splits, "dataset_s": round(build_s, 1), "steps": m["steps"],
             "stopped": m["stopped"], "train_s": m["seconds"], "samples_per_s": m["samples_per_s"],
             "val_top1": m["validation"]["top1"], "val_top5": m["validation"]["top5"],
-            "test_top1": m["test"]["top1"], "export_max_abs_diff": diff}
+            "test_top1": m["test"]["top1"], "export_max_abs_diff": diff,
+            **{f"val_{k}": m["validation"][k] for k in ("value_mse", "value_sign")
+               if k in m["validation"]}}
 
 
 # ---------------------------------------------------------------------------- openings
@@ -379,6 +381,8 @@ def main(argv: list[str] | None = None) -> None:
                   f"({training['samples_per_s']} samples/s), validation top-1 "
                   f"{training['val_top1']:.3f}, top-5 {training['val_top5']:.3f}, test top-1 "
                   f"{training['test_top1']:.3f}"
+                  + (f", validation value MSE {training['val_value_mse']:.3f}, sign right "
+                     f"{training['val_value_sign']:.3f}" if "val_value_sign" in training else "")
                   + (f"; saved to {model_path}" if args.save_model else ""), flush=True)
         pairs = max((args.games + 1) // 2, 1)
         opening_list = openings(pairs, args.seed)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from services.games.go_features import N_GO_PLANES
-from services.models.resnet import GomokuResidual, GoPolicy, ResidualPolicyNet
+from services.models.resnet import GoPolicy, ResidualPolicyNet
 from services.models.shao import BoardPolicy, ShaoPolicyNet
 from services.models.value import PolicyValue
 
@@ -35,7 +35,7 @@ def _shao(filters: int, n: int, **kw) -> ModelSpec:
 
 
 def _res(blocks: int, channels: int) -> ModelSpec:
-    return ModelSpec("gomoku", lambda: GomokuResidual(ResidualPolicyNet(3, blocks, channels)))
+    return ModelSpec("gomoku", lambda: BoardPolicy(ResidualPolicyNet(3, blocks, channels)))
 
 
 def _go(blocks: int, channels: int) -> ModelSpec:

@@ -8,7 +8,7 @@ package, which depends only on torch, numpy and `services.games`, so that `servi
 can use it without importing `services.trainer` (which imports triton).
 
 The scripted file keeps the model's forward argument name, ``boards`` for every network here
-(`BoardPolicy`, `GomokuResidual`, `GoPolicy`, `PolicyValue`): the stock PyTorch backend binds
+(`BoardPolicy`, `GoPolicy`, `PolicyValue`): the stock PyTorch backend binds
 its inputs by that name.
 """
 

@@ -10,7 +10,6 @@ import torch
 from torch import nn
 
 from services.games import go_features
-from services.games.encoding import planes_torch
 
 
 class ResidualBlock(nn.Module):
@@ -74,16 +73,3 @@ class GoPolicy(nn.Module):
     def forward(self, boards: torch.Tensor) -> torch.Tensor:
         return self.net(self.encode(boards))
 
-
-class GomokuResidual(nn.Module):
-    """Gomoku boards int8 [N, S, S] -> logits [N, S*S] through a residual trunk."""
-
-    def __init__(self, net: nn.Module) -> None:
-        super().__init__()
-        self.net = net
-
-    def encode(self, boards: torch.Tensor) -> torch.Tensor:
-        return planes_torch(boards)
-
-    def forward(self, boards: torch.Tensor) -> torch.Tensor:
-        return self.net(self.encode(boards))

@@ -1,12 +1,12 @@
 """A value head on any of the policy networks: one scalar per board, the expected result.
 
-`PolicyValue` wraps a built policy (compact int8 boards -> logits; `BoardPolicy`, `GomokuResidual`
-or `GoPolicy`) and adds a small head on the trunk's features, pooled as in KataGo so that it does
-not depend on the board size: 1x1 conv, ReLU, global mean and global max (the max sees "a four
-somewhere" that a mean over 225 points dilutes), two linear layers, tanh. Forward returns
-``(logits, value)``: the same logits as the policy alone, and value float32 [N] in [-1, 1], the
-expected result for the side to move (+1 win, -1 loss, 0 draw). The trainer fits it to the game
-results stored in the shards; the search uses it at leaves that are not finished games.
+`PolicyValue` wraps a built policy (compact int8 boards -> logits; `BoardPolicy` or `GoPolicy`) and
+adds a small head on the trunk's features, pooled as in KataGo so that it does not depend on the
+board size: 1x1 conv, ReLU, global mean and global max (the max sees "a four somewhere" that a mean
+over 225 points dilutes), two linear layers, tanh. Forward returns ``(logits, value)``: the same
+logits as the policy alone, and value float32 [N] in [-1, 1], the expected result for the side to
+move (+1 win, -1 loss, 0 draw). The trainer fits it to the game results stored in the shards; the
+search uses it at leaves that are not finished games.
 
 Gomoku boards hold absolute colours (1 black, 2 white) and the side to move shows only in the stone
 counts (Black moves when they are equal), a difference of one stone in 225 points that a pooled

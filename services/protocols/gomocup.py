@@ -61,7 +61,7 @@ import grpc
 
 from services.games.coords import index_name
 from services.games.gomoku import BLACK, DEFAULT_SIZE, WHITE, GomokuState, Rule
-from services.search.client import SearchClient
+from services.protocols.frontend import SearchClientOwner, serve_lines
 
 SIZE = DEFAULT_SIZE
 NAME = "movepred"
@@ -166,7 +166,7 @@ class ProtocolError(Exception):
 
 
 # ---- the brain ---------------------------------------------------------------------------------
-class Brain:
+class Brain(SearchClientOwner):
     """The protocol state machine: `handle(line)` returns the lines to answer (maybe none).
 
     `client_factory()` makes the search client on first use (a `SearchClient` for `target`).
@@ -181,12 +181,10 @@ class Brain:
         sgf_dir: Path | None = None,
         client_factory: Any = None,
     ) -> None:
-        self.target = target
+        super().__init__(target, client_factory)
         self.visits = visits
         self.debug = debug
         self.sgf_dir = sgf_dir
-        self._client_factory = client_factory
-        self._client: Any = None
         self.size: int | None = None
         self.moves: list[int] = []  # repository points, in play order, black first
         self.blocked: set[int] = set()  # continuous game: winning-line squares
@@ -397,14 +395,6 @@ class Brain:
         self.own_color = None
         self._board = None
 
-    def _client_or_new(self) -> Any:
-        if self._client is None:
-            if self._client_factory is not None:
-                self._client = self._client_factory()
-            else:
-                self._client = SearchClient(self.target)
-        return self._client
-
     def _genmove(self) -> list[str]:
         size = self._require_start()
         if len(self.moves) + len(self.blocked) >= size * size:
@@ -498,25 +488,11 @@ class Brain:
         except OSError as exc:  # stdout belongs to the protocol
             print(f"movepred: could not write {path}: {exc}", file=sys.stderr)
 
-    def close(self) -> None:
-        if self._client is not None and hasattr(self._client, "close"):
-            self._client.close()
-        self._client = None
-
 
 def serve(brain: Brain, stdin: TextIO, stdout: TextIO) -> int:
     """Read commands until END or end of input; every answer line is flushed at once."""
-    try:
-        while not brain.finished:
-            line = stdin.readline()
-            if not line:
-                break
-            for reply in brain.handle(line):
-                stdout.write(reply + "\n")
-                stdout.flush()
-    finally:
-        brain.close()
-    return 0
+    return serve_lines(brain, stdin, stdout,
+                       lambda line: (reply + "\n" for reply in brain.handle(line)))
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -46,6 +46,7 @@ import grpc
 
 from services.api.movepred.v1 import search_pb2
 from services.games.go import BLACK, WHITE, GoState, IllegalMove, opponent, sgf_name
+from services.protocols.frontend import SearchClientOwner, serve_lines
 from services.search.go_position import (
     DEFAULT_KOMI,
     GO_SIZE,
@@ -194,7 +195,7 @@ def go_sgf(
     return "(" + "\n".join(lines) + ")\n"
 
 
-class GtpEngine:
+class GtpEngine(SearchClientOwner):
     """The GTP state machine: `handle(line)` returns the whole answer (None for an empty or
     comment line). `client_factory()` makes the search client on first use."""
 
@@ -207,12 +208,10 @@ class GtpEngine:
         timeout_s: float | None = None,
         client_factory: Callable[[], Any] | None = None,
     ) -> None:
-        self.target = target
+        super().__init__(target, client_factory)
         self.visits = visits
         self.time_ms = time_ms
         self.timeout_s = timeout_s
-        self._client_factory = client_factory
-        self._client: Any = None
         self.size = GO_SIZE
         self.komi = DEFAULT_KOMI
         self.history: list[Move] = []
@@ -356,16 +355,6 @@ class GtpEngine:
         self.history.append((color, point))
         self.states.append(new)
 
-    def _client_or_new(self) -> Any:
-        if self._client is None:
-            if self._client_factory is not None:
-                self._client = self._client_factory()
-            else:
-                from services.search.client import SearchClient
-
-                self._client = SearchClient(self.target)
-        return self._client
-
     def _rpc_error(self, exc: Any) -> str:
         code = exc.code() if hasattr(exc, "code") else None
         details = _one_line(exc.details() if hasattr(exc, "details") else exc)
@@ -374,26 +363,15 @@ class GtpEngine:
         name = code.name if code is not None else "RPC failed"
         return f"search failed: {name}: {details[:300]}"
 
-    def close(self) -> None:
-        if self._client is not None and hasattr(self._client, "close"):
-            self._client.close()
-        self._client = None
-
 
 def serve(engine: GtpEngine, stdin: TextIO, stdout: TextIO) -> int:
     """Answer commands until `quit` or the end of input; every answer is flushed at once."""
-    try:
-        while not engine.finished:
-            line = stdin.readline()
-            if not line:
-                break
-            answer = engine.handle(line)
-            if answer is not None:
-                stdout.write(answer)
-                stdout.flush()
-    finally:
-        engine.close()
-    return 0
+
+    def answers(line: str) -> list[str]:
+        answer = engine.handle(line)
+        return [] if answer is None else [answer]
+
+    return serve_lines(engine, stdin, stdout, answers)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
