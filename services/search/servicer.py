@@ -23,6 +23,7 @@ and then store their tree for the next move.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
@@ -177,37 +178,31 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
     def Analyze(
         self, request: search_pb2.AnalyzeRequest, context: grpc.ServicerContext
     ) -> Iterator[search_pb2.AnalyzeResponse]:
-        started = time.perf_counter()
-        code = grpc.StatusCode.OK
-        try:
-            try:
-                yield from self._analyze(request, context)
-            except Exception as exc:
-                status = _status(exc)
-                if status is None:
-                    code = grpc.StatusCode.UNKNOWN
-                    raise
-                code = status[0]
-                context.abort(*status)
-        finally:  # also when gRPC drops the generator of a cancelled call (GeneratorExit)
-            self._record("Analyze", context, code, started)
+        # the call is also counted when gRPC drops the generator of a cancelled call
+        with self._observed("Analyze", context):
+            yield from self._analyze(request, context)
 
     # ------------------------------------------------------------------ plumbing
     def _unary(self, rpc: str, context: grpc.ServicerContext, work: Callable[[], T]) -> T:
-        """Run `work`, turning the known failures into gRPC status codes; count the call."""
+        with self._observed(rpc, context):
+            return work()
+
+    @contextlib.contextmanager
+    def _observed(self, rpc: str, context: grpc.ServicerContext) -> Iterator[None]:
+        """Turn the known failures of the body into gRPC status codes; count the call however
+        it ends (GeneratorExit of a dropped stream included: not an Exception, so not mapped)."""
         started = time.perf_counter()
         code = grpc.StatusCode.OK
         try:
-            try:
-                return work()
-            except Exception as exc:
-                status = _status(exc)
-                if status is None:
-                    code = grpc.StatusCode.UNKNOWN
-                    raise
-                code = status[0]
-                context.abort(*status)
-                raise AssertionError("context.abort always raises") from exc  # pragma: no cover
+            yield
+        except Exception as exc:
+            status = _status(exc)
+            if status is None:
+                code = grpc.StatusCode.UNKNOWN
+                raise
+            code = status[0]
+            context.abort(*status)
+            raise AssertionError("context.abort always raises") from exc  # pragma: no cover
         finally:
             self._record(rpc, context, code, started)
 
