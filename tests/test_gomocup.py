@@ -18,10 +18,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
 import pytest
 
 from services.games.coords import index_name, parse_point
@@ -38,9 +36,7 @@ from services.protocols.gomocup import (
     to_service,
 )
 from services.search.client import SearchClient
-from services.search.server import build_server
-from services.triton.client import PolicyClient
-from tests.triton_fixtures import triton_server  # noqa: F401  (pytest fixture)
+from tests.triton_fixtures import search_service, triton_server  # noqa: F401  (fixtures)
 
 ROOT = Path(__file__).resolve().parents[1]
 MOVE = re.compile(r"^(\d+),(\d+)$")
@@ -276,29 +272,6 @@ def test_dead_service_gives_error_lines_and_the_brain_keeps_running(tmp_path: Pa
 
 
 # --------------------------------------------------------------------------- with real Triton
-
-
-@pytest.fixture(scope="module")
-def service(triton_server) -> Iterator[str]:  # noqa: F811  (the imported fixture)
-    policy = PolicyClient(triton_server.server.grpc_url, timeout_s=10.0)
-    server, port = build_server(policy, port=0)
-    server.start()
-    target = f"127.0.0.1:{port}"
-    try:
-        with SearchClient(target) as client:  # wait until the model answers through the service
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    client.predict(["h8"], timeout=5)
-                    break
-                except grpc.RpcError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.2)
-        yield target
-    finally:
-        server.stop(0).wait()
-        policy.close()
 
 
 # An opponent four on Piskvork row 12 (d3-g3 in RenjuNet names), closed on the left by our

@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import datetime as dt
 import socket
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
 import pytest
 from sgfmill import sgf
 
@@ -34,9 +31,7 @@ from services.protocols.sgf_export import (
 )
 from services.records.sgf import SgfGame, SgfRejected, read_sgf
 from services.search.client import SearchClient
-from services.search.server import build_server
-from services.triton.client import PolicyClient
-from tests.triton_fixtures import triton_server  # noqa: F401  (pytest fixture)
+from tests.triton_fixtures import search_service, triton_server  # noqa: F401  (fixtures)
 
 
 def idx(name: str) -> int:
@@ -167,29 +162,6 @@ def test_play_reports_a_dead_service(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 # --------------------------------------------------------------------------- with real Triton
-
-
-@pytest.fixture(scope="module")
-def service(triton_server) -> Iterator[str]:  # noqa: F811  (the imported fixture)
-    policy = PolicyClient(triton_server.server.grpc_url, timeout_s=10.0)
-    server, port = build_server(policy, port=0)
-    server.start()
-    target = f"127.0.0.1:{port}"
-    try:
-        with SearchClient(target) as client:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    client.predict(["h8"], timeout=5)
-                    break
-                except grpc.RpcError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.2)
-        yield target
-    finally:
-        server.stop(0).wait()
-        policy.close()
 
 
 def replay(path: Path, rule: Rule) -> tuple[sgf.Sgf_game, GomokuState]:

@@ -12,6 +12,7 @@ skipped when no ``tritonserver`` binary is installed.
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,6 +116,37 @@ def make_repository(root: Path, model_name: str = MODEL_NAME) -> Path:
         TRACKED_REPOSITORY / model_name / "config.pbtxt", repository / model_name / "config.pbtxt"
     )
     return repository
+
+
+@pytest.fixture(scope="module", name="service")
+def search_service(triton_server: TritonSetup) -> Iterator[str]:
+    """The search service in this process over `triton_server`, once the model answers
+    through it: yields its target "127.0.0.1:port"."""
+    import grpc
+
+    from services.search.client import SearchClient
+    from services.search.server import build_server
+    from services.triton.client import PolicyClient
+
+    policy = PolicyClient(triton_server.server.grpc_url, timeout_s=10.0)
+    server, port = build_server(policy, port=0)
+    server.start()
+    target = f"127.0.0.1:{port}"
+    try:
+        with SearchClient(target) as client:  # wait until the model answers through the service
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    client.predict(["h8"], timeout=5)
+                    break
+                except grpc.RpcError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+        yield target
+    finally:
+        server.stop(0).wait()
+        policy.close()
 
 
 def require_tritonserver() -> Path:
