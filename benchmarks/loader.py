@@ -3,10 +3,10 @@ reading the same shards with `pyarrow.parquet.read_table` (the baseline, measure
 
     .venv/bin/python benchmarks/loader.py [--rows 2000000] [--batch-size 256] [--workers 0 1 2]
 
-The dataset is synthetic but has the shards' exact schema and writer options (zstd, row groups
+The dataset is synthetic but has the shards' exact schema and writer options (LZ4 boards, row groups
 of `ROW_GROUP_ROWS`, `ROWS_PER_SHARD` per file): positions of a geometric number of stones
 (mean ~37, like the shipped sample) clustered around a random centre. It is written once to
---data (default /tmp/movepred-loader-bench-<rows>) and reused.
+--data (default /tmp/movepred-loader-bench-<rows>-<board codec>) and reused.
 
 For each configuration the loader runs two epochs; the second is timed (persistent workers
 already started; the shuffle buffer's fill at the start of the epoch is included). Figures:
@@ -77,7 +77,7 @@ def synthetic_chunk(rng: np.random.Generator, n: int) -> pa.Table:
     offsets = np.arange(0, (n + 1) * cells, cells, dtype=np.int32)
     board_col = pa.Array.from_buffers(pa.binary(), n,
                                       [None, pa.py_buffer(offsets), pa.py_buffer(boards)])
-    return pa.table({
+    return shards.with_pair_columns(pa.table({
         "board": board_col,
         "move": pa.array(moves.astype(np.int16)),
         "board_size": pa.array(np.full(n, SIZE, np.int8)),
@@ -88,7 +88,8 @@ def synthetic_chunk(rng: np.random.Generator, n: int) -> pa.Table:
         "game_id": pa.array(["synthetic"] * n, pa.string()),
         "source": pa.array(["synthetic"] * n, pa.string()),
         "split": pa.array(["train"] * n, pa.string()),
-    }, schema=shards.PAIR_SCHEMA)
+        "result": pa.array(rng.choice(np.array([0.0, 0.5, 1.0], np.float32), n)),
+    }))
 
 
 def make_dataset(out: Path, rows: int, seed: int = 0) -> None:
@@ -103,8 +104,11 @@ def make_dataset(out: Path, rows: int, seed: int = 0) -> None:
     while written < rows:
         shard_rows = min(shards.ROWS_PER_SHARD, rows - written)
         path = out / f"train-{index:05d}.parquet"
-        with pq.ParquetWriter(path, shards.PAIR_SCHEMA, compression="zstd",
-                              write_statistics=True, store_schema=True) as writer:
+        options = shards.parquet_options(shards.PAIR_SCHEMA)
+        with pq.ParquetWriter(path, shards.PAIR_SCHEMA, compression=options["compression"],
+                              use_dictionary=options["use_dictionary"],
+                              write_statistics=options["write_statistics"],
+                              store_schema=True) as writer:
             done = 0
             while done < shard_rows:
                 n = min(shards.ROW_GROUP_ROWS, shard_rows - done)
@@ -156,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="num_workers values to run with augmentation (0 also runs without)")
     parser.add_argument("--data", type=Path, default=None)
     args = parser.parse_args(argv)
-    out = args.data or Path(f"/tmp/movepred-loader-bench-{args.rows}")
+    out = args.data or Path(f"/tmp/movepred-loader-bench-{args.rows}-{shards.BOARD_CODEC}")
     make_dataset(out, args.rows)
     size_mb = sum(p.stat().st_size for p in out.glob("train-*.parquet")) / 1e6
     print(f"{platform.machine()}, {os.cpu_count()} CPUs, load average "

@@ -23,19 +23,18 @@ pyarrow): a rerun on the same inputs reproduces identical files and changes noth
 writer per dataset folder at a time is assumed (the flow does not lock the folder).
 
 Row groups of 65,536 rows (`ROW_GROUP_ROWS`). A row group is the unit the training loader
-(`services/dataset/loader.py`) permutes, deals out to workers and ranks and reads in one call,
-so its size trades shuffle quality and parallelism against per-group overhead. 65,536 rows of
-15x15 boards are about 15 MB uncompressed (24 MB for 19x19 Go) and about 2 MB in zstd (30 bytes
-a row on the shipped sample); one group is what a loader worker reads at a time next to its
-shuffle buffer (65,536 rows by default), so memory stays bounded at any dataset size. Large
-groups compress well (zstd sees many similar boards, and per-group statistics and page headers
-are a negligible share of the file), and reading one is a single sequential read. Smaller
-groups would give the loader more units to spread over `world_size * num_workers` workers and a
-finer first-level shuffle, but cost compression, footer size and read calls; much larger ones
-would raise every worker's memory and leave workers idle on small splits (fewer units than
-workers), and a unit larger than the shuffle buffer mixes less with the others. A 1,000,000-row
-shard (`ROWS_PER_SHARD`) holds 16 groups, so even one shard gives 16 units to spread over the
-loader's workers.
+(`services/dataset/loader.py`) permutes, deals out to workers and ranks and reads in one call, so
+its size trades shuffle quality and parallelism against per-group overhead. 65,536 rows of 15x15
+boards are about 15 MB uncompressed (24 MB for 19x19 Go) and about 4.5 MB in LZ4 (about 70 bytes a
+row; `BOARD_CODEC` says why not zstd); one group is what a loader worker reads at a time next to
+its shuffle buffer (65,536 rows by default), so memory stays bounded at any dataset size. Large
+groups compress well (the codec sees many similar boards, and per-group statistics and page headers
+are a negligible share of the file), and reading one is a single sequential read. Smaller groups
+would give the loader more units to spread over `world_size * num_workers` workers and a finer
+first-level shuffle, but cost compression, footer size and read calls; much larger ones would raise
+every worker's memory and leave workers idle on small splits (fewer units than workers), and a unit
+larger than the shuffle buffer mixes less with the others. A 1,000,000-row shard (`ROWS_PER_SHARD`)
+holds 16 groups, so even one shard gives 16 units to spread over the loader's workers.
 """
 
 from __future__ import annotations
@@ -59,7 +58,12 @@ SCHEMA_VERSION = 2  # 2: game, rule, result, mover_rank; Go boards as compact pl
 SCHEMA_KEY = b"movepred.schema_version"
 SPLITS = ("train", "validation", "test")
 ROWS_PER_SHARD = 1_000_000
-ROW_GROUP_ROWS = 65_536  # ~15 MB of boards, ~2 MB in zstd: see the module docstring
+ROW_GROUP_ROWS = 65_536  # ~15 MB of boards, ~4.5 MB in LZ4: see the module docstring
+# The board column is what the training loader decompresses for every row it delivers: LZ4
+# reads in about half the CPU time of zstd (246 against 507 ns a 15x15 row, measured with
+# pyarrow 22) for about twice the bytes (69 against 37 a row), which keeps the loader at 1M
+# positions per CPU-second with augmentation (benchmarks/loader.py). Other columns: zstd.
+BOARD_CODEC = "lz4"
 MANIFEST = "manifest.json"
 # files this module writes into a dataset folder (fixed names of older versions included):
 # the only ones `remove_unlisted` may delete
@@ -140,11 +144,13 @@ _NO_STATISTICS = frozenset({"board", "game_id"})
 
 def parquet_options(schema: pa.Schema) -> dict:
     """The fixed `pq.write_table` options of every file written here (they and the pinned
-    pyarrow make the bytes reproducible): zstd, row groups of ROW_GROUP_ROWS, dictionary
-    encoding and statistics for every column but the high-cardinality ones."""
+    pyarrow make the bytes reproducible): zstd, but LZ4 for the board column (`BOARD_CODEC`),
+    row groups of ROW_GROUP_ROWS, dictionary encoding and statistics for every column but the
+    high-cardinality ones."""
     names = schema.names
     return {
-        "compression": "zstd", "row_group_size": ROW_GROUP_ROWS, "store_schema": True,
+        "compression": {c: BOARD_CODEC if c == "board" else "zstd" for c in names},
+        "row_group_size": ROW_GROUP_ROWS, "store_schema": True,
         "use_dictionary": [c for c in names if c not in _NO_DICTIONARY],
         "write_statistics": [c for c in names if c not in _NO_STATISTICS],
     }
