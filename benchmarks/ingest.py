@@ -17,7 +17,7 @@ Figures, each measured in a fresh child process (so peak memory is that run's ow
   * the steps inside `source_pairs` and `deduplicate` (`services.dataset.build.STEP_TIMES`);
   * the shard writer's own parts (default columns, the splits' parts in shard order: slices
     of `deduplicate`'s output, which comes in that order, else filter + sort; Parquet encoding
-    with and without zstd, SHA-256, write + fsync), re-done one by one with the functions and
+    with and without compression, SHA-256, write + fsync), re-done one by one with the functions and
     options of services/dataset/shards.py;
   * the simple reference implementation (token-by-token move parsing, per-move replay, 8
     full-board images per pair, Python bytes per row, Arrow group_by, Python split strings)
@@ -245,7 +245,7 @@ def end_to_end(path: str, out: str, reference: bool = False, limit: int | None =
     with stage(stages, "dedup + split"):
         table = dedup([result.pairs])
     result.pairs = None  # as in the flow, the raw pairs are not kept past dedup
-    with stage(stages, "write shards (sort, zstd, sha256)"):
+    with stage(stages, "write shards (sort, encode, sha256)"):
         files = write_split_shards(table, Path(out))
         write_quarantine(result.quarantine, Path(out))
     return {
@@ -282,7 +282,7 @@ def writer_parts(path: str, out: str) -> dict:
         for piece in pieces:
             pq.write_table(piece, pa.BufferOutputStream(),
                            **{**shards.parquet_options(piece.schema), "compression": "none"})
-    with stage(stages, "Parquet encode, zstd (the writer's bytes)"):
+    with stage(stages, "Parquet encode, LZ4 boards + zstd (the writer's bytes)"):
         blobs = [shards._parquet_buffer(piece) for piece in pieces]
     with stage(stages, "SHA-256 of the files"):
         for blob in blobs:
@@ -401,7 +401,7 @@ def main(argv: list[str] | None = None) -> None:
         same = [s[2] for s in ref["shards"]] == [s[2] for s in cur["shards"]]
         print(f"  shards byte-identical (SHA-256 of every shard): {'yes' if same else 'NO'}")
         for name in ("parse .rif (expat + moves)", "replay + hash + canonicalise",
-                     "dedup + split", "write shards (sort, zstd, sha256)"):
+                     "dedup + split", "write shards (sort, encode, sha256)"):
             r = next(s for s in ref["stages"] if s["stage"] == name)["cpu"]
             c = next(s for s in cur["stages"] if s["stage"] == name)["cpu"]
             print(f"  {name:<46} {r / c if c else float('inf'):>7.1f}x less CPU")
