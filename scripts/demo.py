@@ -53,9 +53,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{manifest['raw_pairs']} pairs -> {manifest['rows']} unique; "
           f"splits {manifest['splits']}  ({time.perf_counter() - t:.1f} s)")
 
-    t = step("2. train shao_f32_n2 and publish")
+    t = step("2. train shao_f32_n2_v (policy + value head) and publish")
     out = train_flow(dataset_dir=str(work / "dataset"), repository=str(work / "model_repository"),
-                     model="shao_f32_n2", max_steps=args.steps, batch_size=64,
+                     model="shao_f32_n2_v", max_steps=args.steps, batch_size=64,
                      run_dir=str(work / "train"))
     m = out["metrics"]
     print(f"published gomoku_policy version {out['version']}: validation top-1 "
