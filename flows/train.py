@@ -128,14 +128,20 @@ def _report(result: TrainResult, decision: gate.GateDecision, version: int | Non
     curves = plot_curves(result.history, run_dir / "curves.png") if result.history else None
     stages = plot_stages(m["validation"].get("top1_by_stage", {}), run_dir / "stages.png",
                          "validation top-1 by game stage")
+    splits = [s for s in ("train", "validation", "test") if m.get(s)]
+    value = all("value_mse" in m[s] for s in splits)  # a model with a value head
     rows = "\n".join(f"| {s} | {m[s]['top1']:.3f} | {m[s]['top5']:.3f} | {m[s]['loss']:.3f} | "
-                     f"{m[s]['n']} |" for s in ("train", "validation", "test") if m.get(s))
+                     + (f"{m[s]['value_mse']:.3f} | {m[s]['value_sign']:.3f} | " if value else "")
+                     + f"{m[s]['n']} |" for s in splits)
+    head = ("| split | top-1 | top-5 | loss | value MSE | value sign right | rows |\n"
+            "|---|---|---|---|---|---|---|" if value else
+            "| split | top-1 | top-5 | loss | rows |\n|---|---|---|---|---|")
     outcome = (f"published **{model_name} v{version}**" if version is not None
                else "**not published**")
     if exported:
         outcome += f" (exported to `{exported}`)"
     return (f"# Train {result.config.model}: {outcome}\n\nGate: {decision.reason}\n\n"
-            f"| split | top-1 | top-5 | loss | rows |\n|---|---|---|---|---|\n{rows}\n\n"
+            f"{head}\n{rows}\n\n"
             f"{m['steps']} steps, {m['epochs']} epochs, stopped by {m['stopped']}, "
             f"{m['samples_per_s']} samples/s\n\n"
             + (_png_markdown(curves) + "\n\n" if curves else "") + _png_markdown(stages))
@@ -231,7 +237,8 @@ def main(argv: list[str] | None = None) -> None:
                      lr_schedule=args.lr_schedule, seed=args.seed, num_threads=args.threads)
     m = out["metrics"]
     summary = {k: out[k] for k in ("version", "published", "gate", "exported")}
-    summary["metrics"] = {s: {k: m[s][k] for k in ("top1", "top5", "loss", "n")}
+    keys = ("top1", "top5", "loss", "value_mse", "value_sign", "n")
+    summary["metrics"] = {s: {k: m[s][k] for k in keys if k in m[s]}
                           for s in ("train", "validation", "test") if m.get(s)}
     summary["run"] = {k: m[k] for k in ("steps", "epochs", "stopped", "seconds",
                                         "samples_per_s", "train_rows")}

@@ -331,6 +331,7 @@ def test_train_flow_takes_a_go_dataset(go_dataset: Path, tmp_path: Path,
     assert {"train", "validation", "test"} <= set(out["metrics"])
     report = (tmp_path / "run" / "report.md").read_text()
     assert "| test |" in report and "| validation |" in report
+    assert "| value MSE | value sign right |" in report  # the default has a value head
 
 
 def test_train_deployment_example_has_its_schedule(tmp_path: Path) -> None:
