@@ -9,6 +9,7 @@ five.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -22,6 +23,19 @@ EMPTY, BLACK, WHITE = 0, 1, 2
 DEFAULT_SIZE = 15
 MIN_SIZE, MAX_SIZE = 5, 19
 DIRECTIONS = ((1, 0), (0, 1), (1, 1), (1, -1))
+
+
+@functools.cache
+def five_windows(size: int) -> np.ndarray:
+    """Flat indices of every 5-in-a-row window on a size x size board, shape [n, 5]: the
+    vectorised checks (a five on the board, four stones and a gap) gather cells through it."""
+    rows = []
+    for dx, dy in DIRECTIONS:
+        for y in range(size):
+            for x in range(size):
+                if 0 <= x + 4 * dx < size and 0 <= y + 4 * dy < size:
+                    rows.append([(y + k * dy) * size + x + k * dx for k in range(5)])
+    return np.array(rows, dtype=np.intp)
 
 
 class Rule(StrEnum):

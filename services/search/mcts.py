@@ -42,7 +42,6 @@ for Go.
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -53,10 +52,10 @@ import numpy as np
 
 from services.games.gomoku import (
     BLACK,
-    DIRECTIONS,
     EMPTY,
     WHITE,
     GomokuState,
+    five_windows,
     makes_five,
     opponent,
 )
@@ -156,18 +155,6 @@ def leaf_values(values: np.ndarray | None, n: int) -> np.ndarray:
     return np.where(finite, 0.0 - np.clip(np.where(finite, v, 0.0), -1.0, 1.0), 0.0)
 
 
-@functools.cache
-def _windows(size: int) -> np.ndarray:
-    """Flat indices of every 5-in-a-row window on a size x size board, shape [n, 5]."""
-    rows = []
-    for dx, dy in DIRECTIONS:
-        for y in range(size):
-            for x in range(size):
-                if 0 <= x + 4 * dx < size and 0 <= y + 4 * dy < size:
-                    rows.append([(y + k * dy) * size + x + k * dx for k in range(5)])
-    return np.array(rows, dtype=np.intp)
-
-
 # Cell codes whose sum over a 5-cell window identifies "four stones of one colour and one empty
 # cell": 4 * 1 = 4 for black, 4 * 6 = 24 for white (no other mix of 5 cells sums to 4 or 24).
 _CODES = np.array([0, 1, 6], dtype=np.int16)  # EMPTY, BLACK, WHITE
@@ -175,7 +162,7 @@ _FOUR_SUM = {BLACK: 4, WHITE: 24}
 
 
 def _window_sums(state: GomokuState) -> np.ndarray:
-    return _CODES[state.board.reshape(-1)][_windows(state.size)].sum(axis=1)
+    return _CODES[state.board.reshape(-1)][five_windows(state.size)].sum(axis=1)
 
 
 def winning_points(state: GomokuState, color: int, sums: np.ndarray | None = None) -> list[int]:
@@ -191,7 +178,7 @@ def winning_points(state: GomokuState, color: int, sums: np.ndarray | None = Non
     hit = sums == _FOUR_SUM[color]
     if not hit.any():
         return []
-    windows = _windows(state.size)[hit]
+    windows = five_windows(state.size)[hit]
     candidates = np.unique(windows[state.board.reshape(-1)[windows] == EMPTY])
     size, board, rule = state.size, state.board, state.rule
     return [int(p) for p in candidates if makes_five(board, p % size, p // size, color, rule)]

@@ -35,7 +35,6 @@ answers RESOURCE_EXHAUSTED.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -53,6 +52,7 @@ from services.games.gomoku import (
     GomokuState,
     IllegalMove,
     Rule,
+    five_windows,
     makes_five,
 )
 from services.search.go_position import (
@@ -230,18 +230,6 @@ def position_to_state(position: search_pb2.Position, field: str = "position") ->
     return state
 
 
-@functools.cache
-def _five_windows(size: int) -> np.ndarray:
-    """Flat indices of every 5-in-a-row window of a size x size board, shape [n, 5]."""
-    rows = []
-    for dx, dy in ((1, 0), (0, 1), (1, 1), (1, -1)):
-        for y in range(size):
-            for x in range(size):
-                if 0 <= x + 4 * dx < size and 0 <= y + 4 * dy < size:
-                    rows.append([(y + k * dy) * size + x + k * dx for k in range(5)])
-    return np.array(rows, dtype=np.intp)
-
-
 def _placed_without_five(
     setup: np.ndarray, moves: Iterable[search_pb2.Point], size: int, rule: Rule
 ) -> GomokuState | None:
@@ -263,7 +251,7 @@ def _placed_without_five(
         flat[index] = color
         played.append(index)
         color = WHITE if color == BLACK else BLACK
-    cells = flat[_five_windows(size)]
+    cells = flat[five_windows(size)]
     if (cells == BLACK).all(axis=1).any() or (cells == WHITE).all(axis=1).any():
         return None
     return GomokuState(size=size, rule=rule, board=board, moves=tuple(played), winner=EMPTY)
