@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.search.mcts import EvaluatorError, PolicyEvaluator
+from services.search.mcts import EvaluatorError, PolicyEvaluator, value_rows
 from services.search.metrics import Metrics
 
 DEFAULT_WINDOW_S = 0.002
@@ -193,14 +193,10 @@ class BatchingEvaluator:
             logits = np.asarray(out.logits)
             if logits.ndim != 2 or logits.shape[0] != total:
                 raise EvaluatorError(f"evaluator returned logits {logits.shape} for {total} boards")
-            values = getattr(out, "values", None)  # evaluators without a value head: none
+            # evaluators without a value head send none
+            values = value_rows(getattr(out, "values", None), total)
             if values is not None:
-                values = np.asarray(values, dtype=np.float32)
-                if values.shape not in ((total,), (total, 1)):
-                    raise EvaluatorError(
-                        f"evaluator returned values {values.shape} for {total} boards"
-                    )
-                values = values.reshape(total)
+                values = values.astype(np.float32, copy=False)
             name, version = str(out.model_name), str(out.model_version)
             offset = 0
             for r, n in zip(batch, sizes, strict=True):

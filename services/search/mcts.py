@@ -141,16 +141,25 @@ def masked_softmax(logits: np.ndarray, legal: np.ndarray) -> np.ndarray:
     return out
 
 
+def value_rows(values: np.ndarray | None, n: int) -> np.ndarray | None:
+    """An evaluator's values for `n` boards (`PolicyOutput.values`, [n] or [n, 1]) as [n], in
+    their own dtype; None when it sent none. Any other shape is an EvaluatorError."""
+    if values is None:
+        return None
+    v = np.asarray(values)
+    if v.shape not in ((n,), (n, 1)):
+        raise EvaluatorError(f"evaluator returned values {v.shape} for {n} boards")
+    return v.reshape(n)
+
+
 def leaf_values(values: np.ndarray | None, n: int) -> np.ndarray:
     """Leaf values (float64 [n], for the player who moved into each node) from the network's
     values for the side to move there: -v, clipped to [-1, 1]; 0 (a draw) where v is not
     finite (NaN: no value head) and everywhere when `values` is None."""
-    if values is None:
+    rows = value_rows(values, n)
+    if rows is None:
         return np.zeros(n)
-    v = np.asarray(values, dtype=np.float64)
-    if v.shape not in ((n,), (n, 1)):
-        raise EvaluatorError(f"evaluator returned values {v.shape}, expected ({n},)")
-    v = v.reshape(n)
+    v = rows.astype(np.float64)
     finite = np.isfinite(v)
     return np.where(finite, 0.0 - np.clip(np.where(finite, v, 0.0), -1.0, 1.0), 0.0)
 

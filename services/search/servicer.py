@@ -326,12 +326,10 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
 def predict_values(values: np.ndarray | None, n: int) -> list[float | None]:
     """The network's value of each of `n` positions for its side to move, None where there is
     none (no value output, or NaN: a network without a value head)."""
-    if values is None:
+    rows = mcts.value_rows(values, n)
+    if rows is None:
         return [None] * n
-    v = np.asarray(values, dtype=np.float32)
-    if v.shape not in ((n,), (n, 1)):
-        raise mcts.EvaluatorError(f"evaluator returned values of shape {v.shape}")
-    return [float(x) if np.isfinite(x) else None for x in v.reshape(n)]
+    return [float(x) if np.isfinite(x) else None for x in rows.astype(np.float32, copy=False)]
 
 
 def position_policy(
