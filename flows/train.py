@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import re
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
@@ -39,7 +38,7 @@ from services.trainer import gate
 from services.trainer.plots import plot_curves, plot_stages
 from services.trainer.train import TrainConfig, TrainResult, train
 from services.triton.client import PolicyClient
-from services.triton.publisher import dims_accept, publish
+from services.triton.publisher import config_file, config_io, dims_accept, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATASET = str(ROOT / "artifacts" / "dataset")
@@ -64,17 +63,15 @@ def unservable_reason(repository: str, model_name: str, dataset_dir: str) -> str
     as in the tracked go_policy config, takes any size)."""
     game, size = dataset_game(dataset_dir, "train")
     shape = [size, size] if game == "gomoku" else [4, size, size]
-    for config in (Path(repository) / model_name / "config.pbtxt",
-                   ROOT / "model_repository" / model_name / "config.pbtxt"):
-        if config.is_file():
-            text = re.sub(r"#.*", "", config.read_text())  # comments may show shapes too
-            found = re.search(r"input\s*\[.*?dims:\s*\[([^\]]*)\]", text, re.S)
-            dims = [int(d) for d in found.group(1).split(",")] if found else None
-            if dims is None or not dims_accept(dims, shape):  # -1: any size
-                return (f"{config} takes input dims {dims}, this {game} dataset's boards are "
-                        f"{shape}")
-            return None
-    return f"no Triton config.pbtxt for {model_name!r} in {repository} or the tracked templates"
+    config = config_file(Path(repository), model_name)
+    if config is None:
+        return (f"no Triton config.pbtxt for {model_name!r} in {repository} or the tracked "
+                "templates")
+    io = config_io(config)
+    dims = list(io[0]) if io is not None else None
+    if dims is None or not dims_accept(dims, shape):  # -1: any size
+        return f"{config} takes input dims {dims}, this {game} dataset's boards are {shape}"
+    return None
 
 
 def _export(result: TrainResult, model_file: Path, dataset_dir: str) -> float:

@@ -104,23 +104,40 @@ def model_io(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> tuple[tu
     are the output called ``logits`` (else the first one; ``value``, when declared, is one
     float per board whatever the model). Variable dims stay -1 (``go_policy``:
     ((4, -1, -1), -1)); `check_shapes` turns them into concrete test shapes."""
-    from services.triton.client import OUTPUT_NAME, io_for
+    from services.triton.client import io_for
 
+    config = config_file(repository, model_name)
+    found = config_io(config) if config is not None else None
+    if found is not None:
+        return found
+    io = io_for(model_name)
+    return io.board_shape, io.n_moves
+
+
+def config_file(repository: Path, model_name: str) -> Path | None:
+    """The config.pbtxt that serves `model_name`: the repository's, else the tracked template;
+    None when there is neither."""
     for config in (Path(repository) / model_name / "config.pbtxt",
                    CONFIG_TEMPLATES / model_name / "config.pbtxt"):
         if config.is_file():
-            from google.protobuf import text_format
-            from tritonclient.grpc import model_config_pb2
+            return config
+    return None
 
-            try:
-                parsed = text_format.Parse(config.read_text(), model_config_pb2.ModelConfig())
-                logits = next((o for o in parsed.output if o.name == OUTPUT_NAME),
-                              parsed.output[0])
-                return tuple(int(d) for d in parsed.input[0].dims), int(logits.dims[-1])
-            except (text_format.ParseError, IndexError, OSError):
-                break
-    io = io_for(model_name)
-    return io.board_shape, io.n_moves
+
+def config_io(config: Path) -> tuple[tuple[int, ...], int] | None:
+    """(input dims of one board, logits per board) parsed from a config.pbtxt (see
+    `model_io`); None when the file cannot be read or parsed as a ModelConfig."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    from services.triton.client import OUTPUT_NAME
+
+    try:
+        parsed = text_format.Parse(config.read_text(), model_config_pb2.ModelConfig())
+        logits = next((o for o in parsed.output if o.name == OUTPUT_NAME), parsed.output[0])
+        return tuple(int(d) for d in parsed.input[0].dims), int(logits.dims[-1])
+    except (text_format.ParseError, IndexError, OSError):
+        return None
 
 
 def dims_accept(dims: tuple[int, ...] | list[int], board_shape: tuple[int, ...] | list[int]
