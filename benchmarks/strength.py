@@ -60,6 +60,7 @@ import torch  # noqa: E402
 from services.games.coords import index_name  # noqa: E402
 from services.games.gomoku import BLACK, EMPTY, WHITE, GomokuState, Rule  # noqa: E402
 from services.games.symmetry import N_SYMMETRIES, transform_board  # noqa: E402
+from services.models.value import split_outputs  # noqa: E402
 from services.search import mcts  # noqa: E402
 
 SIZE = 15
@@ -92,8 +93,7 @@ class TorchPolicy:
     def infer(self, boards: np.ndarray) -> PolicyOutput:
         x = torch.from_numpy(np.ascontiguousarray(boards, dtype=np.int8))
         with torch.inference_mode():
-            out = self.model(x)
-        logits, values = out if isinstance(out, tuple) else (out, None)
+            logits, values = split_outputs(self.model(x))
         self.calls += 1
         self.boards += len(boards)
         values = values.to(torch.float32).numpy() if values is not None and self.use_value \
