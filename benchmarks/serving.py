@@ -30,6 +30,13 @@ each request, which costs several ms of CPU per request when requests arrive spa
 
 GenMove: C concurrent searches (each thread its own channel, `disable_tree_reuse`, a different
 opening per thread), `--genmove-rounds` searches per thread; playouts/s = all visits / wall time.
+`--services K` starts K search-service processes on the one Triton (horizontal scaling, as the
+Kubernetes manifests deploy it: a search's tree work is Python and holds one core) and spreads
+the GenMove threads over them round-robin; Predict goes to the first.
+
+`--instances N`, `--queue-delay-us D` and `--kind KIND_CPU|KIND_GPU` rewrite the published
+copy of the model's config.pbtxt (instance_group count and kind, dynamic_batching's
+max_queue_delay_microseconds) before Triton starts, to choose them by measurement.
 """
 
 from __future__ import annotations
@@ -208,11 +215,11 @@ def run_level(
 
 
 def genmove_level(
-    target: str, concurrency: int, visits: int, rounds: int, pids: dict[str, int]
+    targets: list[str], concurrency: int, visits: int, rounds: int, pids: dict[str, int]
 ) -> tuple[int, float, list[float], dict[str, float]]:
     """(visits done, wall s, per-search seconds, cpu by process) for `concurrency` threads each
-    running `rounds` searches without tree reuse."""
-    clients = [SearchClient(target) for _ in range(concurrency)]
+    running `rounds` searches without tree reuse, thread i on service i mod len(targets)."""
+    clients = [SearchClient(targets[i % len(targets)]) for i in range(concurrency)]
     for i, c in enumerate(clients):  # warm the channel (and the service's code paths)
         c.genmove(GENMOVE_OPENINGS[i % len(GENMOVE_OPENINGS)], max_visits=32, reuse_tree=False)
     done = [0] * concurrency
@@ -251,6 +258,29 @@ def _restoring(restore: Callable[[], None]) -> Iterator[None]:
         restore()
 
 
+def tune_config(repo: Path, model_name: str, instances: int | None, kind: str | None,
+                queue_delay_us: int | None) -> str:
+    """Rewrite the published config.pbtxt's instance group and batching delay; returns a
+    one-line summary of the settings Triton will run with."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    path = repo / model_name / "config.pbtxt"
+    config = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+    group = config.instance_group[0]
+    if instances is not None:
+        group.count = instances
+    if kind is not None:
+        group.kind = model_config_pb2.ModelInstanceGroup.Kind.Value(kind)
+    if queue_delay_us is not None:
+        config.dynamic_batching.max_queue_delay_microseconds = queue_delay_us
+    path.write_text(text_format.MessageToString(config))
+    return (f"instances {group.count} x "
+            f"{model_config_pb2.ModelInstanceGroup.Kind.Name(group.kind)}, "
+            f"max_queue_delay {config.dynamic_batching.max_queue_delay_microseconds} us, "
+            f"max_batch_size {config.max_batch_size}")
+
+
 def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
@@ -277,6 +307,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--genmove-visits", type=int, default=800)
     parser.add_argument("--genmove-rounds", type=int, default=2, help="searches per thread")
     parser.add_argument("--model", default="shao_f32_n2")
+    parser.add_argument("--services", type=int, default=1,
+                        help="search-service processes; GenMove threads go round-robin")
+    parser.add_argument("--instances", type=int, help="Triton model instances (config)")
+    parser.add_argument("--kind", choices=["KIND_CPU", "KIND_GPU"], help="instance kind")
+    parser.add_argument("--queue-delay-us", type=int,
+                        help="dynamic batching max_queue_delay_microseconds")
     parser.add_argument("--triton-env", action="append", default=[], metavar="KEY=VALUE",
                         help="extra environment of the Triton process only (repeatable), e.g. "
                              "OMP_WAIT_POLICY=PASSIVE")
@@ -291,7 +327,10 @@ def main(argv: list[str] | None = None) -> None:
     board = np.zeros((1, 15, 15), np.int8)
     board[0, 7, 7] = board[0, 7, 8] = 1  # h8, i8 (black)
     board[0, 8, 7] = board[0, 6, 6] = 2  # h9, g7 (white): the position of PREDICT_MOVES
-    print(f"machine: {platform.machine()} cpus={os.cpu_count()} "
+    import torch
+
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
+    print(f"machine: {platform.node()} {platform.machine()} cpus={os.cpu_count()} gpu={gpu} "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} model={args.model}"
           + (f" triton env {triton_env}" if triton_env else "")
           + (f" service args {args.service_arg}" if args.service_arg else ""), flush=True)
@@ -301,6 +340,8 @@ def main(argv: list[str] | None = None) -> None:
         repo = Path(tmp) / "repo"
         export_torchscript(build(args.model), Path(tmp) / "model.pt")
         publish(Path(tmp) / "model.pt", repo)
+        print("triton model config: " + tune_config(repo, "gomoku_policy", args.instances,
+                                                     args.kind, args.queue_delay_us), flush=True)
         saved = {key: os.environ.get(key) for key in triton_env}
 
         def restore_environ() -> None:
@@ -321,16 +362,19 @@ def main(argv: list[str] | None = None) -> None:
             print(f"triton start-up (process start -> model ready): {startup:.2f} s", flush=True)
             # The service runs in its own process, as deployed: sharing this process's GIL with
             # the load generator would charge the client's work to the service.
-            port = free_port()
-            service = subprocess.Popen(
+            ports = [free_port() for _ in range(args.services)]
+            services = [subprocess.Popen(
                 [sys.executable, "-m", "services.search.server", "--port", str(port),
                  "--triton-url", triton.grpc_url, *args.service_arg],
-                cwd=ROOT, stdout=subprocess.DEVNULL)
-            target = f"127.0.0.1:{port}"
+                cwd=ROOT, stdout=subprocess.DEVNULL) for port in ports]
+            targets = [f"127.0.0.1:{port}" for port in ports]
+            target = targets[0]
             try:
-                wait_for_health(target)
+                for t_ in targets:
+                    wait_for_health(t_)
                 assert triton.pid is not None
-                pids = {"bench": os.getpid(), "service": service.pid, "triton": triton.pid}
+                pids = {"bench": os.getpid(), "triton": triton.pid,
+                        **{f"service{i or ''}": s.pid for i, s in enumerate(services)}}
 
                 def direct_call():
                     client = PolicyClient(triton.grpc_url)
@@ -353,13 +397,15 @@ def main(argv: list[str] | None = None) -> None:
                     rows.append((c, levels["direct"], levels["service"]))
                 for c in args.genmove_concurrency:
                     visits, wall, each, cpu = genmove_level(
-                        target, c, args.genmove_visits, args.genmove_rounds, pids)
+                        targets, c, args.genmove_visits, args.genmove_rounds, pids)
                     gen_rows.append((c, visits, wall, each, cpu))
                     print(f"  GenMove C={c}: {visits} visits in {wall:.2f} s  "
                           f"{_cpu_text(cpu, wall)}", flush=True)
             finally:
-                service.terminate()
-                service.wait(timeout=30)
+                for service in services:
+                    service.terminate()
+                for service in services:
+                    service.wait(timeout=30)
     print()
     print(f"Predict (1 position, top 5) via search service vs direct Triton infer (batch 1); "
           f"{args.requests} requests per level or {args.level_seconds:g} s")
@@ -372,7 +418,7 @@ def main(argv: list[str] | None = None) -> None:
               f"{s.throughput:7.0f} | {s50 / d50:8.2f}x {s99 / d99:5.2f}x "
               f"{s.throughput / d.throughput:5.2f}x")
     print(f"GenMove {args.genmove_visits} visits, no tree reuse, "
-          f"{args.genmove_rounds} searches per client")
+          f"{args.genmove_rounds} searches per client, {args.services} service process(es)")
     for c, visits, wall, each, _ in gen_rows:
         print(f"  {c} concurrent: {visits / wall:6.0f} playouts/s "
               f"(per search p50 {np.percentile(each, 50):.2f} s, max {max(each):.2f} s)")

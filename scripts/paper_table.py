@@ -1,11 +1,17 @@
-"""Reproduce Shao et al. 2016, Table III rows N = 0, 1, 2, 4, 6 (F = 128, batch 32).
+"""Reproduce Shao et al. 2016, Table III rows N = 0, 1, 2, 4, 6 (F = 128, batch 32), and put
+other configurations (the residual networks) on the same split.
 
 Data: the real RenjuNet-derived games in ../shared/data/renjunet/ (read at run time, never
-copied into the repository), through the project's own reader, replay, symmetry dedup and
-hash split. Selection uses the validation split only; the test split is evaluated once per
-row, at the end. Writes docs/paper_table.md and docs/paper_table.png.
+copied into the repository; `--tsv` names another copy), through the project's own reader,
+replay, symmetry dedup and hash split. Selection uses the validation split only; the test split
+is evaluated once per row, at the end. Writes paper_table.md and paper_table.png into --out-dir
+(docs/ by default).
 
     .venv/bin/python scripts/paper_table.py [--epochs 3] [--seconds-per-row 600] [--threads 1]
+        [--models res_b6c96] [--device cuda] [--jobs 4]
+
+`--jobs J` trains J rows at once in separate processes (on a GPU, small-batch steps are bound by
+kernel launches, so several runs share the device well).
 """
 
 from __future__ import annotations
@@ -13,10 +19,12 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import multiprocessing
 import platform
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +46,7 @@ from services.records.rif_writer import write_rif  # noqa: E402
 from services.trainer.train import TrainConfig, train  # noqa: E402
 
 TSV = ROOT.parent / "shared" / "data" / "renjunet" / "renjunet-derived-games-dev.tsv"
+SHAO_ROW = {f"shao_f128_n{n}": n for n in range(7)}  # Table III's rows by configuration
 PAPER = {  # Table III, F = 128, batch 32: train / validation / test accuracy, test loss
     0: (24.76, 20.45, 20.21, 3.133), 1: (38.40, 32.16, 31.17, 2.612),
     2: (49.92, 42.24, 40.59, 2.227), 4: (51.51, 43.47, 41.52, 2.193),
@@ -53,9 +62,10 @@ class Game:
     rule: str = "RIF"
 
 
-def build_dataset(out: Path) -> dict:
+def build_dataset(out: Path, tsv: Path = TSV) -> dict:
+    """Shards of the games in `tsv` (RenjuNet move notation) in `out`; returns their counts."""
     games = []
-    with TSV.open(encoding="utf-8") as f:
+    with tsv.open(encoding="utf-8") as f:
         for row in csv.DictReader(f, delimiter="\t"):
             pts = [parse_point(t, 15) for t in row["moves"].split()]
             games.append(Game(row["game_no"], tuple(y * 15 + x for x, y in pts),
@@ -71,47 +81,68 @@ def build_dataset(out: Path) -> dict:
             "splits": splits}
 
 
+def train_row(data_dir: str, model: str, args: argparse.Namespace) -> dict:
+    """Train one row (in a worker process with --jobs) and return its figures."""
+    torch.set_num_threads(args.threads)
+    config = TrainConfig(model=model, batch_size=args.batch_size, learning_rate=0.003,
+                         max_steps=10**9, max_epochs=args.epochs, patience=args.patience,
+                         max_seconds=args.seconds_per_row, train_eval_rows=4096,
+                         device=args.device)
+    t = time.perf_counter()
+    r = train(Path(data_dir), config, progress=False)
+    m = r.metrics
+    return {"model": model, "n": SHAO_ROW.get(model), "train": m["train"],
+            "validation": m["validation"], "test": m["test"], "epochs": m["epochs"],
+            "steps": m["steps"], "stopped": m["stopped"],
+            "params": sum(p.numel() for p in r.model.parameters()),
+            "seconds": round(time.perf_counter() - t)}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--depths", default="0,1,2,4,6")
+    parser.add_argument("--models", default="", help="more configurations, comma-separated")
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--patience", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--seconds-per-row", type=float, default=600)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--tsv", type=Path, default=TSV)
     parser.add_argument("--out-dir", type=Path, default=ROOT / "docs",
                         help="where paper_table.md/.png go (another folder keeps docs/ as is)")
     args = parser.parse_args(argv)
-    if not TSV.exists():
-        raise SystemExit(f"real RenjuNet-derived games not found at {TSV}")
-    torch.set_num_threads(args.threads)
+    if not args.tsv.exists():
+        raise SystemExit(f"real RenjuNet-derived games not found at {args.tsv}")
+    models = [f"shao_f128_n{int(d)}" for d in args.depths.split(",") if d != ""]
+    models += [m for m in args.models.split(",") if m]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        data = build_dataset(Path(tmp))
+        data = build_dataset(Path(tmp), args.tsv)
         print(json.dumps(data), flush=True)
-        for n in [int(d) for d in args.depths.split(",")]:
-            config = TrainConfig(model=f"shao_f128_n{n}", batch_size=32, learning_rate=0.003,
-                                 max_steps=10**9, max_epochs=args.epochs, patience=1,
-                                 max_seconds=args.seconds_per_row, train_eval_rows=4096)
-            t = time.perf_counter()
-            r = train(Path(tmp), config, progress=False)
-            m = r.metrics
-            rows.append({"n": n, "train": m["train"], "validation": m["validation"],
-                         "test": m["test"], "epochs": m["epochs"], "steps": m["steps"],
-                         "stopped": m["stopped"], "seconds": round(time.perf_counter() - t)})
-            print(json.dumps({k: v for k, v in rows[-1].items()
-                              if k not in ("validation", "test")} | {
-                "val_top1": m["validation"]["top1"], "test_top1": m["test"]["top1"]}),
-                flush=True)
-            write_report(data, rows, args)
+        with ProcessPoolExecutor(max_workers=args.jobs,
+                                 mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(train_row, tmp, m, args): m for m in models}
+            for future in as_completed(futures):
+                rows.append(future.result())
+                print(json.dumps({k: v for k, v in rows[-1].items()
+                                  if k not in ("train", "validation", "test")} | {
+                    "val_top1": rows[-1]["validation"]["top1"],
+                    "test_top1": rows[-1]["test"]["top1"]}), flush=True)
+                rows.sort(key=lambda r: models.index(r["model"]))
+                write_report(data, rows, args)
 
 
 def write_report(data: dict, rows: list[dict], args) -> None:
+    gpu = torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU only"
+    command = " ".join(sys.argv[1:]) if Path(sys.argv[0]).name == "paper_table.py" else ""
     lines = [
         "# Shao et al. 2016, Table III, reproduced on the dev sample",
         "",
-        f"Machine: {platform.machine()}, {torch.get_num_threads()} torch thread(s), CPU only, "
-        f"torch {torch.__version__}. Command: `.venv/bin/python scripts/paper_table.py "
-        f"--epochs {args.epochs} --seconds-per-row {args.seconds_per_row:.0f} "
-        f"--threads {args.threads}`.",
+        f"Machine: {platform.node()}, {platform.machine()}, device {args.device} ({gpu}), "
+        f"{args.threads} torch thread(s) per row, torch {torch.__version__}. Command: "
+        f"`python scripts/paper_table.py {command}`.",
         "",
         f"Data: {data['games']} real RenjuNet-derived games from `../shared` -> {data['pairs']:,} "
         f"(position, move) pairs -> {data['unique']:,} unique after symmetry dedup; split "
@@ -119,32 +150,41 @@ def write_report(data: dict, rows: list[dict], args) -> None:
         f"{data['splits']['test']:,} (train / validation / test) by position hash. The paper "
         f"used 1,247,582 unique pairs from 66,000 games: about "
         f"{1_247_582 / max(data['unique'], 1):.0f} times more data. Each row trains at most "
-        f"{args.epochs} epochs (early stop when validation loss stops improving) and at most "
-        f"{args.seconds_per_row:.0f} s; the paper trained to convergence.",
+        f"{args.epochs} epochs (early stop after {args.patience} epoch(s) without a lower "
+        f"validation loss) and at most {args.seconds_per_row:.0f} s, batch {args.batch_size}; the "
+        f"paper trained to convergence.",
         "",
-        "| N | F | batch | ours train | ours val | ours test | ours test loss | epochs | "
+        "| model | N | params | ours train | ours val | ours test | ours test loss | epochs | "
         "paper train | paper val | paper test | paper test loss |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         p = PAPER.get(r["n"], ("-",) * 4)
+        paper = f"{p[0]}% | {p[1]}% | {p[2]}% | {p[3]}" if r["n"] in PAPER else "- | - | - | -"
         lines.append(
-            f"| {r['n']} | 128 | 32 | {100 * r['train']['top1']:.2f}% | "
+            f"| {r['model']} | {'-' if r['n'] is None else r['n']} | {r['params']:,} | "
+            f"{100 * r['train']['top1']:.2f}% | "
             f"{100 * r['validation']['top1']:.2f}% | {100 * r['test']['top1']:.2f}% | "
-            f"{r['test']['loss']:.3f} | {r['epochs']} ({r['stopped']}) | {p[0]}% | {p[1]}% | "
-            f"{p[2]}% | {p[3]} |")
+            f"{r['test']['loss']:.3f} | {r['epochs']} ({r['stopped']}) | {paper} |")
     lines += ["", "Accuracy counts the top-ranked legal point (occupied points masked). "
               "Train accuracy is measured on a fixed sample of 4,096 training rows.", ""]
     args.out_dir.mkdir(parents=True, exist_ok=True)
     (args.out_dir / "paper_table.md").write_text("\n".join(lines))
+    (args.out_dir / "paper_table.json").write_text(json.dumps({"data": data, "rows": rows},
+                                                              indent=1))
     try:
         from services.trainer.plots import plt
         fig, ax = plt.subplots(figsize=(6, 4))
-        ns = [r["n"] for r in rows]
-        ax.plot(ns, [100 * r["test"]["top1"] for r in rows], "o-", label="ours (dev sample)")
+        shao = [r for r in rows if r["n"] is not None]
+        ns = [r["n"] for r in shao]
+        ax.plot(ns, [100 * r["test"]["top1"] for r in shao], "o-", label="ours (dev sample)")
         ax.plot(ns, [PAPER[n][2] for n in ns if n in PAPER], "s--", label="paper (1.25M pairs)")
+        for r in rows:
+            if r["n"] is None:
+                ax.axhline(100 * r["test"]["top1"], ls=":", color="grey")
+                ax.annotate(r["model"], (0, 100 * r["test"]["top1"]), fontsize=8)
         ax.set(xlabel="N (3x3 conv layers)", ylabel="test top-1 (%)",
-               title="Table III: F=128, batch 32")
+               title="Table III: F=128")
         ax.grid(alpha=0.3)
         ax.legend()
         fig.tight_layout()

@@ -79,6 +79,22 @@ def test_killed_run_resumes_to_the_same_result(dataset: Path, tmp_path: Path, mo
         assert torch.equal(a, b)
 
 
+def test_worker_fed_training_matches_in_process_and_resumes(dataset: Path,
+                                                            tmp_path: Path) -> None:
+    # a worker process makes the same batches in the same order as the training process would,
+    # so the weights are the same; a run killed mid-epoch resumes from the worker loader's state
+    straight = train(dataset, small(max_steps=45), progress=False)
+    fed = train(dataset, small(max_steps=45, loader_workers=1), progress=False)
+    ckpt = tmp_path / "ckpt.pt"
+    train(dataset, small(max_steps=20, loader_workers=1), progress=False, checkpoint=ckpt)
+    resumed = train(dataset, small(max_steps=45, loader_workers=1), progress=False,
+                    checkpoint=ckpt)
+    for other in (fed, resumed):
+        for a, b in zip(straight.model.state_dict().values(), other.model.state_dict().values(),
+                        strict=True):
+            assert torch.equal(a, b)
+
+
 def write_dataset(out: Path, records) -> Path:
     files = write_split_shards(deduplicate([source_pairs("sample", records).pairs]), out)
     atomic_write_json({"schema_version": SCHEMA_VERSION, "files": files,

@@ -22,15 +22,17 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 from tqdm import tqdm
 
-from services.dataset.loader import ShardStream
+from services.dataset.loader import ShardLoader, ShardStream
 from services.dataset.shards import read_split
 from services.models.configs import build, spec
 from services.models.value import split_outputs
@@ -59,6 +61,9 @@ class TrainConfig:
     # torch intra-op threads for this process (0: leave torch's default). On a shared 2-core
     # machine 1 was ~10x faster than 2 for small nets: OpenMP threads spin-wait for a core
     num_threads: int = 0
+    # DataLoader worker processes feeding the step (0: batches are made in this process). On a
+    # GPU the batches are pinned, so their copy to the device overlaps the step.
+    loader_workers: int = 0
 
 
 @dataclass
@@ -119,6 +124,68 @@ def value_loss(value: torch.Tensor, results: torch.Tensor) -> torch.Tensor:
     return (error * error).sum() / known.sum().clamp(min=1)
 
 
+Step = Callable[[torch.Tensor, torch.Tensor, "torch.Tensor | None"], torch.Tensor]
+
+
+def make_model(config: TrainConfig) -> tuple[nn.Module, torch.optim.Optimizer, Any]:
+    """The configuration's fresh network on its device (channels-last on a GPU), the paper's Adam
+    and the learning-rate schedule."""
+    model = build(config.model).to(config.device)
+    if config.device.startswith("cuda"):
+        model = model.to(memory_format=torch.channels_last)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate,
+                                 betas=(0.9, 0.999), eps=1e-8)
+    return model, optimizer, _scheduler(optimizer, config)
+
+
+def make_step(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+              config: TrainConfig) -> Step:
+    """One optimisation step on a batch already on the device: bf16 autocast on a GPU (fp32 on
+    CPU), policy cross-entropy plus the weighted value loss when the model has a value head,
+    gradient clipping. Returns the loss without reading it (no host sync). Shared by `train` and
+    benchmarks/gpu_train.py, so the benchmark times the trainer's own step."""
+    cuda = config.device.startswith("cuda")
+
+    def step(boards: torch.Tensor, moves: torch.Tensor,
+             results: torch.Tensor | None = None) -> torch.Tensor:
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
+            logits, value = split_outputs(model(boards))
+        loss = nn.functional.cross_entropy(logits.float(), moves)
+        if value is not None and results is not None:
+            loss = loss + config.value_weight * value_loss(value.float(), results)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if config.grad_clip:
+            nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        optimizer.step()
+        scheduler.step()
+        return loss
+
+    return step
+
+
+def to_device(batch: dict, device: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(boards, moves, results or None) of a loader batch on `device`, copied asynchronously
+    (the loader pins its batches when a GPU is present)."""
+    results = batch.get("results")
+    return (batch["boards"].to(device, non_blocking=True),
+            batch["moves"].to(device, non_blocking=True),
+            None if results is None else results.to(device, non_blocking=True))
+
+
+def batch_source(stream: ShardStream, config: TrainConfig) -> ShardStream | ShardLoader:
+    """What the training loop iterates: the stream itself on CPU with no workers, else a
+    `ShardLoader` (pinned batches on a GPU, `loader_workers` processes). Both resume from
+    their `state_dict`."""
+    cuda = config.device.startswith("cuda")
+    if config.loader_workers == 0 and not cuda:
+        return stream
+    extra: dict[str, Any] = {}
+    if config.loader_workers > 0:
+        extra = {"persistent_workers": True, "prefetch_factor": 4}
+    return ShardLoader(stream, num_workers=config.loader_workers, pin_memory=cuda, **extra)
+
+
 class GameMismatchError(ValueError):
     """The model configuration is for another game than the dataset."""
 
@@ -148,21 +215,17 @@ def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
     sample = np.sort(np.random.default_rng([config.seed, 1 << 20]).permutation(stream.rows)[
         :config.train_eval_rows])
     train_rows = stream.read_rows(sample, results=has_value)
-    cuda = config.device.startswith("cuda")
-    model = build(config.model).to(config.device)
-    if cuda:
-        model = model.to(memory_format=torch.channels_last)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate,
-                                 betas=(0.9, 0.999), eps=1e-8)
-    scheduler = _scheduler(optimizer, config)
+    model, optimizer, scheduler = make_model(config)
+    step = make_step(model, optimizer, scheduler, config)
     state = {"epoch": 0, "step": 0, "best_val_loss": float("inf"), "bad_epochs": 0,
              "stopped": "", "loader": None}
     history: list[dict] = []
     if checkpoint is not None and checkpoint.exists():
         state, history = load_checkpoint(checkpoint, model, optimizer, scheduler, config)
         state["stopped"] = ""  # a budget that stopped the last run may have been raised
+    batches = batch_source(stream, config)
     if state.get("loader"):
-        stream.load_state_dict(state["loader"])
+        batches.load_state_dict(state["loader"])
     start = time.perf_counter()
     seen = 0
     bar = tqdm(total=config.max_steps, initial=state["step"], desc=f"train {config.model}",
@@ -178,28 +241,16 @@ def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
 
     def checkpoint_now() -> None:
         if checkpoint is not None:
-            state["loader"] = stream.state_dict()
+            state["loader"] = batches.state_dict()
             save_checkpoint(checkpoint, model, optimizer, scheduler, config, state, history)
 
     if state["step"] >= config.max_steps:
         state["stopped"] = "max_steps"
     while not state["stopped"]:
         finished_epoch = True
-        for batch in stream:  # one epoch, or its rest after a resume
-            b_t = batch["boards"].to(config.device, non_blocking=True)
-            m_t = batch["moves"].to(config.device, non_blocking=True)
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
-                logits, value = split_outputs(model(b_t))
-            loss = nn.functional.cross_entropy(logits.float(), m_t)
-            if value is not None:
-                r_t = batch["results"].to(config.device, non_blocking=True)
-                loss = loss + config.value_weight * value_loss(value.float(), r_t)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if config.grad_clip:
-                nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-            optimizer.step()
-            scheduler.step()
+        for batch in batches:  # one epoch, or its rest after a resume
+            b_t, m_t, r_t = to_device(batch, config.device)
+            loss = step(b_t, m_t, r_t)
             state["step"] += 1
             seen += len(m_t)
             bar.update(1)
