@@ -182,8 +182,12 @@ def run_level(
 
     def worker(i: int) -> None:
         call = calls[i][0]
-        for _ in range(warmup):
-            call()
+        try:
+            for _ in range(warmup):
+                call()
+        except Exception:
+            ready.abort()  # the main thread's wait raises instead of hanging
+            raise
         ready.wait()
         ready.wait()  # the timed part starts when every thread is warm
         out = per_thread[i]
@@ -307,6 +311,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--genmove-visits", type=int, default=800)
     parser.add_argument("--genmove-rounds", type=int, default=2, help="searches per thread")
     parser.add_argument("--model", default="shao_f32_n2")
+    parser.add_argument("--triton-log", type=Path, help="keep Triton's log here")
     parser.add_argument("--services", type=int, default=1,
                         help="search-service processes; GenMove threads go round-robin")
     parser.add_argument("--instances", type=int, help="Triton model instances (config)")
@@ -355,7 +360,7 @@ def main(argv: list[str] | None = None) -> None:
         t = time.perf_counter()
         with (
             _restoring(restore_environ),
-            TritonServer(repo, log_path=Path(tmp) / "triton.log") as triton,
+            TritonServer(repo, log_path=args.triton_log or Path(tmp) / "triton.log") as triton,
         ):
             startup = time.perf_counter() - t
             restore_environ()  # the search service gets the original environment

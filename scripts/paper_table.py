@@ -81,17 +81,21 @@ def build_dataset(out: Path, tsv: Path = TSV) -> dict:
             "splits": splits}
 
 
-def train_row(data_dir: str, model: str, args: argparse.Namespace) -> dict:
+def train_row(data_dir: str, model: str, seed: int, args: argparse.Namespace) -> dict:
     """Train one row (in a worker process with --jobs) and return its figures."""
     torch.set_num_threads(args.threads)
-    config = TrainConfig(model=model, batch_size=args.batch_size, learning_rate=0.003,
-                         max_steps=10**9, max_epochs=args.epochs, patience=args.patience,
+    # a cosine schedule decays to 0 at the epoch budget (steps per epoch from the manifest)
+    train_rows = json.loads((Path(data_dir) / "manifest.json").read_text())["splits"]["train"]
+    steps = args.epochs * (train_rows // args.batch_size) if args.lr_schedule == "cosine" else 10**9
+    config = TrainConfig(model=model, batch_size=args.batch_size, learning_rate=args.lr,
+                         lr_schedule=args.lr_schedule,
+                         max_steps=steps, max_epochs=args.epochs, patience=args.patience,
                          max_seconds=args.seconds_per_row, train_eval_rows=4096,
-                         device=args.device)
+                         device=args.device, seed=seed)
     t = time.perf_counter()
     r = train(Path(data_dir), config, progress=False)
     m = r.metrics
-    return {"model": model, "n": SHAO_ROW.get(model), "train": m["train"],
+    return {"model": model, "seed": seed, "n": SHAO_ROW.get(model), "train": m["train"],
             "validation": m["validation"], "test": m["test"], "epochs": m["epochs"],
             "steps": m["steps"], "stopped": m["stopped"],
             "params": sum(p.numel() for p in r.model.parameters()),
@@ -105,10 +109,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--patience", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=0.003, help="Adam's rate (paper: 0.003)")
+    parser.add_argument("--lr-schedule", choices=["constant", "cosine"], default="constant")
     parser.add_argument("--seconds-per-row", type=float, default=600)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--seeds", default="0", help="seeds per row, comma-separated")
     parser.add_argument("--tsv", type=Path, default=TSV)
     parser.add_argument("--out-dir", type=Path, default=ROOT / "docs",
                         help="where paper_table.md/.png go (another folder keeps docs/ as is)")
@@ -123,15 +130,25 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(data), flush=True)
         with ProcessPoolExecutor(max_workers=args.jobs,
                                  mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = {pool.submit(train_row, tmp, m, args): m for m in models}
+            seeds = [int(x) for x in args.seeds.split(",")]
+            order = [(m, seed) for m in models for seed in seeds]
+            futures = [pool.submit(train_row, tmp, m, seed, args) for m, seed in order]
             for future in as_completed(futures):
                 rows.append(future.result())
                 print(json.dumps({k: v for k, v in rows[-1].items()
                                   if k not in ("train", "validation", "test")} | {
                     "val_top1": rows[-1]["validation"]["top1"],
                     "test_top1": rows[-1]["test"]["top1"]}), flush=True)
-                rows.sort(key=lambda r: models.index(r["model"]))
+                rows.sort(key=lambda r: order.index((r["model"], r["seed"])))
                 write_report(data, rows, args)
+
+
+def _mean_sd(values: list[float]) -> str:
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return f"{mean:.2f}%"
+    sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+    return f"{mean:.2f}% ± {sd:.2f}"
 
 
 def write_report(data: dict, rows: list[dict], args) -> None:
@@ -151,21 +168,32 @@ def write_report(data: dict, rows: list[dict], args) -> None:
         f"used 1,247,582 unique pairs from 66,000 games: about "
         f"{1_247_582 / max(data['unique'], 1):.0f} times more data. Each row trains at most "
         f"{args.epochs} epochs (early stop after {args.patience} epoch(s) without a lower "
-        f"validation loss) and at most {args.seconds_per_row:.0f} s, batch {args.batch_size}; the "
-        f"paper trained to convergence.",
+        f"validation loss) and at most {args.seconds_per_row:.0f} s, batch {args.batch_size}, "
+        f"Adam {args.lr:g} ({args.lr_schedule}); the paper trained to convergence.",
         "",
-        "| model | N | params | ours train | ours val | ours test | ours test loss | epochs | "
-        "paper train | paper val | paper test | paper test loss |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | seed | N | params | ours train | ours val | ours test | ours test loss | "
+        "epochs | paper train | paper val | paper test | paper test loss |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         p = PAPER.get(r["n"], ("-",) * 4)
         paper = f"{p[0]}% | {p[1]}% | {p[2]}% | {p[3]}" if r["n"] in PAPER else "- | - | - | -"
         lines.append(
-            f"| {r['model']} | {'-' if r['n'] is None else r['n']} | {r['params']:,} | "
+            f"| {r['model']} | {r.get('seed', 0)} | {'-' if r['n'] is None else r['n']} | "
+            f"{r['params']:,} | "
             f"{100 * r['train']['top1']:.2f}% | "
             f"{100 * r['validation']['top1']:.2f}% | {100 * r['test']['top1']:.2f}% | "
             f"{r['test']['loss']:.3f} | {r['epochs']} ({r['stopped']}) | {paper} |")
+    by_model: dict[str, list[dict]] = {}
+    for r in rows:
+        by_model.setdefault(r["model"], []).append(r)
+    if any(len(rs) > 1 for rs in by_model.values()):
+        lines += ["", "Mean over seeds (sample standard deviation):", "",
+                  "| model | seeds | val top-1 | test top-1 |", "|---|---|---|---|"]
+        for model, rs in by_model.items():
+            val = [100 * r["validation"]["top1"] for r in rs]
+            test = [100 * r["test"]["top1"] for r in rs]
+            lines.append(f"| {model} | {len(rs)} | {_mean_sd(val)} | {_mean_sd(test)} |")
     lines += ["", "Accuracy counts the top-ranked legal point (occupied points masked). "
               "Train accuracy is measured on a fixed sample of 4,096 training rows.", ""]
     args.out_dir.mkdir(parents=True, exist_ok=True)

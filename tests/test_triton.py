@@ -281,6 +281,20 @@ def test_start_errors_are_clear(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         TritonServer(repository).start()
 
 
+def test_stub_numpy_2_is_refused_before_start(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """numpy >= 2 in the stub's environment makes every output empty: refused up front."""
+    version = server_mod.stub_numpy_version()
+    assert version is not None and version.startswith("1.")  # the pinned 1.26.4 here
+    server_mod.check_stub_numpy(version)  # accepted
+    server_mod.check_stub_numpy(None)  # no numpy: the stub's own import error says so
+    monkeypatch.setattr(server_mod, "stub_numpy_version", lambda: "2.5.2")
+    server = TritonServer(make_repository(tmp_path))
+    with pytest.raises(TritonServerError, match="numpy 2.5.2"):
+        server.start()
+    assert not server.is_running()
+
+
 def test_missing_library_path_times_out_with_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

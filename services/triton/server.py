@@ -146,6 +146,28 @@ def _python_libdir() -> str:
     return str(libdir)
 
 
+def stub_numpy_version(python: str = sys.executable) -> str | None:
+    """The numpy version the python backend stub will import, or None if it has none.
+
+    The stub embeds the interpreter of the environment first on PATH (this one, see
+    `server_environment`) and does not read PYTHONPATH, so the question goes to this interpreter
+    in isolated mode (-I), which sees what the stub sees."""
+    probe = subprocess.run([python, "-I", "-c", "import numpy; print(numpy.__version__)"],
+                           capture_output=True, text=True, timeout=120)
+    return probe.stdout.strip() or None if probe.returncode == 0 else None
+
+
+def check_stub_numpy(version: str | None) -> None:
+    """Refuse numpy >= 2 for the stub: the pybind11 inside nvidia-pytriton 0.7.0's stub reads
+    numpy 1 array descriptors, and with numpy 2 every output tensor it builds is empty (seen on
+    an H100 with numpy 2.5.2: clients got 0 logits per board, no error)."""
+    if version and int(version.split(".")[0]) >= 2:
+        raise TritonServerError(
+            f"the python backend stub would run with numpy {version} ({sys.executable}); its "
+            "outputs are empty with numpy >= 2. Run Triton from an environment with numpy<2 "
+            "(requirements.txt pins 1.26.4).")
+
+
 def server_environment(tritonserver: Path, base: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for the server process (library path for the stub, venv first on PATH)."""
     env = dict(os.environ if base is None else base)
@@ -343,6 +365,7 @@ class TritonServer:
         self.tritonserver = find_tritonserver()
         home = Path(os.environ.get(TRITON_HOME_ENV) or DEFAULT_TRITON_HOME)
         self.backend_dir = prepare_backend_dir(home, self.tritonserver)
+        check_stub_numpy(stub_numpy_version())
         env = server_environment(self.tritonserver)
         auto_ports = self._fixed_http_port is None or self._fixed_grpc_port is None
         attempts = 3 if auto_ports else 1
