@@ -290,7 +290,7 @@ def test_stub_numpy_2_is_refused_before_start(tmp_path: Path,
     server_mod.check_stub_numpy(None)  # no numpy: the stub's own import error says so
     monkeypatch.setattr(server_mod, "stub_numpy_version", lambda: "2.5.2")
     server = TritonServer(make_repository(tmp_path))
-    with pytest.raises(TritonServerError, match="numpy 2.5.2"):
+    with pytest.raises(TritonServerError, match=r"numpy 2\.5\.2"):
         server.start()
     assert not server.is_running()
 

@@ -59,3 +59,9 @@ def split_outputs(out: torch.Tensor | tuple[torch.Tensor, torch.Tensor]
     if isinstance(out, tuple):
         return out[0], out[1]
     return out, None
+
+
+def value_target(results):
+    """The value a head should predict for the mover's stored result: 1 won -> +1, 0 lost -> -1,
+    0.5 drawn -> 0 (NaN, unknown, stays NaN). Works on numpy arrays and torch tensors alike."""
+    return 2 * results - 1

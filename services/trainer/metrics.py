@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from services.models.value import split_outputs
+from services.models.value import split_outputs, value_target
 
 STAGE_WIDTH = 10
 LAST_STAGE = 100  # plies >= 100 share one bucket
@@ -88,7 +88,7 @@ def evaluate(model: nn.Module, boards: np.ndarray, moves: np.ndarray, device: st
 def value_metrics(values: np.ndarray, results: np.ndarray) -> dict:
     """Value-head scores on the rows with a known result (see the module doc)."""
     known = ~np.isnan(results)
-    target = 2 * results[known] - 1
+    target = value_target(results[known])
     v = values[known]
     decisive = target != 0
     return {"value_n": int(known.sum()),

@@ -35,7 +35,7 @@ from tqdm import tqdm
 from services.dataset.loader import ShardLoader, ShardStream
 from services.dataset.shards import read_split
 from services.models.configs import build, spec
-from services.models.value import split_outputs
+from services.models.value import split_outputs, value_target
 from services.trainer.metrics import STAGES, evaluate
 
 
@@ -120,7 +120,7 @@ def value_loss(value: torch.Tensor, results: torch.Tensor) -> torch.Tensor:
     0.5 -> 0) over the rows whose result is known (NaN: unknown, no gradient); 0 if none is.
     Masked arithmetic rather than indexing: no host sync on a GPU."""
     known = ~torch.isnan(results)
-    error = torch.where(known, value - (2 * results - 1), torch.zeros_like(value))
+    error = torch.where(known, value - value_target(results), torch.zeros_like(value))
     return (error * error).sum() / known.sum().clamp(min=1)
 
 

@@ -98,7 +98,8 @@ class TritonPythonModel:
             f"boards {list(self.board_shape)} -> "
             f"{self.n_moves if self.n_moves != -1 else 'per-size'} logits"
             f"{' + value' if self.send_value else ''} "
-            f"(torch {torch.__version__}, numpy {np.__version__}, max_batch_size {config.get('max_batch_size')}, "
+            f"(torch {torch.__version__}, numpy {np.__version__}, "
+            f"max_batch_size {config.get('max_batch_size')}, "
             f"instance {args.get('model_instance_name')})"
         )
 
