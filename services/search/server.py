@@ -14,6 +14,13 @@ CLI (foreground until SIGINT/SIGTERM)::
 
     python -m services.search.server --port 50051 --triton-url 127.0.0.1:8001 --model gomoku_policy
 
+`--processes N` runs N copies of the server on one port (SO_REUSEPORT, which grpc sets on Linux;
+the kernel spreads connections over them, as in grpc's multiprocessing example): a search's tree
+work is Python and holds one core, so one process caps GenMove throughput at a core's worth and
+Predict at about 850 requests/s (docs/benchmarks.md). The parent only supervises: it restarts a
+child that dies after having run a while, and stops them all on SIGINT/SIGTERM. With
+`--metrics-port M`, child i serves its metrics on M + i.
+
 Go requests go to the Triton model `--go-model` (default `go_policy`, compact int8 [4,S,S]
 inputs, S*S+1 logits, board sizes 9..19); while Triton does not serve it they fail with
 UNAVAILABLE, like Gomoku ones without `--model`. `--go-model ""` turns Go off (Go requests:
@@ -23,9 +30,12 @@ INVALID_ARGUMENT).
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import signal
+import socket
 import sys
 import threading
+import time
 from concurrent import futures
 from dataclasses import dataclass
 
@@ -47,6 +57,7 @@ DEFAULT_GO_MODEL = "go_policy"
 DEFAULT_MAX_WORKERS = 16
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20  # a full 256-position Predict batch is ~0.4 MiB
 SHUTDOWN_GRACE_S = 5.0
+MIN_UPTIME_S = 5.0  # a child that dies sooner is a start-up failure: stop instead of restarting
 
 
 @dataclass
@@ -185,13 +196,75 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="serve Prometheus metrics on this port (default 0: off)")
     p.add_argument("--metrics-host", default="127.0.0.1",
                    help="address of the metrics endpoint (default 127.0.0.1)")
-    return p.parse_args(argv)
+    p.add_argument("--processes", type=int, default=1,
+                   help="server processes sharing the port (SO_REUSEPORT), about one per core")
+    args = p.parse_args(argv)
+    if args.processes < 1:
+        p.error(f"--processes must be >= 1, got {args.processes}")
+    return args
+
+
+def _free_port(host: str) -> int:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _child(argv: list[str]) -> None:
+    sys.exit(main(argv))
+
+
+def serve_processes(argv: list[str], args: argparse.Namespace) -> int:
+    """Run `args.processes` single-process servers on one port and supervise them."""
+    port = args.port or _free_port(args.host)
+    ctx = multiprocessing.get_context("spawn")  # no grpc state is shared across a fork
+
+    def start(i: int) -> tuple[multiprocessing.Process, float]:
+        extra = ["--processes", "1", "--port", str(port)]
+        if args.metrics_port:
+            extra += ["--metrics-port", str(args.metrics_port + i)]
+        child = ctx.Process(target=_child, args=([*argv, *extra],), name=f"movepred-search-{i}")
+        child.start()
+        return child, time.monotonic()
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    children = [start(i) for i in range(args.processes)]
+    print(f"movepred search service: {args.processes} processes on {args.host}:{port}",
+          flush=True)
+    code = 0
+    while not stop.wait(0.5):
+        for i, (child, started) in enumerate(children):
+            if child.is_alive():
+                continue
+            if time.monotonic() - started < MIN_UPTIME_S:
+                print(f"error: process {i} exited with code {child.exitcode} during start-up; "
+                      "stopping", file=sys.stderr, flush=True)
+                code = 1
+                stop.set()
+                break
+            print(f"process {i} (pid {child.pid}) exited with code {child.exitcode}; restarting",
+                  file=sys.stderr, flush=True)
+            children[i] = start(i)
+    for child, _ in children:
+        if child.is_alive():
+            child.terminate()  # SIGTERM: each child stops its server gracefully
+    for child, _ in children:
+        child.join(SHUTDOWN_GRACE_S + 5)
+        if child.is_alive():
+            child.kill()
+            child.join()
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
     from services.triton.client import PolicyClient  # CLI only: build_server takes any evaluator
 
     args = _parse_args(argv)
+    if args.processes > 1:
+        return serve_processes(list(sys.argv[1:] if argv is None else argv), args)
     client = PolicyClient(args.triton_url, model_name=args.model, timeout_s=args.triton_timeout)
     go_client = (
         PolicyClient(args.triton_url, model_name=args.go_model, timeout_s=args.triton_timeout,
