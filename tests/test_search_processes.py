@@ -60,11 +60,17 @@ def cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])
 
 
-def predict_over_new_channels(target: str, channels: int, each: int) -> None:
-    for _ in range(channels):
-        with SearchClient(target) as client:  # a new channel: a new TCP connection
-            for _ in range(each):
+def predict_over_clients(target: str, clients: int, each: int) -> None:
+    """`clients` clients open at once, as concurrent users hold them; each SearchClient has its
+    own connection, which the kernel hands to one of the processes."""
+    opened = [SearchClient(target) for _ in range(clients)]
+    try:
+        for _ in range(each):
+            for client in opened:
                 assert client.predict(["h8", "h9"], timeout=10).top_moves
+    finally:
+        for client in opened:
+            client.close()
 
 
 def wait_serving(target: str, timeout_s: float = 60) -> None:
@@ -97,7 +103,7 @@ def test_processes_share_the_port_and_are_replaced(triton_server) -> None:  # no
             wait_serving(target)
         time.sleep(1.0)  # start-up CPU settles
         before = {pid: cpu_ticks(pid) for pid in first}
-        predict_over_new_channels(target, channels=24, each=15)
+        predict_over_clients(target, clients=24, each=15)
         used = {pid: cpu_ticks(pid) - before[pid] for pid in first}
         assert all(ticks > 0 for ticks in used.values()), used  # both served connections
 
@@ -112,7 +118,7 @@ def test_processes_share_the_port_and_are_replaced(triton_server) -> None:  # no
             assert supervisor.poll() is None and time.monotonic() < deadline, now
             time.sleep(0.1)
         assert first[1] in now
-        predict_over_new_channels(target, channels=4, each=3)
+        predict_over_clients(target, clients=4, each=3)
     finally:
         supervisor.send_signal(signal.SIGTERM)
         out, _ = supervisor.communicate(timeout=30)

@@ -112,11 +112,16 @@ def _search_timeout(timeout: float | None, max_time_ms: int) -> float:
 
 
 class SearchClient:
-    """Blocking client for one search server; usable as a context manager."""
+    """Blocking client for one search server; usable as a context manager.
+
+    Each client holds its own connection: gRPC otherwise lets channels to the same address share
+    one (its global subchannel pool), and a server running several processes on one port
+    (`--processes`) can only spread load by connection."""
 
     def __init__(self, target: str) -> None:
         self.target = target
-        self._channel = grpc.insecure_channel(target)
+        self._channel = grpc.insecure_channel(target,
+                                              options=[("grpc.use_local_subchannel_pool", 1)])
         self._stub = search_pb2_grpc.SearchServiceStub(self._channel)
 
     def predict(
