@@ -806,7 +806,6 @@ class ShardLoader(DataLoader):
             dataset._packet_batches = max(1, PACKET_ROWS // dataset.batch_size)
         self._started = False
         self._progress: dict | None = None
-        self._live: Any = None  # the DataLoader iterator of the pass in progress
 
     @property
     def epoch(self) -> int:
@@ -823,7 +822,6 @@ class ShardLoader(DataLoader):
         epoch = ds.epoch
         progress = ds._start_progress(epoch, self._roles)
         iterator = super().__iter__()  # workers / the fetcher take their copy of ds here
-        self._live = iterator
         if self.num_workers > 0:  # ds itself is not iterated here: mirror what workers do
             ds._next_epoch = epoch + 1
             ds._resume = None
@@ -849,16 +847,6 @@ class ShardLoader(DataLoader):
                     yield {**{k: t[s:s + b] for k, t in tensors.items()}, "worker": role}
         if self._progress is progress:
             self._progress = self.dataset._fresh_progress(progress["epoch"] + 1, self._roles)
-
-    def close(self) -> None:
-        """Stop the worker processes now. Without it they stop when the iterator is garbage
-        collected, which, mid-epoch and with other loaders alive, can fail noisily."""
-        for it in (self._live, getattr(self, "_iterator", None)):
-            shutdown = getattr(it, "_shutdown_workers", None)
-            if shutdown is not None:
-                shutdown()
-        self._live = None
-        self._iterator = None
 
     def state_dict(self) -> dict:
         ds: ShardStream = self.dataset
