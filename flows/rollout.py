@@ -50,7 +50,7 @@ def switch_version(triton_url: str, repository: str, version: int | None,
     return report.to_dict()
 
 
-@flow(name="rollout")
+@flow(name="rollout", persist_result=True)  # the report survives a state read back from the API
 def rollout_flow(
     triton_url: str = DEFAULT_TRITON_URL,
     repository: str = DEFAULT_REPOSITORY,
@@ -66,7 +66,7 @@ def rollout_flow(
     return switch_version(triton_url, repository, version, model_name)
 
 
-@flow(name="rollback")
+@flow(name="rollback", persist_result=True)
 def rollback_flow(
     triton_url: str = DEFAULT_TRITON_URL,
     repository: str = DEFAULT_REPOSITORY,
