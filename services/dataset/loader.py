@@ -64,6 +64,7 @@ another rank does not have.
 from __future__ import annotations
 
 import copy
+import multiprocessing
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -790,6 +791,14 @@ class ShardStream(IterableDataset):
         self._progress = copy.deepcopy(progress)
 
 
+def _worker_context() -> multiprocessing.context.BaseContext:
+    """The forkserver context, its server preloading this module (torch, pyarrow) so that each
+    worker starts as a cheap fork of it."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    return ctx
+
+
 class ShardLoader(DataLoader):
     """DataLoader over a ShardStream that also knows its position (see the module doc).
 
@@ -800,12 +809,18 @@ class ShardLoader(DataLoader):
     """
 
     def __init__(self, dataset: ShardStream, **kwargs: Any):
+        if kwargs.get("num_workers", 0) > 0:
+            # workers come from a clean forkserver, not forked from this process: a fork of a
+            # process running other threads (Prefect's API client and event loop in a flow run)
+            # left workers that exited with code 1 at shutdown
+            kwargs.setdefault("multiprocessing_context", _worker_context())
         super().__init__(dataset, batch_size=None, **kwargs)
         self._roles = max(1, self.num_workers)
         if self.num_workers > 0:
             dataset._packet_batches = max(1, PACKET_ROWS // dataset.batch_size)
         self._started = False
         self._progress: dict | None = None
+        self._live: Any = None  # the DataLoader iterator of the pass in progress
 
     @property
     def epoch(self) -> int:
@@ -822,6 +837,7 @@ class ShardLoader(DataLoader):
         epoch = ds.epoch
         progress = ds._start_progress(epoch, self._roles)
         iterator = super().__iter__()  # workers / the fetcher take their copy of ds here
+        self._live = iterator
         if self.num_workers > 0:  # ds itself is not iterated here: mirror what workers do
             ds._next_epoch = epoch + 1
             ds._resume = None
@@ -847,6 +863,16 @@ class ShardLoader(DataLoader):
                     yield {**{k: t[s:s + b] for k, t in tensors.items()}, "worker": role}
         if self._progress is progress:
             self._progress = self.dataset._fresh_progress(progress["epoch"] + 1, self._roles)
+
+    def close(self) -> None:
+        """Stop the worker processes now rather than when the garbage collector gets to the
+        iterator (persistent workers otherwise outlive the loop that used them)."""
+        for it in (self._live, getattr(self, "_iterator", None)):
+            shutdown = getattr(it, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+        self._live = None
+        self._iterator = None
 
     def state_dict(self) -> dict:
         ds: ShardStream = self.dataset

@@ -283,6 +283,8 @@ def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
                 state["stopped"] = "max_epochs"
         checkpoint_now()
     bar.close()
+    if isinstance(batches, ShardLoader):
+        batches.close()
     elapsed = time.perf_counter() - start
     last = history[-1] if history else None
     if last is not None and last["step"] == state["step"] and "test" in last:
