@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import signal
-import socket
 import sys
 import threading
 import time
@@ -49,6 +48,7 @@ from services.search.batcher import DEFAULT_MAX_BOARDS, DEFAULT_WINDOW_S
 from services.search.metrics import Metrics, MetricsServer
 from services.search.servicer import SearchServicer
 from services.search.tree_cache import DEFAULT_MAX_ENTRIES, DEFAULT_MAX_VISITS, TreeCache
+from services.triton.server import free_port
 
 SERVICE_NAME = search_pb2.DESCRIPTOR.services_by_name["SearchService"].full_name
 DEFAULT_PORT = 50051
@@ -204,20 +204,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _free_port(host: str) -> int:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
 def _child(argv: list[str]) -> None:
     sys.exit(main(argv))
 
 
 def serve_processes(argv: list[str], args: argparse.Namespace) -> int:
     """Run `args.processes` single-process servers on one port and supervise them."""
-    port = args.port or _free_port(args.host)
+    port = args.port or free_port(args.host)
     ctx = multiprocessing.get_context("spawn")  # no grpc state is shared across a fork
 
     def start(i: int) -> tuple[multiprocessing.Process, float]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib.util
 import os
 import shutil
@@ -146,12 +147,14 @@ def _python_libdir() -> str:
     return str(libdir)
 
 
+@functools.cache
 def stub_numpy_version(python: str = sys.executable) -> str | None:
     """The numpy version the python backend stub will import, or None if it has none.
 
     The stub embeds the interpreter of the environment first on PATH (this one, see
     `server_environment`) and does not read PYTHONPATH, so the question goes to this interpreter
-    in isolated mode (-I), which sees what the stub sees."""
+    in isolated mode (-I), which sees what the stub sees. Asked once per interpreter: a server
+    start (tests start many) should not pay a Python start-up and a numpy import each time."""
     probe = subprocess.run([python, "-I", "-c", "import numpy; print(numpy.__version__)"],
                            capture_output=True, text=True, timeout=120)
     return probe.stdout.strip() or None if probe.returncode == 0 else None
@@ -185,7 +188,8 @@ def server_environment(tritonserver: Path, base: dict[str, str] | None = None) -
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
 
