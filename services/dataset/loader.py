@@ -867,12 +867,11 @@ class ShardLoader(DataLoader):
     def close(self) -> None:
         """Stop the worker processes now rather than when the garbage collector gets to the
         iterator (persistent workers otherwise outlive the loop that used them)."""
-        for it in (self._live, getattr(self, "_iterator", None)):
-            shutdown = getattr(it, "_shutdown_workers", None)
-            if shutdown is not None:
-                shutdown()
+        shutdown = getattr(self._live, "_shutdown_workers", None)  # persistent: the _iterator
+        if shutdown is not None:
+            shutdown()
         self._live = None
-        self._iterator = None
+        self._iterator = None  # a later pass starts new workers
 
     def state_dict(self) -> dict:
         ds: ShardStream = self.dataset
