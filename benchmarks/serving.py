@@ -65,6 +65,7 @@ from services.models.export import export_torchscript  # noqa: E402
 from services.search.client import SearchClient  # noqa: E402
 from services.triton.client import PolicyClient  # noqa: E402
 from services.triton.publisher import publish  # noqa: E402
+from services.triton.rollout import read_model_config  # noqa: E402
 from services.triton.server import TritonServer, free_port  # noqa: E402
 
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -269,8 +270,7 @@ def tune_config(repo: Path, model_name: str, instances: int | None, kind: str | 
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2
 
-    path = repo / model_name / "config.pbtxt"
-    config = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+    config = read_model_config(repo, model_name)
     group = config.instance_group[0]
     if instances is not None:
         group.count = instances
@@ -278,7 +278,7 @@ def tune_config(repo: Path, model_name: str, instances: int | None, kind: str | 
         group.kind = model_config_pb2.ModelInstanceGroup.Kind.Value(kind)
     if queue_delay_us is not None:
         config.dynamic_batching.max_queue_delay_microseconds = queue_delay_us
-    path.write_text(text_format.MessageToString(config))
+    (repo / model_name / "config.pbtxt").write_text(text_format.MessageToString(config))
     return (f"instances {group.count} x "
             f"{model_config_pb2.ModelInstanceGroup.Kind.Name(group.kind)}, "
             f"max_queue_delay {config.dynamic_batching.max_queue_delay_microseconds} us, "
