@@ -81,11 +81,11 @@ def build_dataset(out: Path, tsv: Path = TSV) -> dict:
             "splits": splits}
 
 
-def train_row(data_dir: str, model: str, seed: int, args: argparse.Namespace) -> dict:
+def train_row(data_dir: str, train_rows: int, model: str, seed: int,
+              args: argparse.Namespace) -> dict:
     """Train one row (in a worker process with --jobs) and return its figures."""
     torch.set_num_threads(args.threads)
-    # a cosine schedule decays to 0 at the epoch budget (steps per epoch from the manifest)
-    train_rows = json.loads((Path(data_dir) / "manifest.json").read_text())["splits"]["train"]
+    # a cosine schedule decays to 0 at the epoch budget (`train_rows` // batch steps an epoch)
     steps = args.epochs * (train_rows // args.batch_size) if args.lr_schedule == "cosine" else 10**9
     config = TrainConfig(model=model, batch_size=args.batch_size, learning_rate=args.lr,
                          lr_schedule=args.lr_schedule,
@@ -132,7 +132,8 @@ def main(argv: list[str] | None = None) -> None:
                                  mp_context=multiprocessing.get_context("spawn")) as pool:
             seeds = [int(x) for x in args.seeds.split(",")]
             order = [(m, seed) for m in models for seed in seeds]
-            futures = [pool.submit(train_row, tmp, m, seed, args) for m, seed in order]
+            futures = [pool.submit(train_row, tmp, data["splits"]["train"], m, seed, args)
+                       for m, seed in order]
             for future in as_completed(futures):
                 rows.append(future.result())
                 print(json.dumps({k: v for k, v in rows[-1].items()
