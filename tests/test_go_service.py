@@ -438,7 +438,7 @@ def test_triton_answers_every_go_size_from_one_version(live: Live) -> None:
     dynamic batcher may hand both to one execute call: one forward pass per size)."""
     from services.triton.client import TritonRequestError
     from services.triton.go_model import sample_inputs
-    from tests.triton_fixtures import run_local
+    from tests.triton_fixtures import run_in_threads, run_local
 
     inputs = {s: sample_inputs(6, s, seed=s) for s in (9, 13, 19)}
     expected = {s: run_local(live.go_model, b) for s, b in inputs.items()}
@@ -451,28 +451,19 @@ def test_triton_answers_every_go_size_from_one_version(live: Live) -> None:
         with pytest.raises(TritonRequestError, match=r"S in 9\.\.19"):  # refused before Triton
             client.infer(np.zeros((1, 4, 21, 21), np.int8))
 
-        errors: list[BaseException] = []
         versions: set[str] = set()
         barrier = threading.Barrier(6)
 
         def worker(k: int) -> None:
             s = (9, 19, 13)[k % 3]
-            try:
-                barrier.wait(timeout=30)
-                for i in range(6):
-                    rows = slice(i % 6, i % 6 + 1 + k % 2)
-                    r = client.infer(inputs[s][rows])
-                    versions.add(r.model_version)
-                    np.testing.assert_allclose(r.logits, expected[s][rows], rtol=1e-5,
-                                               atol=1e-5)
-            except BaseException as exc:  # reported below
-                errors.append(exc)
+            barrier.wait(timeout=30)
+            for i in range(6):
+                rows = slice(i % 6, i % 6 + 1 + k % 2)
+                r = client.infer(inputs[s][rows])
+                versions.add(r.model_version)
+                np.testing.assert_allclose(r.logits, expected[s][rows], rtol=1e-5, atol=1e-5)
 
-        threads = [threading.Thread(target=worker, args=(k,)) for k in range(6)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=120)
+        errors = run_in_threads(worker, 6, timeout_s=120)
     assert not errors, errors[0]
     assert versions == {"1"}
 

@@ -33,6 +33,7 @@ from tests.triton_fixtures import (
     make_repository,
     random_boards,
     require_tritonserver,
+    run_in_threads,
     run_local,
     run_local_outputs,
     triton_server,  # noqa: F401  (pytest fixture)
@@ -79,22 +80,13 @@ def test_batch_sizes_and_concurrent_clients(triton_server: TritonSetup) -> None:
         # forward pass, and every answer must still come back to the right caller.
         boards = {i: random_boards(1 + i % 3, seed=100 + i) for i in range(8)}
         expected = {i: run_local(triton_server.v1_model, b) for i, b in boards.items()}
-        errors: list[BaseException] = []
-
         def worker(i: int) -> None:
-            try:
-                for _ in range(15):
-                    np.testing.assert_allclose(
-                        client.infer(boards[i]).logits, expected[i], rtol=1e-5, atol=1e-5
-                    )
-            except BaseException as exc:
-                errors.append(exc)
+            for _ in range(15):
+                np.testing.assert_allclose(
+                    client.infer(boards[i]).logits, expected[i], rtol=1e-5, atol=1e-5
+                )
 
-        threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=60)
+        errors = run_in_threads(worker, 8, timeout_s=60)
         assert not errors, errors[0]
 
         # Triton itself rejects a batch over max_batch_size (256).

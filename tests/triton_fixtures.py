@@ -12,8 +12,9 @@ skipped when no ``tritonserver`` binary is installed.
 from __future__ import annotations
 
 import shutil
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,6 +148,26 @@ def search_service(triton_server: TritonSetup) -> Iterator[str]:
     finally:
         server.stop(0).wait()
         policy.close()
+
+
+def run_in_threads(work: Callable[[int], None], count: int,
+                   timeout_s: float) -> list[BaseException]:
+    """Run work(0), ..., work(count - 1) in threads at once, as concurrent clients; returns the
+    exceptions they raised (assertion failures included), for the test to assert on."""
+    errors: list[BaseException] = []
+
+    def guarded(i: int) -> None:
+        try:
+            work(i)
+        except BaseException as exc:  # reported to the caller
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout_s)
+    return errors
 
 
 def require_tritonserver() -> Path:
