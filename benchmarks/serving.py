@@ -63,6 +63,7 @@ sys.path.insert(0, str(ROOT))
 from services.models.configs import build  # noqa: E402
 from services.models.export import export_torchscript  # noqa: E402
 from services.search.client import SearchClient  # noqa: E402
+from services.search.server import DEFAULT_MAX_WORKERS  # noqa: E402
 from services.triton.client import PolicyClient  # noqa: E402
 from services.triton.publisher import publish  # noqa: E402
 from services.triton.rollout import read_model_config  # noqa: E402
@@ -157,22 +158,26 @@ class Level:
 
 
 def run_level(
-    make_call: Callable[[], tuple[Callable[[], object], Callable[[], None]]],
+    makes: list[Callable[[], tuple[Callable[[], object], Callable[[], None]]]],
     concurrency: int,
     total_requests: int,
     max_seconds: float,
     warmup: int,
     pids: dict[str, int],
-) -> Level:
-    """`concurrency` threads, each with its own connection from `make_call()` (a call and its
-    close), share `total_requests` timed requests, stopping early at `max_seconds`."""
-    calls = [make_call() for _ in range(concurrency)]
+) -> list[Level]:
+    """`concurrency` threads, each with its own connection to every target from `makes` (a
+    call and its close), share `total_requests` timed rounds, stopping early at `max_seconds`.
+    A round is one request to each target, in an order that rotates from round to round and
+    thread to thread: with several targets they are measured interleaved, under the same
+    conditions. One Level per target; with several, a target's wall time is the level's wall
+    time times its share of the timed latencies, and every Level carries the level's CPU."""
+    calls = [[make() for make in makes] for _ in range(concurrency)]
     ready = threading.Barrier(concurrency + 1)
     lock = threading.Lock()
     budget = [total_requests]
     stop_at = [0.0]
-    per_thread: list[list[float]] = [[] for _ in range(concurrency)]
-    errors = [0]
+    per_target: list[list[list[float]]] = [[[] for _ in makes] for _ in range(concurrency)]
+    errors = [0] * len(makes)
 
     def take() -> bool:
         with lock:
@@ -182,25 +187,30 @@ def run_level(
             return True
 
     def worker(i: int) -> None:
-        call = calls[i][0]
+        mine = calls[i]
         try:
             for _ in range(warmup):
-                call()
+                for call, _close in mine:
+                    call()
         except Exception:
             ready.abort()  # the main thread's wait raises instead of hanging
             raise
         ready.wait()
         ready.wait()  # the timed part starts when every thread is warm
-        out = per_thread[i]
+        out = per_target[i]
+        round_ = i
         while take():
-            t = time.perf_counter()
-            try:
-                call()
-            except Exception:  # counted and reported, not timed
-                with lock:
-                    errors[0] += 1
-                continue
-            out.append(time.perf_counter() - t)
+            for step in range(len(mine)):
+                j = (round_ + step) % len(mine)
+                t = time.perf_counter()
+                try:
+                    mine[j][0]()
+                except Exception:  # counted and reported, not timed
+                    with lock:
+                        errors[j] += 1
+                    continue
+                out[j].append(time.perf_counter() - t)
+            round_ += 1
 
     threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(concurrency)]
     for t in threads:
@@ -214,9 +224,15 @@ def run_level(
         t.join()
     wall = time.perf_counter() - start
     cpu = {name: s - cpu0[name] for name, s in cpu_by_process(pids).items()}
-    for _, close in calls:
-        close()
-    return Level([x for xs in per_thread for x in xs], wall, errors[0], cpu)
+    for mine in calls:
+        for _call, close in mine:
+            close()
+    latencies = [[x for out in per_target for x in out[j]] for j in range(len(makes))]
+    timed = sum(sum(xs) for xs in latencies) or 1.0
+    return [
+        Level(xs, wall if len(makes) == 1 else wall * sum(xs) / timed, errors[j], cpu)
+        for j, xs in enumerate(latencies)
+    ]
 
 
 def genmove_level(
@@ -253,6 +269,32 @@ def genmove_level(
     for c in clients:
         c.close()
     return sum(done), wall, [x for xs in durations for x in xs], cpu
+
+
+@dataclass
+class Floor:
+    process: subprocess.Popen
+    target: str
+
+
+def start_floor(service_target: str, tmp: Path) -> Floor:
+    """Start benchmarks/grpc_floor.py answering with the service's own Predict response (the
+    same bytes on the wire), once it is healthy."""
+    with SearchClient(service_target) as client:
+        response = client.predict(PREDICT_MOVES)
+    path = tmp / "predict_response.bin"
+    path.write_bytes(response.SerializeToString())
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "benchmarks" / "grpc_floor.py"), "--port", str(port),
+         "--response", str(path), "--max-workers", str(DEFAULT_MAX_WORKERS)], cwd=ROOT)
+    target = f"127.0.0.1:{port}"
+    try:
+        wait_for_health(target)
+    except BaseException:
+        process.terminate()
+        raise
+    return Floor(process, target)
 
 
 @contextlib.contextmanager
@@ -324,6 +366,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--service-arg", action="append", default=[], metavar="ARG",
                         help="extra argument of the search service's command line (repeatable), "
                              "e.g. --service-arg=--max-workers=32")
+    parser.add_argument("--floor", action=argparse.BooleanOptionalAction, default=True,
+                        help="also measure the Python gRPC floor (benchmarks/grpc_floor.py)")
+    parser.add_argument("--interleave-up-to", type=int, default=1, metavar="C",
+                        help="levels with concurrency <= C measure their targets interleaved "
+                             "(round by round) instead of one after the other")
     args = parser.parse_args(argv)
     if any("=" not in item for item in args.triton_env):
         parser.error("--triton-env takes KEY=VALUE")
@@ -368,7 +415,7 @@ def main(argv: list[str] | None = None) -> None:
             # The service runs in its own process, as deployed: sharing this process's GIL with
             # the load generator would charge the client's work to the service.
             ports = [free_port() for _ in range(args.services)]
-            services = [subprocess.Popen(
+            servers = services = [subprocess.Popen(
                 [sys.executable, "-m", "services.search.server", "--port", str(port),
                  "--triton-url", triton.grpc_url, *args.service_arg],
                 cwd=ROOT, stdout=subprocess.DEVNULL) for port in ports]
@@ -380,6 +427,10 @@ def main(argv: list[str] | None = None) -> None:
                 assert triton.pid is not None
                 pids = {"bench": os.getpid(), "triton": triton.pid,
                         **{f"service{i or ''}": s.pid for i, s in enumerate(services)}}
+                if args.floor:
+                    floor = start_floor(target, Path(tmp))
+                    servers = [*services, floor.process]
+                    pids["floor"] = floor.process.pid
 
                 def direct_call():
                     client = PolicyClient(triton.grpc_url)
@@ -389,17 +440,30 @@ def main(argv: list[str] | None = None) -> None:
                     client = SearchClient(target)
                     return (lambda: client.predict(PREDICT_MOVES)), client.close
 
+                def floor_call():
+                    client = SearchClient(floor.target)
+                    return (lambda: client.predict(PREDICT_MOVES)), client.close
+
+                makes = {"direct": direct_call, "service": service_call}
+                if args.floor:
+                    makes["floor"] = floor_call
                 for c in args.concurrency:
+                    together = c <= args.interleave_up_to
+                    groups = [list(makes)] if together else [[name] for name in makes]
                     levels = {}
-                    for name, make in (("direct", direct_call), ("service", service_call)):
-                        levels[name] = lv = run_level(make, c, args.requests, args.level_seconds,
-                                                      args.warmup, pids)
+                    for group in groups:
+                        measured = run_level([makes[n] for n in group], c, args.requests,
+                                             args.level_seconds, args.warmup, pids)
+                        levels.update(zip(group, measured, strict=True))
+                    for k, (name, lv) in enumerate(levels.items()):
                         p50, p99 = percentiles(lv.latencies)
+                        cpu = ("(interleaved: cpu of the whole level above)" if together and k
+                               else _cpu_text(lv.cpu, lv.wall_s))
                         print(f"  C={c:<3} {name:<8} n={len(lv.latencies):<5} "
                               f"p50 {p50:7.2f} ms  p99 {p99:7.2f} ms  "
-                              f"{lv.throughput:7.0f} req/s  errors {lv.errors}  "
-                              f"{_cpu_text(lv.cpu, lv.wall_s)}", flush=True)
-                    rows.append((c, levels["direct"], levels["service"]))
+                              f"{lv.throughput:7.0f} req/s  errors {lv.errors}  {cpu}",
+                              flush=True)
+                    rows.append((c, together, levels))
                 for c in args.genmove_concurrency:
                     visits, wall, each, cpu = genmove_level(
                         targets, c, args.genmove_visits, args.genmove_rounds, pids)
@@ -407,21 +471,33 @@ def main(argv: list[str] | None = None) -> None:
                     print(f"  GenMove C={c}: {visits} visits in {wall:.2f} s  "
                           f"{_cpu_text(cpu, wall)}", flush=True)
             finally:
-                for service in services:
-                    service.terminate()
-                for service in services:
-                    service.wait(timeout=30)
+                for server in servers:
+                    server.terminate()
+                for server in servers:
+                    server.wait(timeout=30)
     print()
     print(f"Predict (1 position, top 5) via search service vs direct Triton infer (batch 1); "
           f"{args.requests} requests per level or {args.level_seconds:g} s")
     print(f"{'C':>3} | {'direct p50':>10} {'p99':>8} {'req/s':>7} | {'service p50':>11} "
           f"{'p99':>8} {'req/s':>7} | {'ratio p50':>9} {'p99':>6} {'req/s':>6}")
-    for c, d, s in rows:
+    for c, together, levels in rows:
+        d, s = levels["direct"], levels["service"]
         d50, d99 = percentiles(d.latencies)
         s50, s99 = percentiles(s.latencies)
         print(f"{c:>3} | {d50:10.2f} {d99:8.2f} {d.throughput:7.0f} | {s50:11.2f} {s99:8.2f} "
               f"{s.throughput:7.0f} | {s50 / d50:8.2f}x {s99 / d99:5.2f}x "
-              f"{s.throughput / d.throughput:5.2f}x")
+              f"{s.throughput / d.throughput:5.2f}x" + ("  (interleaved)" if together else ""))
+    if args.floor:
+        print("Python gRPC floor (benchmarks/grpc_floor.py: the Predict trip with no work behind "
+              "it); bound = (direct p50 + floor p50) / direct p50, the best ratio p50 a Python "
+              "front end could reach where requests do not overlap (C = 1)")
+        for c, _together, levels in rows:
+            d50, _ = percentiles(levels["direct"].latencies)
+            f = levels["floor"]
+            f50, f99 = percentiles(f.latencies)
+            bound = f"  bound {(d50 + f50) / d50:.2f}x" if c == 1 else ""
+            print(f"{c:>3} | floor p50 {f50:7.2f} ms  p99 {f99:7.2f} ms  {f.throughput:7.0f} req/s "
+                  f"({f.throughput / levels['direct'].throughput:.2f}x direct's){bound}")
     print(f"GenMove {args.genmove_visits} visits, no tree reuse, "
           f"{args.genmove_rounds} searches per client, {args.services} service process(es)")
     for c, visits, wall, each, _ in gen_rows:
