@@ -1,0 +1,88 @@
+"""The serving benchmark's own parts: the Python gRPC floor server answers Predict with the
+stored bytes, and interleaved levels measure every target in every round, in rotating order."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from services.api.movepred.v1 import search_pb2
+from services.search.client import SearchClient
+from services.triton.server import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_floor_server_answers_predict_with_the_stored_response() -> None:
+    grpc_floor = _load("grpc_floor")
+    stored = search_pb2.PredictResponse(model_name="gomoku_policy", model_version="3",
+                                        policy=[0.25] * 4, to_move=search_pb2.WHITE)
+    port = free_port()
+    server = grpc_floor.build(port, stored.SerializeToString(), max_workers=2)
+    server.start()
+    try:
+        with SearchClient(f"127.0.0.1:{port}") as client:
+            for moves in (["h8"], ["h8", "h9", "i8"]):  # whatever is asked, the stored answer
+                assert client.predict(moves) == stored
+    finally:
+        server.stop(None)
+
+
+def test_interleaved_level_measures_each_target_every_round_in_rotating_order() -> None:
+    serving = _load("serving")
+    lock = threading.Lock()
+    order: list[tuple[str, str]] = []  # (thread, target) in call order
+
+    def make(name: str, fail_every: int = 0):
+        count = [0]
+
+        def call() -> None:
+            with lock:
+                order.append((threading.current_thread().name, name))
+                count[0] += 1
+                failing = fail_every and count[0] % fail_every == 0
+            if failing:
+                raise RuntimeError("counted, not timed")
+
+        return lambda: (call, lambda: None)
+
+    pids = {"bench": 1}  # this test's CPU figures are not checked
+    a, b = serving.run_level([make("a"), make("b", fail_every=4)], concurrency=2,
+                             total_requests=12, max_seconds=30.0, warmup=1, pids=pids)
+    assert len(a.latencies) == 12 and a.errors == 0
+    assert len(b.latencies) + b.errors == 12 and b.errors >= 2
+    assert a.wall_s > 0 and b.wall_s > 0
+    firsts = set()
+    per_thread: dict[str, list[str]] = {}
+    for thread, name in order:
+        per_thread.setdefault(thread, []).append(name)
+    for names in per_thread.values():
+        timed = names[2:]  # after the warm-up round
+        assert len(timed) % 2 == 0
+        firsts |= {timed[i] for i in range(0, len(timed), 2)}
+        for i in range(0, len(timed), 2):
+            assert sorted(timed[i : i + 2]) == ["a", "b"]  # a round asks every target once
+    assert firsts == {"a", "b"}  # the order rotates
+
+
+@pytest.mark.parametrize("targets", [1, 3])
+def test_level_gives_one_timed_level_per_target(targets: int) -> None:
+    serving = _load("serving")
+    makes = [lambda: ((lambda: None), (lambda: None)) for _ in range(targets)]
+    levels = serving.run_level(makes, concurrency=1, total_requests=5, max_seconds=30.0,
+                               warmup=0, pids={"bench": 1})
+    assert [len(lv.latencies) for lv in levels] == [5] * targets
+    assert all(lv.throughput > 0 for lv in levels)
