@@ -157,6 +157,30 @@ class Level:
         return len(self.latencies) / self.wall_s if self.wall_s > 0 else 0.0
 
 
+def _started(worker: Callable[[int], None], concurrency: int) -> list[threading.Thread]:
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(concurrency)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+@dataclass
+class Span:
+    wall_s: float = 0.0
+    cpu: dict[str, float] | None = None
+
+
+@contextlib.contextmanager
+def _span(pids: dict[str, int]) -> Iterator[Span]:
+    """Wall time and CPU seconds by process (`cpu_by_process`) of the block, filled at its end."""
+    span = Span()
+    cpu0 = cpu_by_process(pids)
+    start = time.perf_counter()
+    yield span
+    span.wall_s = time.perf_counter() - start
+    span.cpu = {name: s - cpu0[name] for name, s in cpu_by_process(pids).items()}
+
+
 def run_level(
     makes: list[Callable[[], tuple[Callable[[], object], Callable[[], None]]]],
     concurrency: int,
@@ -212,18 +236,14 @@ def run_level(
                 out[j].append(time.perf_counter() - t)
             round_ += 1
 
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(concurrency)]
-    for t in threads:
-        t.start()
+    threads = _started(worker, concurrency)
     ready.wait()
-    cpu0 = cpu_by_process(pids)
-    start = time.perf_counter()
-    stop_at[0] = start + max_seconds
-    ready.wait()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - start
-    cpu = {name: s - cpu0[name] for name, s in cpu_by_process(pids).items()}
+    with _span(pids) as span:
+        stop_at[0] = time.perf_counter() + max_seconds
+        ready.wait()
+        for t in threads:
+            t.join()
+    wall, cpu = span.wall_s, span.cpu
     for mine in calls:
         for _call, close in mine:
             close()
@@ -256,19 +276,14 @@ def genmove_level(
             durations[i].append(time.perf_counter() - t)
             done[i] += r.total_visits - r.reused_visits
 
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(concurrency)]
-    for t in threads:
-        t.start()
-    cpu0 = cpu_by_process(pids)
-    start = time.perf_counter()
-    ready.wait()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - start
-    cpu = {name: s - cpu0[name] for name, s in cpu_by_process(pids).items()}
+    threads = _started(worker, concurrency)
+    with _span(pids) as span:
+        ready.wait()
+        for t in threads:
+            t.join()
     for c in clients:
         c.close()
-    return sum(done), wall, [x for xs in durations for x in xs], cpu
+    return sum(done), span.wall_s, [x for xs in durations for x in xs], span.cpu
 
 
 @dataclass
