@@ -7,9 +7,11 @@ use); tests build fixtures from ../shared at run time and skip clearly when it i
 from __future__ import annotations
 
 import csv
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 import flows  # noqa: F401  (sets Prefect defaults before anything imports Prefect)
@@ -30,6 +32,18 @@ class TsvGame:
     white: str
     opening: str
     rule: str = "RIF"
+
+
+def split_rows(dataset_dir: Path, split: str = "train") -> list[tuple[bytes, int]]:
+    """(board bytes, move) of every row of one split, read straight from the shards the
+    manifest lists: the reference the loaders' output is checked against."""
+    manifest = json.loads((dataset_dir / "manifest.json").read_text())
+    rows = []
+    for entry in manifest["files"]:
+        if entry["split"] == split:
+            t = pq.read_table(dataset_dir / entry["path"], columns=["board", "move"])
+            rows += zip(t["board"].to_pylist(), t["move"].to_pylist(), strict=True)
+    return rows
 
 
 def renjunet_games(limit: int | None = None) -> list[TsvGame]:

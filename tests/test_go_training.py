@@ -15,7 +15,6 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 import torch
 
@@ -37,7 +36,7 @@ from services.models.configs import build
 from services.models.export import check_inputs, export_torchscript
 from services.trainer.metrics import STAGES, stage_labels
 from services.trainer.train import GameMismatchError, TrainConfig, train
-from tests.conftest import SHARED_DATA
+from tests.conftest import SHARED_DATA, split_rows
 
 S = 9
 PASS = S * S
@@ -99,16 +98,6 @@ def go_dataset(tmp_path_factory) -> Path:
     out = base / "ds"
     write_go_dataset([sgf], out, S, row_group_rows=200)
     return out
-
-
-def split_rows(dataset_dir: Path, split: str = "train") -> list[tuple[bytes, int]]:
-    manifest = json.loads((dataset_dir / "manifest.json").read_text())
-    rows = []
-    for entry in manifest["files"]:
-        if entry["split"] == split:
-            t = pq.read_table(dataset_dir / entry["path"], columns=["board", "move"])
-            rows += zip(t["board"].to_pylist(), t["move"].to_pylist(), strict=True)
-    return rows
 
 
 def collect(batches, limit: int | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:

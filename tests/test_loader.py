@@ -26,7 +26,7 @@ from services.dataset.loader import (
 from services.dataset.shards import DatasetError, atomic_write_json, write_split_shards
 from services.games.symmetry import N_SYMMETRIES, point_table
 from services.records.rif import read_rif
-from tests.conftest import SAMPLE_RIF
+from tests.conftest import SAMPLE_RIF, split_rows
 
 S = 15
 GAMES = 150  # of the shipped sample: ~5,000 train rows
@@ -48,16 +48,6 @@ def dataset(tmp_path_factory) -> Path:
                 "files": files}
     atomic_write_json(manifest, out / "manifest.json")
     return out
-
-
-def split_rows(dataset_dir: Path, split: str = "train") -> list[tuple[bytes, int]]:
-    manifest = json.loads((dataset_dir / "manifest.json").read_text())
-    rows = []
-    for entry in manifest["files"]:
-        if entry["split"] == split:
-            t = pq.read_table(dataset_dir / entry["path"], columns=["board", "move"])
-            rows += zip(t["board"].to_pylist(), t["move"].to_pylist(), strict=True)
-    return rows
 
 
 def batch_rows(batch: dict) -> list[tuple[bytes, int]]:
