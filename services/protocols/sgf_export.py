@@ -150,8 +150,11 @@ def game_to_sgf(
 
 def write_sgf(path: str | Path, moves: Sequence[int], **kwargs: Any) -> Path:
     """Write `game_to_sgf(moves, **kwargs)` to `path` (UTF-8, parent folders created)."""
+    return write_sgf_text(path, game_to_sgf(moves, **kwargs))
+
+
+def write_sgf_text(path: str | Path, text: str) -> Path:
     path = Path(path)
-    text = game_to_sgf(moves, **kwargs)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
@@ -243,16 +246,7 @@ def cmd_play(args: argparse.Namespace) -> int:
         details = exc.details() if hasattr(exc, "details") else str(exc)
         print(f"error: {code.name if code else 'RPC failed'}: {details}")
         return 1
-    path = write_sgf(
-        args.out,
-        game.moves,
-        rule=game.rule,
-        black=game.player,
-        white=game.player,
-        result=game.result,
-        comments=game.comments,
-        event="movepred self-play",
-    )
+    path = write_sgf_text(args.out, game.to_sgf(event="movepred self-play"))
     print(f"wrote {path}: {len(game.moves)} moves, result {game.result}")
     return 0
 
