@@ -38,6 +38,25 @@ def five_windows(size: int) -> np.ndarray:
     return np.array(rows, dtype=np.intp)
 
 
+# Cell codes whose sum over a 5-cell window says what the window holds: five stones of one
+# colour (5 black, 30 white), or four of one colour and an empty cell (4 black, 24 white); no
+# other mix of five cells sums to these.
+WINDOW_CODES = np.array([0, 1, 6], dtype=np.int16)  # EMPTY, BLACK, WHITE
+FIVE_SUM = {BLACK: 5, WHITE: 30}
+FOUR_SUM = {BLACK: 4, WHITE: 24}
+
+
+def window_sums(board: np.ndarray) -> np.ndarray:
+    """`WINDOW_CODES` summed over each window of `five_windows` of a square int8 board."""
+    return WINDOW_CODES[board.reshape(-1)][five_windows(board.shape[-1])].sum(axis=1)
+
+
+def has_five(board: np.ndarray) -> bool:
+    """Whether either colour has five (or more) in a row anywhere on `board`."""
+    sums = window_sums(board)
+    return bool(((sums == FIVE_SUM[BLACK]) | (sums == FIVE_SUM[WHITE])).any())
+
+
 class Rule(StrEnum):
     FREESTYLE = "freestyle"
     STANDARD = "standard"

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from services.games.gomoku import BLACK, DIRECTIONS, EMPTY, Rule, opponent
+from services.games.gomoku import BLACK, EMPTY, Rule, five_windows, opponent
 from services.records.rif import RifGame
 from services.records.rif_writer import write_rif
 
@@ -37,18 +37,7 @@ TEMPERATURE = 0.08  # relative to the best score; 0 would always play the best p
 OPENING_PLIES, OPENING_TOP_K, OPENING_TEMPERATURE = 4, 8, 0.6
 
 
-def _windows() -> np.ndarray:
-    """[W, 5] flat points of every five-in-a-row window on the board."""
-    out = []
-    for y in range(SIZE):
-        for x in range(SIZE):
-            for dx, dy in DIRECTIONS:
-                if 0 <= x + 4 * dx < SIZE and 0 <= y + 4 * dy < SIZE:
-                    out.append([(y + k * dy) * SIZE + x + k * dx for k in range(5)])
-    return np.array(out, dtype=np.intp)
-
-
-WINDOWS = _windows()
+WINDOWS = five_windows(SIZE)  # [W, 5] flat points of every five-in-a-row window
 WINDOW_CELLS = WINDOWS.reshape(-1)
 POINT_WINDOWS = [WINDOWS[(WINDOWS == p).any(axis=1)] for p in range(SIZE * SIZE)]  # noqa: SIM300
 _ys, _xs = np.divmod(np.arange(SIZE * SIZE), SIZE)

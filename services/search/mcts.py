@@ -51,13 +51,13 @@ from typing import Protocol
 import numpy as np
 
 from services.games.gomoku import (
-    BLACK,
     EMPTY,
-    WHITE,
+    FOUR_SUM,
     GomokuState,
     five_windows,
     makes_five,
     opponent,
+    window_sums,
 )
 from services.search.go_position import GoPosition
 
@@ -164,16 +164,6 @@ def leaf_values(values: np.ndarray | None, n: int) -> np.ndarray:
     return np.where(finite, 0.0 - np.clip(np.where(finite, v, 0.0), -1.0, 1.0), 0.0)
 
 
-# Cell codes whose sum over a 5-cell window identifies "four stones of one colour and one empty
-# cell": 4 * 1 = 4 for black, 4 * 6 = 24 for white (no other mix of 5 cells sums to 4 or 24).
-_CODES = np.array([0, 1, 6], dtype=np.int16)  # EMPTY, BLACK, WHITE
-_FOUR_SUM = {BLACK: 4, WHITE: 24}
-
-
-def _window_sums(state: GomokuState) -> np.ndarray:
-    return _CODES[state.board.reshape(-1)][five_windows(state.size)].sum(axis=1)
-
-
 def winning_points(state: GomokuState, color: int, sums: np.ndarray | None = None) -> list[int]:
     """Empty points where `color` makes five at once, ascending.
 
@@ -183,8 +173,8 @@ def winning_points(state: GomokuState, color: int, sums: np.ndarray | None = Non
     board's window sums, when the caller has them already.
     """
     if sums is None:
-        sums = _window_sums(state)
-    hit = sums == _FOUR_SUM[color]
+        sums = window_sums(state.board)
+    hit = sums == FOUR_SUM[color]
     if not hit.any():
         return []
     windows = five_windows(state.size)[hit]
@@ -273,7 +263,7 @@ class Node:
         if not legal.any():  # full board (or, under renju, only forbidden points): a draw
             self.terminal, self.value = True, 0.0
             return False
-        sums = _window_sums(s)
+        sums = window_sums(s.board)
         wins = [p for p in winning_points(s, s.to_move, sums) if legal[p]]
         if wins:  # proven win for the side to move: only winning points matter
             self.value, self.proven = -1.0, True
