@@ -46,9 +46,16 @@ FIVE_SUM = {BLACK: 5, WHITE: 30}
 FOUR_SUM = {BLACK: 4, WHITE: 24}
 
 
+@functools.cache
+def _five_windows_by_cell(size: int) -> np.ndarray:
+    """`five_windows(size)` transposed, [5, n] contiguous: summing over its first axis is
+    vectorised across windows (about 2.5x faster than over the last axis of [n, 5])."""
+    return np.ascontiguousarray(five_windows(size).T)
+
+
 def window_sums(board: np.ndarray) -> np.ndarray:
     """`WINDOW_CODES` summed over each window of `five_windows` of a square int8 board."""
-    return WINDOW_CODES[board.reshape(-1)][five_windows(board.shape[-1])].sum(axis=1)
+    return WINDOW_CODES[board.reshape(-1)][_five_windows_by_cell(board.shape[-1])].sum(axis=0)
 
 
 def has_five(board: np.ndarray) -> bool:

@@ -28,7 +28,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 import numpy as np
@@ -246,30 +246,25 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
     def _predict(self, request: search_pb2.PredictRequest) -> search_pb2.PredictResponse:
         states, k, batched = validation.predict_batch(request)
         batcher = self.batcher_for(states[0], "positions[0]" if batched else "position")
-        boards = np.stack([mcts.network_input(s) for s in states]).astype(np.int8)
+        boards = np.stack([mcts.network_input(s) for s in states]).astype(np.int8, copy=False)
         out = batcher.infer(boards)  # one Triton call: the batcher never splits a request
         logits = np.asarray(out.logits, dtype=np.float32)
         points = mcts.policy_size(states[0])
         if logits.shape != (len(states), points):
             raise mcts.EvaluatorError(f"evaluator returned logits of shape {logits.shape}")
         values = predict_values(getattr(out, "values", None), len(states))
-        results = [
-            position_policy(s, row, k, v)
-            for s, row, v in zip(states, logits, values, strict=True)
-        ]
-        response = search_pb2.PredictResponse(
+        fields = [position_policy(s, row, k) for s, row in zip(states, logits, strict=True)]
+        # `position` is answered twice: in the top-level fields and as results[0]
+        alone = {} if batched else {**fields[0], "value": values[0]}
+        return search_pb2.PredictResponse(
             model_name=str(out.model_name),
             model_version=str(out.model_version),
-            results=results,
+            results=[
+                search_pb2.PositionPolicy(**f, value=v)
+                for f, v in zip(fields, values, strict=True)
+            ],
+            **alone,
         )
-        if not batched:
-            first = results[0]
-            response.policy.extend(first.policy)
-            response.top_moves.extend(first.top_moves)
-            response.to_move = first.to_move
-            if first.HasField("value"):
-                response.value = first.value
-        return response
 
     # ------------------------------------------------------------------ GenMove
     def _genmove(
@@ -332,16 +327,14 @@ def predict_values(values: np.ndarray | None, n: int) -> list[float | None]:
     return [float(x) if np.isfinite(x) else None for x in rows.astype(np.float32, copy=False)]
 
 
-def position_policy(
-    state: State, logits: np.ndarray, k: int, value: float | None = None
-) -> search_pb2.PositionPolicy:
-    """Masked policy and top moves of one position, and the network's value for the side to
-    move when there is one (`value` left unset otherwise)."""
+def position_policy(state: State, logits: np.ndarray, k: int) -> dict[str, Any]:
+    """The masked policy, top moves and side to move of one position, as the fields of a
+    `PositionPolicy` (which a single-position `PredictResponse` repeats at its top level)."""
     legal = state.legal_mask()
     policy = mcts.masked_softmax(logits, legal)
-    return search_pb2.PositionPolicy(
-        policy=policy.astype(np.float32).tolist(),
-        top_moves=[
+    return {
+        "policy": policy.astype(np.float32).tolist(),
+        "top_moves": [
             search_pb2.MoveProbability(
                 point=move_point(p, state),
                 name=move_name(p, state),
@@ -349,9 +342,8 @@ def position_policy(
             )
             for p in top_moves(policy, legal, k)
         ],
-        to_move=_color(state.to_move),
-        value=value,
-    )
+        "to_move": _color(state.to_move),
+    }
 
 
 def move_candidates(children: tuple[mcts.ChildStats, ...], state: State) -> list:

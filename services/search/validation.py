@@ -52,7 +52,7 @@ from services.games.gomoku import (
     GomokuState,
     IllegalMove,
     Rule,
-    five_windows,
+    has_five,
     makes_five,
 )
 from services.search.go_position import (
@@ -193,19 +193,9 @@ def position_to_state(position: search_pb2.Position, field: str = "position") ->
                 f"{field}.{name}", f"at most {points} points on a {size}x{size} board, got {n}"
             )
 
-    empty = GomokuState(size=size, rule=rule)
-    black = _place(empty, position.setup_black, f"{field}.setup_black")
-    probe = GomokuState(size=size, rule=rule)
-    probe.board.flat[black] = BLACK
-    white = _place(probe, position.setup_white, f"{field}.setup_white")
-    probe.board.flat[white] = WHITE
-    for color, stones, name in ((BLACK, black, "setup_black"), (WHITE, white, "setup_white")):
-        for p in stones:
-            if makes_five(probe.board, p % size, p // size, color, rule):
-                raise InvalidRequest(f"{field}.{name}", "the setup stones already make five")
-
+    setup, black, white = _setup_stones(position, size, rule, field)
     if rule is not Rule.RENJU:  # no forbidden points: the moves can be placed without `play`
-        fast = _placed_without_five(probe.board, position.moves, size, rule)
+        fast = _placed_without_five(setup, position.moves, size, rule)
         if fast is not None:
             return fast
     state = GomokuState.from_moves(
@@ -230,6 +220,25 @@ def position_to_state(position: search_pb2.Position, field: str = "position") ->
     return state
 
 
+def _setup_stones(
+    position: search_pb2.Position, size: int, rule: Rule, field: str
+) -> tuple[np.ndarray, list[int], list[int]]:
+    """The board of the set-up stones, validated (on the board, on empty points, no five),
+    and their flat indices (black, white)."""
+    if not position.setup_black and not position.setup_white:  # the usual request
+        return np.zeros((size, size), np.int8), [], []
+    probe = GomokuState(size=size, rule=rule)
+    black = _place(probe, position.setup_black, f"{field}.setup_black")
+    probe.board.flat[black] = BLACK
+    white = _place(probe, position.setup_white, f"{field}.setup_white")
+    probe.board.flat[white] = WHITE
+    for color, stones, name in ((BLACK, black, "setup_black"), (WHITE, white, "setup_white")):
+        for p in stones:
+            if makes_five(probe.board, p % size, p // size, color, rule):
+                raise InvalidRequest(f"{field}.{name}", "the setup stones already make five")
+    return probe.board, black, white
+
+
 def _placed_without_five(
     setup: np.ndarray, moves: Iterable[search_pb2.Point], size: int, rule: Rule
 ) -> GomokuState | None:
@@ -251,8 +260,7 @@ def _placed_without_five(
         flat[index] = color
         played.append(index)
         color = WHITE if color == BLACK else BLACK
-    cells = flat[five_windows(size)]
-    if (cells == BLACK).all(axis=1).any() or (cells == WHITE).all(axis=1).any():
+    if has_five(board):
         return None
     return GomokuState(size=size, rule=rule, board=board, moves=tuple(played), winner=EMPTY)
 
@@ -350,9 +358,9 @@ def require_playable(state: State, field: str = "position") -> None:
         return  # a pass is always legal
     if state.winner != EMPTY:
         raise InvalidRequest(field, f"the game is over ({_COLOR_NAMES[state.winner]} made five)")
-    if not (state.board == EMPTY).any():
-        raise InvalidRequest(field, "the game is over (the board is full)")
     if not state.legal_mask().any():
+        if not (state.board == EMPTY).any():
+            raise InvalidRequest(field, "the game is over (the board is full)")
         raise InvalidRequest(field, f"{_COLOR_NAMES[state.to_move]} has no legal move")
 
 
