@@ -271,3 +271,53 @@ def test_concurrent_searches_match_sequential_ones_with_fewer_calls(make_batcher
     assert sum(inner.calls) == sum(sequential.calls)  # the same boards...
     assert len(inner.calls) < len(sequential.calls)  # ...in fewer calls
     assert max(inner.calls) > 8
+
+
+class ThreadRecorder(BoardEvaluator):
+    """Also records which thread made each call."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        super().__init__(delay_s)
+        self.threads: list[str] = []
+
+    def infer(self, boards: np.ndarray) -> Out:
+        with self.lock:
+            self.threads.append(threading.current_thread().name)
+        return super().infer(boards)
+
+
+def test_a_lone_request_is_sent_from_the_callers_thread(make_batcher) -> None:
+    """Nothing could join it, so the worker's two hand-overs are skipped; its answer and the
+    call count are as through the worker."""
+    inner = ThreadRecorder()
+    batcher = make_batcher(inner)
+    boards = boards_for(5, 3)
+    out = batcher.infer(boards)
+    np.testing.assert_array_equal(out.logits, board_logits(boards))
+    assert inner.threads == [threading.current_thread().name] and batcher.calls == 1
+    inner.fail = TritonUnavailableError("down")
+    with pytest.raises(TritonUnavailableError, match="down"):
+        batcher.infer(boards)
+    assert batcher.calls == 2 and batcher.last_model == ("fake", "3")
+
+
+def test_requests_go_through_the_worker_while_a_search_runs_or_a_call_is_in_flight(
+    make_batcher,
+) -> None:
+    inner = ThreadRecorder(delay_s=0.2)
+    batcher = make_batcher(inner, window_s=0.05)
+    with batcher.participant():  # a search is running: its next batch may join
+        batcher.infer(boards_for(1, 2))
+    assert inner.threads == ["movepred-batcher"]
+    # a lone request is in flight (from its caller's thread); the ones arriving meanwhile go
+    # to the worker, which merges those that wait while its own call is in flight
+    with ThreadPoolExecutor(4) as pool:
+        first = pool.submit(batcher.infer, boards_for(2, 1))
+        time.sleep(0.05)
+        rest = [pool.submit(batcher.infer, boards_for(3 + i, 1)) for i in range(3)]
+        outs = [f.result() for f in [first, *rest]]
+    for i, out in enumerate(outs):
+        np.testing.assert_array_equal(out.logits, board_logits(boards_for(2 + i, 1)))
+    assert inner.threads[1].startswith("ThreadPoolExecutor") and inner.calls[1] == 1
+    assert set(inner.threads[2:]) == {"movepred-batcher"}
+    assert sum(inner.calls[2:]) == 3 and len(inner.calls[2:]) <= 2
