@@ -124,19 +124,28 @@ def config_file(repository: Path, model_name: str) -> Path | None:
     return None
 
 
-def config_io(config: Path) -> tuple[tuple[int, ...], int] | None:
-    """(input dims of one board, logits per board) parsed from a config.pbtxt (see
-    `model_io`); None when the file cannot be read or parsed as a ModelConfig."""
+def parse_config(config: Path) -> Any:
+    """A config.pbtxt as a ``ModelConfig`` protobuf (tritonclient's); ValueError naming the
+    file when it cannot be read or parsed."""
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2
 
+    try:
+        return text_format.Parse(config.read_text(), model_config_pb2.ModelConfig())
+    except (OSError, text_format.ParseError) as exc:
+        raise ValueError(f"cannot read the model config {config}: {exc}") from exc
+
+
+def config_io(config: Path) -> tuple[tuple[int, ...], int] | None:
+    """(input dims of one board, logits per board) parsed from a config.pbtxt (see
+    `model_io`); None when the file cannot be read or parsed as a ModelConfig."""
     from services.triton.client import OUTPUT_NAME
 
     try:
-        parsed = text_format.Parse(config.read_text(), model_config_pb2.ModelConfig())
+        parsed = parse_config(config)
         logits = next((o for o in parsed.output if o.name == OUTPUT_NAME), parsed.output[0])
         return tuple(int(d) for d in parsed.input[0].dims), int(logits.dims[-1])
-    except (text_format.ParseError, IndexError, OSError):
+    except (ValueError, IndexError):
         return None
 
 

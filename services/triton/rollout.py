@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from services.triton.client import PolicyClient, TritonError
-from services.triton.publisher import DEFAULT_MODEL_NAME, list_versions
+from services.triton.publisher import DEFAULT_MODEL_NAME, list_versions, parse_config
 
 BOARD_SIZE = 15
 CANDIDATE_SUFFIX = "__candidate"
@@ -167,16 +167,7 @@ def checks_markdown(checks: list[SmokeCheck]) -> str:
 
 def read_model_config(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> Any:
     """The on-disk ``config.pbtxt`` as a ``ModelConfig`` protobuf."""
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2
-
-    path = Path(repository) / model_name / "config.pbtxt"
-    config = model_config_pb2.ModelConfig()
-    try:
-        text_format.Parse(path.read_text(), config)
-    except (OSError, text_format.ParseError) as exc:
-        raise ValueError(f"cannot read the model config {path}: {exc}") from exc
-    return config
+    return parse_config(Path(repository) / model_name / "config.pbtxt")
 
 
 def config_json(config: Any, versions: list[int], name: str | None = None) -> str:
