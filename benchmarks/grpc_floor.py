@@ -3,9 +3,10 @@
 
     .venv/bin/python benchmarks/grpc_floor.py --port P --response FILE [--max-workers 16]
 
-It is built like the search service's server (a sync `grpc.server` on a thread pool of the
-same size, the same process-per-service layout), so a `SearchClient` pointed at it measures
-what the client -> Python server -> client trip alone costs. The search service's Predict is
+It is built like the search service's server (a sync `grpc.server` on a thread pool, of the
+search server's size when started by `benchmarks/serving.py`; its own process), so a
+`SearchClient` pointed at it measures what the client -> Python server -> client trip alone
+costs. The search service's Predict is
 that trip plus its Triton call: `(direct + floor) / direct` is the best latency ratio against
 calling Triton directly that any Python gRPC front end could reach on the machine, and the
 floor's throughput is the most a single such process answers.
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--response", type=Path, required=True,
                         help="serialized PredictResponse to answer every call with")
-    parser.add_argument("--max-workers", type=int, default=16)
+    parser.add_argument("--max-workers", type=int, default=64)
     args = parser.parse_args(argv)
     server = build(args.port, args.response.read_bytes(), args.max_workers)
     server.start()

@@ -8,7 +8,7 @@ several client concurrencies, and GenMove playouts/s for concurrent searches.
         [--service-arg=--max-workers=32]
 
 The model is freshly initialised (latency does not depend on the weights). The search service
-runs in its own process (`python -m services.search.server`, its default settings: 16 RPC
+runs in its own process (`python -m services.search.server`, its default settings: 64 RPC
 worker threads, cross-request batcher); Triton in its own. For each concurrency C, C client
 threads of this process each hold their own channel (a `PolicyClient` for the direct calls, a
 `SearchClient` for the service) and send requests back to back until the level's request count

@@ -54,7 +54,11 @@ SERVICE_NAME = search_pb2.DESCRIPTOR.services_by_name["SearchService"].full_name
 DEFAULT_PORT = 50051
 DEFAULT_TRITON_URL = "127.0.0.1:8001"
 DEFAULT_GO_MODEL = "go_policy"
-DEFAULT_MAX_WORKERS = 16
+# RPC threads. A Predict holds its thread while it waits for its Triton batch, so this also caps
+# how many concurrent Predicts one process can merge into a batch: with 16, 64 concurrent
+# Predicts of the paper's network travelled in batches of <= 16 and cost 1.7x a direct call on
+# the 2-core CPU; with 64, 1.4x (docs/benchmarks.md, fifth session; no change for a small model).
+DEFAULT_MAX_WORKERS = 64
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20  # a full 256-position Predict batch is ~0.4 MiB
 SHUTDOWN_GRACE_S = 5.0
 MIN_UPTIME_S = 5.0  # a child that dies sooner is a start-up failure: stop instead of restarting
