@@ -59,7 +59,8 @@ genmove: setup    ## make genmove MOVES="h8 h9 i8" VISITS=400
 	$(PY) -m services.cli genmove --target $(SEARCH) --visits $(or $(VISITS),400) $(MOVES)
 
 bench: setup      ## benchmarks; figures go into docs/benchmarks.md by hand, with the machine
-	$(PY) benchmarks/serving.py
+	$(PY) benchmarks/serving.py --triton-env OMP_WAIT_POLICY=PASSIVE
+	$(PY) benchmarks/serving.py --model shao_f128_n4 --genmove-concurrency= --triton-env OMP_WAIT_POLICY=PASSIVE
 
 clean:
 	rm -rf runs artifacts .triton .pytest_cache
