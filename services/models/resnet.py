@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from services.games import go_features
+from services.models.shao import BoardPolicy
 
 
 class ResidualBlock(nn.Module):
@@ -57,19 +58,11 @@ class ResidualPolicyNet(nn.Module):
         return self.policy(self.features(planes))
 
 
-class GoPolicy(nn.Module):
-    """Compact Go inputs int8 [N, 4, S, S] -> logits [N, S*S + 1] (last = pass).
-
-    The argument is named `boards`, as in the Gomoku policies: the stock PyTorch backend of
-    Triton binds inputs by the forward argument's name (deploy/triton-stock)."""
-
-    def __init__(self, net: nn.Module) -> None:
-        super().__init__()
-        self.net = net
+class GoPolicy(BoardPolicy):
+    """Compact Go inputs int8 [N, 4, S, S] -> logits [N, S*S + 1] (last = pass): the served
+    form of a Go network, as `BoardPolicy` is of a Gomoku one (the same `forward(boards)`: the
+    stock PyTorch backend of Triton binds inputs by the forward argument's name)."""
 
     def encode(self, boards: torch.Tensor) -> torch.Tensor:
         return go_features.planes_torch(boards)
-
-    def forward(self, boards: torch.Tensor) -> torch.Tensor:
-        return self.net(self.encode(boards))
 

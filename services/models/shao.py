@@ -52,7 +52,7 @@ class BoardPolicy(nn.Module):
     """Wraps a network so it takes compact int8 boards [N, H, W] and returns logits [N, H*W].
 
     This is the exported, served form: callers ship int8 cells and the one-hot expansion
-    happens on the model's device.
+    happens on the model's device. Other games override `encode` (`resnet.GoPolicy`).
     """
 
     def __init__(self, net: nn.Module) -> None:
