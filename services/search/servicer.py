@@ -255,7 +255,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         values = predict_values(getattr(out, "values", None), len(states))
         fields = [position_policy(s, row, k) for s, row in zip(states, logits, strict=True)]
         # `position` is answered twice: in the top-level fields and as results[0]
-        alone = {} if batched else {**fields[0], "value": values[0]}
+        single = {} if batched else {**fields[0], "value": values[0]}
         return search_pb2.PredictResponse(
             model_name=str(out.model_name),
             model_version=str(out.model_version),
@@ -263,7 +263,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
                 search_pb2.PositionPolicy(**f, value=v)
                 for f, v in zip(fields, values, strict=True)
             ],
-            **alone,
+            **single,
         )
 
     # ------------------------------------------------------------------ GenMove
