@@ -17,9 +17,10 @@ thread first sends `--warmup` untimed requests. Direct and service runs alternat
 Figures: latency p50/p99 in ms, throughput in requests/s (completed timed requests over the
 wall time of the timed part), the ratios service/direct, and the CPU seconds each process
 (this load generator, the search service, Triton with its python-backend stub) used in the
-level, plus the cores used by every other process of the machine (from /proc/stat): on a small
-machine the load generator competes for the same cores, and so do other jobs; a level whose
-"other processes" figure is not near 0 was measured under outside load.
+level, plus the cores used by every other process of the machine and the hypervisor's steal
+(from /proc/stat): on a small machine the load generator competes for the same cores, and so
+do other jobs; a level whose "other processes" figure is not near 0 was measured under outside
+load. (On a VM, steal is high where the cores idle between short requests, as at C = 1.)
 
 `--triton-env KEY=VALUE` sets extra environment for the Triton process only, e.g.
 `OMP_WAIT_POLICY=PASSIVE`: by default the stub's OpenMP threads (torch on CPU) spin-wait after
@@ -128,20 +129,23 @@ def tree_cpu_seconds(root_pid: int, descendants: bool = True) -> float:
     return total
 
 
-def machine_busy_seconds() -> float:
-    """CPU seconds all processes of the machine have used since boot (/proc/stat)."""
+def machine_seconds() -> tuple[float, float]:
+    """(busy, steal): CPU seconds the machine's processes and interrupts have used since boot,
+    and the seconds a virtual machine's hypervisor gave to others while this one wanted to run
+    (/proc/stat; on a VM, levels with many short idle gaps show several tenths of a core)."""
     with open("/proc/stat") as f:
         values = [int(x) for x in f.readline().split()[1:]]
     idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+    steal = values[7] if len(values) > 7 else 0
     guest = sum(values[8:10])  # already counted in user and nice
-    return (sum(values) - guest - idle) / _TICK
+    return (sum(values) - guest - idle - steal) / _TICK, steal / _TICK
 
 
 def cpu_by_process(pids: dict[str, int]) -> dict[str, float]:
     """CPU seconds per named process tree ("bench", this process and the parent of the others,
-    counts alone), plus "machine": every process on the machine."""
+    counts alone), plus "machine": every process on the machine, and "steal" (`machine_seconds`)."""
     out = {name: tree_cpu_seconds(pid, descendants=name != "bench") for name, pid in pids.items()}
-    out["machine"] = machine_busy_seconds()
+    out["machine"], out["steal"] = machine_seconds()
     return out
 
 
@@ -347,11 +351,12 @@ def _ints(text: str) -> list[int]:
 
 
 def _cpu_text(cpu: dict[str, float], wall: float) -> str:
-    ours = {name: s for name, s in cpu.items() if name != "machine"}
+    ours = {name: s for name, s in cpu.items() if name not in ("machine", "steal")}
     others = max(0.0, cpu["machine"] - sum(ours.values()))
     parts = [f"{name} {s:.2f}" for name, s in ours.items()]
     return (f"cpu s: {', '.join(parts)} (= {sum(ours.values()) / wall:.2f} cores); "
-            f"other processes {others / wall:.2f} cores")
+            f"other processes {others / wall:.2f} cores, hypervisor steal "
+            f"{cpu['steal'] / wall:.2f} cores")
 
 
 def main(argv: list[str] | None = None) -> None:
