@@ -435,38 +435,38 @@ def main(argv: list[str] | None = None) -> None:
             # The service runs in its own process, as deployed: sharing this process's GIL with
             # the load generator would charge the client's work to the service.
             ports = [free_port() for _ in range(args.services)]
-            servers = services = [subprocess.Popen(
+            services = [subprocess.Popen(
                 [sys.executable, "-m", "services.search.server", "--port", str(port),
                  "--triton-url", triton.grpc_url, *args.service_arg],
                 cwd=ROOT, stdout=subprocess.DEVNULL) for port in ports]
             targets = [f"127.0.0.1:{port}" for port in ports]
             target = targets[0]
+            servers = list(services)  # stopped at the end, with the floor when there is one
             try:
                 for t_ in targets:
                     wait_for_health(t_)
                 assert triton.pid is not None
                 pids = {"bench": os.getpid(), "triton": triton.pid,
                         **{f"service{i or ''}": s.pid for i, s in enumerate(services)}}
-                if args.floor:
+                measure_floor = args.floor and bool(args.concurrency)
+                if measure_floor:
                     floor = start_floor(target, Path(tmp))
-                    servers = [*services, floor.process]
+                    servers.append(floor.process)
                     pids["floor"] = floor.process.pid
 
                 def direct_call():
                     client = PolicyClient(triton.grpc_url)
                     return (lambda: client.infer(board)), client.close
 
-                def service_call():
-                    client = SearchClient(target)
-                    return (lambda: client.predict(PREDICT_MOVES)), client.close
+                def predict_call(address: str):
+                    def make():
+                        client = SearchClient(address)
+                        return (lambda: client.predict(PREDICT_MOVES)), client.close
+                    return make
 
-                def floor_call():
-                    client = SearchClient(floor.target)
-                    return (lambda: client.predict(PREDICT_MOVES)), client.close
-
-                makes = {"direct": direct_call, "service": service_call}
-                if args.floor:
-                    makes["floor"] = floor_call
+                makes = {"direct": direct_call, "service": predict_call(target)}
+                if measure_floor:
+                    makes["floor"] = predict_call(floor.target)
                 for c in args.concurrency:
                     together = c <= args.interleave_up_to
                     groups = [list(makes)] if together else [[name] for name in makes]
@@ -507,7 +507,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{c:>3} | {d50:10.2f} {d99:8.2f} {d.throughput:7.0f} | {s50:11.2f} {s99:8.2f} "
               f"{s.throughput:7.0f} | {s50 / d50:8.2f}x {s99 / d99:5.2f}x "
               f"{s.throughput / d.throughput:5.2f}x" + ("  (interleaved)" if together else ""))
-    if args.floor:
+    if args.floor and rows:
         print("Python gRPC floor (benchmarks/grpc_floor.py: the Predict trip with no work behind "
               "it); bound = (direct p50 + floor p50) / direct p50, the best ratio p50 a Python "
               "front end could reach where requests do not overlap (C = 1)")
