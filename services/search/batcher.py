@@ -17,8 +17,8 @@ search registered, nothing waiting, no call in flight) is sent from its caller's
 spares it the two thread hand-overs (~0.2 ms of a Predict on the 2-core machine). A request
 is never split, so the positions of one Predict always travel in one Triton call; requests
 are merged only while the total stays within `max_boards` (one larger than that travels
-alone). The network's values (`values`, float32 [N],
-when the evaluator's answer has them) are split per caller like the logits.
+alone). The network's values (`values`, float32 [N], when the evaluator's answer has them) are
+split per caller like the logits.
 """
 
 from __future__ import annotations
