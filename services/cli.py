@@ -9,6 +9,11 @@ all in one dict and dispatches; add a registrar to `REGISTRARS` to add commands.
     movepred genmove --visits 400 h8 h9 i8
     movepred analyze --visits 2000 --every 200 h8 h9 i8            (streams; Ctrl-C stops it)
     movepred gtp --target 127.0.0.1:50051 --visits 200             (a Go engine on stdin/out)
+
+Every client of the search service takes the same security options
+(`services.search.auth.add_client_arguments`): --tls-ca / --tls (TLS), --tls-client-cert and
+--tls-client-key (mutual TLS), --token-file or --token-env (bearer token; $MOVEPRED_TOKEN when
+set), --wait-for-ready.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import grpc
 from rich.console import Console
@@ -26,6 +32,7 @@ from services.games.coords import CoordinateError, parse_point
 from services.games.gomoku import DEFAULT_SIZE, GomokuState, IllegalMove, Rule
 from services.protocols.gtp import add_gtp_command
 from services.protocols.sgf_export import add_play_command
+from services.search import auth
 from services.triton.cli import add_rollout_commands
 
 Handler = Callable[[argparse.Namespace], int]
@@ -45,6 +52,17 @@ def _add_position_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default=DEFAULT_TARGET, help="search service host:port")
     p.add_argument("--rule", choices=[r.value for r in Rule], default=Rule.FREESTYLE.value)
     p.add_argument("moves", nargs="*", help="moves in order, black first, e.g. h8 h9 i8")
+    auth.add_client_arguments(p)
+
+
+def _client_factory(console: Console, args: argparse.Namespace) -> Callable[[], Any] | None:
+    """What makes the search client from the target and security options; None (after
+    printing why) when those options cannot be used."""
+    try:
+        return auth.search_client_factory(args)
+    except auth.AuthConfigError as exc:
+        console.print(f"error: {exc}")
+        return None
 
 
 def _show_position(console: Console, moves: Sequence[str], rule: str) -> bool:
@@ -81,9 +99,10 @@ def _policy_table(top_moves: Sequence) -> Table:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from services.search.client import SearchClient
-
     console = _console()
+    make_client = _client_factory(console, args)
+    if make_client is None:
+        return EXIT_USAGE
     extra = [p.split() for p in (args.position or [])]
     if extra:  # several positions: one request, answered by one inference call
         games = ([args.moves] if args.moves else []) + extra
@@ -92,7 +111,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
             if not _show_position(console, moves, args.rule):
                 return EXIT_USAGE
         try:
-            with SearchClient(args.target) as client:
+            with make_client() as client:
                 r = client.predict_many(games, rule=args.rule, top_k=args.top_k,
                                         timeout=args.timeout)
         except grpc.RpcError as exc:
@@ -108,7 +127,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if not _show_position(console, args.moves, args.rule):
         return EXIT_USAGE
     try:
-        with SearchClient(args.target) as client:
+        with make_client() as client:
             r = client.predict(args.moves, rule=args.rule, top_k=args.top_k, timeout=args.timeout)
     except grpc.RpcError as exc:
         return _rpc_error(console, exc)
@@ -134,13 +153,14 @@ def _candidates_table(candidates: Sequence, title: str | None = None) -> Table:
 
 
 def cmd_genmove(args: argparse.Namespace) -> int:
-    from services.search.client import SearchClient
-
     console = _console()
+    make_client = _client_factory(console, args)
+    if make_client is None:
+        return EXIT_USAGE
     if not _show_position(console, args.moves, args.rule):
         return EXIT_USAGE
     try:
-        with SearchClient(args.target) as client:
+        with make_client() as client:
             r = client.genmove(
                 args.moves,
                 rule=args.rule,
@@ -170,12 +190,13 @@ def cmd_genmove(args: argparse.Namespace) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from services.search.client import SearchClient
-
     console = _console()
+    make_client = _client_factory(console, args)
+    if make_client is None:
+        return EXIT_USAGE
     if not _show_position(console, args.moves, args.rule):
         return EXIT_USAGE
-    with SearchClient(args.target) as client:
+    with make_client() as client:
         call = client.analyze(
             args.moves,
             rule=args.rule,

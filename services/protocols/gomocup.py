@@ -1,6 +1,9 @@
 """A Gomocup / Piskvork protocol brain whose moves come from the movepred search service.
 
     python -m services.protocols.gomocup --target 127.0.0.1:50051 [--visits 400] [--debug]
+    python -m services.protocols.gomocup --target HOST:50051 --tls-ca ca.pem --token-file token
+
+The TLS and token options are those of every client (`services.search.auth`).
 
 The manager writes commands to stdin, one a line; the brain answers on stdout, one flushed line
 per answer (protocol: https://plastovicka.github.io/protocl2en.htm). Supported:
@@ -62,6 +65,7 @@ import grpc
 from services.games.coords import index_name
 from services.games.gomoku import BLACK, DEFAULT_SIZE, WHITE, GomokuState, Rule
 from services.protocols.frontend import SearchClientOwner, serve_lines
+from services.search import auth
 
 SIZE = DEFAULT_SIZE
 NAME = "movepred"
@@ -509,13 +513,22 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--debug", action="store_true", help="send a DEBUG line before each move")
     p.add_argument("--sgf-dir", type=Path, default=None, help="write every game here as SGF")
+    auth.add_client_arguments(p)
     return p.parse_args(argv)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None,
+         stdout: TextIO | None = None) -> int:
+    """Run the brain on `stdin`/`stdout` (the process's by default)."""
     args = _parse_args(argv)
-    brain = Brain(args.target, visits=args.visits, debug=args.debug, sgf_dir=args.sgf_dir)
-    return serve(brain, sys.stdin, sys.stdout)
+    try:
+        factory = auth.search_client_factory(args)
+    except auth.AuthConfigError as exc:  # stdout belongs to the protocol
+        print(f"movepred gomocup: error: {exc}", file=sys.stderr)
+        return 2
+    brain = Brain(args.target, visits=args.visits, debug=args.debug, sgf_dir=args.sgf_dir,
+                  client_factory=factory)
+    return serve(brain, stdin or sys.stdin, stdout or sys.stdout)
 
 
 if __name__ == "__main__":

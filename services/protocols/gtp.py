@@ -2,6 +2,9 @@
 
     python -m services.protocols.gtp --target 127.0.0.1:50051 [--visits 200]
     movepred gtp --target 127.0.0.1:50051 --visits 200
+    movepred gtp --target search.example:50051 --tls-ca ca.pem --token-file token
+
+The TLS and token options are those of every client (`services.search.auth`).
 
 The controller writes commands to stdin, one a line; every answer is ``= result`` or
 ``? error`` followed by an empty line, with the command's id when it had one
@@ -47,6 +50,7 @@ import grpc
 from services.api.movepred.v1 import search_pb2
 from services.games.go import BLACK, WHITE, GoState, IllegalMove, opponent, sgf_name
 from services.protocols.frontend import SearchClientOwner, serve_lines
+from services.search import auth
 from services.search.go_position import (
     DEFAULT_KOMI,
     GO_SIZE,
@@ -381,11 +385,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-ms", type=int, default=0, help="time per genmove (0: by visits)")
     p.add_argument("--timeout", type=float, default=None,
                    help="seconds per GenMove call (default: time budget + 10 s, or 300 s)")
+    auth.add_client_arguments(p)
+
+
+def engine_from(args: argparse.Namespace) -> GtpEngine:
+    """The engine the options of `add_arguments` describe (AuthConfigError for unusable
+    security options)."""
+    return GtpEngine(args.target, visits=args.visits, time_ms=args.time_ms,
+                     timeout_s=args.timeout, client_factory=auth.search_client_factory(args))
 
 
 def cmd_gtp(args: argparse.Namespace) -> int:
-    engine = GtpEngine(args.target, visits=args.visits, time_ms=args.time_ms,
-                       timeout_s=args.timeout)
+    try:
+        engine = engine_from(args)
+    except auth.AuthConfigError as exc:  # stdout belongs to the protocol
+        print(f"movepred gtp: error: {exc}", file=sys.stderr)
+        return 2
     return serve(engine, sys.stdin, sys.stdout)
 
 

@@ -219,7 +219,7 @@ def play_game(
 def cmd_play(args: argparse.Namespace) -> int:
     import grpc
 
-    from services.search.client import SearchClient
+    from services.search import auth
 
     if args.visits < 0 or args.time_ms < 0 or args.max_moves < 1:
         print("error: --visits and --time-ms must be >= 0 and --max-moves >= 1")
@@ -232,7 +232,12 @@ def cmd_play(args: argparse.Namespace) -> int:
             print(f"{index + 1:>3}. {color} {r.name} ({r.visits}/{r.total_visits} visits)")
 
     try:
-        with SearchClient(args.target) as client:
+        make_client = auth.search_client_factory(args)
+    except auth.AuthConfigError as exc:
+        print(f"error: {exc}")
+        return 2
+    try:
+        with make_client() as client:
             game = play_game(
                 client,
                 rule=rule,
@@ -258,7 +263,10 @@ def add_play_command(subparsers: Any) -> dict[str, Callable[[argparse.Namespace]
         help="the search service plays itself; the game is written as SGF",
         epilog="With --visits 0 and --time-ms 0 the server searches 200 visits per move.",
     )
+    from services.search.auth import add_client_arguments
+
     p.add_argument("--target", default="127.0.0.1:50051", help="search service host:port")
+    add_client_arguments(p)  # TLS, token: the same options as every client
     p.add_argument("--rule", choices=[r.value for r in Rule], default=Rule.FREESTYLE.value)
     p.add_argument(
         "--visits", type=int, default=DEFAULT_PLAY_VISITS, help="visits per move (default 200)"

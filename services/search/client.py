@@ -7,17 +7,26 @@ builds one from GTP vertices such as "D4" and "pass"). Calls return the proto re
 raise `grpc.RpcError` for failures (e.g. INVALID_ARGUMENT, UNAVAILABLE, RESOURCE_EXHAUSTED).
 `analyze` returns the streaming call: iterate it for the reports, `cancel()` it to stop the
 search on the server.
+
+Security: `tls_ca` / `client_cert` / `client_key` (or `tls=True` for the system's CAs) connect
+with TLS, mutual with a client certificate; `token` is sent as ``authorization: Bearer``
+metadata on every call (`services.search.auth`). The channel reconnects at least every
+0.5 s while the server is away (`services.grpc_options`), so a client is back within a second
+of a restarted server listening; `wait_for_ready=True` makes calls wait (up to their timeout)
+for the connection instead of failing with UNAVAILABLE at once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
-import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.api.movepred.v1 import search_pb2, search_pb2_grpc
 from services.games.coords import parse_point
 from services.games.gomoku import DEFAULT_SIZE, Rule
+from services.search.auth import ClientAuth
 from services.search.go_position import DEFAULT_KOMI, GO_SIZE, parse_vertex
 
 MoveLike = str | tuple[int, int]
@@ -118,11 +127,48 @@ class SearchClient:
     one (its global subchannel pool), and a server running several processes on one port
     (`--processes`) can only spread load by connection."""
 
-    def __init__(self, target: str) -> None:
+    def __init__(
+        self,
+        target: str,
+        *,
+        tls: bool = False,
+        tls_ca: Path | str | None = None,
+        client_cert: Path | str | None = None,
+        client_key: Path | str | None = None,
+        token: str | None = None,
+        tls_server_name: str | None = None,
+        wait_for_ready: bool = False,
+        auth: ClientAuth | None = None,
+    ) -> None:
+        """`auth` (from `services.search.auth.client_auth_from`) replaces the separate TLS and
+        token arguments."""
+        if auth is None:
+            auth = ClientAuth(
+                tls=bool(tls or tls_ca or client_cert or client_key),
+                tls_ca=Path(tls_ca) if tls_ca else None,
+                client_cert=Path(client_cert) if client_cert else None,
+                client_key=Path(client_key) if client_key else None,
+                token=token,
+                server_name=tls_server_name,
+            )
         self.target = target
-        self._channel = grpc.insecure_channel(target,
-                                              options=[("grpc.use_local_subchannel_pool", 1)])
+        self.auth = auth
+        self.wait_for_ready = wait_for_ready
+        self._metadata = auth.metadata or None
+        self._channel = auth.channel(target, options=[("grpc.use_local_subchannel_pool", 1)])
         self._stub = search_pb2_grpc.SearchServiceStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
+
+    def _call_options(self, timeout: float | None) -> dict:
+        return {"timeout": timeout, "metadata": self._metadata,
+                "wait_for_ready": self.wait_for_ready or None}
+
+    def health(self, service: str = "", timeout: float | None = 2.0) -> str:
+        """The gRPC health status of `service` ("" the process, or "movepred.v1.SearchService"):
+        "SERVING", "NOT_SERVING"...; needs no token."""
+        response = self._health.Check(health_pb2.HealthCheckRequest(service=service),
+                                      timeout=timeout, wait_for_ready=self.wait_for_ready or None)
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
 
     def predict(
         self,
@@ -132,7 +178,7 @@ class SearchClient:
         timeout: float | None = DEFAULT_PREDICT_TIMEOUT_S,
     ) -> search_pb2.PredictResponse:
         request = search_pb2.PredictRequest(position=_as_position(moves, rule), top_k=top_k)
-        return self._stub.Predict(request, timeout=timeout)
+        return self._stub.Predict(request, **self._call_options(timeout))
 
     def predict_many(
         self,
@@ -145,7 +191,7 @@ class SearchClient:
         request = search_pb2.PredictRequest(
             positions=[_as_position(moves, rule) for moves in games], top_k=top_k
         )
-        return self._stub.Predict(request, timeout=timeout)
+        return self._stub.Predict(request, **self._call_options(timeout))
 
     def genmove(
         self,
@@ -168,7 +214,8 @@ class SearchClient:
             max_candidates=max_candidates,
             disable_tree_reuse=not reuse_tree,
         )
-        return self._stub.GenMove(request, timeout=_search_timeout(timeout, max_time_ms))
+        return self._stub.GenMove(request,
+                                  **self._call_options(_search_timeout(timeout, max_time_ms)))
 
     def analyze(
         self,
@@ -191,7 +238,8 @@ class SearchClient:
             max_candidates=max_candidates,
             disable_tree_reuse=not reuse_tree,
         )
-        return self._stub.Analyze(request, timeout=_search_timeout(timeout, max_time_ms))
+        return self._stub.Analyze(request,
+                                  **self._call_options(_search_timeout(timeout, max_time_ms)))
 
     def close(self) -> None:
         self._channel.close()

@@ -43,7 +43,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from services.api.movepred.v1 import search_pb2, search_pb2_grpc
-from services.search import mcts
+from services.search import auth, mcts
 from services.search.batcher import DEFAULT_MAX_BOARDS, DEFAULT_WINDOW_S
 from services.search.metrics import Metrics, MetricsServer
 from services.search.servicer import SearchServicer
@@ -73,13 +73,19 @@ class Service:
     servicer: SearchServicer
     metrics: Metrics
     metrics_server: MetricsServer | None = None
+    health_server: grpc.Server | None = None  # plaintext, health only (--health-port)
+    health_port: int | None = None
 
     def start(self) -> Service:
         self.server.start()
+        if self.health_server is not None:
+            self.health_server.start()
         return self
 
     def stop(self, grace: float | None = 0) -> None:
         self.server.stop(grace).wait()
+        if self.health_server is not None:
+            self.health_server.stop(0).wait()
         self.servicer.close()
         if self.metrics_server is not None:
             self.metrics_server.close()
@@ -103,11 +109,23 @@ def build_service(
     metrics: Metrics | None = None,
     metrics_port: int | None = None,
     metrics_host: str = "127.0.0.1",
+    tls: auth.ServerTLS | None = None,
+    token: str | None = None,
+    insecure: bool = False,
+    health_port: int | None = None,
 ) -> Service:
     """The server and its parts (port 0 picks a free one; metrics_port None or 0: no HTTP
     metrics endpoint, the registry is still filled and readable via `Service.metrics`).
     `go_evaluator`: the Go policy (compact int8 [N,4,S,S] -> logits [N,S*S+1], S in 9..19);
-    None: Go requests are refused with INVALID_ARGUMENT."""
+    None: Go requests are refused with INVALID_ARGUMENT.
+
+    Security (`services.search.auth`): `tls` serves TLS (mutual with a client CA), `token`
+    answers RPCs without `authorization: Bearer <token>` with UNAUTHENTICATED (health and
+    reflection stay open); a non-loopback `host` without both is refused (AuthConfigError)
+    unless `insecure`. `health_port`: also serve the health service alone, in plaintext, on
+    that port (0 picks one): Kubernetes' gRPC probes speak neither TLS nor tokens."""
+    auth.check_exposure(host, tls, token, insecure)
+    server_credentials = tls.credentials() if tls is not None else None  # bad files: fail here
     metrics = metrics if metrics is not None else Metrics()
     servicer = SearchServicer(
         evaluator,
@@ -122,6 +140,7 @@ def build_service(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="movepred-rpc"),
         options=[("grpc.max_receive_message_length", max_message_bytes)],
         maximum_concurrent_rpcs=max_concurrent_rpcs,
+        interceptors=(auth.BearerTokenInterceptor(token),) if token else (),
     )
     search_pb2_grpc.add_SearchServiceServicer_to_server(servicer, server)
     health_servicer = health.HealthServicer()
@@ -132,14 +151,30 @@ def build_service(
         (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
     try:
-        bound = server.add_insecure_port(f"{host}:{port}")
+        bound = (server.add_secure_port(f"{host}:{port}", server_credentials)
+                 if server_credentials is not None else server.add_insecure_port(f"{host}:{port}"))
         if bound == 0:  # older grpcio returns 0 instead of raising
             raise RuntimeError(f"could not bind {host}:{port}")
+        health_server, bound_health = (_health_only_server(health_servicer, host, health_port)
+                                       if health_port is not None else (None, None))
         metrics_server = metrics.serve(metrics_port, metrics_host) if metrics_port else None
     except BaseException:
         servicer.close()
         raise
-    return Service(server, bound, servicer, metrics, metrics_server)
+    return Service(server, bound, servicer, metrics, metrics_server, health_server, bound_health)
+
+
+def _health_only_server(health_servicer: health.HealthServicer, host: str,
+                        port: int) -> tuple[grpc.Server, int]:
+    """A plaintext server answering the health service only (the same statuses as the main
+    port), with its own two threads: probes can read a status and nothing else."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2,
+                                                    thread_name_prefix="movepred-health"))
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise RuntimeError(f"could not bind the health port {host}:{port}")
+    return server, bound
 
 
 def build_server(
@@ -202,9 +237,18 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="address of the metrics endpoint (default 127.0.0.1)")
     p.add_argument("--processes", type=int, default=1,
                    help="server processes sharing the port (SO_REUSEPORT), about one per core")
+    p.add_argument("--health-port", type=int, default=None,
+                   help="also answer the gRPC health service alone, in plaintext, on this port "
+                        "(for probes that speak neither TLS nor tokens; default: off)")
+    auth.add_server_arguments(p)
     args = p.parse_args(argv)
     if args.processes < 1:
         p.error(f"--processes must be >= 1, got {args.processes}")
+    try:
+        args.tls, args.token = auth.server_security_from(args)
+        auth.check_exposure(args.host, args.tls, args.token, args.insecure)
+    except auth.AuthConfigError as exc:
+        p.error(str(exc))
     return args
 
 
@@ -285,6 +329,10 @@ def main(argv: list[str] | None = None) -> int:
             max_concurrent_rpcs=args.max_concurrent_rpcs,
             metrics_port=args.metrics_port,
             metrics_host=args.metrics_host,
+            tls=args.tls,
+            token=args.token,
+            insecure=args.insecure,
+            health_port=args.health_port,
         )
     except (RuntimeError, OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

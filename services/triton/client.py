@@ -29,6 +29,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from services.games.go import SERVED_MAX_SIZE, SERVED_MIN_SIZE
+from services.grpc_options import RECONNECT_OPTIONS
 
 DEFAULT_MODEL_NAME = "gomoku_policy"
 DEFAULT_GO_MODEL_NAME = "go_policy"
@@ -96,8 +97,10 @@ def io_for(model_name: str) -> ModelIO:
     name = model_name.lower()
     return MODEL_IO["go" if name.startswith("go") and not name.startswith("gomoku") else "gomoku"]
 
-# tritonclient's default channel options, plus a short reconnect backoff: after a Triton restart
-# the channel reconnects within ~1 s instead of gRPC's default (exponential, up to 120 s).
+# tritonclient's default channel options (its `channel_args` replace them all), plus the
+# platform's reconnect settings (services.grpc_options, the same as the search client's): after a
+# Triton restart the channel reconnects within a second instead of gRPC's default (exponential,
+# up to 120 s).
 _CHANNEL_ARGS = [
     ("grpc.max_send_message_length", grpcclient.MAX_GRPC_MESSAGE_SIZE),
     ("grpc.max_receive_message_length", grpcclient.MAX_GRPC_MESSAGE_SIZE),
@@ -105,9 +108,7 @@ _CHANNEL_ARGS = [
     ("grpc.keepalive_timeout_ms", 20000),
     ("grpc.keepalive_permit_without_calls", False),
     ("grpc.http2.max_pings_without_data", 2),
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
+    *RECONNECT_OPTIONS,
 ]
 
 # gRPC status codes meaning "Triton cannot serve right now" rather than "bad request".
