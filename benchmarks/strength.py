@@ -143,7 +143,8 @@ def train_policy(model: str, steps: int, seconds: float, seed: int, out: Path) -
                           data / "manifest.json")
         build_s = time.perf_counter() - t
         config = TrainConfig(model=model, batch_size=64, max_steps=steps, max_seconds=seconds,
-                             seed=seed, train_eval_rows=1024)
+                             seed=seed, train_eval_rows=1024,
+                             num_threads=0)  # 0: keep the caller's --train-threads
         trained = train(data, config, progress=False)
     diff = export_torchscript(trained.model, out)
     m = trained.metrics

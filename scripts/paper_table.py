@@ -91,7 +91,7 @@ def train_row(data_dir: str, train_rows: int, model: str, seed: int,
                          lr_schedule=args.lr_schedule,
                          max_steps=steps, max_epochs=args.epochs, patience=args.patience,
                          max_seconds=args.seconds_per_row, train_eval_rows=4096,
-                         device=args.device, seed=seed)
+                         device=args.device, seed=seed, num_threads=args.threads)
     t = time.perf_counter()
     r = train(Path(data_dir), config, progress=False)
     m = r.metrics

@@ -20,7 +20,9 @@ pass runs in bf16 autocast with channels-last memory; on CPU in fp32.
 
 from __future__ import annotations
 
+import logging
 import math
+import pickle
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -30,13 +32,26 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from tqdm import tqdm
 
 from services.dataset.loader import ShardLoader, ShardStream
 from services.dataset.shards import read_split
 from services.models.configs import build, spec
 from services.models.value import split_outputs, value_target
 from services.trainer.metrics import STAGES, evaluate
+
+log = logging.getLogger(__name__)
+
+# Step budget of a run that names neither a step limit nor a time budget (flows/train.py's
+# --steps and flows/schedules.py's --train-steps default to this too, through `None`).
+DEFAULT_MAX_STEPS = 2000
+# torch intra-op threads of a training process unless told otherwise. With torch's default (one
+# per core) the OpenMP threads spin-wait for each other, and a step waits for its slowest thread:
+# on a 2-core machine where another process held one core, 2 threads trained at 207 samples/s,
+# 1 thread at 4,315. One thread is never much slower for the small networks trained on CPU here;
+# give more (`num_threads`, `--threads`) on a machine of idle cores or for the large networks.
+DEFAULT_THREADS = 1
+# seconds between two progress lines in the log (and at each epoch's evaluation)
+PROGRESS_EVERY_S = 30.0
 
 
 @dataclass
@@ -47,7 +62,9 @@ class TrainConfig:
     lr_schedule: str = "constant"  # or "cosine" (to 0 over max_steps)
     grad_clip: float = 1.0  # max gradient norm; 0 disables
     value_weight: float = 1.0  # weight of a value head's loss (`_v` configurations)
-    max_steps: int = 2000
+    # step budget; None: DEFAULT_MAX_STEPS, or no step limit when max_seconds gives a time budget
+    # (a time budget is not cut short by a step count nobody asked for); 0: no step limit
+    max_steps: int | None = None
     max_epochs: int = 1000
     max_seconds: float = 0.0  # 0: no time limit
     patience: int = 0  # epochs without validation-loss improvement before stopping; 0: never
@@ -58,12 +75,20 @@ class TrainConfig:
     train_eval_rows: int = 4096  # train metrics on a fixed sample of this many rows
     checkpoint_every: int = 0  # steps between mid-epoch checkpoints; 0: only at epoch ends
     shuffle_buffer: int = 65536  # rows held by the streaming loader's shuffle buffer
-    # torch intra-op threads for this process (0: leave torch's default). On a shared 2-core
-    # machine 1 was ~10x faster than 2 for small nets: OpenMP threads spin-wait for a core
-    num_threads: int = 0
+    # torch intra-op threads for this process (see DEFAULT_THREADS; 0: leave the process's
+    # current setting, e.g. one made by the caller with torch.set_num_threads)
+    num_threads: int = DEFAULT_THREADS
     # DataLoader worker processes feeding the step (0: batches are made in this process). On a
     # GPU the batches are pinned, so their copy to the device overlaps the step.
     loader_workers: int = 0
+
+    def step_limit(self) -> int:
+        """The steps this run may take; 0: no step limit (see `max_steps`)."""
+        if self.max_steps is None:
+            return 0 if self.max_seconds > 0 else DEFAULT_MAX_STEPS
+        if self.max_steps < 0:
+            raise ValueError(f"max_steps must be >= 0 (0: no limit), got {self.max_steps}")
+        return self.max_steps
 
 
 @dataclass
@@ -85,7 +110,10 @@ def _scheduler(optimizer: torch.optim.Optimizer, config: TrainConfig):
     if config.lr_schedule == "constant":
         return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     if config.lr_schedule == "cosine":
-        total = max(config.max_steps, 1)
+        total = config.step_limit()
+        if total == 0:
+            raise ValueError("the cosine schedule decays to 0 at the step limit: give max_steps "
+                             "(--steps) with it")
         return torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: 0.5 * (1 + math.cos(math.pi * min(step, total) / total)))
     raise ValueError(f"lr_schedule must be 'constant' or 'cosine', got {config.lr_schedule!r}")
@@ -101,7 +129,14 @@ def save_checkpoint(path: Path, model, optimizer, scheduler, config: TrainConfig
 
 
 def load_checkpoint(path: Path, model, optimizer, scheduler, config: TrainConfig):
-    ckpt = torch.load(path, map_location=config.device, weights_only=False)
+    """Restore a checkpoint written by `save_checkpoint`. It holds only tensors and plain
+    Python values (numbers, strings, lists, dicts), so it is read with ``weights_only=True``:
+    a file that would need to run code to unpickle is refused, not executed."""
+    try:
+        ckpt = torch.load(path, map_location=config.device, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise CheckpointError(f"{path}: not a plain trainer checkpoint (refused to unpickle "
+                              f"anything but tensors and plain values): {exc}") from exc
     if ckpt["config"]["model"] != config.model:
         raise CheckpointError(f"{path}: checkpoint is for model config "
                               f"{ckpt['config']['model']!r}, this run trains {config.model!r}")
@@ -192,10 +227,18 @@ class GameMismatchError(ValueError):
 
 def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
           checkpoint: Path | None = None) -> TrainResult:
-    """Train per `config`; with `checkpoint`, resume from it if present and keep it updated."""
+    """Train per `config`; with `checkpoint`, resume from it if present and keep it updated.
+
+    With `progress`, the run logs (INFO, logger ``services.trainer.train``) its budgets and
+    threads, a line every `PROGRESS_EVERY_S` seconds, one per evaluation and how it stopped:
+    the train flow forwards these lines to the Prefect run's log."""
     torch.manual_seed(config.seed)
     if config.num_threads:
         torch.set_num_threads(config.num_threads)
+    limit = config.step_limit()
+    if config.lr_schedule == "cosine" and not limit:  # refused before any shard is read
+        raise ValueError("the cosine schedule decays to 0 at the step limit: give max_steps "
+                         "(--steps) with it")
     has_value = spec(config.model).value
     stream = ShardStream(dataset_dir, "train", batch_size=config.batch_size,
                          shuffle_buffer=config.shuffle_buffer, seed=config.seed,
@@ -228,8 +271,14 @@ def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
         batches.load_state_dict(state["loader"])
     start = time.perf_counter()
     seen = 0
-    bar = tqdm(total=config.max_steps, initial=state["step"], desc=f"train {config.model}",
-               disable=not progress, unit="step", mininterval=1.0)
+    report = log.info if progress else log.debug
+    report("training %s on %s: %d train rows, batch %d, %s, %s, %d torch thread(s), %s%s",
+           config.model, dataset_dir, stream.rows, config.batch_size,
+           f"up to {limit} steps" if limit else "no step limit",
+           f"up to {config.max_seconds:g} s" if config.max_seconds else "no time limit",
+           torch.get_num_threads(), config.device,
+           f", resumed at step {state['step']}" if state["step"] else "")
+    last_report = start
     model.train()
 
     def evaluate_splits() -> dict:
@@ -244,7 +293,7 @@ def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
             state["loader"] = batches.state_dict()
             save_checkpoint(checkpoint, model, optimizer, scheduler, config, state, history)
 
-    if state["step"] >= config.max_steps:
+    if limit and state["step"] >= limit:
         state["stopped"] = "max_steps"
     while not state["stopped"]:
         finished_epoch = True
@@ -253,14 +302,17 @@ def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
             loss = step(b_t, m_t, r_t)
             state["step"] += 1
             seen += len(m_t)
-            bar.update(1)
-            if state["step"] % 50 == 0:
-                bar.set_postfix(loss=f"{loss.item():.3f}", epoch=state["epoch"])
+            if state["step"] % 50 == 0 and time.perf_counter() - last_report >= PROGRESS_EVERY_S:
+                last_report = time.perf_counter()
+                elapsed = last_report - start
+                report("step %d%s, epoch %d: loss %.3f, %.0f samples/s", state["step"],
+                       f"/{limit}" if limit else "", state["epoch"], loss.item(),
+                       seen / max(elapsed, 1e-9))
             if config.checkpoint_every and state["step"] % config.checkpoint_every == 0:
                 checkpoint_now()
             # Budgets are checked after a step, before the next batch is drawn, so a resumed
             # run continues exactly where this one stopped.
-            if state["step"] >= config.max_steps:
+            if limit and state["step"] >= limit:
                 state["stopped"] = "max_steps"
             elif config.max_seconds and time.perf_counter() - start > config.max_seconds:
                 state["stopped"] = "max_seconds"
@@ -270,6 +322,11 @@ def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
         epoch_metrics = {"epoch": state["epoch"], "step": state["step"],
                          "complete": finished_epoch, **evaluate_splits()}
         history.append(epoch_metrics)
+        report("epoch %d%s at step %d: validation loss %.3f, top-1 %.3f; train top-1 %.3f",
+               state["epoch"], "" if finished_epoch else " (partial)", state["step"],
+               epoch_metrics["validation"]["loss"], epoch_metrics["validation"]["top1"],
+               epoch_metrics["train"]["top1"])
+        last_report = time.perf_counter()
         if finished_epoch:
             val_loss = epoch_metrics["validation"]["loss"]
             if val_loss < state["best_val_loss"] - 1e-6:
@@ -282,7 +339,6 @@ def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
             elif state["epoch"] >= config.max_epochs:
                 state["stopped"] = "max_epochs"
         checkpoint_now()
-    bar.close()
     if isinstance(batches, ShardLoader):
         batches.close()
     elapsed = time.perf_counter() - start
@@ -297,6 +353,8 @@ def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
         "seconds": round(elapsed, 2), "samples_per_s": round(seen / max(elapsed, 1e-9), 1),
         "train_rows": stream.rows, **final,
     }
+    report("stopped by %s after %d steps, %d epochs, %.1f s (%.0f samples/s)",
+           state["stopped"], state["step"], state["epoch"], elapsed, metrics["samples_per_s"])
     model.eval()
     return TrainResult(model=model.to(memory_format=torch.contiguous_format), config=config,
                        metrics=metrics, history=history)

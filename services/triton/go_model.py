@@ -71,7 +71,9 @@ def build_go_model(config: str = DEFAULT_CONFIG, seed: int = 0,
     torch.manual_seed(seed)
     model = build(config)
     if checkpoint is not None:
-        state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+        # a trainer checkpoint holds only tensors and plain values (services/trainer/train.py):
+        # weights_only refuses a file that would run code while it is unpickled
+        state = torch.load(checkpoint, map_location="cpu", weights_only=True)
         model.load_state_dict(state["model"] if isinstance(state, dict) and "model" in state
                               else state)
     return model.eval()
