@@ -329,11 +329,63 @@ def test_fast_winning_points_match_the_rules(rule: Rule) -> None:
 
 def test_masked_softmax() -> None:
     legal = np.array([True, False, True, True])
-    p = mcts.masked_softmax(np.array([1.0, 50.0, 1.0, np.nan]), legal)
-    assert p[1] == 0.0 and p[3] == 0.0 and p[0] == p[2] == 0.5
-    uniform = mcts.masked_softmax(np.full(4, -np.inf), legal)
-    assert uniform[1] == 0.0 and np.allclose(uniform[legal], 1 / 3)
+    p = mcts.masked_softmax(np.array([1.0, 50.0, 1.0, 1.0]), legal)
+    assert p[1] == 0.0 and np.allclose(p[legal], 1 / 3)
+    p = mcts.masked_softmax(np.array([1.0, np.nan, 1.0, 1.0 + np.log(2.0)]), legal)
+    assert p[1] == 0.0 and np.allclose(p[legal], [0.25, 0.25, 0.5])  # illegal NaN: unused
     assert not mcts.masked_softmax(np.zeros(4), np.zeros(4, dtype=bool)).any()
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_masked_softmax_refuses_non_finite_legal_logits(bad: float) -> None:
+    """All-NaN logits used to become a uniform policy: a broken model served as an answer."""
+    legal = np.array([True, False, True, True])
+    with pytest.raises(ValueError, match="finite"):
+        mcts.masked_softmax(np.array([1.0, 0.0, bad, 1.0]), legal)
+    with pytest.raises(ValueError, match="finite"):
+        mcts.masked_softmax(np.full(4, bad), legal)
+
+
+def test_finite_outputs_refuses_nan_and_inf_but_keeps_the_no_value_convention() -> None:
+    logits = np.zeros((3, 4), np.float32)
+    assert mcts.finite_outputs(logits, None, "m", "2") is None
+    np.testing.assert_array_equal(
+        mcts.finite_outputs(logits, np.array([[0.5], [-1.0], [0.0]]), "m", "2"), [0.5, -1, 0])
+    # NaN for every board: a network without a value head (policy_model.py's convention)
+    assert mcts.finite_outputs(logits, np.full(3, np.nan, np.float32), "m", "2") is None
+    for bad in (np.nan, np.inf, -np.inf):
+        broken = logits.copy()
+        broken[1, 2] = bad
+        with pytest.raises(mcts.NonFiniteOutputError,
+                           match=r"model m version 2 .*non-finite logits .*1 of 3 boards"):
+            mcts.finite_outputs(broken, None, "m", "2")
+    for values in ([0.5, np.nan, 0.1], [np.inf, np.inf, np.inf], [np.nan, -np.inf, np.nan]):
+        with pytest.raises(mcts.NonFiniteOutputError, match=r"model m version 2 .*values"):
+            mcts.finite_outputs(logits, np.array(values, np.float32), "m", "2")
+
+
+class NaNEvaluator(UniformEvaluator):
+    """A broken network: NaN logits (`logits=True`) or a NaN value next to finite ones."""
+
+    def __init__(self, logits: bool = True) -> None:
+        super().__init__()
+        self.nan_logits = logits
+
+    def infer(self, boards: np.ndarray) -> ValueResult:
+        logits = super().infer(boards).logits
+        values = np.linspace(-0.5, 0.5, len(boards)).astype(np.float32)
+        if self.nan_logits:
+            logits = np.full_like(logits, np.nan)
+        else:
+            values[-1] = np.nan
+        return ValueResult(logits, values)
+
+
+@pytest.mark.parametrize("nan_logits", [True, False])
+def test_search_never_picks_a_move_from_nan(nan_logits: bool) -> None:
+    state = GomokuState.from_moves([pt("h8")])
+    with pytest.raises(mcts.NonFiniteOutputError, match="model test_value version 8"):
+        mcts.search(state, NaNEvaluator(nan_logits), max_visits=100, batch_size=8)
 
 
 # --------------------------------------------------------------------------- renju legality
@@ -566,8 +618,10 @@ class HolderWinsEvaluator(UniformEvaluator):
 
 
 def test_leaf_values_are_minus_the_network_value_and_zero_without_one() -> None:
-    got = mcts.leaf_values(np.array([0.5, -2.0, np.nan, np.inf, 0.0], np.float32), 5)
-    assert got.tolist() == [-0.5, 1.0, 0.0, 0.0, 0.0]  # clipped; not finite: no opinion
+    got = mcts.leaf_values(np.array([0.5, -2.0, 0.0], np.float32), 3)
+    assert got.tolist() == [-0.5, 1.0, 0.0]  # clipped
+    with pytest.raises(mcts.EvaluatorError, match="finite"):
+        mcts.leaf_values(np.array([0.5, np.nan, np.inf], np.float32), 3)
     assert mcts.leaf_values(None, 3).tolist() == [0.0, 0.0, 0.0]
     assert mcts.leaf_values(np.array([[0.25], [-0.25]]), 2).tolist() == [-0.25, 0.25]
     with pytest.raises(mcts.EvaluatorError, match="values"):

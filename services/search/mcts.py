@@ -6,8 +6,10 @@ Why it looks like this:
   game is worth what the network says: its value v (`PolicyOutput.values`) is the expected
   result for the side to move *at* the leaf, so the leaf is worth -v to the player who moved
   into it (`Node.value`, the convention of every node value and of `Search.backup`). Without a
-  value head (no `values`, or NaN for that board) such a leaf is worth 0 (a draw) to both
-  sides, and the visits follow the prior, sharpened wherever the rules prove something. Proven
+  value head (no `values`, or NaN for every board of the answer) such a leaf is worth 0 (a
+  draw) to both sides, and the visits follow the prior, sharpened wherever the rules prove
+  something. Non-finite logits, or a non-finite value next to finite ones, are an error
+  (`NonFiniteOutputError`, see `finite_outputs`): never a move picked from NaN. Proven
   outcomes come from the rules, never from the network: a move that makes five is +1 for its
   mover, a full board is 0, and a position whose side to move can make five at once is +1 for
   that side. Forced nodes (a single candidate, see below) are not evaluated and are worth 0.
@@ -72,7 +74,8 @@ class PolicyOutput(Protocol):
     """What an evaluator returns (`services.triton.client.PolicyResult` fits).
 
     It may also carry ``values``: float32 [N], the expected result in [-1, 1] for the side to
-    move of each board (NaN for a board without one). That attribute is optional (read with
+    move of each board (NaN for every board: the network has no value head; see
+    `finite_outputs` for what else is refused). That attribute is optional (read with
     ``getattr``; None or absent: the network has no value head), so a policy-only evaluator
     needs only the three properties below.
     """
@@ -104,6 +107,48 @@ class EvaluatorError(RuntimeError):
     """The evaluator answered with something the search cannot use (e.g. a wrong shape)."""
 
 
+class NonFiniteOutputError(EvaluatorError):
+    """The network answered NaN or infinite logits, or a non-finite value from a value head.
+
+    A broken model (diverged training, a bad export) must fail its requests, never be turned
+    into an answer: a uniform policy from all-NaN logits looks like a real one. Names the model
+    and version that answered, so an operator knows what to roll back."""
+
+    def __init__(self, model_name: str, model_version: str, what: str) -> None:
+        version = f" version {model_version}" if model_version else ""
+        super().__init__(f"model {model_name or '?'}{version} returned non-finite {what}")
+        self.model_name = model_name
+        self.model_version = model_version
+
+
+def finite_outputs(
+    logits: np.ndarray, values: np.ndarray | None, model_name: str, model_version: str
+) -> np.ndarray | None:
+    """Check an evaluator's answer for `len(logits)` boards; returns its values as [N] (None:
+    no value).
+
+    Any NaN or infinite logit is a `NonFiniteOutputError`. Values: a network without a value
+    head answers NaN for every board (the convention of services/triton/policy_model.py), so
+    values that are NaN for *every* board of the answer mean "no value" (None); a NaN next to
+    finite values, or an infinite value, is a `NonFiniteOutputError`."""
+    n = len(logits)
+    if not np.isfinite(logits).all():
+        bad = int((~np.isfinite(np.asarray(logits).reshape(n, -1))).any(axis=1).sum())
+        raise NonFiniteOutputError(model_name, model_version,
+                                   f"logits (NaN or Inf) for {bad} of {n} boards")
+    rows = value_rows(values, n)
+    if rows is None:
+        return None
+    finite = np.isfinite(rows)
+    if finite.all():
+        return rows
+    if np.isnan(rows).all():
+        return None  # a policy-only network: no value head
+    bad = int((~finite).sum())
+    raise NonFiniteOutputError(model_name, model_version,
+                               f"values (NaN or Inf) for {bad} of {n} boards")
+
+
 def network_input(state: State) -> np.ndarray:
     """What the policy network takes for `state`: the board, or Go's compact features."""
     if isinstance(state, GoPosition):
@@ -121,22 +166,17 @@ def policy_size(state: State) -> int:
 def masked_softmax(logits: np.ndarray, legal: np.ndarray) -> np.ndarray:
     """Softmax of `logits` over the points where `legal` holds; exactly 0 elsewhere (float64).
 
-    NaN logits count as -inf; if every legal logit is -inf the legal points share equally.
+    The legal logits must be finite: a NaN or infinite one raises ValueError (callers check
+    the network's answer with `finite_outputs` first, which names the model). Turning NaN into
+    a policy (uniform, say) would serve a broken model's garbage as an answer.
     """
     out = np.zeros(legal.shape, dtype=np.float64)
     if not legal.any():
         return out
     z = np.asarray(logits, dtype=np.float64).reshape(legal.shape)[legal]
-    if np.isfinite(z).all():  # the usual case, without the special cases' checks
-        p = np.exp(z - z.max())
-    else:
-        z = np.where(np.isnan(z), -np.inf, z)
-        if np.isposinf(z).any():
-            p = np.isposinf(z).astype(np.float64)
-        elif np.isneginf(z).all():
-            p = np.ones_like(z)
-        else:
-            p = np.exp(z - z.max())
+    if not np.isfinite(z).all():
+        raise ValueError("masked_softmax: the legal logits must be finite (NaN or Inf found)")
+    p = np.exp(z - z.max())
     out[legal] = p / p.sum()
     return out
 
@@ -154,14 +194,16 @@ def value_rows(values: np.ndarray | None, n: int) -> np.ndarray | None:
 
 def leaf_values(values: np.ndarray | None, n: int) -> np.ndarray:
     """Leaf values (float64 [n], for the player who moved into each node) from the network's
-    values for the side to move there: -v, clipped to [-1, 1]; 0 (a draw) where v is not
-    finite (NaN: no value head) and everywhere when `values` is None."""
+    values for the side to move there: -v, clipped to [-1, 1]; 0 (a draw) everywhere when
+    `values` is None (no value head; `finite_outputs` turns an all-NaN answer into None and
+    refuses any other non-finite value before this runs)."""
     rows = value_rows(values, n)
     if rows is None:
         return np.zeros(n)
     v = rows.astype(np.float64)
-    finite = np.isfinite(v)
-    return np.where(finite, 0.0 - np.clip(np.where(finite, v, 0.0), -1.0, 1.0), 0.0)
+    if not np.isfinite(v).all():
+        raise EvaluatorError("leaf values must be finite (check them with finite_outputs)")
+    return 0.0 - np.clip(v, -1.0, 1.0)
 
 
 def winning_points(state: GomokuState, color: int, sums: np.ndarray | None = None) -> list[int]:
@@ -390,8 +432,10 @@ class Search:
         if logits.shape != (len(nodes), points):
             expected = (len(nodes), points)
             raise EvaluatorError(f"evaluator returned logits {logits.shape}, expected {expected}")
-        values = leaf_values(getattr(out, "values", None), len(nodes))
-        self.model_name, self.model_version = str(out.model_name), str(out.model_version)
+        name, version = str(out.model_name), str(out.model_version)
+        checked = finite_outputs(logits, getattr(out, "values", None), name, version)
+        values = leaf_values(checked, len(nodes))
+        self.model_name, self.model_version = name, version
         self.evaluator_calls += 1
         self.evaluated_leaves += len(nodes)
         policies = []

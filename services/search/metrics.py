@@ -16,6 +16,13 @@ Series (all prefixed `movepred_`):
 * `triton_errors_total{kind}`: failed Triton calls: unavailable, request, bad_output, other.
 * `search_playouts_total`: simulations run by GenMove and Analyze (reused visits excluded).
 * `tree_reuse_total{result}`: tree cache lookups, hit or miss; `tree_reused_visits_total`.
+* `nonfinite_outputs_total{model}`: requests failed with INTERNAL because the model answered
+  NaN/Inf logits or a non-finite value (found by the service, or refused by the model inside
+  Triton). Anything above 0 means a broken model is serving: roll it back.
+* `searches_active`: GenMove/Analyze searches running now; `searches_rejected_total`: searches
+  refused with RESOURCE_EXHAUSTED because `--max-searches` were already running.
+* `model_ready{game}`: 1 while the game's model is ready on Triton (the health watcher's last
+  poll), else 0.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import threading
 from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from services.search.mcts import EvaluatorError
 from services.triton.client import TritonRequestError, TritonUnavailableError
@@ -107,6 +114,21 @@ class Metrics:
             self.tree_reuse.labels(result)
         self.reused_visits = Counter(
             "movepred_tree_reused_visits", "Root visits taken over from cached trees", registry=r
+        )
+        self.nonfinite_outputs = Counter(
+            "movepred_nonfinite_outputs", "Requests failed because the model answered NaN/Inf",
+            ["model"], registry=r,
+        )
+        self.searches_active = Gauge(
+            "movepred_searches_active", "GenMove/Analyze searches running now", registry=r
+        )
+        self.searches_rejected = Counter(
+            "movepred_searches_rejected",
+            "Searches refused (RESOURCE_EXHAUSTED): the search limit was reached", registry=r,
+        )
+        self.model_ready = Gauge(
+            "movepred_model_ready", "1 while the game's model is ready on Triton", ["game"],
+            registry=r,
         )
 
     # ------------------------------------------------------------------ recording

@@ -24,10 +24,13 @@ and then store their tree for the next move.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
@@ -44,6 +47,21 @@ from services.search.tree_cache import TreeCache
 from services.triton.client import TritonRequestError, TritonUnavailableError
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
+
+# How services/triton/policy_model.py words its refusal of a non-finite answer (the model runs
+# inside Triton, which passes the message on): counted like a non-finite answer found here.
+NONFINITE_MARKER = "non-finite"
+# Failures that are the client's business (a bad or too large request, a cancelled call, an
+# expired deadline) are logged at INFO; the others (Triton down, a broken model, a bug) at
+# WARNING, or ERROR with the traceback for an unexpected exception.
+CLIENT_CODES = frozenset({
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.CANCELLED,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+})
 
 # Part of the request deadline kept back for building and sending the GenMove/Analyze reply
 # (on a loaded 2-core machine one batch plus the reply took up to ~0.2 s); besides, a search
@@ -96,8 +114,44 @@ def search_end(max_time_ms: int, time_remaining: float | None) -> tuple[float, f
     return end, now + max(0.0, time_remaining - margin)
 
 
+class SearchLimitExceeded(RuntimeError):
+    """Every search slot is taken (`max_searches` GenMove/Analyze searches already run)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"the server runs at most {limit} searches (GenMove, Analyze) at once and all are "
+            "busy: retry later, or start the server with a larger --max-searches"
+        )
+        self.limit = limit
+
+
+@dataclass
+class Call:
+    """What the servicer learnt about one RPC while handling it, for its log line."""
+
+    rpc: str
+    model_name: str = ""
+    model_version: str = ""
+
+    def served_by(self, model_name: str, model_version: str) -> None:
+        self.model_name, self.model_version = str(model_name), str(model_version)
+
+
+def nonfinite_model(exc: BaseException) -> str | None:
+    """The model named by a non-finite-output failure (found here, or refused by the model
+    inside Triton); None for any other failure."""
+    if isinstance(exc, mcts.NonFiniteOutputError):
+        return exc.model_name or "?"
+    if isinstance(exc, TritonRequestError) and NONFINITE_MARKER in str(exc):
+        found = re.match(r"infer (\S+)", str(exc))  # PolicyClient: "infer <model> ..."
+        return found.group(1) if found else "?"
+    return None
+
+
 def _status(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
     """The gRPC status for a known failure (None: unexpected, let gRPC report UNKNOWN)."""
+    if isinstance(exc, SearchLimitExceeded):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
     if isinstance(exc, validation.RequestTooLarge):
         return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
     if isinstance(exc, validation.InvalidRequest):
@@ -106,6 +160,8 @@ def _status(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
         return grpc.StatusCode.INVALID_ARGUMENT, f"position: {exc}"
     if isinstance(exc, TritonUnavailableError):
         return grpc.StatusCode.UNAVAILABLE, f"Triton is unreachable: {exc}"
+    if isinstance(exc, mcts.NonFiniteOutputError):
+        return grpc.StatusCode.INTERNAL, f"policy network failed: {exc}"
     if isinstance(exc, (TritonRequestError, mcts.EvaluatorError)):
         return grpc.StatusCode.INTERNAL, f"policy network failed: {exc}"
     return None
@@ -125,7 +181,17 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         max_batch_boards: int = DEFAULT_MAX_BOARDS,
         tree_cache: TreeCache | None = None,
         metrics: Metrics | None = None,
+        max_searches: int | None = None,
     ) -> None:
+        """`max_searches`: GenMove/Analyze searches run at once, at most (more are refused
+        with RESOURCE_EXHAUSTED at once, never queued: a queued search would hold an RPC
+        thread that health checks and Predict need); None: no limit."""
+        if max_searches is not None and max_searches < 1:
+            raise ValueError(f"max_searches must be >= 1 (or None), got {max_searches}")
+        self.max_searches = max_searches
+        self._search_slots = (
+            threading.BoundedSemaphore(max_searches) if max_searches is not None else None
+        )
         self.evaluator = evaluator
         self.batch_size = batch_size
         self.c_puct = c_puct
@@ -168,52 +234,122 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
     def Predict(
         self, request: search_pb2.PredictRequest, context: grpc.ServicerContext
     ) -> search_pb2.PredictResponse:
-        return self._unary("Predict", context, lambda: self._predict(request))
+        return self._unary("Predict", context, lambda call: self._predict(request, call))
 
     def GenMove(
         self, request: search_pb2.GenMoveRequest, context: grpc.ServicerContext
     ) -> search_pb2.GenMoveResponse:
-        return self._unary("GenMove", context, lambda: self._genmove(request, context))
+        return self._unary("GenMove", context, lambda call: self._genmove(request, context, call))
 
     def Analyze(
         self, request: search_pb2.AnalyzeRequest, context: grpc.ServicerContext
     ) -> Iterator[search_pb2.AnalyzeResponse]:
         # the call is also counted when gRPC drops the generator of a cancelled call
-        with self._observed("Analyze", context):
-            yield from self._analyze(request, context)
+        with self._observed("Analyze", context) as call:
+            yield from self._analyze(request, context, call)
 
     # ------------------------------------------------------------------ plumbing
-    def _unary(self, rpc: str, context: grpc.ServicerContext, work: Callable[[], T]) -> T:
-        with self._observed(rpc, context):
-            return work()
+    def _unary(
+        self, rpc: str, context: grpc.ServicerContext, work: Callable[[Call], T]
+    ) -> T:
+        with self._observed(rpc, context) as call:
+            return work(call)
 
     @contextlib.contextmanager
-    def _observed(self, rpc: str, context: grpc.ServicerContext) -> Iterator[None]:
+    def _observed(self, rpc: str, context: grpc.ServicerContext) -> Iterator[Call]:
         """Turn the known failures of the body into gRPC status codes; count the call however
-        it ends (GeneratorExit of a dropped stream included: not an Exception, so not mapped)."""
+        it ends (GeneratorExit of a dropped stream included: not an Exception, so not mapped),
+        and log one line for a call that did not end OK."""
         started = time.perf_counter()
+        call = Call(rpc)
         code = grpc.StatusCode.OK
+        details = ""
+        unexpected: BaseException | None = None
         try:
-            yield
+            yield call
         except Exception as exc:
             status = _status(exc)
             if status is None:
-                code = grpc.StatusCode.UNKNOWN
+                code, details, unexpected = grpc.StatusCode.UNKNOWN, repr(exc), exc
                 raise
-            code = status[0]
+            code, details = status
+            model = nonfinite_model(exc)
+            if model is not None:
+                self.metrics.nonfinite_outputs.labels(model).inc()
+            if isinstance(exc, mcts.NonFiniteOutputError):
+                call.served_by(exc.model_name, exc.model_version)
             context.abort(*status)
             raise AssertionError("context.abort always raises") from exc  # pragma: no cover
         finally:
-            self._record(rpc, context, code, started)
+            code = self._record(rpc, context, code, started)
+            if code != grpc.StatusCode.OK:
+                self._log_failure(call, context, code, details, unexpected)
 
     def _record(
         self, rpc: str, context: grpc.ServicerContext, code: grpc.StatusCode, started: float
-    ) -> None:
+    ) -> grpc.StatusCode:
+        """Count the call; returns its final code (an OK body of a call that the client
+        cancelled, or whose deadline passed, ended CANCELLED / DEADLINE_EXCEEDED)."""
         if code == grpc.StatusCode.OK and not context.is_active():
             remaining = context.time_remaining()
             expired = remaining is not None and remaining <= 0
             code = grpc.StatusCode.DEADLINE_EXCEEDED if expired else grpc.StatusCode.CANCELLED
         self.metrics.request(rpc, code.name, time.perf_counter() - started)
+        return code
+
+    @staticmethod
+    def _log_failure(
+        call: Call,
+        context: grpc.ServicerContext,
+        code: grpc.StatusCode,
+        details: str,
+        unexpected: BaseException | None,
+    ) -> None:
+        """One line per failed call, its facts as `extra` fields (JSON logs carry them)."""
+        if not details:
+            details = "the client cancelled the call" if code == grpc.StatusCode.CANCELLED \
+                else "the deadline passed" if code == grpc.StatusCode.DEADLINE_EXCEEDED else ""
+        try:
+            peer = context.peer()
+        except Exception:  # a log line must not fail the call
+            peer = ""
+        if unexpected is not None:
+            level = logging.ERROR
+        elif code in CLIENT_CODES:
+            level = logging.INFO
+        else:
+            level = logging.WARNING
+        version = f" (model {call.model_name} v{call.model_version})" if call.model_version else ""
+        logger.log(
+            level,
+            "%s failed: %s: %s%s",
+            call.rpc, code.name, details, version,
+            exc_info=unexpected,
+            extra={
+                "rpc": call.rpc,
+                "code": code.name,
+                "details": details,
+                "model": call.model_name,
+                "model_version": call.model_version,
+                "peer": peer,
+            },
+        )
+
+    @contextlib.contextmanager
+    def _search_slot(self) -> Iterator[None]:
+        """Hold one of the `max_searches` slots for a search, or fail at once when none is
+        free (SearchLimitExceeded: RESOURCE_EXHAUSTED, not a queue)."""
+        slots = self._search_slots
+        if slots is not None and not slots.acquire(blocking=False):
+            self.metrics.searches_rejected.inc()
+            raise SearchLimitExceeded(self.max_searches or 0)
+        self.metrics.searches_active.inc()
+        try:
+            yield
+        finally:
+            self.metrics.searches_active.dec()
+            if slots is not None:
+                slots.release()
 
     def _new_search(self, state: State, reuse: bool) -> mcts.Search:
         """A search of `state`, continuing a cached tree of the same game when there is one."""
@@ -243,16 +379,23 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             self.trees.put(state, search.root, search.model_name, search.model_version)
 
     # ------------------------------------------------------------------ Predict
-    def _predict(self, request: search_pb2.PredictRequest) -> search_pb2.PredictResponse:
+    def _predict(
+        self, request: search_pb2.PredictRequest, call: Call
+    ) -> search_pb2.PredictResponse:
         states, k, batched = validation.predict_batch(request)
         batcher = self.batcher_for(states[0], "positions[0]" if batched else "position")
         boards = np.stack([mcts.network_input(s) for s in states]).astype(np.int8, copy=False)
         out = batcher.infer(boards)  # one Triton call: the batcher never splits a request
+        call.served_by(out.model_name, out.model_version)
         logits = np.asarray(out.logits, dtype=np.float32)
         points = mcts.policy_size(states[0])
         if logits.shape != (len(states), points):
             raise mcts.EvaluatorError(f"evaluator returned logits of shape {logits.shape}")
-        values = predict_values(getattr(out, "values", None), len(states))
+        values = predict_values(
+            mcts.finite_outputs(logits, getattr(out, "values", None), str(out.model_name),
+                                str(out.model_version)),
+            len(states),
+        )
         fields = [position_policy(s, row, k) for s, row in zip(states, logits, strict=True)]
         # `position` is answered twice: in the top-level fields and as results[0]
         single = {} if batched else {**fields[0], "value": values[0]}
@@ -268,23 +411,40 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
 
     # ------------------------------------------------------------------ GenMove
     def _genmove(
-        self, request: search_pb2.GenMoveRequest, context: grpc.ServicerContext
+        self, request: search_pb2.GenMoveRequest, context: grpc.ServicerContext, call: Call
     ) -> search_pb2.GenMoveResponse:
         state, budget = validation.genmove_request(request)
         k = validation.max_candidates(request.max_candidates, points=mcts.policy_size(state))
-        end, deadline = search_end(budget.max_time_ms, context.time_remaining())
-        reuse = not request.disable_tree_reuse
-        search = self._new_search(state, reuse)
-        with self.batcher_for(state).participant():
-            search.run(budget.max_visits, end, lambda: not context.is_active(), deadline)
-        self._finish_search(state, search, reuse)
+        batcher = self.batcher_for(state)
+        with self._search_slot():
+            end, deadline = search_end(budget.max_time_ms, context.time_remaining())
+            reuse = not request.disable_tree_reuse
+            search = self._new_search(state, reuse)
+            try:
+                with batcher.participant():
+                    search.run(budget.max_visits, end, lambda: not context.is_active(), deadline)
+            finally:
+                if search.model_version:
+                    call.served_by(search.model_name, search.model_version)
+            self._finish_search(state, search, reuse)
         return genmove_response(state, search.result(top_children=k), k)
 
     # ------------------------------------------------------------------ Analyze
     def _analyze(
-        self, request: search_pb2.AnalyzeRequest, context: grpc.ServicerContext
+        self, request: search_pb2.AnalyzeRequest, context: grpc.ServicerContext, call: Call
     ) -> Iterator[search_pb2.AnalyzeResponse]:
         a = validation.analyze_request(request)
+        self.batcher_for(a.state)  # an unserved game: INVALID_ARGUMENT, not a search slot
+        with self._search_slot():
+            yield from self._analysis(a, request, context, call)
+
+    def _analysis(
+        self,
+        a: validation.Analysis,
+        request: search_pb2.AnalyzeRequest,
+        context: grpc.ServicerContext,
+        call: Call,
+    ) -> Iterator[search_pb2.AnalyzeResponse]:
         end, deadline = search_end(a.budget.max_time_ms, context.time_remaining())
         stopped = threading.Event()
         context.add_callback(stopped.set)  # runs when the RPC ends, e.g. cancelled by the client
@@ -298,6 +458,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         every = a.report_every
         with batcher.participant():
             search.start()
+        call.served_by(search.model_name, search.model_version)
         next_report = (search.total_visits // every + 1) * every
         batches = search.batches(a.budget.max_visits, end, should_stop, deadline)
         while True:

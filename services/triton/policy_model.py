@@ -20,6 +20,14 @@ the network's value, or NaN for every board of a policy-only network ("no value 
 config serves both kinds of model. A config without a ``value`` output (an older repository's
 copy) gets the logits alone, as before.
 
+Non-finite outputs are refused here, never sent: a request whose boards got a NaN or infinite
+logit, or (from a network that has a value head) a NaN or infinite value, is answered with an
+error naming the model and version ("... non-finite outputs ..."; the search service counts
+those in ``movepred_nonfinite_outputs_total``). A broken model (diverged weights, a bad export)
+thus fails its requests instead of serving garbage that a softmax would make look like a
+policy. The NaN values sent for a policy-only network are not the network's: they say "no
+value head" and stay.
+
 All requests of one ``execute`` call (Triton's dynamic batcher groups them) that share a board
 shape go through a single forward pass: the boards are concatenated, moved to the GPU when there
 is one, and the outputs are split back per request. Requests of different shapes in one call
@@ -142,6 +150,33 @@ class TritonPythonModel:
                 value = value.reshape(n).to(device="cpu", dtype=torch.float32).numpy()
             return y.to(device="cpu", dtype=torch.float32).numpy(), value
 
+    @staticmethod
+    def _nonfinite_rows(logits: np.ndarray, value: np.ndarray | None) -> np.ndarray:
+        """bool [N]: boards with a NaN/Inf logit, or a NaN/Inf value from a value head."""
+        bad = ~np.isfinite(logits).all(axis=1)
+        if value is not None:
+            bad |= ~np.isfinite(value)
+        return bad
+
+    def _nonfinite_response(self, logits: np.ndarray, value: np.ndarray | None):
+        """The error answer of one request (its rows) whose outputs are not all finite."""
+        n = len(logits)
+        what = []
+        bad_logits = int((~np.isfinite(logits).all(axis=1)).sum())
+        if bad_logits:
+            what.append(f"NaN/Inf logits for {bad_logits} of {n} boards")
+        if value is not None:
+            bad_values = int((~np.isfinite(value)).sum())
+            if bad_values:
+                what.append(f"a NaN/Inf value for {bad_values} of {n} boards")
+        return pb_utils.InferenceResponse(
+            output_tensors=[],
+            error=pb_utils.TritonError(
+                f"model {self.model_name} version {self.model_version} returned non-finite "
+                f"outputs ({'; '.join(what)}): the model is broken, roll it back"
+            ),
+        )
+
     def execute(self, requests: list) -> list:
         responses: list = [None] * len(requests)
         arrays: dict[int, np.ndarray] = {}
@@ -167,6 +202,7 @@ class TritonPythonModel:
             try:
                 batch = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
                 logits, value = self._forward(batch)
+                has_value_head = value is not None
                 if self.send_value and value is None:  # policy-only: NaN = "no value head"
                     value = np.full(len(batch), np.nan, dtype=np.float32)
             except Exception as exc:  # answer every request instead of crashing the stub
@@ -176,9 +212,15 @@ class TritonPythonModel:
                         error=pb_utils.TritonError(f"policy forward failed: {exc}"),
                     )
                 continue
+            bad = self._nonfinite_rows(logits, value if has_value_head else None)
             start = 0
             for i, boards in zip(owners, parts, strict=True):
                 stop = start + boards.shape[0]
+                if bad[start:stop].any():
+                    responses[i] = self._nonfinite_response(
+                        logits[start:stop], value[start:stop] if has_value_head else None)
+                    start = stop
+                    continue
                 out = np.ascontiguousarray(logits[start:stop])
                 tensors = [pb_utils.Tensor(OUTPUT_NAME, out)]
                 if self.send_value:
