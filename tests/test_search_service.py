@@ -248,12 +248,21 @@ def test_metrics_are_off_by_default() -> None:
         service.stop()
 
 
-def test_health_serving(target: str) -> None:
+def test_health_tells_the_truth_without_triton(target: str) -> None:
+    """The process is alive (""), but nothing can be answered: Triton is unreachable."""
     with grpc.insecure_channel(target) as channel:
         health = health_pb2_grpc.HealthStub(channel)
-        for service in ("", SERVICE_NAME):
-            reply = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
-            assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+        def status(service: str) -> int:
+            return health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5).status
+
+        time.sleep(0.5)  # a few polls of the watcher
+        assert status("") == health_pb2.HealthCheckResponse.SERVING
+        assert status(SERVICE_NAME) == health_pb2.HealthCheckResponse.NOT_SERVING
+        assert status(f"{SERVICE_NAME}/gomoku") == health_pb2.HealthCheckResponse.NOT_SERVING
+        with pytest.raises(grpc.RpcError) as info:  # Go is not served by this server
+            status(f"{SERVICE_NAME}/go")
+        assert info.value.code() == grpc.StatusCode.NOT_FOUND
 
 
 def test_reflection_lists_the_service(target: str) -> None:

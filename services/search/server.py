@@ -1,18 +1,37 @@
 """The search service's gRPC server: SearchService plus standard health and reflection.
 
-Health (grpc.health.v1) reports SERVING for "" and "movepred.v1.SearchService" once the server
-is built: it says the service process is up, not that Triton is (requests say that, with
-UNAVAILABLE). Reflection lets grpcurl & co. discover the API.
+Health (grpc.health.v1) tells the truth, per service name (`services.search.readiness`):
+
+* ``""``: SERVING while the process runs: the liveness probe (restarting the search service
+  does not fix Triton, so a dead Triton must not get it killed);
+* ``movepred.v1.SearchService/gomoku`` and ``movepred.v1.SearchService/go`` (the latter only
+  when Go is served; an unknown name answers NOT_FOUND): SERVING while that game's model has a
+  READY version on Triton, NOT_SERVING while Triton is unreachable or the model is not loaded;
+* ``movepred.v1.SearchService``: SERVING when every configured game's is: the readiness
+  probe. Run with ``--go-model ""`` where Go is not meant to be served.
+
+A watcher thread polls the models through the evaluators' own Triton clients five times a
+second (0.5 s timeout), so health turns SERVING again within about a second of recovery; its
+first poll is the start-up check, which logs each missing model with what to run (the service
+starts anyway: Triton may come later). On stop every name turns NOT_SERVING before the calls in
+flight are drained. Reflection lets grpcurl & co. discover the API.
 
 Limits: requests larger than `max_message_bytes` (1 MiB by default; gRPC's own check, answered
 with RESOURCE_EXHAUSTED before the servicer runs) and, optionally, more than
-`max_concurrent_rpcs` RPCs at once (RESOURCE_EXHAUSTED too). Field limits are in
+`max_concurrent_rpcs` RPCs at once (RESOURCE_EXHAUSTED too). Searches (GenMove + Analyze) run
+at most `--max-searches` at once (default: half of `--max-workers`); one more is refused at once
+with RESOURCE_EXHAUSTED, never queued, so health checks and Predict always find a free RPC
+thread however many long searches clients start. Field limits are in
 `services.search.validation`. Metrics (`services.search.metrics`) are served over HTTP only when
 `--metrics-port` is given (0, the default, keeps them off), on loopback unless `--metrics-host`.
 
 CLI (foreground until SIGINT/SIGTERM)::
 
     python -m services.search.server --port 50051 --triton-url 127.0.0.1:8001 --model gomoku_policy
+
+Logs go through `logging` (`--log-format text|json`, `--log-level`): start-up (with the start-up
+check of the models), shutdown, each change of a model's readiness, and one line per failed
+request (rpc, code, details, model version where known, peer as `extra` fields).
 
 `--processes N` runs N copies of the server on one port (SO_REUSEPORT, which grpc sets on Linux;
 the kernel spreads connections over them, as in grpc's multiprocessing example): a search's tree
@@ -30,6 +49,7 @@ INVALID_ARGUMENT).
 from __future__ import annotations
 
 import argparse
+import logging
 import multiprocessing
 import signal
 import sys
@@ -39,13 +59,15 @@ from concurrent import futures
 from dataclasses import dataclass
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from services import logs
 from services.api.movepred.v1 import search_pb2, search_pb2_grpc
 from services.search import auth, mcts
 from services.search.batcher import DEFAULT_MAX_BOARDS, DEFAULT_WINDOW_S
 from services.search.metrics import Metrics, MetricsServer
+from services.search.readiness import DEFAULT_INTERVAL_S, ReadinessWatcher
 from services.search.servicer import SearchServicer
 from services.search.tree_cache import DEFAULT_MAX_ENTRIES, DEFAULT_MAX_VISITS, TreeCache
 from services.triton.server import free_port
@@ -59,6 +81,17 @@ DEFAULT_GO_MODEL = "go_policy"
 # Predicts of the paper's network travelled in batches of <= 16 and cost 1.7x a direct call on
 # the 2-core CPU; with 64, 1.4x (docs/benchmarks.md, fifth session; no change for a small model).
 DEFAULT_MAX_WORKERS = 64
+# Searches (GenMove + Analyze) at once, when not given: half the RPC threads, so that however
+# many searches clients start, the other half is left for health checks and Predict (a search
+# holds its thread for its whole budget, up to a minute). Beyond it: RESOURCE_EXHAUSTED.
+SEARCH_SHARE_OF_WORKERS = 0.5
+
+logger = logging.getLogger(__name__)
+
+
+def default_max_searches(max_workers: int) -> int:
+    """The search limit for `max_workers` RPC threads: half of them, at least 1."""
+    return max(1, int(max_workers * SEARCH_SHARE_OF_WORKERS))
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20  # a full 256-position Predict batch is ~0.4 MiB
 SHUTDOWN_GRACE_S = 5.0
 MIN_UPTIME_S = 5.0  # a child that dies sooner is a start-up failure: stop instead of restarting
@@ -75,14 +108,19 @@ class Service:
     metrics_server: MetricsServer | None = None
     health_server: grpc.Server | None = None  # plaintext, health only (--health-port)
     health_port: int | None = None
+    watcher: ReadinessWatcher | None = None  # keeps health in step with Triton
 
     def start(self) -> Service:
         self.server.start()
         if self.health_server is not None:
             self.health_server.start()
+        if self.watcher is not None:
+            self.watcher.start()
         return self
 
     def stop(self, grace: float | None = 0) -> None:
+        if self.watcher is not None:  # every health name NOT_SERVING while draining
+            self.watcher.stop()
         self.server.stop(grace).wait()
         if self.health_server is not None:
             self.health_server.stop(0).wait()
@@ -113,6 +151,8 @@ def build_service(
     token: str | None = None,
     insecure: bool = False,
     health_port: int | None = None,
+    max_searches: int | None = None,
+    health_interval_s: float = DEFAULT_INTERVAL_S,
 ) -> Service:
     """The server and its parts (port 0 picks a free one; metrics_port None or 0: no HTTP
     metrics endpoint, the registry is still filled and readable via `Service.metrics`).
@@ -123,7 +163,12 @@ def build_service(
     answers RPCs without `authorization: Bearer <token>` with UNAUTHENTICATED (health and
     reflection stay open); a non-loopback `host` without both is refused (AuthConfigError)
     unless `insecure`. `health_port`: also serve the health service alone, in plaintext, on
-    that port (0 picks one): Kubernetes' gRPC probes speak neither TLS nor tokens."""
+    that port (0 picks one): Kubernetes' gRPC probes speak neither TLS nor tokens.
+
+    `max_searches`: GenMove/Analyze searches at once (None: `default_max_searches`, half of
+    `max_workers`); more are refused with RESOURCE_EXHAUSTED at once, so health and Predict
+    always find a free RPC thread. Health (see the module docstring) is polled from the
+    evaluators every `health_interval_s` once the service is started."""
     auth.check_exposure(host, tls, token, insecure)
     server_credentials = tls.credentials() if tls is not None else None  # bad files: fail here
     metrics = metrics if metrics is not None else Metrics()
@@ -135,6 +180,8 @@ def build_service(
         max_batch_boards=max_batch_boards,
         tree_cache=TreeCache(tree_cache_entries, tree_cache_visits),
         metrics=metrics,
+        max_searches=max_searches if max_searches is not None
+        else default_max_searches(max_workers),
     )
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="movepred-rpc"),
@@ -145,8 +192,9 @@ def build_service(
     search_pb2_grpc.add_SearchServiceServicer_to_server(servicer, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    for name in ("", SERVICE_NAME):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    games = {"gomoku": evaluator, **({"go": go_evaluator} if go_evaluator is not None else {})}
+    watcher = ReadinessWatcher(health_servicer, games, interval_s=health_interval_s,
+                               metrics=metrics)
     reflection.enable_server_reflection(
         (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
@@ -161,7 +209,8 @@ def build_service(
     except BaseException:
         servicer.close()
         raise
-    return Service(server, bound, servicer, metrics, metrics_server, health_server, bound_health)
+    return Service(server, bound, servicer, metrics, metrics_server, health_server, bound_health,
+                   watcher)
 
 
 def _health_only_server(health_servicer: health.HealthServicer, host: str,
@@ -177,6 +226,28 @@ def _health_only_server(health_servicer: health.HealthServicer, host: str,
     return server, bound
 
 
+class WatchedServer:
+    """A `grpc.Server` (every other method is the server's own) whose start/stop also
+    start/stop its health watcher."""
+
+    def __init__(self, server: grpc.Server, watcher: ReadinessWatcher | None) -> None:
+        self._server = server
+        self._watcher = watcher
+
+    def start(self) -> None:
+        self._server.start()
+        if self._watcher is not None:
+            self._watcher.start()
+
+    def stop(self, grace: float | None) -> threading.Event:
+        if self._watcher is not None:
+            self._watcher.stop()
+        return self._server.stop(grace)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._server, name)
+
+
 def build_server(
     evaluator: mcts.PolicyEvaluator,
     port: int = 0,
@@ -184,14 +255,15 @@ def build_server(
     max_workers: int = DEFAULT_MAX_WORKERS,
     *,
     batch_size: int = mcts.DEFAULT_BATCH_SIZE,
-) -> tuple[grpc.Server, int]:
+) -> tuple[WatchedServer, int]:
     """A bound but not yet started server and its port (port 0 picks a free one).
 
     Call `server.start()`, and `server.stop(grace)` when done. (`build_service` gives the
-    metrics and the servicer too.)
+    metrics and the servicer too.) The server's start and stop also start and stop the health
+    watcher.
     """
     service = build_service(evaluator, port, host, max_workers, batch_size=batch_size)
-    return service.server, service.port
+    return WatchedServer(service.server, service.watcher), service.port
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -204,7 +276,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help=f"Go policy model name on Triton (default {DEFAULT_GO_MODEL}; "
                         "empty: Go is not served)")
     p.add_argument("--triton-timeout", type=float, default=5.0, help="seconds per inference")
-    p.add_argument("--max-workers", type=int, default=DEFAULT_MAX_WORKERS)
+    p.add_argument("--max-workers", type=int, default=DEFAULT_MAX_WORKERS,
+                   help=f"RPC threads (default {DEFAULT_MAX_WORKERS})")
+    p.add_argument("--max-searches", type=int, default=None,
+                   help="GenMove/Analyze searches at once; more get RESOURCE_EXHAUSTED at once "
+                        "(default: half of --max-workers, which leaves the other half to health "
+                        "checks and Predict)")
     p.add_argument(
         "--batch-size",
         type=int,
@@ -241,9 +318,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="also answer the gRPC health service alone, in plaintext, on this port "
                         "(for probes that speak neither TLS nor tokens; default: off)")
     auth.add_server_arguments(p)
+    logs.add_arguments(p)
     args = p.parse_args(argv)
     if args.processes < 1:
         p.error(f"--processes must be >= 1, got {args.processes}")
+    if args.max_searches is not None and not 1 <= args.max_searches < args.max_workers:
+        p.error(f"--max-searches must be in 1..{args.max_workers - 1} (below --max-workers, so "
+                f"health and Predict keep a thread), got {args.max_searches}")
     try:
         args.tls, args.token = auth.server_security_from(args)
         auth.check_exposure(args.host, args.tls, args.token, args.insecure)
@@ -273,21 +354,21 @@ def serve_processes(argv: list[str], args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     children = [start(i) for i in range(args.processes)]
-    print(f"movepred search service: {args.processes} processes on {args.host}:{port}",
-          flush=True)
+    logger.info("movepred search service: %d processes on %s:%d", args.processes, args.host,
+                port, extra={"processes": args.processes, "port": port})
     code = 0
     while not stop.wait(0.5):
         for i, (child, started) in enumerate(children):
             if child.is_alive():
                 continue
             if time.monotonic() - started < MIN_UPTIME_S:
-                print(f"error: process {i} exited with code {child.exitcode} during start-up; "
-                      "stopping", file=sys.stderr, flush=True)
+                logger.error("process %d exited with code %s during start-up; stopping", i,
+                             child.exitcode)
                 code = 1
                 stop.set()
                 break
-            print(f"process {i} (pid {child.pid}) exited with code {child.exitcode}; restarting",
-                  file=sys.stderr, flush=True)
+            logger.warning("process %d (pid %s) exited with code %s; restarting", i, child.pid,
+                           child.exitcode)
             children[i] = start(i)
     for child, _ in children:
         if child.is_alive():
@@ -304,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     from services.triton.client import PolicyClient  # CLI only: build_server takes any evaluator
 
     args = _parse_args(argv)
+    logs.configure_from(args)
     if args.processes > 1:
         return serve_processes(list(sys.argv[1:] if argv is None else argv), args)
     client = PolicyClient(args.triton_url, model_name=args.model, timeout_s=args.triton_timeout)
@@ -333,9 +415,13 @@ def main(argv: list[str] | None = None) -> int:
             token=args.token,
             insecure=args.insecure,
             health_port=args.health_port,
+            max_searches=args.max_searches,
         )
     except (RuntimeError, OSError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        logger.error("cannot start the search service: %s", exc)
+        client.close()
+        if go_client is not None:
+            go_client.close()
         return 1
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -344,18 +430,25 @@ def main(argv: list[str] | None = None) -> int:
     host = f"[{args.host}]" if ":" in args.host else args.host
     metrics = f", metrics {service.metrics_server.url}" if service.metrics_server else ""
     go = f", Go model {args.go_model}" if args.go_model else ", no Go"
-    print(
-        f"movepred search service listening on {host}:{service.port} "
-        f"(Triton {args.triton_url}, model {args.model}{go}{metrics})",
-        flush=True,
+    searches = service.servicer.max_searches
+    logger.info(
+        "movepred search service listening on %s:%d (Triton %s, model %s%s%s; %d RPC threads, "
+        "%s searches at once)", host, service.port, args.triton_url, args.model, go, metrics,
+        args.max_workers, searches,
+        extra={"port": service.port, "triton_url": args.triton_url, "model": args.model,
+               "go_model": args.go_model, "max_workers": args.max_workers,
+               "max_searches": searches},
     )
     while not stop.wait(0.5):  # short waits keep the main thread responsive to signals
         pass
-    print("stopping...", flush=True)
+    logger.info("stopping: health NOT_SERVING, finishing calls in flight (up to %.0f s)",
+                SHUTDOWN_GRACE_S)
+    started = time.monotonic()
     service.stop(SHUTDOWN_GRACE_S)
     client.close()
     if go_client is not None:
         go_client.close()
+    logger.info("stopped after %.1f s", time.monotonic() - started)
     return 0
 
 

@@ -326,6 +326,31 @@ class PolicyClient:
             key=lambda v: int(v) if v.isdigit() else -1,
         )
 
+    def model_readiness(self, timeout_s: float | None = None) -> tuple[bool, str]:
+        """(ready, why not) for the client's model, never raising: what a health check needs.
+
+        Ready: some version of the model is READY (one short call, `timeout_s`, default the
+        client's timeout). Otherwise the reason says whether Triton is unreachable, has no
+        such model in its repository, or holds it unloaded or failed (with Triton's reason)."""
+        timeout = self.timeout_s if timeout_s is None else float(timeout_s)
+        try:
+            client = self._grpc()
+            if client.is_model_ready(self.model_name, client_timeout=timeout):
+                return True, ""
+            index = client.get_model_repository_index(client_timeout=timeout)
+        except InferenceServerException as exc:
+            return False, f"Triton at {self.url} is unreachable [{_status_name(exc)}]"
+        except TritonError as exc:
+            return False, str(exc)
+        entries = [m for m in index.models if m.name == self.model_name]
+        if not entries:
+            return False, (f"Triton at {self.url} has no model {self.model_name!r} in its "
+                           "repository")
+        states = "; ".join(
+            f"v{m.version or '?'} {m.state or 'UNLOADED'}" + (f" ({m.reason})" if m.reason else "")
+            for m in entries)
+        return False, f"model {self.model_name!r} on Triton at {self.url} is not ready: {states}"
+
     def is_version_ready(self, version: int | str, name: str | None = None) -> bool:
         """That version of the model is loaded and ready (never raises)."""
         try:
