@@ -6,9 +6,10 @@ Run: python -m flows.rollout --triton-url 127.0.0.1:8001 --repository model_repo
 
 The work is `services.triton.rollout`: files checked, the version smoke-tested under a separate
 name, traffic switched, the old version unloaded, the record kept in
-``<repository>/<model>/rollout.json``. Each run attaches a markdown artifact (the smoke checks
-and timings, or why the version was refused); a refused version fails the flow run and the
-serving version keeps serving. No retries: a rollout is not retried blindly.
+``<repository>/<model>/rollout.json`` (the record the launcher starts Triton from). Each run
+attaches a markdown artifact (the smoke checks and timings, or why the version was refused and
+where it was quarantined); a refused version fails the flow run and the serving version keeps
+serving. No retries: a rollout is not retried blindly.
 """
 
 from __future__ import annotations

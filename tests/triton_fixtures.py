@@ -46,6 +46,117 @@ class TinyPolicy(torch.nn.Module):
         return self.head(x).flatten(1)
 
 
+class TacticalPolicy(torch.nn.Module):
+    """int8 boards [N,15,15] -> (logits [N,225], value [N]) that takes a five and blocks a four:
+    a scripted stand-in for a trained network, for tests whose versions must pass the
+    rollout's smoke test (tactics, finite value). Each point scores the five-windows through it
+    (window sums by a convolution per direction, spread back to the window's cells): own four
+    1000, opponent's four 100, own three 10, opponent's three 5; a small `TinyPolicy` term (its
+    weights from the seed) makes versions differ, and a pull towards the centre decides the
+    empty board."""
+
+    def __init__(self, channels: int = 4) -> None:
+        super().__init__()
+        self.noise = TinyPolicy(channels)
+        kernels = torch.zeros(4, 1, 5, 5)
+        for i in range(5):
+            kernels[0, 0, 2, i] = 1.0  # row
+            kernels[1, 0, i, 2] = 1.0  # column
+            kernels[2, 0, i, i] = 1.0  # diagonal
+            kernels[3, 0, i, 4 - i] = 1.0  # anti-diagonal
+        self.register_buffer("kernels", kernels)
+        ys, xs = torch.meshgrid(torch.arange(BOARD_SIZE), torch.arange(BOARD_SIZE), indexing="ij")
+        centre = -((xs - BOARD_SIZE // 2).abs() + (ys - BOARD_SIZE // 2).abs()).float() * 0.05
+        self.register_buffer("centre", centre.reshape(1, -1))
+
+    def forward(self, boards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b = boards.long()
+        black = (b == 1).float()
+        white = (b == 2).float()
+        black_moves = (black.sum(dim=(1, 2)) <= white.sum(dim=(1, 2))).float()[:, None, None]
+        mine = (black * black_moves + white * (1 - black_moves)).unsqueeze(1)
+        theirs = (white * black_moves + black * (1 - black_moves)).unsqueeze(1)
+        own = torch.nn.functional.conv2d(mine, self.kernels, padding=2)  # [N, 4, 15, 15]
+        opp = torch.nn.functional.conv2d(theirs, self.kernels, padding=2)
+        cells = torch.nn.functional.conv2d(torch.ones_like(mine), self.kernels, padding=2)
+        valid = (cells == 5).float()  # windows wholly on the board
+        clean_own = (opp == 0).float()
+        clean_opp = (own == 0).float()
+        score = valid * (clean_own * (1000.0 * (own == 4).float() + 10.0 * (own == 3).float()
+                                      + (own == 2).float())
+                         + clean_opp * (100.0 * (opp == 4).float() + 5.0 * (opp == 3).float()))
+        # each window's score back onto its five cells (the convolution's adjoint)
+        spread = torch.nn.functional.conv_transpose2d(score, self.kernels, padding=2,
+                                                      groups=4).sum(dim=1)
+        logits = spread.flatten(1) + 0.05 * self.noise(boards) + self.centre
+        value = torch.tanh(0.001 * (score * clean_own).sum(dim=(1, 2, 3))
+                           - 0.001 * (score * clean_opp).sum(dim=(1, 2, 3)))
+        return logits, value
+
+
+class GarbagePolicy(torch.nn.Module):
+    """The model the smoke test must stop: logits equal to the board cells (a uniform policy
+    over the empty points once stones are masked) and a NaN value."""
+
+    def forward(self, boards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = boards.float().flatten(1)
+        return logits, torch.full((boards.shape[0],), float("nan"))
+
+
+def build_tactical_policy(path: Path, seed: int = 0) -> Path:
+    """Script a `TacticalPolicy` (its noise weights from `seed`) and save it to `path`."""
+    torch.manual_seed(seed)
+    model = torch.jit.script(TacticalPolicy().eval())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    model.save(str(path))
+    return path
+
+
+def build_garbage_policy(path: Path) -> Path:
+    """Script a `GarbagePolicy` and save it to `path`."""
+    model = torch.jit.script(GarbagePolicy().eval())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    model.save(str(path))
+    return path
+
+
+def four_positions(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """`n` boards (int8 [n, 15, 15]) each with one four to complete or block and a few scattered
+    stones, and the completing point (int64 [n]): stored positions on which a network that
+    takes fives and blocks fours scores top-1 near 1 and a uniform policy near 0."""
+    rng = np.random.default_rng(seed)
+    steps = ((1, 0), (0, 1), (1, 1), (1, -1))
+    boards = np.zeros((n, BOARD_SIZE, BOARD_SIZE), np.int8)
+    moves = np.zeros(n, np.int64)
+    for i in range(n):
+        while True:
+            board = np.zeros((BOARD_SIZE, BOARD_SIZE), np.int8)
+            dx, dy = steps[rng.integers(4)]
+            x0, y0 = int(rng.integers(2, 11)), int(rng.integers(4, 11))
+            cells = [(x0 + k * dx, y0 + k * dy) for k in range(5)]
+            if not all(0 <= x < BOARD_SIZE and 0 <= y < BOARD_SIZE for x, y in cells):
+                continue
+            gap = int(rng.integers(5))
+            color = int(rng.integers(1, 3))  # the four's colour
+            for k, (x, y) in enumerate(cells):
+                if k != gap:
+                    board[y, x] = color
+            other = 3 - color
+            # the other side gets 4 (to move after a black four: 4 black vs 4 white means
+            # black moves) or 3-4 stones so that either side may be the one to move
+            count = 4 if color == 1 else int(rng.integers(4, 6))
+            free = [(x, y) for y in range(BOARD_SIZE) for x in range(BOARD_SIZE)
+                    if min(max(abs(x - cx), abs(y - cy)) for cx, cy in cells) > 2]
+            for j in rng.choice(len(free), size=count, replace=False):
+                board[free[j][1], free[j][0]] = other
+            blacks, whites = int((board == 1).sum()), int((board == 2).sum())
+            if blacks in (whites, whites + 1):
+                break
+        boards[i] = board
+        moves[i] = cells[gap][1] * BOARD_SIZE + cells[gap][0]
+    return boards, moves
+
+
 def build_tiny_policy(path: Path, seed: int = 0) -> Path:
     """Script a `TinyPolicy` with weights from `seed` and save it to `path`."""
     torch.manual_seed(seed)

@@ -6,6 +6,10 @@
 
 Exit codes: 0 done (or already serving), 1 refused or Triton unreachable (the serving version
 keeps serving), 2 usage (no published version).
+
+`serving` prints what Triton serves next to the rollout record (``rollout.json``, the truth the
+launcher starts Triton from), the published and quarantined versions, and the recent history in
+words ("v7 replaced v6", "v8 refused (reason), v7 kept serving", "rolled back v8 -> v7").
 """
 
 from __future__ import annotations
@@ -78,30 +82,56 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     return _run(args, "rollback")
 
 
+def _named(version: int | None, none: str) -> str:
+    return none if version is None else f"v{version}"
+
+
+def _listed(versions: list[int]) -> str:
+    return ", ".join(f"v{v}" for v in versions) or "none"
+
+
 def cmd_serving(args: argparse.Namespace) -> int:
     from services.triton.client import PolicyClient, TritonError
-    from services.triton.publisher import list_versions
-    from services.triton.rollout import current_version, read_state
+    from services.triton.publisher import list_versions, quarantined_versions
+    from services.triton.rollout import current_version, describe_event, read_state
 
-    state = read_state(args.repository, args.model_name)
+    try:
+        state = read_state(args.repository, args.model_name)
+    except ValueError as exc:
+        print(f"error: {exc}")
+        return EXIT_REFUSED
+    unreachable = None
     with PolicyClient(args.triton_url, args.model_name) as client:
         try:
             serving = current_version(client, args.model_name)
         except TritonError as exc:
-            print(f"error: {exc}")
-            return EXIT_REFUSED
+            serving, unreachable = None, str(exc)
     out = {"model_name": args.model_name, "serving": serving, "recorded_current": state["current"],
            "recorded_previous": state["previous"],
            "published": list_versions(args.repository, args.model_name),
-           "history": state["history"][-5:]}
+           "quarantined": quarantined_versions(args.repository, args.model_name),
+           "history": state["history"][-5:], "triton_error": unreachable}
     if args.json:
         print(json.dumps(out, indent=2))
     else:
-        print(f"{args.model_name}: Triton serves v{serving}; recorded current "
-              f"v{state['current']}, previous v{state['previous']}; published {out['published']}")
-        for event in out["history"]:
-            print("  " + json.dumps(event))
-    return 0
+        triton = (f"Triton at {args.triton_url} is unreachable ({unreachable})" if unreachable
+                  else f"Triton serves {_named(serving, 'nothing')}")
+        print(f"{args.model_name}: {triton}; recorded current "
+              f"{_named(state['current'], 'none recorded')}, previous "
+              f"{_named(state['previous'], 'none recorded')}")
+        print(f"published: {_listed(out['published'])}; quarantined: "
+              f"{_listed(out['quarantined'])}")
+        if not unreachable and state["current"] is not None and serving != state["current"]:
+            print(f"warning: Triton serves {_named(serving, 'nothing')} but the record says "
+                  f"v{state['current']}: `movepred rollout --triton-url {args.triton_url} "
+                  f"--repository {args.repository} --version {state['current']}` restores it")
+        if out["history"]:
+            print("history (newest last):")
+            for event in out["history"]:
+                print("  " + describe_event(event))
+        else:
+            print("history: none recorded")
+    return EXIT_REFUSED if unreachable else 0
 
 
 def add_rollout_commands(subparsers: argparse._SubParsersAction) -> dict:

@@ -3,16 +3,24 @@
 A version is staged in ``<repo>/<model>/.tmp-<uuid>/`` (``model.pt``, ``model.py`` = a copy of
 `policy_model.py`, ``metadata.json``), fsynced, then renamed to ``<repo>/<model>/<version>/`` in
 one ``os.rename``: Triton ignores non-numeric folders, so a version folder never appears half
-written. Version numbers are ``max(existing) + 1``; concurrent publishers are serialised with an
-``flock`` on the model folder (and a rename onto an existing version is retried, never merged).
-Serving picks the new version up when the model is (re)loaded (`PolicyClient.load_model`).
+written. Version numbers are ``max(existing, quarantined) + 1``: a version the rollout refused
+and moved to ``<repo>/<model>/quarantine/<version>/`` (`QUARANTINE_DIR`) keeps its number, so a
+log line or a record naming "v8" never means two different models. Concurrent publishers are
+serialised with an ``flock`` on the model folder (and a rename onto an existing version is
+retried, never merged). `extra_files` (e.g. the train flow's ``smoke_positions.npz``: real
+positions the rollout's smoke test asks the version about) are staged, fsynced and renamed with
+the rest. Serving changes only through `services.triton.rollout.rollout`.
 
 The test run before publishing feeds the input shape of the model's ``config.pbtxt`` (the one in
 the repository, else the tracked template): int8 [2, 15, 15] -> [2, 225] for ``gomoku_policy``;
 for ``go_policy``, whose spatial dims are -1 (any board size), int8 [2, 4, 19, 19] -> [2, 362]
 and int8 [2, 4, 9, 9] -> [2, 82] (`CHECK_SIZES`: the largest and the smallest served size; a
 free logits width is the board's points, plus the pass for Go); a network with a value head
-answers the tuple (logits, value [2]) and both shapes are checked.
+answers the tuple (logits, value [2]) and both shapes are checked. Besides zeros the model runs
+on real boards: the rollout's known smoke positions of its game and, when given, the stored
+positions; NaN or Inf in the logits, or in the value of a network with a value head, refuses the
+model (a network that answers NaN would otherwise reach Triton and serve a uniform policy).
+``metadata.json`` records ``value_head`` (true/false) as found by that run.
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from services.checksums import sha256_file
 
 POLICY_MODEL_PY = Path(__file__).with_name("policy_model.py")
@@ -39,6 +49,10 @@ DEFAULT_MODEL_NAME = "gomoku_policy"
 BOARD_SIZE = 15
 CHECK_SIZES = (19, 9)  # a free (-1) spatial dim is test-run at these sizes
 _VERSION_RE = re.compile(r"[0-9]+")
+QUARANTINE_DIR = "quarantine"  # refused versions: <repo>/<model>/quarantine/<version>[-n]/
+_QUARANTINED_RE = re.compile(r"([0-9]+)(-[0-9]+)?")
+SMOKE_POSITIONS_FILE = "smoke_positions.npz"  # boards (network input) and moves, by row
+RESERVED_FILES = ("model.pt", "model.py", "metadata.json")
 
 
 def list_versions(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> list[int]:
@@ -50,6 +64,17 @@ def list_versions(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> lis
         int(p.name) for p in model_dir.iterdir() if _VERSION_RE.fullmatch(p.name) and p.is_dir()
     ]
     return sorted(v for v in versions if v > 0)
+
+
+def quarantined_versions(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> list[int]:
+    """Versions moved to ``<repo>/<model>/quarantine/`` by a refused rollout, ascending (a
+    number quarantined twice, e.g. a hand-made folder reusing it, is listed once)."""
+    folder = Path(repository) / model_name / QUARANTINE_DIR
+    if not folder.is_dir():
+        return []
+    found = {int(m.group(1)) for p in folder.iterdir()
+             if p.is_dir() and (m := _QUARANTINED_RE.fullmatch(p.name))}
+    return sorted(found)
 
 
 def latest_version(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> int | None:
@@ -177,16 +202,68 @@ def check_shapes(
     return out
 
 
+def write_smoke_positions(path: Path, boards: np.ndarray, moves: np.ndarray) -> None:
+    """Store `boards` (as the network input takes them: int8 [N, 15, 15], Go [N, 4, S, S]) and
+    the `moves` played there (int64 [N]) as ``smoke_positions.npz``."""
+    boards = np.ascontiguousarray(boards, dtype=np.int8)
+    moves = np.asarray(moves, dtype=np.int64)
+    if boards.ndim < 3 or len(boards) != len(moves) or not len(moves):
+        raise ValueError(f"smoke positions need int8 boards [N, ...] and N moves, got boards "
+                         f"{boards.shape} and moves {moves.shape}")
+    with open(path, "wb") as f:
+        np.savez(f, boards=boards, moves=moves)
+
+
+def read_smoke_positions(source: Path | bytes) -> tuple[np.ndarray, np.ndarray]:
+    """(boards int8, moves int64) of a ``smoke_positions.npz`` (a path or its bytes);
+    ValueError saying what is wrong with it."""
+    import io
+
+    try:
+        with np.load(io.BytesIO(source) if isinstance(source, bytes) else source,
+                     allow_pickle=False) as data:
+            boards, moves = data["boards"], data["moves"]
+    except (OSError, ValueError, KeyError, EOFError) as exc:
+        raise ValueError(f"{SMOKE_POSITIONS_FILE} is unreadable: {exc}") from exc
+    if boards.dtype != np.int8 or boards.ndim < 3 or moves.shape != (len(boards),) or not len(
+            boards):
+        raise ValueError(f"{SMOKE_POSITIONS_FILE} holds boards {boards.dtype} {boards.shape} and "
+                         f"moves {moves.shape}, expected int8 [N, ...] and [N]")
+    if moves.min() < 0:
+        raise ValueError(f"{SMOKE_POSITIONS_FILE} holds negative moves")
+    return boards, moves.astype(np.int64)
+
+
+def _real_boards(board_shape: tuple[int, ...]) -> tuple[list[str], np.ndarray] | None:
+    """(names, boards) of the rollout's known smoke positions for boards of `board_shape`
+    (Gomoku [15, 15]: `known_positions`; Go [4, 19, 19]: `known_go_positions`), else None."""
+    from services.triton import rollout  # lazy: rollout imports this module
+
+    if board_shape == (BOARD_SIZE, BOARD_SIZE):
+        known = rollout.known_positions()
+        return list(known), np.stack(list(known.values()))
+    if board_shape == (4, 19, 19):
+        go = rollout.known_go_positions()
+        return list(go), np.stack([b for b, _ in go.values()])
+    return None
+
+
 def validate_model_file(
     model_file: Path,
     board_shape: tuple[int, ...] = (BOARD_SIZE, BOARD_SIZE),
     n_moves: int = BOARD_SIZE * BOARD_SIZE,
+    positions: np.ndarray | None = None,
 ) -> bool:
     """Load the TorchScript file on CPU and check int8 [2, *board_shape] -> float32
     [2, n_moves] (default: the Gomoku policy, [2,15,15] -> [2,225]), or, for a network with a
     value head, the tuple (logits float32 [2, n_moves], value float32 [2]). Dims of -1 (a
     config's variable sizes) are checked at each of `CHECK_SIZES` (`check_shapes`: Go
-    [4,-1,-1] -> -1 runs [2,4,19,19] -> [2,362] and [2,4,9,9] -> [2,82]). Returns whether the
+    [4,-1,-1] -> -1 runs [2,4,19,19] -> [2,362] and [2,4,9,9] -> [2,82]).
+
+    Then the model runs on real boards of each checked shape (the rollout's known smoke
+    positions of its game) and on `positions` (boards as the network takes them, e.g. the
+    train flow's stored validation positions): non-finite logits, or non-finite values from a
+    network with a value head, refuse it (ValueError naming the boards). Returns whether the
     model has a value head."""
     import torch  # lazy: listing versions must not need torch
 
@@ -194,47 +271,103 @@ def validate_model_file(
         model = torch.jit.load(str(model_file), map_location="cpu").eval()
     except Exception as exc:
         raise ValueError(f"{model_file} is not a usable TorchScript policy: {exc}") from exc
-    heads = {_check_outputs(model, model_file, shape, width)
-             for shape, width in check_shapes(tuple(board_shape), n_moves)}
+    runs: list[tuple[str, list[str] | None, np.ndarray, int]] = []
+    for shape, width in check_shapes(tuple(board_shape), n_moves):
+        shape_text = ",".join(str(d) for d in (2, *shape))
+        runs.append((f"int8 [{shape_text}]", None, np.zeros((2, *shape), np.int8), width))
+        real = _real_boards(shape)
+        if real is not None:
+            runs.append(("the known smoke positions", real[0], real[1], width))
+    if positions is not None:
+        positions = np.asarray(positions)
+        shape = tuple(int(d) for d in positions.shape[1:])
+        if positions.dtype != np.int8 or not dims_accept(tuple(board_shape), shape):
+            raise ValueError(f"stored positions are {positions.dtype} {list(shape)} per board; "
+                             f"{model_file} takes int8 {list(board_shape)}")
+        runs.append((f"the {len(positions)} stored positions", None, positions,
+                     check_shapes(shape, n_moves)[0][1]))
+    heads = {_check_outputs(model, model_file, what, names, boards, width)
+             for what, names, boards, width in runs}
     if len(heads) != 1:
-        raise ValueError(f"{model_file}: answers a value on some board sizes only")
+        raise ValueError(f"{model_file}: answers a value on some boards only")
     return heads.pop()
 
 
-def _check_outputs(model: Any, model_file: Path, board_shape: tuple[int, ...],
-                   n_moves: int) -> bool:
-    """One test run of `validate_model_file` on int8 zeros [2, *board_shape]."""
+def _check_outputs(model: Any, model_file: Path, what: str, names: list[str] | None,
+                   boards: np.ndarray, n_moves: int) -> bool:
+    """One test run of `validate_model_file` on `boards` (`what` names them in errors, `names`
+    each board when known); returns whether the answer carries a value."""
     import torch
 
-    shape_text = ",".join(str(d) for d in (2, *board_shape))
+    n = len(boards)
     try:
         with torch.inference_mode():
-            out = model(torch.zeros((2, *board_shape), dtype=torch.int8))
+            out = model(torch.from_numpy(np.ascontiguousarray(boards)))
     except Exception as exc:
-        raise ValueError(f"{model_file} is not a usable TorchScript policy on int8 "
-                         f"[{shape_text}]: {exc}") from exc
+        raise ValueError(f"{model_file} is not a usable TorchScript policy on {what}: "
+                         f"{exc}") from exc
     value = None
     if isinstance(out, (tuple, list)):
         if len(out) != 2 or not all(isinstance(t, torch.Tensor) for t in out):
             kinds = ", ".join(type(t).__name__ for t in out)
-            raise ValueError(f"{model_file}: int8 [{shape_text}] gave ({kinds}), expected "
+            raise ValueError(f"{model_file}: {what} gave ({kinds}), expected "
                              "logits or (logits, value) tensors")
         y, value = out
     else:
         y = out
-    if not isinstance(y, torch.Tensor) or tuple(y.shape) != (2, n_moves):
+    if not isinstance(y, torch.Tensor) or tuple(y.shape) != (n, n_moves):
         shape = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
-        raise ValueError(f"{model_file}: int8 [{shape_text}] gave {shape}, expected "
-                         f"(2, {n_moves})")
+        raise ValueError(f"{model_file}: {what} gave {shape}, expected ({n}, {n_moves})")
     if y.dtype != torch.float32:
         raise ValueError(f"{model_file}: logits are {y.dtype}, expected torch.float32")
     if value is not None:
-        if tuple(value.shape) != (2,):
-            raise ValueError(f"{model_file}: int8 [{shape_text}] gave value of shape "
-                             f"{tuple(value.shape)}, expected (2,): one value per board")
+        if tuple(value.shape) != (n,):
+            raise ValueError(f"{model_file}: {what} gave value of shape "
+                             f"{tuple(value.shape)}, expected ({n},): one value per board")
         if value.dtype != torch.float32:
             raise ValueError(f"{model_file}: value is {value.dtype}, expected torch.float32")
+    for output, tensor in (("logits", y), ("value", value)):
+        if tensor is None:
+            continue
+        bad = ~torch.isfinite(tensor.reshape(n, -1)).all(dim=1)
+        if bool(bad.any()):
+            rows = torch.nonzero(bad).flatten().tolist()
+            which = ", ".join(names[i] for i in rows[:5]) if names else (
+                "rows " + ", ".join(str(i) for i in rows[:5]))
+            more = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
+            raise ValueError(f"{model_file}: NaN or Inf {output} on {what} ({which}{more}): "
+                             "a model must answer finite numbers")
     return value is not None
+
+
+def next_version(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> int:
+    """The number the next published version gets: above every published and every
+    quarantined one (numeric folders are listed first, so a version moving to quarantine
+    meanwhile is seen in one place or the other)."""
+    taken = list_versions(repository, model_name)
+    taken += quarantined_versions(repository, model_name)
+    return max(taken, default=0) + 1
+
+
+def _read_extra_files(extra_files: dict[str, Path | bytes]) -> dict[str, bytes]:
+    """The bytes of `publish`'s extra files; ValueError for a name that is not a plain file
+    name or that would replace the model's own files."""
+    out: dict[str, bytes] = {}
+    for name, source in extra_files.items():
+        if (not name or name != Path(name).name or name.startswith(".")
+                or name in RESERVED_FILES):
+            raise ValueError(f"extra file name {name!r}: must be a plain file name other than "
+                             f"{', '.join(RESERVED_FILES)}")
+        out[name] = source if isinstance(source, bytes) else Path(source).read_bytes()
+    return out
+
+
+@contextlib.contextmanager
+def locked_model_dir(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> Iterator[None]:
+    """The publishers' lock on the model folder: held while version folders are added or
+    moved (publish, quarantine)."""
+    with _locked(Path(repository) / model_name):
+        yield
 
 
 def publish(
@@ -244,22 +377,30 @@ def publish(
     metadata: dict | None = None,
     *,
     validate: bool = True,
+    extra_files: dict[str, Path | bytes] | None = None,
 ) -> int:
     """Publish `model_file` (TorchScript) as the next version of `model_name`; return it.
 
     The model folder needs a ``config.pbtxt`` (copied from the tracked ``model_repository`` when
     missing). `metadata` (JSON-serialisable) is stored in ``metadata.json`` with the version,
-    the model's sha256 and the publish time. With `validate`, the model is test-run on CPU first.
+    the model's sha256, the publish time and (when validated) ``value_head``. With `validate`,
+    the model is test-run on CPU first (`validate_model_file`, on the stored positions too when
+    `extra_files` holds ``smoke_positions.npz``). `extra_files` ({file name: path or bytes})
+    are written into the version folder with the model, in the same atomic rename.
     """
     model_file = Path(model_file)
     if not model_file.is_file():
         raise FileNotFoundError(f"model file {model_file} does not exist")
     repository = Path(repository)
+    extras = _read_extra_files(extra_files or {})
+    info: dict[str, Any] = dict(metadata or {})
     if validate:
-        validate_model_file(model_file, *model_io(repository, model_name))
+        positions = (read_smoke_positions(extras[SMOKE_POSITIONS_FILE])[0]
+                     if SMOKE_POSITIONS_FILE in extras else None)
+        info["value_head"] = validate_model_file(model_file, *model_io(repository, model_name),
+                                                 positions=positions)
     ensure_model_config(repository, model_name)
     model_dir = repository / model_name
-    info: dict[str, Any] = dict(metadata or {})
     json.dumps(info)  # fail before touching the repository
 
     staging = model_dir / f".tmp-{uuid.uuid4().hex}"
@@ -267,10 +408,12 @@ def publish(
     try:
         shutil.copyfile(model_file, staging / "model.pt")
         shutil.copyfile(POLICY_MODEL_PY, staging / "model.py")
+        for name, data in extras.items():
+            (staging / name).write_bytes(data)
         sha = sha256_file(staging / "model.pt")
         with _locked(model_dir):
             for _ in range(100):
-                version = (latest_version(repository, model_name) or 0) + 1
+                version = next_version(repository, model_name)
                 record = {
                     **info,
                     "model_name": model_name,
@@ -281,7 +424,7 @@ def publish(
                 }
                 meta_path = staging / "metadata.json"
                 meta_path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-                for name in ("model.pt", "model.py", "metadata.json"):
+                for name in (*RESERVED_FILES, *extras):
                     _fsync_file(staging / name)
                 _fsync_dir(staging)
                 target = model_dir / str(version)

@@ -17,22 +17,43 @@ highest READY version of the model) to `version`, in five steps:
    batch and on a repeat, and the answers carry the candidate's model version. A Go model
    (``go_policy``: the client's `ModelIO` says so) is asked about known Go positions
    (`known_go_positions`, compact int8 [4, 19, 19]) and must answer [N, 362] logits whose
-   softmax over the legal moves (the pass included) is a distribution.
+   softmax over the legal moves (the pass included) is a distribution. Then what the model
+   knows, all blocking (a model whose logits are the board cells, uniform over the empty points,
+   with a NaN value, passed every check above):
+
+   - **tactics** (Gomoku): in each of `tactical_positions` (take a five, block a four) a right
+     answer is among the raw policy's `TACTICAL_TOP_K` best legal points;
+   - **value**: every value finite when the version has a value head (``value_head`` in its
+     metadata; when the metadata does not say, found by running ``model.pt`` here);
+   - on the positions stored with the version (``smoke_positions.npz``, written by the train
+     flow: real validation boards as the network takes them and the moves played): **top-1** not
+     below the gate's floor (`gate.top1_floor`: the top-1 the metadata records for these rows
+     minus the gate's tolerance; with only the validation top-1 recorded, also minus two
+     standard errors), and **agreement** with the serving version (`gate.paired_floor`: not
+     below its top-1 on the same rows minus the tolerance and two standard errors of the
+     difference; informational for a rollback, which goes back on purpose). A version without
+     stored positions (published before they were stored, or by hand) gets these two as
+     informational, marked "not checked", with the reason.
 4. **Switch.** The model is loaded under its own name with the on-disk ``config.pbtxt`` changed
    only in ``version_policy: {specific: {versions: [version]}}``: Triton brings the version up
    while the old one keeps answering, then unloads the old one (in-flight requests finish).
    Then one unversioned request must be answered by the new version with exactly the
    candidate's logits, else serving is switched back.
 5. **Record.** ``<repo>/<model>/rollout.json`` (written atomically) keeps the current and
-   previous versions and a history of rollouts, rollbacks and refusals.
+   previous versions and a history of rollouts, rollbacks and refusals (`describe_event` words
+   them). The record is the truth about what serves: the launcher (`services.triton.server`)
+   starts Triton pinned to its ``current``, so a restart serves what the last rollout chose.
 
 Any refusal raises `RolloutError` (with the reason and the smoke checks); the version that was
-serving keeps serving. `rollback` rolls out the recorded previous version the same way.
-Rollouts of one model are serialised with an ``flock`` on ``<repo>/<model>/.rollout.lock``.
-
-The version choice lives in Triton's memory only: a restarted Triton (or a plain
-``load_model`` without config, as the train flow does) serves the newest version per the on-disk
-``latest: {num_versions: 1}`` policy again; ``rollout --version <recorded current>`` restores it.
+serving keeps serving. A refusal that belongs to the version (its files, Triton cannot load it,
+the smoke test) also moves its folder to ``<repo>/<model>/quarantine/<version>/`` with a
+``reason.json`` (`quarantine`): Triton ignores non-numeric folders, so neither a restart nor a
+plain load brings it back, and the publisher never reuses its number. Failures that say nothing
+about the version (Triton unreachable, a deadline, a failure during the switch) quarantine
+nothing. `rollback` rolls out the recorded previous version the same way; the rolled-back
+version stays published, but it is no longer ``current``, so nothing serves it again unless a
+rollout or rollback chooses it. Rollouts of one model are serialised with an ``flock`` on
+``<repo>/<model>/.rollout.lock``.
 """
 
 from __future__ import annotations
@@ -43,6 +64,7 @@ import fcntl
 import hashlib
 import io
 import json
+import logging
 import os
 import time
 import uuid
@@ -55,8 +77,21 @@ from typing import Any
 
 import numpy as np
 
-from services.triton.client import PolicyClient, TritonError
-from services.triton.publisher import DEFAULT_MODEL_NAME, list_versions, parse_config
+from services.trainer import gate
+from services.triton.client import PolicyClient, TritonError, TritonUnavailableError
+from services.triton.publisher import (
+    DEFAULT_MODEL_NAME,
+    QUARANTINE_DIR,
+    SMOKE_POSITIONS_FILE,
+    dims_accept,
+    list_versions,
+    locked_model_dir,
+    parse_config,
+    quarantined_versions,
+    read_smoke_positions,
+)
+
+logger = logging.getLogger(__name__)
 
 BOARD_SIZE = 15
 CANDIDATE_SUFFIX = "__candidate"
@@ -65,6 +100,13 @@ LOCK_FILE = ".rollout.lock"
 HISTORY_LIMIT = 100
 REQUIRED_FILES = ("model.pt", "model.py")
 _CONSISTENCY_ATOL = 1e-4
+QUARANTINE_REASON = "reason.json"
+# A tactical answer must be among the raw policy's 5 best legal points: Predict lists 5 moves
+# by default (top_k 0 means 5), so a client reading Predict sees the win or the block; a trained
+# network puts it first (the demo's network ranks every one 1st), an untrained or broken one
+# scatters it over ~200 empty points.
+TACTICAL_TOP_K = 5
+_INFER_ROWS = 64  # stored positions are sent in requests of this many boards
 
 
 class RolloutError(RuntimeError):
@@ -79,6 +121,7 @@ class RolloutError(RuntimeError):
         serving: int | None,
         smoke: list[SmokeCheck] | None = None,
         action: str = "rollout",
+        quarantined: str | None = None,
     ) -> None:
         super().__init__(message)
         self.reason = message
@@ -87,6 +130,7 @@ class RolloutError(RuntimeError):
         self.serving = serving
         self.smoke = list(smoke or [])
         self.action = action
+        self.quarantined = quarantined  # where the refused version's folder went, if moved
 
     def __reduce__(self) -> tuple[Any, ...]:  # picklable (Prefect may keep task exceptions)
         return (_rebuild_error, (self.reason, self.__dict__))
@@ -98,6 +142,9 @@ class RolloutError(RuntimeError):
             f"# {self.action.capitalize()} of {self.model_name} {target} refused\n\n"
             f"Reason: {self.reason}\n\nStill serving: **{serving}**\n"
         )
+        if self.quarantined:
+            text += (f"\n{target} was moved to `{self.quarantined}` (with {QUARANTINE_REASON}): "
+                     "it never serves again, also after a restart.\n")
         if self.smoke:
             text += "\n" + checks_markdown(self.smoke)
         return text
@@ -116,6 +163,7 @@ class SmokeCheck:
     passed: bool
     detail: str
     blocking: bool = True  # informational checks never refuse a version
+    skipped: bool = False  # not run (what it needs is missing); `detail` says why
 
 
 @dataclass
@@ -156,7 +204,8 @@ class RolloutReport:
 def checks_markdown(checks: list[SmokeCheck]) -> str:
     rows = []
     for c in checks:
-        result = ("pass" if c.passed else "FAIL") + ("" if c.blocking else " (info)")
+        result = "not checked" if c.skipped else (
+            ("pass" if c.passed else "FAIL") + ("" if c.blocking else " (info)"))
         detail = c.detail.replace("|", "\\|")
         rows.append(f"| {c.name} | {result} | {detail} |")
     return "\n".join(["| smoke check | result | detail |", "|---|---|---|", *rows])
@@ -201,6 +250,11 @@ def check_version_files(
     folder = Path(repository) / model_name / str(version)
     if version <= 0 or not folder.is_dir():
         published = list_versions(repository, model_name)
+        if version in quarantined_versions(repository, model_name):
+            where = Path(repository) / model_name / QUARANTINE_DIR / str(version)
+            raise ValueError(f"version {version} is quarantined: {quarantine_reason(where)} "
+                             f"(see {where / QUARANTINE_REASON}; published: "
+                             f"{published or 'none'})")
         raise ValueError(f"version {version} is not published: {folder} does not exist "
                          f"(published: {published or 'none'})")
     missing = [n for n in REQUIRED_FILES if not (folder / n).is_file()]
@@ -283,6 +337,118 @@ def masked_policy(logits: np.ndarray, boards: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
+def tactical_positions() -> dict[str, tuple[np.ndarray, tuple[int, ...]]]:
+    """Gomoku positions with a forced answer: {name: (int8 [15, 15] indexed [y, x], the right
+    points y * 15 + x)}. Black moves when both sides have as many stones, else white. Each
+    position holds no five; `tests/test_smoke_checks.py` checks every answer with the rules."""
+
+    def at(x: int, y: int) -> int:
+        return y * BOARD_SIZE + x
+
+    return {
+        # black to move: four f8-i8, e8 white, j8 makes five
+        "take a five (row)": (_board([(5, 7), (6, 7), (7, 7), (8, 7)],
+                                     [(4, 7), (7, 8), (8, 9), (3, 3)]), (at(9, 7),)),
+        # white to move: g5 g6 _ g8 g9, g7 fills the gap
+        "take a five (broken column)": (_board([(7, 7), (8, 8), (9, 9), (5, 5), (10, 3)],
+                                               [(6, 4), (6, 5), (6, 7), (6, 8)]),
+                                        (at(6, 6),)),
+        # black to move, both sides have four: black wins at h8 (c3 is white) before blocking
+        "take a five, not block": (_board([(3, 3), (4, 4), (5, 5), (6, 6), (12, 1)],
+                                          [(10, 10), (10, 11), (10, 12), (10, 13), (2, 2)]),
+                                   (at(7, 7),)),
+        # black to move: white four j6-j9 closed at j10 by black, j5 blocks
+        "block a four (column)": (_board([(8, 9), (7, 7), (6, 6), (11, 2)],
+                                         [(8, 5), (8, 6), (8, 7), (8, 8)]), (at(8, 4),)),
+        # white to move: black four k5-h8 on the anti-diagonal, l4 white, g9 blocks
+        "block a four (diagonal)": (_board([(10, 4), (9, 5), (8, 6), (7, 7), (3, 12)],
+                                           [(11, 3), (7, 8), (2, 2), (12, 12)]), (at(6, 8),)),
+        # black to move: white c12 d12 _ f12 g12, e12 blocks
+        "block a broken four": (_board([(7, 7), (8, 8), (6, 8), (9, 2)],
+                                       [(2, 11), (3, 11), (5, 11), (6, 11)]), (at(4, 11),)),
+    }
+
+
+@dataclass(frozen=True)
+class StoredPositions:
+    """The real positions stored with a version (``smoke_positions.npz``) and what its
+    metadata says about them."""
+
+    boards: np.ndarray  # as the network takes them: int8 [N, 15, 15], Go [N, 4, S, S]
+    moves: np.ndarray  # int64 [N]: the move played
+    top1: float | None = None  # the version's own top-1 on these rows, measured at publish time
+    validation_top1: float | None = None  # its top-1 on the whole validation split
+
+
+def _metadata(files: dict[str, bytes]) -> dict[str, Any]:
+    try:
+        meta = json.loads(files["metadata.json"]) if "metadata.json" in files else {}
+    except ValueError:
+        return {}  # check_version_files refused it already
+    return meta if isinstance(meta, dict) else {}
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and np.isfinite(value) else None
+
+
+def stored_positions(files: dict[str, bytes], config: Any, version: int
+                     ) -> StoredPositions | None:
+    """The version's stored positions (None when it has none); ValueError when the file is
+    there but unusable (unreadable, boards the config does not take, moves out of range)."""
+    if SMOKE_POSITIONS_FILE not in files:
+        return None
+    try:
+        boards, moves = read_smoke_positions(files[SMOKE_POSITIONS_FILE])
+    except ValueError as exc:
+        raise ValueError(f"version {version}: {exc}") from exc
+    dims = tuple(int(d) for d in config.input[0].dims)
+    if not dims_accept(dims, boards.shape[1:]):
+        raise ValueError(f"version {version}: {SMOKE_POSITIONS_FILE} holds boards "
+                         f"{list(boards.shape[1:])}, the model takes {list(dims)}")
+    points = int(np.prod(boards.shape[-2:])) + (1 if boards.ndim == 4 else 0)
+    if int(moves.max()) >= points:
+        raise ValueError(f"version {version}: {SMOKE_POSITIONS_FILE} holds move "
+                         f"{int(moves.max())}, boards have {points} moves")
+    meta = _metadata(files)
+    recorded = meta.get("smoke_positions")
+    top1 = _number(recorded.get("top1")) if isinstance(recorded, dict) else None
+    metrics = meta.get("metrics")
+    validation = metrics.get("validation") if isinstance(metrics, dict) else None
+    validation_top1 = _number(validation.get("top1")) if isinstance(validation, dict) else None
+    return StoredPositions(boards, moves, top1, validation_top1)
+
+
+def value_head_of(files: dict[str, bytes], boards: np.ndarray) -> bool | None:
+    """Whether the version's network has a value head: its metadata's ``value_head``, else
+    found by running ``model.pt`` here on `boards` (None when that fails too)."""
+    recorded = _metadata(files).get("value_head")
+    if isinstance(recorded, bool):
+        return recorded
+    try:
+        import torch
+
+        model = torch.jit.load(io.BytesIO(files["model.pt"]), map_location="cpu").eval()
+        with torch.inference_mode():
+            out = model(torch.from_numpy(np.ascontiguousarray(boards[:1])))
+    except Exception as exc:  # any failure: unknown, and Triton's answers decide
+        logger.info("cannot tell whether the model has a value head: %s", exc)
+        return None
+    return isinstance(out, (tuple, list))
+
+
+def top1_hits(logits: np.ndarray, boards: np.ndarray, moves: np.ndarray) -> np.ndarray:
+    """Per row, whether the best unoccupied point (a Go pass always counts) is the move
+    played: the trainer's top-1 (`services.trainer.metrics.evaluate`), in numpy."""
+    stones = boards[:, 0] if boards.ndim == 4 else boards
+    occupied = stones.reshape(len(boards), -1) != 0
+    extra = logits.shape[1] - occupied.shape[1]
+    if extra:
+        occupied = np.pad(occupied, ((0, 0), (0, extra)))
+    masked = np.where(occupied, -np.inf, logits.astype(np.float64))
+    return np.argmax(masked, axis=1) == moves
+
+
 def known_go_positions() -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Fixed Go positions: {name: (compact int8 [4, 19, 19], legal mask [362], pass last)}."""
     from services.games import go_features
@@ -345,13 +511,24 @@ def smoke_test(
     model_name: str,
     version: int,
     centre_radius: int | None = None,
+    *,
+    stored: StoredPositions | None = None,
+    value_head: bool | None = None,
+    serving_model: str | None = None,
+    serving_version: int | None = None,
+    tolerance: float = gate.DEFAULT_TOLERANCE,
+    compare_blocking: bool = True,
 ) -> tuple[list[SmokeCheck], np.ndarray]:
     """Ask `version` of `model_name` (explicitly) about `known_positions` (a Go model: about
-    `known_go_positions`).
+    `known_go_positions`), `tactical_positions` (Gomoku) and the `stored` positions.
 
-    Returns the checks and the batch's logits. A check that cannot even get an answer fails
-    with the error. `centre_radius` makes "the empty board's top move lies within that many
-    points of the centre" a blocking check (it is informational otherwise; Gomoku only).
+    Returns the checks and the known positions' logits. A check that cannot even get an
+    answer fails with the error. `centre_radius` makes "the empty board's top move lies within
+    that many points of the centre" a blocking check (it is informational otherwise; Gomoku
+    only). `value_head` True makes finite values blocking. `serving_version` of
+    `serving_model` (the version serving now; None: nothing) is asked about the stored
+    positions for the agreement check, blocking when `compare_blocking`; `tolerance` is the
+    gate's (`services.trainer.gate`).
     """
     io = client.io_of(model_name)
     go = io.game == "go"
@@ -374,7 +551,7 @@ def smoke_test(
             for i in range(len(boards))
         ]
     except TritonError as exc:
-        checks.append(SmokeCheck("answers", False, f"v{version} did not answer: {exc}"))
+        checks.append(SmokeCheck("answers", False, _no_answer(version, exc)))
         return checks, np.zeros((0, n_moves), np.float32)
 
     answered = {(r.model_name, r.model_version) for r in [first, again, *alone]}
@@ -439,7 +616,161 @@ def smoke_test(
         checks.append(SmokeCheck("open four", True, f"top move {_name(top)} "
                                  + ("makes five" if wins else "does not make five (e8/j8 do)"),
                                  blocking=False))
+
+    values = [first.values]
+    try:
+        if not go:
+            tactics, tactical_values = _tactics_check(client, model_name, version)
+            checks.append(tactics)
+            values.append(tactical_values)
+        checks += _stored_checks(client, model_name, version, stored, serving_model,
+                                 serving_version, tolerance, compare_blocking, values)
+    except TritonError as exc:
+        checks.append(SmokeCheck("answers", False, _no_answer(version, exc)))
+    checks.append(_value_check(version, value_head, values))
     return checks, logits
+
+
+TRANSIENT_PREFIX = "Triton could not answer"  # an "answers" failure that is not the version's
+
+
+def _no_answer(version: int, exc: TritonError) -> str:
+    if isinstance(exc, TritonUnavailableError):  # down, not ready, deadline: not the version
+        return f"{TRANSIENT_PREFIX} for v{version}: {exc}"
+    return f"v{version} did not answer: {exc}"
+
+
+def _infer_rows(client: PolicyClient, boards: np.ndarray, version: int, model_name: str
+                ) -> tuple[np.ndarray, np.ndarray | None]:
+    """(logits, values or None) of `boards`, sent `_INFER_ROWS` at a time."""
+    logits, values = [], []
+    for i in range(0, len(boards), _INFER_ROWS):
+        r = client.infer(boards[i:i + _INFER_ROWS], model_version=version,
+                         model_name=model_name)
+        logits.append(r.logits)
+        values.append(r.values)
+    both = None if any(v is None for v in values) else np.concatenate(values)
+    return np.concatenate(logits), both
+
+
+def _tactics_check(client: PolicyClient, model_name: str, version: int
+                   ) -> tuple[SmokeCheck, np.ndarray | None]:
+    """Every `tactical_positions` answer among the raw policy's `TACTICAL_TOP_K` best legal
+    points (blocking); also returns the values Triton sent with them."""
+    tactics = tactical_positions()
+    boards = np.stack([b for b, _ in tactics.values()])
+    result = client.infer(boards, model_version=version, model_name=model_name)
+    k = TACTICAL_TOP_K
+    if not np.isfinite(result.logits).all():
+        return SmokeCheck("tactics", False, "non-finite logits on the tactical positions"), \
+            result.values
+    ranks, misses = [], []
+    for (name, (board, answers)), row in zip(tactics.items(), result.logits, strict=True):
+        legal = board.ravel() == 0
+        order = np.argsort(-np.where(legal, row.astype(np.float64), -np.inf), kind="stable")
+        position = {int(p): r for r, p in enumerate(order, start=1)}
+        rank = min(position[a] for a in answers)
+        ranks.append(rank)
+        if rank > k:
+            misses.append(f"{name}: {'/'.join(_name(a) for a in answers)} ranked {rank} "
+                          f"(top move {_name(int(order[0]))})")
+    if misses:
+        detail = f"right answer not in the top {k}: " + "; ".join(misses)
+    else:
+        detail = (f"all {len(tactics)} (take a five, block a four) answered within the top {k} "
+                  f"(ranks {', '.join(str(r) for r in ranks)})")
+    return SmokeCheck("tactics", not misses, detail), result.values
+
+
+def _stored_checks(
+    client: PolicyClient,
+    model_name: str,
+    version: int,
+    stored: StoredPositions | None,
+    serving_model: str | None,
+    serving_version: int | None,
+    tolerance: float,
+    compare_blocking: bool,
+    values: list[np.ndarray | None],
+) -> list[SmokeCheck]:
+    """The top-1 and agreement checks on the stored positions (`values` gets the candidate's
+    values there)."""
+    if stored is None:
+        why = (f"no {SMOKE_POSITIONS_FILE} in the version folder (published before positions "
+               "were stored, or by hand): not checked")
+        return [SmokeCheck("top-1 (stored positions)", False, why, blocking=False,
+                           skipped=True),
+                SmokeCheck("agreement with serving", False, why, blocking=False,
+                           skipped=True)]
+    n = len(stored.moves)
+    logits, stored_values = _infer_rows(client, stored.boards, version, model_name)
+    values.append(stored_values)
+    hits = top1_hits(logits, stored.boards, stored.moves)
+    top1 = float(hits.mean())
+    checks = []
+    if stored.top1 is not None:
+        floor = gate.top1_floor(stored.top1, tolerance)
+        basis = f"{stored.top1:.3f} recorded for these rows at publish time - {tolerance}"
+    elif stored.validation_top1 is not None:
+        floor = gate.top1_floor(stored.validation_top1, tolerance, sample_rows=n)
+        basis = (f"validation top-1 {stored.validation_top1:.3f} - {tolerance} - 2 standard "
+                 f"errors on {n} rows")
+    else:
+        floor = None
+        basis = ""
+    if floor is None:
+        checks.append(SmokeCheck("top-1 (stored positions)", False,
+                                 f"top-1 {top1:.3f} on {n} rows; the metadata records no top-1 "
+                                 "to compare with: not checked", blocking=False, skipped=True))
+    else:
+        checks.append(SmokeCheck("top-1 (stored positions)", top1 >= floor,
+                                 f"top-1 {top1:.3f} on {n} rows, floor {floor:.3f} ({basis})"))
+
+    name = "agreement with serving"
+    if serving_version is None or serving_model is None or serving_version == version:
+        why = ("nothing serves to compare with" if serving_version is None
+               else f"v{version} is the serving version")
+        checks.append(SmokeCheck(name, False, f"{why}: not checked", blocking=False,
+                                 skipped=True))
+        return checks
+    try:
+        serving_logits, _ = _infer_rows(client, stored.boards, serving_version, serving_model)
+    except TritonError as exc:
+        checks.append(SmokeCheck(name, False, f"v{serving_version} did not answer: {exc}",
+                                 blocking=False))
+        return checks
+    serving_hits = top1_hits(serving_logits, stored.boards, stored.moves)
+    floor = gate.paired_floor(serving_hits, hits, tolerance)
+    checks.append(SmokeCheck(
+        name, top1 >= floor,
+        f"top-1 {top1:.3f} vs serving v{serving_version}'s {serving_hits.mean():.3f} on {n} "
+        f"rows, floor {floor:.3f} (- {tolerance} - 2 standard errors of the difference)"
+        + ("" if compare_blocking else "; a rollback goes back on purpose"),
+        blocking=compare_blocking))
+    return checks
+
+
+def _value_check(version: int, value_head: bool | None, values: list[np.ndarray | None]
+                 ) -> SmokeCheck:
+    """Finite values everywhere (blocking) when the version has a value head."""
+    sent = [v for v in values if v is not None]
+    if not sent:
+        return SmokeCheck("value", True, "the config declares no value output",
+                          blocking=False)
+    allv = np.concatenate(sent)
+    bad = int((~np.isfinite(allv)).sum())
+    if value_head is False:
+        return SmokeCheck("value", True, f"v{version} has no value head (NaN by design)",
+                          blocking=False)
+    if bad:
+        detail = f"{bad} of {allv.size} values are NaN/Inf"
+    else:
+        detail = f"all {allv.size} values finite, range [{allv.min():.3g}, {allv.max():.3g}]"
+    if value_head is None:
+        return SmokeCheck("value", not bad, detail + f" (unknown whether v{version} has a value "
+                          "head: its metadata does not say and model.pt could not be run here)",
+                          blocking=False)
+    return SmokeCheck("value", not bad, detail)
 
 
 # --------------------------------------------------------------------------- state
@@ -476,7 +807,11 @@ def _write_state(repository: Path, model_name: str, state: dict[str, Any]) -> No
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
-    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
     finally:
@@ -485,6 +820,87 @@ def _write_state(repository: Path, model_name: str, state: dict[str, Any]) -> No
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def quarantine(
+    repository: Path,
+    model_name: str,
+    version: int,
+    reason: str,
+    smoke: list[SmokeCheck] | None = None,
+    action: str = "rollout",
+) -> Path:
+    """Move ``<repo>/<model>/<version>/`` to ``<repo>/<model>/quarantine/<version>/`` (a
+    numbered sibling, ``<version>-2``, when that name is taken) and write ``reason.json``
+    there (reason, time, action, smoke checks); return the new folder.
+
+    Triton looks at numeric folders only, so the version can no longer be loaded by a restart
+    or a plain load, and `publisher.next_version` counts quarantined numbers. The move is one
+    ``os.rename`` under the publishers' lock on the model folder."""
+    model_dir = Path(repository) / model_name
+    source = model_dir / str(version)
+    folder = model_dir / QUARANTINE_DIR
+    with locked_model_dir(repository, model_name):
+        folder.mkdir(exist_ok=True)
+        target, n = folder / str(version), 2
+        while target.exists():
+            target, n = folder / f"{version}-{n}", n + 1
+        os.rename(source, target)
+        _fsync_dir(model_dir)
+        _fsync_dir(folder)
+    record = {"model_name": model_name, "version": version, "action": action,
+              "reason": reason, "at": _now(), "from": str(source),
+              "smoke": [asdict(c) for c in smoke or []]}
+    tmp = target / f".{QUARANTINE_REASON}.tmp"
+    with open(tmp, "w") as f:
+        f.write(json.dumps(record, indent=2) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, target / QUARANTINE_REASON)
+    _fsync_dir(target)
+    logger.warning("%s v%d quarantined in %s: %s", model_name, version, target, reason)
+    return target
+
+
+def quarantine_reason(folder: Path) -> str:
+    """The reason recorded in a quarantine folder's ``reason.json`` ("reason unknown" when it
+    cannot be read)."""
+    try:
+        reason = json.loads((Path(folder) / QUARANTINE_REASON).read_text()).get("reason")
+    except (OSError, ValueError, AttributeError):
+        reason = None
+    return str(reason) if reason else "reason unknown"
+
+
+def _version_name(version: Any) -> str:
+    return "nothing" if version is None else f"v{version}"
+
+
+def describe_event(event: dict[str, Any]) -> str:
+    """One history event of ``rollout.json`` in plain words: "v7 replaced v6", "v8 refused
+    (reason), v7 kept serving", "rolled back v8 -> v7"."""
+    version, before = event.get("version"), event.get("serving")
+    action, outcome = event.get("action"), event.get("outcome")
+    if outcome == "serving":
+        if action == "rollback":
+            text = (f"rolled back {_version_name(before)} -> {_version_name(version)}"
+                    if before is not None else
+                    f"rolled back to {_version_name(version)} (nothing was serving)")
+        elif before is None:
+            text = f"{_version_name(version)} serving (nothing served before)"
+        else:
+            text = f"{_version_name(version)} replaced {_version_name(before)}"
+    elif outcome == "refused":
+        what = (f"rollback to {_version_name(version)}" if action == "rollback"
+                else _version_name(version))
+        kept = (f"{_version_name(before)} kept serving" if before is not None
+                else "nothing was serving")
+        text = f"{what} refused ({event.get('reason', 'no reason recorded')}), {kept}"
+        if event.get("quarantined"):
+            text += f"; moved to {event['quarantined']}"
+    else:
+        text = json.dumps(event)
+    return f"{event.get('at', '?')}  {text}"
 
 
 @contextlib.contextmanager
@@ -530,17 +946,20 @@ def rollout(
     *,
     centre_radius: int | None = None,
     lock_timeout_s: float = 300.0,
+    tolerance: float = gate.DEFAULT_TOLERANCE,
 ) -> RolloutReport:
     """Smoke-test `version` and make it the only version served; see the module docstring.
+    `tolerance` is the gate's, for the top-1 and agreement checks.
 
-    Raises `RolloutError` when the version is refused (the serving version keeps serving), and
-    `TritonError` subclasses only when Triton cannot be reached before anything changed.
+    Raises `RolloutError` when the version is refused (the serving version keeps serving; a
+    version refused for its own fault is quarantined), and `TritonError` subclasses only when
+    Triton cannot be reached before anything changed.
     """
     repository = Path(repository)
     version = int(version)
     with _rollout_lock(repository, model_name, lock_timeout_s):
         return _rollout_locked(client, repository, version, model_name, centre_radius,
-                               "rollout", [])
+                               "rollout", [], tolerance)
 
 
 def _rollout_locked(
@@ -551,6 +970,7 @@ def _rollout_locked(
     centre_radius: int | None,
     action: str,
     notes: list[str],
+    tolerance: float = gate.DEFAULT_TOLERANCE,
 ) -> RolloutReport:
     t0 = time.monotonic()
     phases: dict[str, float] = {}
@@ -559,15 +979,31 @@ def _rollout_locked(
     serving = max(ready_before) if ready_before else None  # what unversioned requests get
     smoke: list[SmokeCheck] = []
 
-    def refuse(reason: str) -> RolloutError:
-        state["history"].append({"at": _now(), "action": action, "version": version,
-                                 "serving": serving, "outcome": "refused", "reason": reason})
-        if state["current"] is None:
+    def refuse(reason: str, owned: bool = False) -> RolloutError:
+        """Record the refusal; `owned`: the version's own fault, so it is quarantined (never
+        the serving version)."""
+        moved = None
+        if owned and version != serving and (repository / model_name / str(version)).is_dir():
+            try:
+                moved = quarantine(repository, model_name, version, reason, smoke, action)
+            except OSError as exc:
+                reason += f" (could not quarantine it: {exc})"
+        event = {"at": _now(), "action": action, "version": version, "serving": serving,
+                 "outcome": "refused", "reason": reason}
+        where = None
+        if moved is not None:
+            where = str(moved.relative_to(repository / model_name))
+            event["quarantined"] = where
+            if state["previous"] == version:
+                state["previous"] = None  # never fall back to a quarantined version
+        state["history"].append(event)
+        if state["current"] is None or (moved is not None and state["current"] == version):
             state["current"] = serving
         _write_state(repository, model_name, state)
+        logger.warning("%s of %s v%s refused: %s", action, model_name, version, reason)
         return RolloutError(f"{action} of {model_name} v{version} refused: {reason}",
                             model_name=model_name, version=version, serving=serving,
-                            smoke=smoke, action=action)
+                            smoke=smoke, action=action, quarantined=where)
 
     def phase(name: str, since: float) -> float:
         now = time.monotonic()
@@ -577,14 +1013,21 @@ def _rollout_locked(
     # 1. files
     try:
         config = read_model_config(repository, model_name)
-        files, file_notes = check_version_files(repository, model_name, version)
     except ValueError as exc:
-        raise refuse(str(exc)) from exc
+        raise refuse(str(exc)) from exc  # the model's config, not the version's fault
+    try:
+        files, file_notes = check_version_files(repository, model_name, version)
+        stored = stored_positions(files, config, version)
+    except ValueError as exc:
+        raise refuse(str(exc), owned=True) from exc
     notes += file_notes
     t = phase("files", t0)
+    facts = {"stored": stored, "tolerance": tolerance}
 
     if serving == version:
-        smoke, _ = smoke_test(client, model_name, version, centre_radius)
+        smoke, _ = smoke_test(client, model_name, version, centre_radius,
+                              value_head=value_head_of(files, _smoke_boards(client, model_name)),
+                              **facts)
         phase("smoke", t)
         if not all(c.passed for c in smoke if c.blocking):
             failed = ", ".join(c.name for c in smoke if c.blocking and not c.passed)
@@ -607,17 +1050,26 @@ def _rollout_locked(
             )
         except TritonError as exc:
             raise refuse(f"Triton cannot load {repository / model_name / str(version)}: "
-                         f"{_triton_reason(exc)}") from exc
+                         f"{_triton_reason(exc)}",
+                         owned=exc.status != "DEADLINE_EXCEEDED"
+                         and _reachable(client, model_name)) from exc
         t = phase("candidate load", t)
         # 3. smoke test
-        smoke, reference = smoke_test(client, candidate, version, centre_radius)
+        smoke, reference = smoke_test(
+            client, candidate, version, centre_radius,
+            value_head=value_head_of(files, _smoke_boards(client, model_name)),
+            serving_model=model_name, serving_version=serving,
+            compare_blocking=action == "rollout", **facts)
         t = phase("smoke", t)
     finally:
         with contextlib.suppress(TritonError):
             client.unload_model(candidate)
     failed = [c for c in smoke if c.blocking and not c.passed]
     if failed:
-        raise refuse("smoke test failed: " + "; ".join(f"{c.name}: {c.detail}" for c in failed))
+        transient = any(c.name == "answers" and c.detail.startswith(TRANSIENT_PREFIX)
+                        for c in failed)
+        raise refuse("smoke test failed: " + "; ".join(f"{c.name}: {c.detail}" for c in failed),
+                     owned=not transient and _reachable(client, model_name))
 
     # 4. switch: the same bytes must still be on disk
     try:
@@ -653,6 +1105,15 @@ def _rollout_locked(
     _write_state(repository, model_name, state)
     return RolloutReport(model_name, action, serving, version, smoke, seconds, changed=True,
                          phases=phases, unloaded=unloaded, notes=notes)
+
+
+def _reachable(client: PolicyClient, model_name: str) -> bool:
+    """Triton answers its repository index (a refusal then is not Triton's fault)."""
+    try:
+        client.ready_versions(model_name)
+    except TritonError:
+        return False
+    return True
 
 
 def _triton_reason(exc: TritonError) -> str:
@@ -706,8 +1167,11 @@ def rollback(
     model_name: str = DEFAULT_MODEL_NAME,
     *,
     lock_timeout_s: float = 300.0,
+    tolerance: float = gate.DEFAULT_TOLERANCE,
 ) -> RolloutReport:
-    """Roll out the version that served before the current one (smoke-tested like any other).
+    """Roll out the version that served before the current one (smoke-tested like any other;
+    the agreement with the version it replaces is informational: a rollback goes back on
+    purpose).
 
     The target is the recorded ``previous`` version; if Triton serves something other than the
     recorded ``current`` (loaded outside `rollout`), the recorded ``current``; with no record,
@@ -738,4 +1202,4 @@ def rollback(
                 f"(serving {serving}, record {state_path(repository, model_name)})",
                 model_name=model_name, version=None, serving=serving, action="rollback")
         return _rollout_locked(client, repository, int(target), model_name, None, "rollback",
-                               notes)
+                               notes, tolerance)
