@@ -16,7 +16,13 @@ No Docker engine or cluster is needed. What is checked:
 * every YAML file under ``deploy/`` loads; the Kubernetes objects carry the GPU request, probes,
   selectors and autoscaler they need; compose refers to files that exist; every command-line
   flag the manifests pass to the search service (or to tritonserver, when the binary is
-  installed) is one the program accepts.
+  installed) is one the program accepts;
+* who reaches what: Triton publishes no port in compose (an internal network shared with the
+  search service and the jobs) and a NetworkPolicy lets only the search pods and the labelled
+  job pods reach its HTTP/gRPC APIs in Kubernetes; compose publishes on 127.0.0.1 by default;
+  the search service runs with TLS and a token everywhere (its command lines pass its own
+  argument check, which refuses 0.0.0.0 without them), and the probes ask the health-only port
+  for "" (liveness) and the SearchService name (readiness).
 """
 
 from __future__ import annotations
@@ -60,6 +66,10 @@ YAML_FILES = sorted([*DEPLOY.rglob("*.yaml"), *DEPLOY.rglob("*.yml")])
 BOARD_SIZE = 15
 MAX_BATCH_SIZE = 256
 SEARCH_PORT = 50051
+SEARCH_HEALTH_PORT = 50052
+SEARCH_SERVICE_NAME = "movepred.v1.SearchService"
+TOKEN_ENV = "MOVEPRED_TOKEN"
+TRITON_CLIENT_LABEL = ("movepred.io/triton-client", "true")
 TRITON_HTTP_PORT = 8000
 TRITON_GRPC_PORT = 8001
 
@@ -100,6 +110,22 @@ def search_server_help() -> str:
     )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
+
+
+def assert_search_argv_is_accepted(argv: list[str], where: str,
+                                   monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The search service's own argument check passes on `argv` (python -m ... dropped): with
+    --host 0.0.0.0 that means TLS and a token are given (no --insecure)."""
+    from services.search import auth, server
+
+    assert argv[:3] == ["python", "-m", "services.search.server"], where
+    assert "--insecure" not in argv, f"{where}: runs without TLS/token protection"
+    monkeypatch.setenv(TOKEN_ENV, "test-token")
+    # the secret files exist in the container only: a token file reads as a token
+    monkeypatch.setattr(auth, "read_token_file", lambda path: "test-token")
+    args = server._parse_args([str(a) for a in argv[3:]])
+    assert args.tls is not None and args.token, where
+    return args
 
 
 def assert_search_flags_exist(argv: list[str], where: str) -> None:
@@ -435,6 +461,7 @@ def test_kustomization_lists_every_manifest() -> None:
         "HorizontalPodAutoscaler",
         "ConfigMap",
         "PersistentVolumeClaim",
+        "NetworkPolicy",
     } <= kinds
 
 
@@ -483,16 +510,40 @@ def test_triton_deployment() -> None:
     )
 
 
-def test_search_deployment() -> None:
+def test_search_deployment(monkeypatch: pytest.MonkeyPatch) -> None:
     deployment = k8s_object("Deployment", "movepred-search")
     assert deployment["spec"]["replicas"] == 2
     search = only_container(deployment)
-    assert search["readinessProbe"]["grpc"]["port"] == SEARCH_PORT
-    assert "grpc" in search["livenessProbe"]
     assert search["resources"]["requests"]["cpu"]  # the HPA's utilisation base
     argv = [*search.get("command", []), *search.get("args", [])]
     assert argv[:3] == ["python", "-m", "services.search.server"]
     assert_search_flags_exist(argv, "k8s movepred-search")
+    args = assert_search_argv_is_accepted(argv, "k8s movepred-search", monkeypatch)
+
+    # Probes: the plaintext health-only port (kubelet probes speak no TLS): liveness on "",
+    # readiness on the SearchService's name (NOT_SERVING while Triton or the model is down).
+    assert args.health_port == SEARCH_HEALTH_PORT
+    assert container_port(search, "health") == SEARCH_HEALTH_PORT
+    readiness, liveness = search["readinessProbe"]["grpc"], search["livenessProbe"]["grpc"]
+    assert container_port(search, readiness["port"]) == SEARCH_HEALTH_PORT
+    assert container_port(search, liveness["port"]) == SEARCH_HEALTH_PORT
+    assert readiness.get("service") == SEARCH_SERVICE_NAME
+    assert liveness.get("service", "") == ""
+
+    # TLS files from a Secret volume, the token from a Secret through the environment.
+    pod = deployment["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m for m in search["volumeMounts"]}
+    for path in (args.tls.cert, args.tls.key):
+        mount = next(m for p, m in mounts.items() if str(path).startswith(p + "/"))
+        assert mount.get("readOnly") is True
+        assert volumes[mount["name"]]["secret"]["secretName"]
+    assert args.token_env == TOKEN_ENV
+    env = {e["name"]: e for e in search["env"]}
+    assert env[TOKEN_ENV]["valueFrom"]["secretKeyRef"]["name"]
+    # the Service exposes the API port, not the health port
+    service = k8s_object("Service", "movepred-search")
+    assert [p["port"] for p in service["spec"]["ports"]] == [SEARCH_PORT]
     assert flag_value(argv, "--host") == "0.0.0.0"
     assert int(flag_value(argv, "--port") or 0) == SEARCH_PORT
     assert container_port(search, "grpc") == SEARCH_PORT
@@ -500,6 +551,53 @@ def test_search_deployment() -> None:
     service = k8s_object("Service", host)
     assert int(port) in [p["port"] for p in service["spec"]["ports"]]
     assert int(port) == TRITON_GRPC_PORT
+
+
+def _selects(selector: dict, labels: dict) -> bool:
+    return selector.get("matchLabels", {}).items() <= labels.items() and not selector.get(
+        "matchExpressions")
+
+
+def test_only_the_platform_reaches_triton() -> None:
+    """Triton's HTTP and gRPC ports (model control: load, unload) admit the search pods and
+    the labelled job pods only; nothing else in or outside the cluster."""
+    policy = k8s_object("NetworkPolicy", "triton-ingress")
+    spec = policy["spec"]
+    triton = k8s_object("Deployment", "triton")
+    assert _selects(spec["podSelector"], triton["spec"]["template"]["metadata"]["labels"])
+    assert "Ingress" in spec["policyTypes"]
+    search_labels = k8s_object("Deployment", "movepred-search")["spec"]["template"]["metadata"][
+        "labels"]
+    job = load_yaml_docs(K8S / "jobs" / "rollout-job.yaml")[0]
+    job_labels = job["spec"]["template"]["metadata"]["labels"]
+    assert dict([TRITON_CLIENT_LABEL]).items() <= job_labels.items()
+    assert search_labels.get(TRITON_CLIENT_LABEL[0]) is None  # allowed by its own name
+
+    control_ports = {TRITON_HTTP_PORT, TRITON_GRPC_PORT}
+    reaches_control = []
+    for rule in spec["ingress"]:
+        ports = {int(p["port"]) for p in rule.get("ports", [])}
+        if ports and not ports & control_ports:
+            continue  # e.g. metrics only
+        # a rule naming no ports opens every port: it must be as narrow as the others
+        sources = rule.get("from")
+        assert sources, f"a rule opens Triton's control ports to everyone: {rule}"
+        for source in sources:
+            assert set(source) == {"podSelector"}, f"not a pod of this namespace: {source}"
+            reaches_control.append(source["podSelector"])
+    assert reaches_control
+    assert any(_selects(s, search_labels) for s in reaches_control)
+    assert any(_selects(s, job_labels) for s in reaches_control)
+    # nobody else: every selector matches the search pods or carries the client label
+    for selector in reaches_control:
+        labels = selector["matchLabels"]
+        assert labels == {"app.kubernetes.io/name": "movepred-search"} or labels == dict(
+            [TRITON_CLIENT_LABEL]), selector
+    # the job runs the rollout against the repository Service with the repository mounted
+    container = only_container(job)
+    assert container["command"][:2] == ["movepred", "rollout"]
+    host = (flag_value(container["command"], "--triton-url") or "").rsplit(":", 1)[0]
+    k8s_object("Service", host)
 
 
 def test_services_select_deployments_and_ports() -> None:
@@ -587,6 +685,8 @@ def test_compose_services_and_files() -> None:
     for name, service in services.items():
         for volume in service.get("volumes", []):
             if isinstance(volume, dict) and volume.get("type") == "bind":
+                if volume.get("bind", {}).get("create_host_path"):
+                    continue  # made by compose when missing (e.g. the jobs' dataset folder)
                 source = (DEPLOY / compose_default(volume["source"])).resolve()
                 assert source.exists(), f"{name}: bind source {source} missing"
 
@@ -615,12 +715,69 @@ def test_compose_triton() -> None:
     assert f"localhost:{TRITON_HTTP_PORT}/v2/health/ready" in test
 
 
-def test_compose_search_and_prefect() -> None:
-    services = compose()["services"]
+def test_compose_triton_is_reachable_by_the_platform_only() -> None:
+    """No published Triton port; its networks are internal ones, shared only with the search
+    service and the jobs (train, rollout)."""
+    spec = compose()
+    services, networks = spec["services"], spec.get("networks", {})
+    triton = services["triton"]
+    assert not triton.get("ports"), "Triton's model-control API must not be published"
+    assert not triton.get("network_mode"), "host networking would expose Triton's ports"
+    triton_networks = list(triton.get("networks", []))
+    assert triton_networks, "Triton on the default network shares it with every service"
+    for name in triton_networks:
+        assert networks[name].get("internal") is True, f"network {name} is not internal"
+    peers = {other for other, service in services.items() if other != "triton"
+             and set(service.get("networks", [])) & set(triton_networks)}
+    assert peers == {"search", "jobs"}
+    jobs = services["jobs"]
+    assert jobs.get("profiles"), "the jobs run on demand, not with `up`"
+    assert not jobs.get("ports")
+    assert flag_value(jobs["command"], "--triton-url") == f"triton:{TRITON_GRPC_PORT}"
+
+
+def _published(port: Any) -> tuple[str, str]:
+    """(host address, host port) of a compose `ports` entry, variables at their defaults;
+    no address: "" (every interface)."""
+    if isinstance(port, dict):
+        return compose_default(str(port.get("host_ip", ""))), str(port.get("published", ""))
+    text = re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", str(port))
+    parts = text.rsplit(":", 2)
+    if len(parts) == 3:
+        return parts[0].strip("[]"), parts[1]
+    return "", parts[0] if len(parts) == 2 else ""
+
+
+def test_compose_publishes_on_loopback_only_by_default() -> None:
+    from services.search.auth import is_loopback
+
+    published = []
+    for name, service in compose()["services"].items():
+        assert service.get("network_mode") != "host", name
+        for port in service.get("ports", []):
+            host, number = _published(port)
+            assert host and is_loopback(host), f"{name} publishes {port} beyond this host"
+            published.append((name, int(number)))
+    assert sorted(published) == [("prefect", 4200), ("search", SEARCH_PORT)]
+    # ... and the address is one variable away (set it to publish further)
+    search_port = compose()["services"]["search"]["ports"][0]
+    assert re.match(r"\$\{MOVEPRED_PUBLISH_ADDRESS:-127\.0\.0\.1\}:", search_port)
+
+
+def test_compose_search_and_prefect(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = compose()
+    services = spec["services"]
     search = services["search"]
     argv = search["command"]
     assert argv[:3] == ["python", "-m", "services.search.server"]
     assert_search_flags_exist(argv, "compose search")
+    args = assert_search_argv_is_accepted(argv, "compose search", monkeypatch)
+    # TLS files and token are compose secrets, mounted at /run/secrets/<name>
+    for path in (args.tls.cert, args.tls.key, args.token_file):
+        name = Path(path).name
+        assert str(path) == f"/run/secrets/{name}" and name in search["secrets"], path
+        assert name in spec["secrets"]
+    assert args.health_port == SEARCH_HEALTH_PORT
     assert flag_value(argv, "--host") == "0.0.0.0"
     assert int(flag_value(argv, "--port") or 0) == SEARCH_PORT
     assert flag_value(argv, "--triton-url") == f"triton:{TRITON_GRPC_PORT}"
@@ -631,6 +788,7 @@ def test_compose_search_and_prefect() -> None:
     cmd_argv = json.loads(cmd)  # exec form
     assert cmd_argv[:3] == ["python", "-m", "services.search.server"]
     assert_search_flags_exist(cmd_argv, "Dockerfile CMD")
+    assert_search_argv_is_accepted(cmd_argv, "Dockerfile CMD", monkeypatch)
     assert flag_value(cmd_argv, "--host") == "0.0.0.0"
 
     prefect = services["prefect"]
@@ -640,19 +798,32 @@ def test_compose_search_and_prefect() -> None:
     assert flag_value(command, "--host") == "0.0.0.0"
 
 
-def test_compose_search_healthcheck_runs_against_the_server() -> None:
+def test_compose_search_healthcheck_runs_against_the_server(tmp_path: Path) -> None:
     """The compose health check of the search service is valid Python and passes against a
-    real search server (whose gRPC health says SERVING even without Triton)."""
-    test = compose()["services"]["search"]["healthcheck"]["test"]
+    real search server started with compose's own command line (TLS and token files made here,
+    loopback instead of 0.0.0.0): it asks the plaintext health-only port, which answers without
+    TLS or token (and SERVING for "" even without Triton)."""
+    from services.search.auth import generate_pki, write_token
+
+    spec = compose()
+    search = spec["services"]["search"]
+    test = search["healthcheck"]["test"]
     assert test[:3] == ["CMD", "python", "-c"]
-    port = free_port()
-    code = test[3].replace(f"127.0.0.1:{SEARCH_PORT}", f"127.0.0.1:{port}")
-    assert str(port) in code
+    assert f"127.0.0.1:{SEARCH_HEALTH_PORT}" in test[3]
+    port, health_port = free_port(), free_port()
+    code = test[3].replace(f"127.0.0.1:{SEARCH_HEALTH_PORT}", f"127.0.0.1:{health_port}")
+    pki = generate_pki(tmp_path / "pki")
+    files = {"search_tls_cert": pki.server_cert, "search_tls_key": pki.server_key,
+             "search_token": tmp_path / "token"}
+    write_token(files["search_token"])
+    replace = {"0.0.0.0": "127.0.0.1", str(SEARCH_PORT): str(port),
+               str(SEARCH_HEALTH_PORT): str(health_port),
+               "triton:8001": f"127.0.0.1:{free_port()}",
+               **{f"/run/secrets/{name}": str(path) for name, path in files.items()}}
+    argv = [replace.get(str(a), str(a)) for a in search["command"]]
+    assert set(files) <= set(search["secrets"]) and "--health-port" in argv
     server = subprocess.Popen(
-        [
-            sys.executable, "-m", "services.search.server",
-            "--host", "127.0.0.1", "--port", str(port), "--triton-url", f"127.0.0.1:{free_port()}",
-        ],
+        [sys.executable, *argv[1:]],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -669,6 +840,11 @@ def test_compose_search_healthcheck_runs_against_the_server() -> None:
             assert server.poll() is None, server.stdout.read() if server.stdout else ""
             assert time.monotonic() < deadline, check.stderr
             time.sleep(0.2)
+        # the API port itself speaks TLS only: the same check there fails
+        plain = code.replace(f"127.0.0.1:{health_port}", f"127.0.0.1:{port}")
+        check = subprocess.run([sys.executable, "-c", plain], cwd=ROOT, capture_output=True,
+                               text=True, timeout=30)
+        assert check.returncode != 0
     finally:
         server.terminate()
         server.wait(timeout=15)
