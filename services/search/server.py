@@ -44,6 +44,12 @@ Go requests go to the Triton model `--go-model` (default `go_policy`, compact in
 inputs, S*S+1 logits, board sizes 9..19); while Triton does not serve it they fail with
 UNAVAILABLE, like Gomoku ones without `--model`. `--go-model ""` turns Go off (Go requests:
 INVALID_ARGUMENT).
+
+Security (`services.search.auth`): `--tls-cert/--tls-key` serve TLS, `--tls-client-ca` makes it
+mutual; `--token-file` / `--token-env` (default `$MOVEPRED_TOKEN` when set) require
+``authorization: Bearer <token>`` on every RPC but health and reflection (UNAUTHENTICATED
+otherwise). A non-loopback `--host` without TLS and a token is refused unless `--insecure`.
+`--health-port` answers the health service alone, in plaintext, for probes that speak neither.
 """
 
 from __future__ import annotations
