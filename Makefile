@@ -7,7 +7,7 @@ TRITON_GRPC ?= 127.0.0.1:8001
 SEARCH      ?= 127.0.0.1:50051
 
 .PHONY: setup demo test lint sample ingest schedule prefect-server train triton serve predict genmove \
-        proto bench clean
+        proto bench faults clean
 
 setup:            ## virtualenv with pinned dependencies + generated gRPC code
 	@bash scripts/setup_env.sh
@@ -61,6 +61,9 @@ genmove: setup    ## make genmove MOVES="h8 h9 i8" VISITS=400
 bench: setup      ## benchmarks; figures go into docs/benchmarks.md by hand, with the machine
 	$(PY) benchmarks/serving.py --triton-env OMP_WAIT_POLICY=PASSIVE
 	$(PY) benchmarks/serving.py --model shao_f128_n4 --genmove-concurrency= --triton-env OMP_WAIT_POLICY=PASSIVE
+
+faults: setup     ## fault suite (kills, corrupt versions, disk full, soak; ~20 min) -> docs/reliability.md
+	$(PY) benchmarks/faults.py $(if $(QUICK),--quick)
 
 clean:
 	rm -rf runs artifacts .triton .pytest_cache
