@@ -41,12 +41,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from prefect import Flow, flow, task
+from prefect import Flow, flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import INPUTS
 from prefect.futures import as_completed
 from prefect.tasks import exponential_backoff
 
+from flows import configure_logging
+from services import logs
 from services.dataset.build import deduplicate, source_pairs
 from services.dataset.go_build import (
     DEFAULT_GO_SIZE,
@@ -267,6 +269,7 @@ def ingest(sources: list[str] | None = None, out_dir: str = DEFAULT_OUT,
     `go_board_size`: the one Go board size kept (None: all, but then the trainer's
     `read_split` refuses a split that mixes sizes). Returns the manifest.
     """
+    logger = get_run_logger()
     paths = _resolve_sources(sources)
     out = Path(out_dir).resolve()
     work = Path(work_dir).resolve() if work_dir else default_work_dir(out)
@@ -276,7 +279,10 @@ def ingest(sources: list[str] | None = None, out_dir: str = DEFAULT_OUT,
 
     fps = {p: fingerprint(p) for p in paths}
     game = source_game(paths[0])
+    logger.info("ingesting %d %s source(s) into %s (intermediates in %s)", len(paths), game,
+                out, work)
     summaries, cached = _run_reads(paths, fps, work, progress, go_board_size=go_board_size)
+    logger.info("%d source(s) read, %d of them from the cache", len(paths), len(cached))
     damaged = [p for p in paths if not _intact(summaries[p.name])]
     if damaged:  # a cached summary outlived its intermediate file: compute it again
         again, _ = _run_reads(damaged, fps, work, progress, refresh=True,
@@ -311,6 +317,9 @@ def ingest(sources: list[str] | None = None, out_dir: str = DEFAULT_OUT,
                    "compression": "zstd", "pyarrow": pa.__version__},
     }
     removed = commit_manifest(manifest, out)
+    logger.info("committed %s: %d unique pairs of %d, splits %s; %d record(s) quarantined",
+                out / "manifest.json", manifest["rows"], manifest["raw_pairs"], split_rows,
+                sum(c["quarantined"] for c in counts))
 
     reasons = sorted({r for s in ordered for r in s["reasons"]})
     create_table_artifact(
@@ -402,7 +411,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--dask-address", default=None,
                         help="run the tasks on an existing Dask cluster (tcp://host:8786)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    logs.add_arguments(parser)
     args = parser.parse_args(argv)
+    configure_logging(args)
     workers = args.dask_workers or (DEFAULT_DASK_WORKERS if args.dask else 0)
     # `python -m flows.ingest` runs this file as __main__: take the flow from the importable
     # module so that Dask workers can unpickle its tasks by reference

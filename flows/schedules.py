@@ -35,8 +35,11 @@ from prefect import flow, serve
 from prefect.deployments.runner import RunnerDeployment
 from prefect.schedules import Cron
 
+from flows import configure_logging
 from flows.ingest import DEFAULT_OUT, DEFAULT_SOURCES, ingest, ingest_on
 from flows.train import DEFAULT_REPOSITORY, DEFAULT_RUN_DIR, train_flow
+from services import logs
+from services.trainer.train import DEFAULT_MAX_STEPS, DEFAULT_THREADS
 
 DEPLOYMENT_NAME = "nightly-ingest"
 DEFAULT_CRON = "0 3 * * *"  # every day at 03:00
@@ -78,10 +81,12 @@ def nightly_deployment(sources: list[str] | None = None, out_dir: str = DEFAULT_
 def train_deployment(dataset_dir: str = DEFAULT_OUT, model: str | None = None,
                      cron: str = DEFAULT_TRAIN_CRON, timezone: str = DEFAULT_TIMEZONE,
                      repository: str = DEFAULT_REPOSITORY, run_dir: str = DEFAULT_RUN_DIR,
-                     max_steps: int = 1500, max_seconds: float = 0.0, num_threads: int = 0,
+                     max_steps: int | None = None, max_seconds: float = 0.0,
+                     num_threads: int = DEFAULT_THREADS,
                      name: str = TRAIN_DEPLOYMENT_NAME) -> RunnerDeployment:
     """The `train` flow on a cron schedule over one dataset folder (Gomoku or Go: the model,
-    when None, and the model name follow the dataset's game at run time)."""
+    when None, and the model name follow the dataset's game at run time). `max_steps` None:
+    the trainer's default, or no step limit with a time budget (as `flows.train`)."""
     parameters: dict = {
         "dataset_dir": str(Path(dataset_dir).resolve()),
         "repository": str(Path(repository).resolve()),
@@ -119,12 +124,17 @@ def main(argv: list[str] | None = None) -> None:
                              f"this cron (e.g. '{DEFAULT_TRAIN_CRON}')")
     parser.add_argument("--train-model", default=None,
                         help="model config (default: by the dataset's game)")
-    parser.add_argument("--train-steps", type=int, default=1500)
+    parser.add_argument("--train-steps", type=int, default=None,
+                        help=f"step limit (default {DEFAULT_MAX_STEPS}; with --train-seconds "
+                             "and no --train-steps the time budget alone; 0: no step limit)")
     parser.add_argument("--train-seconds", type=float, default=0.0, help="0: no time limit")
-    parser.add_argument("--train-threads", type=int, default=0)
+    parser.add_argument("--train-threads", type=int, default=DEFAULT_THREADS,
+                        help=f"torch threads (default {DEFAULT_THREADS}, see flows.train)")
     parser.add_argument("--repository", default=DEFAULT_REPOSITORY)
     parser.add_argument("--run-dir", default=DEFAULT_RUN_DIR)
+    logs.add_arguments(parser)
     args = parser.parse_args(argv)
+    configure_logging(args)
     # as in flows.ingest: take the flows from the importable module, not __main__, so that the
     # deployment's entrypoint is a module path that the run's subprocess can import
     from flows.schedules import nightly_deployment as importable

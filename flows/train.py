@@ -17,6 +17,14 @@ published only where the repository (or the tracked `model_repository/` template
 `config.pbtxt` for the model name whose input dims match the dataset's boards; otherwise it is
 written to `<run_dir>/model.pt` and the result says why (a version Triton cannot load would
 only break the model's next load).
+
+Budgets: `--steps` defaults to the trainer's DEFAULT_MAX_STEPS, except with `--seconds`, where
+the time budget alone stops the run (`--steps 0`: no step limit). `--threads` defaults to one
+torch thread (services/trainer/train.py DEFAULT_THREADS: with one thread per core, training
+collapsed 20x whenever another process held a core).
+
+With `--triton-url` and Triton not answering there, the version is still published and the
+report written; the run ends with one line saying it is not served and what to run next.
 """
 
 from __future__ import annotations
@@ -24,21 +32,38 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import logging
+import sys
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from prefect import flow, task
+from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
+from flows import configure_logging
+from services import logs
 from services.dataset.loader import dataset_game
 from services.dataset.shards import read_split
 from services.models.export import export_torchscript
 from services.trainer import gate
 from services.trainer.plots import plot_curves, plot_stages
-from services.trainer.train import TrainConfig, TrainResult, train
+from services.trainer.train import (
+    DEFAULT_MAX_STEPS,
+    DEFAULT_THREADS,
+    TrainConfig,
+    TrainResult,
+    train,
+)
 from services.triton.client import PolicyClient
-from services.triton.publisher import config_file, config_io, dims_accept, publish
+from services.triton.publisher import (
+    SMOKE_POSITIONS_FILE,
+    config_file,
+    config_io,
+    dims_accept,
+    publish,
+    write_smoke_positions,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATASET = str(ROOT / "artifacts" / "dataset")
@@ -47,7 +72,52 @@ DEFAULT_RUN_DIR = str(ROOT / "artifacts" / "train")
 MODEL_NAME = "gomoku_policy"
 DEFAULT_MODELS = {"gomoku": "shao_f32_n2_v", "go": "go_res_b2c32_v"}  # small, with a value head
 MODEL_NAMES = {"gomoku": MODEL_NAME, "go": "go_policy"}
+SMOKE_ROWS = 256  # validation positions stored with a version for the rollout's smoke test
 CHECK_ROWS = 64  # real validation positions the export check runs on, next to random ones
+TRITON_PROBE_S = 3.0  # how long the flow waits for Triton to say it is live before publishing
+
+log = logging.getLogger(__name__)
+
+
+class NoDatasetError(FileNotFoundError):
+    """The dataset folder has no committed manifest (nothing ingested there yet)."""
+
+
+def check_dataset(dataset_dir: str) -> None:
+    """Raise `NoDatasetError` with the command to run when `dataset_dir` holds no dataset."""
+    if not (Path(dataset_dir) / "manifest.json").is_file():
+        raise NoDatasetError(f"no dataset at {dataset_dir}: run `make ingest` first (or "
+                             f"`python -m flows.ingest SOURCES --out {dataset_dir}`)")
+
+
+def triton_unreachable(url: str, timeout_s: float = TRITON_PROBE_S) -> str | None:
+    """Why Triton at `url` cannot take a model now (not listening, not live), or None."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    try:
+        client = grpcclient.InferenceServerClient(url=url)
+    except InferenceServerException as exc:
+        return str(exc)
+    try:
+        return None if client.is_server_live(client_timeout=timeout_s) else "not live"
+    except InferenceServerException as exc:
+        return exc.message() or str(exc)
+    finally:
+        client.close()
+
+
+def serving_hint(triton_url: str | None, repository: str, model_name: str,
+                 version: int) -> str:
+    """The one line that ends a run whose version is published but not served."""
+    why = (f"Triton at {triton_url} is not reachable, so" if triton_url else "no --triton-url:")
+    start = ("`make triton`" if Path(repository).resolve() == Path(DEFAULT_REPOSITORY).resolve()
+             else f"`.venv/bin/python -m services.triton.server --repository {repository}`")
+    return (f"{why} {model_name} v{version} is published in {repository} but not served. "
+            f"Next: {start} (it starts on the newest good version), or with Triton running: "
+            f"`.venv/bin/movepred rollout --triton-url {triton_url or '127.0.0.1:8001'} "
+            f"--repository {repository}"
+            + (f" --model-name {model_name}`" if model_name != MODEL_NAME else "`"))
 
 
 @task(retries=1, retry_delay_seconds=2)
@@ -83,15 +153,41 @@ def _export(result: TrainResult, model_file: Path, dataset_dir: str) -> float:
                               boards=boards)
 
 
+def smoke_rows(dataset_dir: str, rows: int = SMOKE_ROWS) -> tuple:
+    """Up to `rows` validation positions, evenly spaced over the split (every game stage), as
+    the network takes them, and the moves played: (boards int8, moves int64)."""
+    import numpy as np
+
+    boards, moves, _ = read_split(Path(dataset_dir), "validation")
+    if not len(moves):
+        raise ValueError(f"{dataset_dir} has no validation rows to store with the version")
+    pick = np.unique(np.linspace(0, len(moves) - 1, min(rows, len(moves))).astype(np.int64))
+    return boards[pick], moves[pick].astype(np.int64)
+
+
 @task
 def export_and_publish(result: TrainResult, repository: str, model_name: str,
                        dataset_dir: str) -> int:
-    """Export, verify against the eager model, then publish atomically as the next version."""
+    """Export, verify against the eager model, then publish atomically as the next version,
+    with real validation positions (``smoke_positions.npz``) and the model's top-1 on them,
+    for the rollout's smoke test."""
+    import torch
+
+    from services.trainer.metrics import evaluate
+
     with tempfile.TemporaryDirectory() as tmp:
         model_file = Path(tmp) / "model.pt"
         diff = _export(result, model_file, dataset_dir)
-        metadata = {**result.summary(), "export_max_abs_diff": diff}
-        return publish(model_file, Path(repository), model_name, metadata=metadata)
+        boards, moves = smoke_rows(dataset_dir)
+        positions = Path(tmp) / SMOKE_POSITIONS_FILE
+        write_smoke_positions(positions, boards, moves)
+        exported = torch.jit.load(str(model_file), map_location="cpu")
+        top1 = evaluate(exported, boards, moves, "cpu")["top1"]  # what serving must reproduce
+        metadata = {**result.summary(), "export_max_abs_diff": diff,
+                    "smoke_positions": {"file": SMOKE_POSITIONS_FILE, "rows": len(moves),
+                                        "top1": top1}}
+        return publish(model_file, Path(repository), model_name, metadata=metadata,
+                       extra_files={SMOKE_POSITIONS_FILE: positions})
 
 
 @task
@@ -104,14 +200,42 @@ def export_to_run_dir(result: TrainResult, run_dir: str, dataset_dir: str) -> di
     return {"path": str(model_file), "export_max_abs_diff": diff}
 
 
-@task(retries=3, retry_delay_seconds=2)
-def load_in_triton(triton_url: str, model_name: str) -> None:
-    """Ask a running Triton (explicit model control) to load the newest version."""
+@task
+def load_in_triton(triton_url: str, repository: str, model_name: str, version: int,
+                   tolerance: float = gate.DEFAULT_TOLERANCE) -> dict:
+    """Roll `version` out on a running Triton (`services.triton.rollout.rollout`: smoke-tested
+    on the stored positions, then pinned), never a plain load of the newest folder, which
+    could bring back a rolled-back version. A refusal is an answer, not an exception:
+    ``{"served": False, "reason", "quarantined", "next"}`` (the serving version kept serving);
+    the rollout's report or refusal is attached as the ``rollout-summary`` artifact. Not
+    retried: a refused version is not tried again blindly."""
+    from services.triton.client import TritonError
+    from services.triton.rollout import RolloutError, rollout
+
     client = PolicyClient(triton_url, model_name)
     try:
-        client.load_model(model_name)
+        report = rollout(client, Path(repository), version, model_name, tolerance=tolerance)
+    except RolloutError as exc:
+        create_markdown_artifact(key="rollout-summary", markdown=exc.to_markdown(),
+                                 description=str(exc))
+        kept = "nothing serves" if exc.serving is None else f"v{exc.serving} keeps serving"
+        moved = f"; moved to {exc.quarantined}" if exc.quarantined else ""
+        return {"served": False, "reason": exc.reason, "serving": exc.serving,
+                "quarantined": exc.quarantined,
+                "next": f"{model_name} v{version} is published but the rollout refused it "
+                        f"({exc.reason}){moved}; {kept}. Train again, or roll out another "
+                        f"version: `.venv/bin/movepred rollout --triton-url {triton_url} "
+                        f"--repository {repository} --version N`"}
+    except (TritonError, TimeoutError) as exc:
+        return {"served": False, "reason": str(exc), "serving": None, "quarantined": None,
+                "next": f"{model_name} v{version} is published but not served: {exc}. Next, "
+                        f"with Triton running: `.venv/bin/movepred rollout --triton-url "
+                        f"{triton_url} --repository {repository} --version {version}`"}
     finally:
         client.close()
+    create_markdown_artifact(key="rollout-summary", markdown=report.to_markdown())
+    return {"served": True, "reason": None, "serving": report.current, "quarantined": None,
+            "next": None, "report": report.to_dict()}
 
 
 def _png_markdown(path: Path) -> str:
@@ -149,7 +273,7 @@ def train_flow(
     dataset_dir: str = DEFAULT_DATASET,
     repository: str = DEFAULT_REPOSITORY,
     model: str | None = None,
-    max_steps: int = 1500,
+    max_steps: int | None = None,
     max_epochs: int = 1000,
     max_seconds: float = 0.0,
     batch_size: int = 32,
@@ -162,13 +286,18 @@ def train_flow(
     run_dir: str = DEFAULT_RUN_DIR,
     triton_url: str | None = None,
     model_name: str | None = None,
-    num_threads: int = 0,
+    num_threads: int = DEFAULT_THREADS,
 ) -> dict:
     """Train, gate, export, publish; returns the published version (or None) and metrics.
 
     `model` and `model_name` default to the dataset's game's (`DEFAULT_MODELS`,
-    `MODEL_NAMES`); `num_threads` > 0 sets torch's intra-op threads (see TrainConfig).
+    `MODEL_NAMES`); `max_steps` None: the trainer's default, or no step limit with
+    `max_seconds`; `num_threads`: torch's intra-op threads (0: torch's default; see
+    TrainConfig). A `triton_url` where no Triton answers does not fail the run: the version is
+    published and the result's `served` is False with `next` saying what to run.
     """
+    logger = get_run_logger()
+    check_dataset(dataset_dir)
     game, _ = dataset_game(dataset_dir, "train")
     model = model or DEFAULT_MODELS[game]
     model_name = model_name or MODEL_NAMES[game]
@@ -180,52 +309,98 @@ def train_flow(
     out_dir.mkdir(parents=True, exist_ok=True)
     checkpoint = out_dir / "checkpoint.pt"
     checkpoint.unlink(missing_ok=True)  # a new flow run starts fresh; task retries resume
+    logger.info("training %s (%s) on %s into %s: %s", model, game, dataset_dir, model_name,
+                f"{config.step_limit()} steps" if config.step_limit() else "no step limit")
     result = fit(dataset_dir, config, str(checkpoint))
     decision = gate.check(result.metrics, Path(repository), model_name, Path(dataset_dir),
                           tolerance=gate_tolerance, device=device)
+    logger.info("gate %s: %s", "passed" if decision.passed else "refused", decision.reason)
+    served: bool | None = None  # None: no Triton asked
+    rolled: dict | None = None  # the rollout's outcome (load_in_triton)
+    asked_url = triton_url
     version = None
     exported = None
     reason = decision.reason
     unservable = unservable_reason(repository, model_name, dataset_dir)
     if decision.passed and unservable is None:
         version = export_and_publish(result, repository, model_name, dataset_dir)
+        logger.info("published %s v%s in %s", model_name, version, repository)
+        unreachable = triton_unreachable(triton_url) if triton_url else None
+        if unreachable:  # published but not served: the run ends with the next command to run
+            logger.warning("Triton at %s does not answer (%s)", triton_url, unreachable)
+            served, triton_url = False, None  # `triton_url` stays in the result as asked_url
         if triton_url:
-            load_in_triton(triton_url, model_name)
+            rolled = load_in_triton(triton_url, repository, model_name, version, gate_tolerance)
+            served = rolled["served"]
     elif decision.passed:
         exported = export_to_run_dir(result, str(out_dir), dataset_dir)["path"]
         reason += f"; exported to the run folder, not published: {unservable}"
         decision = gate.GateDecision(decision.passed, reason, decision.candidate_top1,
                                      decision.serving_version, decision.serving_top1)
+    if version is not None and served is None and triton_url:
+        served = True  # the Triton step above returned
+    next_step = (serving_hint(asked_url, repository, model_name, version)
+                 if version is not None and not served else None)
+    if rolled is not None and not rolled["served"]:
+        next_step = rolled["next"]  # refused, or Triton failed during the rollout
     report = _report(result, decision, version, out_dir, model_name, exported)
+    if next_step:
+        report += f"\n\n{next_step}\n"
     (out_dir / "report.md").write_text(report)
     create_markdown_artifact(key="train-summary", markdown=report)
+    logger.info("report in %s", out_dir / "report.md")
+    if next_step and served is False:
+        logger.warning(next_step)
     return {"version": version, "published": version is not None, "gate": reason,
             "exported": exported, "game": game, "model_name": model_name,
+            "served": served, "triton_url": asked_url, "next": next_step, "rollout": rolled,
             "config": asdict(config), "metrics": result.metrics, "run_dir": str(out_dir)}
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of `python -m flows.train` (`make train`)."""
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", default=DEFAULT_DATASET)
     parser.add_argument("--repository", default=DEFAULT_REPOSITORY)
     parser.add_argument("--model", default=None,
                         help=f"model config (default by the dataset's game: {DEFAULT_MODELS})")
-    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--steps", type=int, default=None,
+                        help=f"step limit (default {DEFAULT_MAX_STEPS}; with --seconds and no "
+                             "--steps the time budget alone stops the run; 0: no step limit)")
     parser.add_argument("--epochs", type=int, default=1000)
-    parser.add_argument("--seconds", type=float, default=0.0)
+    parser.add_argument("--seconds", type=float, default=0.0,
+                        help="time budget of the training loop (0: no time limit)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--patience", type=int, default=0)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--gate-tolerance", type=float, default=0.01)
     parser.add_argument("--run-dir", default=DEFAULT_RUN_DIR)
-    parser.add_argument("--triton-url", default=None)
+    parser.add_argument("--triton-url", default=None,
+                        help="a running Triton to serve the new version (host:port)")
     parser.add_argument("--learning-rate", type=float, default=0.003)
     parser.add_argument("--lr-schedule", default="constant", choices=("constant", "cosine"))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=0,
-                        help="torch intra-op threads (0: torch's default)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
+                        help=f"torch intra-op threads (default {DEFAULT_THREADS}: one thread "
+                             "per core collapses when another process holds a core; more on "
+                             "idle cores or large networks; 0: torch's default)")
+    logs.add_arguments(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the flow; a missing dataset or a bad option is one line on stderr and exit 2."""
+    args = build_parser().parse_args(argv)
+    configure_logging(args)
+    try:
+        check_dataset(args.dataset)
+        limit = TrainConfig(max_steps=args.steps, max_seconds=args.seconds).step_limit()
+        if args.lr_schedule == "cosine" and not limit:
+            raise ValueError("--lr-schedule cosine decays to 0 at the step limit: give --steps")
+    except (NoDatasetError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     out = train_flow(dataset_dir=args.dataset, repository=args.repository, model=args.model,
                      max_steps=args.steps, max_epochs=args.epochs, max_seconds=args.seconds,
                      batch_size=args.batch_size, patience=args.patience, device=args.device,
@@ -233,7 +408,7 @@ def main(argv: list[str] | None = None) -> None:
                      triton_url=args.triton_url, learning_rate=args.learning_rate,
                      lr_schedule=args.lr_schedule, seed=args.seed, num_threads=args.threads)
     m = out["metrics"]
-    summary = {k: out[k] for k in ("version", "published", "gate", "exported")}
+    summary = {k: out[k] for k in ("version", "published", "served", "gate", "exported")}
     keys = ("top1", "top5", "loss", "value_mse", "value_sign", "n")
     summary["metrics"] = {s: {k: m[s][k] for k in keys if k in m[s]}
                           for s in ("train", "validation", "test") if m.get(s)}
@@ -241,7 +416,10 @@ def main(argv: list[str] | None = None) -> None:
                                         "samples_per_s", "train_rows")}
     print(json.dumps(summary, indent=2))
     print(f"metrics, plots and report in {out['run_dir']}")
+    if out["next"]:
+        print(out["next"])
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -4,10 +4,13 @@
 2. train the small Shao et al. network briefly and publish it as version 1
 3. start Triton on that repository and the gRPC search service in front of it
 4. call Predict and GenMove through the command line client, print the answers
-5. stop everything it started
+5. stop everything it started, and print the commands that serve the model it trained
 
 Everything is written under runs/demo/ (recreated on every run), so the demo always publishes
-version 1 and never touches model_repository/.
+version 1 and never touches model_repository/: that is what `make triton` serves and `make train`
+publishes into (gated against its serving version), and a demo run must not put a briefly
+trained model there. Training runs on one torch thread (services/trainer/train.py
+DEFAULT_THREADS: with one thread per core it collapsed 20x whenever another process held a core).
 """
 
 from __future__ import annotations
@@ -21,10 +24,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from flows.ingest import ingest  # noqa: E402  (flows/ sets Prefect defaults on import)
+from flows import configure_logging  # noqa: E402  (flows/ sets Prefect defaults on import)
+from flows.ingest import ingest  # noqa: E402
 from flows.train import train_flow  # noqa: E402
+from services import logs  # noqa: E402
 from services.cli import main as cli  # noqa: E402
 from services.search.server import build_server  # noqa: E402
+from services.trainer.train import DEFAULT_THREADS  # noqa: E402
 from services.triton.client import PolicyClient  # noqa: E402
 from services.triton.server import TritonServer  # noqa: E402
 
@@ -41,7 +47,12 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", default=str(ROOT / "runs" / "demo"))
     parser.add_argument("--steps", type=int, default=600, help="training steps (batch 64)")
+    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
+                        help=f"torch threads for training (default {DEFAULT_THREADS})")
+    logs.add_arguments(parser)
+    parser.set_defaults(log_level="WARNING")  # the demo prints its own steps
     args = parser.parse_args(argv)
+    configure_logging(args)
     work = Path(args.work)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -56,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     t = step("2. train shao_f32_n2_v (policy + value head) and publish")
     out = train_flow(dataset_dir=str(work / "dataset"), repository=str(work / "model_repository"),
                      model="shao_f32_n2_v", max_steps=args.steps, batch_size=64,
-                     run_dir=str(work / "train"))
+                     run_dir=str(work / "train"), num_threads=args.threads)
     m = out["metrics"]
     print(f"published gomoku_policy version {out['version']}: validation top-1 "
           f"{m['validation']['top1']:.3f}, top-5 {m['validation']['top5']:.3f}, test top-1 "
@@ -81,7 +92,26 @@ def main(argv: list[str] | None = None) -> int:
             server.stop(grace=2).wait()
             client.close()
     step("5. stopped Triton and the search service")
+    print(next_steps(work / "model_repository"))
     return rc
+
+
+def next_steps(repository: Path) -> str:
+    """How to serve the model the demo trained, and how to train one into model_repository/
+    (what `make triton` serves): the commands, in the order of the README's typical session."""
+    try:
+        shown = repository.resolve().relative_to(ROOT)
+    except ValueError:
+        shown = repository
+    return (f"\nThe demo's model stays in {shown}/ (`make triton` serves model_repository/, "
+            "which the demo leaves alone). To serve it yourself:\n"
+            f"  terminal 1: .venv/bin/python -m services.triton.server --repository {shown} "
+            "--grpc-port 8001 --http-port 8000\n"
+            "  terminal 2: make serve\n"
+            "  terminal 3: make genmove MOVES=\"h8 h9\"\n"
+            "To train and serve your own model: `make triton` (terminal 1), "
+            "`make ingest && make train` (terminal 2), `make serve` (terminal 3), "
+            "then `make genmove MOVES=\"h8 h9\"`.")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,134 @@
+"""`make train` / `make ingest` as a user meets them: one-line errors that name the next command,
+a published version that is reported even when Triton is down, one default per budget, and the
+flows' log lines in the Prefect run's log (the UI's Logs tab)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import flows  # noqa: F401  (Prefect defaults before Prefect is imported)
+from flows.train import build_parser, serving_hint, train_flow
+from services.trainer.train import DEFAULT_MAX_STEPS, DEFAULT_THREADS, TrainConfig
+from tests.conftest import SAMPLE_RIF
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory, prefect_harness) -> Path:
+    from flows.ingest import ingest
+
+    out = tmp_path_factory.mktemp("flowcli") / "dataset"
+    ingest(sources=[str(SAMPLE_RIF)], out_dir=str(out))
+    return out
+
+
+def test_train_without_a_dataset_says_to_ingest(tmp_path: Path) -> None:
+    missing = tmp_path / "artifacts" / "dataset"
+    run = subprocess.run([sys.executable, "-m", "flows.train", "--dataset", str(missing)],
+                         cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2
+    assert run.stderr.strip() == (f"error: no dataset at {missing}: run `make ingest` first "
+                                  f"(or `python -m flows.ingest SOURCES --out {missing}`)")
+    assert "Traceback" not in run.stderr
+
+
+def test_train_with_triton_down_publishes_reports_and_names_the_next_command(
+        dataset: Path, tmp_path: Path) -> None:
+    url = f"127.0.0.1:{free_port()}"  # nothing listens there
+    repo, run_dir = tmp_path / "repo", tmp_path / "run"
+    run = subprocess.run(
+        [sys.executable, "-m", "flows.train", "--dataset", str(dataset), "--repository",
+         str(repo), "--run-dir", str(run_dir), "--steps", "20", "--batch-size", "64",
+         "--triton-url", url], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "Traceback" not in run.stderr and "Traceback" not in run.stdout
+    assert (repo / "gomoku_policy" / "1" / "model.pt").is_file()
+    report = (run_dir / "report.md").read_text()
+    assert "published **gomoku_policy v1**" in report
+    last = run.stdout.strip().splitlines()[-1]
+    assert last == serving_hint(url, str(repo), "gomoku_policy", 1)
+    assert f"Triton at {url} is not reachable" in last and "but not served" in last
+    assert f"-m services.triton.server --repository {repo}" in last
+    assert f"movepred rollout --triton-url {url} --repository {repo}" in last
+    assert "not served" in report
+
+
+def test_hint_for_the_default_repository_is_make_triton() -> None:
+    hint = serving_hint("127.0.0.1:8001", "model_repository", "go_policy", 3)
+    assert "Next: `make triton`" in hint and "--model-name go_policy" in hint
+
+
+def test_one_default_per_budget_and_one_thread() -> None:
+    args = build_parser().parse_args([])
+    assert args.steps is None and args.threads == DEFAULT_THREADS == 1
+    defaults = inspect.signature(train_flow.fn).parameters
+    assert defaults["max_steps"].default is None
+    assert defaults["num_threads"].default == DEFAULT_THREADS
+    assert TrainConfig(max_steps=args.steps).step_limit() == DEFAULT_MAX_STEPS
+    assert TrainConfig(max_steps=args.steps, max_seconds=600).step_limit() == 0
+    helptext = build_parser().format_help()
+    assert f"default {DEFAULT_MAX_STEPS}" in helptext and "--seconds" in helptext
+
+    from flows.schedules import train_deployment
+
+    params = inspect.signature(train_deployment).parameters
+    assert params["max_steps"].default is None
+    assert params["num_threads"].default == DEFAULT_THREADS
+
+
+def _flow_run_logs(flow_run_id) -> list[tuple[int, str]]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    async def read() -> list[tuple[int, str]]:
+        async with get_client() as client:
+            logs = await client.read_logs(
+                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
+        return [(log.level, log.message) for log in logs]
+
+    return asyncio.run(read())
+
+
+def _wait_for_logs(flow_run_id, wanted: list[str]) -> list[str]:
+    """The run's messages once every `wanted` text is among them (logs are sent in batches)."""
+    deadline = time.monotonic() + 60
+    while True:
+        messages = [m for level, m in _flow_run_logs(flow_run_id) if level >= 20]
+        if all(any(w in m for m in messages) for w in wanted) or time.monotonic() > deadline:
+            return messages
+        time.sleep(0.5)
+
+
+def test_flow_runs_show_their_info_logs_in_prefect(dataset: Path, tmp_path: Path) -> None:
+    from flows.ingest import ingest
+
+    state = ingest(sources=[str(SAMPLE_RIF)], out_dir=str(tmp_path / "ds2"), return_state=True)
+    wanted = ["ingesting 1 gomoku source", "committed"]
+    messages = _wait_for_logs(state.state_details.flow_run_id, wanted)
+    assert all(any(w in m for m in messages) for w in wanted), messages
+
+    state = train_flow(dataset_dir=str(dataset), repository=str(tmp_path / "repo"),
+                       max_steps=8, batch_size=64, run_dir=str(tmp_path / "run"),
+                       return_state=True)
+    # the flow's own lines and the trainer's progress (standard logging, services.*)
+    wanted = ["training shao_f32_n2_v (gomoku)", "1 torch thread", "stopped by max_steps",
+              "gate passed", "published gomoku_policy v1"]
+    messages = _wait_for_logs(state.state_details.flow_run_id, wanted)
+    assert all(any(w in m for m in messages) for w in wanted), messages
