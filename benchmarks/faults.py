@@ -859,6 +859,8 @@ class Suite:
         rate = 0.8 * max_rate
         window = min(60.0, self.soak_seconds / 4)
         pid = self.stack.service.pid if self.stack.service else 0
+        triton_pid = self.stack.triton.pid if self.stack.triton else None
+        triton_rss = [rss_mb(triton_pid) if triton_pid else 0.0]
         rss: list[tuple[float, float]] = []
         with PredictLoad(self.stack.target, self.reference, 8, rate=rate) as load:
             t0 = time.monotonic()
@@ -866,6 +868,7 @@ class Suite:
                 rss.append((time.monotonic() - t0, rss_mb(pid)))
                 time.sleep(min(5.0, self.soak_seconds / 20))
             rss.append((time.monotonic() - t0, rss_mb(pid)))
+            triton_rss.append(rss_mb(triton_pid) if triton_pid else 0.0)
             load.stop()
             calls = load.snapshot()
         t_end = max((c.done for c in calls), default=t0)
@@ -886,6 +889,8 @@ class Suite:
                 p99_last <= 2 * p99_first + 5)
         out.add("service RSS, start -> end", f"{rss_first:.0f} MiB -> {rss_last:.0f} MiB",
                 "growth <= 10% + 20 MiB", rss_last <= 1.1 * rss_first + 20)
+        out.add("Triton RSS (with its python stub), start -> end",
+                f"{triton_rss[0]:.0f} MiB -> {triton_rss[-1]:.0f} MiB")
         out.add("failed requests", f"{len(failed)} of {len(calls)}", "0", not failed,
                 f"failed requests in the soak: {codes_text(failed)}")
         out.add("wrong answers", str(len(wrong)), "0", not wrong)
@@ -1119,7 +1124,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown scenarios {unknown}; choose from {', '.join(SCENARIOS)}")
     soak_seconds = args.soak_seconds if args.soak_seconds is not None else (
         20.0 if args.quick else 600.0)
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    # Explicit handlers: SIGINT is inherited as ignored by a background job, and SIGTERM
+    # must also unwind through every cleanup.
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _on_sigterm),
+                signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}
     root = Path(tempfile.mkdtemp(prefix="movepred-faults-"))
     started = time.monotonic()
     try:
@@ -1128,7 +1136,8 @@ def main(argv: list[str] | None = None) -> int:
         logger.error("interrupted: everything the suite started is stopped")
         return 130
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         if args.keep:
             logger.info("kept %s", root)
         else:
