@@ -1,12 +1,15 @@
 """Rollout and rollback on a real Triton under continuous load (no mocks).
 
-One module-scoped server (`triton_server`: v1 = TinyPolicy seed 0 serving). Tests run in file
-order and build on each other: the rollout flow moves serving to v2, broken versions (v3
-truncated, v4 a zip Triton cannot load, v5 NaN on the empty board) are refused while v2 keeps
-serving, then the rollback flow goes back to v1. Each version load starts a python stub that
-imports torch (2-5 s idle, 15-30 s on a busy 2-core machine), so the file makes only six.
-During every rollout a `LoadProbe` thread sends unversioned requests in a tight loop and
-counts failures; the figures are printed (``pytest -s``) as ``ROLLOUT-FIGURES {...}``.
+One module-scoped server (`env`: v1 = `TacticalPolicy` seed 0 serving, a scripted network that
+takes fives and blocks fours, published with stored positions as the train flow does; v2 the
+same with seed 1). Tests run in file order and build on each other: the rollout flow moves
+serving to v2, broken versions (v3 truncated, v4 a zip Triton cannot load, v5 NaN on the empty
+board, v6 the garbage model: logits = board cells, NaN value) are refused and quarantined while
+v2 keeps serving, a restarted Triton serves v2 again, then the rollback flow goes back to v1 and
+a restart after it serves v1. Each version load starts a python stub that imports torch (2-5 s
+idle, 15-30 s on a busy 2-core machine), so the file makes as few as it can. During every
+rollout a `LoadProbe` thread sends unversioned requests in a tight loop and counts failures; the
+figures are printed (``pytest -s``) as ``ROLLOUT-FIGURES {...}``.
 """
 
 from __future__ import annotations
@@ -27,9 +30,17 @@ from tritonclient.grpc import model_config_pb2
 
 from services import cli
 from services.triton.client import PolicyClient
-from services.triton.publisher import publish
+from services.triton.publisher import (
+    QUARANTINE_DIR,
+    SMOKE_POSITIONS_FILE,
+    list_versions,
+    publish,
+    quarantined_versions,
+    write_smoke_positions,
+)
 from services.triton.rollout import (
     CANDIDATE_SUFFIX,
+    QUARANTINE_REASON,
     RolloutError,
     check_version_files,
     config_json,
@@ -39,16 +50,21 @@ from services.triton.rollout import (
     read_model_config,
     read_state,
     rollout,
+    smoke_test,
     state_path,
+    top1_hits,
 )
+from services.triton.server import TritonServer
 from tests.triton_fixtures import (
     MODEL_NAME,
     TinyPolicy,
-    TritonSetup,
-    build_tiny_policy,
+    build_garbage_policy,
+    build_tactical_policy,
+    four_positions,
+    make_repository,
     random_boards,
-    run_local,
-    triton_server,  # noqa: F401  (pytest fixture)
+    require_tritonserver,
+    run_local_outputs,
 )
 
 pytestmark = [
@@ -120,23 +136,50 @@ class LoadProbe:
         self.client.close()
 
 
+STORED = four_positions(64, seed=0)  # the positions stored with the good versions
+
+
+def _publish_tactical(path: Path, repo: Path, seed: int) -> int:
+    """Publish a `TacticalPolicy` as the train flow would: stored positions, and the model's
+    own top-1 on them in the metadata."""
+    model = build_tactical_policy(path, seed=seed)
+    positions = path.with_name(SMOKE_POSITIONS_FILE)
+    write_smoke_positions(positions, *STORED)
+    top1 = float(top1_hits(run_local_outputs(model, STORED[0])[0], *STORED).mean())
+    assert top1 > 0.7  # the scripted network completes and blocks most fours
+    metadata = {"seed": seed, "smoke_positions": {"rows": len(STORED[1]), "top1": top1},
+                "metrics": {"validation": {"top1": top1}}}
+    return publish(model, repo, MODEL_NAME, metadata=metadata,
+                   extra_files={SMOKE_POSITIONS_FILE: positions})
+
+
 @pytest.fixture(scope="module")
-def env(triton_server: TritonSetup) -> dict:  # noqa: F811
-    models = triton_server.models_dir
-    v2_model = build_tiny_policy(models / "tiny-seed1.pt", seed=1)
-    expected = {"1": run_local(triton_server.v1_model, BOARDS), "2": run_local(v2_model, BOARDS)}
-    assert not np.allclose(expected["1"], expected["2"])
-    assert publish(v2_model, triton_server.repository, MODEL_NAME, metadata={"seed": 1}) == 2
-    client = PolicyClient(triton_server.server.grpc_url)
-    yield {"url": triton_server.server.grpc_url, "repo": triton_server.repository,
-           "client": client, "expected": expected}
-    client.close()
+def env(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    require_tritonserver()
+    root = tmp_path_factory.mktemp("rollout")
+    repo = make_repository(root)
+    models = root / "torchscript"
+    assert _publish_tactical(models / "tactical-seed0.pt", repo, 0) == 1
+    server = TritonServer(repo, log_path=root / "tritonserver.log", startup_timeout_s=120)
+    env = {"url": None, "repo": repo, "root": root, "server": server.start()}
+    try:
+        # v2 is published once v1 serves (a start with no record serves the newest version)
+        assert _publish_tactical(models / "tactical-seed1.pt", repo, 1) == 2
+        env["expected"] = {v: run_local_outputs(repo / MODEL_NAME / v / "model.pt", BOARDS)[0]
+                           for v in ("1", "2")}
+        assert not np.allclose(env["expected"]["1"], env["expected"]["2"])
+        env["url"] = server.grpc_url
+        with PolicyClient(server.grpc_url) as client:
+            env["client"] = client
+            yield env
+    finally:
+        env["server"].stop()  # the one running now (`_restart` replaces it)
 
 
 def _assert_only_serving(client: PolicyClient, version: int) -> None:
     assert client.ready_versions() == [str(version)]
     assert current_version(client) == version
-    for other in (1, 2, 3, 4, 5, 6):
+    for other in range(1, 9):
         assert client.is_version_ready(other) == (other == version), other
     assert not client.is_version_ready(version, MODEL_NAME + CANDIDATE_SUFFIX)
 
@@ -177,7 +220,8 @@ def test_file_checks_name_the_file(tmp_path: Path, env: dict) -> None:
     repo = tmp_path / "repo"
     shutil.copytree(env["repo"] / MODEL_NAME / "2", repo / MODEL_NAME / "2")
     files, notes = check_version_files(repo, MODEL_NAME, 2)
-    assert set(files) == {"model.pt", "model.py", "metadata.json"} and not notes
+    assert set(files) == {"model.pt", "model.py", "metadata.json", SMOKE_POSITIONS_FILE}
+    assert not notes
     with pytest.raises(ValueError, match="version 7 is not published"):
         check_version_files(repo, MODEL_NAME, 7)
     pt = repo / MODEL_NAME / "2" / "model.pt"
@@ -230,8 +274,14 @@ def test_rollout_flow_switches_traffic_with_zero_failed_requests(env: dict) -> N
     assert not [t for t, v in probe.answers if t > done and v != "2"]
     assert (out["action"], out["previous"], out["current"]) == ("rollout", 1, 2)
     assert out["changed"] and out["smoke_passed"] and out["unloaded"] == [1]
-    names = {c["name"] for c in out["smoke"]}
-    assert {"model version", "finite", "masked policy", "batch consistency", "serving"} <= names
+    checks = {c["name"]: c for c in out["smoke"]}
+    assert {"model version", "finite", "masked policy", "batch consistency", "serving"} <= set(
+        checks)
+    # what the model knows, blocking and passed: tactics, value, stored top-1, agreement
+    for name in ("tactics", "value", "top-1 (stored positions)", "agreement with serving"):
+        assert checks[name]["blocking"] and checks[name]["passed"], checks[name]
+        assert not checks[name]["skipped"]
+    assert "vs serving v1's" in checks["agreement with serving"]["detail"]
     text = _flow_artifact(state)
     assert "Rollout: gomoku_policy v1 -> v2" in text and "| finite | pass |" in text
     _assert_only_serving(client, 2)
@@ -247,6 +297,19 @@ def test_rollout_flow_switches_traffic_with_zero_failed_requests(env: dict) -> N
     text = _flow_artifact(refused)
     assert "v9 refused" in text and "not published" in text and "Still serving: **v2**" in text
     _assert_only_serving(client, 2)
+
+
+def _assert_quarantined(repo: Path, version: int, reason: str) -> dict:
+    """`version` left the numeric folders for quarantine/<version>/ with its reason."""
+    folder = repo / MODEL_NAME / QUARANTINE_DIR / str(version)
+    assert not (repo / MODEL_NAME / str(version)).exists()
+    assert version not in list_versions(repo, MODEL_NAME)
+    assert (folder / "model.pt").is_file()
+    record = json.loads((folder / QUARANTINE_REASON).read_text())
+    assert reason in record["reason"] and record["version"] == version and record["at"]
+    event = [e for e in read_state(repo)["history"] if e["version"] == version][-1]
+    assert event["outcome"] == "refused" and event["quarantined"] == f"quarantine/{version}"
+    return record
 
 
 def test_corrupt_versions_are_refused_while_v2_serves(env: dict) -> None:
@@ -297,6 +360,14 @@ def test_corrupt_versions_are_refused_while_v2_serves(env: dict) -> None:
     assert (state["current"], state["previous"]) == (2, 1)
     refused = [e for e in state["history"] if e["outcome"] == "refused"]
     assert [e["version"] for e in refused] == [9, 3, 4, 9]
+    # the version's own faults: quarantined; "not published" moves nothing
+    _assert_quarantined(repo, 3, "truncated or corrupt")
+    _assert_quarantined(repo, 4, "Triton cannot load")
+    assert "quarantined" not in refused[0] and "quarantined" not in refused[-1]
+    assert info3.value.quarantined == "quarantine/3"
+    assert "moved to `quarantine/3`" in info3.value.to_markdown()
+    with pytest.raises(RolloutError, match=r"version 3 is quarantined: version 3: .*truncated"):
+        rollout(client, repo, 3)
 
 
 class NaNOnEmptyBoard(torch.nn.Module):
@@ -315,8 +386,10 @@ def test_nan_version_is_refused_by_the_smoke_test(env: dict, tmp_path: Path) -> 
     client = env["client"]
     path = tmp_path / "nan.pt"
     torch.jit.script(NaNOnEmptyBoard().eval()).save(str(path))
-    # The publisher's own check (shape and dtype) lets it through: it is version 5.
-    assert publish(path, env["repo"], MODEL_NAME) == 5
+    # The publisher runs it on the empty board and refuses it; published unchecked it is v5.
+    with pytest.raises(ValueError, match="NaN or Inf logits"):
+        publish(path, env["repo"], MODEL_NAME)
+    assert publish(path, env["repo"], MODEL_NAME, validate=False) == 5
     with LoadProbe(env["url"], env["expected"]) as probe:  # v5 answering would be a failure
         probe.wait_for("2", 20)
         t0 = time.monotonic()
@@ -331,9 +404,89 @@ def test_nan_version_is_refused_by_the_smoke_test(env: dict, tmp_path: Path) -> 
     assert "v5 refused" in str(error) and "smoke test failed" in str(error)
     assert "NaN" in str(error) and "empty" in str(error)
     failed = {c.name for c in error.smoke if not c.passed}
-    assert "finite" in failed
+    # the python model refuses to answer NaN ("answers"; an older model.py copy answers it
+    # and "finite" fails): refused either way, with the board named
+    assert failed & {"finite", "answers"}
     assert "Still serving: **v2**" in error.to_markdown()
     _assert_only_serving(client, 2)
+    _assert_quarantined(env["repo"], 5, "smoke test failed")
+
+
+def test_garbage_version_is_refused_by_what_the_model_knows(env: dict, tmp_path: Path) -> None:
+    """Logits equal to the board cells (uniform over the empty points) and a NaN value (v6):
+    refused. The same logits with a finite value (v7) pass every shape, finiteness and
+    consistency check; tactics, stored top-1 and the agreement with v2 refuse it."""
+    client, repo = env["client"], env["repo"]
+    garbage = build_garbage_policy(tmp_path / "garbage.pt")
+    with pytest.raises(ValueError, match="NaN or Inf value"):  # the publisher refuses it
+        publish(garbage, repo, MODEL_NAME)
+    positions = tmp_path / SMOKE_POSITIONS_FILE
+    write_smoke_positions(positions, *STORED)
+    claimed = json.loads((repo / MODEL_NAME / "2" / "metadata.json").read_text())
+    claimed = {k: claimed[k] for k in ("smoke_positions", "metrics")}
+    assert publish(garbage, repo, MODEL_NAME, validate=False, metadata=claimed,
+                   extra_files={SMOKE_POSITIONS_FILE: positions}) == 6
+    finite = build_garbage_policy(tmp_path / "garbage-finite.pt", value=0.0)
+    assert publish(finite, repo, MODEL_NAME, metadata=claimed,
+                   extra_files={SMOKE_POSITIONS_FILE: positions}) == 7  # validated: passes
+    with LoadProbe(env["url"], env["expected"]) as probe:
+        probe.wait_for("2", 20)
+        t0 = time.monotonic()
+        with pytest.raises(RolloutError) as info6:
+            rollout(client, repo, 6)
+        with pytest.raises(RolloutError) as info7:
+            rollout(client, repo, 7)
+        seconds = time.monotonic() - t0
+        probe.wait_for("2", len(probe.answers) + 20)
+    probe.figures("refused v6 and v7 (garbage: logits = cells; NaN / finite value)", seconds)
+    assert not probe.failures, probe.failures[0]
+    assert probe.versions() == ["2"]
+    failed6 = {c.name for c in info6.value.smoke if c.blocking and not c.passed}
+    assert failed6 & {"answers", "value"}, info6.value.reason  # NaN: not answered, or refused
+    checks = {c.name: c for c in info7.value.smoke}
+    failed = {name for name, c in checks.items() if c.blocking and not c.passed}
+    assert failed == {"tactics", "top-1 (stored positions)", "agreement with serving"}
+    for name in ("model version", "shape", "finite", "masked policy", "batch consistency",
+                 "deterministic", "value"):
+        assert checks[name].passed, checks[name]
+    assert "not in the top 5" in checks["tactics"].detail
+    _assert_only_serving(client, 2)
+    _assert_quarantined(repo, 6, "smoke test failed")
+    record = _assert_quarantined(repo, 7, "smoke test failed")
+    assert {c["name"] for c in record["smoke"]} >= {"tactics", "agreement with serving"}
+
+
+def test_versions_without_stored_positions_get_those_checks_as_not_checked(env: dict) -> None:
+    checks, _ = smoke_test(env["client"], MODEL_NAME, 2, stored=None,
+                           serving_model=MODEL_NAME, serving_version=1)
+    by_name = {c.name: c for c in checks}
+    for name in ("top-1 (stored positions)", "agreement with serving"):
+        check = by_name[name]
+        assert check.skipped and not check.blocking
+        assert f"no {SMOKE_POSITIONS_FILE} in the version folder" in check.detail
+    assert by_name["tactics"].passed and by_name["tactics"].blocking
+
+
+def _restart(env: dict) -> None:
+    """Stop Triton and start it again on the same ports and repository."""
+    old = env["server"]
+    grpc_port, http_port = old.grpc_port, old.http_port
+    old.stop()
+    env["server"] = TritonServer(env["repo"], grpc_port=grpc_port, http_port=http_port,
+                                 log_path=env["root"] / "tritonserver-restart.log",
+                                 startup_timeout_s=120).start()
+
+
+@pytest.mark.timeout(300)
+def test_refused_versions_never_serve_after_a_restart(env: dict) -> None:
+    repo = env["repo"]
+    assert quarantined_versions(repo, MODEL_NAME) == [3, 4, 5, 6, 7]
+    assert list_versions(repo, MODEL_NAME) == [1, 2]
+    _restart(env)
+    _assert_only_serving(env["client"], 2)
+    result = env["client"].infer(BOARDS)
+    assert result.model_version == "2"
+    np.testing.assert_allclose(result.logits, env["expected"]["2"], rtol=1e-5, atol=1e-5)
 
 
 # --------------------------------------------------------------------------- CLI and flows
@@ -342,7 +495,8 @@ def test_nan_version_is_refused_by_the_smoke_test(env: dict, tmp_path: Path) -> 
 def test_cli_refuses_and_reports(env: dict, capsys: pytest.CaptureFixture[str]) -> None:
     common = ["--triton-url", env["url"], "--repository", str(env["repo"])]
     assert cli.main(["rollout", *common, "--version", "3"]) == 1
-    assert "truncated or corrupt" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "version 3 is quarantined" in out and "truncated or corrupt" in out
     # the serving version: smoke-tested, nothing changes
     assert cli.main(["rollout", *common, "--version", "2", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -350,7 +504,16 @@ def test_cli_refuses_and_reports(env: dict, capsys: pytest.CaptureFixture[str]) 
     assert cli.main(["serving", *common, "--json"]) == 0
     status = json.loads(capsys.readouterr().out)
     assert status["serving"] == 2 and status["recorded_current"] == 2
-    assert status["recorded_previous"] == 1 and status["published"] == [1, 2, 3, 4, 5]
+    assert status["recorded_previous"] == 1 and status["published"] == [1, 2]
+    assert status["quarantined"] == [3, 4, 5, 6, 7]
+    assert cli.main(["serving", *common]) == 0
+    text = capsys.readouterr().out
+    assert "None" not in text
+    assert "gomoku_policy: Triton serves v2; recorded current v2, previous v1" in text
+    assert "quarantined: v3, v4, v5, v6, v7" in text
+    assert "v5 refused (smoke test failed: " in text and "v2 kept serving; moved to " \
+        "quarantine/5" in text
+    assert "v7 refused (smoke test failed: tactics: " in text
     _assert_only_serving(env["client"], 2)
 
 
@@ -380,3 +543,22 @@ def test_rollback_flow_restores_previous_with_zero_failed_requests(env: dict) ->
     outcomes = [(e["action"], e["version"], e["outcome"]) for e in record["history"]]
     assert outcomes[0] == ("rollout", 2, "serving") and outcomes[-1] == ("rollback", 1, "serving")
     assert {o for _, _, o in outcomes[1:-1]} == {"refused"}
+    checks = {c["name"]: c for c in out["smoke"]}
+    assert not checks["agreement with serving"]["blocking"]  # going back is on purpose
+    assert list_versions(repo, MODEL_NAME) == [1, 2]  # v2 rolled back, not quarantined
+
+
+@pytest.mark.timeout(300)
+def test_rolled_back_version_stays_out_after_a_restart(env: dict,
+                                                       capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    """v2 is the newest published folder, but the record says v1: a restart serves v1."""
+    _restart(env)
+    _assert_only_serving(env["client"], 1)
+    assert cli.main(["serving", "--triton-url", env["url"], "--repository",
+                     str(env["repo"])]) == 0
+    assert "rolled back v2 -> v1" in capsys.readouterr().out
+
+
+def test_publish_never_reuses_a_quarantined_number(env: dict, tmp_path: Path) -> None:
+    assert _publish_tactical(tmp_path / "tactical-seed2.pt", env["repo"], 2) == 8

@@ -242,3 +242,19 @@ def test_serving_without_triton_or_record_never_prints_vnone(
     assert "vNone" not in out and "None" not in out
     assert "unreachable" in out and "recorded current none recorded" in out
     assert "published: none; quarantined: none" in out and "history: none recorded" in out
+
+
+def test_value_check_blocks_non_finite_values_of_a_value_head() -> None:
+    """Triton's python model of an older publish (its own model.py copy) answers a NaN value;
+    the smoke test refuses it when the version has a value head."""
+    from services.triton.rollout import _value_check
+
+    nan = [np.array([0.1, np.nan], np.float32), None]
+    check = _value_check(8, True, nan)
+    assert check.blocking and not check.passed and "1 of 2 values are NaN/Inf" in check.detail
+    assert _value_check(8, True, [np.array([0.1, -0.2], np.float32)]).passed
+    no_head = _value_check(8, False, [np.full(2, np.nan, np.float32)])
+    assert no_head.passed and not no_head.blocking  # NaN by design without a value head
+    unknown = _value_check(8, None, nan)
+    assert not unknown.blocking and "unknown whether v8 has a value head" in unknown.detail
+    assert not _value_check(8, True, [None]).blocking  # the config declares no value output

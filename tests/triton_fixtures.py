@@ -96,11 +96,16 @@ class TacticalPolicy(torch.nn.Module):
 
 class GarbagePolicy(torch.nn.Module):
     """The model the smoke test must stop: logits equal to the board cells (a uniform policy
-    over the empty points once stones are masked) and a NaN value."""
+    over the empty points once stones are masked) and a NaN value (or `value`, to see the
+    checks on what the model knows refuse it even with a finite value)."""
+
+    def __init__(self, value: float = float("nan")) -> None:
+        super().__init__()
+        self.value = value
 
     def forward(self, boards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         logits = boards.float().flatten(1)
-        return logits, torch.full((boards.shape[0],), float("nan"))
+        return logits, torch.full((boards.shape[0],), self.value)
 
 
 def build_tactical_policy(path: Path, seed: int = 0) -> Path:
@@ -112,9 +117,9 @@ def build_tactical_policy(path: Path, seed: int = 0) -> Path:
     return path
 
 
-def build_garbage_policy(path: Path) -> Path:
-    """Script a `GarbagePolicy` and save it to `path`."""
-    model = torch.jit.script(GarbagePolicy().eval())
+def build_garbage_policy(path: Path, value: float = float("nan")) -> Path:
+    """Script a `GarbagePolicy` (its value: `value`) and save it to `path`."""
+    model = torch.jit.script(GarbagePolicy(value).eval())
     path.parent.mkdir(parents=True, exist_ok=True)
     model.save(str(path))
     return path

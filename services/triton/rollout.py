@@ -69,6 +69,7 @@ import os
 import time
 import uuid
 import zipfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -269,7 +270,8 @@ def check_version_files(
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             bad = archive.testzip()
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError) as exc:
+        # zlib.error: a flipped byte inside a deflated member
         raise ValueError(f"version {version}: {model_pt} is not a TorchScript archive "
                          f"(truncated or corrupt: {exc})") from exc
     if bad is not None:
@@ -551,7 +553,17 @@ def smoke_test(
             for i in range(len(boards))
         ]
     except TritonError as exc:
-        checks.append(SmokeCheck("answers", False, _no_answer(version, exc)))
+        detail = _no_answer(version, exc)
+        if not isinstance(exc, TritonUnavailableError):  # name the boards it fails on
+            failing = []
+            for i, name in enumerate(names):
+                try:
+                    client.infer(boards[i:i + 1], model_version=version, model_name=model_name)
+                except TritonError:
+                    failing.append(name)
+            if failing:
+                detail = f"v{version} fails on: {', '.join(failing)}; {detail}"
+        checks.append(SmokeCheck("answers", False, detail))
         return checks, np.zeros((0, n_moves), np.float32)
 
     answered = {(r.model_name, r.model_version) for r in [first, again, *alone]}
