@@ -150,7 +150,9 @@ def test_new_version_rolls_out_without_failed_requests(stack, search) -> None:
     thread.start()
     try:
         out = train_flow(dataset_dir=str(stack["dataset"]), repository=str(stack["repo"]),
-                         max_steps=20, batch_size=64, seed=1, gate_tolerance=1.0,
+                         # 300 steps: the rollout's smoke test wants fives taken and fours
+                         # blocked, which 20 steps do not learn
+                         max_steps=300, batch_size=64, seed=1, gate_tolerance=1.0,
                          run_dir=str(stack["work"] / "run2"),
                          triton_url=stack["triton"].grpc_url)
         assert out["version"] == 2
