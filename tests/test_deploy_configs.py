@@ -394,12 +394,12 @@ def test_triton_core_accepts_the_stock_config(tmp_path: Path) -> None:
 
     repository = _stock_repository(tmp_path / "ok", STOCK_CONFIG.read_text())
     with pytest.raises(TritonServerError) as info:
-        TritonServer(repository, startup_timeout_s=60).start()
+        TritonServer(repository, models=[MODEL_NAME], startup_timeout_s=60).start()
     assert missing_backend in str(info.value)
     # with the value output its comment describes (reshape included): just as far
     repository = _stock_repository(tmp_path / "value", stock_config_with_value(STOCK_CONFIG))
     with pytest.raises(TritonServerError) as info:
-        TritonServer(repository, startup_timeout_s=60).start()
+        TritonServer(repository, models=[MODEL_NAME], startup_timeout_s=60).start()
     assert missing_backend in str(info.value)
 
     delay = "max_queue_delay_microseconds:"
@@ -407,7 +407,7 @@ def test_triton_core_accepts_the_stock_config(tmp_path: Path) -> None:
     assert broken != STOCK_CONFIG.read_text()
     repository = _stock_repository(tmp_path / "broken", broken)
     with pytest.raises(TritonServerError) as info:
-        TritonServer(repository, startup_timeout_s=60).start()
+        TritonServer(repository, models=[MODEL_NAME], startup_timeout_s=60).start()
     assert missing_backend not in str(info.value)
     assert "preferred size must be <= max batch size" in str(info.value)
 

@@ -12,18 +12,38 @@ server on it with the environment the stub needs:
 * the venv's ``bin`` comes first on ``PATH`` so the embedded interpreter finds the venv (and its
   numpy/torch).
 
+What serves is decided here, not by Triton's ``latest`` policy: the server starts in explicit
+mode with no model, then each model (by default every folder with a ``config.pbtxt``) is loaded
+through the repository API with its config pinned to one version (``version_policy: specific``):
+the rollout record's ``current``, else its ``previous``, else the newest published version
+(`version_candidates`). A version whose files fail `services.triton.rollout.check_version_files`
+(truncated or corrupt ``model.pt``, sha256 mismatch) or that Triton refuses is skipped, logged and
+listed in `TritonServer.skipped`, and the next candidate is tried, so one bad folder never stops
+the server nor takes another model down. A model with nothing published is skipped with the
+command to run; the server starts anyway and ``make train`` loads what it publishes.
+
+The launcher never reports a server it did not start: fixed ports must be free before the
+spawn, readiness only counts while its own child runs, and each launcher keeps
+``<triton home>/run/tritonserver-<grpc port>.pid`` (pid, process group, launcher pid, ports,
+repository) while its server runs. A server whose launcher was killed (an orphan) holding the
+ports is named with the command that stops it (``kill -- -<pgid>``), or stopped first with
+``--replace-orphan``; pid files of dead servers are removed silently.
+
 CLI (foreground until Ctrl-C)::
 
     python -m services.triton.server --repository model_repository \
-        [--grpc-port 8001 --http-port 8000]
+        [--grpc-port 8001 --http-port 8000] [--model gomoku_policy] [--replace-orphan]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import functools
 import importlib.util
+import json
+import logging
 import os
 import shutil
 import signal
@@ -38,23 +58,33 @@ import urllib.error
 import urllib.request
 import weakref
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
+
+log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Project-owned, gitignored home of the assembled backend dir ($MOVEPRED_TRITON_HOME overrides).
 TRITON_HOME_ENV = "MOVEPRED_TRITON_HOME"
 DEFAULT_TRITON_HOME = REPO_ROOT / ".triton"
-DEFAULT_MODELS = ("gomoku_policy",)
 TRITONSERVER_ENV = "MOVEPRED_TRITONSERVER"
 
 _PYTHON_BACKEND_FILES = ("libtriton_python.so", "triton_python_backend_utils.py")
 _STUB_NAME = "triton_python_backend_stub"
 _LOG_TAIL_LINES = 25
+# What to run when a model has nothing to serve.
+NEXT_STEP = ("run `make ingest && make train` (or publish with services.triton.publisher and "
+             "`movepred rollout`)")
 
 
 class TritonServerError(RuntimeError):
     """The Triton server could not be prepared, started or made ready."""
+
+
+class TritonLoadError(TritonServerError):
+    """Triton refused to load one model version (its reason is the message)."""
 
 
 def find_tritonserver() -> Path:
@@ -220,7 +250,209 @@ def _is_error_line(line: str) -> bool:
     return (len(s) > 1 and s[0] == "E" and s[1].isdigit()) or "error" in s.lower()
 
 
-def _kill_group(proc: subprocess.Popen, log_file: IO[bytes] | None) -> None:
+# --------------------------------------------------------------------------- what to serve
+
+
+@dataclass(frozen=True)
+class SkippedVersion:
+    """A model version the launcher did not serve, or a model it served nothing of.
+
+    `version` is None when the model had no version to try at all (nothing published)."""
+
+    model: str
+    version: int | None
+    reason: str
+    folder: Path | None = None
+
+    def __str__(self) -> str:
+        if self.version is None:
+            return f"{self.model}: {self.reason}"
+        return f"{self.model} v{self.version} ({self.folder}): {self.reason}"
+
+
+def discover_models(repository: Path) -> tuple[str, ...]:
+    """Every model folder of `repository` that has a ``config.pbtxt``, sorted by name."""
+    repository = Path(repository)
+    if not repository.is_dir():
+        return ()
+    return tuple(sorted(
+        p.name for p in repository.iterdir()
+        if p.is_dir() and not p.name.startswith(".") and (p / "config.pbtxt").is_file()
+    ))
+
+
+def _refused_versions(history: list[dict[str, Any]]) -> set[int]:
+    """Versions the rollout history records as refused (never to be served as a fallback)."""
+    refused: set[int] = set()
+    for entry in history:
+        if isinstance(entry, dict) and entry.get("outcome") == "refused":
+            with contextlib.suppress(TypeError, ValueError):
+                refused.add(int(entry.get("version")))
+    return refused
+
+
+def version_candidates(repository: Path, model: str) -> tuple[list[int], str]:
+    """The versions of `model` to try, best first, and where that order comes from.
+
+    With a rollout record (``rollout.json``): its ``current``, then its ``previous``, then the
+    other published versions newest first, less those the record's history refused. Without a
+    record: the published versions newest first. Serving follows what rollout decided, so a
+    version published later but never rolled out (or rolled back) does not serve after a restart.
+    An unreadable record is reported and treated as none.
+    """
+    from services.triton.publisher import list_versions
+    from services.triton.rollout import read_state
+
+    published = list_versions(repository, model)
+    try:
+        state = read_state(repository, model)
+    except ValueError as exc:
+        log.warning("%s: %s; serving the newest good version instead", model, exc)
+        state = {"current": None, "previous": None, "history": []}
+    newest_first = sorted(published, reverse=True)
+    record = [v for v in (state.get("current"), state.get("previous")) if isinstance(v, int)]
+    if not record:
+        return newest_first, "newest published version"
+    refused = _refused_versions(state.get("history") or [])
+    ordered = list(dict.fromkeys(record))
+    ordered += [v for v in newest_first if v not in ordered and v not in refused]
+    return ordered, "rollout record"
+
+
+def pinned_config_json(config_path: Path, version: int) -> str:
+    """The on-disk ``config.pbtxt`` as JSON with ``version_policy: {specific: [version]}``:
+    the config override of a repository-API load that serves exactly `version`."""
+    from google.protobuf import json_format
+
+    from services.triton.publisher import parse_config
+
+    config = parse_config(config_path)
+    config.version_policy.Clear()
+    config.version_policy.specific.versions.append(int(version))
+    return json_format.MessageToJson(config, preserving_proto_field_name=True)
+
+
+def _check_files(repository: Path, model: str, version: int) -> None:
+    """Raise ValueError with the reason when a version folder cannot be served."""
+    from services.triton.rollout import check_version_files
+
+    check_version_files(repository, model, version)
+
+
+# --------------------------------------------------------------------------- processes, pid files
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """True when `port` on `host` cannot be bound because something holds it.
+
+    ``SO_REUSEADDR`` as servers set it: connections in TIME_WAIT do not count, a listener does."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return True
+            raise
+    return False
+
+
+def _process_alive(pid: int) -> bool:
+    """A running (not zombie) process with this pid exists."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")  # state after "(comm)"
+
+
+def _is_tritonserver(pid: int) -> bool:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return bool(argv) and os.path.basename(argv[0]) == b"tritonserver" and _process_alive(pid)
+
+
+def pid_dir() -> Path:
+    """Where launchers keep their pid files: ``<triton home>/run``."""
+    return Path(os.environ.get(TRITON_HOME_ENV) or DEFAULT_TRITON_HOME) / "run"
+
+
+@dataclass(frozen=True)
+class PidRecord:
+    """One launcher's ``tritonserver-<grpc port>.pid``: who runs which server on which ports."""
+
+    path: Path
+    pid: int
+    pgid: int
+    launcher_pid: int
+    ports: tuple[int, ...]
+    host: str
+    repository: str
+
+    @property
+    def server_alive(self) -> bool:
+        return _is_tritonserver(self.pid)
+
+    @property
+    def orphaned(self) -> bool:
+        """The server runs but the launcher that started it is gone (killed)."""
+        return self.server_alive and not _process_alive(self.launcher_pid)
+
+    @property
+    def stop_command(self) -> str:
+        return f"kill -- -{self.pgid}"
+
+    def describe(self) -> str:
+        owner = ("an orphaned tritonserver (its launcher, pid "
+                 f"{self.launcher_pid}, is gone)" if self.orphaned else
+                 f"tritonserver pid {self.pid} of launcher pid {self.launcher_pid}")
+        return (f"{owner}: pid {self.pid}, process group {self.pgid}, ports "
+                f"{', '.join(map(str, self.ports))}, repository {self.repository} "
+                f"(pid file {self.path})")
+
+
+def read_pid_records(directory: Path | None = None) -> list[PidRecord]:
+    """The launchers' pid files under `directory` (default `pid_dir`); unreadable ones skipped."""
+    directory = pid_dir() if directory is None else Path(directory)
+    records = []
+    for path in sorted(directory.glob("tritonserver-*.pid")) if directory.is_dir() else []:
+        try:
+            data = json.loads(path.read_text())
+            records.append(PidRecord(
+                path, int(data["pid"]), int(data["pgid"]), int(data["launcher_pid"]),
+                tuple(int(p) for p in data["ports"]), str(data.get("host", "")),
+                str(data.get("repository", ""))))
+        except (OSError, ValueError, KeyError, TypeError):
+            log.debug("ignoring unreadable pid file %s", path)
+    return records
+
+
+def stop_process_group(pgid: int, pid: int, grace_s: float = 10.0) -> None:
+    """SIGTERM a server's process group, SIGKILL it after `grace_s`; waits until `pid` is gone."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+        deadline = time.monotonic() + wait_s
+        while _process_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not _process_alive(pid):
+            return
+    raise TritonServerError(f"tritonserver pid {pid} (group {pgid}) does not stop")
+
+
+def _kill_group(proc: subprocess.Popen, log_file: IO[bytes] | None,
+                pid_file: Path | None) -> None:
     """Last-resort cleanup (garbage collection / interpreter exit): kill the server's group."""
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -229,29 +461,50 @@ def _kill_group(proc: subprocess.Popen, log_file: IO[bytes] | None) -> None:
             proc.wait(timeout=5)
     if log_file is not None:
         log_file.close()
+    if pid_file is not None:
+        with contextlib.suppress(OSError):
+            pid_file.unlink()
+
+
+def _http_ok(opener: urllib.request.OpenerDirector, url: str) -> bool:
+    try:
+        with opener.open(url, timeout=1.0) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
 
 
 class TritonServer:
-    """A ``tritonserver`` child process in explicit model-control mode.
+    """A ``tritonserver`` child process in explicit model-control mode, models pinned.
 
     ``with TritonServer(Path("model_repository")) as server: PolicyClient(server.grpc_url)``
 
-    Ports left as None are picked free on loopback. The server and its python stubs run in their
-    own process group, which `stop` (or, as a last resort, interpreter exit) tears down.
+    `models` None serves every model folder with a ``config.pbtxt``; a model with nothing
+    servable is skipped (`skipped`) and the server starts anyway. Named models that have a
+    version whose files check out must load, else `start` fails. `served` maps each loaded
+    model to its version. Ports left as None are picked free on loopback; fixed ports must be
+    free (an orphaned server of a killed launcher on them is reported, or stopped first with
+    `replace_orphan`). The server and its python stubs run in their own process group, which
+    `stop` (or, as a last resort, interpreter exit) tears down.
     """
 
     def __init__(
         self,
         repository: Path,
-        models: Sequence[str] = DEFAULT_MODELS,
+        models: Sequence[str] | None = None,
         host: str = "127.0.0.1",
         http_port: int | None = None,
         grpc_port: int | None = None,
         log_path: Path | None = None,
         startup_timeout_s: float = 60.0,
+        replace_orphan: bool = False,
     ) -> None:
         self.repository = Path(repository).resolve()
-        self.models = tuple(models)
+        self.requested_models = None if models is None else tuple(models)
+        self.models: tuple[str, ...] = self.requested_models or ()
         self.host = host
         self._fixed_http_port = http_port
         self._fixed_grpc_port = grpc_port
@@ -261,9 +514,13 @@ class TritonServer:
         self._requested_log_path = Path(log_path) if log_path is not None else None
         self.log_path: Path | None = self._requested_log_path
         self.startup_timeout_s = float(startup_timeout_s)
+        self.replace_orphan = replace_orphan
         self.startup_time_s: float | None = None
         self.tritonserver: Path | None = None
         self.backend_dir: Path | None = None
+        self.pid_file: Path | None = None
+        self.served: dict[str, int] = {}  # model -> the version loaded
+        self.skipped: list[SkippedVersion] = []
         self._proc: subprocess.Popen | None = None
         self._log_file: IO[bytes] | None = None
         self._finalizer: weakref.finalize | None = None
@@ -293,7 +550,7 @@ class TritonServer:
     def _check_repository(self) -> None:
         if not self.repository.is_dir():
             raise TritonServerError(f"model repository {self.repository} is not a directory")
-        for model in self.models:
+        for model in self.requested_models or ():
             config = self.repository / model / "config.pbtxt"
             if not config.is_file():
                 raise TritonServerError(
@@ -303,12 +560,13 @@ class TritonServer:
 
     def _command(self) -> list[str]:
         assert self.tritonserver is not None and self.backend_dir is not None
-        cmd = [
+        return [
             str(self.tritonserver),
             f"--model-repository={self.repository}",
             f"--backend-directory={self.backend_dir}",
+            # no --load-model: every model is loaded through the repository API, pinned to the
+            # version chosen here, so Triton's own `latest` policy never picks what serves
             "--model-control-mode=explicit",
-            *(f"--load-model={m}" for m in self.models),
             f"--http-address={self.host}",
             f"--grpc-address={self.host}",
             f"--http-port={self.http_port}",
@@ -319,7 +577,6 @@ class TritonServer:
             "--exit-timeout-secs=5",
             "--strict-readiness=true",
         ]
-        return cmd
 
     def _pick_ports(self) -> None:
         connect = _connect_host(self.host)
@@ -338,6 +595,44 @@ class TritonServer:
         self.http_port = pick(self._fixed_http_port)
         self.grpc_port = pick(self._fixed_grpc_port)
         self.metrics_port = pick(None)
+
+    def _check_ports(self) -> None:
+        """Refuse fixed ports somebody holds, naming the holder when it is one of our servers.
+
+        Without this a server answering on the port (an orphan, a second ``make triton``) would
+        pass our readiness checks while our own child fails to bind and exits."""
+        fixed = [p for p in (self._fixed_grpc_port, self._fixed_http_port) if p is not None]
+        for record in read_pid_records():
+            if not record.server_alive:
+                with contextlib.suppress(OSError):
+                    record.path.unlink()  # stale: its server is gone
+                log.debug("removed stale pid file %s", record.path)
+                continue
+            clash = [p for p in fixed if p in record.ports]  # gRPC first
+            if not clash:
+                if record.orphaned:
+                    log.warning("%s still runs; stop it with `%s`", record.describe(),
+                                record.stop_command)
+                continue
+            if record.orphaned and self.replace_orphan:
+                log.warning("stopping %s (--replace-orphan)", record.describe())
+                stop_process_group(record.pgid, record.pid)
+                with contextlib.suppress(OSError):
+                    record.path.unlink()
+                continue
+            hint = (f"; stop it with `{record.stop_command}` or start with --replace-orphan "
+                    "(replace_orphan=True)" if record.orphaned else
+                    "; stop that launcher first (Ctrl-C) or pick other ports")
+            raise TritonServerError(
+                f"port {' and '.join(map(str, clash))} on {self.host} is in use by "
+                f"{record.describe()}{hint}")
+        connect = self.host or "0.0.0.0"
+        for name, port in (("gRPC", self._fixed_grpc_port), ("HTTP", self._fixed_http_port)):
+            if port is not None and port_in_use(connect, port):
+                raise TritonServerError(
+                    f"{name} port {port} on {self.host} is already in use by another process "
+                    f"(see `ss -ltnp 'sport = :{port}'`); stop it or pick another port "
+                    "(--grpc-port / --http-port)")
 
     def _spawn(self, env: dict[str, str]) -> None:
         self._pick_ports()
@@ -359,87 +654,223 @@ class TritonServer:
             cwd=str(self.repository),
             start_new_session=True,  # own process group: stubs are torn down with the server
         )
-        self._finalizer = weakref.finalize(self, _kill_group, self._proc, self._log_file)
+        self.pid_file = self._write_pid_file()
+        self._finalizer = weakref.finalize(self, _kill_group, self._proc, self._log_file,
+                                           self.pid_file)
+
+    def _write_pid_file(self) -> Path | None:
+        """``<triton home>/run/tritonserver-<grpc port>.pid``: lets a later launcher tell an
+        orphaned server (this launcher killed) from a stranger on the same ports."""
+        assert self._proc is not None
+        path = pid_dir() / f"tritonserver-{self.grpc_port}.pid"
+        record = {"pid": self._proc.pid, "pgid": self._proc.pid, "launcher_pid": os.getpid(),
+                  "ports": [self.grpc_port, self.http_port, self.metrics_port],
+                  "host": self.host, "repository": str(self.repository),
+                  "log": str(self.log_path), "started_at": time.time()}
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(record) + "\n")
+            os.replace(tmp, path)
+        except OSError as exc:
+            log.warning("cannot write the pid file %s: %s", path, exc)
+            return None
+        return path
 
     def start(self) -> TritonServer:
-        """Start the server and block until it and every model in `models` are ready."""
+        """Start the server, load each model on its chosen version, return once they are ready.
+
+        Versions whose files fail the check, or that Triton cannot load, are skipped (logged and
+        listed in `skipped`) and the next candidate is tried (`version_candidates`)."""
         if self.is_running():
             raise TritonServerError(f"tritonserver already running (pid {self.pid})")
         self._check_repository()
+        self.models = (self.requested_models if self.requested_models is not None
+                       else discover_models(self.repository))
+        self.served, self.skipped = {}, []
         self.tritonserver = find_tritonserver()
         home = Path(os.environ.get(TRITON_HOME_ENV) or DEFAULT_TRITON_HOME)
         self.backend_dir = prepare_backend_dir(home, self.tritonserver)
         check_stub_numpy(stub_numpy_version())
         env = server_environment(self.tritonserver)
+        self._check_ports()
+        t0 = time.monotonic()
+        self._spawn_ready(env)
+        try:
+            if self._load_models():
+                # Triton keeps a version that failed to load listed UNAVAILABLE for good, and
+                # with --strict-readiness the whole server then reads not-ready: start afresh
+                # on the versions that loaded.
+                served, self.served = self.served, {}
+                log.info("restarting tritonserver without the versions it refused")
+                self.stop(grace_s=3.0)
+                self._spawn_ready(env)
+                deadline = time.monotonic() + self.startup_timeout_s
+                for model, version in served.items():
+                    self.load_version(model, version,
+                                      timeout_s=max(deadline - time.monotonic(), 1.0))
+                    self.served[model] = version
+            self.wait_ready()
+        except BaseException:
+            self.stop(grace_s=3.0)
+            raise
+        self.startup_time_s = time.monotonic() - t0
+        return self
+
+    def _spawn_ready(self, env: dict[str, str]) -> None:
+        """Spawn the server (no model loaded) and wait until it answers ready."""
         auto_ports = self._fixed_http_port is None or self._fixed_grpc_port is None
         attempts = 3 if auto_ports else 1
         for attempt in range(1, attempts + 1):
             self._spawn(env)
             try:
                 self.wait_ready()
-                return self
+                return
             except TritonServerError:
-                log = _tail(self.log_path)
+                tail = _tail(self.log_path)
                 self.stop(grace_s=3.0)
                 # A freshly picked port can be grabbed by someone else before the server binds it.
-                if attempt < attempts and "already in use" in log.lower():
+                if attempt < attempts and "already in use" in tail.lower():
                     continue
                 raise
-        raise AssertionError("unreachable")
+
+    # ------------------------------------------------------------------ models
+    def _load_models(self) -> bool:
+        """Load every model on its version, models in parallel (each one's loads in turn);
+        True when Triton refused a version on the way."""
+        if not self.models:
+            return False
+        deadline = self._started_at + self.startup_timeout_s
+        with ThreadPoolExecutor(max_workers=len(self.models),
+                                thread_name_prefix="triton-load") as pool:
+            results = list(pool.map(lambda m: self._load_model(m, deadline), self.models))
+        refused: set[str] = set()  # models Triton refused a version of
+        for model, (version, skipped, triton_refused) in zip(self.models, results, strict=True):
+            self.skipped.extend(skipped)
+            if version is not None:
+                self.served[model] = version
+            if triton_refused:
+                refused.add(model)
+        # a named model with good files must serve: Triton refusing all of them is an error
+        failed = [m for m in self.requested_models or () if m in refused and m not in self.served]
+        if failed:
+            reasons = "; ".join(str(s) for s in self.skipped if s.model in failed)
+            raise TritonServerError(
+                f"tritonserver could not load {failed} (repository {self.repository}): "
+                f"{reasons}. Last lines of {self.log_path}:\n{_tail(self.log_path)}")
+        return bool(refused)
+
+    def _load_model(self, model: str, deadline: float
+                    ) -> tuple[int | None, list[SkippedVersion], bool]:
+        """(version now serving or None, what was skipped, whether Triton refused a version
+        whose files checked out) for one model."""
+        skipped: list[SkippedVersion] = []
+        candidates, source = version_candidates(self.repository, model)
+        if not candidates:
+            skipped.append(SkippedVersion(model, None, f"no version published yet; {NEXT_STEP}"))
+            log.warning("%s", skipped[-1])
+            return None, skipped, False
+        triton_refused = False
+        for version in candidates:
+            folder = self.repository / model / str(version)
+            try:
+                _check_files(self.repository, model, version)
+            except ValueError as exc:
+                skipped.append(SkippedVersion(model, version, str(exc), folder))
+                log.warning("not serving %s", skipped[-1])
+                continue
+            try:
+                self.load_version(model, version, timeout_s=max(deadline - time.monotonic(), 1.0))
+            except TritonLoadError as exc:
+                skipped.append(SkippedVersion(model, version, f"Triton refused it: {exc}",
+                                              folder))
+                log.warning("not serving %s", skipped[-1])
+                triton_refused = True
+                continue
+            log.info("%s v%s loaded (%s)", model, version, source)
+            return version, skipped, triton_refused
+        skipped.append(SkippedVersion(
+            model, None, f"no servable version among {candidates}; {NEXT_STEP}"))
+        log.warning("%s", skipped[-1])
+        return None, skipped, triton_refused
+
+    def load_version(self, model: str, version: int, timeout_s: float = 60.0) -> None:
+        """Load `model` serving exactly `version` (repository API, pinned config override);
+        returns once it is ready. Raises TritonLoadError with Triton's reason, TritonServerError
+        when our server died."""
+        if not self.is_running():
+            raise TritonServerError("server not running")
+        body = json.dumps({"parameters": {"config": pinned_config_json(
+            self.repository / model / "config.pbtxt", version)}}).encode()
+        request = urllib.request.Request(
+            f"http://{self.http_url}/v2/repository/models/{model}/load", data=body,
+            headers={"Content-Type": "application/json"}, method="POST")
+        try:
+            with _OPENER.open(request, timeout=timeout_s) as response:
+                response.read()
+        except urllib.error.HTTPError as exc:
+            text = exc.read().decode(errors="replace")
+            with contextlib.suppress(ValueError, AttributeError):
+                text = json.loads(text).get("error", text)
+            if not self.is_running():
+                raise self._exited_error() from exc
+            raise TritonLoadError(text.strip() or f"HTTP {exc.code}") from exc
+        except (urllib.error.URLError, OSError) as exc:
+            if not self.is_running():
+                raise self._exited_error() from exc
+            if isinstance(exc, TimeoutError) or isinstance(
+                    getattr(exc, "reason", None), TimeoutError):
+                raise self._not_ready_error(self.startup_timeout_s) from exc
+            raise TritonServerError(f"loading {model} v{version} failed: {exc}") from exc
+        url = f"http://{self.http_url}/v2/models/{model}/versions/{version}/ready"
+        if not _http_ok(_OPENER, url) or not self.is_running():
+            raise TritonLoadError(f"{model} v{version} not ready after its load")
+
+    def _exited_error(self) -> TritonServerError:
+        assert self._proc is not None
+        return TritonServerError(
+            f"tritonserver exited with code {self._proc.poll()} during start-up "
+            f"(repository {self.repository}, models {list(self.models)}). "
+            f"Last lines of {self.log_path}:\n{_tail(self.log_path)}")
 
     def wait_ready(self, timeout_s: float | None = None) -> float:
-        """Poll until the server and its models are ready; return seconds since start.
+        """Poll until our server and the models it serves are ready; return seconds since start.
 
-        Raises TritonServerError when the process exits or the timeout passes (the process may
-        hang not-ready, e.g. when the stub cannot load ``libpython``), with the log tail.
+        Readiness only counts while our child runs: an answer from another process on the port
+        is not ours. Raises TritonServerError when the process exits or the timeout passes (the
+        process may hang not-ready, e.g. when the stub cannot load ``libpython``), with the log
+        tail.
         """
         if self._proc is None:
             raise TritonServerError("server not started")
         timeout_s = self.startup_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout_s
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
         base = f"http://{self.http_url}"
-        paths = ["/v2/health/ready", *(f"/v2/models/{m}/ready" for m in self.models)]
+        paths = ["/v2/health/ready",
+                 *(f"/v2/models/{m}/versions/{v}/ready" for m, v in self.served.items())]
         while True:
-            code = self._proc.poll()
-            if code is not None:
-                tail = _tail(self.log_path)
-                hint = ""
-                if "at least one version must be available" in tail:
-                    hint = (
-                        " No version folder to serve: publish a model first "
-                        "(services.triton.publisher.publish)."
-                    )
-                raise TritonServerError(
-                    f"tritonserver exited with code {code} during start-up "
-                    f"(repository {self.repository}, models {list(self.models)}).{hint} "
-                    f"Last lines of {self.log_path}:\n{tail}"
-                )
-            if all(self._http_ok(opener, base + p) for p in paths):
-                self.startup_time_s = time.monotonic() - self._started_at
-                return self.startup_time_s
+            if self._proc.poll() is not None:
+                raise self._exited_error()
+            if all(_http_ok(_OPENER, base + p) for p in paths) and self._proc.poll() is None:
+                return time.monotonic() - self._started_at
             if time.monotonic() >= deadline:
-                raise TritonServerError(
-                    f"tritonserver (pid {self._proc.pid}) still not ready after {timeout_s:.1f} s "
-                    f"(models {list(self.models)}). A server that hangs here usually cannot load "
-                    "the python stub's libraries (LD_LIBRARY_PATH must contain "
-                    "nvidia_pytriton.libs and Python's LIBDIR) or a model's initialize() is "
-                    f"stuck. Last lines of {self.log_path}:\n{_tail(self.log_path)}"
-                )
+                raise self._not_ready_error(timeout_s)
             time.sleep(0.05)
 
-    @staticmethod
-    def _http_ok(opener: urllib.request.OpenerDirector, url: str) -> bool:
-        try:
-            with opener.open(url, timeout=1.0) as response:
-                return bool(response.status == 200)
-        except (urllib.error.URLError, OSError, ValueError):
-            return False
+    def _not_ready_error(self, waited_s: float) -> TritonServerError:
+        assert self._proc is not None
+        return TritonServerError(
+            f"tritonserver (pid {self._proc.pid}) still not ready after {waited_s:.1f} s "
+            f"(models {list(self.models)}). A server that hangs here usually cannot load "
+            "the python stub's libraries (LD_LIBRARY_PATH must contain "
+            "nvidia_pytriton.libs and Python's LIBDIR) or a model's initialize() is "
+            f"stuck. Last lines of {self.log_path}:\n{_tail(self.log_path)}"
+        )
 
     def stop(self, grace_s: float = 10.0) -> int | None:
         """SIGTERM the server (it drains in-flight requests), SIGKILL its group after `grace_s`.
 
-        Returns the exit code (None if never started). Idempotent.
+        Returns the exit code (None if never started). Removes the pid file. Idempotent.
         """
         proc = self._proc
         if proc is None:
@@ -462,6 +893,10 @@ class TritonServer:
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
+        if self.pid_file is not None:
+            with contextlib.suppress(OSError):
+                self.pid_file.unlink()
+            self.pid_file = None
         return proc.returncode
 
     def log_tail(self, lines: int = _LOG_TAIL_LINES) -> str:
@@ -482,40 +917,54 @@ class TritonServer:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from services import logs
+
     parser = argparse.ArgumentParser(
         prog="python -m services.triton.server",
         description="Run Triton (explicit model control) on a model repository until Ctrl-C.",
     )
     parser.add_argument("--repository", type=Path, default=REPO_ROOT / "model_repository")
     parser.add_argument(
-        "--model", action="append", dest="models", help="model to load (repeatable)"
-    )
+        "--model", action="append", dest="models",
+        help="model to load (repeatable; default: every model folder with a config.pbtxt)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--grpc-port", type=int, default=None)
     parser.add_argument("--http-port", type=int, default=None)
-    parser.add_argument("--log-path", type=Path, default=None)
+    parser.add_argument("--log-path", type=Path, default=None, help="tritonserver's own log")
     parser.add_argument("--startup-timeout", type=float, default=60.0)
+    parser.add_argument(
+        "--replace-orphan", action="store_true",
+        help="stop an orphaned tritonserver (its launcher was killed) holding the ports first")
+    logs.add_arguments(parser)
     args = parser.parse_args(argv)
+    logs.configure_from(args)
 
     server = TritonServer(
         args.repository,
-        models=args.models or DEFAULT_MODELS,
+        models=args.models,
         host=args.host,
         http_port=args.http_port,
         grpc_port=args.grpc_port,
         log_path=args.log_path,
         startup_timeout_s=args.startup_timeout,
+        replace_orphan=args.replace_orphan,
     )
     try:
         server.start()
     except (TritonServerError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        log.error("%s", exc)
         return 1
-    print(f"tritonserver ready in {server.startup_time_s:.2f} s (pid {server.pid})", flush=True)
-    print(f"  gRPC: {server.grpc_url}", flush=True)
-    print(f"  HTTP: http://{server.http_url}", flush=True)
-    print(f"  log:  {server.log_path}", flush=True)
-    print("Ctrl-C to stop.", flush=True)
+    log.info("tritonserver ready in %.2f s (pid %s, process group %s): gRPC %s, HTTP "
+             "http://%s, log %s", server.startup_time_s or 0.0, server.pid, server.pid,
+             server.grpc_url, server.http_url, server.log_path)
+    for model, version in server.served.items():
+        log.info("serving %s v%s", model, version)
+    for skipped in server.skipped:
+        log.warning("skipped %s", skipped)
+    if not server.served:
+        log.warning("no model serves yet: %s; Triton keeps running and `make train` loads the "
+                    "version it publishes", NEXT_STEP)
+    log.info("Ctrl-C to stop.")
     stop_requested = threading.Event()
 
     def request_stop(signum: int, _frame: object) -> None:
@@ -528,11 +977,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         while server.is_running() and not stop_requested.wait(0.5):
             pass
         if not stop_requested.is_set():
-            print(f"tritonserver exited; last log lines:\n{server.log_tail()}", file=sys.stderr)
+            log.error("tritonserver exited; last log lines:\n%s", server.log_tail())
             return server.stop() or 1
-        print("stopping tritonserver ...", flush=True)
+        log.info("stopping tritonserver ...")
         code = server.stop()
-        print(f"tritonserver stopped (exit code {code})", flush=True)
+        log.info("tritonserver stopped (exit code %s)", code)
         return 0
     finally:
         server.stop()
