@@ -304,8 +304,8 @@ class PredictLoad:
         n = len(self.reference.requests)
         interval = self.threads / self.rate if self.rate else 0.0
         next_at = time.monotonic() + rng.random() * interval
+        positions = [r.position for r in self.reference.requests]
         with SearchClient(self.target) as client:
-            stub = client._stub  # the raw stub: the request is prebuilt, the answer checked here
             while not self._stop.is_set():
                 if interval:
                     delay = next_at - time.monotonic()
@@ -315,8 +315,7 @@ class PredictLoad:
                 index = rng.randrange(n)
                 sent = time.monotonic()
                 try:
-                    response = stub.Predict(self.reference.requests[index],
-                                            timeout=self.timeout_s)
+                    response = client.predict(positions[index], timeout=self.timeout_s)
                     call = Call(sent, time.monotonic(), "OK", response.model_version,
                                 self.reference.check(index, response), i)
                 except grpc.RpcError as exc:
@@ -508,7 +507,7 @@ def wait_ok(target: str, reference: Reference, timeout_s: float) -> None:
     with SearchClient(target) as client:
         while True:
             try:
-                client._stub.Predict(reference.requests[0], timeout=2)
+                client.predict(reference.requests[0].position, timeout=2)
                 return
             except grpc.RpcError:
                 if time.monotonic() > deadline:
