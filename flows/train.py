@@ -220,10 +220,10 @@ def load_in_triton(triton_url: str, repository: str, model_name: str, version: i
                                  description=str(exc))
         kept = "nothing serves" if exc.serving is None else f"v{exc.serving} keeps serving"
         moved = f"; moved to {exc.quarantined}" if exc.quarantined else ""
-        return {"served": False, "reason": exc.reason, "serving": exc.serving,
+        return {"served": False, "reason": exc.cause, "serving": exc.serving,
                 "quarantined": exc.quarantined,
                 "next": f"{model_name} v{version} is published but the rollout refused it "
-                        f"({exc.reason}){moved}; {kept}. Train again, or roll out another "
+                        f"({exc.cause}){moved}; {kept}. Train again, or roll out another "
                         f"version: `.venv/bin/movepred rollout --triton-url {triton_url} "
                         f"--repository {repository} --version N`"}
     except (TritonError, TimeoutError) as exc:

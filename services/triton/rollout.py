@@ -123,9 +123,11 @@ class RolloutError(RuntimeError):
         smoke: list[SmokeCheck] | None = None,
         action: str = "rollout",
         quarantined: str | None = None,
+        cause: str | None = None,
     ) -> None:
         super().__init__(message)
         self.reason = message
+        self.cause = cause or message  # the reason alone, without "rollout of ... refused: "
         self.model_name = model_name
         self.version = version
         self.serving = serving
@@ -1015,7 +1017,7 @@ def _rollout_locked(
         logger.warning("%s of %s v%s refused: %s", action, model_name, version, reason)
         return RolloutError(f"{action} of {model_name} v{version} refused: {reason}",
                             model_name=model_name, version=version, serving=serving,
-                            smoke=smoke, action=action, quarantined=where)
+                            smoke=smoke, action=action, quarantined=where, cause=reason)
 
     def phase(name: str, since: float) -> float:
         now = time.monotonic()
