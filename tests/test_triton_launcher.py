@@ -83,6 +83,29 @@ def _truncate(path: Path) -> None:
 # --------------------------------------------------------------------------- what serves
 
 
+def test_version_candidates_follow_the_rollout_record(tmp_path: Path) -> None:
+    """No record: newest first. A record: current, previous, then the rest newest first less
+    the versions its history refused. An unreadable record counts as none."""
+    repository = make_repository(tmp_path)
+    for version in (1, 2, 3, 4):
+        (repository / MODEL_NAME / str(version)).mkdir()
+    (repository / MODEL_NAME / "quarantine" / "5").mkdir(parents=True)
+    assert [v for v, _ in server_mod.version_candidates(repository, MODEL_NAME)] == [4, 3, 2, 1]
+    _write_record(repository, current=2, previous=1, history=[
+        {"action": "rollout", "version": 4, "outcome": "refused", "reason": "smoke test"}])
+    candidates = server_mod.version_candidates(repository, MODEL_NAME)
+    assert [v for v, _ in candidates] == [2, 1, 3]
+    assert candidates[0][1] == "the rollout record's current"
+    (repository / MODEL_NAME / "rollout.json").write_text("{not json")
+    assert [v for v, _ in server_mod.version_candidates(repository, MODEL_NAME)] == [4, 3, 2, 1]
+    assert server_mod.discover_models(repository) == (MODEL_NAME,)
+    config = json.loads(server_mod.pinned_config_json(
+        repository / MODEL_NAME / "config.pbtxt", 3))
+    assert [int(v) for v in config["version_policy"]["specific"]["versions"]] == [3]
+    assert config["name"] == MODEL_NAME and config["backend"] == "python"
+
+
+
 def test_truncated_newest_version_is_skipped_and_every_model_serves(tmp_path: Path) -> None:
     """No record: the newest version whose files check out serves; a truncated newest
     model.pt is reported (folder and reason) instead of stopping Triton, and go_policy (not

@@ -291,8 +291,8 @@ def _refused_versions(history: list[dict[str, Any]]) -> set[int]:
     return refused
 
 
-def version_candidates(repository: Path, model: str) -> tuple[list[int], str]:
-    """The versions of `model` to try, best first, and where that order comes from.
+def version_candidates(repository: Path, model: str) -> list[tuple[int, str]]:
+    """The versions of `model` to try, best first, each with why it is a candidate.
 
     With a rollout record (``rollout.json``): its ``current``, then its ``previous``, then the
     other published versions newest first, less those the record's history refused. Without a
@@ -303,20 +303,25 @@ def version_candidates(repository: Path, model: str) -> tuple[list[int], str]:
     from services.triton.publisher import list_versions
     from services.triton.rollout import read_state
 
-    published = list_versions(repository, model)
+    newest_first = sorted(list_versions(repository, model), reverse=True)
     try:
         state = read_state(repository, model)
     except ValueError as exc:
         log.warning("%s: %s; serving the newest good version instead", model, exc)
         state = {"current": None, "previous": None, "history": []}
-    newest_first = sorted(published, reverse=True)
-    record = [v for v in (state.get("current"), state.get("previous")) if isinstance(v, int)]
-    if not record:
-        return newest_first, "newest published version"
-    refused = _refused_versions(state.get("history") or [])
-    ordered = list(dict.fromkeys(record))
-    ordered += [v for v in newest_first if v not in ordered and v not in refused]
-    return ordered, "rollout record"
+    ordered: dict[int, str] = {}
+    for key in ("current", "previous"):
+        version = state.get(key)
+        if isinstance(version, int) and version not in ordered:
+            ordered[version] = f"the rollout record's {key}"
+    recorded = bool(ordered)
+    refused = _refused_versions(state.get("history") or []) if recorded else set()
+    fallback = ("a published version, the recorded ones failing" if recorded
+                else "the newest published version whose files check out")
+    for version in newest_first:
+        if version not in ordered and version not in refused:
+            ordered[version] = fallback
+    return list(ordered.items())
 
 
 def pinned_config_json(config_path: Path, version: int) -> str:
@@ -765,13 +770,13 @@ class TritonServer:
         """(version now serving or None, what was skipped, whether Triton refused a version
         whose files checked out) for one model."""
         skipped: list[SkippedVersion] = []
-        candidates, source = version_candidates(self.repository, model)
+        candidates = version_candidates(self.repository, model)
         if not candidates:
             skipped.append(SkippedVersion(model, None, f"no version published yet; {NEXT_STEP}"))
             log.warning("%s", skipped[-1])
             return None, skipped, False
         triton_refused = False
-        for version in candidates:
+        for version, why in candidates:
             folder = self.repository / model / str(version)
             try:
                 _check_files(self.repository, model, version)
@@ -787,10 +792,10 @@ class TritonServer:
                 log.warning("not serving %s", skipped[-1])
                 triton_refused = True
                 continue
-            log.info("%s v%s loaded (%s)", model, version, source)
+            log.info("%s v%s loaded (%s)", model, version, why)
             return version, skipped, triton_refused
         skipped.append(SkippedVersion(
-            model, None, f"no servable version among {candidates}; {NEXT_STEP}"))
+            model, None, f"no servable version among {[v for v, _ in candidates]}; {NEXT_STEP}"))
         log.warning("%s", skipped[-1])
         return None, skipped, triton_refused
 
