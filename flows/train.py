@@ -1,7 +1,7 @@
 """Prefect flow `train`: shards -> trained policy -> gate -> TorchScript -> next Triton version.
 
 Run: python -m flows.train --dataset artifacts/dataset --repository model_repository
-     [--triton-url 127.0.0.1:8001]   (then Triton is asked to load the new version)
+     [--triton-url 127.0.0.1:8001]   (then the new version is rolled out there)
      python -m flows.train --dataset artifacts/go-dataset --model go_res_b2c32 --seconds 600
 
 A model is published only if it passes the gate (finite outputs; validation top-1 not below the
@@ -25,6 +25,13 @@ collapsed 20x whenever another process held a core).
 
 With `--triton-url` and Triton not answering there, the version is still published and the
 report written; the run ends with one line saying it is not served and what to run next.
+
+The version is published with ``smoke_positions.npz`` (up to `SMOKE_ROWS` validation positions
+as the network takes them, and the moves played) and its top-1 on them in the metadata; with
+`--triton-url` it is rolled out by `services.triton.rollout.rollout` (smoke-tested on those
+positions, then pinned), never by a plain load of the newest folder, which would bring back a
+rolled-back version. A refused version (quarantined by the rollout) is reported in the result
+(``rollout``), the report and the ``rollout-summary`` artifact; the serving version stays.
 """
 
 from __future__ import annotations
