@@ -46,8 +46,9 @@ train: setup      ## run the train flow and publish the next version into model_
 	$(PY) -m flows.train --dataset artifacts/dataset --repository model_repository \
 	    --triton-url $(TRITON_GRPC)
 
-triton: setup     ## start Triton on model_repository/ (foreground)
-	$(PY) -m services.triton.server --repository model_repository --grpc-port 8001 --http-port 8000
+triton: setup     ## start Triton on model_repository/ (foreground): every model on its rolled-out version [TRITON_ARGS=--replace-orphan]
+	$(PY) -m services.triton.server --repository model_repository --grpc-port 8001 --http-port 8000 \
+	    $(TRITON_ARGS)
 
 serve: setup      ## start the gRPC search service (foreground)
 	$(PY) -m services.search.server --port 50051 --triton-url $(TRITON_GRPC)
