@@ -160,14 +160,15 @@ def _export(result: TrainResult, model_file: Path, dataset_dir: str) -> float:
                               boards=boards)
 
 
-def smoke_rows(dataset_dir: str, rows: int = SMOKE_ROWS) -> tuple:
+def smoke_rows(dataset_dir: str, rows: int = SMOKE_ROWS) -> tuple | None:
     """Up to `rows` validation positions, evenly spaced over the split (every game stage), as
-    the network takes them, and the moves played: (boards int8, moves int64)."""
+    the network takes them, and the moves played: (boards int8, moves int64); None when the
+    split is empty (the version then has no stored positions, and the rollout says so)."""
     import numpy as np
 
     boards, moves, _ = read_split(Path(dataset_dir), "validation")
     if not len(moves):
-        raise ValueError(f"{dataset_dir} has no validation rows to store with the version")
+        return None
     pick = np.unique(np.linspace(0, len(moves) - 1, min(rows, len(moves))).astype(np.int64))
     return boards[pick], moves[pick].astype(np.int64)
 
@@ -185,16 +186,20 @@ def export_and_publish(result: TrainResult, repository: str, model_name: str,
     with tempfile.TemporaryDirectory() as tmp:
         model_file = Path(tmp) / "model.pt"
         diff = _export(result, model_file, dataset_dir)
-        boards, moves = smoke_rows(dataset_dir)
-        positions = Path(tmp) / SMOKE_POSITIONS_FILE
-        write_smoke_positions(positions, boards, moves)
-        exported = torch.jit.load(str(model_file), map_location="cpu")
-        top1 = evaluate(exported, boards, moves, "cpu")["top1"]  # what serving must reproduce
-        metadata = {**result.summary(), "export_max_abs_diff": diff,
-                    "smoke_positions": {"file": SMOKE_POSITIONS_FILE, "rows": len(moves),
-                                        "top1": top1}}
+        metadata = {**result.summary(), "export_max_abs_diff": diff}
+        extra_files = {}
+        rows = smoke_rows(dataset_dir)
+        if rows is not None:
+            boards, moves = rows
+            positions = Path(tmp) / SMOKE_POSITIONS_FILE
+            write_smoke_positions(positions, boards, moves)
+            exported = torch.jit.load(str(model_file), map_location="cpu")
+            top1 = evaluate(exported, boards, moves, "cpu")["top1"]  # serving must reproduce it
+            metadata["smoke_positions"] = {"file": SMOKE_POSITIONS_FILE, "rows": len(moves),
+                                           "top1": top1}
+            extra_files[SMOKE_POSITIONS_FILE] = positions
         return publish(model_file, Path(repository), model_name, metadata=metadata,
-                       extra_files={SMOKE_POSITIONS_FILE: positions})
+                       extra_files=extra_files)
 
 
 @task
