@@ -180,6 +180,42 @@ TOO_LARGE = [
 ]
 
 
+def _no_five_moves(n: int, seed: int) -> list[tuple[int, int]]:
+    """`n` distinct points, alternately black and white, whose board has no five in a row."""
+    from services.games.gomoku import has_five
+
+    rng = np.random.default_rng(seed)
+    while True:
+        points = [ALL_POINTS[i] for i in rng.permutation(len(ALL_POINTS))[:n]]
+        board = np.zeros((15, 15), np.int8)
+        for i, (x, y) in enumerate(points):
+            board[y, x] = 1 + i % 2
+        if not has_five(board):
+            return points
+
+
+_MOVES_64 = [_pos(*_no_five_moves(64, seed)) for seed in range(4)]
+_GO_700 = search_pb2.Position(game=search_pb2.GO, moves=[search_pb2.Point(x=3, y=3)] * 700)
+# replay work over the per-request limit (16,384 moves, a renju move counting 3), refused before
+# any move is replayed (the renju and Go moves are not even legal: INVALID_ARGUMENT once replayed)
+TOO_LARGE += [
+    ("Predict", dict(positions=[*(_MOVES_64 * 64)[:255], _pos(*_no_five_moves(65, 9))]),
+     "positions: the request replays 16385 moves (moves and set-up stones of all positions; "
+     "a renju move counts 3), at most 16384 per request"),
+    ("Predict", dict(positions=[_pos(*ALL_POINTS[:60], rule=search_pb2.RENJU)] * 92),
+     "positions: the request replays 16560 moves"),
+    ("Predict", dict(positions=[_GO_700] * 24), "positions: the request replays 16800 moves"),
+]
+
+
+def test_replay_work_up_to_the_limit_is_validated(stub) -> None:
+    """256 positions of 64 moves (16,384 moves, just within the limit) are replayed: the
+    request passes validation and meets the dead Triton (UNAVAILABLE)."""
+    request = search_pb2.PredictRequest(positions=(_MOVES_64 * 64)[:256])
+    code, details, _ = _abort_code(stub.Predict, request, timeout=20)
+    assert code == grpc.StatusCode.UNAVAILABLE, details
+
+
 @pytest.mark.parametrize(("method", "fields", "message"), TOO_LARGE)
 def test_over_the_limits_is_resource_exhausted(stub, method: str, fields: dict, message: str):
     code, details, _ = _abort_code(getattr(stub, method), REQUESTS[method](**fields))
@@ -193,11 +229,13 @@ def test_a_message_over_the_size_limit_is_refused(stub) -> None:
     assert big.ByteSize() > 1 << 20
     code, details, _ = _abort_code(stub.Predict, search_pb2.PredictRequest(position=big))
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, details
-    # a full 256-position batch of 225-move records is well within it: it reaches validation
+    # a full 256-position batch of 225-move records is well within it: it reaches validation,
+    # whose replay limit refuses it before replaying anything
     full = search_pb2.PredictRequest(positions=[_pos(*ALL_POINTS)] * 256)
     assert full.ByteSize() < 1 << 20
     code, details, _ = _abort_code(stub.Predict, full)
-    assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("positions[0].moves")
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert details.startswith("positions: the request replays 57600 moves"), details
 
 
 def test_metrics_endpoint_counts_requests_by_code(stub) -> None:

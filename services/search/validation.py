@@ -26,8 +26,17 @@ Defaults and limits (documented in the report and the CLI help):
 * `positions` (Predict): at most MAX_POSITIONS, all of one game, and not together with
   `position`.
 
+* Replay work per request: the moves and set-up stones of all positions of one request
+  together, a renju move counting RENJU_MOVE_COST (black's forbidden-point checks make it about
+  three times dearer), at most MAX_REQUEST_MOVES (`replay_cost`, checked before anything is
+  replayed). This bounds one valid request's CPU: 256 renju positions of 170 moves each took
+  about 2 s of a core to validate, 256 Go positions of 700 moves about 2-4 s; within the limit
+  the dearest request takes about 0.3 s (docs/benchmarks.md). Split bigger batches into
+  several requests.
+
 Over a limit (a budget above its maximum, more than MAX_POSITIONS positions, more moves or setup
-stones than the board has points) is `RequestTooLarge`, which the service answers with
+stones than the board has points, more replay work than MAX_REQUEST_MOVES) is
+`RequestTooLarge`, which the service answers with
 RESOURCE_EXHAUSTED naming the field; a malformed value is `InvalidRequest` (INVALID_ARGUMENT).
 Messages over the server's max_receive_message_length never reach this module: gRPC itself
 answers RESOURCE_EXHAUSTED.
@@ -76,6 +85,11 @@ DEFAULT_REPORT_EVERY = 100
 MAX_POSITIONS = 256  # Predict positions per request: one Triton batch (max_batch_size 256)
 GO_SERVED_SIZE = GO_SIZE  # the default Go size; GO_SIZES are all the served ones
 MAX_GO_MOVES = 4 * GO_MAX_SIZE * GO_MAX_SIZE  # whatever the size
+# Replay work of one request, in moves (set-up stones count as moves). Measured on the 2-core
+# machine: a Gomoku move 3.5 us (freestyle, the fast path) to 15 us (replayed one by one), a Go
+# move about 18 us, a renju move about 45 us; so 16,384 moves cost at most ~0.3 s of a core.
+MAX_REQUEST_MOVES = 16_384
+RENJU_MOVE_COST = 3
 
 _RULES = {
     search_pb2.RULE_UNSPECIFIED: Rule.FREESTYLE,
@@ -396,9 +410,34 @@ def budget(max_visits: int, max_time_ms: int) -> Budget:
     return Budget(max_visits, max_time_ms)
 
 
+def replay_cost(positions: Iterable[search_pb2.Position]) -> int:
+    """The replay work of `positions`, in moves (see MAX_REQUEST_MOVES): moves plus set-up
+    stones, renju ones counted RENJU_MOVE_COST times. Reads only the field lengths."""
+    total = 0
+    for p in positions:
+        n = len(p.moves) + len(p.setup_black) + len(p.setup_white)
+        renju = p.rule == search_pb2.RENJU and p.game != search_pb2.GO
+        total += n * (RENJU_MOVE_COST if renju else 1)
+    return total
+
+
+def check_replay_cost(positions: Iterable[search_pb2.Position], field: str) -> None:
+    """RequestTooLarge naming `field` when replaying `positions` is more work than one
+    request may ask for (before any of it is done)."""
+    cost = replay_cost(positions)
+    if cost > MAX_REQUEST_MOVES:
+        raise RequestTooLarge(
+            field,
+            f"the request replays {cost} moves (moves and set-up stones of all positions; a "
+            f"renju move counts {RENJU_MOVE_COST}), at most {MAX_REQUEST_MOVES} per request: "
+            "split it into several requests",
+        )
+
+
 def predict_request(request: search_pb2.PredictRequest) -> tuple[State, int]:
     """(state, top_k) for a single-position Predict request; the game must not be over."""
     k = top_k(request.top_k, points=position_points(request.position))
+    check_replay_cost([request.position], "position")
     state = position_to_state(request.position)
     require_playable(state)
     return state, k
@@ -416,6 +455,7 @@ def predict_batch(request: search_pb2.PredictRequest) -> tuple[list[State], int,
         raise RequestTooLarge(
             "positions", f"at most {MAX_POSITIONS} per request, got {len(request.positions)}"
         )
+    check_replay_cost(request.positions, "positions")
     game = game_of(request.positions[0], "positions[0]")
     k = top_k(request.top_k, points=position_points(request.positions[0], "positions[0]"))
     states = []
@@ -442,6 +482,7 @@ def genmove_request(request: search_pb2.GenMoveRequest) -> tuple[State, Budget]:
     """(state, budget) for a GenMove request; the game must not be over."""
     b = budget(request.max_visits, request.max_time_ms)
     max_candidates(request.max_candidates, points=position_points(request.position))
+    check_replay_cost([request.position], "position")
     state = position_to_state(request.position)
     require_playable(state)
     return state, b
@@ -464,6 +505,7 @@ def analyze_request(request: search_pb2.AnalyzeRequest) -> Analysis:
             "report_every_visits", f"must be >= 0, got {request.report_every_visits}"
         )
     every = request.report_every_visits or DEFAULT_REPORT_EVERY
+    check_replay_cost([request.position], "position")
     state = position_to_state(request.position)
     require_playable(state)
     return Analysis(state, b, every, k)
