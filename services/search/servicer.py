@@ -3,13 +3,27 @@
 Every request is validated before any inference (bad requests get INVALID_ARGUMENT naming the
 field, even while Triton is down). Error mapping:
 
-* `RequestTooLarge` (over a limit: budget, positions, moves)  -> RESOURCE_EXHAUSTED "<field>: ..."
+* `RequestTooLarge` (over a limit: budget, positions, moves, replay work per request)
+  -> RESOURCE_EXHAUSTED "<field>: ..."
+* `SearchLimitExceeded` (`max_searches` GenMove/Analyze already running) -> RESOURCE_EXHAUSTED
+  at once, never queued: a waiting search would hold an RPC thread that health and Predict need
 * `InvalidRequest` (and a finished game)          -> INVALID_ARGUMENT "<field>: <message>"
 * `TritonUnavailableError` (refused, down, late)  -> UNAVAILABLE "Triton is unreachable: ..."
+* `NonFiniteOutputError` (NaN/Inf logits, or a non-finite value next to finite ones), or the
+  same refused by policy_model.py inside Triton -> INTERNAL naming the model and version,
+  counted in `movepred_nonfinite_outputs_total{model}`: a broken model's answer is never
+  turned into a policy or a move
 * `TritonRequestError` / unusable evaluator reply -> INTERNAL
 
+Every call that does not end OK is logged once (logger `services.search.servicer`): INFO for
+the client's failures (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, CANCELLED, DEADLINE_EXCEEDED),
+WARNING for the service's (UNAVAILABLE, INTERNAL), ERROR with the traceback for an unexpected
+exception; `rpc`, `code`, `details`, `model`, `model_version` (where known) and `peer` are
+`extra` fields, which `--log-format json` writes out.
+
 Nothing about a failure is cached: every request calls the evaluator afresh, so the service
-recovers by itself as soon as Triton answers again.
+recovers by itself as soon as Triton answers again. Whether it can answer at all is what its
+gRPC health says (`services.search.readiness`, polled from the evaluators).
 
 All inference of one game goes through one `BatchingEvaluator`: the leaves of concurrent
 GenMove/Analyze searches and the boards of Predict calls share Triton requests (a Predict's

@@ -31,7 +31,7 @@ Defaults and limits (documented in the report and the CLI help):
   three times dearer), at most MAX_REQUEST_MOVES (`replay_cost`, checked before anything is
   replayed). This bounds one valid request's CPU: 256 renju positions of 170 moves each took
   about 2 s of a core to validate, 256 Go positions of 700 moves about 2-4 s; within the limit
-  the dearest request takes about 0.3 s (docs/benchmarks.md). Split bigger batches into
+  the dearest request takes about 0.3 s (benchmarks/request_cost.py). Split bigger batches into
   several requests.
 
 Over a limit (a budget above its maximum, more than MAX_POSITIONS positions, more moves or setup
