@@ -123,21 +123,21 @@ def main() -> None:
     if args.no_limit:
         validation.MAX_REQUEST_MOVES = 10**9  # read at each request
     started = time.perf_counter()
-    renju = renju_positions(170, 16)
+    renju = renju_positions(170, 8)
     game = go_game(600)
     free = [search_pb2.Position(moves=[search_pb2.Point(x=x, y=y) for x, y in gomoku_moves(
-        200, seed)]) for seed in range(8)]
+        170, seed)]) for seed in range(8)]
     cases = [
-        ("renju 256 x 170 moves (fits 1 MiB)", (renju * 16)[:256]),
+        ("renju 256 x 170 moves (fits 1 MiB)", (renju * 32)[:256]),
         (f"renju {limit // (3 * 170)} x 170 moves (replay limit)",
-         (renju * 16)[:limit // (3 * 170)]),
+         (renju * 32)[:limit // (3 * 170)]),
         ("Go 256 x 600 moves (fits 1 MiB)", [game] * 256),
         (f"Go {limit // 600} x 600 moves (replay limit)", [game] * (limit // 600)),
-        ("freestyle 256 x 200 moves (fits 1 MiB)", (free * 32)[:256]),
-        (f"freestyle {limit // 200} x 200 moves (replay limit)", (free * 32)[:limit // 200]),
+        ("freestyle 256 x 170 moves (fits 1 MiB)", (free * 32)[:256]),
+        (f"freestyle {limit // 170} x 170 moves (replay limit)", (free * 32)[:limit // 170]),
     ]
     print(f"(requests built in {time.perf_counter() - started:.1f} s; replay limit "
-          f"{'lifted' if args.no_limit else validation.MAX_REQUEST_MOVES})")
+          f"{'lifted' if args.no_limit else validation.MAX_REQUEST_MOVES})", flush=True)
     service = build_service(Instant(), port=0, go_evaluator=Instant()).start()
     try:
         with SearchClient(f"127.0.0.1:{service.port}") as client:
@@ -146,7 +146,7 @@ def main() -> None:
             for name, positions in cases:
                 seconds, code = timed(client, positions, args.repeat)
                 moves = sum(len(p.moves) for p in positions)
-                print(f"{name:<44} {moves:>7} {seconds:>10.3f}  {code}")
+                print(f"{name:<44} {moves:>7} {seconds:>10.3f}  {code}", flush=True)
     finally:
         service.stop()
 
