@@ -3,8 +3,11 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 export PREFECT_HOME ?= $(CURDIR)/.prefect
 
-TRITON_GRPC ?= 127.0.0.1:8001
-SEARCH      ?= 127.0.0.1:50051
+TRITON_GRPC_PORT ?= 8001
+TRITON_HTTP_PORT ?= 8000
+SEARCH_PORT      ?= 50051
+TRITON_GRPC ?= 127.0.0.1:$(TRITON_GRPC_PORT)
+SEARCH      ?= 127.0.0.1:$(SEARCH_PORT)
 
 .PHONY: setup demo test lint sample ingest schedule prefect-server train triton serve predict genmove \
         proto bench faults clean
@@ -42,16 +45,17 @@ schedule: setup   ## serve the ingest flow on CRON (default nightly 03:00 UTC), 
 prefect-server: setup  ## Prefect API + UI on http://127.0.0.1:$(PREFECT_PORT), state in .prefect/, foreground
 	$(VENV)/bin/prefect server start --host 127.0.0.1 --port $(PREFECT_PORT)
 
-train: setup      ## run the train flow and publish the next version into model_repository/
+train: setup      ## train, publish the next version into model_repository/, roll it out on Triton [STEPS=N TRAIN_SECONDS=S THREADS=N]
 	$(PY) -m flows.train --dataset artifacts/dataset --repository model_repository \
-	    --triton-url $(TRITON_GRPC)
+	    --triton-url $(TRITON_GRPC) $(if $(STEPS),--steps $(STEPS)) \
+	    $(if $(TRAIN_SECONDS),--seconds $(TRAIN_SECONDS)) $(if $(THREADS),--threads $(THREADS))
 
 triton: setup     ## start Triton on model_repository/ (foreground): every model on its rolled-out version [TRITON_ARGS=--replace-orphan]
-	$(PY) -m services.triton.server --repository model_repository --grpc-port 8001 --http-port 8000 \
-	    $(TRITON_ARGS)
+	$(PY) -m services.triton.server --repository model_repository --grpc-port $(TRITON_GRPC_PORT) \
+	    --http-port $(TRITON_HTTP_PORT) $(TRITON_ARGS)
 
 serve: setup      ## start the gRPC search service (foreground)
-	$(PY) -m services.search.server --port 50051 --triton-url $(TRITON_GRPC)
+	$(PY) -m services.search.server --port $(SEARCH_PORT) --triton-url $(TRITON_GRPC)
 
 predict: setup    ## make predict MOVES="h8 h9 i8"
 	$(PY) -m services.cli predict --target $(SEARCH) $(MOVES)
