@@ -44,7 +44,7 @@ from services.dataset.canonical import (
 )
 from services.dataset.pairs import game_plies, replay, replay_games
 from services.games.gomoku import Rule
-from services.records.rif import Rejected, RifGame
+from services.records.rif import Rejected, RifGame, game_rule
 
 BOARD_SIZE = 15
 # rows of one board column chunk: its int32 offsets must stay below 2**31 bytes
@@ -76,10 +76,13 @@ class SourceResult:
     quarantine: list[dict] = field(default_factory=list)
     read: int = 0
     ingested: int = 0
+    # renju games cut at a forbidden black move: ingested up to it, noted in the quarantine
+    # rows (reason FORBIDDEN_CUT...) without counting as quarantined
+    cut: int = 0
 
     @property
     def quarantined(self) -> int:
-        return len(self.quarantine)
+        return len(self.quarantine) - self.cut
 
 
 @contextmanager
@@ -112,6 +115,7 @@ def source_pairs(source: str, records: Iterable[RifGame | Rejected]) -> SourceRe
     games: list[tuple[int, ...]] = []
     game_ids: list[str] = []
     bresults: list[float] = []  # Black's result per game, NaN unknown
+    rules: list[Rule] = []  # each game's own (renju: forbidden moves end it)
     rejected_before: list[int] = []  # per game: quarantine rows of earlier Rejected records
     with _step("pairs: collect records"):
         for record in records:
@@ -123,16 +127,20 @@ def source_pairs(source: str, records: Iterable[RifGame | Rejected]) -> SourceRe
             games.append(record.moves)
             game_ids.append(record.game_id)
             bresults.append(np.nan if record.bresult is None else record.bresult)
+            rules.append(game_rule(record.rule))
             rejected_before.append(len(result.quarantine))
     with _step("pairs: replay (legality)"):
-        replayed = replay_games(games, BOARD_SIZE, Rule.FREESTYLE)
+        replayed = replay_games(games, BOARD_SIZE, rules)
     ok = np.fromiter((e is None for e in replayed.errors), dtype=bool, count=len(games))
-    if not ok.all():  # quarantine rows in record order, as a one-by-one pass would give them
+    noted = [g for g, c in enumerate(replayed.cuts) if c is not None]
+    result.cut = len(noted)
+    if not ok.all() or noted:  # quarantine rows in record order, as one by one gives them
         rejected, merged, done = result.quarantine, [], 0
-        for g in np.flatnonzero(~ok).tolist():
+        for g in sorted([*np.flatnonzero(~ok).tolist(), *noted]):
             merged.extend(rejected[done:rejected_before[g]])
             done = rejected_before[g]
-            merged.append(quarantine_row(source, game_ids[g], replayed.errors[g],
+            merged.append(quarantine_row(source, game_ids[g],
+                                         replayed.errors[g] or replayed.cuts[g],
                                          _move_snippet(games[g])))
         result.quarantine = merged + rejected[done:]
     result.ingested = int(ok.sum())
@@ -715,11 +723,15 @@ def _source_pairs_reference(source: str, records: Iterable[RifGame | Rejected]) 
             result.quarantine.append(
                 quarantine_row(source, record.record_id, record.reason, record.snippet))
             continue
-        game = replay(record.moves, BOARD_SIZE, Rule.FREESTYLE)
+        game = replay(record.moves, BOARD_SIZE, game_rule(record.rule))
         if game.error is not None:
             result.quarantine.append(quarantine_row(source, record.game_id, game.error,
                                                     _move_snippet(record.moves)))
             continue
+        if game.cut is not None:
+            result.cut += 1
+            result.quarantine.append(quarantine_row(source, record.game_id, game.cut,
+                                                    _move_snippet(record.moves)))
         result.ingested += 1
         boards.append(game.boards)
         moves.append(game.moves)

@@ -3,12 +3,18 @@
 A move the rules refuse ends the game's pairs there; the caller gets the reason so the record
 can be quarantined instead of silently producing bad positions.
 
+Under renju rules a black move on a forbidden point (overline, double-four, double-three)
+is not a refused record but the end of a valid game (the player lost by it, and records keep
+it): the game's pairs end before that move, the move itself is no target, and the game comes
+with a `cut` note (`FORBIDDEN_CUT`) instead of an error.
+
 `replay` is the plain per-move replay of one game. `replay_games` does many games at once and
-gives exactly what `replay` gives for each, without replaying move by move: under freestyle
-and standard rules a game replays cleanly when its moves are on the board, all different, and
-no line of five or more stones of one colour is on the board before its last move (checked
-on bit rows for all games together). Only the games that fail that test (a handful in real
-data) and games under other rules are handed to `replay` for the exact reason.
+gives exactly what `replay` gives for each, without replaying move by move: a game replays
+cleanly when its moves are on the board, all different, and no line of five or more stones
+of one colour is on the board before its last move (checked on bit rows for all games
+together); a renju game is first cut at its first forbidden black move
+(`renju.first_forbidden`), after which that test holds for it too. Only the games that fail
+the test (a handful in real data) are handed to `replay` for the exact reason.
 """
 
 from __future__ import annotations
@@ -19,9 +25,11 @@ from itertools import chain
 
 import numpy as np
 
-from services.games.gomoku import BLACK, WHITE, GomokuState, IllegalMove, Rule
+from services.games.gomoku import BLACK, WHITE, ForbiddenMove, GomokuState, IllegalMove, Rule
+from services.games.renju import first_forbidden
 
-_FAST_RULES = (Rule.FREESTYLE, Rule.STANDARD)
+# how the note of a game cut at a forbidden move starts (its quarantine-table reason)
+FORBIDDEN_CUT = "cut at a forbidden move: "
 # moves per block of whole games in suspect_games: its scratch arrays stay small (in cache)
 _SUSPECT_MOVES = 1 << 15
 
@@ -33,6 +41,7 @@ class GamePairs:
     to_move: np.ndarray  # int8 [n], BLACK or WHITE
     plies: np.ndarray  # int16 [n], 0-based move number
     error: str | None  # why the replay stopped early, None when the whole game was legal
+    cut: str | None = None  # FORBIDDEN_CUT note: the pairs end at a forbidden black move
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,7 @@ class ReplayedGames:
     moves: np.ndarray  # int16 [sum(legal)], the legal moves of every game, back to back
     legal: np.ndarray  # int64 [games], how many moves of each game were legal
     errors: list[str | None]  # per game, what `replay` reports as the error
+    cuts: list[str | None]  # per game, what `replay` reports as the cut
 
     @property
     def plies(self) -> np.ndarray:
@@ -60,14 +70,22 @@ def game_plies(lengths: np.ndarray) -> np.ndarray:
     return np.cumsum(steps, dtype=np.int16)
 
 
+def forbidden_cut(ply: int, exc: ForbiddenMove) -> str:
+    """The note of a game cut at the forbidden move at 0-based `ply`."""
+    return f"{FORBIDDEN_CUT}{exc} at ply {ply + 1} (pairs kept up to move {ply})"
+
+
 def replay(moves: tuple[int, ...] | list[int], size: int = 15,
            rule: Rule = Rule.FREESTYLE) -> GamePairs:
     state = GomokuState(size=size, rule=rule)
-    error = None
+    error = cut = None
     legal = 0
     for i, point in enumerate(moves):
         try:
             state = state.play(point)
+        except ForbiddenMove as exc:
+            cut = forbidden_cut(i, exc)
+            break
         except IllegalMove as exc:
             error = f"illegal move at ply {i + 1}: {exc}"
             break
@@ -80,35 +98,52 @@ def replay(moves: tuple[int, ...] | list[int], size: int = 15,
         later = np.arange(legal)[:, None] > np.arange(legal)[None, :]  # [ply, stone]
         rows, stones = np.nonzero(later)
         boards[rows, played[stones]] = colors[stones]
-    return GamePairs(boards, played, colors, np.arange(legal, dtype=np.int16), error)
+    return GamePairs(boards, played, colors, np.arange(legal, dtype=np.int16), error, cut)
 
 
 def replay_games(games: Sequence[Sequence[int]], size: int = 15,
-                 rule: Rule = Rule.FREESTYLE) -> ReplayedGames:
-    """`replay` of every game, as one batch: same legal prefixes, same error messages."""
+                 rule: Rule | Sequence[Rule] = Rule.FREESTYLE) -> ReplayedGames:
+    """`replay` of every game, as one batch: same legal prefixes, same errors and cuts.
+
+    `rule`: one rule for every game, or each game's own (a sequence as long as `games`).
+    """
+    rules = [rule] * len(games) if isinstance(rule, Rule) else list(rule)
+    if len(rules) != len(games):
+        raise ValueError(f"{len(rules)} rules for {len(games)} games")
+    exact: dict[int, GamePairs] = {}  # games replayed move by move
+    if Rule.RENJU in rules:
+        games = list(games)
+        for g in [g for g, r in enumerate(rules) if r is Rule.RENJU]:
+            if first_forbidden(games[g], size) is not None:  # rare: the replay says where
+                exact[g] = replay(list(games[g]), size, Rule.RENJU)  # it ends, and why
+                games[g] = games[g][:len(exact[g].moves)]
     lengths = np.fromiter((len(g) for g in games), dtype=np.int64, count=len(games))
     flat = np.fromiter(chain.from_iterable(games), dtype=np.int64, count=int(lengths.sum()))
-    suspect = (suspect_games(flat, lengths, size) if rule in _FAST_RULES
-               else np.ones(len(games), dtype=bool))
+    suspect = suspect_games(flat, lengths, size)
+    for g in np.flatnonzero(suspect).tolist():
+        if g not in exact:
+            exact[g] = replay(list(games[g]), size, rules[g])
     legal = lengths.copy()
     errors: list[str | None] = [None] * len(games)
+    cuts: list[str | None] = [None] * len(games)
     keep = None
     starts = np.cumsum(lengths) - lengths
-    for g in np.flatnonzero(suspect).tolist():
-        game = replay(list(games[g]), size, rule)
-        errors[g] = game.error
+    for g, game in exact.items():
+        errors[g], cuts[g] = game.error, game.cut
         legal[g] = len(game.moves)
         if legal[g] < lengths[g]:
             if keep is None:
                 keep = np.ones(len(flat), dtype=bool)
             keep[starts[g] + legal[g]: starts[g] + lengths[g]] = False
-    return ReplayedGames((flat if keep is None else flat[keep]).astype(np.int16), legal, errors)
+    return ReplayedGames((flat if keep is None else flat[keep]).astype(np.int16), legal, errors,
+                         cuts)
 
 
 def suspect_games(moves: np.ndarray, lengths: np.ndarray, size: int = 15) -> np.ndarray:
     """bool [games]: False guarantees the game replays without error under freestyle and
-    standard rules (moves on the board and all different, no five or longer line of one
-    colour before the last move); True means it has to be replayed to find out."""
+    standard rules, and under renju rules when it holds no forbidden black move (moves on the
+    board and all different, no five or longer line of one colour before the last move); True
+    means it has to be replayed to find out."""
     moves = np.asarray(moves, dtype=np.int64)
     lengths = np.asarray(lengths, dtype=np.int64)
     suspect = np.zeros(len(lengths), dtype=bool)

@@ -74,6 +74,16 @@ class IllegalMove(ValueError):
     """A move that the rules do not allow; the message says why."""
 
 
+class ForbiddenMove(IllegalMove):
+    """A black move on a renju forbidden point. Apart from other illegal moves because a
+    record may hold one (a player who lost by it): the game is valid up to that move."""
+
+    def __init__(self, point: int, size: int, reason: str) -> None:
+        self.point = point
+        self.reason = reason  # renju.OVERLINE, DOUBLE_FOUR or DOUBLE_THREE
+        super().__init__(f"move {index_name(point, size)} is forbidden for black ({reason})")
+
+
 def opponent(color: int) -> int:
     return WHITE if color == BLACK else BLACK
 
@@ -159,8 +169,7 @@ class GomokuState:
         if self.rule is Rule.RENJU and color == BLACK:
             reason = renju.is_forbidden(self.board, x, y)
             if reason is not None:
-                raise IllegalMove(
-                    f"move {index_name(point, self.size)} is forbidden for black ({reason})")
+                raise ForbiddenMove(point, self.size, reason)
         board = self.board.copy()
         board[y, x] = color
         won = makes_five(board, x, y, color, self.rule)

@@ -50,6 +50,9 @@ How it is made fast enough for tree search (`forbidden_mask` runs in `legal_mask
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from functools import cache
+
 import numpy as np
 
 EMPTY, BLACK, WHITE = 0, 1, 2
@@ -96,6 +99,45 @@ def forbidden_mask(board: np.ndarray) -> np.ndarray:
     mask = np.zeros(size * size, dtype=bool)
     mask[list(forbidden_points(board))] = True
     return mask
+
+
+def first_forbidden(moves: Sequence[int], size: int = 15) -> tuple[int, str] | None:
+    """(index in `moves`, reason) of the first black move of a game record (Black first,
+    flat points y * size + x) that is forbidden, or None when there is none.
+
+    Why not a replay: an ingest checks every black move of every renju game, so the board is
+    kept as the padded flat list `_forbidden` reads, one stone written per move, and black's
+    first four moves are not checked (a forbidden point needs at least four black stones
+    around it). The scan stops, returning None, at the first move that is off the board or on
+    a stone: what that move means (and whether the game ended before it) is the replay's to
+    say. A move that makes five is never forbidden; moves after a finished game are not
+    looked at differently from others, so the caller replays the prefix for that.
+    """
+    w = size + 2 * PAD
+    cells = list(_empty_cells(size))
+    cells_n = size * size
+    for k, point in enumerate(moves):
+        if not 0 <= point < cells_n:
+            return None
+        y, x = divmod(int(point), size)
+        i = (y + PAD) * w + x + PAD
+        if cells[i] != EMPTY:
+            return None
+        if k & 1:
+            cells[i] = WHITE
+            continue
+        if k >= 8:
+            reason = _forbidden(cells, w, i, 0)
+            if reason is not None:
+                return k, reason
+        cells[i] = BLACK
+    return None
+
+
+@cache
+def _empty_cells(size: int) -> tuple[int, ...]:
+    """The padded flat cells of an empty size x size board (off-board cells WHITE)."""
+    return tuple(_pad(np.zeros((size, size), dtype=np.int8)).ravel().tolist())
 
 
 def candidate_mask(board: np.ndarray) -> np.ndarray:

@@ -31,8 +31,14 @@ from services.games.coords import (
     parse_point,
     point_name,
 )
+from services.games.gomoku import Rule
+from services.records.reasons import reason_category
+
+__all__ = ["RIF_SUFFIXES", "ReadStats", "Rejected", "RifGame", "game_rule", "parse_bresult",
+           "parse_moves", "read_rif", "reason_category", "summarize"]
 
 BOARD_SIZE = 15
+RIF_SUFFIXES = (".rif", ".rif.gz")  # what read_rif is given to read (.gz: gzip-compressed)
 SNIPPET_CHARS = 200
 CHUNK_BYTES = 1 << 16
 BRESULTS = (0.0, 0.5, 1.0)
@@ -54,7 +60,7 @@ class RifGame:
     source: str
     game_id: str
     moves: tuple[int, ...]
-    rule: str = ""
+    rule: str = ""  # the rule's name from the rules table (its id when not in it)
     bresult: float | None = None  # Black's score: 1 won, 0 lost, 0.5 draw, None unknown
     black: str = ""
     white: str = ""
@@ -76,6 +82,31 @@ def _new_game(values: dict) -> RifGame:
     return game
 
 
+# Gomoku rules, under which black has no forbidden points, by their names (lower case, letters
+# and digits only): names holding one of _GOMOKU_WORDS, and the opening rules of Gomoku
+# named without it. Every other rule of a RenjuNet export (RIF, Yamaguchi, Taraguchi,
+# Soosorv, Sakata, Tarannikov, ...) is a renju opening rule: renju rules from move 1.
+_GOMOKU_WORDS = ("gomoku", "freestyle", "caro")
+_GOMOKU_OPENINGS = frozenset({"pro", "longpro", "swap", "swap2", "chineseswap", "standard"})
+
+
+@cache
+def game_rule(name: str) -> Rule:
+    """The rules a game of a .rif file is replayed under, from its rule's name.
+
+    A Gomoku rule (freestyle, Gomoku, Swap2, Pro, ...) is `Rule.FREESTYLE`, or
+    `Rule.STANDARD` when its name says standard (exactly five wins); anything else, a rule
+    missing or named by a bare id included, is `Rule.RENJU`: a .rif file is a RenjuNet export,
+    a renju database, and reading a Gomoku game as renju can only end it early at a forbidden
+    point, while reading a renju game as Gomoku would teach its forbidden moves.
+    """
+    key = "".join(c for c in name.lower() if c.isalnum())
+    if "renju" in key or not (key in _GOMOKU_OPENINGS
+                              or any(word in key for word in _GOMOKU_WORDS)):
+        return Rule.RENJU
+    return Rule.STANDARD if "standard" in key else Rule.FREESTYLE
+
+
 @dataclass(frozen=True)
 class Rejected:
     """A record that could not be ingested, with why and the start of its raw text."""
@@ -92,17 +123,6 @@ class ReadStats:
     ingested: int = 0
     rejected: int = 0
     by_reason: dict[str, int] = field(default_factory=dict)
-
-
-def reason_category(reason: str) -> str:
-    """Stable key of a reason: its leading words, before any ':', id, coordinate or quote."""
-    head = reason.split(":", 1)[0]
-    words = []
-    for word in head.split():
-        if any(c.isdigit() or c in "'\"(" for c in word):
-            break
-        words.append(word)
-    return " ".join(words) or head
 
 
 def summarize(items: Iterable[RifGame | Rejected]) -> ReadStats:

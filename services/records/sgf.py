@@ -61,6 +61,7 @@ from functools import cache
 from pathlib import Path
 
 from services.games.go import BLACK, WHITE
+from services.records.reasons import reason_category  # one categorisation for every reader
 
 MIN_SIZE, MAX_SIZE = 2, 25
 DEFAULT_SIZE = 19
@@ -122,12 +123,6 @@ class SgfStats:
     rejected: int = 0
     moves: int = 0
     by_reason: dict[str, int] = field(default_factory=dict)
-
-
-def reason_category(reason: str) -> str:
-    """Stable key of a reason: its text before any ':' or '(' and without numbers."""
-    head = reason.split(":", 1)[0].split("(", 1)[0]
-    return " ".join(w for w in head.split() if not any(c.isdigit() for c in w)) or head
 
 
 def summarize(items: Iterator[SgfGame | SgfRejected] | list[SgfGame | SgfRejected]) -> SgfStats:
