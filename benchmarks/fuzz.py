@@ -25,13 +25,16 @@ in batches of ``--batch`` inputs with a seed each (``--seed`` + batch number), s
 reproducible; a crash is caught in the test body (hypothesis does not stop or shrink) and its
 input is written to ``<crashes>/<target>/<sha1>.bin`` with the traceback next to it
 (``.txt``), one file per distinct input. An input that takes over ``--slow-s`` seconds is
-saved under ``slow/``. Progress goes to the log every batch; the end prints a table and, with
-``--doc``, rewrites the fuzz section of docs/reliability.md.
+timed again and, when the second run is slow too, saved under ``slow/`` (on a shared machine
+a single slow run is often a stall of the machine, not of the code). Progress goes to the log
+every batch; the end prints a table and, with ``--doc``, rewrites the fuzz section of
+docs/reliability.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -64,6 +67,7 @@ SHARED_SGF = ROOT.parent / "shared" / "data" / "sgf-edge-cases"
 MAX_SEED_BYTES = 16_384
 DOC_BEGIN = "<!-- fuzz:begin -->"
 DOC_END = "<!-- fuzz:end -->"
+SLOW_NOTE = "--slow-s timed twice, the faster run kept"
 
 
 # ----------------------------------------------------------------------------- mutations
@@ -536,11 +540,17 @@ def fuzz_target(target: Target, inputs: int, batch: int, seed: int, crashes_dir:
             _save(crashes_dir / target.name, target.to_bytes(item),
                   f"{sig}\n\n{traceback.format_exc()}")
         elapsed = time.perf_counter() - t0
+        if elapsed > slow_s:  # timed again: on a shared machine one slow run can be a stall
+            first = elapsed
+            t0 = time.perf_counter()
+            with contextlib.suppress(Exception):
+                target.run(item)
+            elapsed = min(first, time.perf_counter() - t0)
+            if elapsed > slow_s:
+                tally.slow += 1
+                _save(crashes_dir / target.name / "slow", target.to_bytes(item),
+                      f"{first:.2f} s, then {elapsed:.2f} s\n")
         tally.max_input_s = max(tally.max_input_s, elapsed)
-        if elapsed > slow_s:
-            tally.slow += 1
-            _save(crashes_dir / target.name / "slow", target.to_bytes(item),
-                  f"{elapsed:.2f} s\n")
 
     run_number = 0
     while tally.inputs < inputs:
@@ -591,7 +601,9 @@ def table(tallies: list[Tally], machine_text: str, date: str, command: str) -> s
         sigs = "; ".join(f"{s} x{n}" for s, n in t.signatures.items())
         rows.append(f"| {t.target}: crashes | {t.crashes:,}{' (' + sigs + ')' if sigs else ''}"
                     f" | {cells} |")
-        rows.append(f"| {t.target}: slowest input | {t.max_input_s * 1000:.1f} ms | {cells} |")
+        rows.append(f"| {t.target}: slowest input (one over {SLOW_NOTE}) | "
+                    f"{t.max_input_s * 1000:.1f} ms | {cells} |")
+        rows.append(f"| {t.target}: inputs slow on both runs (saved) | {t.slow:,} | {cells} |")
     return "\n".join(rows)
 
 
