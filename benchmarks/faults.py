@@ -1099,6 +1099,10 @@ def run_suite(names: list[str], quick: bool, soak_seconds: float, root: Path
             outcomes.append(out)
     finally:
         stack.close()
+    for out in outcomes:  # the temporary folder's name says nothing to a reader of the table
+        for f in out.figures:
+            f.value = f.value.replace(str(root), "$TMP")
+        out.failures = [text.replace(str(root), "$TMP") for text in out.failures]
     return outcomes
 
 
