@@ -22,7 +22,8 @@ How a run goes:
    retried with exponential back-off;
 3. the flow checks each intermediate against the checksum in its summary (a cached summary
    whose file was deleted or damaged is recomputed), then rebuilds the whole dataset from all
-   intermediates: dedup across every source, split, shards (see `services/dataset/shards.py`
+   intermediates: dedup across every source, split, shards, out of core (a DuckDB query
+   spilling to the work folder, `services/dataset/dedup.py`; see `services/dataset/shards.py`
    for why a kill at any point is harmless and a rerun byte-identical);
 4. a table artifact (counts per source) and a markdown artifact (the run) are attached.
 """
@@ -39,7 +40,6 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from prefect import Flow, flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -49,24 +49,23 @@ from prefect.tasks import exponential_backoff
 
 from flows import configure_logging
 from services import logs
-from services.dataset.build import deduplicate, source_pairs
+from services.dataset.build import source_pairs
+from services.dataset.dedup import BuildSettings, build_shards, count_unique_pairs
 from services.dataset.go_build import (
     DEFAULT_GO_SIZE,
     TRUNCATED,
-    go_deduplicate,
-    go_source_pairs,
     is_go_source,
+    write_go_source_pairs,
 )
 from services.dataset.shards import (
+    COMPRESSION,
     QUARANTINE_SCHEMA,
     ROW_GROUP_ROWS,
     ROWS_PER_SHARD,
     SCHEMA_VERSION,
-    SPLITS,
     commit_manifest,
     sha256_file,
     write_quarantine,
-    write_split_shards,
     write_table_atomic,
 )
 from services.records import sgf
@@ -136,10 +135,17 @@ def read_source(path: str, name: str, fingerprint: str, work_dir: str,
     if sha256_file(p) != fingerprint:
         raise RuntimeError(f"{p}: changed while the ingest ran (fingerprint mismatch)")
     truncated = 0
+    work = Path(work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    stem = intermediate_stem(name, fingerprint)
+    pairs_path = work / f"{stem}.pairs.parquet"
+    quarantine_path = work / f"{stem}.quarantine.parquet"
     if is_go_source(p):
         game = "go"
-        result = go_source_pairs(p, name, board_size=go_board_size)
+        # written as it is read: an archive's pairs need not fit in memory
+        result = write_go_source_pairs(p, pairs_path, name, board_size=go_board_size)
         truncated = result.truncated
+        n_pairs, pairs_sha256 = result.rows, result.sha256
         categorize = sgf.reason_category
     else:
         game = "gomoku"
@@ -156,14 +162,10 @@ def read_source(path: str, name: str, fingerprint: str, work_dir: str,
         result.pairs = result.pairs.append_column(
             "rule", pa.array([rules.get(i, "") for i in ids], pa.string()))
         categorize = reason_category
-    work = Path(work_dir)
-    work.mkdir(parents=True, exist_ok=True)
-    stem = intermediate_stem(name, fingerprint)
-    pairs_path = work / f"{stem}.pairs.parquet"
-    quarantine_path = work / f"{stem}.quarantine.parquet"
+        n_pairs = result.pairs.num_rows
+        pairs_sha256 = write_table_atomic(result.pairs, pairs_path)
     quarantine = pa.Table.from_pylist(result.quarantine, schema=QUARANTINE_SCHEMA)
-    unique = result.pairs.select(["board", "move"]).group_by(
-        ["board", "move"], use_threads=False).aggregate([]).num_rows
+    unique = count_unique_pairs(pairs_path, game, BuildSettings(temp_dir=work))
     reasons = Counter(categorize(q["reason"]) for q in result.quarantine
                       if not q["reason"].startswith(TRUNCATED))
     return {
@@ -175,10 +177,10 @@ def read_source(path: str, name: str, fingerprint: str, work_dir: str,
         "quarantined": result.quarantined,
         "truncated": truncated,
         "reasons": dict(sorted(reasons.items())),
-        "pairs": result.pairs.num_rows,
+        "pairs": n_pairs,
         "unique_pairs": unique,
         "pairs_path": str(pairs_path),
-        "pairs_sha256": write_table_atomic(result.pairs, pairs_path),
+        "pairs_sha256": pairs_sha256,
         "quarantine_path": str(quarantine_path),
         "quarantine_sha256": write_table_atomic(quarantine, quarantine_path),
     }
@@ -294,19 +296,18 @@ def ingest(sources: list[str] | None = None, out_dir: str = DEFAULT_OUT,
             raise RuntimeError(f"intermediates of {still} are damaged right after writing")
     ordered = [summaries[p.name] for p in paths]
 
-    raw = [pq.read_table(s["pairs_path"]) for s in ordered]
-    table = go_deduplicate(raw) if game == "go" else _gomoku_deduplicate(raw)
+    # dedup, split and shards out of core (DuckDB, spilling into the work folder)
+    files, split_rows = build_shards([Path(s["pairs_path"]) for s in ordered], out, game,
+                                     BuildSettings(temp_dir=work))
     quarantine = [row for s in ordered
                   for row in pq.read_table(s["quarantine_path"]).to_pylist()]
-    files = write_split_shards(table, out)
     quarantine_entry = write_quarantine(quarantine, out)
-    split_rows = {s: sum(f["rows"] for f in files if f["split"] == s) for s in SPLITS}
     counts = [{k: s[k] for k in ("source", "read", "ingested", "quarantined", "truncated",
                                  "pairs", "unique_pairs", "reasons")} for s in ordered]
     manifest = {
         "schema_version": SCHEMA_VERSION,
         "game": game,
-        "rows": table.num_rows,
+        "rows": sum(split_rows.values()),
         "raw_pairs": sum(s["pairs"] for s in ordered),
         "splits": split_rows,
         "files": files,
@@ -314,7 +315,7 @@ def ingest(sources: list[str] | None = None, out_dir: str = DEFAULT_OUT,
         "sources": [{"path": p.name, "sha256": fps[p]} for p in paths],
         "counts": counts,
         "writer": {"rows_per_shard": ROWS_PER_SHARD, "row_group_rows": ROW_GROUP_ROWS,
-                   "compression": "zstd", "pyarrow": pa.__version__},
+                   "compression": COMPRESSION, "pyarrow": pa.__version__},
     }
     removed = commit_manifest(manifest, out)
     logger.info("committed %s: %d unique pairs of %d, splits %s; %d record(s) quarantined",
@@ -333,17 +334,6 @@ def ingest(sources: list[str] | None = None, out_dir: str = DEFAULT_OUT,
     create_markdown_artifact(key="ingest-summary", markdown=_summary_markdown(
         manifest, out, len(cached), len(damaged), removed))
     return manifest
-
-
-def _gomoku_deduplicate(raw: list[pa.Table]) -> pa.Table:
-    """`deduplicate` on the pair columns, then each row's rule: that of its game id (the
-    smallest rule when sources reuse an id). Result and mover rank stay unknown."""
-    rule_of = pa.concat_tables([t.select(["game_id", "rule"]) for t in raw]).group_by(
-        "game_id", use_threads=False).aggregate([("rule", "min")])
-    table = deduplicate([t.drop_columns(["rule"]) for t in raw])
-    index = pc.index_in(table["game_id"], value_set=rule_of["game_id"])
-    rules = pc.fill_null(rule_of["rule_min"].take(index), "")
-    return table.append_column("rule", rules)
 
 
 def _summary_markdown(manifest: dict, out: Path, n_cached: int, n_damaged: int,

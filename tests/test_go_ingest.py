@@ -13,7 +13,13 @@ import pytest
 
 from flows.ingest import ingest
 from services.dataset import shards
-from services.dataset.go_build import TRUNCATED, go_deduplicate, go_source_pairs
+from services.dataset.dedup import MIN_TRAIN_OCCURRENCES
+from services.dataset.go_build import (
+    TRUNCATED,
+    go_deduplicate,
+    go_source_pairs,
+    write_go_source_pairs,
+)
 from services.dataset.shards import DatasetError, read_manifest, read_split
 from tests.conftest import SAMPLE_RIF, SHARED_DATA
 
@@ -70,8 +76,11 @@ def test_every_record_is_ingested_or_quarantined(go_dataset) -> None:
 def test_rows_are_the_unique_pairs_with_go_columns(go_dataset) -> None:
     out, manifest, _ = go_dataset
     rows = rows_of(out)
-    keys = set(zip(rows["board"].to_pylist(), rows["move"].to_pylist(), strict=True))
-    assert rows.num_rows == len(keys) == manifest["rows"]
+    # a pair is one row per side of the game split: held-out games' rows stay apart
+    held = [s == shards.GAME_SPLIT for s in rows["split"].to_pylist()]
+    keys = set(zip(held, rows["board"].to_pylist(), rows["move"].to_pylist(), strict=True))
+    assert rows.num_rows == len(keys) == manifest["rows"] == sum(manifest["splits"].values())
+    assert manifest["splits"].get(shards.GAME_SPLIT, 0) > 0
     assert sum(rows["count"].to_pylist()) == manifest["raw_pairs"] == sum(
         c["pairs"] for c in manifest["counts"])
     assert set(rows["game"].to_pylist()) == {"go"}
@@ -140,3 +149,76 @@ def test_old_and_mixed_shards_are_refused_naming_the_file(tmp_path: Path, go_dat
     pq.write_table(mixed.cast(shards.PAIR_SCHEMA), train)
     with pytest.raises(DatasetError, match=rf"{train.name}: mixes games"):
         read_split(out, "train")
+
+
+def test_positions_met_in_many_games_train_and_positions_never_leak(go_dataset) -> None:
+    """Real KGS games: the empty board and the common openings are in train (split by
+    position hash alone, the empty board went wholesale to one split, test here); positions
+    stay within one of train / validation / test; held-out games keep their openings."""
+    out, _, _ = go_dataset
+    rows = rows_of(out).select(["board", "move", "count", "split", "position_hash", "ply"])
+    split = rows["split"].to_pylist()
+    hashes = rows["position_hash"].to_pylist()
+    counts = rows["count"].to_pylist()
+    empty = bytes(4 * S * S)
+    empty_splits = {sp for b, sp in zip(rows["board"].to_pylist(), split, strict=True)
+                    if b[:S * S] == empty[:S * S]}
+    assert "train" in empty_splits and not empty_splits & {"validation", "test"}
+    assert shards.GAME_SPLIT in empty_splits  # the held-out games' openings are theirs too
+    occurrences: dict[int, int] = {}
+    split_of_hash: dict[int, set[str]] = {}
+    for h, c, sp in zip(hashes, counts, split, strict=True):
+        if sp != shards.GAME_SPLIT:
+            occurrences[h] = occurrences.get(h, 0) + c
+            split_of_hash.setdefault(h, set()).add(sp)
+    assert all(len(s) == 1 for s in split_of_hash.values())  # no position in two splits
+    common = [h for h, n in occurrences.items() if n >= MIN_TRAIN_OCCURRENCES]
+    assert len(common) > 10  # openings recur across real games
+    assert all(split_of_hash[h] == {"train"} for h in common)
+    rare = {next(iter(split_of_hash[h])) for h, n in occurrences.items()
+            if n < MIN_TRAIN_OCCURRENCES}
+    assert rare == {"train", "validation", "test"}
+
+
+def test_manifest_names_the_codecs_written(go_dataset) -> None:
+    out, manifest, _ = go_dataset
+    assert manifest["writer"]["compression"] == {"board": "lz4", "other columns": "zstd"}
+    entry = next(f for f in manifest["files"] if f["rows"])
+    meta = pq.ParquetFile(out / entry["path"]).metadata.row_group(0)
+    codecs = {meta.column(i).path_in_schema: meta.column(i).compression
+              for i in range(meta.num_columns)}
+    assert codecs.pop("board") == "LZ4"  # (LZ4_RAW in Parquet's words is reported as LZ4)
+    assert set(codecs.values()) == {"ZSTD"}
+
+
+def test_streamed_intermediate_holds_the_in_memory_pairs(tmp_path: Path, monkeypatch) -> None:
+    from services.dataset import go_build
+
+    monkeypatch.setattr(go_build, "BATCH_ROWS", 100)  # many row groups
+    sources = kgs_sources()
+    want = go_source_pairs(sources[-1])
+    got = write_go_source_pairs(sources[-1], tmp_path / "pairs.parquet")
+    table = pq.read_table(tmp_path / "pairs.parquet")
+    assert pq.ParquetFile(tmp_path / "pairs.parquet").metadata.num_row_groups > 2
+    assert got.rows == table.num_rows == want.pairs.num_rows
+    expected = want.pairs.select(table.column_names).cast(table.schema)
+    for name in table.column_names:
+        if name == "result":  # NaN (unknown) is no value equal to itself
+            np.testing.assert_array_equal(table[name].to_numpy(), expected[name].to_numpy())
+        else:
+            assert table[name].equals(expected[name]), name
+    assert (got.read, got.ingested, got.quarantine) == (want.read, want.ingested,
+                                                         want.quarantine)
+
+
+def test_go_incremental_run_writes_the_bytes_of_a_run_from_scratch(tmp_path: Path) -> None:
+    loose = kgs_sources()[:-1]
+    a, b = loose[: len(loose) // 2], loose[len(loose) // 2:]
+    out = tmp_path / "ds"
+    ingest(sources=[str(p) for p in a], out_dir=str(out))
+    two = ingest(sources=[str(p) for p in a + b], out_dir=str(out))
+    fresh = tmp_path / "fresh"
+    scratch = ingest(sources=[str(p) for p in a + b], out_dir=str(fresh))
+    assert two["files"] == scratch["files"]
+    for f in two["files"]:
+        assert (out / f["path"]).read_bytes() == (fresh / f["path"]).read_bytes()

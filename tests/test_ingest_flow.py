@@ -43,10 +43,12 @@ def stamps(folder: Path) -> dict[str, tuple[str, int]]:
     return {p.name: (_sha(p), p.stat().st_mtime_ns) for p in sorted(folder.iterdir())}
 
 
-def dataset_keys(out: Path) -> list[tuple[bytes, int]]:
+def dataset_keys(out: Path) -> list[tuple[bool, bytes, int]]:
+    """(from held-out games, board, move) of every row: a pair has one row on each side."""
     manifest = read_manifest(out)
     table = pa.concat_tables([pq.read_table(out / f["path"]) for f in manifest["files"]])
-    return list(zip(table["board"].to_pylist(), table["move"].to_pylist(), strict=True))
+    held = [s == shards.GAME_SPLIT for s in table["split"].to_pylist()]
+    return list(zip(held, table["board"].to_pylist(), table["move"].to_pylist(), strict=True))
 
 
 def dataset_counts(out: Path) -> int:
@@ -177,26 +179,27 @@ def test_a_killed_run_then_a_rerun_ends_as_an_uninterrupted_run(tmp_path: Path, 
     expected, expected_work = files(clean), files(tmp_path / "clean.work")
 
     out = tmp_path / "ds"
-    real_write = shards.atomic_write_bytes
-    # the new version writes 5 files into the dataset folder: 3 shards, quarantine, manifest;
-    # die before each of them in turn, leaving half a temporary file
-    for k in range(5):
+    real_place = shards.place_file
+    # the new version writes its files into the dataset folder (a shard per split,
+    # quarantine, manifest): die before each of them in turn, leaving half a temporary file
+    for k in range(len(expected)):
         ingest(sources=[a], out_dir=str(out))  # an older version in place
         old = read_manifest(out)
         done: list[Path] = []
 
-        def dying(data: bytes, path: Path, k: int = k, done: list = done) -> None:
+        def dying(tmp: Path, path: Path, k: int = k, done: list = done) -> None:
             if path.parent == out:
                 if len(done) == k:
+                    data = tmp.read_bytes()
                     path.with_name(f".{path.name}.killed.tmp").write_bytes(data[: len(data) // 2])
                     raise Killed
                 done.append(path)
-            real_write(data, path)
+            real_place(tmp, path)
 
-        monkeypatch.setattr(shards, "atomic_write_bytes", dying)
+        monkeypatch.setattr(shards, "place_file", dying)
         with pytest.raises(Killed):
             ingest(sources=[a, b], out_dir=str(out))
-        monkeypatch.setattr(shards, "atomic_write_bytes", real_write)
+        monkeypatch.setattr(shards, "place_file", real_place)
         # until the new manifest is in place, the old version is whole
         assert read_manifest(out) == old
         for entry in old["files"]:

@@ -11,28 +11,43 @@ Bookkeeping, per source: `read = ingested + quarantined`.
   ingested; it is also `truncated` and gets a quarantine-table row whose reason starts with
   "cut short by an illegal move: ", so the quarantine table holds `quarantined + truncated` rows.
 
-`go_deduplicate` merges identical canonical (board, move) pairs of every Go source with an
+`write_go_source_pairs` does the same into a Parquet intermediate a batch at a time (what
+the ingest flow uses: memory does not grow with the archive).
+
+`go_deduplicate` merges identical canonical (board, move) pairs of in-memory Go tables with an
 Arrow group_by (count summed, smallest ply / position hash / rank / game id / source, result
-averaged over the occurrences whose result is known), then assigns splits with `split_of`.
+averaged over the occurrences whose result is known), then assigns splits with `split_of`;
+the ingest flow deduplicates out of core instead (`services.dataset.dedup`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
+from services.checksums import sha256_file
 from services.dataset.build import SourceResult, quarantine_row
-from services.dataset.go_pairs import game_pairs, pairs_table, split_of
-from services.records.sgf import SgfGame, SgfRejected, read_archive, read_sgf
+from services.dataset.go_pairs import GoPairs, game_pairs, pairs_tables, split_of
+from services.dataset.shards import BOARD_CODEC
+from services.records.sgf import ARCHIVE_SUFFIXES, SgfGame, SgfRejected, read_archive, read_sgf
 
-GO_SUFFIXES = (".sgf", ".tar.gz", ".tgz", ".tar.bz2", ".zip")
+GO_SUFFIXES = (".sgf", *ARCHIVE_SUFFIXES)  # the archive reader's list: one list of them
 TRUNCATED = "cut short by an illegal move: "
+# rows of games canonicalised and tabled together: big enough that numpy and Arrow calls
+# are few, small enough (~12 MB of boards) that the memory is reused, not faulted in anew
+TABLE_ROWS = 1 << 13
 DEFAULT_GO_SIZE = 19
+# rows per row group of an intermediate written by write_go_source_pairs: ~100 MB of boards
+# held at a time
+BATCH_ROWS = 1 << 16
 
 
 def is_go_source(path: str | Path) -> bool:
@@ -45,6 +60,8 @@ class GoSourceResult(SourceResult):
     quarantine table that does not count as quarantined)."""
 
     truncated: int = 0
+    rows: int = 0  # pairs written by write_go_source_pairs
+    sha256: str = ""  # of the file write_go_source_pairs wrote
 
     @property
     def quarantined(self) -> int:
@@ -75,12 +92,58 @@ def _moves_snippet(game: SgfGame, size: int) -> str:
 def go_source_pairs(path: str | Path, name: str | None = None,
                     board_size: int | None = DEFAULT_GO_SIZE) -> GoSourceResult:
     """Raw canonical pairs (one row per occurrence, every PAIR_SCHEMA column but `split`) of
-    one Go source. `board_size`: the only size kept (others are quarantined); None keeps all.
-    """
+    one Go source, in memory. `board_size`: the only size kept (others are quarantined); None
+    keeps all. A large archive: `write_go_source_pairs` (bounded memory)."""
     path = Path(path)
-    name = name or path.name
-    result = GoSourceResult(source=name, pairs=pa.table({}))
-    tables = []
+    result = GoSourceResult(source=name or path.name, pairs=pa.table({}))
+    tables = list(_game_tables(path, result, board_size))
+    result.pairs = pa.concat_tables(tables) if tables else _empty_pairs()
+    return result
+
+
+def write_go_source_pairs(path: str | Path, out: Path, name: str | None = None,
+                          board_size: int | None = DEFAULT_GO_SIZE) -> GoSourceResult:
+    """`go_source_pairs` written to the Parquet file `out` as it goes (atomically: a
+    temporary name, fsync, rename), a batch of about `BATCH_ROWS` rows at a time, so memory
+    does not grow with the source (a KGS archive holds millions of positions). The result's
+    `pairs` is empty; `rows` and `sha256` describe the file."""
+    path, out = Path(path), Path(out)
+    result = GoSourceResult(source=name or path.name, pairs=_empty_pairs())
+    schema = result.pairs.schema
+    tmp = out.with_name(f".{out.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+    batch: list[pa.Table] = []
+    held = 0
+    try:
+        with pq.ParquetWriter(tmp, schema, compression=BOARD_CODEC) as writer:
+            for table in _game_tables(path, result, board_size):
+                batch.append(table)
+                held += table.num_rows
+                if held >= BATCH_ROWS:
+                    writer.write_table(pa.concat_tables(batch).select(schema.names).cast(schema),
+                                       row_group_size=held)
+                    result.rows += held
+                    batch, held = [], 0
+            if batch or not result.rows:
+                table = (pa.concat_tables(batch).select(schema.names).cast(schema) if batch
+                         else result.pairs)
+                writer.write_table(table, row_group_size=max(held, 1))
+                result.rows += held
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        result.sha256 = sha256_file(tmp)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return result
+
+
+def _game_tables(path: Path, result: GoSourceResult,
+                 board_size: int | None) -> Iterator[pa.Table]:
+    """Each ingested game's pairs table, in record order; read / ingested / quarantine /
+    truncated counted into `result` on the way."""
+    name = result.source
+    batch: list[tuple[GoPairs, str, str]] = []  # games canonicalised together (speed)
+    held = 0
     for record in _records(path):
         result.read += 1
         rid = _record_id(record, name)
@@ -105,10 +168,18 @@ def go_source_pairs(path: str | Path, name: str | None = None,
                 name, rid, f"{TRUNCATED}{pairs.error} (pairs kept up to move "
                 f"{len(pairs.moves)})", _moves_snippet(record, record.size)))
         if len(pairs.moves):
-            tables.append(pairs_table(pairs, f"{record.source}#{record.game_index}", name,
-                                      rule=record.rules))
-    result.pairs = pa.concat_tables(tables) if tables else _empty_pairs()
-    return result
+            batch.append((pairs, f"{record.source}#{record.game_index}", record.rules))
+            held += len(pairs.moves)
+            if held >= TABLE_ROWS:
+                yield _batch_table(batch, name)
+                batch, held = [], 0
+    if batch:
+        yield _batch_table(batch, name)
+
+
+def _batch_table(batch: list[tuple[GoPairs, str, str]], name: str) -> pa.Table:
+    games, ids, rules = zip(*batch, strict=True)
+    return pairs_tables(games, ids, name, rules)
 
 
 def _empty_pairs() -> pa.Table:
@@ -145,4 +216,4 @@ def go_deduplicate(tables: list[pa.Table]) -> pa.Table:
 
 
 __all__ = ["GO_SUFFIXES", "GoSourceResult", "go_deduplicate", "go_source_pairs",
-           "is_go_source"]
+           "is_go_source", "write_go_source_pairs"]

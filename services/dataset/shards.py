@@ -56,7 +56,12 @@ from services.checksums import sha256_file
 
 SCHEMA_VERSION = 2  # 2: game, rule, result, mover_rank; Go boards as compact planes
 SCHEMA_KEY = b"movepred.schema_version"
-SPLITS = ("train", "validation", "test")
+# train / validation / test split positions (each position wholly in one; see
+# services/dataset/dedup.py); game_test holds every position of a few held-out games, shared
+# openings included, the figure a game-level evaluation gives
+POSITION_SPLITS = ("train", "validation", "test")
+GAME_SPLIT = "game_test"
+SPLITS = (*POSITION_SPLITS, GAME_SPLIT)
 ROWS_PER_SHARD = 1_000_000
 ROW_GROUP_ROWS = 65_536  # ~15 MB of boards, ~4.5 MB in LZ4: see the module docstring
 # The board column is what the training loader decompresses for every row it delivers: LZ4
@@ -64,11 +69,14 @@ ROW_GROUP_ROWS = 65_536  # ~15 MB of boards, ~4.5 MB in LZ4: see the module docs
 # pyarrow 22) for about twice the bytes (69 against 37 a row), which keeps the loader at 1M
 # positions per CPU-second with augmentation (benchmarks/loader.py). Other columns: zstd.
 BOARD_CODEC = "lz4"
+OTHER_CODEC = "zstd"
+# what the manifest's writer.compression says: the codec of each column as written
+COMPRESSION = {"board": BOARD_CODEC, "other columns": OTHER_CODEC}
 MANIFEST = "manifest.json"
 # files this module writes into a dataset folder (fixed names of older versions included):
 # the only ones `remove_unlisted` may delete
 _OWNED = re.compile(
-    r"^(?:(?:train|validation|test)-\d{5}|quarantine)(?:\.[0-9a-f]{12})?\.parquet$"
+    r"^(?:(?:train|validation|test|game_test)-\d{5}|quarantine)(?:\.[0-9a-f]{12})?\.parquet$"
     r"|^\..+\.tmp$"
 )
 
@@ -126,11 +134,17 @@ def atomic_write_bytes(data: bytes, path: Path) -> None:
     try:
         with open(tmp, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        place_file(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def place_file(tmp: Path, path: Path) -> None:
+    """Make the finished temporary file `tmp` the file `path`: fsync, rename, fsync the folder.
+    Every file of a dataset folder gets its name here (the one point a kill test needs)."""
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
     _fsync_dir(path.parent)
 
 
@@ -149,7 +163,7 @@ def parquet_options(schema: pa.Schema) -> dict:
     high-cardinality ones."""
     names = schema.names
     return {
-        "compression": {c: BOARD_CODEC if c == "board" else "zstd" for c in names},
+        "compression": {c: BOARD_CODEC if c == "board" else OTHER_CODEC for c in names},
         "row_group_size": ROW_GROUP_ROWS, "store_schema": True,
         "use_dictionary": [c for c in names if c not in _NO_DICTIONARY],
         "write_statistics": [c for c in names if c not in _NO_STATISTICS],
@@ -294,16 +308,134 @@ def write_split_shards(table: pa.Table, out_dir: Path) -> list[dict]:
     Files are content-addressed and nothing is removed: list the entries in a manifest
     (`commit_manifest`) to make them the dataset's current version.
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
     table = with_pair_columns(table)
-    files = []
-    for split, part in split_parts(table):
-        n_shards = max(1, -(-part.num_rows // ROWS_PER_SHARD))
-        for i in range(n_shards):
-            shard = shard_piece(part, i)
-            entry = _write_content_addressed(shard, out_dir, f"{split}-{i:05d}")
-            files.append({"path": entry["path"], "split": split, "rows": entry["rows"],
-                          "sha256": entry["sha256"]})
+    return write_sorted_shards((part for _, part in split_parts(table)), out_dir)
+
+
+class _ShardFile:
+    """One shard being written row group by row group to a temporary file; `close` names it
+    after its content (`<stem>.<sha12>.parquet`), leaving an identical file in place."""
+
+    def __init__(self, out_dir: Path, stem: str) -> None:
+        self.out_dir, self.stem, self.rows = out_dir, stem, 0
+        self.tmp = out_dir / f".{stem}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
+        options = parquet_options(PAIR_SCHEMA)
+        options.pop("row_group_size")
+        self.writer = pq.ParquetWriter(self.tmp, PAIR_SCHEMA, **options)
+
+    def write(self, group: pa.Table) -> None:
+        """One row group (one chunk per column, as `shard_piece` gives a whole shard: the
+        pages, hence the bytes, do not depend on how the input was chunked)."""
+        self.writer.write_table(group.combine_chunks(), row_group_size=ROW_GROUP_ROWS)
+        self.rows += group.num_rows
+
+    def close(self) -> dict:
+        try:
+            self.writer.close()
+            sha = sha256_file(self.tmp)
+            path = self.out_dir / f"{self.stem}.{sha[:12]}.parquet"
+            if not (path.exists() and path.stat().st_size == self.tmp.stat().st_size
+                    and sha256_file(path) == sha):
+                place_file(self.tmp, path)
+        finally:
+            self.tmp.unlink(missing_ok=True)
+        return {"path": path.name, "rows": self.rows, "sha256": sha}
+
+    def abort(self) -> None:
+        try:
+            self.writer.close()
+        finally:
+            self.tmp.unlink(missing_ok=True)
+
+
+def write_sorted_shards(parts: Iterable[pa.Table | pa.RecordBatch], out_dir: Path) -> list[dict]:
+    """Stream rows into shards: `parts` (tables or record batches with every PAIR_SCHEMA
+    column) come grouped by split in SPLITS order and sorted inside each split by (position
+    hash, move, board), as the shards store them. Memory: one row group and one input part.
+
+    Each split gets `ROWS_PER_SHARD`-row shards of `ROW_GROUP_ROWS`-row groups, and at least
+    one (empty) shard for a position split without rows; the game split gets none then.
+    Returns one entry per file, in order; files are content-addressed (see
+    `write_split_shards`)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files: list[dict] = []
+    state: dict = {"split": -1, "shard": None, "index": 0}
+    pending: list[pa.Table] = []
+
+    def close_shard() -> None:
+        shard = state["shard"]
+        if shard is not None:
+            entry = shard.close()
+            files.append({"path": entry["path"], "split": SPLITS[state["split"]],
+                          "rows": entry["rows"], "sha256": entry["sha256"]})
+            state["shard"] = None
+
+    def write_group(group: pa.Table) -> None:
+        if state["shard"] is None:
+            state["shard"] = _ShardFile(out_dir, f"{SPLITS[state['split']]}-{state['index']:05d}")
+            state["index"] += 1
+        state["shard"].write(group)
+        if state["shard"].rows >= ROWS_PER_SHARD:
+            close_shard()
+
+    def flush(final: bool) -> None:
+        """Write whole row groups from `pending` (and the rest as a last one when final)."""
+        rows = sum(t.num_rows for t in pending)
+        while rows and (final or rows >= ROW_GROUP_ROWS):
+            done = state["shard"].rows if state["shard"] is not None else 0
+            take = min(ROW_GROUP_ROWS, ROWS_PER_SHARD - done, rows)
+            joined = pa.concat_tables(pending)
+            write_group(joined.slice(0, take))
+            rest = joined.slice(take)
+            pending[:] = [rest] if rest.num_rows else []
+            rows -= take
+
+    def enter(split: int) -> None:
+        """Finish the current split, then give each position split skipped on the way (no
+        rows) its one empty shard."""
+        flush(final=True)
+        if state["split"] >= 0 and state["index"] == 0 and \
+                SPLITS[state["split"]] in POSITION_SPLITS:
+            write_group(PAIR_SCHEMA.empty_table())
+        close_shard()
+        for skipped in range(state["split"] + 1, split):
+            state["split"], state["index"] = skipped, 0
+            if SPLITS[skipped] in POSITION_SPLITS:
+                write_group(PAIR_SCHEMA.empty_table())
+                close_shard()
+        state["split"], state["index"] = split, 0
+
+    try:
+        for part in parts:
+            if part.num_rows == 0:
+                continue
+            table = part if isinstance(part, pa.Table) else pa.Table.from_batches([part])
+            table = table.select(PAIR_SCHEMA.names).cast(PAIR_SCHEMA)
+            codes = pc.index_in(table["split"], value_set=pa.array(SPLITS, pa.string()))
+            if codes.null_count:
+                table = table.filter(pc.is_valid(codes))  # rows of other splits: left out
+                codes = codes.drop_null()
+            codes = codes.to_numpy(zero_copy_only=False)
+            if len(codes) > 1 and (codes[1:] < codes[:-1]).any():
+                raise ValueError("write_sorted_shards: rows must come grouped by split in "
+                                 f"the order {SPLITS}")
+            bounds = np.flatnonzero(np.diff(codes)) + 1
+            for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), len(codes)],
+                              strict=True):
+                split = int(codes[lo])
+                if split < state["split"]:
+                    raise ValueError("write_sorted_shards: rows must come grouped by split in "
+                                     f"the order {SPLITS}")
+                if split != state["split"]:
+                    enter(split)
+                pending.append(table.slice(lo, hi - lo))
+                flush(final=False)
+        enter(len(SPLITS))
+    except BaseException:
+        if state["shard"] is not None:
+            state["shard"].abort()
+        raise
     return files
 
 

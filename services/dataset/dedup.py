@@ -1,0 +1,231 @@
+"""Dedup, split and shard writing out of core: one DuckDB query over the per-source Parquet
+intermediates, its sorted result streamed into the shards.
+
+Why DuckDB: the pairs of a whole archive collection do not fit in memory (19x19 Go boards are
+1,444 bytes a row: 10 million positions are 14 GB of boards). DuckDB's hash aggregate and sort
+spill to `temp_directory` once `memory_limit` is reached, so the build runs in bounded memory
+at any size; the Python side only ever holds one record batch and one shard row group.
+
+What the query does (every row of the intermediates is one occurrence of a canonical
+(board, move) pair):
+
+1. games: each game (source, game id) gets a content key, the XOR of its positions' hashes
+   (symmetry-invariant), so the same game under another name or mirrored is the same key;
+   `HOLDOUT_GAMES` of the keys (by a mix of the key's bits) are held out;
+2. pairs: rows merge only when the full canonical board bytes and the move are equal (and both
+   come from held-out games or both from others): count summed, smallest ply / position hash
+   / mover rank / game id / source, the rule of the smallest game id, the mover's result
+   averaged over the occurrences whose result is known (NaN when none is);
+3. the split of a pair from a held-out game is `game_test`. Any other pair's split is a
+   function of its position (position hash) alone, so a position never sits in two of train,
+   validation and test (no leakage, under any symmetry): a position that occurs at least
+   `MIN_TRAIN_OCCURRENCES` times outside the held-out games (every move from it together)
+   goes to train, any other by its hash (`canonical.split_codes`: 5 % validation, 5 % test).
+   Positions that recur across games (the empty board, common openings) are the ones the
+   engine meets most: splitting them by hash alone sent each one wholesale to validation or
+   test one time in ten, and the trained network never saw it (the empty board of the
+   Gomoku sample landed in test). With k = 2 every recurring position trains, and validation /
+   test measure moves in positions met once; `game_test` measures whole unseen games,
+   openings included (what a player meets);
+4. rows come out ordered by (split, position hash, move, board), the shards' order, and are
+   written shard by shard (`shards.write_sorted_shards`): the result depends only on the
+   intermediates, so an incremental run (new sources read, old intermediates reused) writes
+   the very bytes a run from scratch writes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from services.dataset import canonical
+from services.dataset.shards import GAME_SPLIT, SPLITS, write_sorted_shards
+
+logger = logging.getLogger(__name__)
+
+MIN_TRAIN_OCCURRENCES = 2
+HOLDOUT_GAMES = 0.05
+# DuckDB's own memory (hash tables, sort runs, buffers) before it spills to disk; the process
+# adds the Python side (one record batch, one row group: ~100-300 MB for Go)
+DEFAULT_MEMORY_LIMIT = "1GB"
+# rows per record batch fetched from DuckDB (Go: ~90 MB of boards)
+FETCH_ROWS = 1 << 16
+_MIX = 0x9E3779B97F4A7C15  # canonical.split_codes' multiplier: the same split per hash
+_SPLIT_BITS = 24  # split_codes keeps the top 24 bits of the mixed hash
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """How the query may use the machine. `threads` None: DuckDB's default (every core);
+    `temp_dir` None: a fresh folder under the system's temporary folder."""
+
+    memory_limit: str = DEFAULT_MEMORY_LIMIT
+    threads: int | None = None
+    temp_dir: Path | None = None
+    min_train_occurrences: int = MIN_TRAIN_OCCURRENCES
+    holdout_games: float = HOLDOUT_GAMES
+
+
+def _below(fraction: float) -> int:
+    """The bound under which the top 24 bits of a mixed hash fall for `fraction` of hashes:
+    canonical.split_codes' own, so the SQL split of a hash is the one split_of gives."""
+    return int(canonical._below(fraction))
+
+
+def _mixed(expr: str) -> str:
+    """SQL: the top 24 bits of (expr * _MIX mod 2**64) for a UBIGINT expression."""
+    return (f"(((({expr})::UHUGEINT * {_MIX}::UHUGEINT) % 18446744073709551616::UHUGEINT) "
+            f">> {64 - _SPLIT_BITS})")
+
+
+def _sql_list(paths: Sequence[Path]) -> str:
+    return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
+
+
+def _pairs_sql(paths: Sequence[Path], game: str, settings: BuildSettings) -> str:
+    """The grouped pairs (with `holdout`) of the given intermediates, as a SQL query."""
+    files = _sql_list(paths)
+    held = _below(settings.holdout_games)
+    # intermediates of either game: Gomoku ones carry no game / mover rank column
+    source = f"read_parquet({files}, union_by_name = true)"
+    present = _columns(paths)
+
+    def column(name: str, default: str) -> str:
+        return f"r.{name}" if name in present else default
+
+    game_col, rank_col = column("game", f"'{game}'"), column("mover_rank", "''")
+    rule_col, result_col = column("rule", "''"), column("result", "'NaN'::FLOAT")
+    return f"""
+    WITH games AS (
+        SELECT source, game_id, {_mixed('bit_xor(position_hash)')} < {held} AS holdout
+        FROM {source} GROUP BY source, game_id
+    ),
+    raw AS (
+        SELECT r.board, r.move, r.board_size, r.to_move, r.ply, r.count, r.position_hash,
+               {result_col} AS result, coalesce({rank_col}, '') AS mover_rank,
+               r.game_id, r.source, coalesce({game_col}, '{game}') AS game,
+               coalesce({rule_col}, '') AS rule, g.holdout
+        FROM {source} r JOIN games g USING (source, game_id)
+    )
+    SELECT holdout, board, move, min(board_size) AS board_size, min(to_move) AS to_move,
+           min(ply) AS ply, sum(count)::INTEGER AS count,
+           min(position_hash) AS position_hash,
+           coalesce(avg(result) FILTER (WHERE NOT isnan(result)), 'NaN'::DOUBLE)::FLOAT
+               AS result,
+           min(mover_rank) AS mover_rank, min(game_id) AS game_id, min(source) AS source,
+           min(game) AS game, min({{'g': game_id, 'r': rule}}).r AS rule
+    FROM raw GROUP BY holdout, board, move
+    """
+
+
+def _columns(paths: Sequence[Path]) -> set[str]:
+    import pyarrow.parquet as pq
+
+    names: set[str] = set()  # every file's schema: they may differ
+    for p in paths:
+        names |= set(pq.read_schema(p).names)
+    return names
+
+
+def _connect(settings: BuildSettings, temp: Path):
+    import duckdb
+
+    config = {"memory_limit": settings.memory_limit, "temp_directory": str(temp),
+              "preserve_insertion_order": False}
+    if settings.threads:
+        config["threads"] = settings.threads
+    return duckdb.connect(config=config)
+
+
+class _TempDir:
+    """DuckDB's spill folder for one query, removed afterwards."""
+
+    def __init__(self, base: Path | None) -> None:
+        parent = Path(base) if base else Path(tempfile.gettempdir())
+        parent.mkdir(parents=True, exist_ok=True)
+        self.path = parent / f".duckdb-spill-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+    def __enter__(self) -> Path:
+        self.path.mkdir()
+        return self.path
+
+    def __exit__(self, *exc) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _position_split_sql(settings: BuildSettings) -> str:
+    codes = {name: i for i, name in enumerate(SPLITS)}
+    validation_and_test, test = _below(0.05 + 0.05), _below(0.05)
+    hashed = (f"CASE WHEN {_mixed('p.position_hash')} < {test} THEN {codes['test']} "
+              f"WHEN {_mixed('p.position_hash')} < {validation_and_test} "
+              f"THEN {codes['validation']} ELSE {codes['train']} END")
+    k = settings.min_train_occurrences
+    return (f"CASE WHEN p.holdout THEN {codes[GAME_SPLIT]} "
+            f"WHEN o.occurrences >= {k} THEN {codes['train']} ELSE {hashed} END")
+
+
+def sorted_pairs(paths: Sequence[Path], game: str,
+                 settings: BuildSettings = BuildSettings()) -> Iterator[pa.RecordBatch]:
+    """Record batches of the deduplicated, split pairs of the intermediates at `paths`, in
+    the shards' order (split, position hash, move, board); every PAIR_SCHEMA column."""
+    if not paths:
+        return
+    names = ", ".join(f"'{s}'" for s in SPLITS)
+    query = f"""
+    WITH pairs AS ({_pairs_sql(paths, game, settings)}),
+    occurrences AS (
+        SELECT position_hash, sum(count) AS occurrences FROM pairs
+        WHERE NOT holdout GROUP BY position_hash
+    ),
+    split AS (
+        SELECT p.*, {_position_split_sql(settings)} AS split_code
+        FROM pairs p LEFT JOIN occurrences o USING (position_hash)
+    )
+    SELECT board, move, game, rule, board_size, to_move, ply, count, position_hash, result,
+           mover_rank, game_id, source, ([{names}])[split_code + 1] AS split
+    FROM split ORDER BY split_code, position_hash, move, board
+    """
+    with _TempDir(settings.temp_dir) as temp:
+        con = _connect(settings, temp)
+        try:
+            reader = con.sql(query).to_arrow_reader(FETCH_ROWS)
+            yield from reader
+        finally:
+            con.close()
+
+
+def build_shards(paths: Sequence[Path], out_dir: Path, game: str,
+                 settings: BuildSettings = BuildSettings()) -> tuple[list[dict], dict[str, int]]:
+    """Deduplicate, split and write the shards of the intermediates at `paths` into
+    `out_dir`; return the shard entries (for the manifest) and rows per split (the game
+    split only when it has rows). Nothing is committed: the manifest does that."""
+    files = write_sorted_shards(sorted_pairs(list(paths), game, settings), Path(out_dir))
+    rows = {split: sum(f["rows"] for f in files if f["split"] == split) for split in SPLITS}
+    if not rows[GAME_SPLIT]:
+        del rows[GAME_SPLIT]
+    logger.info("wrote %d shard(s): %s", len(files), rows)
+    return files, rows
+
+
+def count_unique_pairs(path: Path, game: str, settings: BuildSettings = BuildSettings()) -> int:
+    """How many rows the intermediate at `path` alone gives (its unique (board, move) pairs,
+    a pair of held-out games apart from the same pair of others)."""
+    with _TempDir(settings.temp_dir) as temp:
+        con = _connect(settings, temp)
+        try:
+            query = f"SELECT count(*) FROM ({_pairs_sql([Path(path)], game, settings)})"
+            return int(con.execute(query).fetchone()[0])
+        finally:
+            con.close()
+
+
+__all__ = ["DEFAULT_MEMORY_LIMIT", "HOLDOUT_GAMES", "MIN_TRAIN_OCCURRENCES", "BuildSettings",
+           "build_shards", "count_unique_pairs", "sorted_pairs"]
