@@ -1,11 +1,17 @@
 """Prefect flow `ingest`: game records -> deduplicated Parquet shards + manifest.
 
-Gomoku: RenjuNet `.rif` / `.rif.gz` files. Go: `.sgf` files and KGS month archives
-(`.tar.gz`, `.tgz`, `.tar.bz2`, `.zip`), games of one board size (`go_board_size`, default 19;
-other sizes are quarantined). One run, one game: Go and Gomoku go to separate dataset folders.
-Per source, read = ingested + quarantined; a Go game cut short by an illegal move keeps its
-pairs up to that move, counts as ingested and `truncated`, and also has a row in the quarantine
-table ("cut short by an illegal move: ..."; see services/dataset/go_build.py).
+Gomoku: RenjuNet `.rif` / `.rif.gz` files (`RIF_SUFFIXES`), each game replayed under its own
+rule (`services.records.rif.game_rule`: renju unless the rule names a Gomoku one). Go: `.sgf`
+files and KGS month archives (`GO_SUFFIXES`: `.sgf` and `services.records.sgf.ARCHIVE_SUFFIXES`),
+games of one board size (`go_board_size`, default 19; other sizes are quarantined). A file of
+any other suffix is refused before anything is read. One run, one game: Go and Gomoku go to
+separate dataset folders. Per source, read = ingested + quarantined, and quarantined records
+are counted by reason category (`services.records.reasons`, the first full reason of each
+kept as its example). Two kinds of game keep their pairs up to a move, count as ingested and
+also have a row in the quarantine table: a Go game cut short by an illegal move (`truncated`,
+"cut short by an illegal move: ..."; see services/dataset/go_build.py) and a renju game cut
+at a forbidden black move (`cut_at_forbidden`, "cut at a forbidden move: ..."; the move
+itself is no target; see services/dataset/pairs.py).
 
 Run: python -m flows.ingest [SOURCES ...] --out artifacts/dataset
          [--dask | --dask-address tcp://scheduler:8786]
@@ -18,8 +24,9 @@ How a run goes:
    rows, both in the work folder (default `<out>.work/`) under a name holding the fingerprint.
    The task returns only a small summary (counts, the two paths and their checksums), cached
    by Prefect under the file's fingerprint, its name, the work folder and a hash of the
-   pipeline's code: an unchanged source is not read again until that code changes. It is
-   retried with exponential back-off;
+   pipeline's code (this module and every project module it imports, found by reading the
+   sources: `services.import_closure`): an unchanged source is not read again until that
+   code changes. It is retried with exponential back-off;
 3. the flow checks each intermediate against the checksum in its summary (a cached summary
    whose file was deleted or damaged is recomputed), then rebuilds the whole dataset from all
    intermediates: dedup across every source, split, shards, out of core (a DuckDB query
@@ -31,8 +38,6 @@ How a run goes:
 from __future__ import annotations
 
 import argparse
-import hashlib
-import importlib
 import logging
 import os
 import re
@@ -53,10 +58,12 @@ from services.dataset.build import source_pairs
 from services.dataset.dedup import BuildSettings, build_shards, count_unique_pairs
 from services.dataset.go_build import (
     DEFAULT_GO_SIZE,
+    GO_SUFFIXES,
     TRUNCATED,
     is_go_source,
     write_go_source_pairs,
 )
+from services.dataset.pairs import FORBIDDEN_CUT
 from services.dataset.shards import (
     COMPRESSION,
     QUARANTINE_SCHEMA,
@@ -68,29 +75,27 @@ from services.dataset.shards import (
     write_quarantine,
     write_table_atomic,
 )
-from services.records import sgf
-from services.records.rif import RifGame, read_rif, reason_category
+from services.import_closure import closure_digest
+from services.records.reasons import count_reasons
+from services.records.rif import RIF_SUFFIXES, RifGame, read_rif
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SOURCES = (str(ROOT / "data" / "sample" / "selfplay.rif"),)
 DEFAULT_OUT = str(ROOT / "artifacts" / "dataset")
 INTERMEDIATE_VERSION = 2  # bump when the intermediate files' layout changes
-# the code that turns a source into its intermediates: any change to it is a new cache key
-PIPELINE_MODULES = ("services.dataset.build", "services.dataset.pairs",
-                    "services.dataset.canonical", "services.records.rif", "services.games.gomoku",
-                    "services.games.renju", "services.games.symmetry", "services.games.coords",
-                    "services.dataset.go_build", "services.dataset.go_pairs",
-                    "services.records.sgf", "services.games.go", "services.games.go_features")
+# the module that defines the read task: its import closure is the code that turns a source
+# into intermediates, and any change to it is a new cache key
+PIPELINE_ENTRY = "flows.ingest"
+SOURCE_SUFFIXES = (*RIF_SUFFIXES, *GO_SUFFIXES)  # what a source file's name may end with
 RETRIES = 3  # delays 1, 2, 4 s (+ up to 50 % jitter)
 DEFAULT_DASK_WORKERS = 2
 
 
-def pipeline_version() -> str:
-    """INTERMEDIATE_VERSION plus a hash of the source of every PIPELINE_MODULES module."""
-    h = hashlib.sha256()
-    for name in PIPELINE_MODULES:
-        h.update(name.encode() + b"\0" + Path(importlib.import_module(name).__file__).read_bytes())
-    return f"{INTERMEDIATE_VERSION}-{h.hexdigest()[:16]}"
+def pipeline_version(root: Path = ROOT) -> str:
+    """INTERMEDIATE_VERSION plus a hash of the sources of PIPELINE_ENTRY and of every project
+    module it imports (under `root`), directly or not: a hand-kept list of modules misses
+    the next one imported."""
+    return f"{INTERMEDIATE_VERSION}-{closure_digest(PIPELINE_ENTRY, root)[:16]}"
 
 
 PIPELINE_VERSION = pipeline_version()
@@ -134,7 +139,7 @@ def read_source(path: str, name: str, fingerprint: str, work_dir: str,
     p = Path(path)
     if sha256_file(p) != fingerprint:
         raise RuntimeError(f"{p}: changed while the ingest ran (fingerprint mismatch)")
-    truncated = 0
+    truncated = cut = 0
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
     stem = intermediate_stem(name, fingerprint)
@@ -146,7 +151,6 @@ def read_source(path: str, name: str, fingerprint: str, work_dir: str,
         result = write_go_source_pairs(p, pairs_path, name, board_size=go_board_size)
         truncated = result.truncated
         n_pairs, pairs_sha256 = result.rows, result.sha256
-        categorize = sgf.reason_category
     else:
         game = "gomoku"
         rules: dict[str, str] = {}
@@ -161,13 +165,14 @@ def read_source(path: str, name: str, fingerprint: str, work_dir: str,
         ids = result.pairs["game_id"].to_pylist() if result.pairs.num_rows else []
         result.pairs = result.pairs.append_column(
             "rule", pa.array([rules.get(i, "") for i in ids], pa.string()))
-        categorize = reason_category
+        cut = result.cut
         n_pairs = result.pairs.num_rows
         pairs_sha256 = write_table_atomic(result.pairs, pairs_path)
     quarantine = pa.Table.from_pylist(result.quarantine, schema=QUARANTINE_SCHEMA)
     unique = count_unique_pairs(pairs_path, game, BuildSettings(temp_dir=work))
-    reasons = Counter(categorize(q["reason"]) for q in result.quarantine
-                      if not q["reason"].startswith(TRUNCATED))
+    reasons, examples = count_reasons(  # quarantined records only, not the kept games' notes
+        q["reason"] for q in result.quarantine
+        if not q["reason"].startswith((TRUNCATED, FORBIDDEN_CUT)))
     return {
         "source": name,
         "game": game,
@@ -176,7 +181,9 @@ def read_source(path: str, name: str, fingerprint: str, work_dir: str,
         "ingested": result.ingested,
         "quarantined": result.quarantined,
         "truncated": truncated,
+        "cut_at_forbidden": cut,
         "reasons": dict(sorted(reasons.items())),
+        "reason_examples": dict(sorted(examples.items())),
         "pairs": n_pairs,
         "unique_pairs": unique,
         "pairs_path": str(pairs_path),
@@ -195,13 +202,27 @@ def _intact(summary: dict) -> bool:
 
 
 def source_game(path: str | Path) -> str:
-    """'go' for the Go suffixes (GO_SUFFIXES), else 'gomoku' (read as RenjuNet .rif)."""
-    return "go" if is_go_source(path) else "gomoku"
+    """'go' for the Go suffixes (GO_SUFFIXES), 'gomoku' for RIF_SUFFIXES; a file of any other
+    suffix is refused (ValueError naming it and the suffixes accepted)."""
+    if is_go_source(path):
+        return "go"
+    if str(path).lower().endswith(RIF_SUFFIXES):
+        return "gomoku"
+    raise ValueError(unknown_suffix_message([str(path)]))
+
+
+def unknown_suffix_message(paths: list[str]) -> str:
+    return (f"unknown source file type: {', '.join(paths)}; accepted suffixes: "
+            f"{', '.join(SOURCE_SUFFIXES)} (RenjuNet {', '.join(RIF_SUFFIXES)}; Go "
+            f"{', '.join(GO_SUFFIXES)})")
 
 
 def _resolve_sources(sources: list[str] | None) -> list[Path]:
     paths = sorted({Path(s).resolve() for s in (sources or DEFAULT_SOURCES)},
                    key=lambda p: (p.name, str(p)))
+    unknown = [str(p) for p in paths if not p.name.lower().endswith(SOURCE_SUFFIXES)]
+    if unknown:  # before anything is read: an unknown file is never read as .rif
+        raise ValueError(unknown_suffix_message(unknown))
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise FileNotFoundError(f"source file(s) not found: {', '.join(missing)}")
@@ -253,7 +274,8 @@ def _progress_bar(total: int, label: str):
 def _counts_row(summary: dict, reasons: list[str], cached: bool) -> dict:
     row = {"source": summary["source"], "read": summary["read"],
            "ingested": summary["ingested"], "quarantined": summary["quarantined"],
-           "truncated": summary.get("truncated", 0)}
+           "truncated": summary.get("truncated", 0),
+           "cut at a forbidden move": summary.get("cut_at_forbidden", 0)}
     row.update({f"quarantined: {r}": summary["reasons"].get(r, 0) for r in reasons})
     row.update({"raw pairs": summary["pairs"], "unique pairs": summary["unique_pairs"],
                 "cached": "yes" if cached else "no"})
@@ -302,8 +324,9 @@ def ingest(sources: list[str] | None = None, out_dir: str = DEFAULT_OUT,
     quarantine = [row for s in ordered
                   for row in pq.read_table(s["quarantine_path"]).to_pylist()]
     quarantine_entry = write_quarantine(quarantine, out)
-    counts = [{k: s[k] for k in ("source", "read", "ingested", "quarantined", "truncated",
-                                 "pairs", "unique_pairs", "reasons")} for s in ordered]
+    counts = [{k: s.get(k, 0) for k in ("source", "read", "ingested", "quarantined", "truncated",
+                                        "cut_at_forbidden", "pairs", "unique_pairs", "reasons",
+                                        "reason_examples")} for s in ordered]
     manifest = {
         "schema_version": SCHEMA_VERSION,
         "game": game,
@@ -327,9 +350,10 @@ def ingest(sources: list[str] | None = None, out_dir: str = DEFAULT_OUT,
         key="ingest-counts",
         table=[_counts_row(s, reasons, s["source"] in cached) for s in ordered],
         description="Records per source (read = ingested + quarantined, quarantined by "
-                    "reason; truncated: Go games cut at an illegal move, ingested), raw and "
-                    "unique (position, move) pairs, whether the source was "
-                    "served from the cache",
+                    "reason category; truncated: Go games cut at an illegal move; cut at a "
+                    "forbidden move: renju games whose pairs end before a forbidden black "
+                    "move; both ingested), raw and unique (position, move) pairs, whether the "
+                    "source was served from the cache",
     )
     create_markdown_artifact(key="ingest-summary", markdown=_summary_markdown(
         manifest, out, len(cached), len(damaged), removed))
@@ -340,6 +364,7 @@ def _summary_markdown(manifest: dict, out: Path, n_cached: int, n_damaged: int,
                       removed: list[str]) -> str:
     rows = manifest["rows"]
     truncated = sum(c.get("truncated", 0) for c in manifest["counts"])
+    cut = sum(c.get("cut_at_forbidden", 0) for c in manifest["counts"])
     lines = [
         "# Ingest",
         "",
@@ -348,6 +373,7 @@ def _summary_markdown(manifest: dict, out: Path, n_cached: int, n_damaged: int,
         + f"), {sum(c['read'] for c in manifest['counts'])} records read, "
         f"{sum(c['quarantined'] for c in manifest['counts'])} quarantined"
         + (f", {truncated} truncated at an illegal move" if truncated else "")
+        + (f", {cut} cut at a forbidden move" if cut else "")
         + f"; {manifest['raw_pairs']} pairs, "
         f"**{rows} unique** after symmetry dedup, written to `{out}`.",
         "",
@@ -357,6 +383,18 @@ def _summary_markdown(manifest: dict, out: Path, n_cached: int, n_damaged: int,
     for split, n in manifest["splits"].items():
         n_files = sum(1 for f in manifest["files"] if f["split"] == split)
         lines.append(f"| {split} | {n} | {n / max(rows, 1):.1%} | {n_files} |")
+    reasons: dict[str, int] = {}
+    examples: dict[str, str] = {}
+    for c in manifest["counts"]:
+        for category, n in c["reasons"].items():
+            reasons[category] = reasons.get(category, 0) + n
+        for category, example in c.get("reason_examples", {}).items():
+            examples.setdefault(category, example)
+    if reasons:
+        lines += ["", "| quarantined: reason | records | example |", "|---|---:|---|"]
+        for category, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])):
+            example = examples.get(category, "").replace("|", "\\|")
+            lines.append(f"| {category} | {n} | {example} |")
     if removed:
         lines += ["", f"Removed {len(removed)} file(s) the new manifest no longer lists."]
     return "\n".join(lines)
@@ -387,8 +425,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sources", nargs="*",
-                        help="RenjuNet .rif files, or Go .sgf files / KGS archives (.tar.gz, "
-                             ".tar.bz2, .zip); not both (default: the Gomoku sample)")
+                        help=f"RenjuNet files ({', '.join(RIF_SUFFIXES)}), or Go .sgf files / "
+                             f"KGS archives ({', '.join(GO_SUFFIXES[1:])}); not both (default: "
+                             "the Gomoku sample)")
     parser.add_argument("--go-board-size", type=int, default=DEFAULT_GO_SIZE,
                         help="Go: the board size kept (others are quarantined); 0 keeps all")
     parser.add_argument("--out", default=DEFAULT_OUT, help="dataset folder to write")
@@ -403,6 +442,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     logs.add_arguments(parser)
     args = parser.parse_args(argv)
+    unknown = [s for s in args.sources if not s.lower().endswith(SOURCE_SUFFIXES)]
+    if unknown:
+        parser.error(unknown_suffix_message(unknown))
     configure_logging(args)
     workers = args.dask_workers or (DEFAULT_DASK_WORKERS if args.dask else 0)
     # `python -m flows.ingest` runs this file as __main__: take the flow from the importable
@@ -417,7 +459,9 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"  {row['source']}: read {row['read']} = ingested {row['ingested']} "
               f"+ quarantined {row['quarantined']}"
               + (f" {row['reasons']}" if row["reasons"] else "")
-              + (f", truncated {row['truncated']}" if row.get("truncated") else ""))
+              + (f", truncated {row['truncated']}" if row.get("truncated") else "")
+              + (f", cut at a forbidden move {row['cut_at_forbidden']}"
+                 if row.get("cut_at_forbidden") else ""))
     return manifest
 
 

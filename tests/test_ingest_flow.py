@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -18,10 +22,12 @@ import flows.ingest as ingest_mod
 from flows.ingest import ingest, ingest_on, main, read_source
 from flows.schedules import DEFAULT_CRON, nightly_deployment
 from services.dataset import shards
+from services.dataset.pairs import FORBIDDEN_CUT
 from services.dataset.shards import read_manifest, read_split
-from services.records.rif import RifGame, read_rif
+from services.import_closure import import_closure
+from services.records.rif import RIF_SUFFIXES, RifGame, read_rif
 from services.records.rif_writer import write_rif
-from tests.conftest import SAMPLE_RIF
+from tests.conftest import SAMPLE_RIF, renjunet_games
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -316,3 +322,107 @@ def test_the_server_schedules_the_nightly_runs_at_three(tmp_path: Path) -> None:
         assert run.state.is_scheduled()
         start = run.expected_start_time
         assert (start.hour, start.minute, start.utcoffset().total_seconds()) == (3, 0, 0)
+
+
+def test_renju_games_cut_at_a_forbidden_move_are_counted(tmp_path: Path,
+                                                         renjunet_rif: Path) -> None:
+    """The real games (rule RIF): five end with a forbidden black move, which is no target;
+    the manifest counts, the counts table, the summary and the quarantine table say so."""
+    from prefect.artifacts import Artifact
+
+    games = renjunet_games()
+    out = tmp_path / "ds"
+    manifest = ingest(sources=[str(renjunet_rif)], out_dir=str(out))
+    (row,) = manifest["counts"]
+    assert (row["read"], row["ingested"], row["quarantined"], row["cut_at_forbidden"]) == \
+        (len(games), len(games), 0, 5)
+    assert manifest["raw_pairs"] == sum(len(g.moves) for g in games) - 5
+    (table,) = json.loads(Artifact.get("ingest-counts").data)
+    assert table["cut at a forbidden move"] == 5 and table["quarantined"] == 0
+    assert "5 cut at a forbidden move" in Artifact.get("ingest-summary").data
+    notes = pq.read_table(out / manifest["quarantine"]["path"])["reason"].to_pylist()
+    assert len(notes) == 5 and all(n.startswith(FORBIDDEN_CUT) for n in notes)
+
+
+def test_quarantine_is_counted_by_category_with_an_example(tmp_path: Path, sources) -> None:
+    from prefect.artifacts import Artifact
+
+    manifest = ingest(sources=list(sources), out_dir=str(tmp_path / "ds"))
+    row = next(c for c in manifest["counts"] if c["source"] == "part-a.rif")
+    assert row["reasons"] == {"repeated point": 1, "unknown coordinate": 1}
+    assert row["reason_examples"] == {
+        "repeated point": "repeated point h8 at move 3 (first at move 1)",
+        "unknown coordinate": "unknown coordinate 'p16' at move 2"}
+    summary = Artifact.get("ingest-summary").data
+    assert "| unknown coordinate | 1 | unknown coordinate 'p16' at move 2 |" in summary
+
+
+def test_an_unknown_suffix_is_refused_before_anything_is_read(tmp_path: Path, monkeypatch,
+                                                              capsys) -> None:
+    odd = tmp_path / "games.txt"  # RIF content under a name no reader claims
+    odd.write_bytes(SAMPLE_RIF.read_bytes())
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("a file of an unknown type was read")
+
+    monkeypatch.setattr(ingest_mod, "read_rif", no_reading)
+    out = tmp_path / "ds"
+    accepted = r"accepted suffixes: \.rif, \.rif\.gz, \.sgf, \.tar\.gz, \.tgz"
+    with pytest.raises(ValueError, match=rf"games\.txt; {accepted}"):
+        ingest(sources=[str(odd), str(SAMPLE_RIF)], out_dir=str(out))
+    with pytest.raises(SystemExit) as exited:
+        main([str(odd), "--out", str(out)])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "games.txt" in err and ".rif.gz" in err and ".zip" in err
+    assert not out.exists()
+    with pytest.raises(ValueError, match=r"games\.txt"):
+        ingest_mod.source_game(odd)
+
+
+def test_one_list_of_archive_suffixes() -> None:
+    from services.dataset.go_build import GO_SUFFIXES
+    from services.records.sgf import ARCHIVE_SUFFIXES
+
+    assert (".sgf", *ARCHIVE_SUFFIXES) == GO_SUFFIXES
+    assert (*RIF_SUFFIXES, *GO_SUFFIXES) == ingest_mod.SOURCE_SUFFIXES
+    for suffix in ARCHIVE_SUFFIXES:  # every archive the reader opens is a Go source
+        assert ingest_mod.source_game(f"kgs-2024-01{suffix}") == "go"
+    assert ingest_mod.source_game("renjunet.rif.gz") == "gomoku"
+
+
+def _copy_code(dest: Path) -> Path:
+    for top in ("flows", "services"):
+        shutil.copytree(ingest_mod.ROOT / top, dest / top,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return dest
+
+
+def test_cache_key_changes_with_any_module_the_read_task_imports(tmp_path: Path) -> None:
+    closure = import_closure(ingest_mod.PIPELINE_ENTRY, ingest_mod.ROOT)
+    assert {"flows.ingest", "services.dataset.build", "services.dataset.go_pairs",
+            "services.games.go_fast", "services.games.renju", "services.records.reasons",
+            "services.records.sgf"} <= set(closure)
+    assert "services.search.server" not in closure
+
+    code = _copy_code(tmp_path / "code")
+    key = ingest_mod.pipeline_version(code)
+    assert key.startswith(f"{ingest_mod.INTERMEDIATE_VERSION}-")
+    go_fast = code / "services" / "games" / "go_fast.py"
+    go_fast.write_text(go_fast.read_text() + "\n# a change to the fast Go replay\n")
+    changed = ingest_mod.pipeline_version(code)
+    assert changed != key  # a new key: no stale intermediate is reused
+    server = code / "services" / "search" / "server.py"  # not imported by the pipeline
+    server.write_text(server.read_text() + "\n# unrelated\n")
+    assert ingest_mod.pipeline_version(code) == changed
+
+
+def test_import_closure_holds_every_project_module_the_import_loads() -> None:
+    """The closure read from the sources covers what importing the pipeline really loads."""
+    script = ("import sys, flows.ingest; print('\\n'.join(m for m in sys.modules "
+              "if m.split('.')[0] in ('flows', 'services')))")
+    loaded = subprocess.run([sys.executable, "-c", script], cwd=ingest_mod.ROOT, check=True,
+                            capture_output=True, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"}).stdout.split()
+    assert "services.games.go_fast" in loaded
+    assert set(loaded) <= set(import_closure(ingest_mod.PIPELINE_ENTRY, ingest_mod.ROOT))
