@@ -12,9 +12,10 @@ with a `cut` note (`FORBIDDEN_CUT`) instead of an error.
 gives exactly what `replay` gives for each, without replaying move by move: a game replays
 cleanly when its moves are on the board, all different, and no line of five or more stones
 of one colour is on the board before its last move (checked on bit rows for all games
-together); a renju game is first cut at its first forbidden black move
-(`renju.first_forbidden`), after which that test holds for it too. Only the games that fail
-the test (a handful in real data) are handed to `replay` for the exact reason.
+together); a renju game is first cut after its first forbidden black move
+(`renju.first_forbidden`), and when it passes that test it reaches that move, where its
+pairs end. Only the games that fail the test (a handful in real data) are handed to
+`replay` for the exact reason.
 """
 
 from __future__ import annotations
@@ -110,27 +111,32 @@ def replay_games(games: Sequence[Sequence[int]], size: int = 15,
     rules = [rule] * len(games) if isinstance(rule, Rule) else list(rule)
     if len(rules) != len(games):
         raise ValueError(f"{len(rules)} rules for {len(games)} games")
-    exact: dict[int, GamePairs] = {}  # games replayed move by move
+    found: dict[int, tuple[int, str]] = {}  # renju games: (ply, reason) of a forbidden move
     if Rule.RENJU in rules:
         games = list(games)
         for g in [g for g, r in enumerate(rules) if r is Rule.RENJU]:
-            if first_forbidden(games[g], size) is not None:  # rare: the replay says where
-                exact[g] = replay(list(games[g]), size, Rule.RENJU)  # it ends, and why
-                games[g] = games[g][:len(exact[g].moves)]
+            forbidden = first_forbidden(games[g], size)
+            if forbidden is not None:  # kept up to and with it: the test below then says
+                found[g] = forbidden  # whether the game gets there
+                games[g] = games[g][:forbidden[0] + 1]
     lengths = np.fromiter((len(g) for g in games), dtype=np.int64, count=len(games))
     flat = np.fromiter(chain.from_iterable(games), dtype=np.int64, count=int(lengths.sum()))
     suspect = suspect_games(flat, lengths, size)
-    for g in np.flatnonzero(suspect).tolist():
-        if g not in exact:
-            exact[g] = replay(list(games[g]), size, rules[g])
+    ends: dict[int, tuple[int, str | None, str | None]] = {}  # game: legal moves, error, cut
+    for g in np.flatnonzero(suspect).tolist():  # replayed move by move
+        game = replay(list(games[g]), size, rules[g])
+        ends[g] = len(game.moves), game.error, game.cut
+    for g, (ply, reason) in found.items():  # the others reach their forbidden move
+        if g not in ends:
+            exc = ForbiddenMove(int(games[g][ply]), size, reason)
+            ends[g] = ply, None, forbidden_cut(ply, exc)
     legal = lengths.copy()
     errors: list[str | None] = [None] * len(games)
     cuts: list[str | None] = [None] * len(games)
     keep = None
     starts = np.cumsum(lengths) - lengths
-    for g, game in exact.items():
-        errors[g], cuts[g] = game.error, game.cut
-        legal[g] = len(game.moves)
+    for g, (n, error, cut) in ends.items():
+        legal[g], errors[g], cuts[g] = n, error, cut
         if legal[g] < lengths[g]:
             if keep is None:
                 keep = np.ones(len(flat), dtype=bool)
