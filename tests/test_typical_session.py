@@ -136,8 +136,11 @@ def triton_live(port: int) -> bool:
 def search_serving(port: int) -> bool:
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         try:
+            # the Gomoku model's name: a fresh clone has no Go version, so the service's
+            # all-games name stays NOT_SERVING
             reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service="movepred.v1.SearchService/gomoku"), timeout=1.0)
+                health_pb2.HealthCheckRequest(service="movepred.v1.SearchService/gomoku"),
+                timeout=1.0)
         except grpc.RpcError:
             return False
     return reply.status == health_pb2.HealthCheckResponse.SERVING
