@@ -128,6 +128,15 @@ def assert_search_argv_is_accepted(argv: list[str], where: str,
     return args
 
 
+def assert_search_models_are_loaded(args: Any, triton_argv: list[str], where: str) -> None:
+    """Every model the search service asks for is one Triton loads: readiness
+    (movepred.v1.SearchService) waits for every configured game's model, so a game whose model
+    Triton never loads would keep the service out of rotation for good."""
+    loaded = {a.split("=", 1)[1] for a in triton_argv if str(a).startswith("--load-model=")}
+    wanted = {m for m in (args.model, args.go_model) if m}
+    assert wanted <= loaded, f"{where}: asks Triton for {sorted(wanted - loaded)}, not loaded"
+
+
 def assert_search_flags_exist(argv: list[str], where: str) -> None:
     help_text = search_server_help()
     flags = flag_names(argv)
@@ -519,6 +528,9 @@ def test_search_deployment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert argv[:3] == ["python", "-m", "services.search.server"]
     assert_search_flags_exist(argv, "k8s movepred-search")
     args = assert_search_argv_is_accepted(argv, "k8s movepred-search", monkeypatch)
+    triton = only_container(k8s_object("Deployment", "triton"))
+    assert_search_models_are_loaded(
+        args, [*triton.get("command", []), *triton.get("args", [])], "k8s movepred-search")
 
     # Probes: the plaintext health-only port (kubelet probes speak no TLS): liveness on "",
     # readiness on the SearchService's name (NOT_SERVING while Triton or the model is down).
@@ -772,6 +784,7 @@ def test_compose_search_and_prefect(monkeypatch: pytest.MonkeyPatch) -> None:
     assert argv[:3] == ["python", "-m", "services.search.server"]
     assert_search_flags_exist(argv, "compose search")
     args = assert_search_argv_is_accepted(argv, "compose search", monkeypatch)
+    assert_search_models_are_loaded(args, services["triton"]["command"], "compose search")
     # TLS files and token are compose secrets, mounted at /run/secrets/<name>
     for path in (args.tls.cert, args.tls.key, args.token_file):
         name = Path(path).name
