@@ -3,24 +3,32 @@
 Each position is stored as the compact int8 [4, S, S] planes of services/games/go_features.py
 seen from the player who moved, so a policy net gets liberties, recent moves and ko without
 replaying the game. The canonical image is the one whose stones (channel 0) have the smallest
-(Zobrist hash, move); the same symmetry is applied to every channel and to the move (a pass,
-S*S, is unchanged). The position hash is that smallest stones hash, so all images of a
-position share a split.
+(Zobrist hash, move), ties between images broken on the bytes of all four planes; the same
+symmetry is applied to every channel and to the move (a pass, S*S, is unchanged). The
+position hash is that smallest stones hash, so all images of a position share a split.
+
+Speed: the 8 stones hashes of a replayed game's positions are running XORs along the game
+(`running_image_hashes`, from the moves and captures the replay reports), and the chosen
+images are written with one strided copy per symmetry, not one index per cell.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 import pyarrow as pa
 
-from services.dataset.canonical import split_of, zobrist
+from services.dataset.canonical import split_of, symmetry_zobrist
 from services.games.go import BLACK, WHITE, replay
 from services.games.go_fast import game_compact
 from services.games.go_features import COMPACT_CHANNELS, compact
-from services.games.symmetry import N_SYMMETRIES, point_table
+from services.games.symmetry import N_SYMMETRIES, point_table, transform_board
 from services.records.sgf import SgfGame
+
+_NO_MOVE = np.iinfo(np.int32).max
 
 
 @dataclass(frozen=True)
@@ -32,6 +40,18 @@ class GoPairs:
     results: np.ndarray  # float32 [n]: 1 the mover won, 0 lost, 0.5 draw, NaN unknown
     ranks: list[str]  # the mover's rank as the record gives it
     error: str | None
+    # the replay's set-up position and captures ([m, 2] int32: move index, point), when it
+    # reported them: the positions' symmetry hashes then run along the game
+    initial: bytes | None = None
+    captures: np.ndarray | None = None
+
+    def image_hashes(self) -> np.ndarray | None:
+        """uint64 [n, 8], the stones hash of every image of every position, when the replay
+        reported its captures (else None: `canonicalize` hashes the boards)."""
+        if self.captures is None or self.initial is None:
+            return None
+        return running_image_hashes(self.inputs.shape[-1], self.initial, self.to_move,
+                                    self.moves, self.captures)
 
 
 def game_pairs(game: SgfGame) -> GoPairs:
@@ -40,7 +60,7 @@ def game_pairs(game: SgfGame) -> GoPairs:
     Uses the incremental replay of services/games/go_fast.py, which writes every position's
     planes in one pass; the output is byte-identical to `game_pairs_reference`."""
     c = game_compact(game)
-    return _pairs(game, c.inputs, c.moves, c.to_move, c.error)
+    return _pairs(game, c.inputs, c.moves, c.to_move, c.error, c.initial, c.captures)
 
 
 def game_pairs_reference(game: SgfGame) -> GoPairs:
@@ -61,7 +81,8 @@ def game_pairs_reference(game: SgfGame) -> GoPairs:
 
 
 def _pairs(game: SgfGame, inputs: np.ndarray, moves: np.ndarray, to_move: np.ndarray,
-           error: str | None) -> GoPairs:
+           error: str | None, initial: bytes | None = None,
+           captures: np.ndarray | None = None) -> GoPairs:
     """Results (from the mover's side) and ranks around the replayed inputs."""
     n = len(moves)
     if game.winner in (BLACK, WHITE):
@@ -72,59 +93,194 @@ def _pairs(game: SgfGame, inputs: np.ndarray, moves: np.ndarray, to_move: np.nda
         results = np.full(n, np.nan, dtype=np.float32)
     ranks = [game.black_rank if c == BLACK else game.white_rank for c in to_move.tolist()]
     return GoPairs(inputs, moves, to_move, np.arange(n, dtype=np.int16), results, ranks,
-                   error)
+                   error, initial, captures)
 
 
-def canonicalize(inputs: np.ndarray, moves: np.ndarray):
-    """(canonical inputs, canonical moves, position hashes) for compact Go inputs."""
-    n, c, s, _ = inputs.shape
-    points = s * s
-    table = point_table(s)
-    flat = inputs.reshape(n, c, points)
-    hashes = np.empty((N_SYMMETRIES, n), dtype=np.uint64)
-    image_moves = np.empty((N_SYMMETRIES, n), dtype=np.int16)
-    stones = np.empty((n, points), dtype=np.int8)
-    on_board = moves < points
-    for k in range(N_SYMMETRIES):
-        stones[:, table[k]] = flat[:, 0]
-        hashes[k] = zobrist(stones, s)
-        image_moves[k] = np.where(on_board, table[k][np.minimum(moves, points - 1)], moves)
-    order = np.lexsort((np.arange(N_SYMMETRIES)[:, None].repeat(n, 1), image_moves, hashes),
-                       axis=0)
-    best = order[0]
+def canonicalize(inputs: np.ndarray, moves: np.ndarray,
+                 image_hashes: np.ndarray | None = None):
+    """(canonical inputs, canonical moves, position hashes) for compact Go inputs.
+
+    The canonical image of a pair is the one with the smallest (stones hash, move, full plane
+    bytes) over its 8 images: the hash and move decide almost always; the bytes break the
+    ties between images whose stones hash and move are equal but whose other planes differ
+    (a symmetric shape of stones with asymmetric move ages or ko), so a pair and each of its
+    mirror images have exactly one canonical form and always merge in dedup.
+
+    `image_hashes`: uint64 [n, 8], the stones hash of each image when the caller has them
+    (`running_image_hashes`); otherwise they are computed from the stones plane.
+    """
+    n, _, s, _ = inputs.shape
+    area = s * s
+    if image_hashes is None:
+        image_hashes = board_image_hashes(inputs[:, 0].reshape(n, area), s)
+    moves = np.asarray(moves)
+    table = _point_table(s)
+    on_board = moves < area
+    image_moves = np.where(on_board, table[:, np.where(on_board, moves, 0)],
+                           moves).T  # [n, 8]
+    smallest = image_hashes.min(axis=1, keepdims=True)
+    tied = image_hashes == smallest
+    least_move = np.where(tied, image_moves, _NO_MOVE).min(axis=1, keepdims=True)
+    tied &= image_moves == least_move
+    best = np.argmax(tied, axis=1)  # the first (smallest k) of the images still tied
+    several = np.flatnonzero(tied.sum(axis=1) > 1)
+    if len(several):
+        best[several] = _least_bytes(inputs[several], tied[several])
     cols = np.arange(n)
-    out = np.empty_like(flat)
-    out[cols[:, None, None], np.arange(c)[None, :, None], table[best][:, None, :]] = flat
-    return out.reshape(inputs.shape), image_moves[best, cols], hashes[best, cols]
+    return (_images(inputs, best), image_moves[cols, best].astype(np.int16),
+            image_hashes[cols, best])
+
+
+def _least_bytes(inputs: np.ndarray, tied: np.ndarray) -> np.ndarray:
+    """For each of a few rows: the symmetry, among its `tied` ones ([t, 8] bool), whose image
+    of all the planes has the smallest bytes (the smallest k among equal images)."""
+    images = np.stack([transform_board(inputs, k) for k in range(N_SYMMETRIES)], axis=1)
+    flat = images.reshape(len(inputs), N_SYMMETRIES, -1)
+    out = np.empty(len(inputs), dtype=np.intp)
+    for i, (row, ks) in enumerate(zip(flat, tied, strict=True)):
+        out[i] = min(np.flatnonzero(ks).tolist(), key=lambda k, row=row: row[k].tobytes())
+    return out
+
+
+def _images(inputs: np.ndarray, best: np.ndarray) -> np.ndarray:
+    """inputs[i] moved by symmetry best[i], every plane: one strided copy per symmetry."""
+    out = np.empty_like(inputs)
+    for k in range(N_SYMMETRIES):
+        rows = np.flatnonzero(best == k)
+        if len(rows) == len(inputs):
+            out[...] = transform_board(inputs, k)
+        elif len(rows):
+            out[rows] = transform_board(inputs[rows], k)
+    return out
+
+
+def board_image_hashes(stones: np.ndarray, size: int) -> np.ndarray:
+    """uint64 [n, 8]: the Zobrist hash of each symmetry image of each flat board [n, S*S]
+    (image k puts the cell at p on point_table[k, p]), from the boards' stones."""
+    n = len(stones)
+    rows, points = np.nonzero(stones)  # row-major: grouped by row
+    keys = symmetry_zobrist(size)[:, points, stones[rows, points].astype(np.intp)]  # [8, m]
+    hashes = np.zeros((n, N_SYMMETRIES), dtype=np.uint64)
+    if len(rows):
+        starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
+        hashes[rows[starts]] = np.bitwise_xor.reduceat(keys, starts, axis=1).T
+    return hashes
+
+
+@cache
+def _mover_keys(size: int) -> np.ndarray:
+    """uint64 [16, S*S, 3]: rows 0-7 the image keys of a stone of absolute colour c as Black
+    sees it (own = 1 = Black), rows 8-15 as White sees it (its colour swapped)."""
+    keys = symmetry_zobrist(size)
+    out = np.concatenate([keys, keys[:, :, [0, 2, 1]]])
+    out.flags.writeable = False
+    return out
+
+
+@cache
+def _point_table(size: int) -> np.ndarray:
+    table = point_table(size)
+    table.flags.writeable = False
+    return table
+
+
+def running_image_hashes(size: int, initial: bytes, to_move: np.ndarray, moves: np.ndarray,
+                         captures: np.ndarray) -> np.ndarray:
+    """`board_image_hashes` of the stones plane of every position of a replayed game (seen
+    from its mover), without looking at the boards: each image's hash is a running XOR of
+    one key per stone placed (a move) or removed (a capture), one pass over the game's
+    changes instead of one over every stone of every position.
+
+    `initial`: the set-up position (flat bytes, absolute colours); `to_move`, `moves` (S*S =
+    pass): the applied moves; `captures`: int32 [m, 2], (index of the capturing move, point).
+    """
+    n, area = len(moves), size * size
+    keys = _mover_keys(size)
+    placed = np.flatnonzero(moves < area)
+    seen = np.concatenate([placed + 1, captures[:, 0] + 1])  # first position without/with it
+    points = np.concatenate([moves[placed], captures[:, 1]]).astype(np.intp)
+    colours = np.concatenate([to_move[placed], 3 - to_move[captures[:, 0]]]).astype(np.intp)
+    if len(captures):
+        order = np.argsort(seen, kind="stable")
+        seen, points, colours = seen[order], points[order], colours[order]
+    running = np.zeros((2 * N_SYMMETRIES, len(seen) + 1), dtype=np.uint64)
+    np.bitwise_xor.accumulate(keys[:, points, colours], axis=1, out=running[:, 1:])
+    hashes = running[:, np.searchsorted(seen, np.arange(n), side="right")]  # [16, n]
+    start = np.frombuffer(initial, dtype=np.int8)
+    stones = np.flatnonzero(start)
+    if len(stones):
+        hashes ^= np.bitwise_xor.reduce(keys[:, stones, start[stones].astype(np.intp)],
+                                        axis=1)[:, None]
+    return np.where(to_move == WHITE, hashes[N_SYMMETRIES:], hashes[:N_SYMMETRIES]).T
 
 
 def pairs_table(pairs: GoPairs, game_id: str, source: str, rule: str = "") -> pa.Table:
     """One row per occurrence, canonicalised (count 1), in the shards' column layout."""
-    n = len(pairs.moves)
-    size = pairs.inputs.shape[-1] if n else 0
-    canon, moves, hashes = (canonicalize(pairs.inputs, pairs.moves) if n
-                            else (pairs.inputs, pairs.moves, np.zeros(0, np.uint64)))
+    return pairs_tables([pairs], [game_id], source, [rule])
+
+
+def pairs_tables(games: Sequence[GoPairs], game_ids: Sequence[str], source: str,
+                 rules: Sequence[str]) -> pa.Table:
+    """`pairs_table` of many games as one table (the games' rows one after the other).
+
+    Why batched: per game the numpy and Arrow calls cost more than the work in them (a
+    19x19 game has ~200 positions); over a batch the symmetry images are one strided copy
+    per symmetry and every column one array."""
+    games = list(games)
+    if not games:
+        return pairs_table(GoPairs(np.zeros((0, COMPACT_CHANNELS, 0, 0), np.int8),
+                                   np.empty(0, np.int16), np.empty(0, np.int8),
+                                   np.empty(0, np.int16), np.empty(0, np.float32), [], None),
+                           "", source)
+    sizes = [g.inputs.shape[-1] for g in games]
+    if len(set(sizes)) > 1:  # one board size per array: runs of equal size, in order
+        tables, start = [], 0
+        for i in range(1, len(games) + 1):
+            if i == len(games) or sizes[i] != sizes[start]:
+                tables.append(pairs_tables(games[start:i], game_ids[start:i], source,
+                                           rules[start:i]))
+                start = i
+        return pa.concat_tables(tables)
+    size = sizes[0]
+    lengths = np.array([len(g.moves) for g in games], dtype=np.int64)
+    n = int(lengths.sum())
     width = COMPACT_CHANNELS * size * size
-    data = np.ascontiguousarray(canon).reshape(-1).view(np.uint8)
-    offsets = np.arange(n + 1, dtype=np.int32) * width
-    board = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets),
-                                                   pa.py_buffer(data.tobytes())])
+    if n * width >= 2**31 and len(games) > 1:  # binary offsets are 32-bit: two tables
+        half = len(games) // 2
+        return pa.concat_tables([
+            pairs_tables(games[:half], game_ids[:half], source, rules[:half]),
+            pairs_tables(games[half:], game_ids[half:], source, rules[half:])])
+    inputs = np.concatenate([g.inputs for g in games])
+    moves = np.concatenate([g.moves for g in games])
+    hashes = [g.image_hashes() for g in games]
+    image_hashes = (np.concatenate(hashes) if all(h is not None for h in hashes) else None)
+    if n:
+        canon, moves, position_hash = canonicalize(inputs, moves, image_hashes)
+    else:
+        canon, position_hash = inputs, np.zeros(0, np.uint64)
+    del inputs
+    offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
+    data = pa.py_buffer(np.ascontiguousarray(canon).reshape(-1).view(np.uint8))
+    board = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), data])
+    game_of_row = np.repeat(np.arange(len(games)), lengths)
+    ranks = pa.array([r for g in games for r in g.ranks], pa.string())
     return pa.table({
-        "game": pa.array(["go"] * n, pa.string()),
-        "rule": pa.array([rule] * n, pa.string()),
+        "game": pa.array(["go"], pa.string()).take(np.zeros(n, np.int32)),
+        "rule": pa.array(list(rules), pa.string()).take(game_of_row),
         "board_size": pa.array(np.full(n, size, np.int8)),
         "board": board,
         "move": pa.array(moves, pa.int16()),
-        "to_move": pa.array(pairs.to_move),
-        "ply": pa.array(pairs.plies),
+        "to_move": pa.array(np.concatenate([g.to_move for g in games]).astype(np.int8)),
+        "ply": pa.array(np.concatenate([g.plies for g in games]).astype(np.int16)),
         "count": pa.array(np.ones(n, np.int32)),
-        "position_hash": pa.array(hashes, pa.uint64()),
-        "result": pa.array(pairs.results, pa.float32()),
-        "mover_rank": pa.array(pairs.ranks, pa.string()),
-        "game_id": pa.array([game_id] * n, pa.string()),
-        "source": pa.array([source] * n, pa.string()),
+        "position_hash": pa.array(position_hash, pa.uint64()),
+        "result": pa.array(np.concatenate([g.results for g in games]).astype(np.float32),
+                           pa.float32()),
+        "mover_rank": ranks,
+        "game_id": pa.array(list(game_ids), pa.string()).take(game_of_row),
+        "source": pa.array([source], pa.string()).take(np.zeros(n, np.int32)),
     })
 
 
-__all__ = ["GoPairs", "canonicalize", "game_pairs", "game_pairs_reference", "pairs_table",
-           "split_of"]
+__all__ = ["GoPairs", "board_image_hashes", "canonicalize", "game_pairs", "game_pairs_reference",
+           "pairs_table", "pairs_tables", "running_image_hashes", "split_of"]

@@ -84,12 +84,19 @@ def _initial_groups(cells: bytearray, size: int, group_of: list[_Group | None],
 class CompactGame(NamedTuple):
     """A replayed main line: `inputs` int8 [n, 4, S, S] (the position before each applied
     move, seen from that move's colour), `moves` int16 [n] (S*S = pass), `to_move` int8 [n],
-    and `error`, the reference's message for the first illegal move (None if none)."""
+    and `error`, the reference's message for the first illegal move (None if none).
+
+    `initial` (the set-up position, flat bytes) and `captures` (int32 [m, 2]: the index of
+    the applied move that captured, and the stone's point, in capture order) describe every
+    change of the board, so the positions' symmetry hashes can be run along the game
+    (`services.dataset.go_pairs.running_image_hashes`) instead of computed board by board."""
 
     inputs: np.ndarray
     moves: np.ndarray
     to_move: np.ndarray
     error: str | None
+    initial: bytes = b""
+    captures: np.ndarray = np.zeros((0, 2), np.int32)
 
 
 def replay_planes(size: int, cells0: bytes,
@@ -110,6 +117,8 @@ def replay_planes(size: int, cells0: bytes,
     ko = -1
     ko_color = EMPTY
     played = 0
+    cap_at: list[int] = []  # per captured stone: the move that took it ...
+    cap_pt: list[int] = []  # ... and its point
     off, off_a, off_b = 0, area, 2 * area  # this position's stones and liberties slices
     error = None
     for color, point in moves:
@@ -194,6 +203,8 @@ def replay_planes(size: int, cells0: bytes,
             group_of[point] = base
             ko = -1
             if captured:
+                cap_at += [played] * len(captured)
+                cap_pt += captured
                 for s in captured:
                     cells[s] = EMPTY
                     group_of[s] = None
@@ -237,8 +248,9 @@ def replay_planes(size: int, cells0: bytes,
     to_move = np.array([c for c, _ in applied], dtype=np.int8)
     points = np.array([area if p is None else p for _, p in applied], dtype=np.int16)
     _finish_planes(planes, to_move, points, ko_at, ko_pt)
+    captures = np.array([cap_at, cap_pt], dtype=np.int32).T.reshape(-1, 2)
     return CompactGame(planes.reshape(played, COMPACT_CHANNELS, size, size), points, to_move,
-                       error)
+                       error, bytes(cells0), captures)
 
 
 def _size(group: _Group) -> int:
@@ -308,7 +320,8 @@ def game_compact(game: GameRecord) -> CompactGame:
 
 def _no_pairs(size: int, error: str) -> CompactGame:
     return CompactGame(np.zeros((0, COMPACT_CHANNELS, size, size), dtype=np.int8),
-                       np.empty(0, dtype=np.int16), np.empty(0, dtype=np.int8), error)
+                       np.empty(0, dtype=np.int16), np.empty(0, dtype=np.int8), error,
+                       bytes(size * size) if MIN_SIZE <= size <= MAX_SIZE else b"")
 
 
 __all__ = ["CompactGame", "game_compact", "replay_planes"]
