@@ -17,8 +17,10 @@ Details that matter:
   `AB[dr:ds]` (FF[4] compressed point lists) expand to the rectangle they span.
 * Set-up stones (AB / AW / AE) in the root *and* in nodes after the root but before the first
   move (Fox puts handicap stones in the second node) make up `setup_black` / `setup_white`.
-  Set-up in the main line *after* a move cannot be expressed as a move list: such a game is
-  rejected ("set-up stones after move N").
+  Set-up in the main line *between* moves cannot be expressed as a move list: such a game is
+  rejected ("set-up stones after move N"). Set-up after the last move (end-of-game markup of
+  dead stones, e.g. Jago's and Cgoban's `AE[...]`) changes no position a move was played
+  from: it is ignored and the game kept.
 * Property names: FF[1]-FF[3] allowed lower-case letters (`AddBlack`, `SiZe`); they are
   dropped, so `AddBlack` reads as `AB`. A game-info property given twice (Fox writes two
   AP) keeps its first value.
@@ -471,7 +473,8 @@ class _Parser:
         moves: list[tuple[int, int | None]] = []
         info: dict[str, str] = {}
         setup: dict[str, list[str]] = {"AB": [], "AW": [], "AE": []}
-        late_setup: str | None = None
+        late_setup: str | None = None  # set-up after a move: rejects the game if a move follows
+        late_setup_at = 0  # moves read when it came
         fast = FAST_MAIN_LINE  # the fast path may take the next stretch of the main line
         fresh = False
         end = pos
@@ -517,7 +520,9 @@ class _Parser:
                     moves.append(f"{name}[{raw_values[1:raw_values.index(']')]}")
                 elif name in _SETUP:
                     if moves:
-                        late_setup = late_setup or f"set-up stones ({name}) after move {len(moves)}"
+                        if late_setup is None:
+                            late_setup = f"set-up stones ({name}) after move {len(moves)}"
+                            late_setup_at = len(moves)
                     else:
                         setup[name].extend(_ONE_VALUE.findall(raw_values))
                 elif name in _INFO and name not in info and not moves:
@@ -548,8 +553,8 @@ class _Parser:
                     break
                 on_main = False  # back in a parent, after one of its sub-trees
         try:  # the tree is well formed: a bad value rejects this game only
-            if late_setup is not None:
-                raise _BadGame(late_setup, pos)
+            if late_setup is not None and len(moves) > late_setup_at:
+                raise _BadGame(late_setup, pos)  # a move follows: set-up mid-game
             if node_no < 0:
                 raise _BadGame("empty game tree (no nodes)", pos)
             return self._build(index, info, setup, moves, trees - 1, pos), end
