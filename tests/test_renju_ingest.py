@@ -168,3 +168,30 @@ def test_forbidden_move_is_an_illegal_move_with_its_reason() -> None:
 ])
 def test_rule_of_a_record(name: str, rule: Rule) -> None:
     assert game_rule(name) is rule
+
+
+def test_batch_scan_gives_what_the_per_game_scan_gives() -> None:
+    """`first_forbidden_games` (numpy line patterns) against `first_forbidden` (one call per
+    move) on the real games, the sample's freestyle games read as renju (many forbidden
+    moves) and corrupted copies (off-board, repeated points, random fillings)."""
+    from tests.conftest import SAMPLE_RIF
+
+    real = [g.moves for g in renjunet_games()]
+    sample = [g.moves for g in read_rif(SAMPLE_RIF) if isinstance(g, RifGame)]
+    rng = np.random.default_rng(7)
+    games: list[tuple[int, ...]] = []
+    for i, g in enumerate(real + sample):
+        g = list(g)
+        if i % 6 == 1 and len(g) > 2:
+            g.insert(int(rng.integers(1, len(g))), g[int(rng.integers(0, len(g) - 1))])
+        elif i % 6 == 2:
+            g.insert(int(rng.integers(0, len(g) + 1)), int(rng.choice([-1, S * S, 400])))
+        elif i % 6 == 3:
+            g = rng.permutation(S * S)[: int(rng.integers(0, S * S + 1))].tolist()
+        games.append(tuple(g))
+    games += [(), (112,)]
+    batch = renju.first_forbidden_games(games)
+    assert batch == [renju.first_forbidden(g) for g in games]
+    assert sum(f is not None for f in batch) > 50
+    assert {f[1] for f in batch if f is not None} == {
+        renju.OVERLINE, renju.DOUBLE_FOUR, renju.DOUBLE_THREE}

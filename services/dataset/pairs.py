@@ -13,7 +13,7 @@ gives exactly what `replay` gives for each, without replaying move by move: a ga
 cleanly when its moves are on the board, all different, and no line of five or more stones
 of one colour is on the board before its last move (checked on bit rows for all games
 together); a renju game is first cut after its first forbidden black move
-(`renju.first_forbidden`), and when it passes that test it reaches that move, where its
+(`renju.first_forbidden_games`), and when it passes that test it reaches that move, where its
 pairs end. Only the games that fail the test (a handful in real data) are handed to
 `replay` for the exact reason.
 """
@@ -27,7 +27,7 @@ from itertools import chain
 import numpy as np
 
 from services.games.gomoku import BLACK, WHITE, ForbiddenMove, GomokuState, IllegalMove, Rule
-from services.games.renju import first_forbidden
+from services.games.renju import first_forbidden_games
 
 # how the note of a game cut at a forbidden move starts (its quarantine-table reason)
 FORBIDDEN_CUT = "cut at a forbidden move: "
@@ -114,8 +114,9 @@ def replay_games(games: Sequence[Sequence[int]], size: int = 15,
     found: dict[int, tuple[int, str]] = {}  # renju games: (ply, reason) of a forbidden move
     if Rule.RENJU in rules:
         games = list(games)
-        for g in [g for g, r in enumerate(rules) if r is Rule.RENJU]:
-            forbidden = first_forbidden(games[g], size)
+        renju_games = [g for g, r in enumerate(rules) if r is Rule.RENJU]
+        firsts = first_forbidden_games([games[g] for g in renju_games], size)
+        for g, forbidden in zip(renju_games, firsts, strict=True):
             if forbidden is not None:  # kept up to and with it: the test below then says
                 found[g] = forbidden  # whether the game gets there
                 games[g] = games[g][:forbidden[0] + 1]

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import cache
+from itertools import chain
 
 import numpy as np
 
@@ -116,6 +117,8 @@ def first_forbidden(moves: Sequence[int], size: int = 15) -> tuple[int, str] | N
     w = size + 2 * PAD
     cells = list(_empty_cells(size))
     cells_n = size * size
+    lines = _LINES
+    strides = (1, w, w + 1, w - 1)
     for k, point in enumerate(moves):
         if not 0 <= point < cells_n:
             return None
@@ -127,11 +130,129 @@ def first_forbidden(moves: Sequence[int], size: int = 15) -> tuple[int, str] | N
             cells[i] = WHITE
             continue
         if k >= 8:
-            reason = _forbidden(cells, w, i, 0)
-            if reason is not None:
-                return k, reason
+            # `_forbidden`'s first look, inlined (most moves end here): the line patterns
+            # through i (a line's analysis does not depend on its centre cell)
+            overline = five = False
+            fours = threes = 0
+            for st in strides:
+                key = tuple(cells[i - 5 * st:i + 5 * st + 1:st])
+                info = lines.get(key)
+                if info is None:
+                    info = lines[key] = _analyse_line(key)
+                kind, f, exts = info
+                five = five or kind == _FIVE
+                overline = overline or kind == _OVER
+                fours += f
+                threes += bool(exts)
+            if not five and (overline or fours >= 2 or threes >= 2):
+                reason = _forbidden(cells, w, i, 0)  # the whole check, three by three
+                if reason is not None:
+                    return k, reason
         cells[i] = BLACK
     return None
+
+
+def first_forbidden_games(games: Sequence[Sequence[int]],
+                          size: int = 15) -> list[tuple[int, str] | None]:
+    """`first_forbidden` of every game, the same answers, with most of the work in numpy.
+
+    Why: an ingest checks every black move of every renju game, and one Python call per move
+    costs about 3 us. Here the four line patterns through every black move (from its 5th on)
+    are read for many games at once from a [game, point] table of when each point was
+    played, and looked up in a table of what each pattern makes (`_analyse_line`, computed
+    once per pattern met). Only a move whose lines could make it forbidden (an overline, two
+    fours, or two lines with a three's extension point, and no five) is checked exactly with
+    `_forbidden` on its game's board, in order, up to the game's first forbidden move. A game
+    with a move off the board or on a stone goes through `first_forbidden` itself.
+    """
+    out: list[tuple[int, str] | None] = []
+    for g0 in range(0, len(games), _FORBIDDEN_GAMES):
+        out += _first_forbidden_block(games[g0:g0 + _FORBIDDEN_GAMES], size)
+    return out
+
+
+def _first_forbidden_block(games: Sequence[Sequence[int]],
+                           size: int) -> list[tuple[int, str] | None]:
+    n = len(games)
+    out: list[tuple[int, str] | None] = [None] * n
+    lengths = np.fromiter((len(g) for g in games), dtype=np.int64, count=n)
+    cells = size * size
+    flat = np.fromiter(chain.from_iterable(games), dtype=np.int64, count=int(lengths.sum()))
+    game = np.repeat(np.arange(n), lengths)
+    starts = np.cumsum(lengths) - lengths
+    ply = np.arange(len(flat)) - starts[game]
+    on = (flat >= 0) & (flat < cells)
+    odd = np.zeros(n, dtype=bool)  # a move off the board or on a stone: the scalar scan
+    odd[game[~on]] = True
+    twice = np.bincount(game * cells + np.where(on, flat, 0), minlength=n * cells) > 1
+    odd[np.flatnonzero(twice) // cells] = True
+    for g in np.flatnonzero(odd).tolist():
+        out[g] = first_forbidden(games[g], size)
+    # when[g, p]: the ply at which point p was played in game g (`never` if not); the extra
+    # point `cells` stands for off the board: a white stone from the start
+    when = np.full((n, cells + 1), np.iinfo(np.int32).max, dtype=np.int32)
+    when[:, cells] = -1
+    good = ~odd[game]
+    when[game[good], flat[good]] = ply[good]
+    rows = np.flatnonzero(good & (ply >= 8) & (ply % 2 == 0))
+    neighbours = _line_neighbours(size)  # [cells, 4, 10]
+    weights = 3.0 ** np.arange(10, dtype=np.float32)  # exact: codes < 3**10 < 2**24
+    suspects = [np.zeros(0, dtype=np.int64)]
+    for r0 in range(0, len(rows), _FORBIDDEN_BLOCK):
+        r = rows[r0:r0 + _FORBIDDEN_BLOCK]
+        played = when[game[r][:, None, None], neighbours[flat[r]]]  # [rows, 4, 10]
+        stone = np.where(played < ply[r][:, None, None], 1 + (played & 1), 0)
+        info = _pattern_info((stone.astype(np.float32) @ weights).astype(np.int32))  # [rows, 4]
+        kind, fours, threes = info >> 3, (info >> 1) & 3, info & 1
+        maybe = ~(kind == _FIVE).any(axis=1) & (
+            (kind == _OVER).any(axis=1) | (fours.sum(axis=1) >= 2) | (threes.sum(axis=1) >= 2))
+        suspects.append(r[maybe])
+    w = size + 2 * PAD
+    for r in np.concatenate(suspects).tolist():  # by game, then by ply: the first one counts
+        g = int(game[r])
+        if out[g] is not None:
+            continue
+        k = int(ply[r])
+        board = np.zeros(cells, dtype=np.int8)
+        board[flat[starts[g]:starts[g] + k]] = np.where(np.arange(k) % 2 == 0, BLACK, WHITE)
+        y, x = divmod(int(flat[r]), size)
+        reason = _forbidden(_pad(board.reshape(size, size)).ravel().tolist(), w,
+                            (y + PAD) * w + x + PAD, 0)
+        if reason is not None:
+            out[g] = (k, reason)
+    return out
+
+
+_FORBIDDEN_GAMES = 1 << 12  # games per block in first_forbidden_games: its tables stay small
+_FORBIDDEN_BLOCK = 1 << 14  # black moves per block in first_forbidden_games: a few MB
+_PATTERN_INFO = np.full(3 ** 10, -1, dtype=np.int16)  # packed _analyse_line, -1 not yet
+
+
+@cache
+def _line_neighbours(size: int) -> np.ndarray:
+    """int [size * size, 4, 10]: for each point and line direction, the points at offsets
+    -5..-1, 1..5 along the line (size * size for off the board)."""
+    out = np.full((size * size, 4, 10), size * size, dtype=np.int64)
+    offsets = [d for d in range(-5, 6) if d]
+    for p in range(size * size):
+        y, x = divmod(p, size)
+        for n, (dx, dy) in enumerate(((1, 0), (0, 1), (1, 1), (-1, 1))):
+            for j, d in enumerate(offsets):
+                xx, yy = x + d * dx, y + d * dy
+                if 0 <= xx < size and 0 <= yy < size:
+                    out[p, n, j] = yy * size + xx
+    return out
+
+
+def _pattern_info(codes: np.ndarray) -> np.ndarray:
+    """`_analyse_line` of base-3 coded line patterns (cells -5..-1, 1..5 as digits, low
+    first), packed as kind << 3 | fours << 1 | (any extension point)."""
+    missing = np.unique(codes[_PATTERN_INFO[codes] < 0])
+    for code in missing.tolist():
+        digits = [(code // 3 ** j) % 3 for j in range(10)]
+        kind, fours, exts = _analyse_line((*digits[:5], BLACK, *digits[5:]))
+        _PATTERN_INFO[code] = kind << 3 | fours << 1 | bool(exts)
+    return _PATTERN_INFO[codes]
 
 
 @cache
