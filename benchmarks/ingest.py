@@ -3,6 +3,11 @@
     .venv/bin/python benchmarks/ingest.py [--games 66000] [--reference-games 2000]
                                           [--dedup-rows 10000000] [--repeat 3]
 
+    .venv/bin/python benchmarks/ingest.py --game go [ARCHIVE ...] [--repeat 3] [--profile]
+
+`--game go`: Go ingest speed end to end on Go archives, with and without Prefect, against
+sgfmill parse + replay in the same run (benchmarks/ingest_go.py, which documents its options).
+
 Inputs: a RenjuNet-size `.rif` of `--games` self-play games from the project's own generator
 (`services.records.selfplay`, the same games `generate(games, seed)` gives, played on two
 processes and cached under --cache, so only the first run pays for it), and the real
@@ -364,6 +369,11 @@ def run_end_to_end(label: str, path: Path, repeat: int, work: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
+    if "--game" in (sys.argv[1:] if argv is None else argv):  # Go archives: ingest_go.py
+        from ingest_go import main as go_main  # (this folder is the script's path)
+
+        go_main(argv)
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--games", type=int, default=66_000)
     parser.add_argument("--seed", type=int, default=0)
