@@ -170,7 +170,7 @@ def _game_tables(path: Path, result: GoSourceResult,
         if len(pairs.moves):
             batch.append((pairs, f"{record.source}#{record.game_index}", record.rules))
             held += len(pairs.moves)
-            if held >= TABLE_ROWS:
+            if held >= min(TABLE_ROWS, BATCH_ROWS):
                 yield _batch_table(batch, name)
                 batch, held = [], 0
     if batch:
