@@ -138,3 +138,13 @@ def test_publish_disk_full_scenario_end_to_end(tmp_path: Path) -> None:
     assert outcome.passed, outcome.failures
     names = [f.name for f in outcome.figures]
     assert "publish" in names and "left in the model folder" in names
+
+
+def test_soak_spans_split_cpu_between_the_suite_and_other_processes() -> None:
+    samples = [faults.Sample(t, 70.0, service, machine, suite) for t, service, machine, suite in
+               ((0.0, 1.0, 100.0, 10.0), (30.0, 4.0, 160.0, 40.0), (60.0, 7.0, 250.0, 70.0))]
+    head = faults.Sample.span(samples, 0.0, 30.0)
+    assert head.service_cpu == pytest.approx(3.0)
+    assert head.other_cores == pytest.approx((60.0 - 30.0) / 30.0)
+    tail = faults.Sample.span(samples, 30.0, 60.0)
+    assert tail.other_cores == pytest.approx((90.0 - 30.0) / 30.0)
