@@ -81,10 +81,27 @@ def _show_position(console: Console, moves: Sequence[str], rule: str) -> bool:
     return True
 
 
+def next_step(code: grpc.StatusCode | None, details: str) -> str:
+    """What to run next for a failed call: the service down, Triton down, or not allowed."""
+    if code == grpc.StatusCode.UNAVAILABLE:
+        if "Triton" in details:
+            return ("the search service is up but Triton is not serving: start it with "
+                    "`make triton` (and publish a model with `make ingest && make train`)")
+        return "the search service is not reachable: start it with `make serve`"
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return "give the service's token with --token-file or $MOVEPRED_TOKEN"
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return "the service is busy or the request too large: retry later or split it"
+    return ""
+
+
 def _rpc_error(console: Console, exc: grpc.RpcError) -> int:
     code = exc.code() if hasattr(exc, "code") else None
     details = exc.details() if hasattr(exc, "details") else str(exc)
-    console.print(f"error: {code.name if code else 'RPC failed'}: {details}")
+    details = " ".join(str(details).split())  # one line, whatever the server sent
+    hint = next_step(code, details)
+    console.print(f"error: {code.name if code else 'RPC failed'}: {details}"
+                  + (f"; {hint}" if hint else ""), soft_wrap=True, markup=False)
     return EXIT_RPC_ERROR
 
 

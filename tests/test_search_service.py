@@ -325,10 +325,22 @@ def test_python_client(target: str) -> None:
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
+def test_cli_says_to_start_the_service_when_it_is_down(capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    from services.triton.server import free_port
+
+    target = f"127.0.0.1:{free_port()}"  # nothing listens there
+    assert cli.main(["predict", "--target", target, "--timeout", "2", "h8"]) == cli.EXIT_RPC_ERROR
+    error = [line for line in capsys.readouterr().out.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and "UNAVAILABLE" in error[0] and "make serve" in error[0], error
+
+
 def test_cli_reports_errors(target: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["predict", "--target", target, "h8", "h9"]) == cli.EXIT_RPC_ERROR
     out = capsys.readouterr().out
     assert " 8 " in out and "UNAVAILABLE" in out  # the board, then the error
+    error = [line for line in out.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and "make triton" in error[0], out  # one line, with what to run
     assert cli.main(["genmove", "--target", target, "--visits", "-3", "h8"]) == cli.EXIT_RPC_ERROR
     assert "max_visits" in capsys.readouterr().out
     assert cli.main(["genmove", "--target", target, "z99"]) == cli.EXIT_USAGE
