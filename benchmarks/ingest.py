@@ -3,8 +3,11 @@
     .venv/bin/python benchmarks/ingest.py [--games 66000] [--reference-games 2000]
                                           [--dedup-rows 10000000] [--repeat 3]
 
+    .venv/bin/python benchmarks/ingest.py --memory [--sizes 1000000,10000000]
     .venv/bin/python benchmarks/ingest.py --game go [ARCHIVE ...] [--repeat 3] [--profile]
 
+`--memory`: peak RSS and per-position cost of Go ingests of growing KGS-like corpora and of
+the real ../shared Go archives (benchmarks/ingest_memory.py, which documents its options).
 `--game go`: Go ingest speed end to end on Go archives, with and without Prefect, against
 sgfmill parse + replay in the same run (benchmarks/ingest_go.py, which documents its options).
 
@@ -369,6 +372,11 @@ def run_end_to_end(label: str, path: Path, repeat: int, work: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
+    if "--memory" in (sys.argv[1:] if argv is None else argv):  # the memory benchmark's own
+        from ingest_memory import main as memory_main  # (this folder is the script's path)
+
+        memory_main(argv)
+        return
     if "--game" in (sys.argv[1:] if argv is None else argv):  # Go archives: ingest_go.py
         from ingest_go import main as go_main  # (this folder is the script's path)
 

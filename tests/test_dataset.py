@@ -14,7 +14,7 @@ import pytest
 from services.dataset.build import deduplicate, pairs_table, source_pairs
 from services.dataset.canonical import canonicalize, split_of, zobrist
 from services.dataset.pairs import replay
-from services.dataset.shards import DatasetError, read_manifest, read_split
+from services.dataset.shards import GAME_SPLIT, DatasetError, read_manifest, read_split
 from services.games.symmetry import N_SYMMETRIES, point_table
 from services.records.rif import read_rif
 from services.records.rif_writer import write_rif
@@ -130,10 +130,13 @@ def test_ingest_flow_writes_unique_pairs_and_reruns_identically(tmp_path: Path) 
     out = tmp_path / "ds"
     manifest = ingest(sources=[str(SAMPLE_RIF)], out_dir=str(out))
     shards = sorted(out.glob("*-0000*.parquet"))
-    assert {p.name.split("-")[0] for p in shards} == {"train", "validation", "test"}
+    assert {p.name.split("-")[0] for p in shards} == {"train", "validation", "test",
+                                                      GAME_SPLIT}
     rows = pa.concat_tables([pq.read_table(p) for p in shards])
-    keys = {(b, m) for b, m in zip(rows["board"].to_pylist(), rows["move"].to_pylist(),
-                                   strict=True)}
+    # a pair has one row among the held-out games' and one among the others'
+    keys = {(s == GAME_SPLIT, b, m) for s, b, m in zip(
+        rows["split"].to_pylist(), rows["board"].to_pylist(), rows["move"].to_pylist(),
+        strict=True)}
     assert rows.num_rows == len(keys) == manifest["rows"]
     assert sum(rows["count"].to_pylist()) == manifest["raw_pairs"]
     c = manifest["counts"][0]
@@ -189,3 +192,37 @@ def test_rows_carry_the_movers_result_averaged_over_occurrences(tmp_path: Path) 
     # ply 2: Black's i8 (Black won) and g8 (Black lost) are mirror images: one pair, 0.5
     assert by_ply[2] == [0.5]
     assert sum(table["count"].to_pylist()) == 8
+
+
+def test_the_empty_board_and_common_openings_train(tmp_path: Path, renjunet_rif: Path) -> None:
+    """Split by position hash alone, the empty board (in every game) went wholesale to test
+    and the trained network never saw it. Real RenjuNet games and the sample: positions met
+    in several games are in train, every position sits in one of train / validation / test,
+    and the held-out games keep their openings (game_test)."""
+    from flows.ingest import ingest
+    from services.dataset.dedup import MIN_TRAIN_OCCURRENCES
+
+    out = tmp_path / "ds"
+    manifest = ingest(sources=[str(renjunet_rif), str(SAMPLE_RIF)], out_dir=str(out))
+    rows = pa.concat_tables([pq.read_table(out / f["path"]) for f in manifest["files"]])
+    empty = bytes(S * S)
+    splits = rows["split"].to_pylist()
+    boards = rows["board"].to_pylist()
+    assert {sp for b, sp in zip(boards, splits, strict=True) if b == empty} == {"train",
+                                                                                GAME_SPLIT}
+    occurrences: dict[int, int] = {}
+    where: dict[int, set[str]] = {}
+    for h, c, sp in zip(rows["position_hash"].to_pylist(), rows["count"].to_pylist(), splits,
+                        strict=True):
+        if sp != GAME_SPLIT:
+            occurrences[h] = occurrences.get(h, 0) + c
+            where.setdefault(h, set()).add(sp)
+    assert all(len(w) == 1 for w in where.values())
+    common = [h for h, n in occurrences.items() if n >= MIN_TRAIN_OCCURRENCES]
+    assert len(common) > 100 and all(where[h] == {"train"} for h in common)
+    # the openings: every position of the first four plies met in 10+ games trains
+    opening = {h for h, p, sp in zip(rows["position_hash"].to_pylist(), rows["ply"].to_pylist(),
+                                     splits, strict=True) if p < 4 and sp != GAME_SPLIT}
+    book = [h for h in opening if occurrences[h] >= 10]
+    assert len(book) > 5 and all(where[h] == {"train"} for h in book)
+    assert manifest["splits"][GAME_SPLIT] > 0 and manifest["splits"]["test"] > 0

@@ -56,8 +56,8 @@ HOLDOUT_GAMES = 0.05
 # DuckDB's own memory (hash tables, sort runs, buffers) before it spills to disk; the process
 # adds the Python side (one record batch, one row group: ~100-300 MB for Go)
 DEFAULT_MEMORY_LIMIT = "1GB"
-# rows per record batch fetched from DuckDB (Go: ~90 MB of boards)
-FETCH_ROWS = 1 << 16
+# rows per record batch fetched from DuckDB (Go: ~24 MB of boards)
+FETCH_ROWS = 1 << 14
 _MIX = 0x9E3779B97F4A7C15  # canonical.split_codes' multiplier: the same split per hash
 _SPLIT_BITS = 24  # split_codes keeps the top 24 bits of the mixed hash
 
