@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from services.dataset.loader import ShardLoader, ShardStream
-from services.dataset.shards import read_split
+from services.dataset.shards import GAME_SPLIT, read_manifest, read_split
 from services.models.configs import build, spec
 from services.models.value import split_outputs, value_target
 from services.trainer.metrics import STAGES, evaluate
@@ -253,6 +253,10 @@ def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
     # (boards, moves, plies[, results]) of each evaluated split
     val = read_split(dataset_dir, "validation", results=has_value)
     test = read_split(dataset_dir, "test", results=has_value)
+    # whole held-out games (openings included), next to the position split's test: the
+    # figure a player meets; datasets without held-out games have none
+    game_test = (read_split(dataset_dir, GAME_SPLIT, results=has_value)
+                 if read_manifest(dataset_dir)["splits"].get(GAME_SPLIT) else None)
     # train metrics on a fixed sample read by row id: the train split (1.4 KB a row for 19x19
     # Go) need not fit in memory; ids are sorted so each row group is read once
     sample = np.sort(np.random.default_rng([config.seed, 1 << 20]).permutation(stream.rows)[
@@ -286,7 +290,10 @@ def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
             return evaluate(model, rows[0], rows[1], config.device,
                             rows[2] if plies else None, batch=config.eval_batch, stages=stages,
                             results=rows[-1] if has_value else None)
-        return {"train": run(train_rows, plies=False), "validation": run(val), "test": run(test)}
+        out = {"train": run(train_rows, plies=False), "validation": run(val), "test": run(test)}
+        if game_test is not None:
+            out[GAME_SPLIT] = run(game_test)
+        return out
 
     def checkpoint_now() -> None:
         if checkpoint is not None:
@@ -344,7 +351,8 @@ def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
     elapsed = time.perf_counter() - start
     last = history[-1] if history else None
     if last is not None and last["step"] == state["step"] and "test" in last:
-        final = {split: last[split] for split in ("train", "validation", "test")}
+        final = {split: last[split] for split in ("train", "validation", "test", GAME_SPLIT)
+                 if split in last}
     else:  # e.g. a resume of a run killed between its last step and its evaluation
         final = evaluate_splits()
     metrics: dict = {
