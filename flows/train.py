@@ -57,6 +57,7 @@ from services.trainer import gate
 from services.trainer.plots import plot_curves, plot_stages
 from services.trainer.train import (
     DEFAULT_MAX_STEPS,
+    DEFAULT_MODELS,
     DEFAULT_THREADS,
     TrainConfig,
     TrainResult,
@@ -77,7 +78,6 @@ DEFAULT_DATASET = str(ROOT / "artifacts" / "dataset")
 DEFAULT_REPOSITORY = str(ROOT / "model_repository")
 DEFAULT_RUN_DIR = str(ROOT / "artifacts" / "train")
 MODEL_NAME = "gomoku_policy"
-DEFAULT_MODELS = {"gomoku": "shao_f32_n2_v", "go": "go_res_b2c32_v"}  # small, with a value head
 MODEL_NAMES = {"gomoku": MODEL_NAME, "go": "go_policy"}
 SMOKE_ROWS = 256  # validation positions stored with a version for the rollout's smoke test
 CHECK_ROWS = 64  # real validation positions the export check runs on, next to random ones

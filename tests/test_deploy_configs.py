@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -861,3 +862,180 @@ def test_compose_search_healthcheck_runs_against_the_server(tmp_path: Path) -> N
     finally:
         server.terminate()
         server.wait(timeout=15)
+
+
+# ------------------------------------------------- training Job, nightly ingest, Dask
+TRAIN_JOB = K8S / "jobs" / "train-job.yaml"
+DATA_CLAIM = "movepred-data"
+DASK_CLIENT_LABEL = ("movepred.io/dask-client", "true")
+COMPLETION_INDEX = "$(JOB_COMPLETION_INDEX)"
+
+
+def pod_mounts(workload: dict) -> dict[str, str]:
+    """{mount path: claim name} of the persistent volumes of a workload's only container."""
+    pod = workload["spec"]["template"]["spec"]
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]
+              if "persistentVolumeClaim" in v}
+    return {m["mountPath"]: claims[m["name"]] for m in only_container(workload)["volumeMounts"]
+            if m["name"] in claims}
+
+
+def claim_of(path: str, mounts: dict[str, str]) -> str:
+    """The claim a path lives on, given a container's mounts."""
+    for mount, claim in mounts.items():
+        if path == mount or path.startswith(mount.rstrip("/") + "/"):
+            return claim
+    raise AssertionError(f"{path} is on no persistent volume (mounts: {mounts})")
+
+
+def ingest_argv(cron: dict) -> tuple[list[str], dict[str, str]]:
+    """The ingest CronJob's `python -m flows.ingest ...` argv as its shell runs it (the
+    container's environment substituted), and that environment."""
+    container = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    command = container["command"]
+    assert command[:2] == ["sh", "-c"] and len(command) == 3, command
+    tokens = shlex.split(command[2])
+    assert tokens[0] == "exec", "the shell must hand its signals to the flow (exec)"
+    return [re.sub(r"\$(\w+)", lambda m: env[m.group(1)], t) for t in tokens[1:]], env
+
+
+def test_training_job_runs_torchrun_over_indexed_pods() -> None:
+    """An Indexed Job of NNODES pods, each `torchrun --nproc-per-node GPUS`: the node rank is
+    the pod's completion index, the master address is pod 0 through the headless Service, every
+    pod's torchrun line parses with torchrun's own parser and the script's line with the entry's
+    parser, and the GPU request is one GPU per process."""
+    from torch.distributed.run import get_args_parser
+
+    from services.trainer.distributed import build_parser
+    from services.trainer.train import rank_batch
+
+    docs = {d["kind"]: d for d in load_yaml_docs(TRAIN_JOB)}
+    assert set(docs) == {"Service", "Job"}
+    job, service = docs["Job"], docs["Service"]
+    assert job["apiVersion"] == "batch/v1"
+    spec, pod = job["spec"], job["spec"]["template"]["spec"]
+    assert spec["completionMode"] == "Indexed"
+    nodes = spec["completions"]
+    assert spec["parallelism"] == nodes >= 1
+    assert pod["restartPolicy"] == "Never"
+    container = only_container(job)
+    argv = [str(a) for a in [*container["command"], *container.get("args", [])]]
+    assert argv[0] == "torchrun" and COMPLETION_INDEX in " ".join(argv)
+    # the index reaches the command line through the container's environment
+    env = {e["name"]: e for e in container["env"]}
+    assert env["JOB_COMPLETION_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"] == (
+        "metadata.annotations['batch.kubernetes.io/job-completion-index']")
+    for index in range(nodes):
+        launch = get_args_parser().parse_args(
+            [a.replace(COMPLETION_INDEX, str(index)) for a in argv[1:]])
+        assert launch.node_rank == index
+    assert launch.nnodes == str(nodes) and launch.rdzv_backend == "static"
+    assert launch.module and launch.training_script == "services.trainer.distributed"
+    gpus = int(launch.nproc_per_node)
+    for section in ("requests", "limits"):
+        assert int(container["resources"][section]["nvidia.com/gpu"]) == gpus, section
+    # pod 0 by name: <job>-0.<subdomain>, the subdomain a headless Service over the job's pods
+    assert pod["subdomain"] == service["metadata"]["name"]
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"].get("publishNotReadyAddresses") is True
+    assert service["spec"]["selector"].items() <= job["spec"]["template"]["metadata"][
+        "labels"].items()
+    assert launch.master_addr == f"{job['metadata']['name']}-0.{pod['subdomain']}"
+    assert launch.master_port in [p["port"] for p in service["spec"]["ports"]]
+
+    args = build_parser().parse_args(launch.training_script_args)
+    assert args.device == "cuda"  # NCCL, one GPU per process
+    rank_batch(args.batch_size, nodes * gpus)  # the global batch splits over every rank
+    mounts = pod_mounts(job)
+    assert claim_of(args.dataset, mounts) == claim_of(args.run_dir, mounts) == DATA_CLAIM
+    k8s_object("PersistentVolumeClaim", DATA_CLAIM)
+    assert args.repository and claim_of(args.repository, mounts) == "model-repository"
+    shm = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}["/dev/shm"]
+    assert {v["name"]: v for v in pod["volumes"]}[shm]["emptyDir"]["medium"] == "Memory"
+    # it trains on what the nightly ingest writes
+    ingest, _ = ingest_argv(k8s_object("CronJob", "movepred-ingest"))
+    assert flag_value(ingest, "--out") == args.dataset
+    # a one-off run, like the rollout Job: not applied with the manifests
+    assert "jobs/train-job.yaml" not in load_yaml_docs(K8S / "kustomization.yaml")[0][
+        "resources"]
+
+
+def test_nightly_ingest_cronjob(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CronJob's command line passes the ingest flow's own argument parsing (the shell's
+    glob standing for archive names), runs on the Dask scheduler's Service, one run at a time,
+    with the data volume where the Dask workers have it."""
+    import flows.ingest
+
+    cron = k8s_object("CronJob", "movepred-ingest")
+    assert cron["apiVersion"] == "batch/v1"
+    spec = cron["spec"]
+    assert len(spec["schedule"].split()) == 5
+    assert spec["concurrencyPolicy"] == "Forbid"  # one writer of the dataset at a time
+    argv, env = ingest_argv(cron)
+    assert argv[:3] == ["python", "-m", "flows.ingest"]
+    pattern = next(a for a in argv if "*" in a)
+    archives = [pattern.replace("*", name) for name in ("kgs-2026-01.tar.gz", "extra.sgf")]
+    called: dict = {}
+
+    def ingest_on(**options: Any):
+        called.update(options)
+
+        def run(**kwargs: Any) -> dict:
+            called.update(kwargs)
+            return {"rows": 0, "splits": {}, "counts": []}
+        return run
+
+    monkeypatch.setattr(flows.ingest, "ingest_on", ingest_on)
+    monkeypatch.setattr(flows.ingest, "configure_logging", lambda args: None)
+    at = argv.index(pattern)
+    flows.ingest.main([*argv[3:at], *archives, *argv[at + 1:]])
+    assert called["sources"] == archives and called["out_dir"] == "/data/dataset"
+    host, port = called["dask_address"].removeprefix("tcp://").rsplit(":", 1)
+    scheduler = k8s_object("Service", host)
+    assert int(port) in [p["port"] for p in scheduler["spec"]["ports"]]
+    assert env["DASK_ADDRESS"] == called["dask_address"]
+    # the flow and the workers see the archives and the work folder at the same paths
+    job = cron["spec"]["jobTemplate"]
+    mounts = pod_mounts(job)
+    worker_mounts = pod_mounts(k8s_object("Deployment", "dask-worker"))
+    for path in (pattern, called["out_dir"]):
+        assert claim_of(path, mounts) == claim_of(path, worker_mounts) == DATA_CLAIM
+    labels = job["spec"]["template"]["metadata"]["labels"]
+    assert dict([DASK_CLIENT_LABEL]).items() <= labels.items()
+
+
+def test_dask_cluster_commands_and_who_reaches_it() -> None:
+    """Scheduler and worker command lines parse with Dask's own CLI; the workers run the
+    project's image (the ingest's tasks are the project's code) and find the scheduler through
+    its Service; only Dask pods and pods labelled as Dask clients reach either (Dask runs the
+    pickles a peer sends)."""
+    from distributed.cli import dask_scheduler, dask_worker
+
+    scheduler = k8s_object("Deployment", "dask-scheduler")
+    worker = k8s_object("Deployment", "dask-worker")
+    s_argv = only_container(scheduler)["command"]
+    w_argv = only_container(worker)["command"]
+    assert s_argv[:2] == ["dask", "scheduler"] and w_argv[:2] == ["dask", "worker"]
+    s_params = dask_scheduler.main.make_context("dask scheduler", s_argv[2:]).params
+    w_params = dask_worker.main.make_context("dask worker", w_argv[2:]).params
+    service = k8s_object("Service", "dask-scheduler")
+    ports = {p["port"] for p in service["spec"]["ports"]}
+    assert int(s_params["port"]) in ports
+    assert container_port(only_container(scheduler), "scheduler") == int(s_params["port"])
+    assert w_params["scheduler"] == f"tcp://dask-scheduler:{s_params['port']}"
+    assert w_params["nthreads"] == 1
+    assert only_container(worker)["image"] == only_container(
+        k8s_object("Deployment", "movepred-search"))["image"]
+
+    policy = k8s_object("NetworkPolicy", "dask-ingress")["spec"]
+    for deployment in (scheduler, worker):
+        assert _selects(policy["podSelector"], deployment["spec"]["template"]["metadata"][
+            "labels"])
+    assert policy["policyTypes"] == ["Ingress"]
+    sources = [s for rule in policy["ingress"] for s in rule["from"]]
+    assert sources and all(set(s) == {"podSelector"} for s in sources)
+    allowed = [s["podSelector"]["matchLabels"] for s in sources]
+    assert dict([DASK_CLIENT_LABEL]) in allowed
+    assert all(labels == dict([DASK_CLIENT_LABEL]) or labels == policy["podSelector"][
+        "matchLabels"] for labels in allowed)

@@ -30,7 +30,10 @@ Order of one epoch (reproducible for a given seed, epoch, world_size and num_wor
 1. units: every non-empty (file, row group) of the split, permuted with a generator seeded by
    (seed, epoch);
 2. sharding: unit i of that permutation goes to global worker i % (world_size * num_workers),
-   where global worker = rank * num_workers + worker; every row goes to exactly one worker;
+   where global worker = rank * num_workers + worker; every row goes to exactly one worker.
+   With several ranks and fewer than `MIN_UNITS_PER_RANK` row groups per rank, each row
+   group is first cut into equal consecutive parts, units of their own, so that every rank
+   has rows and ranks get about as many;
 3. augmentation, as each unit is read: an independent uniform D4 symmetry per row (generator
    seeded by (seed, epoch, unit)), applied to board and move with
    `services.games.symmetry.point_table`; for Go the same symmetry moves every one of the 4
@@ -58,7 +61,8 @@ dataset. Batches prefetched but not yet delivered are not counted: they are made
 Distributed training: ranks receive different row groups, so their batch counts can differ by
 up to a row group's worth; run `min(stream.num_batches(num_workers, rank=r) for r in
 range(world_size))` steps per epoch so that no rank waits in a collective for a batch that
-another rank does not have.
+another rank does not have, then `end_epoch(epoch)`, so that the next pass and the
+saved position are the next epoch's (services/trainer/train.py does both).
 """
 
 from __future__ import annotations
@@ -104,6 +108,10 @@ class _Plan:
     unit_start: np.ndarray  # int64 [units]: id of the unit's first row (cumulative rows)
     board_size: int
     game: str = "gomoku"  # "gomoku" or "go" (shards.GAMES)
+    # a unit that is a part of its row group (`_split_for_ranks`): its first row inside the
+    # group, and the group's rows; None: every unit is a whole row group
+    unit_offset: np.ndarray | None = None
+    unit_group_rows: np.ndarray | None = None
 
     @property
     def rows(self) -> int:
@@ -223,6 +231,40 @@ def _plan_split(dataset_dir: Path, split: str) -> _Plan:
                  board_size=next(iter(sizes)), game=game)
 
 
+# a multi-rank plan has at least this many units per rank (row groups cut into parts if need be)
+MIN_UNITS_PER_RANK = 4
+
+
+def _split_for_ranks(plan: _Plan, world_size: int) -> _Plan:
+    """With fewer than `MIN_UNITS_PER_RANK` units per rank, each row group cut into equal
+    consecutive parts (units of their own) until there are that many: ranks shard by unit,
+    and a split of a few row groups (a small dataset: 65,536 rows a group) would otherwise
+    leave ranks with no rows, or with far fewer than others, and every rank stops its epoch
+    at the fewest. A part is read as its whole row group, then sliced (more reading, on small
+    data only). One rank, or enough row groups: the plan as it is."""
+    units = len(plan.unit_rows)
+    if world_size == 1 or units >= MIN_UNITS_PER_RANK * world_size:
+        return plan
+    parts = -(-MIN_UNITS_PER_RANK * world_size // units)
+    unit_file, unit_group, unit_rows, unit_offset, group_rows = [], [], [], [], []
+    for u in range(units):
+        rows = int(plan.unit_rows[u])
+        cuts = np.linspace(0, rows, min(parts, rows) + 1).astype(np.int64)
+        for lo, hi in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
+            unit_file.append(plan.unit_file[u])
+            unit_group.append(plan.unit_group[u])
+            unit_rows.append(hi - lo)
+            unit_offset.append(lo)
+            group_rows.append(rows)
+    rows = np.asarray(unit_rows, dtype=np.int64)
+    return _Plan(paths=plan.paths, unit_file=np.asarray(unit_file, dtype=np.int64),
+                 unit_group=np.asarray(unit_group, dtype=np.int64), unit_rows=rows,
+                 unit_start=np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64),
+                 board_size=plan.board_size, game=plan.game,
+                 unit_offset=np.asarray(unit_offset, dtype=np.int64),
+                 unit_group_rows=np.asarray(group_rows, dtype=np.int64))
+
+
 def dataset_game(dataset_dir: str | Path, split: str = "train") -> tuple[str, int]:
     """(game, board size) of a dataset's split, from its shards: what a trainer or flow needs
     to pick a model configuration before reading any rows."""
@@ -278,9 +320,13 @@ def _read_unit(plan: _Plan, unit: int, results: bool = False) -> list[np.ndarray
             pf.close()
     except (pa.ArrowException, OSError) as e:
         raise DatasetError(f"{where}: cannot be read ({e})") from e
-    if table.num_rows != plan.unit_rows[unit]:
-        raise DatasetError(f"{where}: {table.num_rows} rows, expected {plan.unit_rows[unit]} "
+    expected = plan.unit_rows[unit] if plan.unit_group_rows is None else \
+        plan.unit_group_rows[unit]
+    if table.num_rows != expected:
+        raise DatasetError(f"{where}: {table.num_rows} rows, expected {expected} "
                            "(file changed since the loader was created?)")
+    if plan.unit_offset is not None:  # a part of the row group
+        table = table.slice(int(plan.unit_offset[unit]), int(plan.unit_rows[unit]))
     boards = board_matrix(table.column("board"), plan.row_bytes, where)
     move_col = table.column("move")
     if move_col.null_count:
@@ -516,7 +562,7 @@ class ShardStream(IterableDataset):
         self.rank, self.world_size = rank, world_size
         self.drop_last = drop_last
         self.results = results  # also deliver the mover's result of every row
-        self.plan = _plan_split(self.dataset_dir, split)
+        self.plan = _split_for_ranks(_plan_split(self.dataset_dir, split), world_size)
         self.board_size = self.plan.board_size
         self.game = self.plan.game  # "gomoku" or "go": decides board shape and move range
         self._next_epoch = epoch  # epoch of the next __iter__ call in this process
@@ -772,6 +818,14 @@ class ShardStream(IterableDataset):
         return {"version": STATE_VERSION, "seed": self.seed, **copy.deepcopy(progress),
                 **self._fingerprint()}
 
+    def end_epoch(self, epoch: int) -> None:
+        """Leave `epoch` (the pass in progress, or a restored position in it) where it stands:
+        the next pass, and `state_dict` from now on, start epoch + 1 (num_workers=0). For
+        distributed training, where every rank stops after the batches all ranks have."""
+        self._next_epoch = epoch + 1
+        self._resume = None
+        self._progress = self._fresh_progress(epoch + 1, len(self._progress["batches"]))
+
     def load_state_dict(self, state: dict) -> None:
         """Continue from `state` at the next pass (seed and epoch are taken from it)."""
         if state.get("version") != STATE_VERSION:
@@ -872,6 +926,16 @@ class ShardLoader(DataLoader):
             shutdown()
         self._live = None
         self._iterator = None  # a later pass starts new workers
+
+    def end_epoch(self, epoch: int) -> None:
+        """Leave `epoch` unfinished, as `ShardStream.end_epoch`: the next pass (which workers
+        start as their next epoch too) and `state_dict` are at epoch + 1."""
+        ds: ShardStream = self.dataset
+        if self._started and self.num_workers > 0 and ds.epoch != epoch + 1:
+            raise RuntimeError(f"the workers are past epoch {epoch}: end an epoch only while "
+                               "its pass is the last one started")
+        ds._next_epoch, ds._resume = epoch + 1, None
+        self._progress = ds._fresh_progress(epoch + 1, self._roles)
 
     def state_dict(self) -> dict:
         ds: ShardStream = self.dataset

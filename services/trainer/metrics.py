@@ -40,14 +40,44 @@ def occupied_mask(inputs: torch.Tensor, n_logits: int) -> torch.Tensor:
     return torch.nn.functional.pad(mask, (0, extra), value=False) if extra else mask
 
 
+def rank_share(n: int, rank: int, world_size: int) -> slice:
+    """The contiguous rows of `n` that rank `rank` of `world_size` evaluates (every row goes to
+    exactly one rank; shares differ by at most one row)."""
+    return slice(n * rank // world_size, n * (rank + 1) // world_size)
+
+
 @torch.no_grad()
 def evaluate(model: nn.Module, boards: np.ndarray, moves: np.ndarray, device: str,
              plies: np.ndarray | None = None, batch: int = 2048,
              stages: tuple[int, int] = (STAGE_WIDTH, LAST_STAGE),
-             results: np.ndarray | None = None) -> dict:
+             results: np.ndarray | None = None, reduce: bool = False) -> dict:
     """Metrics of `model` (int8 boards -> logits, or (logits, value)) on one split; `stages` =
     (bucket width, last bucket's first ply) of the by-stage top-1 (see `STAGES`); `results`
-    (the movers' results, NaN unknown) score a value head."""
+    (the movers' results, NaN unknown) score a value head.
+
+    `reduce`: the rows given are this rank's share of the split (`rank_share`) and every rank
+    of the initialised process group calls this together: the additive counts (loss sum, hits,
+    rows per stage, value errors) are summed over the ranks before any ratio is taken, so each
+    rank gets the metrics of the whole split, equal to one process evaluating all of it."""
+    sums = _sums(model, boards, moves, device, plies, batch, stages, results)
+    if reduce and torch.distributed.is_initialized():
+        packed = torch.tensor(sums, dtype=torch.float64, device=device)
+        torch.distributed.all_reduce(packed)
+        sums = packed.cpu().tolist()
+    return _metrics(sums, stages, plies is not None)
+
+
+# positions of the additive counts in the vector `_sums` returns (the stage counts follow)
+_LOSS, _N, _HIT1, _HIT5, _NONFINITE, _HAS_VALUE, _KNOWN, _SQERR, _DECISIVE, _SIGN = range(10)
+_FIXED = 10
+
+
+def _sums(model: nn.Module, boards: np.ndarray, moves: np.ndarray, device: str,
+          plies: np.ndarray | None, batch: int, stages: tuple[int, int],
+          results: np.ndarray | None) -> list[float]:
+    """The additive counts of one share of a split (see `evaluate`): loss sum, rows, top-1 and
+    top-5 hits, non-finite batches, whether the model gave values, the value head's known rows,
+    squared-error sum, decisive rows and right signs, then rows and top-1 hits per stage."""
     was_training = model.training
     model.eval()
     n = len(moves)
@@ -71,16 +101,44 @@ def evaluate(model: nn.Module, boards: np.ndarray, moves: np.ndarray, device: st
         hit1[i:i + batch] = (best[:, 0] == m).cpu().numpy()
         hit5[i:i + batch] = (best == m[:, None]).any(dim=1).cpu().numpy()
     model.train(was_training)
-    out = {"loss": loss_sum / max(n, 1), "top1": float(hit1.mean()) if n else 0.0,
-           "top5": float(hit5.mean()) if n else 0.0, "n": int(n), "finite": finite}
+    sums = [0.0] * _FIXED
+    sums[_LOSS], sums[_N] = loss_sum, float(n)
+    sums[_HIT1], sums[_HIT5] = float(hit1.sum()), float(hit5.sum())
+    sums[_NONFINITE] = 0.0 if finite else 1.0
     if results is not None and not np.isnan(values).all():
-        out.update(value_metrics(values, results))
+        known = ~np.isnan(results)
+        target = value_target(results[known]).astype(np.float64)
+        v = values[known].astype(np.float64)
+        decisive = target != 0
+        sums[_HAS_VALUE], sums[_KNOWN] = 1.0, float(known.sum())
+        sums[_SQERR] = float(np.sum((v - target) ** 2))
+        sums[_DECISIVE] = float(decisive.sum())
+        sums[_SIGN] = float(np.sum(np.sign(v[decisive]) == target[decisive]))
+    n_stages = len(stage_labels(*stages))
+    per_stage = np.zeros((2, n_stages))
     if plies is not None and n:
         stage = stage_of(plies, *stages)
+        per_stage[0] = np.bincount(stage, minlength=n_stages)[:n_stages]
+        per_stage[1] = np.bincount(stage, weights=hit1, minlength=n_stages)[:n_stages]
+    return sums + per_stage.ravel().tolist()
+
+
+def _metrics(sums: list[float], stages: tuple[int, int], by_stage: bool) -> dict:
+    """The metrics dict of (possibly summed) counts from `_sums`."""
+    n = int(sums[_N])
+    out = {"loss": sums[_LOSS] / max(n, 1), "top1": sums[_HIT1] / n if n else 0.0,
+           "top5": sums[_HIT5] / n if n else 0.0, "n": n, "finite": sums[_NONFINITE] == 0}
+    if sums[_HAS_VALUE]:
+        known, decisive = int(sums[_KNOWN]), sums[_DECISIVE]
+        out.update({"value_n": known,
+                    "value_mse": sums[_SQERR] / known if known else float("nan"),
+                    "value_sign": sums[_SIGN] / decisive if decisive else float("nan")})
+    if by_stage and n:
         labels = stage_labels(*stages)
+        counts = np.asarray(sums[_FIXED:]).reshape(2, len(labels))
         out["top1_by_stage"] = {
-            labels[s]: {"top1": float(hit1[stage == s].mean()), "n": int((stage == s).sum())}
-            for s in range(len(labels)) if (stage == s).any()
+            labels[s]: {"top1": float(counts[1, s] / counts[0, s]), "n": int(counts[0, s])}
+            for s in range(len(labels)) if counts[0, s]
         }
     return out
 

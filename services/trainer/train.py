@@ -16,6 +16,19 @@ in the flow, the publish gate): test is reported, never tuned on. Everything a r
 derived from (seed, epoch, step), and a checkpoint holds model, optimiser, scheduler, the loader's
 position, RNG state and history, so a killed run resumes to the same result. On a GPU the forward
 pass runs in bf16 autocast with channels-last memory; on CPU in fp32.
+
+Distributed data-parallel: called in every process of an initialised `torch.distributed` process
+group (torchrun: `services/trainer/distributed.py`), `train` trains one model over all of them.
+`batch_size` stays the global batch: each rank takes `batch_size / world_size` rows from its
+shard of the train split (the loader shards row groups by rank), DDP averages the gradients, so
+a step is the single-process step on a batch of the same size. Every rank stops its epoch after
+the steps the rank with the fewest batches can take; stop decisions (steps, time, early stopping)
+agree on every rank. Validation, test and the train sample are evaluated one share per rank and
+the counts summed, so the metrics are those of the whole split. Only rank 0 logs progress at INFO
+and writes the checkpoint, which holds every rank's loader position: a run resumes exactly with
+the same number of ranks; with another number (1 included; a single-process checkpoint in a
+distributed run too) weights, optimiser, step and epoch carry over and an epoch left half done
+starts over with the new sharding. Without a process group nothing of this applies.
 """
 
 from __future__ import annotations
@@ -31,13 +44,15 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from services.dataset.loader import ShardLoader, ShardStream
 from services.dataset.shards import GAME_SPLIT, read_manifest, read_split
 from services.models.configs import build, spec
 from services.models.value import split_outputs, value_target
-from services.trainer.metrics import STAGES, evaluate
+from services.trainer.metrics import STAGES, evaluate, rank_share
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +65,9 @@ DEFAULT_MAX_STEPS = 2000
 # 1 thread at 4,315. One thread is never much slower for the small networks trained on CPU here;
 # give more (`num_threads`, `--threads`) on a machine of idle cores or for the large networks.
 DEFAULT_THREADS = 1
+# model configuration by the dataset's game when none is named (the train flow's and the
+# torchrun entry's default): small, with a value head
+DEFAULT_MODELS = {"gomoku": "shao_f32_n2_v", "go": "go_res_b2c32_v"}
 # seconds between two progress lines in the log (and at each epoch's evaluation)
 PROGRESS_EVERY_S = 30.0
 
@@ -225,6 +243,46 @@ class GameMismatchError(ValueError):
     """The model configuration is for another game than the dataset."""
 
 
+def process_group() -> tuple[int, int]:
+    """(rank, world size) of the initialised `torch.distributed` process group, (0, 1) without
+    one: what decides whether `train` runs data-parallel."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def rank_batch(batch_size: int, world_size: int) -> int:
+    """Rows each rank takes per step for a global batch of `batch_size`."""
+    if batch_size % world_size:
+        raise ValueError(f"batch_size {batch_size} (the global batch) must be a multiple of the "
+                         f"{world_size} ranks")
+    return batch_size // world_size
+
+
+def _agree(flag: bool, device: str) -> bool:
+    """True on every rank when it is true on any (a time budget seen by one rank stops all)."""
+    t = torch.tensor([int(flag)], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+def _restore_loader(state: dict, rank: int, world: int, stream: ShardStream) -> dict | None:
+    """The loader state this rank resumes from, or None after positioning `stream` at the
+    checkpoint's epoch (saved by another number of ranks: their positions do not apply here)."""
+    saved = state.get("loader")
+    if not saved:
+        return None
+    saved_world = int(state.get("world_size", 1))
+    if saved_world == world:
+        return state["rank_loaders"][rank] if world > 1 else saved
+    if any(saved["batches"]):
+        log.warning("checkpoint written by %d rank(s) in the middle of epoch %d, this run has "
+                    "%d: the epoch starts over with this run's sharding (rows seen before the "
+                    "checkpoint are seen again)", saved_world, saved["epoch"], world)
+    stream.set_epoch(int(saved["epoch"]))
+    return None
+
+
 def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
           checkpoint: Path | None = None) -> TrainResult:
     """Train per `config`; with `checkpoint`, resume from it if present and keep it updated.
@@ -235,14 +293,15 @@ def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
     torch.manual_seed(config.seed)
     if config.num_threads:
         torch.set_num_threads(config.num_threads)
+    rank, world = process_group()
     limit = config.step_limit()
     if config.lr_schedule == "cosine" and not limit:  # refused before any shard is read
         raise ValueError("the cosine schedule decays to 0 at the step limit: give max_steps "
                          "(--steps) with it")
     has_value = spec(config.model).value
-    stream = ShardStream(dataset_dir, "train", batch_size=config.batch_size,
+    stream = ShardStream(dataset_dir, "train", batch_size=rank_batch(config.batch_size, world),
                          shuffle_buffer=config.shuffle_buffer, seed=config.seed,
-                         augment=config.augment, results=has_value)
+                         augment=config.augment, results=has_value, rank=rank, world_size=world)
     game = stream.game
     if spec(config.model).game != game:
         raise GameMismatchError(
@@ -250,37 +309,57 @@ def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
             f"{spec(config.model).game}; pick a {'go_' if game == 'go' else 'Gomoku'} "
             f"configuration (services/models/configs.py)")
     stages = STAGES[game]
-    # (boards, moves, plies[, results]) of each evaluated split
-    val = read_split(dataset_dir, "validation", results=has_value)
-    test = read_split(dataset_dir, "test", results=has_value)
+
+    def share(rows: tuple) -> tuple:  # this rank's rows of an evaluated split (all: one rank)
+        part = rank_share(len(rows[1]), rank, world)
+        return tuple(column[part] for column in rows)
+
+    # (boards, moves, plies[, results]) of each evaluated split, this rank's share
+    val = share(read_split(dataset_dir, "validation", results=has_value))
+    test = share(read_split(dataset_dir, "test", results=has_value))
     # whole held-out games (openings included), next to the position split's test: the
     # figure a player meets; datasets without held-out games have none
-    game_test = (read_split(dataset_dir, GAME_SPLIT, results=has_value)
+    game_test = (share(read_split(dataset_dir, GAME_SPLIT, results=has_value))
                  if read_manifest(dataset_dir)["splits"].get(GAME_SPLIT) else None)
     # train metrics on a fixed sample read by row id: the train split (1.4 KB a row for 19x19
     # Go) need not fit in memory; ids are sorted so each row group is read once
     sample = np.sort(np.random.default_rng([config.seed, 1 << 20]).permutation(stream.rows)[
         :config.train_eval_rows])
-    train_rows = stream.read_rows(sample, results=has_value)
+    train_rows = stream.read_rows(sample[rank_share(len(sample), rank, world)],
+                                  results=has_value)
     model, optimizer, scheduler = make_model(config)
-    step = make_step(model, optimizer, scheduler, config)
+    # DDP averages the gradients over the ranks during backward (and starts every rank from
+    # rank 0's weights); evaluation and checkpoints use the bare model, whose state_dict keys
+    # are the same at any number of ranks
+    stepped: nn.Module = model
+    if world > 1:
+        cuda = config.device.startswith("cuda")
+        stepped = DistributedDataParallel(
+            model, device_ids=[torch.device(config.device).index] if cuda else None)
+    step = make_step(stepped, optimizer, scheduler, config)
     state = {"epoch": 0, "step": 0, "best_val_loss": float("inf"), "bad_epochs": 0,
              "stopped": "", "loader": None}
     history: list[dict] = []
+    loader_state = None
     if checkpoint is not None and checkpoint.exists():
         state, history = load_checkpoint(checkpoint, model, optimizer, scheduler, config)
         state["stopped"] = ""  # a budget that stopped the last run may have been raised
+        loader_state = _restore_loader(state, rank, world, stream)
     batches = batch_source(stream, config)
-    if state.get("loader"):
-        batches.load_state_dict(state["loader"])
+    if loader_state:
+        batches.load_state_dict(loader_state)
+    # batches of the epoch in progress already taken (by each rank: they step together)
+    done = sum(loader_state["batches"]) if loader_state else 0
     start = time.perf_counter()
     seen = 0
-    report = log.info if progress else log.debug
-    report("training %s on %s: %d train rows, batch %d, %s, %s, %d torch thread(s), %s%s",
+    report = log.info if progress and rank == 0 else log.debug
+    report("training %s on %s: %d train rows, batch %d, %s, %s, %d torch thread(s), %s%s%s",
            config.model, dataset_dir, stream.rows, config.batch_size,
            f"up to {limit} steps" if limit else "no step limit",
            f"up to {config.max_seconds:g} s" if config.max_seconds else "no time limit",
            torch.get_num_threads(), config.device,
+           f", {world} ranks ({dist.get_backend()}) of {stream.batch_size} rows a step"
+           if world > 1 else "",
            f", resumed at step {state['step']}" if state["step"] else "")
     last_report = start
     model.train()
@@ -289,43 +368,73 @@ def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
         def run(rows: tuple, plies: bool = True) -> dict:
             return evaluate(model, rows[0], rows[1], config.device,
                             rows[2] if plies else None, batch=config.eval_batch, stages=stages,
-                            results=rows[-1] if has_value else None)
+                            results=rows[-1] if has_value else None, reduce=world > 1)
         out = {"train": run(train_rows, plies=False), "validation": run(val), "test": run(test)}
         if game_test is not None:
             out[GAME_SPLIT] = run(game_test)
         return out
 
     def checkpoint_now() -> None:
-        if checkpoint is not None:
+        if checkpoint is None:
+            return
+        if world == 1:
             state["loader"] = batches.state_dict()
+            state.pop("rank_loaders", None)  # of a distributed run this one resumed
+            state.pop("world_size", None)
             save_checkpoint(checkpoint, model, optimizer, scheduler, config, state, history)
+            return
+        positions: list = [None] * world
+        dist.all_gather_object(positions, batches.state_dict())
+        if rank == 0:
+            state["loader"], state["rank_loaders"], state["world_size"] = (
+                positions[0], positions, world)
+            save_checkpoint(checkpoint, model, optimizer, scheduler, config, state, history)
+        dist.barrier()  # the file is complete before any rank goes on (or exits)
 
     if limit and state["step"] >= limit:
         state["stopped"] = "max_steps"
     while not state["stopped"]:
         finished_epoch = True
-        for batch in batches:  # one epoch, or its rest after a resume
+        epoch_now = batches.epoch
+        # distributed: ranks hold different row groups; all stop after the batches every rank
+        # has (the loader's num_batches for each rank), so none waits in a collective for good
+        cap = min(stream.num_batches(config.loader_workers, epoch=epoch_now, rank=r)
+                  for r in range(world)) if world > 1 else 0
+        if world > 1 and not cap:
+            raise ValueError(f"{dataset_dir}: a rank gets no full batch of {stream.batch_size} "
+                             f"rows in epoch {epoch_now} ({stream.rows} train rows over {world} "
+                             "ranks): give a smaller batch or fewer ranks")
+        for batch in batches if not cap or done < cap else ():  # one epoch, or its rest
             b_t, m_t, r_t = to_device(batch, config.device)
             loss = step(b_t, m_t, r_t)
             state["step"] += 1
+            done += 1
             seen += len(m_t)
             if state["step"] % 50 == 0 and time.perf_counter() - last_report >= PROGRESS_EVERY_S:
                 last_report = time.perf_counter()
                 elapsed = last_report - start
                 report("step %d%s, epoch %d: loss %.3f, %.0f samples/s", state["step"],
                        f"/{limit}" if limit else "", state["epoch"], loss.item(),
-                       seen / max(elapsed, 1e-9))
+                       seen * world / max(elapsed, 1e-9))
             if config.checkpoint_every and state["step"] % config.checkpoint_every == 0:
                 checkpoint_now()
             # Budgets are checked after a step, before the next batch is drawn, so a resumed
             # run continues exactly where this one stopped.
             if limit and state["step"] >= limit:
                 state["stopped"] = "max_steps"
-            elif config.max_seconds and time.perf_counter() - start > config.max_seconds:
-                state["stopped"] = "max_seconds"
+            elif config.max_seconds:
+                over = time.perf_counter() - start > config.max_seconds
+                if over if world == 1 else _agree(over, config.device):
+                    state["stopped"] = "max_seconds"
             if state["stopped"]:
                 finished_epoch = False
                 break
+            if cap and done >= cap:
+                break
+        if cap and finished_epoch:  # leave the rest of this rank's pass unread
+            batches.end_epoch(epoch_now)
+        if finished_epoch:
+            done = 0
         epoch_metrics = {"epoch": state["epoch"], "step": state["step"],
                          "complete": finished_epoch, **evaluate_splits()}
         history.append(epoch_metrics)
@@ -355,11 +464,13 @@ def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
                  if split in last}
     else:  # e.g. a resume of a run killed between its last step and its evaluation
         final = evaluate_splits()
+    # samples of all ranks: each took the same steps of the same per-rank batch
     metrics: dict = {
         "game": game, "n_moves": stream.n_moves,
         "steps": state["step"], "epochs": state["epoch"], "stopped": state["stopped"],
-        "seconds": round(elapsed, 2), "samples_per_s": round(seen / max(elapsed, 1e-9), 1),
-        "train_rows": stream.rows, **final,
+        "seconds": round(elapsed, 2),
+        "samples_per_s": round(seen * world / max(elapsed, 1e-9), 1),
+        "train_rows": stream.rows, **({"world_size": world} if world > 1 else {}), **final,
     }
     report("stopped by %s after %d steps, %d epochs, %.1f s (%.0f samples/s)",
            state["stopped"], state["step"], state["epoch"], elapsed, metrics["samples_per_s"])

@@ -1,0 +1,250 @@
+"""Data-parallel training over several processes, GPUs or machines, launched by `torchrun`.
+
+    torchrun --nproc-per-node 2 -m services.trainer.distributed --dataset artifacts/dataset \\
+        --run-dir artifacts/train-ddp --steps 2000
+    torchrun --nnodes 2 --node-rank R --master-addr HOST --master-port 29500 \\
+        --nproc-per-node 8 -m services.trainer.distributed --dataset /data/dataset ...
+
+Every process trains the same model on its rank's shard of the train split (the streaming
+loader shards row groups by rank) and DDP averages the gradients: NCCL between GPUs (one GPU per
+process, `LOCAL_RANK`), gloo on CPU. `--batch-size` is the global batch, split evenly over the
+ranks, so the recipe (learning rate, steps) means the same at any number of ranks. Metrics are
+computed over the whole validation, test and held-out-game splits (each rank evaluates a share,
+the counts are summed). Only rank 0 writes: the checkpoint (`RUN_DIR/checkpoint.pt`, every
+rank's loader position in it), `metrics.json`, the checked TorchScript `model.pt` and, with
+`--repository`, the gated, published next version. A run dir holding a checkpoint resumes from
+it (a restarted Job continues; with another number of ranks too, see services/trainer/train.py);
+`--fresh` starts over. Without torchrun (no WORLD_SIZE in the environment) it is one process.
+
+The dataset and the run dir must be on storage every rank reads (each rank reads its shards
+and, to resume, the checkpoint). One torch thread per process unless `--threads` says
+otherwise, as for single-process training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import warnings
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from services import logs
+from services.dataset.loader import dataset_game
+from services.dataset.shards import DatasetError
+from services.trainer.train import (
+    DEFAULT_MODELS,
+    DEFAULT_THREADS,
+    CheckpointError,
+    GameMismatchError,
+    TrainConfig,
+    TrainResult,
+    rank_batch,
+    train,
+)
+
+log = logging.getLogger(__name__)
+CHECKPOINT = "checkpoint.pt"
+METRICS = "metrics.json"
+MODEL_FILE = "model.pt"
+CHECK_ROWS = 64  # real validation positions the export check runs on, next to random ones
+
+
+class LaunchError(ValueError):
+    """A bad option or environment, found before any step (every rank finds the same)."""
+
+
+def launch_env() -> tuple[int, int, int]:
+    """(rank, world size, local rank) from torchrun's environment; (0, 1, 0) without it."""
+    try:
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        rank = int(os.environ.get("RANK", "0"))
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+    except ValueError as exc:
+        raise LaunchError(f"RANK, WORLD_SIZE and LOCAL_RANK must be integers: {exc}") from exc
+    if world < 1 or not 0 <= rank < world:
+        raise LaunchError(f"need 0 <= RANK < WORLD_SIZE, got RANK {rank}, WORLD_SIZE {world}")
+    return rank, world, local
+
+
+def pick_device(device: str, local_rank: int) -> str:
+    """`auto`: this process's GPU (`cuda:LOCAL_RANK`) when there is one, else the CPU; `cuda`
+    alone also means the local rank's GPU."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise LaunchError("--device cuda, but torch sees no GPU (a CPU build of torch, or no "
+                              "device visible to this process)")
+        if local_rank >= torch.cuda.device_count():
+            raise LaunchError(f"LOCAL_RANK {local_rank}, but only {torch.cuda.device_count()} "
+                              "GPU(s) visible: give --nproc-per-node at most the GPU count")
+        device = f"cuda:{local_rank}"
+    return device
+
+
+def init_process_group(device: str, rank: int, world: int, timeout_s: float) -> str:
+    """Join torchrun's process group (env:// rendezvous): NCCL on GPUs, gloo on CPU; return
+    the backend."""
+    backend = "nccl" if device.startswith("cuda") else "gloo"
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+    dist.init_process_group(backend, rank=rank, world_size=world,
+                            timeout=timedelta(seconds=timeout_s))
+    return backend
+
+
+def write_outputs(result: TrainResult, dataset_dir: Path, run_dir: Path) -> dict:
+    """Rank 0's files: metrics.json and the TorchScript export checked against the eager model
+    on random inputs and real validation positions."""
+    from services.dataset.shards import read_split
+    from services.models.export import export_torchscript
+
+    game, size = dataset_game(dataset_dir, "validation")
+    boards = read_split(dataset_dir, "validation")[0][:CHECK_ROWS]
+    diff = export_torchscript(result.model, run_dir / MODEL_FILE, board_size=size, game=game,
+                              boards=boards)
+    summary = {**result.summary(), "export_max_abs_diff": diff, "history": result.history}
+    (run_dir / METRICS).write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    return summary
+
+
+def publish_version(result: TrainResult, dataset_dir: Path, repository: str,
+                    model_name: str | None, tolerance: float) -> dict:
+    """The train flow's gate and publication (no rollout: `movepred rollout` does that), run
+    by rank 0 outside a Prefect flow."""
+    from flows.train import MODEL_NAMES, export_and_publish, unservable_reason
+    from services.trainer import gate
+
+    name = model_name or MODEL_NAMES[result.metrics["game"]]
+    decision = gate.check(result.metrics, Path(repository), name, dataset_dir,
+                          tolerance=tolerance)
+    if not decision.passed:
+        return {"published": False, "model_name": name, "gate": decision.reason}
+    why_not = unservable_reason(repository, name, str(dataset_dir))
+    if why_not:
+        return {"published": False, "model_name": name, "gate": decision.reason,
+                "reason": why_not}
+    version = export_and_publish.fn(result, repository, name, str(dataset_dir))
+    return {"published": True, "model_name": name, "version": version, "gate": decision.reason}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of `python -m services.trainer.distributed` (under torchrun)."""
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dataset", required=True, help="dataset folder (every rank reads it)")
+    parser.add_argument("--run-dir", required=True,
+                        help="checkpoint, metrics.json, model.pt (written by rank 0)")
+    parser.add_argument("--model", default=None,
+                        help=f"model config (default by the dataset's game: {DEFAULT_MODELS})")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="step limit (default: the trainer's; with --seconds and no --steps "
+                             "the time budget alone; 0: no step limit)")
+    parser.add_argument("--seconds", type=float, default=0.0, help="time budget (0: none)")
+    parser.add_argument("--epochs", type=int, default=1000)
+    parser.add_argument("--batch-size", type=int, default=32,
+                        help="global batch, split evenly over the ranks (a multiple of them)")
+    parser.add_argument("--learning-rate", type=float, default=0.003)
+    parser.add_argument("--lr-schedule", default="constant", choices=("constant", "cosine"))
+    parser.add_argument("--patience", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="auto",
+                        help="auto (default: the local rank's GPU if any, else CPU), cpu, cuda")
+    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
+                        help="torch intra-op threads per process")
+    parser.add_argument("--loader-workers", type=int, default=0,
+                        help="loader worker processes per rank")
+    parser.add_argument("--checkpoint-every", type=int, default=0,
+                        help="steps between checkpoints (0: at epoch ends only)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="ignore (delete) a checkpoint in the run dir instead of resuming")
+    parser.add_argument("--timeout", type=float, default=1800.0,
+                        help="seconds a rank waits in a collective before the run fails")
+    parser.add_argument("--repository", default=None,
+                        help="publish the gated model as the next version here (rank 0)")
+    parser.add_argument("--model-name", default=None,
+                        help="model name to publish as (default by game: gomoku_policy, "
+                             "go_policy)")
+    parser.add_argument("--gate-tolerance", type=float, default=0.01)
+    logs.add_arguments(parser)
+    return parser
+
+
+def run(args: argparse.Namespace) -> dict | None:
+    """Train as this process's rank; rank 0 returns its summary, the others None."""
+    rank, world, local = launch_env()
+    device = pick_device(args.device, local)
+    dataset = Path(args.dataset)
+    if not (dataset / "manifest.json").is_file():
+        raise LaunchError(f"no dataset at {dataset} (no manifest.json): run the ingest flow "
+                          f"first (`python -m flows.ingest SOURCES --out {dataset}`)")
+    rank_batch(args.batch_size, world)  # refused before the rendezvous
+    game, _ = dataset_game(dataset, "train")
+    config = TrainConfig(model=args.model or DEFAULT_MODELS[game], batch_size=args.batch_size,
+                         learning_rate=args.learning_rate, lr_schedule=args.lr_schedule,
+                         max_steps=args.steps, max_epochs=args.epochs,
+                         max_seconds=args.seconds, patience=args.patience, seed=args.seed,
+                         device=device, num_threads=args.threads,
+                         loader_workers=args.loader_workers,
+                         checkpoint_every=args.checkpoint_every)
+    run_dir = Path(args.run_dir)
+    checkpoint = run_dir / CHECKPOINT
+    backend = init_process_group(device, rank, world, args.timeout) if world > 1 else None
+    try:
+        if rank == 0:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            if args.fresh:
+                checkpoint.unlink(missing_ok=True)
+        if backend:
+            dist.barrier()  # the run dir is ready (and a stale checkpoint gone) for every rank
+            if rank == 0:
+                log.info("%d ranks (%s), %s on rank 0", world, backend, device)
+        result = train(dataset, config, checkpoint=checkpoint)
+        summary = None
+        if rank == 0:
+            summary = write_outputs(result, dataset, run_dir)
+            if args.repository:
+                summary["publish"] = publish_version(result, dataset, args.repository,
+                                                     args.model_name, args.gate_tolerance)
+        if backend:
+            dist.barrier()  # rank 0's files are written when the launcher sees every rank end
+        return summary
+    finally:
+        if backend:
+            dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one rank; a bad option, dataset or checkpoint is one line on stderr and exit 2."""
+    args = build_parser().parse_args(argv)
+    logs.configure_from(args)
+    # the policy head's 1x1 convolution weight [1, C, 1, 1] gets its gradient with other strides
+    # on its size-1 dimensions than DDP's bucket: the same memory order, one small copy a step
+    warnings.filterwarnings("ignore", message="Grad strides do not match bucket view strides")
+    try:
+        summary = run(args)
+    except (LaunchError, DatasetError, CheckpointError, GameMismatchError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if summary is not None:
+        m = summary["metrics"]
+        keys = ("top1", "top5", "loss", "n")
+        print(json.dumps({"run": {k: m[k] for k in ("steps", "epochs", "stopped", "seconds",
+                                                    "samples_per_s", "train_rows") if k in m},
+                          "world_size": m.get("world_size", 1),
+                          "metrics": {s: {k: m[s][k] for k in keys}
+                                      for s in ("validation", "test", "game_test") if m.get(s)},
+                          "publish": summary.get("publish")}, indent=2))
+        print(f"metrics.json, model.pt and the checkpoint in {args.run_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
