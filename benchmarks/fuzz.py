@@ -67,7 +67,7 @@ SHARED_SGF = ROOT.parent / "shared" / "data" / "sgf-edge-cases"
 MAX_SEED_BYTES = 16_384
 DOC_BEGIN = "<!-- fuzz:begin -->"
 DOC_END = "<!-- fuzz:end -->"
-SLOW_NOTE = "--slow-s timed twice, the faster run kept"
+SLOW_NOTE = "one over --slow-s: the faster of two runs"
 
 
 # ----------------------------------------------------------------------------- mutations
@@ -601,7 +601,7 @@ def table(tallies: list[Tally], machine_text: str, date: str, command: str) -> s
         sigs = "; ".join(f"{s} x{n}" for s, n in t.signatures.items())
         rows.append(f"| {t.target}: crashes | {t.crashes:,}{' (' + sigs + ')' if sigs else ''}"
                     f" | {cells} |")
-        rows.append(f"| {t.target}: slowest input (one over {SLOW_NOTE}) | "
+        rows.append(f"| {t.target}: slowest input, wall time ({SLOW_NOTE}) | "
                     f"{t.max_input_s * 1000:.1f} ms | {cells} |")
         rows.append(f"| {t.target}: inputs slow on both runs (saved) | {t.slow:,} | {cells} |")
     return "\n".join(rows)
