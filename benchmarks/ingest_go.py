@@ -8,6 +8,8 @@
 
 Figures, each run in a fresh child process (CPU = user + system of the process and its
 threads, DuckDB's included; best and median of --repeat):
+  * records -> canonical pairs in memory (`go_source_pairs`: read, replay, features,
+    canonicalise), the part that the baseline below compares with;
   * end to end without Prefect: the ingest flow's own steps called directly, stage by stage:
     read + replay (captures, ko) + features + canonicalise + the Parquet intermediate
     (`read_source.fn`, per archive), then dedup + split + shards (`build_shards`, DuckDB),
@@ -100,6 +102,20 @@ def pipeline(sources: list[str], out: str, profile: bool = False) -> dict:
     return {"stages": stages, "positions": sum(s["pairs"] for s in summaries),
             "rows": sum(splits.values()), "games": sum(s["ingested"] for s in summaries),
             "quarantined": sum(s["quarantined"] for s in summaries), "profile": top}
+
+
+def pairs_only(sources: list[str]) -> dict:
+    """Records -> canonical pair tables in memory (`go_source_pairs`: read, replay, features,
+    canonicalise), no intermediate, no dedup: the part the sgfmill baseline compares with."""
+    sys.path.insert(0, str(ROOT))
+    from services.dataset.go_build import go_source_pairs
+
+    u, y = _cpu()
+    positions = 0
+    for s in sources:
+        positions += go_source_pairs(s).pairs.num_rows
+    u2, y2 = _cpu()
+    return {"positions": positions, "user": u2 - u, "sys": y2 - y}
 
 
 def sgfmill_baseline(sources: list[str]) -> dict:
@@ -198,13 +214,22 @@ def main(argv: list[str] | None = None) -> None:
               f"positions per CPU-second: best {e2e:,.0f}, median "
               f"{n / statistics.median(cpus):,.0f}")
 
+        part = min((in_child(pairs_only, sources) for _ in range(args.repeat)),
+                   key=lambda r: r["user"] + r["sys"])
+        part_cpu = part["user"] + part["sys"]
+        print(f"\n== records -> canonical pairs in memory (read, replay, features, canonicalise;"
+              f" no intermediate, no dedup): {part['positions']:,} positions, {part_cpu:.2f} "
+              f"CPU s (user {part['user']:.2f}, sys {part['sys']:.2f}): "
+              f"{part['positions'] / part_cpu:,.0f} positions/CPU-s")
+
         base = in_child(sgfmill_baseline, sources)
         rate = base["positions"] / base["cpu"]
         print(f"\n== baseline, same run: sgfmill parse + board replay: {base['games']:,} "
               f"games ({base['failed']} unreadable), {base['positions']:,} positions, "
               f"{base['cpu']:.2f} CPU s: {rate:,.0f} positions/CPU-s")
         print(f"  end to end (everything, shards written) / baseline (parse + replay only): "
-              f"{e2e / rate:.2f}x")
+              f"{e2e / rate:.2f}x; records -> canonical pairs / baseline: "
+              f"{part['positions'] / part_cpu / rate:.2f}x")
 
         if not args.no_flow:
             small = sorted(SMALL_SGF.glob("*.sgf"))[:1]
