@@ -51,7 +51,7 @@ from prefect.artifacts import create_markdown_artifact
 from flows import configure_logging
 from services import logs
 from services.dataset.loader import dataset_game
-from services.dataset.shards import read_split
+from services.dataset.shards import GAME_SPLIT, read_split
 from services.models.export import export_torchscript
 from services.trainer import gate
 from services.trainer.plots import plot_curves, plot_stages
@@ -261,7 +261,7 @@ def _report(result: TrainResult, decision: gate.GateDecision, version: int | Non
     curves = plot_curves(result.history, run_dir / "curves.png") if result.history else None
     stages = plot_stages(m["validation"].get("top1_by_stage", {}), run_dir / "stages.png",
                          "validation top-1 by game stage")
-    splits = [s for s in ("train", "validation", "test") if m.get(s)]
+    splits = [s for s in ("train", "validation", "test", GAME_SPLIT) if m.get(s)]
     value = all("value_mse" in m[s] for s in splits)  # a model with a value head
     rows = "\n".join(f"| {s} | {m[s]['top1']:.3f} | {m[s]['top5']:.3f} | {m[s]['loss']:.3f} | "
                      + (f"{m[s]['value_mse']:.3f} | {m[s]['value_sign']:.3f} | " if value else "")
@@ -423,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = {k: out[k] for k in ("version", "published", "served", "gate", "exported")}
     keys = ("top1", "top5", "loss", "value_mse", "value_sign", "n")
     summary["metrics"] = {s: {k: m[s][k] for k in keys if k in m[s]}
-                          for s in ("train", "validation", "test") if m.get(s)}
+                          for s in ("train", "validation", "test", GAME_SPLIT) if m.get(s)}
     summary["run"] = {k: m[k] for k in ("steps", "epochs", "stopped", "seconds",
                                         "samples_per_s", "train_rows")}
     print(json.dumps(summary, indent=2))

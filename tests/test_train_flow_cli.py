@@ -62,6 +62,7 @@ def test_train_with_triton_down_publishes_reports_and_names_the_next_command(
     assert (repo / "gomoku_policy" / "1" / "model.pt").is_file()
     report = (run_dir / "report.md").read_text()
     assert "published **gomoku_policy v1**" in report
+    assert "| game_test |" in report  # top-1 on whole held-out games next to the position split
     last = run.stdout.strip().splitlines()[-1]
     assert last == serving_hint(url, str(repo), "gomoku_policy", 1)
     assert f"Triton at {url} is not reachable" in last and "but not served" in last
