@@ -39,7 +39,7 @@ from services.dataset.shards import (
     read_split,
     write_split_shards,
 )
-from services.records.rif import read_rif
+from services.records.rif import RifGame, read_rif
 from services.trainer import distributed
 from services.trainer.metrics import evaluate
 from services.trainer.train import TrainConfig, make_model, make_step, train
@@ -49,6 +49,10 @@ ROOT = Path(__file__).resolve().parents[1]
 WORLD = 2
 STEPS = 100
 KILLED_AT = 40
+# a dataset of a few games: an epoch of a 2-rank run is ~20 steps, so 60 cross several
+FEW_GAMES = 40
+EPOCHS_STEPS = 60
+EPOCHS_KILLED_AT = 31
 TOP1_TOLERANCE = 0.05
 LOSS_TOLERANCE = 0.25
 
@@ -65,15 +69,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("ds")
-    files = write_split_shards(deduplicate([source_pairs("sample", read_rif(SAMPLE_RIF)).pairs]),
-                               out)
+def write_dataset(out: Path, records: list) -> Path:
+    files = write_split_shards(deduplicate([source_pairs("sample", records).pairs]), out)
     atomic_write_json({"schema_version": SCHEMA_VERSION, "files": files,
                        "splits": {s: sum(f["rows"] for f in files if f["split"] == s)
                                   for s in SPLITS}}, out / "manifest.json")
     return out
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    return write_dataset(tmp_path_factory.mktemp("ds"), read_rif(SAMPLE_RIF))
+
+
+@pytest.fixture(scope="module")
+def few_games(tmp_path_factory) -> Path:
+    games = [g for g in read_rif(SAMPLE_RIF) if isinstance(g, RifGame)][:FEW_GAMES]
+    return write_dataset(tmp_path_factory.mktemp("few"), games)
 
 
 def fixed_batch(dataset: Path) -> tuple[torch.Tensor, torch.Tensor]:
@@ -86,7 +98,8 @@ def gradients(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {name: p.grad.detach().clone() for name, p in model.named_parameters()}
 
 
-def _ranks(rank: int, world: int, port: int, dataset: Path, out: Path) -> None:
+def _ranks(rank: int, world: int, port: int, dataset: Path, few_games: Path,
+           out: Path) -> None:
     """Every 2-rank scenario, in one process group (spawned: module-level)."""
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
@@ -115,19 +128,31 @@ def _ranks(rank: int, world: int, port: int, dataset: Path, out: Path) -> None:
         saved["resumed"] = {"metrics": resumed.metrics, "weights": resumed.model.state_dict()}
         from_one = train(dataset, small(), progress=False, checkpoint=out / "one-rank.pt")
         saved["from_one_rank"] = {"metrics": from_one.metrics}
+
+        # several epochs: each ends at the batches every rank has, the next starts afresh
+        epochs = small(max_steps=EPOCHS_STEPS)
+        straight = train(few_games, epochs, progress=False)
+        saved["epochs"] = {"metrics": straight.metrics, "history": straight.history,
+                           "weights": straight.model.state_dict()}
+        killed = out / "epochs.pt"
+        train(few_games, small(max_steps=EPOCHS_KILLED_AT), progress=False, checkpoint=killed)
+        resumed = train(few_games, epochs, progress=False, checkpoint=killed)
+        saved["epochs_resumed"] = {"weights": resumed.model.state_dict()}
+        fed = train(few_games, small(max_steps=EPOCHS_STEPS, loader_workers=1), progress=False)
+        saved["epochs_worker_fed"] = {"weights": fed.model.state_dict()}
         torch.save(saved, out / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
 
 
 @pytest.fixture(scope="module")
-def runs(dataset: Path, tmp_path_factory) -> dict:
+def runs(dataset: Path, few_games: Path, tmp_path_factory) -> dict:
     """The 1-rank reference runs (in this process) and the 2-rank scenarios (spawned)."""
     out = tmp_path_factory.mktemp("ddp")
     torch.set_num_threads(1)
     one = train(dataset, small(), progress=False)
     train(dataset, small(max_steps=KILLED_AT), progress=False, checkpoint=out / "one-rank.pt")
-    mp.spawn(_ranks, args=(WORLD, free_port(), dataset, out), nprocs=WORLD)
+    mp.spawn(_ranks, args=(WORLD, free_port(), dataset, few_games, out), nprocs=WORLD)
     ranks = [torch.load(out / f"rank{r}.pt", weights_only=True) for r in range(WORLD)]
     return {"one": one, "ranks": ranks, "out": out}
 
@@ -210,6 +235,23 @@ def test_checkpoints_move_between_one_and_two_ranks(dataset: Path, runs: dict) -
     for metrics in (from_one, from_two):
         assert abs(metrics["validation"]["top1"] - one["validation"]["top1"]) <= TOP1_TOLERANCE
         assert abs(metrics["validation"]["loss"] - one["validation"]["loss"]) <= LOSS_TOLERANCE
+
+
+def test_two_ranks_cross_epochs_and_resume_across_them(few_games: Path, runs: dict) -> None:
+    """Every epoch ends after the batches of the rank with the fewest, on both ranks, and the
+    next starts there; a run killed in an epoch after the first resumes to the same weights;
+    batches from a loader worker give the same weights too."""
+    epochs = runs["ranks"][0]["epochs"]
+    stream = ShardStream(few_games, batch_size=32, rank=0, world_size=WORLD)
+    per_epoch = [min(stream.num_batches(epoch=e, rank=r) for r in range(WORLD))
+                 for e in range(4)]
+    complete = [h for h in epochs["history"] if h["complete"]]
+    assert len(complete) >= 2 and epochs["metrics"]["epochs"] == len(complete)
+    assert [h["step"] for h in complete] == np.cumsum(per_epoch)[:len(complete)].tolist()
+    assert per_epoch[0] < EPOCHS_KILLED_AT  # killed in the second epoch or later
+    for other in ("epochs_resumed", "epochs_worker_fed"):
+        assert_same_weights(epochs["weights"], runs["ranks"][0][other]["weights"])
+    assert_same_weights(epochs["weights"], runs["ranks"][1]["epochs"]["weights"])
 
 
 def test_loader_parts_give_every_row_to_one_rank(dataset: Path) -> None:
