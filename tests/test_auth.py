@@ -11,12 +11,10 @@ from __future__ import annotations
 import argparse
 import io
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
-import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -27,23 +25,9 @@ from services.search import auth
 from services.search import server as search_server
 from services.search.client import SearchClient
 from services.search.server import SERVICE_NAME, build_service
+from tests.evaluators import UniformEvaluator
 
 TOKEN = "correct-horse-battery-staple"
-
-
-@dataclass(frozen=True)
-class Output:
-    logits: np.ndarray
-    model_name: str = "uniform"
-    model_version: str = "1"
-
-
-class UniformEvaluator:
-    """Every point equally likely (any board size)."""
-
-    def infer(self, boards: np.ndarray) -> Output:
-        n, size = boards.shape[0], boards.shape[-1]
-        return Output(np.zeros((n, size * size), dtype=np.float32))
 
 
 @pytest.fixture(scope="module")

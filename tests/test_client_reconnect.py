@@ -10,31 +10,17 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
 
 import grpc
-import numpy as np
 
 from services.grpc_options import RECONNECT_OPTIONS
 from services.search.client import SearchClient
 from services.search.server import build_service
 from services.triton import client as triton_client
+from tests.evaluators import UniformEvaluator
 
 OUTAGE_S = 12.0  # default backoff: attempts at ~1, 2.6, 5.2, 9.3, 15.8 s -> ~4 s late
 RECONNECT_BOUND_S = 1.0
-
-
-@dataclass(frozen=True)
-class Output:
-    logits: np.ndarray
-    model_name: str = "uniform"
-    model_version: str = "1"
-
-
-class UniformEvaluator:
-    def infer(self, boards: np.ndarray) -> Output:
-        n, size = boards.shape[0], boards.shape[-1]
-        return Output(np.zeros((n, size * size), dtype=np.float32))
 
 
 def test_client_reconnects_within_a_second_after_a_long_outage() -> None:
