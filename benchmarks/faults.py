@@ -76,6 +76,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
+from benchmarks.doc_sections import write_doc_section  # noqa: E402
 from services import logs  # noqa: E402
 from services.api.movepred.v1 import search_pb2  # noqa: E402
 from services.search.client import DEFAULT_PREDICT_TIMEOUT_S, SearchClient  # noqa: E402
@@ -1060,23 +1061,6 @@ def machine() -> str:
                 model = line.split(":", 1)[1].strip()
                 break
     return f"{model}, {len(os.sched_getaffinity(0))} cores"
-
-
-def write_doc_section(doc: Path, begin: str, end: str, body: str, title: str) -> None:
-    """Replace the text between `begin` and `end` in `doc` with `body` (appending the section
-    under `title` when the markers are absent; creating the file when missing)."""
-    text = doc.read_text() if doc.is_file() else "# Reliability\n"
-    block = f"{begin}\n{body.rstrip()}\n{end}"
-    if begin in text and end in text:
-        head, rest = text.split(begin, 1)
-        _, tail = rest.split(end, 1)
-        text = head + block + tail
-    else:
-        text = text.rstrip() + f"\n\n## {title}\n\n{block}\n"
-    doc.parent.mkdir(parents=True, exist_ok=True)
-    tmp = doc.with_name(f".{doc.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, doc)
 
 
 def _cell(text: str) -> str:

@@ -58,6 +58,7 @@ from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import seed as hypothesis_seed  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from benchmarks.doc_sections import write_doc_section  # noqa: E402
 from services import logs  # noqa: E402
 
 logger = logging.getLogger("fuzz")
@@ -605,23 +606,6 @@ def table(tallies: list[Tally], machine_text: str, date: str, command: str) -> s
                     f"{t.max_input_s * 1000:.1f} ms | {cells} |")
         rows.append(f"| {t.target}: inputs slow on both runs (saved) | {t.slow:,} | {cells} |")
     return "\n".join(rows)
-
-
-def write_doc_section(doc: Path, begin: str, end: str, body: str, title: str) -> None:
-    """Replace the text between `begin` and `end` in `doc` with `body` (appending the
-    section, under `title`, when the markers are absent; creating the file when missing)."""
-    text = doc.read_text() if doc.is_file() else "# Reliability\n"
-    block = f"{begin}\n{body.rstrip()}\n{end}"
-    if begin in text and end in text:
-        head, rest = text.split(begin, 1)
-        _, tail = rest.split(end, 1)
-        text = head + block + tail
-    else:
-        text = text.rstrip() + f"\n\n## {title}\n\n{block}\n"
-    doc.parent.mkdir(parents=True, exist_ok=True)
-    tmp = doc.with_name(f".{doc.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, doc)
 
 
 FUZZ_INTRO = """\
