@@ -3,6 +3,7 @@ shards of compact [4, 19, 19] positions out, every record accounted for."""
 
 from __future__ import annotations
 
+import itertools
 import shutil
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from services.dataset.go_build import (
     go_source_pairs,
     write_go_source_pairs,
 )
+from services.dataset.go_pairs import PACKED_BOARD, pack_planes, packed_width, unpack_planes
 from services.dataset.shards import DatasetError, read_manifest, read_split
 from tests.conftest import SAMPLE_RIF, SHARED_DATA
 
@@ -201,7 +203,11 @@ def test_streamed_intermediate_holds_the_in_memory_pairs(tmp_path: Path, monkeyp
     table = pq.read_table(tmp_path / "pairs.parquet")
     assert pq.ParquetFile(tmp_path / "pairs.parquet").metadata.num_row_groups > 2
     assert got.rows == table.num_rows == want.pairs.num_rows
-    expected = want.pairs.select(table.column_names).cast(table.schema)
+    # the intermediate holds the boards packed: unpacked, they are the in-memory boards
+    boards = np.frombuffer(b"".join(want.pairs["board"].to_pylist()), np.uint8)
+    packed = np.frombuffer(b"".join(table[PACKED_BOARD].to_pylist()), np.uint8)
+    assert (unpack_planes(packed.reshape(table.num_rows, -1), 19).reshape(-1) == boards).all()
+    expected = go_build._packed(want.pairs).select(table.column_names).cast(table.schema)
     for name in table.column_names:
         if name == "result":  # NaN (unknown) is no value equal to itself
             np.testing.assert_array_equal(table[name].to_numpy(), expected[name].to_numpy())
@@ -222,3 +228,28 @@ def test_go_incremental_run_writes_the_bytes_of_a_run_from_scratch(tmp_path: Pat
     assert two["files"] == scratch["files"]
     for f in two["files"]:
         assert (out / f["path"]).read_bytes() == (fresh / f["path"]).read_bytes()
+
+
+def test_packed_boards_are_equal_and_ordered_exactly_as_the_boards() -> None:
+    """Dedup groups and sorts packed boards: packing must be a bijection that keeps the byte
+    order of the compact planes (real positions, and every value at the planes' bounds)."""
+    pairs = go_source_pairs(kgs_sources()[-1]).pairs
+    boards = np.frombuffer(b"".join(pairs["board"].to_pylist()), np.uint8).reshape(
+        pairs.num_rows, -1)
+    rng = np.random.default_rng(0)
+    edge = rng.integers(0, [[3] * 361 + [5] * 361 + [5] * 361 + [2] * 361], (300, 1444),
+                        dtype=np.uint8)
+    boards = np.concatenate([boards, edge, edge[:10]])  # equal rows among them
+    packed = pack_planes(boards, 19)
+    assert packed.shape == (len(boards), packed_width(19)) == (len(boards), 361)
+    assert (unpack_planes(packed, 19) == boards).all()
+    plain = [row.tobytes() for row in boards]
+    small = [row.tobytes() for row in packed]
+    by_plain = sorted(range(len(plain)), key=plain.__getitem__)
+    assert by_plain == sorted(range(len(small)), key=small.__getitem__)
+    assert all((plain[a] == plain[b]) == (small[a] == small[b])
+               for a, b in itertools.pairwise(by_plain))
+    too_big = boards[:1].copy()
+    too_big[0, 361] = 5  # a liberty count beyond the plane's range
+    with pytest.raises(ValueError, match="plane 1"):
+        pack_planes(too_big, 19)

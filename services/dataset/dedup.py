@@ -90,8 +90,23 @@ def _sql_list(paths: Sequence[Path]) -> str:
     return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
 
 
-def _pairs_sql(paths: Sequence[Path], game: str, settings: BuildSettings) -> str:
-    """The grouped pairs (with `holdout`) of the given intermediates, as a SQL query."""
+def _key_column(present: set[str]) -> str:
+    """The board column the intermediates group and sort by: Go intermediates hold the
+    boards packed (`go_pairs.PACKED_BOARD`: equal and ordered exactly as the boards are),
+    Gomoku ones the boards themselves. One dataset holds one game: not both."""
+    from services.dataset.go_pairs import PACKED_BOARD
+
+    if PACKED_BOARD in present:
+        if "board" in present:
+            raise ValueError("intermediates mix packed Go boards and plain boards: one "
+                             "dataset holds one game")
+        return PACKED_BOARD
+    return "board"
+
+
+def _source_sql(paths: Sequence[Path], game: str, settings: BuildSettings) -> tuple[str, str]:
+    """(the `games` CTE, a SELECT of every raw row with its game's `holdout` flag), both over
+    the given intermediates."""
     files = _sql_list(paths)
     held = _below(settings.holdout_games)
     # intermediates of either game: Gomoku ones carry no game / mover rank column
@@ -103,18 +118,23 @@ def _pairs_sql(paths: Sequence[Path], game: str, settings: BuildSettings) -> str
 
     game_col, rank_col = column("game", f"'{game}'"), column("mover_rank", "''")
     rule_col, result_col = column("rule", "''"), column("result", "'NaN'::FLOAT")
-    return f"""
-    WITH games AS (
+    games = f"""games AS (
         SELECT source, game_id, {_mixed('bit_xor(position_hash)')} < {held} AS holdout
         FROM {source} GROUP BY source, game_id
-    ),
-    raw AS (
-        SELECT r.board, r.move, r.board_size, r.to_move, r.ply, r.count, r.position_hash,
-               {result_col} AS result, coalesce({rank_col}, '') AS mover_rank,
-               r.game_id, r.source, coalesce({game_col}, '{game}') AS game,
-               coalesce({rule_col}, '') AS rule, g.holdout
-        FROM {source} r JOIN games g USING (source, game_id)
-    )
+    )"""
+    raw = f"""
+        SELECT r.{_key_column(present)} AS board, r.move, r.board_size, r.to_move, r.ply,
+               r.count, r.position_hash, {result_col} AS result,
+               coalesce({rank_col}, '') AS mover_rank, r.game_id, r.source,
+               coalesce({game_col}, '{game}') AS game, coalesce({rule_col}, '') AS rule,
+               g.holdout
+        FROM {source} r JOIN games g USING (source, game_id)"""
+    return games, raw
+
+
+def _pairs_sql(raw: str) -> str:
+    """The grouped pairs (with `holdout`) of the raw rows `raw` selects."""
+    return f"""
     SELECT holdout, board, move, min(board_size) AS board_size, min(to_move) AS to_move,
            min(ply) AS ply, sum(count)::INTEGER AS count,
            min(position_hash) AS position_hash,
@@ -122,7 +142,7 @@ def _pairs_sql(paths: Sequence[Path], game: str, settings: BuildSettings) -> str
                AS result,
            min(mover_rank) AS mover_rank, min(game_id) AS game_id, min(source) AS source,
            min(game) AS game, min({{'g': game_id, 'r': rule}}).r AS rule
-    FROM raw GROUP BY holdout, board, move
+    FROM ({raw}) GROUP BY holdout, board, move
     """
 
 
@@ -175,19 +195,30 @@ def _position_split_sql(settings: BuildSettings) -> str:
 def sorted_pairs(paths: Sequence[Path], game: str,
                  settings: BuildSettings = BuildSettings()) -> Iterator[pa.RecordBatch]:
     """Record batches of the deduplicated, split pairs of the intermediates at `paths`, in
-    the shards' order (split, position hash, move, board); every PAIR_SCHEMA column."""
+    the shards' order (split, position hash, move, board); every PAIR_SCHEMA column.
+
+    Query shape: the grouped pairs feed the sort once (no materialised copy of them): a
+    position's occurrences outside the held-out games are counted from the raw rows (its
+    hash and count columns only), not from the grouped pairs, and joined to the pairs.
+    Go boards are grouped and sorted packed (a quarter of the bytes; the same equality and
+    order) and unpacked here, a batch at a time."""
     if not paths:
         return
+    paths = list(paths)
     names = ", ".join(f"'{s}'" for s in SPLITS)
+    games, raw = _source_sql(paths, game, settings)
+    packed = _key_column(_columns(paths)) != "board"
     query = f"""
-    WITH pairs AS ({_pairs_sql(paths, game, settings)}),
+    WITH {games},
     occurrences AS (
-        SELECT position_hash, sum(count) AS occurrences FROM pairs
-        WHERE NOT holdout GROUP BY position_hash
+        SELECT r.position_hash, sum(r.count) AS occurrences
+        FROM read_parquet({_sql_list(paths)}, union_by_name = true) r
+        JOIN games g USING (source, game_id)
+        WHERE NOT g.holdout GROUP BY r.position_hash
     ),
     split AS (
         SELECT p.*, {_position_split_sql(settings)} AS split_code
-        FROM pairs p LEFT JOIN occurrences o USING (position_hash)
+        FROM ({_pairs_sql(raw)}) p LEFT JOIN occurrences o USING (position_hash)
     )
     SELECT board, move, game, rule, board_size, to_move, ply, count, position_hash, result,
            mover_rank, game_id, source, ([{names}])[split_code + 1] AS split
@@ -197,9 +228,49 @@ def sorted_pairs(paths: Sequence[Path], game: str,
         con = _connect(settings, temp)
         try:
             reader = con.sql(query).to_arrow_reader(FETCH_ROWS)
-            yield from reader
+            if not packed:
+                yield from reader
+                return
+            for batch in reader:
+                yield _unpacked(batch)
         finally:
             con.close()
+
+
+def _unpacked(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """`batch` with its packed Go boards (`go_pairs.pack_planes`) unpacked."""
+    import numpy as np
+
+    from services.dataset.go_pairs import packed_width, unpack_planes
+
+    n = batch.num_rows
+    boards = batch.column(0)
+    sizes = batch.column(batch.schema.get_field_index("board_size")).to_numpy(
+        zero_copy_only=False)
+    offsets = np.frombuffer(boards.buffers()[1], np.int32, count=n + 1, offset=boards.offset * 4)
+    data = np.frombuffer(boards.buffers()[2], np.uint8)
+    widths = 4 * sizes.astype(np.int64) ** 2
+    out_offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(widths, out=out_offsets[1:])
+    if out_offsets[-1] >= 2**31:
+        raise ValueError("a fetched batch of Go boards exceeds 2 GiB")
+    out = np.empty(int(out_offsets[-1]), np.uint8)
+    for size in np.unique(sizes).tolist():
+        rows = np.flatnonzero(sizes == size)
+        width = packed_width(size)
+        if (offsets[rows + 1] - offsets[rows] != width).any():
+            raise ValueError(f"packed Go boards of size {size} must be {width} bytes")
+        if len(rows) == n:  # one board size (always, in practice): contiguous rows
+            start = int(offsets[0])
+            out[:] = unpack_planes(data[start:start + n * width].reshape(n, width),
+                                   size).reshape(-1)
+            continue
+        packed = data[offsets[rows][:, None] + np.arange(width)]
+        full = 4 * size * size
+        out[out_offsets[rows][:, None] + np.arange(full)] = unpack_planes(packed, size)
+    column = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(
+        out_offsets.astype(np.int32)), pa.py_buffer(out)])
+    return batch.set_column(0, "board", column)
 
 
 def build_shards(paths: Sequence[Path], out_dir: Path, game: str,
@@ -221,7 +292,9 @@ def count_unique_pairs(path: Path, game: str, settings: BuildSettings = BuildSet
     with _TempDir(settings.temp_dir) as temp:
         con = _connect(settings, temp)
         try:
-            query = f"SELECT count(*) FROM ({_pairs_sql([Path(path)], game, settings)})"
+            games, raw = _source_sql([Path(path)], game, settings)
+            query = (f"WITH {games} SELECT count(*) FROM (SELECT DISTINCT holdout, board, move "
+                     f"FROM ({raw}))")
             return int(con.execute(query).fetchone()[0])
         finally:
             con.close()

@@ -12,7 +12,9 @@ Bookkeeping, per source: `read = ingested + quarantined`.
   "cut short by an illegal move: ", so the quarantine table holds `quarantined + truncated` rows.
 
 `write_go_source_pairs` does the same into a Parquet intermediate a batch at a time (what
-the ingest flow uses: memory does not grow with the archive).
+the ingest flow uses: memory does not grow with the archive); the intermediate holds the
+boards packed (column `packed_board`, `go_pairs.pack_planes`), and dedup unpacks them as it
+writes the shards.
 
 `go_deduplicate` merges identical canonical (board, move) pairs of in-memory Go tables with an
 Arrow group_by (count summed, smallest ply / position hash / rank / game id / source, result
@@ -35,8 +37,16 @@ import pyarrow.parquet as pq
 
 from services.checksums import sha256_file
 from services.dataset.build import SourceResult, quarantine_row
-from services.dataset.go_pairs import GoPairs, game_pairs, pairs_tables, split_of
+from services.dataset.go_pairs import (
+    PACKED_BOARD,
+    GoPairs,
+    game_pairs,
+    pack_planes,
+    pairs_tables,
+    split_of,
+)
 from services.dataset.shards import BOARD_CODEC
+from services.games.go_features import COMPACT_CHANNELS
 from services.records.sgf import ARCHIVE_SUFFIXES, SgfGame, SgfRejected, read_archive, read_sgf
 
 GO_SUFFIXES = (".sgf", *ARCHIVE_SUFFIXES)  # the archive reader's list: one list of them
@@ -109,14 +119,14 @@ def write_go_source_pairs(path: str | Path, out: Path, name: str | None = None,
     `pairs` is empty; `rows` and `sha256` describe the file."""
     path, out = Path(path), Path(out)
     result = GoSourceResult(source=name or path.name, pairs=_empty_pairs())
-    schema = result.pairs.schema
+    schema = _packed(result.pairs).schema
     tmp = out.with_name(f".{out.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
     batch: list[pa.Table] = []
     held = 0
     try:
         with pq.ParquetWriter(tmp, schema, compression=BOARD_CODEC) as writer:
             for table in _game_tables(path, result, board_size):
-                batch.append(table)
+                batch.append(_packed(table))
                 held += table.num_rows
                 if held >= BATCH_ROWS:
                     writer.write_table(pa.concat_tables(batch).select(schema.names).cast(schema),
@@ -125,7 +135,7 @@ def write_go_source_pairs(path: str | Path, out: Path, name: str | None = None,
                     batch, held = [], 0
             if batch or not result.rows:
                 table = (pa.concat_tables(batch).select(schema.names).cast(schema) if batch
-                         else result.pairs)
+                         else schema.empty_table())
                 writer.write_table(table, row_group_size=max(held, 1))
                 result.rows += held
         with open(tmp, "rb+") as f:
@@ -180,6 +190,38 @@ def _game_tables(path: Path, result: GoSourceResult,
 def _batch_table(batch: list[tuple[GoPairs, str, str]], name: str) -> pa.Table:
     games, ids, rules = zip(*batch, strict=True)
     return pairs_tables(games, ids, name, rules)
+
+
+def _packed(table: pa.Table) -> pa.Table:
+    """`table` with its `board` column replaced by `PACKED_BOARD`, the boards packed
+    (`go_pairs.pack_planes`: a quarter of the bytes, the same equality and order), which is
+    what the intermediate holds and dedup groups and sorts by."""
+    chunks = []
+    for chunk in table["board"].chunks:
+        n = len(chunk)
+        _, offsets_buf, data_buf = chunk.buffers()
+        offsets = np.frombuffer(offsets_buf, np.int32, count=n + 1, offset=chunk.offset * 4)
+        width = int(offsets[1] - offsets[0]) if n else 0
+        size = round((width // COMPACT_CHANNELS) ** 0.5)
+        if n and ((np.diff(offsets) != width).any() or COMPACT_CHANNELS * size * size != width):
+            raise ValueError("Go pairs: boards of one chunk must all be compact planes of one "
+                             "board size")
+        data = np.frombuffer(data_buf, np.uint8, count=int(offsets[-1] - offsets[0]),
+                             offset=int(offsets[0])).reshape(n, width)
+        packed = pack_planes(data, size) if n else np.zeros((0, 0), np.uint8)
+        chunks.append(_fixed_binary(packed))
+    column = pa.chunked_array(chunks, pa.binary())
+    at = table.column_names.index("board")
+    return table.remove_column(at).add_column(at, PACKED_BOARD, column)
+
+
+def _fixed_binary(rows: np.ndarray) -> pa.Array:
+    """A [n, width] uint8 matrix as a binary array over its buffer."""
+    rows = np.ascontiguousarray(rows)
+    n, width = rows.shape
+    offsets = np.arange(n + 1, dtype=np.int32) * np.int32(width)
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets),
+                                                  pa.py_buffer(rows.reshape(-1))])
 
 
 def _empty_pairs() -> pa.Table:

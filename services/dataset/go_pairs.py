@@ -214,6 +214,78 @@ def running_image_hashes(size: int, initial: bytes, to_move: np.ndarray, moves: 
     return np.where(to_move == WHITE, hashes[N_SYMMETRIES:], hashes[:N_SYMMETRIES]).T
 
 
+# Packed planes: the compact planes' values are small (stones 0-2, liberties and ages 0-4,
+# ko 0-1), so each plane packs into bytes that hold several cells: 5 cells of base 3, 3 of
+# base 5, 8 of base 2 (19x19: 1,444 bytes -> 361). Cells are digits, the first most
+# significant, so the packing is a bijection that keeps the byte order: packed boards are
+# equal exactly when the boards are, and sort as the boards do (why dedup groups and sorts
+# them: a quarter of the bytes to hash, compare, spill and sort).
+PACKED_BOARD = "packed_board"  # the column of packed boards in a Go intermediate
+_PLANE_RADIX = (3, 5, 5, 2)
+_PLANE_DIGITS = (5, 3, 3, 8)  # cells per byte: radix ** digits <= 256
+
+
+def packed_width(size: int) -> int:
+    """Bytes of a packed board of the given board size."""
+    area = size * size
+    return sum(-(-area // d) for d in _PLANE_DIGITS)
+
+
+@cache
+def _digit_table(radix: int, digits: int) -> np.ndarray:
+    """uint8 [radix ** digits, digits]: the digits of each byte value, first most significant."""
+    values = np.arange(radix ** digits)
+    powers = radix ** np.arange(digits - 1, -1, -1)
+    table = (values[:, None] // powers % radix).astype(np.uint8)
+    table.flags.writeable = False
+    return table
+
+
+def pack_planes(boards: np.ndarray, size: int) -> np.ndarray:
+    """uint8 [n, packed_width(size)]: compact boards (int8 or uint8 [n, 4 * size * size], the
+    plane bytes) packed. A value outside its plane's range raises ValueError (the packing
+    would not be a bijection)."""
+    n, area = len(boards), size * size
+    planes = np.asarray(boards).view(np.uint8).reshape(n, COMPACT_CHANNELS, area)
+    out = np.empty((n, packed_width(size)), np.uint8)
+    at = 0
+    for c, (radix, digits) in enumerate(zip(_PLANE_RADIX, _PLANE_DIGITS, strict=True)):
+        plane = planes[:, c]
+        if n and int(plane.max()) >= radix:
+            raise ValueError(f"compact plane {c} holds {int(plane.max())}, outside 0-{radix - 1}")
+        width = -(-area // digits)
+        if radix == 2:
+            out[:, at:at + width] = np.packbits(plane, axis=1)
+        else:
+            padded = np.zeros((n, width * digits), np.uint8)
+            padded[:, :area] = plane
+            padded = padded.reshape(n, width, digits)
+            code = padded[:, :, 0].copy()
+            for d in range(1, digits):
+                code *= radix
+                code += padded[:, :, d]
+            out[:, at:at + width] = code
+        at += width
+    return out
+
+
+def unpack_planes(packed: np.ndarray, size: int) -> np.ndarray:
+    """`pack_planes` undone: uint8 [n, 4 * size * size] plane bytes."""
+    n, area = len(packed), size * size
+    out = np.empty((n, COMPACT_CHANNELS, area), np.uint8)
+    at = 0
+    for c, (radix, digits) in enumerate(zip(_PLANE_RADIX, _PLANE_DIGITS, strict=True)):
+        width = -(-area // digits)
+        part = packed[:, at:at + width]
+        if radix == 2:
+            out[:, c] = np.unpackbits(part, axis=1, count=area)
+        else:
+            table = _digit_table(radix, digits)
+            out[:, c] = np.take(table, part, axis=0).reshape(n, width * digits)[:, :area]
+        at += width
+    return out.reshape(n, COMPACT_CHANNELS * area)
+
+
 def pairs_table(pairs: GoPairs, game_id: str, source: str, rule: str = "") -> pa.Table:
     """One row per occurrence, canonicalised (count 1), in the shards' column layout."""
     return pairs_tables([pairs], [game_id], source, [rule])
@@ -282,5 +354,6 @@ def pairs_tables(games: Sequence[GoPairs], game_ids: Sequence[str], source: str,
     })
 
 
-__all__ = ["GoPairs", "board_image_hashes", "canonicalize", "game_pairs", "game_pairs_reference",
-           "pairs_table", "pairs_tables", "running_image_hashes", "split_of"]
+__all__ = ["PACKED_BOARD", "GoPairs", "board_image_hashes", "canonicalize", "game_pairs",
+           "game_pairs_reference", "pack_planes", "packed_width", "pairs_table", "pairs_tables",
+           "running_image_hashes", "split_of", "unpack_planes"]
