@@ -64,3 +64,25 @@ def test_trainer_reports_top1_on_held_out_games_next_to_the_position_split(
     assert {"validation", "test", GAME_SPLIT} <= set(metrics)
     assert 0 <= metrics[GAME_SPLIT]["top1"] <= 1
     assert metrics[GAME_SPLIT]["top5"] >= metrics[GAME_SPLIT]["top1"]
+
+
+def test_sql_hash_mix_is_the_split_codes_mix_at_every_bit() -> None:
+    """The query's split of a hash must be `canonical.split_codes`' own: the SQL mix (64-bit
+    product on 32-bit halves) gives numpy's wrapping product's top 24 bits."""
+    import duckdb
+    import numpy as np
+
+    from services.dataset import dedup
+
+    rng = np.random.default_rng(3)
+    hashes = np.concatenate([
+        np.array([0, 1, 2**32 - 1, 2**32, 2**63, 2**64 - 1], np.uint64),
+        rng.integers(0, 2**64 - 1, 10_000, dtype=np.uint64, endpoint=True)])
+    con = duckdb.connect()
+    try:
+        con.register("t", pa.table({"h": pa.array(hashes, pa.uint64())}))
+        got = con.execute(f"SELECT ({dedup._mixed('h')})::UBIGINT AS m FROM t").fetchnumpy()["m"]
+    finally:
+        con.close()
+    want = (hashes * np.uint64(dedup._MIX)) >> np.uint64(64 - dedup._SPLIT_BITS)
+    assert (np.asarray(got, np.uint64) == want).all()
