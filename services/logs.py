@@ -41,11 +41,30 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
+class _CurrentStderrHandler(logging.StreamHandler):
+    """Writes to whatever `sys.stderr` is at the time of each record, not the stream it was
+    when the entry point configured logging: a caller that swaps stderr and closes its stand-in
+    (a test capturing output, a daemon redirecting it) must not leave a handler bound to a
+    closed file, which would fail every later record of every thread."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)
+
+    @property  # type: ignore[override]
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: TextIO) -> None:
+        pass  # always the current stderr
+
+
 def configure(fmt: str = "text", level: str | int = "INFO", stream: TextIO | None = None) -> None:
-    """Route the root logger to `stream` (stderr) in `fmt` ("text" or "json"); idempotent."""
+    """Route the root logger to `stream` (default: the current stderr, looked up for every
+    record) in `fmt` ("text" or "json"); idempotent."""
     if fmt not in FORMATS:
         raise ValueError(f"log format must be one of {FORMATS}, got {fmt!r}")
-    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler = logging.StreamHandler(stream) if stream is not None else _CurrentStderrHandler()
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
     root = logging.getLogger()
     for old in list(root.handlers):
