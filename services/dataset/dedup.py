@@ -215,6 +215,17 @@ def sorted_pairs(paths: Sequence[Path], game: str,
     if not paths:
         return
     paths = list(paths)
+    batches, packed = _sorted_batches(paths, game, settings)
+    if not packed:
+        yield from batches
+        return
+    for batch in batches:
+        yield _unpacked(batch)
+
+
+def _sorted_batches(paths: list[Path], game: str,
+                    settings: BuildSettings) -> tuple[Iterator[pa.RecordBatch], bool]:
+    """(`sorted_pairs`' batches with Go boards still packed, whether they are packed)."""
     names = ", ".join(f"'{s}'" for s in SPLITS)
     games, raw = _source_sql(paths, game, settings)
     packed = _key_column(_columns(paths)) != "board"
@@ -234,17 +245,21 @@ def sorted_pairs(paths: Sequence[Path], game: str,
            mover_rank, game_id, source, ([{names}])[split_code + 1] AS split
     FROM split ORDER BY split_code, position_hash, move, board
     """
-    with _TempDir(settings.temp_dir) as temp:
-        con = _connect(settings, temp)
-        try:
-            reader = con.sql(query).to_arrow_reader(FETCH_ROWS)
-            if not packed:
-                yield from reader
-                return
-            for batch in reader:
-                yield _unpacked(batch)
-        finally:
-            con.close()
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        with _TempDir(settings.temp_dir) as temp:
+            con = _connect(settings, temp)
+            try:
+                yield from con.sql(query).to_arrow_reader(FETCH_ROWS)
+            finally:
+                con.close()
+
+    return batches(), packed
+
+
+def _unpacked_group(group: pa.Table) -> pa.Table:
+    """`_unpacked` of a row group (one chunk per column)."""
+    return pa.Table.from_batches([_unpacked(group.to_batches()[0])])
 
 
 def _unpacked(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -264,7 +279,10 @@ def _unpacked(batch: pa.RecordBatch) -> pa.RecordBatch:
     np.cumsum(widths, out=out_offsets[1:])
     if out_offsets[-1] >= 2**31:
         raise ValueError("a fetched batch of Go boards exceeds 2 GiB")
-    out = np.empty(int(out_offsets[-1]), np.uint8)
+    # from Arrow's memory pool: it keeps freed memory for the next batch, where numpy's
+    # allocations of this size come as fresh pages from the kernel each time
+    buffer = pa.allocate_buffer(int(out_offsets[-1]))
+    out = np.frombuffer(buffer, np.uint8)
     for size in np.unique(sizes).tolist():
         rows = np.flatnonzero(sizes == size)
         width = packed_width(size)
@@ -272,14 +290,16 @@ def _unpacked(batch: pa.RecordBatch) -> pa.RecordBatch:
             raise ValueError(f"packed Go boards of size {size} must be {width} bytes")
         if len(rows) == n:  # one board size (always, in practice): contiguous rows
             start = int(offsets[0])
-            out[:] = unpack_planes(data[start:start + n * width].reshape(n, width),
-                                   size).reshape(-1)
+            rows, full = data[start:start + n * width].reshape(n, width), 4 * size * size
+            for r0 in range(0, n, FETCH_ROWS):  # a block at a time: small temporaries
+                r1 = min(n, r0 + FETCH_ROWS)
+                unpack_planes(rows[r0:r1], size, out[r0 * full:r1 * full])
             continue
         packed = data[offsets[rows][:, None] + np.arange(width)]
         full = 4 * size * size
         out[out_offsets[rows][:, None] + np.arange(full)] = unpack_planes(packed, size)
     column = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(
-        out_offsets.astype(np.int32)), pa.py_buffer(out)])
+        out_offsets.astype(np.int32)), buffer])
     return batch.set_column(0, "board", column)
 
 
@@ -288,7 +308,12 @@ def build_shards(paths: Sequence[Path], out_dir: Path, game: str,
     """Deduplicate, split and write the shards of the intermediates at `paths` into
     `out_dir`; return the shard entries (for the manifest) and rows per split (the game
     split only when it has rows). Nothing is committed: the manifest does that."""
-    files = write_sorted_shards(sorted_pairs(list(paths), game, settings), Path(out_dir))
+    if paths:
+        # Go boards stay packed until a whole row group is assembled: unpacked once into it
+        batches, packed = _sorted_batches(list(paths), game, settings)
+        files = write_sorted_shards(batches, Path(out_dir), _unpacked_group if packed else None)
+    else:
+        files = write_sorted_shards([], Path(out_dir))
     rows = {split: sum(f["rows"] for f in files if f["split"] == split) for split in SPLITS}
     if not rows[GAME_SPLIT]:
         del rows[GAME_SPLIT]

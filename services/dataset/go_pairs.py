@@ -269,10 +269,13 @@ def pack_planes(boards: np.ndarray, size: int) -> np.ndarray:
     return out
 
 
-def unpack_planes(packed: np.ndarray, size: int) -> np.ndarray:
-    """`pack_planes` undone: uint8 [n, 4 * size * size] plane bytes."""
+def unpack_planes(packed: np.ndarray, size: int, out: np.ndarray | None = None) -> np.ndarray:
+    """`pack_planes` undone: uint8 [n, 4 * size * size] plane bytes (into `out`, of that many
+    bytes, when given)."""
     n, area = len(packed), size * size
-    out = np.empty((n, COMPACT_CHANNELS, area), np.uint8)
+    if out is None:
+        out = np.empty((n, COMPACT_CHANNELS, area), np.uint8)
+    out = out.reshape(n, COMPACT_CHANNELS, area)
     at = 0
     for c, (radix, digits) in enumerate(zip(_PLANE_RADIX, _PLANE_DIGITS, strict=True)):
         width = -(-area // digits)

@@ -44,7 +44,7 @@ import json
 import os
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -323,10 +323,15 @@ class _ShardFile:
         options.pop("row_group_size")
         self.writer = pq.ParquetWriter(self.tmp, PAIR_SCHEMA, **options)
 
-    def write(self, group: pa.Table) -> None:
+    def write(self, group: pa.Table,
+              decode: Callable[[pa.Table], pa.Table] | None = None) -> None:
         """One row group (one chunk per column, as `shard_piece` gives a whole shard: the
-        pages, hence the bytes, do not depend on how the input was chunked)."""
-        self.writer.write_table(group.combine_chunks(), row_group_size=ROW_GROUP_ROWS)
+        pages, hence the bytes, do not depend on how the input was chunked); `decode`, when
+        given, turns the combined group into the rows to write."""
+        group = group.combine_chunks()
+        if decode is not None and group.num_rows:
+            group = decode(group)
+        self.writer.write_table(group, row_group_size=ROW_GROUP_ROWS)
         self.rows += group.num_rows
 
     def close(self) -> dict:
@@ -348,10 +353,14 @@ class _ShardFile:
             self.tmp.unlink(missing_ok=True)
 
 
-def write_sorted_shards(parts: Iterable[pa.Table | pa.RecordBatch], out_dir: Path) -> list[dict]:
+def write_sorted_shards(parts: Iterable[pa.Table | pa.RecordBatch], out_dir: Path,
+                        decode: Callable[[pa.Table], pa.Table] | None = None) -> list[dict]:
     """Stream rows into shards: `parts` (tables or record batches with every PAIR_SCHEMA
     column) come grouped by split in SPLITS order and sorted inside each split by (position
     hash, move, board), as the shards store them. Memory: one row group and one input part.
+    `decode`: applied to each row group (one chunk per column) before it is written, e.g. to
+    unpack boards that travelled packed (the group is then assembled from the small packed
+    bytes, and the decoded boards are written from the one buffer they were decoded into).
 
     Each split gets `ROWS_PER_SHARD`-row shards of `ROW_GROUP_ROWS`-row groups, and at least
     one (empty) shard for a position split without rows; the game split gets none then.
@@ -375,7 +384,7 @@ def write_sorted_shards(parts: Iterable[pa.Table | pa.RecordBatch], out_dir: Pat
         if state["shard"] is None:
             state["shard"] = _ShardFile(out_dir, f"{SPLITS[state['split']]}-{state['index']:05d}")
             state["index"] += 1
-        state["shard"].write(group)
+        state["shard"].write(group, decode)
         if state["shard"].rows >= ROWS_PER_SHARD:
             close_shard()
 
