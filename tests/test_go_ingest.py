@@ -253,3 +253,30 @@ def test_packed_boards_are_equal_and_ordered_exactly_as_the_boards() -> None:
     too_big[0, 361] = 5  # a liberty count beyond the plane's range
     with pytest.raises(ValueError, match="plane 1"):
         pack_planes(too_big, 19)
+
+
+def test_duckdb_build_gives_the_in_memory_go_dedup_row_for_row(tmp_path: Path,
+                                                                monkeypatch) -> None:
+    """Exactness and order on real games: the out-of-core query (packed boards; DuckDB sorts
+    by (split, hash, move) and the runs of equal keys are put in board order as they stream
+    by) gives `go_deduplicate`'s rows in the shards' order, with batches of 5 rows so that
+    runs straddle batch boundaries."""
+    from services.dataset import dedup
+
+    monkeypatch.setattr(dedup, "FETCH_ROWS", 5)
+    source = kgs_sources()[-1]
+    path = tmp_path / "pairs.parquet"
+    write_go_source_pairs(source, path)
+    settings = dedup.BuildSettings(min_train_occurrences=2**31, holdout_games=0.0, threads=1,
+                                   temp_dir=tmp_path)
+    got = pa.Table.from_batches(list(dedup.sorted_pairs([path], "go", settings)))
+    want = pa.concat_tables([part for _, part in shards.split_parts(
+        go_deduplicate([go_source_pairs(source).pairs]))])
+    hashes, moves = want["position_hash"].to_numpy(), want["move"].to_numpy()
+    tied = (hashes[1:] == hashes[:-1]) & (moves[1:] == moves[:-1])
+    assert tied.sum() > 10  # positions with equal stones and move, other ages or ko
+    assert got.num_rows == want.num_rows
+    for name in ("board", "move", "ply", "count", "position_hash", "game_id", "source",
+                 "split", "to_move", "board_size", "mover_rank", "game"):
+        assert got[name].to_pylist() == want[name].to_pylist(), name
+    np.testing.assert_allclose(got["result"].to_numpy(), want["result"].to_numpy(), rtol=1e-6)
