@@ -54,7 +54,8 @@ def symmetry_zobrist(size: int) -> np.ndarray:
 
 
 @cache
-def _point_table(size: int) -> np.ndarray:
+def frozen_point_table(size: int) -> np.ndarray:
+    """`point_table(size)` computed once per size and read-only (shared by every caller)."""
     table = point_table(size)
     table.flags.writeable = False
     return table
@@ -177,7 +178,7 @@ def _canonical_block(moves: np.ndarray, lengths: np.ndarray, size: int, boards: 
     keys[:, starts[1:]] ^= totals[:, :-1]
     image_hashes ^= keys  # inclusive -> exclusive: the position before the move
     # smallest (hash, move, k): among the images of smallest hash, the smallest move * 8 + k
-    image_moves = np.take(_point_table(size), moves, axis=1, mode="clip")  # [8, n] int32
+    image_moves = np.take(frozen_point_table(size), moves, axis=1, mode="clip")  # [8, n] int32
     smallest = image_hashes.min(axis=0)
     tie_break = np.where(image_hashes == smallest, image_moves * N_SYMMETRIES
                          + np.arange(N_SYMMETRIES, dtype=np.int32)[:, None], _NO_MOVE)

@@ -21,11 +21,11 @@ from functools import cache
 import numpy as np
 import pyarrow as pa
 
-from services.dataset.canonical import split_of, symmetry_zobrist
+from services.dataset.canonical import frozen_point_table, split_of, symmetry_zobrist
 from services.games.go import BLACK, WHITE, replay
 from services.games.go_fast import game_compact
 from services.games.go_features import COMPACT_CHANNELS, compact
-from services.games.symmetry import N_SYMMETRIES, point_table, transform_board
+from services.games.symmetry import N_SYMMETRIES, transform_board
 from services.records.sgf import SgfGame
 
 _NO_MOVE = np.iinfo(np.int32).max
@@ -114,7 +114,7 @@ def canonicalize(inputs: np.ndarray, moves: np.ndarray,
     if image_hashes is None:
         image_hashes = board_image_hashes(inputs[:, 0].reshape(n, area), s)
     moves = np.asarray(moves)
-    table = _point_table(s)
+    table = frozen_point_table(s)
     on_board = moves < area
     image_moves = np.where(on_board, table[:, np.where(on_board, moves, 0)],
                            moves).T  # [n, 8]
@@ -177,11 +177,6 @@ def _mover_keys(size: int) -> np.ndarray:
     return out
 
 
-@cache
-def _point_table(size: int) -> np.ndarray:
-    table = point_table(size)
-    table.flags.writeable = False
-    return table
 
 
 def running_image_hashes(size: int, initial: bytes, to_move: np.ndarray, moves: np.ndarray,
