@@ -552,6 +552,17 @@ def within(value: float | None, goal: float) -> bool:
     return value is not None and value <= goal
 
 
+def delay(at: float | None, since: float) -> float | None:
+    """Seconds from `since` to `at`; None when `at` never came."""
+    return None if at is None else at - since
+
+
+def add_delay(out: Outcome, name: str, at: float | None, since: float, goal_s: float) -> None:
+    """One judged row: the delay from `since` to `at`, goal at most `goal_s` seconds."""
+    value = delay(at, since)
+    out.add(name, seconds_text(value), f"<= {goal_s:g} s", within(value, goal_s))
+
+
 def codes_text(calls: list[Call]) -> str:
     counts = Counter(c.code for c in calls)
     return ", ".join(f"{k} {v}" for k, v in counts.most_common())
@@ -625,21 +636,13 @@ class Suite:
         wrong = [c for c in calls if c.code == "OK" and c.wrong]
         out.add("health SERVING before the kill", "yes" if healthy_before else "no", "yes",
                 healthy_before)
-        out.add("time to first UNAVAILABLE", seconds_text(
-            None if unavailable is None else unavailable - killed), "<= 2 s",
-            within(None if unavailable is None else unavailable - killed, 2.0))
-        out.add("time to health NOT_SERVING", seconds_text(
-            None if not_serving is None else not_serving - killed), "<= 2 s",
-            within(None if not_serving is None else not_serving - killed, 2.0))
+        add_delay(out, "time to first UNAVAILABLE", unavailable, killed, 2.0)
+        add_delay(out, "time to health NOT_SERVING", not_serving, killed, 2.0)
         out.add("Triton restart (outage, start-up)",
                 f"{outage:.0f} s down, ready {startup:.2f} s after the start at "
                 f"+{t_start - killed:.1f} s")
-        out.add("Triton ready -> first OK Predict", seconds_text(
-            None if first_ok is None else first_ok - ready), "<= 1 s",
-            within(None if first_ok is None else first_ok - ready, 1.0))
-        out.add("Triton ready -> health SERVING", seconds_text(
-            None if serving is None else serving - ready), "<= 1 s",
-            within(None if serving is None else serving - ready, 1.0))
+        add_delay(out, "Triton ready -> first OK Predict", first_ok, ready, 1.0)
+        add_delay(out, "Triton ready -> health SERVING", serving, ready, 1.0)
         out.add("requests (by code)", codes_text(calls))
         out.add("wrong answers", f"{len(wrong)} of {sum(c.code == 'OK' for c in calls)} OK",
                 "0", not wrong, f"wrong answers: {wrong[0].wrong if wrong else ''}")
@@ -669,7 +672,7 @@ class Suite:
         for i in range(threads):
             first = min((c.done for c in calls if c.client == i and c.code == "OK"
                          and c.done >= ready), default=None)
-            firsts.append(None if first is None else first - ready)
+            firsts.append(delay(first, ready))
         worst = None if any(f is None for f in firsts) else max(firsts)
         out.add("outage", f"{outage:.0f} s (SIGKILL, restart on the same port)")
         out.add("service ready -> every client's first OK call", seconds_text(worst), "<= 1 s",
