@@ -111,18 +111,12 @@ class GarbagePolicy(torch.nn.Module):
 def build_tactical_policy(path: Path, seed: int = 0) -> Path:
     """Script a `TacticalPolicy` (its noise weights from `seed`) and save it to `path`."""
     torch.manual_seed(seed)
-    model = torch.jit.script(TacticalPolicy().eval())
-    path.parent.mkdir(parents=True, exist_ok=True)
-    model.save(str(path))
-    return path
+    return save_scripted(TacticalPolicy(), path)
 
 
 def build_garbage_policy(path: Path, value: float = float("nan")) -> Path:
     """Script a `GarbagePolicy` (its value: `value`) and save it to `path`."""
-    model = torch.jit.script(GarbagePolicy(value).eval())
-    path.parent.mkdir(parents=True, exist_ok=True)
-    model.save(str(path))
-    return path
+    return save_scripted(GarbagePolicy(value), path)
 
 
 def four_positions(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -165,7 +159,12 @@ def four_positions(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 def build_tiny_policy(path: Path, seed: int = 0) -> Path:
     """Script a `TinyPolicy` with weights from `seed` and save it to `path`."""
     torch.manual_seed(seed)
-    model = torch.jit.script(TinyPolicy().eval())
+    return save_scripted(TinyPolicy(), path)
+
+
+def save_scripted(module: torch.nn.Module, path: Path) -> Path:
+    """Script `module` (in eval mode) and save the TorchScript file to `path`."""
+    model = torch.jit.script(module.eval())
     path.parent.mkdir(parents=True, exist_ok=True)
     model.save(str(path))
     return path
