@@ -75,6 +75,7 @@ from services.dataset.shards import (  # noqa: E402
 )
 from services.records import rif  # noqa: E402
 from services.records.rif import RifGame, read_rif  # noqa: E402
+from tests.reference_impls import deduplicate_reference, source_pairs_reference  # noqa: E402
 
 DEFAULT_CACHE = Path(tempfile.gettempdir()) / "movepred-ingest-bench"
 SIZE = 15
@@ -245,8 +246,8 @@ def end_to_end(path: str, out: str, reference: bool = False, limit: int | None =
     finally:
         rif.parse_moves = original_parse
     name = Path(path).name
-    pairs = build._source_pairs_reference if reference else build.source_pairs
-    dedup = build._deduplicate_reference if reference else build.deduplicate
+    pairs = source_pairs_reference if reference else build.source_pairs
+    dedup = deduplicate_reference if reference else build.deduplicate
     with stage(stages, "replay + hash + canonicalise"):
         result = pairs(name, records)
     positions = result.pairs.num_rows
@@ -312,7 +313,7 @@ def dedup_synthetic(rows: int, reference: bool) -> dict:
         table = synthetic_pairs(rows)
     build.STEP_TIMES = {}
     with stage(stages, "reference: Arrow group_by + split" if reference else "dedup + split"):
-        out = (build._deduplicate_reference if reference else build.deduplicate)([table])
+        out = (deduplicate_reference if reference else build.deduplicate)([table])
     return {"stages": stages, "steps": build.STEP_TIMES, "rows": table.num_rows,
             "unique": out.num_rows, "input_bytes": table.nbytes,
             "splits": {s: int(pc.sum(pc.equal(out["split"], s)).as_py()) for s in SPLITS}}

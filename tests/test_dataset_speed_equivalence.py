@@ -2,10 +2,10 @@
 
 `replay_games`, `canonical_pairs`, `canonicalize`, `source_pairs` and `deduplicate` replaced
 per-move replays, 8 full-board images per pair, Python bytes per row and an Arrow group_by
-(benchmarks/ingest.py measures by how much). The originals are kept as `replay` and the
-`_*_reference` functions; here both run on the shipped sample, on the real RenjuNet-derived
-games of ../shared (skipped when absent) and on corrupted and adversarial inputs, and must
-agree value for value, down to the bytes of the shards they lead to.
+(benchmarks/ingest.py measures by how much). Those plain versions are `replay` and the
+functions of tests/reference_impls.py; here both run on the shipped sample, on the real
+RenjuNet-derived games of ../shared (skipped when absent) and on corrupted and adversarial
+inputs, and must agree value for value, down to the bytes of the shards they lead to.
 """
 
 from __future__ import annotations
@@ -16,18 +16,12 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from services.dataset import build, canonical
-from services.dataset.build import (
-    _deduplicate_reference,
-    _source_pairs_reference,
-    deduplicate,
-    pairs_table,
-    source_pairs,
-)
+from services.dataset.build import deduplicate, pairs_table, source_pairs
 from services.dataset.canonical import (
-    _canonicalize_reference,
     canonical_pairs,
     canonicalize,
     split_codes,
@@ -42,6 +36,12 @@ from services.records import rif
 from services.records.rif import RifGame, read_rif
 from services.records.rif_writer import write_rif
 from tests.conftest import RENJUNET_TSV, SAMPLE_RIF, TsvGame, renjunet_games
+from tests.reference_impls import (
+    canonicalize_reference,
+    deduplicate_reference,
+    pairs_table_reference,
+    source_pairs_reference,
+)
 
 S = 15
 SORT_KEY = [("position_hash", "ascending"), ("move", "ascending"), ("board", "ascending")]
@@ -120,7 +120,7 @@ def test_canonical_pairs_match_the_eight_image_reference(monkeypatch, block_rows
     boards = np.concatenate([r.boards for r in reference])
     moves = np.concatenate([r.moves for r in reference])
     _assert_same(canonical_pairs(batch.moves, batch.legal, S),
-                 _canonicalize_reference(boards, moves, S))
+                 canonicalize_reference(boards, moves, S))
 
 
 def test_canonical_pairs_on_real_games() -> None:
@@ -128,7 +128,7 @@ def test_canonical_pairs_on_real_games() -> None:
     lengths = np.array([len(r.moves) for r in reference])
     boards = np.concatenate([r.boards for r in reference])
     moves = np.concatenate([r.moves for r in reference])
-    _assert_same(canonical_pairs(moves, lengths, S), _canonicalize_reference(boards, moves, S))
+    _assert_same(canonical_pairs(moves, lengths, S), canonicalize_reference(boards, moves, S))
 
 
 def test_canonicalize_matches_reference_on_symmetric_and_random_boards() -> None:
@@ -152,7 +152,7 @@ def test_canonicalize_matches_reference_on_symmetric_and_random_boards() -> None
             moves.append(table[k][move])
     images, moves = np.array(images), np.array(moves, np.int16)
     got = canonicalize(images, moves, S)
-    _assert_same(got, _canonicalize_reference(images, moves, S))
+    _assert_same(got, canonicalize_reference(images, moves, S))
     assert len({row.tobytes() for row in got[0].reshape(-1, 8, S * S)[0]}) == 1
 
 
@@ -204,7 +204,7 @@ def mixed_rif(tmp_path_factory) -> Path:
 
 def test_source_pairs_matches_reference(mixed_rif: Path) -> None:
     fast = source_pairs("mixed", read_rif(mixed_rif))
-    slow = _source_pairs_reference("mixed", read_rif(mixed_rif))
+    slow = source_pairs_reference("mixed", read_rif(mixed_rif))
     assert fast.pairs.schema == slow.pairs.schema
     assert fast.pairs.equals(slow.pairs)
     assert (fast.read, fast.ingested) == (slow.read, slow.ingested)
@@ -213,9 +213,9 @@ def test_source_pairs_matches_reference(mixed_rif: Path) -> None:
 
 
 def test_source_pairs_of_nothing_and_of_rejects_only() -> None:
-    assert source_pairs("none", []).pairs.equals(_source_pairs_reference("none", []).pairs)
+    assert source_pairs("none", []).pairs.equals(source_pairs_reference("none", []).pairs)
     data = b'<database><games><game id="1"><move>z9</move></game></games></database>'
-    fast, slow = (f("bad", read_rif(data)) for f in (source_pairs, _source_pairs_reference))
+    fast, slow = (f("bad", read_rif(data)) for f in (source_pairs, source_pairs_reference))
     assert fast.pairs.equals(slow.pairs) and fast.quarantine == slow.quarantine
 
 
@@ -229,7 +229,7 @@ def test_pairs_table_matches_reference() -> None:
     results = build.mover_results(
         np.concatenate([np.full(len(r.moves), g.bresult, np.float32)
                         for g, r in zip(records, reps, strict=True)]), args[3])
-    assert pairs_table(*args, results).equals(build._pairs_table_reference(*args, results))
+    assert pairs_table(*args, results).equals(pairs_table_reference(*args, results))
     assert set(np.unique(results).tolist()) <= {0.0, 0.5, 1.0}
 
 
@@ -245,7 +245,7 @@ def _shard_order_keys(table: pa.Table) -> list[tuple]:
 
 def _assert_dedup_equal(tables: list[pa.Table], ordered: bool = True) -> pa.Table:
     fast = deduplicate(tables)
-    slow = _deduplicate_reference(tables)
+    slow = deduplicate_reference(tables)
     assert fast.schema == slow.schema
     assert fast.sort_by(SORT_KEY).equals(slow.sort_by(SORT_KEY))
     if ordered:  # the shards' order: split, then (hash, move, board bytes)
@@ -298,13 +298,12 @@ def test_deduplicate_string_minimums_every_way(real_pairs: pa.Table) -> None:
 def test_deduplicate_hash_collisions_never_merge(real_pairs: pa.Table) -> None:
     t = real_pairs.slice(0, 3000)
     hashes = t["position_hash"].to_numpy()
-    forced = hashes.copy()
-    forced[1::2] = forced[0:-1:2]  # neighbours share a hash, boards differ
-    low_bits = hashes ^ np.uint64(1)  # same top bits, other hash
-    for column in (forced, low_bits):
+    for collide in (hashes >> np.uint64(58), hashes & np.uint64(0x3F)):
+        # still a function of the board, but 64 values for thousands of different boards
         twisted = t.set_column(t.schema.get_field_index("position_hash"), "position_hash",
-                               pa.array(column, pa.uint64()))
-        _assert_dedup_equal([t, twisted], ordered=False)
+                               pa.array(collide, pa.uint64()))
+        out = _assert_dedup_equal([twisted], ordered=False)
+        assert out.num_rows == deduplicate([t]).num_rows > 64
 
 
 def test_sort_pairs_is_exact_where_the_top_hash_bits_tie() -> None:
@@ -332,7 +331,7 @@ def test_deduplicate_with_hashes_that_share_their_top_bits(real_pairs: pa.Table)
         t = real_pairs.set_column(real_pairs.schema.get_field_index("position_hash"),
                                   "position_hash", pa.array(folded, pa.uint64()))
         out = _assert_dedup_equal([_chunked(t, 4096)])
-        assert out.num_rows == _deduplicate_reference([t]).num_rows
+        assert out.num_rows == deduplicate_reference([t]).num_rows
 
 
 def test_shard_writer_slices_an_ordered_table_and_sorts_any_other(real_pairs: pa.Table,
@@ -367,14 +366,22 @@ def test_shard_writer_slices_an_ordered_table_and_sorts_any_other(real_pairs: pa
         assert split_parts(t)[0][1].equals(by_board)
 
 
-def test_deduplicate_other_layouts_take_the_reference_route(real_pairs: pa.Table) -> None:
+def test_deduplicate_refuses_tables_source_pairs_cannot_make(real_pairs: pa.Table) -> None:
     t = real_pairs.slice(0, 500)
     with_null = t.set_column(t.schema.get_field_index("game_id"), "game_id",
                              pa.array([None, *t["game_id"].to_pylist()[1:]], pa.string()))
-    assert deduplicate([with_null]).equals(_deduplicate_reference([with_null]))
     boards = t["board"].to_pylist()
     ragged = t.set_column(0, "board", pa.array([boards[0][:-1], *boards[1:]], pa.binary()))
-    assert deduplicate([ragged]).equals(_deduplicate_reference([ragged]))
+    narrow = t.set_column(t.schema.get_field_index("move"), "move", t["move"].cast(pa.int32()))
+    for table in (with_null, ragged, narrow):
+        with pytest.raises(ValueError, match="not a pair table"):
+            deduplicate([table])
+    # one (board, move) under two position hashes: the hash is not a function of the board
+    rehashed = t.set_column(t.schema.get_field_index("position_hash"), "position_hash",
+                            pc.bit_wise_xor(t["position_hash"], pa.scalar(1, pa.uint64())))
+    with pytest.raises(ValueError, match="several position hashes"):
+        deduplicate([t, rehashed])
+    assert deduplicate([rehashed]).num_rows == deduplicate([t]).num_rows
 
 
 @pytest.mark.parametrize("chunk_rows", [None, 997])
@@ -384,7 +391,7 @@ def test_shards_are_byte_identical_to_the_reference_pipeline(mixed_rif: Path, tm
     if chunk_rows:  # as the flow reads its intermediate files back
         pairs = _chunked(pairs, chunk_rows)
     fast = deduplicate([pairs])
-    slow = _deduplicate_reference([_source_pairs_reference("mixed", read_rif(mixed_rif)).pairs])
+    slow = deduplicate_reference([source_pairs_reference("mixed", read_rif(mixed_rif)).pairs])
     a = write_split_shards(fast, tmp_path / "fast")
     b = write_split_shards(slow, tmp_path / "slow")
     assert [(f["path"], f["rows"], f["sha256"]) for f in a] == \

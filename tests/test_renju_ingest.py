@@ -14,12 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from services.dataset.build import (
-    _deduplicate_reference,
-    _source_pairs_reference,
-    deduplicate,
-    source_pairs,
-)
+from services.dataset.build import deduplicate, source_pairs
 from services.dataset.pairs import FORBIDDEN_CUT, replay, replay_games
 from services.games import renju
 from services.games.coords import parse_point
@@ -27,6 +22,7 @@ from services.games.gomoku import BLACK, ForbiddenMove, GomokuState, IllegalMove
 from services.records.rif import RifGame, game_rule, read_rif
 from services.records.rif_writer import write_rif
 from tests.conftest import renjunet_games
+from tests.reference_impls import deduplicate_reference, source_pairs_reference
 
 S = 15
 # the real games that end with a forbidden black move: game id -> (1-based ply, reason)
@@ -99,12 +95,12 @@ def test_reference_pipeline_agrees_on_renju_games(renjunet_rif: Path, tmp_path: 
     longer = dataclasses.replace(cut_game, game_id="463-longer", moves=cut_game.moves + tuple(rest))
     path = write_rif([*games, longer], tmp_path / "more.rif")
     fast = source_pairs("more", read_rif(path))
-    slow = _source_pairs_reference("more", read_rif(path))
+    slow = source_pairs_reference("more", read_rif(path))
     assert fast.pairs.equals(slow.pairs)
     assert fast.quarantine == slow.quarantine
     assert (fast.read, fast.ingested, fast.cut) == (slow.read, slow.ingested, slow.cut) == \
         (len(games) + 1, len(games) + 1, len(FORBIDDEN_IN_REAL_GAMES) + 1)
-    assert deduplicate([fast.pairs]).num_rows == _deduplicate_reference([slow.pairs]).num_rows
+    assert deduplicate([fast.pairs]).num_rows == deduplicate_reference([slow.pairs]).num_rows
 
 
 def test_overline_is_cut_and_a_five_is_not() -> None:

@@ -10,10 +10,9 @@ and wraps the boards' single buffer as the Arrow board column; `deduplicate` sor
 by (split, position hash, move), compares the full board bytes of neighbours with equal keys
 (so a hash collision never merges different positions), reduces each group with numpy and
 gathers the unique boards once, in the order the shards store them (so the shard writer only
-slices). Their results are the ones the original per-game / Arrow group_by implementations
-give (row for row; `deduplicate`'s row order is the shards'), kept here as
-`_source_pairs_reference` and `_deduplicate_reference` for the equivalence tests and
-benchmarks/ingest.py.
+slices). Their results are the ones the plain per-game / Arrow group_by implementations in
+tests/reference_impls.py give (row for row; `deduplicate`'s row order is the shards'), which
+the equivalence tests and benchmarks/ingest.py compare them with.
 
 Memory: most of the CPU time that is not the code's own work is the kernel providing new
 pages (about 1-3 s per GB on the VMs this runs on), so the large passes work a block at a
@@ -40,9 +39,8 @@ from services.dataset.canonical import (
     canonicalize,
     empty_array,
     split_codes,
-    split_of,
 )
-from services.dataset.pairs import game_plies, replay, replay_games
+from services.dataset.pairs import game_plies, replay_games
 from services.games.gomoku import Rule
 from services.records.rif import Rejected, RifGame, game_rule
 
@@ -218,16 +216,19 @@ def deduplicate(tables: list[pa.Table]) -> pa.Table:
     hash collision never merges different positions), and come out in the order the shards
     store them: by split (train, validation, test), then (position hash, move, board bytes),
     whatever the rows' order in `tables`, so `write_split_shards` writes slices of the result
-    as they are. The result is the Arrow group_by's (`_deduplicate_reference`) row for row;
-    that route (and its row order) is taken instead for tables not in the pair layout
-    `source_pairs` makes (column types, fixed-width boards, no nulls) and for hand-made
-    tables in which one (board, move) carries several position hashes.
+    as they are. The result is an Arrow group_by on (board, move)'s, row for row.
+
+    Raises ValueError for tables not in the pair layout `source_pairs` makes (column types,
+    fixed-width boards, no nulls) and for tables in which one (board, move) carries several
+    position hashes: the hash is a function of the canonical board, so neither comes out of
+    the ingest, and grouping by hash would split such a pair across groups.
     """
     table = pa.concat_tables(tables)
     with _step("dedup: board matrix"):
         boards = _FixedRows.of(table)
     if boards is None:
-        return _deduplicate_reference([table])
+        raise ValueError("deduplicate: not a pair table (the columns, types, fixed-width "
+                         "boards and no nulls source_pairs gives)")
     n = table.num_rows
     with _step("dedup: sort by (split, hash, move)"):
         hashes = _numpy(table["position_hash"], np.uint64)
@@ -294,9 +295,8 @@ def deduplicate(tables: list[pa.Table]) -> pa.Table:
         unique_boards, fingerprints = _gather_rows(boards, first)
     with _step("dedup: check no pair in two groups"):
         if not _all_different(unique_boards, columns["move"].to_numpy(), fingerprints):
-            # the same (board, move) under two position hashes: a table whose hashes are not
-            # a function of the board (hand-made); group by the bytes themselves instead
-            return _deduplicate_reference([table])
+            raise ValueError("deduplicate: one (board, move) under several position hashes "
+                             "(the hash must be a function of the canonical board)")
     columns["board"] = _binary_column(unique_boards)
     names = ["board", "move", "board_size", "to_move", "ply", "count", "position_hash",
              "result", "game_id", "source", "split"]
@@ -710,87 +710,3 @@ def _unpack_short_strings(packed: np.ndarray) -> pa.Array:
     fixed = pa.Array.from_buffers(pa.binary(8), len(packed), [None, pa.py_buffer(data)])
     return pc.utf8_rtrim(fixed.cast(pa.binary()).cast(pa.string()), characters="\x00")
 
-
-# --- the original implementations: the equivalence tests and the benchmark compare with these
-
-
-def _source_pairs_reference(source: str, records: Iterable[RifGame | Rejected]) -> SourceResult:
-    boards, moves, to_move, plies, game_ids, results = [], [], [], [], [], []
-    result = SourceResult(source=source, pairs=pa.table({}))
-    for record in records:
-        result.read += 1
-        if isinstance(record, Rejected):
-            result.quarantine.append(
-                quarantine_row(source, record.record_id, record.reason, record.snippet))
-            continue
-        game = replay(record.moves, BOARD_SIZE, game_rule(record.rule))
-        if game.error is not None:
-            result.quarantine.append(quarantine_row(source, record.game_id, game.error,
-                                                    _move_snippet(record.moves)))
-            continue
-        if game.cut is not None:
-            result.cut += 1
-            result.quarantine.append(quarantine_row(source, record.game_id, game.cut,
-                                                    _move_snippet(record.moves)))
-        result.ingested += 1
-        boards.append(game.boards)
-        moves.append(game.moves)
-        to_move.append(game.to_move)
-        plies.append(game.plies)
-        game_ids.extend([record.game_id] * len(game.moves))
-        bresult = np.nan if record.bresult is None else record.bresult
-        results.extend(bresult if ply % 2 == 0 else 1 - bresult for ply in game.plies.tolist())
-    if boards:
-        result.pairs = _pairs_table_reference(
-            np.concatenate(boards), np.concatenate(moves), np.concatenate(to_move),
-            np.concatenate(plies), game_ids, source, results)
-    else:
-        result.pairs = _pairs_table_reference(
-            np.zeros((0, BOARD_SIZE**2), np.int8), np.zeros(0, np.int16), np.zeros(0, np.int8),
-            np.zeros(0, np.int16), [], source, [])
-    return result
-
-
-def _pairs_table_reference(boards: np.ndarray, moves: np.ndarray, to_move: np.ndarray,
-                           plies: np.ndarray, game_ids: list[str], source: str,
-                           results: list[float] | None = None) -> pa.Table:
-    from services.dataset.canonical import _canonicalize_reference
-
-    cb, cm, h = _canonicalize_reference(boards, moves, BOARD_SIZE)
-    n = len(cm)
-    board_col = pa.array([row.tobytes() for row in cb], type=pa.binary())
-    return pa.table({
-        "board": board_col,
-        "move": pa.array(cm, pa.int16()),
-        "board_size": pa.array(np.full(n, BOARD_SIZE, np.int8)),
-        "to_move": pa.array(to_move.astype(np.int8)),
-        "ply": pa.array(plies.astype(np.int16)),
-        "count": pa.array(np.ones(n, np.int32)),
-        "position_hash": pa.array(h, pa.uint64()),
-        "result": pa.array(np.full(n, np.nan, np.float32) if results is None
-                           else np.asarray(results, np.float32), pa.float32()),
-        "game_id": pa.array(game_ids, pa.string()),
-        "source": pa.array([source] * n, pa.string()),
-    })
-
-
-def _deduplicate_reference(tables: list[pa.Table]) -> pa.Table:
-    table = pa.concat_tables(tables)
-    aggregates = [("board_size", "min"), ("to_move", "min"), ("ply", "min"), ("count", "sum"),
-                  ("position_hash", "min"), ("game_id", "min"), ("source", "min")]
-    if "result" in table.column_names:  # NaN (unknown) -> null: the mean skips them
-        r = table["result"]
-        table = table.set_column(table.column_names.index("result"), "result", pc.if_else(
-            pc.is_nan(r), pa.scalar(None, r.type), r))
-        aggregates.append(("result", "mean"))
-    grouped = table.group_by(["board", "move"], use_threads=False).aggregate(aggregates)
-    grouped = grouped.rename_columns({f"{c}_{op}": c for c, op in aggregates})
-    if "result" in grouped.column_names:  # mean gives float64, null where none is known
-        mean = grouped["result"].to_numpy(zero_copy_only=False).astype(np.float32)
-        grouped = grouped.set_column(grouped.column_names.index("result"), "result",
-                                     pa.array(mean, pa.float32()))
-    splits = split_of(grouped["position_hash"].to_numpy())
-    grouped = grouped.append_column("split", pa.array(splits.tolist(), pa.string()))
-    columns = ["board", "move", "board_size", "to_move", "ply", "count", "position_hash",
-               "result", "game_id", "source", "split"]
-    return grouped.select([c for c in columns if c in grouped.column_names])

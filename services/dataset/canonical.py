@@ -11,8 +11,8 @@ How it is computed: the hash of image k is the XOR over the stones of
 one key table per symmetry and no image is ever materialised to be hashed; only the winning
 image of each pair is written out. Along a game the 8 hashes are running XORs of one key per
 move (`canonical_pairs`), so every position of every game is hashed in O(1) per symmetry.
-`_canonicalize_reference` is the original 8-full-boards implementation, kept for the
-equivalence tests and the benchmark; `canonicalize` must return exactly what it returns.
+tests/reference_impls.py holds the plain 8-full-boards implementation; `canonicalize` and
+`canonical_pairs` must return exactly what it returns.
 """
 
 from __future__ import annotations
@@ -86,24 +86,6 @@ def _choose_images(hashes: np.ndarray, image_moves: np.ndarray) -> np.ndarray:
     smallest = hashes.min(axis=1, keepdims=True)
     tied = np.where(hashes == smallest, image_moves, _NO_MOVE)
     return np.argmin(tied, axis=1)  # argmin returns the first (smallest k) of equal moves
-
-
-def _canonicalize_reference(boards: np.ndarray, moves: np.ndarray, size: int):
-    """The original implementation: all 8 images materialised, hashed and lexsorted."""
-    table = point_table(size)
-    n = len(boards)
-    images = np.empty((N_SYMMETRIES, n, size * size), dtype=np.int8)
-    hashes = np.empty((N_SYMMETRIES, n), dtype=np.uint64)
-    image_moves = np.empty((N_SYMMETRIES, n), dtype=np.int16)
-    for k in range(N_SYMMETRIES):
-        images[k][:, table[k]] = boards
-        hashes[k] = zobrist(images[k], size)
-        image_moves[k] = table[k][moves]
-    # lexsort's last key is primary: smallest hash, then smallest move, then smallest k.
-    order = np.lexsort((np.arange(N_SYMMETRIES)[:, None].repeat(n, 1), image_moves, hashes), axis=0)
-    best = order[0]
-    cols = np.arange(n)
-    return images[best, cols], image_moves[best, cols], hashes[best, cols]
 
 
 def canonicalize(boards: np.ndarray, moves: np.ndarray, size: int):
