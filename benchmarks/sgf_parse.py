@@ -6,7 +6,7 @@ Input: every member of the real Go archives in ../shared/data (KGS and the 4,743
 games with their format oddities), read into memory first, so only parsing is timed. Each
 reader turns every file's bytes into its games' main lines:
   * ours: `services.records.sgf.read_sgf` (decoding, game info, set-up, main line, results);
-    also with `FAST_MAIN_LINE = False` (token by token), to show what the fast path buys;
+    also token by token (tests/reference_impls.py), to show what the fast path buys;
   * sgfmill 1.1.1: `Sgf_game.from_bytes` + `get_main_sequence()`, and each node's B / W
     values decoded by sgfmill (`node.get`), as `get_move()` does (it keeps one move a node).
 Check: on every file both read, the first game's main-line moves must be equal (sgfmill's
@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 from sgfmill import sgf as sgfmill_sgf  # noqa: E402
 
 from services.records import sgf as ours  # noqa: E402
+from tests.reference_impls import sgf_token_by_token  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
 ARCHIVES = [SHARED / "kgs" / "kgs-games-dev.tar.gz",
@@ -102,9 +103,8 @@ def main(argv: list[str] | None = None) -> None:
 
     runs = {}
     runs["ours"] = timed(parse_ours, files, args.repeat)
-    ours.FAST_MAIN_LINE = False
-    runs["ours, token by token"] = timed(parse_ours, files, args.repeat)
-    ours.FAST_MAIN_LINE = True
+    with sgf_token_by_token():
+        runs["ours, token by token"] = timed(parse_ours, files, args.repeat)
     runs["sgfmill 1.1.1"] = timed(parse_sgfmill, files, args.repeat)
 
     base = min(runs["sgfmill 1.1.1"][0])

@@ -28,6 +28,7 @@ from services.records.sgf import (
     read_sgf,
     summarize,
 )
+from tests.reference_impls import sgf_token_by_token
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 KGS_DIR = SHARED_DATA / "kgs"
@@ -282,7 +283,7 @@ def test_mutated_and_random_bytes_never_raise() -> None:
                 replay(item, keep_states=False)
 
 
-def test_the_fast_main_line_path_gives_what_token_by_token_parsing_gives(monkeypatch) -> None:
+def test_the_fast_main_line_path_gives_what_token_by_token_parsing_gives() -> None:
     """The fast path (one regex pass per stretch of the main line) against the token-by-token
     parser on every real file in ../shared, the edge cases and 1,500 mutated inputs: the same
     games, moves, fields and rejection reasons."""
@@ -295,8 +296,8 @@ def test_the_fast_main_line_path_gives_what_token_by_token_parsing_gives(monkeyp
     if EDGE_DIR.exists():
         inputs += [(str(p), p.read_bytes()) for p in sorted(EDGE_DIR.rglob("*")) if p.is_file()]
     fast = [list(read_sgf(data, name)) for name, data in inputs]
-    monkeypatch.setattr("services.records.sgf.FAST_MAIN_LINE", False)
-    slow = [list(read_sgf(data, name)) for name, data in inputs]
+    with sgf_token_by_token():
+        slow = [list(read_sgf(data, name)) for name, data in inputs]
     differ = [name for (name, _), a, b in zip(inputs, fast, slow, strict=True) if a != b]
     assert differ == []
     assert sum(isinstance(g, SgfGame) for items in fast for g in items) > 100

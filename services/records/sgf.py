@@ -71,7 +71,6 @@ MAX_FILE_BYTES = 64 << 20
 MAX_VALUE_CHARS = 1 << 20
 SNIPPET_CHARS = 200
 NOT_SGF_SUFFIXES = frozenset({".gib", ".ngf", ".ugf", ".ugi", ".gtp", ".rif", ".psf"})
-FAST_MAIN_LINE = True  # False: token by token only (the reference the fast path is tested against)
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".tar", ".zip")
 
 
@@ -353,7 +352,7 @@ _NAME = re.compile(r"[A-Za-z]+")
 # properties up to the next '(' or ')' (possessive quantifiers, so a failure cannot
 # backtrack); `_NOT_A_MOVE` then deletes every property but B, W and set-up (whose values may
 # hide ';B[aa]' text), and `_ONLY_MOVES` must match what is left, or the token-by-token
-# parser takes over from that point and decides as it always did.
+# parser takes over from that point (tests/test_sgf.py checks that the two agree).
 _VALUE_POSSESSIVE = r"\[[^\\\]]*+(?:\\.[^\\\]]*+)*+\]"
 _STRETCH = re.compile(r"(?:\s++|;|[A-Z]++\s*+(?:" + _VALUE_POSSESSIVE + r"\s*+)++)*+", re.S)
 # any upper-case name but B, W, AB, AW, AE, with its values
@@ -388,6 +387,105 @@ class _BadGame(Exception):
         super().__init__(reason)
         self.reason = reason
         self.offset = offset
+
+
+def _property(m: re.Match) -> tuple[str, str]:
+    """(upper-case name, raw values) of a property token; FF[1]-FF[3] lower-case letters are
+    dropped ('AddBlack' reads as 'AB')."""
+    name, raw_values = m.group("prop", "values")
+    if not name.isupper():
+        name = "".join(c for c in name if c.isupper())
+    if len(raw_values) > MAX_VALUE_CHARS:
+        raise _BadGame(f"property {name} value too long "
+                       f"({len(raw_values)} > {MAX_VALUE_CHARS} chars)", m.start())
+    return name, raw_values
+
+
+class _TreeWalk:
+    """Where the token stream is in a game tree: the open trees (each [on the main line,
+    sub-trees seen]), whether the current node sequence is the main line (the first child at
+    every branch), the main line's node count and the number of trees opened."""
+
+    __slots__ = ("frames", "fresh", "node_no", "on_main", "trees")
+
+    def __init__(self) -> None:
+        self.frames: list[list] = []
+        self.trees = 0
+        self.on_main = False
+        self.node_no = -1  # main-line node counter
+        self.fresh = False  # just after '(': a property there opens a node (no ';')
+
+    def first_token(self, kind: str | None) -> None:
+        """The first token after a '('."""
+        self.fresh = False
+        if kind == "values" and self.on_main:
+            self.node_no += 1
+
+    def node(self, start: int) -> None:
+        if not self.frames:
+            raise _BadGame("node outside a game tree", start)
+        if self.on_main:
+            if self.frames[-1][1]:  # a node after a sub-tree: not on any line
+                self.on_main = False
+            else:
+                self.node_no += 1
+
+    def open(self) -> None:
+        self.trees += 1
+        if self.frames:
+            parent = self.frames[-1]
+            child_main = self.on_main and parent[1] == 0
+            parent[1] += 1
+        else:
+            child_main = True  # the game's own tree
+        self.frames.append([child_main, 0])
+        self.on_main = child_main
+        self.fresh = True
+
+    def close(self) -> bool:
+        """Close the innermost tree; True when it was the game's own."""
+        self.frames.pop()
+        self.on_main = False  # back in a parent, after one of its sub-trees
+        return not self.frames
+
+    def before_any_subtree(self) -> bool:
+        """No sub-tree of the current tree has been seen yet."""
+        return not self.frames[-1][1]
+
+    def in_game_tree(self) -> bool:
+        """The current tree is the game's own (not a variation nested in it)."""
+        return len(self.frames) == 1
+
+
+@dataclass
+class _MainLine:
+    """What a game keeps of its main line: game information and set-up stones before the
+    first move, the move tokens ('B[pd', 'W['), and the first set-up after a move (it rejects
+    the game only if a move follows: end-of-game markup is ignored)."""
+
+    moves: list[str] = field(default_factory=list)
+    info: dict[str, str] = field(default_factory=dict)
+    setup: dict[str, list[str]] = field(
+        default_factory=lambda: {name: [] for name in ("AB", "AW", "AE")})
+    late_setup: str | None = None
+    late_setup_at: int = 0  # moves read when it came
+
+    def add(self, name: str, raw_values: str) -> None:
+        """A main-line property other than a move."""
+        if name in _SETUP:
+            if self.moves:
+                if self.late_setup is None:
+                    self.late_setup = f"set-up stones ({name}) after move {len(self.moves)}"
+                    self.late_setup_at = len(self.moves)
+            else:
+                self.setup[name].extend(_ONE_VALUE.findall(raw_values))
+        elif name in _INFO and name not in self.info and not self.moves:
+            self.info[name] = _ONE_VALUE.findall(raw_values)[0]
+
+    def check(self, pos: int) -> None:
+        """Set-up stones between moves cannot be expressed as a move list."""
+        if self.late_setup is not None and len(self.moves) > self.late_setup_at:
+            raise _BadGame(self.late_setup, pos)
 
 
 def _file_reject(source: str, reason: str, raw: bytes | str) -> SgfRejected:
@@ -461,106 +559,70 @@ class _Parser:
             pos = nxt.start()
 
     def _game(self, pos: int, index: int) -> tuple[SgfGame | SgfRejected, int]:
-        """Parse the game tree opening at text[pos] == '('; return it and the end offset."""
+        """Parse the game tree opening at text[pos] == '('; return it and the end offset.
+
+        A malformed tree raises `_BadGame` (the rest of the file cannot be trusted); a well
+        formed tree with a bad value gives an `SgfRejected` for this game only."""
+        walk, line = _TreeWalk(), _MainLine()
+        end = self._read_tree(pos, walk, line)
+        try:
+            line.check(pos)
+            if walk.node_no < 0:
+                raise _BadGame("empty game tree (no nodes)", pos)
+            return self._build(index, line.info, line.setup, line.moves, walk.trees - 1,
+                               pos), end
+        except _BadGame as exc:
+            snippet = _truncate(self.text[pos: pos + SNIPPET_CHARS])
+            return SgfRejected(self.source, f"game {index}", exc.reason, snippet), end
+
+    def _read_tree(self, pos: int, walk: _TreeWalk, line: _MainLine) -> int:
+        """Read the tokens of the game tree opening at text[pos], its main line into `line`;
+        return the offset after the tree's ')' (or the file's end, where the fast path found
+        the rest of the file to be the rest of the game)."""
         text = self.text
-        scan = _TOKEN.scanner(text, pos)
-        match = scan.match
-        # frames: [on_main_line, children_seen]; the game's own tree is on the main line
-        stack: list[list] = []
-        trees = 0
-        on_main = False  # the current node sequence is the main line
-        node_no = -1  # main-line node counter
-        moves: list[tuple[int, int | None]] = []
-        info: dict[str, str] = {}
-        setup: dict[str, list[str]] = {"AB": [], "AW": [], "AE": []}
-        late_setup: str | None = None  # set-up after a move: rejects the game if a move follows
-        late_setup_at = 0  # moves read when it came
-        fast = FAST_MAIN_LINE  # the fast path may take the next stretch of the main line
-        fresh = False
+        match = _TOKEN.scanner(text, pos).match
+        fast = True  # the fast path may take the next stretch of the main line
         end = pos
         while True:
             m = match()
             if m is None:
-                end_at = self._error_offset(end)
-                raise _BadGame(self._error_reason(end_at), end_at)
+                at = self._error_offset(end)
+                raise _BadGame(self._error_reason(at), at)
             end = m.end()
             kind = m.lastgroup
-            if fresh:  # first token after '(': a property there opens a node (no ';')
-                fresh = False
-                if kind == "values" and on_main:
-                    node_no += 1
+            if walk.fresh:
+                walk.first_token(kind)
             if kind == "values":  # property (lastgroup is the last closed group)
-                if not on_main:
+                if not walk.on_main:
                     if end - m.start() > MAX_VALUE_CHARS:
                         raise _BadGame(f"property value too long (> {MAX_VALUE_CHARS} chars)",
                                        m.start())
                     continue
-                name, raw_values = m.group("prop", "values")
-                if not name.isupper():
-                    name = "".join(c for c in name if c.isupper())
-                if len(raw_values) > MAX_VALUE_CHARS:
-                    raise _BadGame(f"property {name} value too long "
-                                   f"({len(raw_values)} > {MAX_VALUE_CHARS} chars)", m.start())
-                if name in ("B", "W"):
-                    if node_no < 0:
-                        raise _BadGame("property outside a node", m.start())
-                    if fast and not stack[-1][1] and late_setup is None:
-                        stretch = self._main_line_stretch(m.start(), len(stack) == 1)
-                        if stretch is None:
-                            fast = False
-                        else:
-                            moves.extend(stretch[0])
-                            end = stretch[1]
-                            if end == len(text):
-                                break
-                            scan = _TOKEN.scanner(text, end)  # goes on at the '(' or ')'
-                            match = scan.match
-                            continue
-                    # a move's value holds no ']' or escape: the first value is [1:first ']']
-                    moves.append(f"{name}[{raw_values[1:raw_values.index(']')]}")
-                elif name in _SETUP:
-                    if moves:
-                        if late_setup is None:
-                            late_setup = f"set-up stones ({name}) after move {len(moves)}"
-                            late_setup_at = len(moves)
+                name, raw_values = _property(m)
+                if name not in _COLOURS:
+                    line.add(name, raw_values)
+                    continue
+                if walk.node_no < 0:
+                    raise _BadGame("property outside a node", m.start())
+                if fast and walk.before_any_subtree() and line.late_setup is None:
+                    stretch = self._main_line_stretch(m.start(), walk.in_game_tree())
+                    if stretch is None:
+                        fast = False
                     else:
-                        setup[name].extend(_ONE_VALUE.findall(raw_values))
-                elif name in _INFO and name not in info and not moves:
-                    info[name] = _ONE_VALUE.findall(raw_values)[0]
+                        line.moves.extend(stretch[0])
+                        end = stretch[1]
+                        if end == len(text):
+                            return end
+                        match = _TOKEN.scanner(text, end).match  # on at the '(' or ')'
+                        continue
+                # a move's value holds no ']' or escape: the first value is [1:first ']']
+                line.moves.append(f"{name}[{raw_values[1:raw_values.index(']')]}")
             elif kind == "node":
-                if not stack:
-                    raise _BadGame("node outside a game tree", m.start())
-                if on_main:
-                    frame = stack[-1]
-                    if frame[1]:  # a node after a sub-tree: not on any line
-                        on_main = False
-                    else:
-                        node_no += 1
+                walk.node(m.start())
             elif kind == "open":
-                trees += 1
-                if stack:
-                    parent = stack[-1]
-                    child_main = on_main and parent[1] == 0
-                    parent[1] += 1
-                else:
-                    child_main = True
-                stack.append([child_main, 0])
-                on_main = child_main
-                fresh = True
-            else:  # close
-                stack.pop()
-                if not stack:
-                    break
-                on_main = False  # back in a parent, after one of its sub-trees
-        try:  # the tree is well formed: a bad value rejects this game only
-            if late_setup is not None and len(moves) > late_setup_at:
-                raise _BadGame(late_setup, pos)  # a move follows: set-up mid-game
-            if node_no < 0:
-                raise _BadGame("empty game tree (no nodes)", pos)
-            return self._build(index, info, setup, moves, trees - 1, pos), end
-        except _BadGame as exc:
-            snippet = _truncate(text[pos: pos + SNIPPET_CHARS])
-            return SgfRejected(self.source, f"game {index}", exc.reason, snippet), end
+                walk.open()
+            elif walk.close():
+                return end
 
     def _main_line_stretch(self, start: int, top: bool) -> tuple[list[str], int] | None:
         """The move tokens from text[start] (a move on the main line) up to the next '(' or
