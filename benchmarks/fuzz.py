@@ -183,7 +183,8 @@ def sgf_input(rng: random.Random, seeds: list[bytes]) -> bytes:
 
 
 def run_sgf(data: bytes) -> None:
-    from services.records.sgf import read_sgf, summarize
+    from services.records.reasons import summarize
+    from services.records.sgf import read_sgf
 
     summarize(list(read_sgf(data, source="fuzz.sgf")))
 
@@ -258,7 +259,8 @@ def rif_input(rng: random.Random, seeds: list[bytes]) -> bytes:
 
 
 def run_rif(data: bytes) -> None:
-    from services.records.rif import read_rif, summarize
+    from services.records.reasons import summarize
+    from services.records.rif import read_rif
 
     summarize(list(read_rif(data, source="fuzz.rif")))
 

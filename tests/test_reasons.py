@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from services.records import reasons, rif, sgf
-from services.records.reasons import count_reasons, reason_category
+from services.records import reasons, rif
+from services.records.reasons import count_reasons, reason_category, summarize
 from services.records.rif import Rejected, read_rif
 from services.records.sgf import SgfRejected, read_archive, read_sgf
 from tests.conftest import SHARED_DATA
@@ -21,8 +21,16 @@ from tests.conftest import SHARED_DATA
 VALUE = re.compile(r"['\"\[\]\d]")  # what a category never holds: quotes, brackets, digits
 
 
-def test_every_reader_uses_the_one_categoriser() -> None:
-    assert rif.reason_category is sgf.reason_category is reasons.reason_category
+def test_every_reader_uses_the_one_categoriser_and_summary() -> None:
+    assert rif.reason_category is reasons.reason_category
+    rif_bad = b'<database><games><game id="1"><move>z9</move></game></games></database>'
+    items = [*read_sgf(b"(;GM[1]SZ[19];B[zz])", "a.sgf"), *read_rif(rif_bad, "b.rif"),
+             *read_sgf(b"(;GM[1]SZ[19];B[aa];W[bb])", "c.sgf"), *read_sgf(b"(;SZ[9:7])", "d")]
+    stats = summarize(items)
+    assert (stats.read, stats.games, stats.rejected, stats.moves) == (4, 1, 3, 2)
+    rejected = [i.reason for i in items if isinstance(i, SgfRejected | Rejected)]
+    assert stats.by_reason == count_reasons(rejected)[0]
+    assert stats.by_reason == {"unknown coordinate": 2, "rectangular board": 1}
 
 
 @pytest.mark.parametrize(("texts", "category"), [

@@ -96,7 +96,8 @@ def test_real_games_round_trip(tmp_path: Path, rows: list, real_games: list[RifG
     assert items == real_games  # every field, in file order
     assert [g.moves for g in items] == [points(r["moves"]) for r in rows]
     assert {g.bresult for g in items} == {0.0, 0.5, 1.0}
-    assert summarize(items) == ReadStats(read=len(rows), ingested=len(rows), rejected=0)
+    assert summarize(items) == ReadStats(read=len(rows), games=len(rows), rejected=0,
+                                         moves=sum(len(g.moves) for g in items))
 
 
 def test_reads_bytes_and_gzip(tmp_path: Path, real_games: list[RifGame]) -> None:
@@ -186,8 +187,8 @@ def test_bad_games_are_reported_and_the_rest_ingested(rows: list) -> None:
     assert items[11].record_id == "game #12"  # no id: numbered by position
 
     stats = summarize(items)
-    assert (stats.read, stats.ingested, stats.rejected) == (13, 3, 10)
-    assert stats.read == stats.ingested + stats.rejected
+    assert (stats.read, stats.games, stats.rejected) == (13, 3, 10)
+    assert stats.read == stats.games + stats.rejected
     assert stats.by_reason == {
         "unknown coordinate": 3, "empty game": 2, "repeated point": 1, "duplicate game id": 1,
         "non-numeric bresult": 1, "unknown bresult": 1, "missing game id": 1,
@@ -210,7 +211,7 @@ def test_truncated_file_yields_games_before_it_then_one_rejection(
     offset = int(tail.record_id.split()[1])
     assert 0 < offset <= cut and tail.snippet and len(tail.snippet) <= 200
     stats = summarize(items)
-    assert stats.read == data[:cut].count(b"<game ") == stats.ingested + stats.rejected == 26
+    assert stats.read == data[:cut].count(b"<game ") == stats.games + stats.rejected == 26
 
 
 def test_broken_markup_mid_file_is_located_exactly() -> None:

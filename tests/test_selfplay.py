@@ -124,7 +124,7 @@ def test_committed_sample_is_valid_and_reproducible() -> None:
     assert SAMPLE.stat().st_size < 300_000
     items = list(read_rif(SAMPLE))
     stats = summarize(items)
-    assert (stats.read, stats.ingested, stats.rejected) == (300, 300, 0)
+    assert (stats.read, stats.games, stats.rejected) == (300, 300, 0)
     for game in items:
         assert_legal(game)  # type: ignore[arg-type]
     fresh = generate(20, seed=0)  # the sample is `--games 300 --seed 0`

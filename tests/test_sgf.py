@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from services.games.go import BLACK, WHITE, replay, sgf_point
+from services.records.reasons import summarize
 from services.records.sgf import (
     MAX_VALUE_CHARS,
     SgfGame,
@@ -26,7 +27,6 @@ from services.records.sgf import (
     parse_result,
     read_archive,
     read_sgf,
-    summarize,
 )
 from tests.reference_impls import sgf_token_by_token
 
@@ -149,7 +149,7 @@ def test_several_games_in_one_file_and_a_bad_game_between_good_ones() -> None:
     assert items[1].record_id == "game 1" and "unknown coordinate 'zz'" in items[1].reason
     assert items[2].size == 13 and len(items[2].moves) == 2
     stats = summarize(items)
-    assert (stats.read, stats.parsed, stats.rejected, stats.moves) == (3, 2, 1, 3)
+    assert (stats.read, stats.games, stats.rejected, stats.moves) == (3, 2, 1, 3)
 
 
 def test_set_up_after_a_move_in_the_main_line_is_rejected() -> None:
@@ -351,7 +351,7 @@ def check_archive(path: Path) -> None:
     assert reasons == {"games/sub dir/bad.sgf": "truncated: game tree not closed",
                        "games/t.gib": "not an SGF file (.gib)", "games/empty.sgf": "empty file"}
     stats = summarize(items)
-    assert (stats.read, stats.parsed, stats.rejected) == (6, 3, 3)
+    assert (stats.read, stats.games, stats.rejected) == (6, 3, 3)
 
 
 def test_read_archive_zip_and_tar_in_memory(tmp_path: Path) -> None:
@@ -538,7 +538,7 @@ def other() -> Corpus:
 def check_corpus(corpus: Corpus) -> tuple[list[str], list[SgfRejected]]:
     """Reconcile with the manifest; return the files whose move count differs, and rejects."""
     stats = summarize(corpus.items)
-    assert stats.read == stats.parsed + stats.rejected
+    assert stats.read == stats.games + stats.rejected
     members = Counter(corpus.member(i) for i in corpus.items)
     assert set(members) == set(corpus.rows)  # every file gave at least one record, no others
     rejects = [i for i in corpus.items if isinstance(i, SgfRejected)]
@@ -565,9 +565,9 @@ def check_corpus(corpus: Corpus) -> tuple[list[str], list[SgfRejected]]:
 def test_kgs_tarball_reads_and_reconciles_with_its_manifest(kgs: Corpus) -> None:
     mismatched, rejects = check_corpus(kgs)
     stats = summarize(kgs.items)
-    print(f"\nKGS: {stats.read} records from {len(kgs.rows)} files, {stats.parsed} games, "
-          f"{stats.moves} moves, {stats.parsed / kgs.seconds:,.0f} games/s")
-    assert rejects == [] and stats.parsed == 96  # Hellyta-Fuego.sgf holds two games
+    print(f"\nKGS: {stats.read} records from {len(kgs.rows)} files, {stats.games} games, "
+          f"{stats.moves} moves, {stats.games / kgs.seconds:,.0f} games/s")
+    assert rejects == [] and stats.games == 96  # Hellyta-Fuego.sgf holds two games
     two = [g for g in kgs.items if g.source.endswith("Hellyta-Fuego.sgf")]
     assert [g.game_index for g in two] == [0, 1]
     assert sorted(mismatched) == [
@@ -593,8 +593,8 @@ def test_kgs_loose_files_equal_their_tarball_copies(kgs: Corpus) -> None:
 def test_other_go_tarball_reads_and_reconciles_with_its_manifest(other: Corpus) -> None:
     mismatched, rejects = check_corpus(other)
     stats = summarize(other.items)
-    print(f"\ngo-other: {stats.read} records, {stats.parsed} games, {stats.rejected} rejected, "
-          f"{stats.moves} moves, {stats.parsed / other.seconds:,.0f} games/s, "
+    print(f"\ngo-other: {stats.read} records, {stats.games} games, {stats.rejected} rejected, "
+          f"{stats.moves} moves, {stats.games / other.seconds:,.0f} games/s, "
           f"{len(mismatched)} move-count mismatches (all in files with variations)")
     assert stats.read == len(other.rows) == 4743
     # set-up between moves rejects a game; after the last move (Jago's end-of-game AE, in
@@ -610,7 +610,7 @@ def test_other_go_tarball_reads_and_reconciles_with_its_manifest(other: Corpus) 
     assert len(mismatched) <= 15  # of 4,739 games; all in branching files (checked above)
     assert Counter(g.size for g in other.items if isinstance(g, SgfGame)) == Counter(
         {19: 4410, 9: 221, 13: 106, 11: 3, 6: 1, 4: 1})
-    assert stats.parsed / other.seconds > 100  # measured 600-1,700 games/s on 2 shared cores
+    assert stats.games / other.seconds > 100  # measured 600-1,700 games/s on 2 shared cores
 
 
 def test_other_go_games_replay_legally(other: Corpus) -> None:

@@ -17,9 +17,8 @@ import gzip
 import io
 import math
 import xml.etree.ElementTree as ET
-from collections import Counter
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import cache
 from operator import itemgetter
 from pathlib import Path
@@ -34,8 +33,8 @@ from services.games.coords import (
 from services.games.gomoku import Rule
 from services.records.reasons import reason_category
 
-__all__ = ["RIF_SUFFIXES", "ReadStats", "Rejected", "RifGame", "game_rule", "parse_bresult",
-           "parse_moves", "read_rif", "reason_category", "summarize"]
+__all__ = ["RIF_SUFFIXES", "Rejected", "RifGame", "game_rule", "parse_bresult", "parse_moves",
+           "read_rif", "reason_category"]
 
 BOARD_SIZE = 15
 RIF_SUFFIXES = (".rif", ".rif.gz")  # what read_rif is given to read (.gz: gzip-compressed)
@@ -115,28 +114,6 @@ class Rejected:
     record_id: str
     reason: str
     snippet: str
-
-
-@dataclass
-class ReadStats:
-    read: int = 0
-    ingested: int = 0
-    rejected: int = 0
-    by_reason: dict[str, int] = field(default_factory=dict)
-
-
-def summarize(items: Iterable[RifGame | Rejected]) -> ReadStats:
-    stats = ReadStats()
-    reasons: Counter[str] = Counter()
-    for item in items:
-        stats.read += 1
-        if isinstance(item, RifGame):
-            stats.ingested += 1
-        else:
-            stats.rejected += 1
-            reasons[reason_category(item.reason)] += 1
-    stats.by_reason = dict(reasons.most_common())
-    return stats
 
 
 def read_rif(

@@ -56,14 +56,12 @@ import os
 import re
 import tarfile
 import zipfile
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
 from services.games.go import BLACK, WHITE
-from services.records.reasons import reason_category  # one categorisation for every reader
 
 MIN_SIZE, MAX_SIZE = 2, 25
 DEFAULT_SIZE = 19
@@ -115,30 +113,6 @@ class SgfRejected:
     record_id: str  # "game N" (N from 0) or "file"
     reason: str
     snippet: str
-
-
-@dataclass
-class SgfStats:
-    read: int = 0
-    parsed: int = 0
-    rejected: int = 0
-    moves: int = 0
-    by_reason: dict[str, int] = field(default_factory=dict)
-
-
-def summarize(items: Iterator[SgfGame | SgfRejected] | list[SgfGame | SgfRejected]) -> SgfStats:
-    stats = SgfStats()
-    reasons: Counter[str] = Counter()
-    for item in items:
-        stats.read += 1
-        if isinstance(item, SgfGame):
-            stats.parsed += 1
-            stats.moves += len(item.moves)
-        else:
-            stats.rejected += 1
-            reasons[reason_category(item.reason)] += 1
-    stats.by_reason = dict(reasons.most_common())
-    return stats
 
 
 # ---- public entry points ----------------------------------------------------------------------
