@@ -85,8 +85,8 @@ DEFAULT_GO_MODEL = "go_policy"
 # RPC threads. A Predict holds its thread while it waits for its Triton batch, so this also caps
 # how many concurrent Predicts one process can merge into a batch: with 16, 64 concurrent
 # Predicts of the paper's network travelled in batches of <= 16 and cost 1.7x a direct call on
-# the 2-core CPU; with 64, 1.4x (docs/benchmarks.md, "Predict against direct Triton with a
-# floor"; no change for a small model).
+# the 2-core CPU; with 64, 1.4x (docs/benchmarks.md, "Serving: Predict and GenMove on the
+# CPU"; no change for a small model).
 DEFAULT_MAX_WORKERS = 64
 # Searches (GenMove + Analyze) at once, when not given: half the RPC threads, so that however
 # many searches clients start, the other half is left for health checks and Predict (a search
