@@ -1,6 +1,7 @@
 """Training throughput end to end: samples/s of the trainer's own step fed by the streaming loader
 from real shards, against the same step on synthetic batches already on the device (the baseline,
-measured in the same run). Issue 4's goal: the real pipeline reaches >= 0.9 of the synthetic rate.
+measured in the same run). Goal: the real pipeline reaches >= 0.9 of the synthetic rate
+(docs/benchmarks.md, "GPU figures").
 
     python benchmarks/gpu_train.py [--device cuda] [--model shao_f128_n4] [--batch-size 1024]
         [--seconds 15] [--workers 0,2,4] [--dataset DIR | --tsv renjunet-derived-games-dev.tsv]
