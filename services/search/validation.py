@@ -29,10 +29,10 @@ Defaults and limits (documented in the report and the CLI help):
 * Replay work per request: the moves and set-up stones of all positions of one request
   together, a renju move counting RENJU_MOVE_COST (black's forbidden-point checks make it about
   three times dearer), at most MAX_REQUEST_MOVES (`replay_cost`, checked before anything is
-  replayed). This bounds one valid request's CPU: 256 renju positions of 170 moves each took
-  about 2 s of a core to validate, 256 Go positions of 700 moves about 2-4 s; within the limit
-  the dearest request takes about 0.3 s (benchmarks/request_cost.py). Split bigger batches into
-  several requests.
+  replayed). This bounds one valid request's CPU: without it, 256 renju positions of 170 moves
+  took about 1 s of a core to validate, 256 Go positions of 600 moves about 0.9 s; within the
+  limit the dearest request takes about 0.13 s (benchmarks/request_cost.py; docs/benchmarks.md,
+  "Request cost"). Split bigger batches into several requests.
 
 Over a limit (a budget above its maximum, more than MAX_POSITIONS positions, more moves or setup
 stones than the board has points, more replay work than MAX_REQUEST_MOVES) is
