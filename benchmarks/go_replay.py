@@ -32,8 +32,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from services.dataset.go_pairs import GoPairs, game_pairs, game_pairs_reference  # noqa: E402
+from services.dataset.go_pairs import GoPairs, game_pairs  # noqa: E402
 from services.records.sgf import SgfGame, read_archive  # noqa: E402
+from tests.go_reference import game_pairs_reference  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
 DEFAULT_ARCHIVES = (SHARED / "kgs" / "kgs-games-dev.tar.gz",

@@ -1,9 +1,10 @@
-"""The incremental Go replay (services/games/go_fast.py) against the reference pairs.
+"""The compiled incremental Go replay (services/games/go_fast.py) against the reference pairs.
 
-`game_pairs` (fast) must give byte-identical arrays to `game_pairs_reference` (`replay` +
-`compact` per position): hand-made positions (ko, snapback, multi-group capture, suicide)
-with their planes checked by hand, random games on small boards (many captures, kos, illegal
-moves, passes, same colour twice), and the real games of ../shared/data.
+`game_pairs` (fast) must give byte-identical arrays to `game_pairs_reference`
+(tests/go_reference.py: `replay` + `compact` per position): hand-made positions (ko,
+snapback, multi-group capture, suicide) with their planes checked by hand, random games on
+small boards (many captures, kos, illegal moves, passes, same colour twice), and the real
+games of ../shared/data.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from services.dataset.go_pairs import GoPairs, game_pairs, game_pairs_reference
+from services.dataset.go_pairs import GoPairs, game_pairs
 from services.games.go import BLACK, WHITE, GoState, board_from_ascii, replay
 from services.records.sgf import SgfGame, read_archive
+from tests.go_reference import game_pairs_reference
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 ARCHIVES = (SHARED_DATA / "kgs" / "kgs-games-dev.tar.gz",

@@ -344,10 +344,7 @@ def _unpacked(batch: pa.RecordBatch) -> pa.RecordBatch:
             raise ValueError(f"packed Go boards of size {size} must be {width} bytes")
         if len(rows) == n:  # one board size (always, in practice): contiguous rows
             start = int(offsets[0])
-            rows, full = data[start:start + n * width].reshape(n, width), 4 * size * size
-            for r0 in range(0, n, FETCH_ROWS):  # a block at a time: small temporaries
-                r1 = min(n, r0 + FETCH_ROWS)
-                unpack_planes(rows[r0:r1], size, out[r0 * full:r1 * full])
+            unpack_planes(data[start:start + n * width].reshape(n, width), size, out)
             continue
         packed = data[offsets[rows][:, None] + np.arange(width)]
         full = 4 * size * size

@@ -24,8 +24,6 @@ the ingest flow deduplicates out of core instead (`services.dataset.dedup`).
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,18 +33,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from services.atomic_files import atomic_path
 from services.checksums import sha256_file
 from services.dataset.build import SourceResult, quarantine_row
-from services.dataset.go_pairs import (
-    PACKED_BOARD,
-    GoPairs,
-    game_pairs,
-    pack_planes,
-    pairs_tables,
-    split_of,
-)
+from services.dataset.go_pairs import PACKED_BOARD, GoPairs, game_pairs, pairs_tables, split_of
 from services.dataset.shards import BOARD_CODEC
-from services.games.go_features import COMPACT_CHANNELS
 from services.records.sgf import ARCHIVE_SUFFIXES, SgfGame, SgfRejected, read_archive, read_sgf
 
 GO_SUFFIXES = (".sgf", *ARCHIVE_SUFFIXES)  # the archive reader's list: one list of them
@@ -106,7 +97,7 @@ def go_source_pairs(path: str | Path, name: str | None = None,
     keeps all. A large archive: `write_go_source_pairs` (bounded memory)."""
     path = Path(path)
     result = GoSourceResult(source=name or path.name, pairs=pa.table({}))
-    tables = list(_game_tables(path, result, board_size))
+    tables = list(_game_tables(path, result, board_size, packed=False))
     result.pairs = pa.concat_tables(tables) if tables else _empty_pairs()
     return result
 
@@ -119,14 +110,13 @@ def write_go_source_pairs(path: str | Path, out: Path, name: str | None = None,
     `pairs` is empty; `rows` and `sha256` describe the file."""
     path, out = Path(path), Path(out)
     result = GoSourceResult(source=name or path.name, pairs=_empty_pairs())
-    schema = _packed(result.pairs).schema
-    tmp = out.with_name(f".{out.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+    schema = packed_schema()
     batch: list[pa.Table] = []
     held = 0
-    try:
+    with atomic_path(out) as tmp:
         with pq.ParquetWriter(tmp, schema, compression=BOARD_CODEC) as writer:
-            for table in _game_tables(path, result, board_size):
-                batch.append(_packed(table))
+            for table in _game_tables(path, result, board_size, packed=True):
+                batch.append(table)
                 held += table.num_rows
                 if held >= BATCH_ROWS:
                     writer.write_table(pa.concat_tables(batch).select(schema.names).cast(schema),
@@ -138,19 +128,14 @@ def write_go_source_pairs(path: str | Path, out: Path, name: str | None = None,
                          else schema.empty_table())
                 writer.write_table(table, row_group_size=max(held, 1))
                 result.rows += held
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
         result.sha256 = sha256_file(tmp)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
     return result
 
 
-def _game_tables(path: Path, result: GoSourceResult,
-                 board_size: int | None) -> Iterator[pa.Table]:
-    """Each ingested game's pairs table, in record order; read / ingested / quarantine /
-    truncated counted into `result` on the way."""
+def _game_tables(path: Path, result: GoSourceResult, board_size: int | None,
+                 packed: bool) -> Iterator[pa.Table]:
+    """Tables of the ingested games' pairs (boards packed or not, `pairs_tables`), in record
+    order; read / ingested / quarantine / truncated counted into `result` on the way."""
     name = result.source
     batch: list[tuple[GoPairs, str, str]] = []  # games canonicalised together (speed)
     held = 0
@@ -181,47 +166,24 @@ def _game_tables(path: Path, result: GoSourceResult,
             batch.append((pairs, f"{record.source}#{record.game_index}", record.rules))
             held += len(pairs.moves)
             if held >= min(TABLE_ROWS, BATCH_ROWS):
-                yield _batch_table(batch, name)
+                yield _batch_table(batch, name, packed)
                 batch, held = [], 0
     if batch:
-        yield _batch_table(batch, name)
+        yield _batch_table(batch, name, packed)
 
 
-def _batch_table(batch: list[tuple[GoPairs, str, str]], name: str) -> pa.Table:
+def _batch_table(batch: list[tuple[GoPairs, str, str]], name: str, packed: bool) -> pa.Table:
     games, ids, rules = zip(*batch, strict=True)
-    return pairs_tables(games, ids, name, rules)
+    return pairs_tables(games, ids, name, rules, packed)
 
 
-def _packed(table: pa.Table) -> pa.Table:
-    """`table` with its `board` column replaced by `PACKED_BOARD`, the boards packed
-    (`go_pairs.pack_planes`: a quarter of the bytes, the same equality and order), which is
-    what the intermediate holds and dedup groups and sorts by."""
-    chunks = []
-    for chunk in table["board"].chunks:
-        n = len(chunk)
-        _, offsets_buf, data_buf = chunk.buffers()
-        offsets = np.frombuffer(offsets_buf, np.int32, count=n + 1, offset=chunk.offset * 4)
-        width = int(offsets[1] - offsets[0]) if n else 0
-        size = round((width // COMPACT_CHANNELS) ** 0.5)
-        if n and ((np.diff(offsets) != width).any() or COMPACT_CHANNELS * size * size != width):
-            raise ValueError("Go pairs: boards of one chunk must all be compact planes of one "
-                             "board size")
-        data = np.frombuffer(data_buf, np.uint8, count=int(offsets[-1] - offsets[0]),
-                             offset=int(offsets[0])).reshape(n, width)
-        packed = pack_planes(data, size) if n else np.zeros((0, 0), np.uint8)
-        chunks.append(_fixed_binary(packed))
-    column = pa.chunked_array(chunks, pa.binary())
-    at = table.column_names.index("board")
-    return table.remove_column(at).add_column(at, PACKED_BOARD, column)
-
-
-def _fixed_binary(rows: np.ndarray) -> pa.Array:
-    """A [n, width] uint8 matrix as a binary array over its buffer."""
-    rows = np.ascontiguousarray(rows)
-    n, width = rows.shape
-    offsets = np.arange(n + 1, dtype=np.int32) * np.int32(width)
-    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets),
-                                                  pa.py_buffer(rows.reshape(-1))])
+def packed_schema() -> pa.Schema:
+    """The columns of a Go intermediate: PAIR_SCHEMA's but `split`, with `PACKED_BOARD`
+    (`go_pairs.pack_planes`: a quarter of the bytes, the same equality and order) in place
+    of `board`, which is what dedup groups and sorts by."""
+    schema = _empty_pairs().schema
+    at = schema.get_field_index("board")
+    return schema.remove(at).insert(at, pa.field(PACKED_BOARD, pa.binary()))
 
 
 def _empty_pairs() -> pa.Table:
@@ -258,4 +220,4 @@ def go_deduplicate(tables: list[pa.Table]) -> pa.Table:
 
 
 __all__ = ["GO_SUFFIXES", "GoSourceResult", "go_deduplicate", "go_source_pairs",
-           "is_go_source", "write_go_source_pairs"]
+           "is_go_source", "packed_schema", "write_go_source_pairs"]

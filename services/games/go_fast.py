@@ -1,39 +1,39 @@
-"""Incremental Go replay that writes a whole game's compact planes in one pass.
+"""Incremental Go replay, compiled, that writes a whole game's compact planes in one pass.
 
 Why: building the compact [4, S, S] inputs of every position with `GoState` + `compact`
 costs a board copy and a full-board liberty flood fill per position (~5k positions/s per
-core). Here the replay keeps, for every stone, its group (stones, liberty set, capped
-liberty count) and updates only the groups a move touches, as minigo's `LibertyTracker`
-does. After each legal move the absolute board and the capped-liberty board are two
-`bytearray` slice copies into one preallocated buffer; the mover's view of the stones, the
-move ages and the ko points are then filled in for the whole game with a few numpy
-operations.
+core), and an interpreted incremental replay still ~3 µs per move. Here one numba kernel
+(`_replay`, compiled once and cached on disk, so worker processes load it instead of
+compiling) replays the game with groups kept as linked lists of stones (a group's liberties
+are counted when a move touches it), writes each position's planes as it goes and keeps the
+8 symmetry images' stones hashes as running XORs of one key per placed or captured stone.
 
 The rules are those of `services.games.go` (and `replay` with `allow_resume=True`):
 captures, suicide illegal, simple ko (captured one stone, capturing stone alone with one
 liberty; the captured colour may not retake at once), passes always legal, two passes
 followed by a move resume play, set-up stones (via `GoState.add_stones`, so the same
-errors), and the same error strings. `game_compact` returns exactly what
-`services.dataset.go_pairs.game_pairs_reference` builds with `replay` + `compact`
-(tests/test_go_fast_replay.py compares them on the real archives).
+errors), and the same error strings. `game_compact` returns exactly what `replay` +
+`compact` build (tests/test_go_fast_replay.py compares them on the real archives).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cache
 from typing import NamedTuple
 
 import numpy as np
+from numba import njit
 
 from services.games.go import (
     BLACK,
-    EMPTY,
     KO,
     MAX_SIZE,
     MIN_SIZE,
     OCCUPIED,
     OFF_BOARD,
     SUICIDE,
+    WHITE,
     GameRecord,
     GoState,
     IllegalMove,
@@ -42,270 +42,357 @@ from services.games.go import (
 )
 from services.games.go_features import COMPACT_CHANNELS, MAX_LIBERTIES, RECENT_MOVES
 
-
-class _Group:
-    """A chain of stones: its points, its liberty points and the liberty count last written
-    to the liberty plane (capped at MAX_LIBERTIES), so unchanged groups are not rewritten."""
-
-    __slots__ = ("cap", "libs", "stones")
-
-    def __init__(self, stones: list[int], libs: set[int]) -> None:
-        self.stones = stones
-        self.libs = libs
-        self.cap = -1
-
-
-def _initial_groups(cells: bytearray, size: int, group_of: list[_Group | None],
-                    libp: bytearray) -> None:
-    """Flood-fill the set-up position into groups and write its liberty plane."""
-    nbrs = neighbours(size)
-    for start in range(size * size):
-        color = cells[start]
-        if color == EMPTY or group_of[start] is not None:
-            continue
-        g = _Group([start], set())
-        group_of[start] = g
-        stones, libs = g.stones, g.libs
-        i = 0
-        while i < len(stones):
-            for q in nbrs[stones[i]]:
-                v = cells[q]
-                if v == EMPTY:
-                    libs.add(q)
-                elif v == color and group_of[q] is None:
-                    group_of[q] = g
-                    stones.append(q)
-            i += 1
-        g.cap = min(len(libs), MAX_LIBERTIES)
-        for s in stones:
-            libp[s] = g.cap
+# what the kernel reports for the move it stopped at
+_LEGAL, _OFF_BOARD, _OCCUPIED, _KO, _SUICIDE = 0, 1, 2, 3, 4
+_PASS = np.iinfo(np.int64).min  # a pass in the kernel's int64 points (any int is a point)
+_N_IMAGES = 8  # the symmetries whose stones hashes run along the game
 
 
 class CompactGame(NamedTuple):
     """A replayed main line: `inputs` int8 [n, 4, S, S] (the position before each applied
     move, seen from that move's colour), `moves` int16 [n] (S*S = pass), `to_move` int8 [n],
-    and `error`, the reference's message for the first illegal move (None if none).
-
-    `initial` (the set-up position, flat bytes) and `captures` (int32 [m, 2]: the index of
-    the applied move that captured, and the stone's point, in capture order) describe every
-    change of the board, so the positions' symmetry hashes can be run along the game
-    (`services.dataset.go_pairs.running_image_hashes`) instead of computed board by board."""
+    `error`, the reference's message for the first illegal move (None if none), and
+    `image_hashes` uint64 [n, 8]: position i's stones plane (as its mover sees it) hashed
+    with the caller's keys of each symmetry image (see `replay_planes`)."""
 
     inputs: np.ndarray
     moves: np.ndarray
     to_move: np.ndarray
     error: str | None
-    initial: bytes = b""
-    captures: np.ndarray = np.zeros((0, 2), np.int32)
+    image_hashes: np.ndarray
 
 
-def replay_planes(size: int, cells0: bytes,
-                  moves: Sequence[tuple[int, int | None]]) -> CompactGame:
-    """Replay `moves` from the position `cells0` (flat bytes, index y*size+x) until the
-    first illegal move."""
-    area = size * size
-    nbrs = neighbours(size)
-    cells = bytearray(cells0)
-    libp = bytearray(area)
-    group_of: list[_Group | None] = [None] * area
-    _initial_groups(cells, size, group_of, libp)
-    cap_max = MAX_LIBERTIES
-    step = COMPACT_CHANNELS * area
-    buf = bytearray(len(moves) * step)
-    ko_at: list[int] = []  # positions whose side to move faces a ko point ...
-    ko_pt: list[int] = []  # ... and that point
-    ko = -1
-    ko_color = EMPTY
-    played = 0
-    cap_at: list[int] = []  # per captured stone: the move that took it ...
-    cap_pt: list[int] = []  # ... and its point
-    off, off_a, off_b = 0, area, 2 * area  # this position's stones and liberties slices
-    error = None
-    for color, point in moves:
-        buf[off:off_a] = cells
-        buf[off_a:off_b] = libp
-        if ko >= 0:
-            ko_at.append(played)
-            ko_pt.append(ko)
-        if point is None:
-            ko = -1
-        else:
-            if (point < 0 or point >= area or cells[point]
-                    or (point == ko and color == ko_color)):
-                error = _illegal(played, color, point, size, cells, ko)
+@cache
+def neighbour_table(size: int) -> np.ndarray:
+    """int32 [S*S, 4]: `go.neighbours(size)` padded with -1 (read-only, one per size)."""
+    table = np.full((size * size, 4), -1, np.int32)
+    for p, nbrs in enumerate(neighbours(size)):
+        table[p, : len(nbrs)] = nbrs
+    table.flags.writeable = False
+    return table
+
+
+# ---- the kernel: groups -----------------------------------------------------------------
+# A group is a circular list of its stones (`nxt`); `root[p]` names the group of the stone at
+# p (-1: empty point), `gsize[root]` counts its stones. `mark` / `clock` stamp the points a
+# walk has seen, so a liberty shared by two stones is counted once.
+@njit(cache=True)
+def _liberties(start, cells, nxt, nbrs, mark, clock):
+    """The number of liberties of the group of the stone at `start`."""
+    clock[0] += 1
+    tick = clock[0]
+    count = 0
+    s = start
+    while True:
+        for j in range(4):
+            q = nbrs[s, j]
+            if q < 0:
                 break
-            empties: list[int] = []
-            own: list[_Group] = []
-            opp: list[_Group] = []
-            for q in nbrs[point]:
-                v = cells[q]
-                if not v:
-                    empties.append(q)
-                elif v == color:
-                    g = group_of[q]
-                    if g not in own:
-                        own.append(g)  # type: ignore[arg-type]
-                else:
-                    g = group_of[q]
-                    if g not in opp:
-                        opp.append(g)  # type: ignore[arg-type]
-            captured: list[int] = []
-            if opp:
-                for g in opp:
-                    if len(g.libs) == 1:
-                        captured += g.stones
-                if not captured and not empties:
-                    for g in own:
-                        if len(g.libs) > 1:
-                            break
-                    else:
-                        error = _suicide(played, color, point, size)
-                        break
-                for g in opp:
-                    libs = g.libs
-                    if len(libs) > 1:
-                        libs.discard(point)
-                        n = len(libs)
-                        if n < cap_max:  # was n + 1 (capped): changed
-                            g.cap = n
-                            for s in g.stones:
-                                libp[s] = n
-            elif not empties:
-                for g in own:
-                    if len(g.libs) > 1:
-                        break
-                else:
-                    error = _suicide(played, color, point, size)
+            if cells[q] == 0 and mark[q] != tick:
+                mark[q] = tick
+                count += 1
+        s = nxt[s]
+        if s == start:
+            return count
+
+
+@njit(cache=True)
+def _write_liberties(start, count, nxt, libp):
+    """Every stone of the group at `start` gets its liberty count, capped, on the plane."""
+    value = min(count, MAX_LIBERTIES)
+    s = start
+    while True:
+        libp[s] = value
+        s = nxt[s]
+        if s == start:
+            return
+
+
+@njit(cache=True)
+def _xor_stone(hashes, keys, point, colour):
+    """A stone of absolute `colour` placed at or removed from `point`: rows 0-7 of `hashes`
+    run as Black sees the board (own = 1 = Black), rows 8-15 as White does (colours
+    swapped)."""
+    for k in range(_N_IMAGES):
+        hashes[k] ^= keys[k, point, colour]
+        hashes[_N_IMAGES + k] ^= keys[k, point, 3 - colour]
+
+
+@njit(cache=True)
+def _set_up(cells, root, nxt, gsize, libp, mark, clock, nbrs, keys, hashes, stack):
+    """The set-up position (`cells`) into groups, its liberty plane and stones hashes."""
+    area = cells.shape[0]
+    for start in range(area):
+        colour = cells[start]
+        if colour == 0:
+            continue
+        _xor_stone(hashes, keys, start, colour)
+        if root[start] >= 0:
+            continue
+        root[start] = start
+        nxt[start] = start
+        gsize[start] = 1
+        top = 0
+        stack[top] = start
+        top += 1
+        while top:
+            top -= 1
+            s = stack[top]
+            for j in range(4):
+                q = nbrs[s, j]
+                if q < 0:
                     break
-            # the move is legal: apply it
-            cells[point] = color
-            if not own:
-                base = _Group([point], set(empties))
-            elif len(own) == 1:
-                base = own[0]
-                base.stones.append(point)
-                blibs = base.libs
-                blibs.discard(point)
-                blibs.update(empties)
-            else:
-                base = max(own, key=_size)
-                bstones, blibs = base.stones, base.libs
-                for g in own:
-                    if g is not base:
-                        bstones += g.stones
-                        blibs |= g.libs
-                        for s in g.stones:
-                            group_of[s] = base
-                bstones.append(point)
-                blibs.discard(point)
-                blibs.update(empties)
-                base.cap = -1  # the merged stones carried different counts: rewrite all
-            group_of[point] = base
-            ko = -1
-            if captured:
-                cap_at += [played] * len(captured)
-                cap_pt += captured
-                for s in captured:
-                    cells[s] = EMPTY
-                    group_of[s] = None
-                    libp[s] = 0
-                gained: list[_Group] = []
-                for s in captured:
-                    for t in nbrs[s]:
-                        if cells[t] == color:
-                            g = group_of[t]
-                            g.libs.add(s)  # type: ignore[union-attr]
-                            if g is not base and g not in gained:
-                                gained.append(g)  # type: ignore[arg-type]
-                for g in gained:
-                    n = min(len(g.libs), cap_max)
-                    if n != g.cap:
-                        g.cap = n
-                        for s in g.stones:
-                            libp[s] = n
-                if len(captured) == 1 and not own and len(base.libs) == 1:
-                    ko = captured[0]
-                    ko_color = 3 - color
-            n = len(base.libs)
-            if n > cap_max:
-                n = cap_max
-            if n != base.cap:
-                base.cap = n
-                for s in base.stones:
-                    libp[s] = n
-            else:
-                libp[point] = n
-        played += 1
-        off += step
-        off_a += step
-        off_b += step
-    if ko_at and ko_at[-1] >= played:  # the ko of the position whose move was illegal
-        ko_at.pop()
-        ko_pt.pop()
-    planes = np.frombuffer(buf, dtype=np.int8)[: played * step].reshape(
-        played, COMPACT_CHANNELS, area)
-    applied = moves[:played]
-    to_move = np.array([c for c, _ in applied], dtype=np.int8)
-    points = np.array([area if p is None else p for _, p in applied], dtype=np.int16)
-    _finish_planes(planes, to_move, points, ko_at, ko_pt)
-    captures = np.array([cap_at, cap_pt], dtype=np.int32).T.reshape(-1, 2)
-    return CompactGame(planes.reshape(played, COMPACT_CHANNELS, size, size), points, to_move,
-                       error, bytes(cells0), captures)
+                if cells[q] == colour and root[q] < 0:
+                    root[q] = start
+                    nxt[q] = nxt[start]
+                    nxt[start] = q
+                    gsize[start] += 1
+                    stack[top] = q
+                    top += 1
+        _write_liberties(start, _liberties(start, cells, nxt, nbrs, mark, clock), nxt, libp)
 
 
-def _size(group: _Group) -> int:
-    return len(group.stones)
+@njit(cache=True)
+def _merge(point, own, n_own, root, nxt, gsize):
+    """Put the stone just placed at `point` in one group with its own-colour neighbours'
+    groups (the largest keeps its name: fewer stones relabelled); return that group."""
+    if n_own == 0:
+        root[point] = point
+        nxt[point] = point
+        gsize[point] = 1
+        return point
+    base = own[0]
+    for i in range(1, n_own):
+        if gsize[own[i]] > gsize[base]:
+            base = own[i]
+    for i in range(n_own):
+        g = own[i]
+        if g == base:
+            continue
+        s = g
+        while True:
+            root[s] = base
+            s = nxt[s]
+            if s == g:
+                break
+        nxt[base], nxt[g] = nxt[g], nxt[base]  # splice the two circles into one
+        gsize[base] += gsize[g]
+    root[point] = base
+    nxt[point] = nxt[base]
+    nxt[base] = point
+    gsize[base] += 1
+    return base
 
 
-def _move_error(played: int, color: int, point: int | None, size: int,
-                exc: IllegalMove) -> str:
-    """The message `services.games.go.replay` gives for an illegal move."""
-    who = "B" if color == BLACK else "W"
-    return f"move {played + 1} ({who} {point_name(point, size)}): {exc}"
+@njit(cache=True)
+def _capture(g, colour, cells, root, nxt, libp, nbrs, keys, hashes, seen, clock, gained,
+             n_gained):
+    """Remove the group `g` (the opponent of `colour`); the roots of `colour`'s groups next
+    to its stones are added to `gained` (they got liberties). Returns (stones removed, the
+    last one, the new length of `gained`)."""
+    removed = 0
+    last = -1
+    tick = clock[0]
+    s = g
+    while True:
+        following = nxt[s]
+        _xor_stone(hashes, keys, s, cells[s])
+        cells[s] = 0
+        root[s] = -1
+        libp[s] = 0
+        removed += 1
+        last = s
+        s = following
+        if s == g:
+            break
+    s = g
+    while True:  # every stone of g is off the board: its neighbours of `colour` gained
+        for j in range(4):
+            q = nbrs[s, j]
+            if q < 0:
+                break
+            if cells[q] == colour and seen[root[q]] != tick:
+                seen[root[q]] = tick
+                gained[n_gained] = root[q]
+                n_gained += 1
+        s = nxt[s]
+        if s == g:
+            break
+    return removed, last, n_gained
 
 
-def _illegal(played: int, color: int, point: int, size: int, cells: bytearray,
-             ko: int) -> str:
-    """The error for a move off the board, on a stone or retaking the ko (checked in the
-    order `GoState.play` checks them)."""
-    if not 0 <= point < size * size:
+@njit(cache=True)
+def _add_once(groups, count, g):
+    """`groups[:count]` with `g` appended unless it is there; the new count."""
+    for i in range(count):
+        if groups[i] == g:
+            return count
+    groups[count] = g
+    return count + 1
+
+
+@njit(cache=True)
+def _play(point, colour, cells, root, nxt, gsize, libp, mark, seen, clock, nbrs, keys, hashes,
+          ko, scratch, gained):
+    """Apply one move (`point` >= 0, not a pass) if it is legal; return `_LEGAL` or why not.
+    `ko` ([point, colour that may not take it], point -1: none) is updated."""
+    area = cells.shape[0]
+    if point < 0 or point >= area:
+        return _OFF_BOARD
+    if cells[point] != 0:
+        return _OCCUPIED
+    if point == ko[0] and colour == ko[1]:
+        return _KO
+    own, opp, taken = scratch[0], scratch[1], scratch[2]
+    n_own = n_opp = n_empty = 0
+    for j in range(4):
+        q = nbrs[point, j]
+        if q < 0:
+            break
+        v = cells[q]
+        if v == 0:
+            n_empty += 1
+            continue
+        if v == colour:
+            n_own = _add_once(own, n_own, root[q])
+        else:
+            n_opp = _add_once(opp, n_opp, root[q])
+    captures = False
+    for i in range(n_opp):  # an opponent's group whose last liberty this is: taken
+        taken[i] = _liberties(opp[i], cells, nxt, nbrs, mark, clock) == 1
+        if taken[i]:
+            captures = True
+    if not captures and n_empty == 0:
+        breathes = False
+        for i in range(n_own):
+            if _liberties(own[i], cells, nxt, nbrs, mark, clock) > 1:
+                breathes = True
+                break
+        if not breathes:
+            return _SUICIDE
+    cells[point] = colour
+    _xor_stone(hashes, keys, point, colour)
+    base = _merge(point, own, n_own, root, nxt, gsize)
+    removed, last, n_gained = 0, -1, 0
+    if captures:
+        clock[0] += 1
+        for i in range(n_opp):
+            if taken[i]:
+                r, last, n_gained = _capture(opp[i], colour, cells, root, nxt, libp, nbrs,
+                                             keys, hashes, seen, clock, gained, n_gained)
+                removed += r
+    for i in range(n_opp):  # the survivors lost a liberty
+        if not taken[i]:
+            _write_liberties(opp[i], _liberties(opp[i], cells, nxt, nbrs, mark, clock), nxt,
+                             libp)
+    for i in range(n_gained):
+        if gained[i] != base:
+            _write_liberties(gained[i], _liberties(gained[i], cells, nxt, nbrs, mark, clock),
+                             nxt, libp)
+    base_liberties = _liberties(base, cells, nxt, nbrs, mark, clock)
+    _write_liberties(base, base_liberties, nxt, libp)
+    ko[0] = -1
+    if removed == 1 and n_own == 0 and base_liberties == 1:
+        ko[0] = last
+        ko[1] = 3 - colour
+    return _LEGAL
+
+
+# ---- the kernel: planes -----------------------------------------------------------------
+@njit(cache=True)
+def _write_position(j, colour, points, cells, libp, ko, hashes, planes, image_hashes):
+    """Position j (before move j, seen by `colour`): the stones as its mover sees them (1
+    own, 2 the opponent's), the capped liberties, the ages of the last RECENT_MOVES moves
+    (the newest wins on a repeated point; a pass takes an age but marks nothing), the ko
+    point, and its 8 stones hashes. Planes 2 and 3 arrive zeroed."""
+    area = cells.shape[0]
+    for p in range(area):
+        v = cells[p]
+        planes[j, 0, p] = 0 if v == 0 else (1 if v == colour else 2)
+        planes[j, 1, p] = libp[p]
+    for age in range(RECENT_MOVES, 0, -1):  # oldest first: younger overwrite
+        i = j - age
+        if i >= 0 and 0 <= points[i] < area:
+            planes[j, 2, points[i]] = age
+    if ko[0] >= 0:
+        planes[j, 3, ko[0]] = 1
+    half = _N_IMAGES if colour == WHITE else 0
+    for k in range(_N_IMAGES):
+        image_hashes[j, k] = hashes[half + k]
+
+
+@njit(cache=True)
+def _replay(cells0, colours, points, nbrs, keys):
+    """(planes int8 [n, 4, S*S], image hashes uint64 [n, 8], moves applied, why the replay
+    stopped) for the moves (`colours`, `points`: int64, `_PASS` a pass) from `cells0`."""
+    area = cells0.shape[0]
+    n = colours.shape[0]
+    cells = cells0.copy()
+    root = np.full(area, -1, np.int32)
+    nxt = np.empty(area, np.int32)
+    gsize = np.zeros(area, np.int32)
+    libp = np.zeros(area, np.int8)
+    mark = np.zeros(area, np.int64)
+    seen = np.zeros(area, np.int64)
+    clock = np.zeros(1, np.int64)
+    hashes = np.zeros(2 * _N_IMAGES, np.uint64)
+    scratch = np.empty((3, 4), np.int32)
+    gained = np.empty(area, np.int32)
+    ko = np.array([-1, 0], np.int64)
+    planes = np.zeros((n, COMPACT_CHANNELS, area), np.int8)
+    image_hashes = np.empty((n, _N_IMAGES), np.uint64)
+    _set_up(cells, root, nxt, gsize, libp, mark, clock, nbrs, keys, hashes, gained)
+    for j in range(n):
+        _write_position(j, colours[j], points, cells, libp, ko, hashes, planes, image_hashes)
+        if points[j] == _PASS:
+            ko[0] = -1
+            continue
+        why = _play(points[j], colours[j], cells, root, nxt, gsize, libp, mark, seen, clock,
+                    nbrs, keys, hashes, ko, scratch, gained)
+        if why != _LEGAL:
+            return planes, image_hashes, j, why
+    return planes, image_hashes, n, _LEGAL
+
+
+# ---- the Python side ---------------------------------------------------------------------
+def replay_planes(size: int, cells0: bytes, moves: Sequence[tuple[int, int | None]],
+                  image_keys: np.ndarray) -> CompactGame:
+    """Replay `moves` from the position `cells0` (flat bytes, index y*size+x) until the
+    first illegal move. `image_keys`: uint64 [8, S*S, 3], the key of a stone of each cell
+    value (1 own, 2 the opponent's) at each point in each image; `image_hashes` are the XORs
+    of the keys of each position's stones."""
+    area = size * size
+    n = len(moves)
+    colours = np.fromiter((c for c, _ in moves), np.int8, n)
+    points = np.fromiter((_PASS if p is None else p for _, p in moves), np.int64, n)
+    planes, hashes, played, why = _replay(np.frombuffer(cells0, np.uint8), colours, points,
+                                          neighbour_table(size), image_keys)
+    error = None if why == _LEGAL else _error(played, *moves[played], size, why)
+    applied = points[:played]
+    move_ids = np.where(applied == _PASS, area, applied).astype(np.int16)
+    return CompactGame(planes[:played].reshape(played, COMPACT_CHANNELS, size, size),
+                       move_ids, colours[:played], error, hashes[:played])
+
+
+def _error(played: int, colour: int, point: int, size: int, why: int) -> str:
+    """The message `services.games.go.replay` gives for the illegal move `played`."""
+    name = point_name(point, size)
+    if why == _OFF_BOARD:
         exc = IllegalMove(OFF_BOARD, point, f"point {point} on a {size}x{size} board")
-    elif cells[point]:
-        exc = IllegalMove(OCCUPIED, point, point_name(point, size))
+    elif why == _OCCUPIED:
+        exc = IllegalMove(OCCUPIED, point, name)
+    elif why == _KO:
+        exc = IllegalMove(KO, point, f"{name} retakes the ko at once")
     else:
-        assert point == ko
-        exc = IllegalMove(KO, point, f"{point_name(point, size)} retakes the ko at once")
-    return _move_error(played, color, point, size, exc)
+        exc = IllegalMove(SUICIDE, point, name)
+    who = "B" if colour == BLACK else "W"
+    return f"move {played + 1} ({who} {name}): {exc}"
 
 
-def _suicide(played: int, color: int, point: int, size: int) -> str:
-    return _move_error(played, color, point, size,
-                       IllegalMove(SUICIDE, point, point_name(point, size)))
-
-
-def _finish_planes(planes: np.ndarray, to_move: np.ndarray, points: np.ndarray,
-                   ko_at: list[int], ko_pt: list[int]) -> None:
-    """In place, for the whole game ([n, 4, S*S]): stones (absolute colours) -> the mover's
-    view, the ages of the last RECENT_MOVES moves (the newest wins on a repeated point; a
-    pass takes an age but marks nothing), the ko points."""
-    n = len(to_move)
-    if n == 0:
-        return
-    area = planes.shape[-1]
-    stones = planes[:, 0]
-    own = stones == to_move[:, None]
-    planes[:, 0] = (stones != EMPTY).astype(np.int8) * 2 - own
-    for age in range(min(RECENT_MOVES, n - 1), 0, -1):  # oldest first: younger overwrite
-        src = points[: n - age]
-        keep = np.flatnonzero(src < area)
-        planes[keep + age, 2, src[keep]] = age
-    if ko_at:
-        planes[np.asarray(ko_at), 3, np.asarray(ko_pt)] = 1
-
-
-def game_compact(game: GameRecord) -> CompactGame:
+def game_compact(game: GameRecord, image_keys: np.ndarray | None = None) -> CompactGame:
     """A record's main line as `replay(game)` + `compact(states[i], to_move=colour of move
-    i)` give it (no pairs at all for an unsupported size or an illegal set-up)."""
+    i)` give it (no pairs at all for an unsupported size or an illegal set-up).
+    `image_keys`: see `replay_planes` (None: the hashes are zero)."""
     size = game.size
     if not MIN_SIZE <= size <= MAX_SIZE:
         return _no_pairs(size, f"board size {size} is not supported")
@@ -315,13 +402,22 @@ def game_compact(game: GameRecord) -> CompactGame:
             cells = GoState(size).add_stones(game.setup_black, game.setup_white).cells
         except IllegalMove as exc:
             return _no_pairs(size, f"set-up: {exc}")
-    return replay_planes(size, cells, game.moves)
+    if image_keys is None:
+        image_keys = _zero_keys(size)
+    return replay_planes(size, bytes(cells), game.moves, image_keys)
+
+
+@cache
+def _zero_keys(size: int) -> np.ndarray:
+    keys = np.zeros((_N_IMAGES, size * size, 3), np.uint64)
+    keys.flags.writeable = False
+    return keys
 
 
 def _no_pairs(size: int, error: str) -> CompactGame:
     return CompactGame(np.zeros((0, COMPACT_CHANNELS, size, size), dtype=np.int8),
                        np.empty(0, dtype=np.int16), np.empty(0, dtype=np.int8), error,
-                       bytes(size * size) if MIN_SIZE <= size <= MAX_SIZE else b"")
+                       np.zeros((0, _N_IMAGES), np.uint64))
 
 
-__all__ = ["CompactGame", "game_compact", "replay_planes"]
+__all__ = ["CompactGame", "game_compact", "neighbour_table", "replay_planes"]
