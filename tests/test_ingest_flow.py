@@ -21,6 +21,7 @@ import sqlalchemy
 import flows.ingest as ingest_mod
 from flows.ingest import ingest, ingest_on, main, read_source
 from flows.schedules import DEFAULT_CRON, nightly_deployment
+from services import atomic_files
 from services.dataset import shards
 from services.dataset.pairs import FORBIDDEN_CUT
 from services.dataset.shards import read_manifest, read_split
@@ -185,7 +186,7 @@ def test_a_killed_run_then_a_rerun_ends_as_an_uninterrupted_run(tmp_path: Path, 
     expected, expected_work = files(clean), files(tmp_path / "clean.work")
 
     out = tmp_path / "ds"
-    real_place = shards.place_file
+    real_place = atomic_files.place_file
     # the new version writes its files into the dataset folder (a shard per split,
     # quarantine, manifest): die before each of them in turn, leaving half a temporary file
     for k in range(len(expected)):
@@ -202,10 +203,10 @@ def test_a_killed_run_then_a_rerun_ends_as_an_uninterrupted_run(tmp_path: Path, 
                 done.append(path)
             real_place(tmp, path)
 
-        monkeypatch.setattr(shards, "place_file", dying)
+        monkeypatch.setattr(atomic_files, "place_file", dying)
         with pytest.raises(Killed):
             ingest(sources=[a, b], out_dir=str(out))
-        monkeypatch.setattr(shards, "place_file", real_place)
+        monkeypatch.setattr(atomic_files, "place_file", real_place)
         # until the new manifest is in place, the old version is whole
         assert read_manifest(out) == old
         for entry in old["files"]:

@@ -41,9 +41,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -52,6 +50,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from services import atomic_files
 from services.checksums import sha256_file
 
 SCHEMA_VERSION = 2  # 2: game, rule, result, mover_rank; Go boards as compact planes
@@ -115,39 +114,6 @@ class DatasetError(ValueError):
     """A dataset folder or shard that cannot be used; the message names the file."""
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # not supported here (e.g. some network file systems): rename still atomic
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write_bytes(data: bytes, path: Path) -> None:
-    """Write `data` to `path` through a unique temporary name, fsync, rename, fsync the folder."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        place_file(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def place_file(tmp: Path, path: Path) -> None:
-    """Make the finished temporary file `tmp` the file `path`: fsync, rename, fsync the folder.
-    Every file of a dataset folder gets its name here (the one point a kill test needs)."""
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
 # Columns whose values are nearly all distinct: no dictionary (Parquet would build one for
 # the first page of each column chunk and then fall back to plain values; plain values
 # compress better here), no min/max statistics (nobody prunes on them; the loader reads
@@ -195,7 +161,7 @@ def parquet_bytes(table: pa.Table) -> bytes:
 def write_table_atomic(table: pa.Table, path: Path) -> str:
     """Write `table` to `path` atomically; return the file's SHA-256."""
     data = _parquet_buffer(table)
-    atomic_write_bytes(data, path)
+    atomic_files.atomic_write_bytes(data, path)
     return hashlib.sha256(data).hexdigest()
 
 
@@ -205,7 +171,7 @@ def _write_content_addressed(table: pa.Table, out_dir: Path, stem: str) -> dict:
     sha = hashlib.sha256(data).hexdigest()
     path = out_dir / f"{stem}.{sha[:12]}.parquet"
     if not (path.exists() and path.stat().st_size == len(data) and sha256_file(path) == sha):
-        atomic_write_bytes(data, path)
+        atomic_files.atomic_write_bytes(data, path)
     return {"path": path.name, "rows": table.num_rows, "sha256": sha}
 
 
@@ -214,7 +180,7 @@ def _json_bytes(obj: dict) -> bytes:
 
 
 def atomic_write_json(obj: dict, path: Path) -> None:
-    atomic_write_bytes(_json_bytes(obj), path)
+    atomic_files.atomic_write_bytes(_json_bytes(obj), path)
 
 
 def with_pair_columns(table: pa.Table) -> pa.Table:
@@ -318,7 +284,7 @@ class _ShardFile:
 
     def __init__(self, out_dir: Path, stem: str) -> None:
         self.out_dir, self.stem, self.rows = out_dir, stem, 0
-        self.tmp = out_dir / f".{stem}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
+        self.tmp = atomic_files.temporary_name(out_dir / stem)
         options = parquet_options(PAIR_SCHEMA)
         options.pop("row_group_size")
         self.writer = pq.ParquetWriter(self.tmp, PAIR_SCHEMA, **options)
@@ -341,7 +307,7 @@ class _ShardFile:
             path = self.out_dir / f"{self.stem}.{sha[:12]}.parquet"
             if not (path.exists() and path.stat().st_size == self.tmp.stat().st_size
                     and sha256_file(path) == sha):
-                place_file(self.tmp, path)
+                atomic_files.place_file(self.tmp, path)
         finally:
             self.tmp.unlink(missing_ok=True)
         return {"path": path.name, "rows": self.rows, "sha256": sha}

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import os
 import re
@@ -41,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from services.atomic_files import atomic_path, fsync_dir, fsync_file, locked
 from services.checksums import sha256_file
 
 POLICY_MODEL_PY = Path(__file__).with_name("policy_model.py")
@@ -91,36 +91,9 @@ def ensure_model_config(repository: Path, model_name: str = DEFAULT_MODEL_NAME) 
     if not template.is_file():
         raise FileNotFoundError(f"{config} missing and there is no template at {template}")
     config.parent.mkdir(parents=True, exist_ok=True)
-    tmp = config.with_name(f".config.pbtxt.{uuid.uuid4().hex}.tmp")
-    shutil.copyfile(template, tmp)
-    os.replace(tmp, config)
+    with atomic_path(config) as tmp:
+        shutil.copyfile(template, tmp)
     return config
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def _locked(directory: Path) -> Iterator[None]:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
 
 
 def model_io(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> tuple[tuple[int, ...], int]:
@@ -366,7 +339,7 @@ def _read_extra_files(extra_files: dict[str, Path | bytes]) -> dict[str, bytes]:
 def locked_model_dir(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> Iterator[None]:
     """The publishers' lock on the model folder: held while version folders are added or
     moved (publish, quarantine)."""
-    with _locked(Path(repository) / model_name):
+    with locked(Path(repository) / model_name):
         yield
 
 
@@ -411,7 +384,7 @@ def publish(
         for name, data in extras.items():
             (staging / name).write_bytes(data)
         sha = sha256_file(staging / "model.pt")
-        with _locked(model_dir):
+        with locked(model_dir):
             for _ in range(100):
                 version = next_version(repository, model_name)
                 record = {
@@ -425,8 +398,8 @@ def publish(
                 meta_path = staging / "metadata.json"
                 meta_path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
                 for name in (*RESERVED_FILES, *extras):
-                    _fsync_file(staging / name)
-                _fsync_dir(staging)
+                    fsync_file(staging / name)
+                fsync_dir(staging)
                 target = model_dir / str(version)
                 if target.exists():  # made by someone not taking the lock
                     time.sleep(0.01)
@@ -437,7 +410,7 @@ def publish(
                     if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
                         continue
                     raise
-                _fsync_dir(model_dir)
+                fsync_dir(model_dir)
                 return version
         raise RuntimeError(f"could not allocate a version folder in {model_dir}")
     finally:
