@@ -5,8 +5,8 @@
 The service runs in this process over an instant network (zero logits), so what is timed is
 the handler's own work: validation (replaying every move of every position), the masked
 softmax and the reply. For each kind of position (renju, Go, freestyle Gomoku) it sends the
-largest valid request that fits in the 1 MiB message limit (what one client could send before
-the per-request replay limit: 256 positions) and the largest within the replay limit
+largest valid request that fits in the 1 MiB message limit (256 positions, refused by the
+per-request replay limit) and the largest within the replay limit
 (`validation.MAX_REQUEST_MOVES`), and prints the best of `--repeat` wall times and the status.
 `--no-limit` lifts the limit, to see what those requests cost without it.
 """
