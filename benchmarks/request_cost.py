@@ -117,7 +117,7 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-limit", action="store_true",
-                        help="lift the replay limit (what the service did before it had one)")
+                        help="lift the replay limit (what those requests cost without it)")
     args = parser.parse_args()
     limit = validation.MAX_REQUEST_MOVES
     if args.no_limit:
