@@ -38,8 +38,8 @@ Figures, each measured in a fresh child process (so peak memory is that run's ow
 CPU time is the per-core figure and is less sensitive to other load on the machine than wall
 time; on a shared machine both move with the neighbours, so repeat and compare medians.
 System time is mostly page faults on memory the process touches for the first time (on the
-VM this was written on, about 2.5 s per GB when the host has to back it); user time is the
-part the code's own work decides.
+dev-2c VM of docs/benchmarks.md, about 2.5 s per GB when the host has to back it); user time is
+the part the code's own work decides.
 """
 
 from __future__ import annotations
