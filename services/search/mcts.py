@@ -52,6 +52,7 @@ from typing import Protocol
 
 import numpy as np
 
+from services import numerics
 from services.games.gomoku import (
     EMPTY,
     FOUR_SUM,
@@ -170,15 +171,10 @@ def masked_softmax(logits: np.ndarray, legal: np.ndarray) -> np.ndarray:
     the network's answer with `finite_outputs` first, which names the model). Turning NaN into
     a policy (uniform, say) would serve a broken model's garbage as an answer.
     """
-    out = np.zeros(legal.shape, dtype=np.float64)
-    if not legal.any():
-        return out
-    z = np.asarray(logits, dtype=np.float64).reshape(legal.shape)[legal]
-    if not np.isfinite(z).all():
+    legal = np.asarray(legal, dtype=bool)
+    if not np.isfinite(np.asarray(logits).reshape(legal.shape)[legal]).all():
         raise ValueError("masked_softmax: the legal logits must be finite (NaN or Inf found)")
-    p = np.exp(z - z.max())
-    out[legal] = p / p.sum()
-    return out
+    return numerics.masked_softmax(np.ravel(logits), legal.ravel()).reshape(legal.shape)
 
 
 def value_rows(values: np.ndarray | None, n: int) -> np.ndarray | None:
