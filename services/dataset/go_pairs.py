@@ -210,49 +210,82 @@ def packed_width(size: int) -> int:
     return sum(-(-area // d) for d in _PLANE_DIGITS)
 
 
+_PAD = 120  # a multiple of every plane's cells per byte: planes padded to it pack whole
+
+
 @njit(cache=True)
 def _pack_images(boards, best, inverse, out, maxima):
     """out[i] = image best[i] of boards[i] packed; maxima[c]: the largest value of plane c
-    seen (a value beyond the plane's radix packs wrongly: the caller refuses it)."""
+    seen (a value beyond the plane's radix packs wrongly: the caller refuses it).
+
+    Each image is gathered into a zero-padded scratch row first, so that the packing loops
+    run over contiguous cells with constant radices and digit counts (the compiler unrolls
+    them); the layout is `_PLANE_RADIX` / `_PLANE_DIGITS`, spelled out per plane."""
     area = inverse.shape[1]
+    pad = -(-area // _PAD) * _PAD
+    image = np.zeros(COMPACT_CHANNELS * pad, np.uint8)
+    w3, w5, w8 = -(-area // 3), -(-area // 5), -(-area // 8)
     for i in range(boards.shape[0]):
         k = best[i]
-        at = 0
         for c in range(COMPACT_CHANNELS):
-            radix = _PLANE_RADIX[c]
-            digits = _PLANE_DIGITS[c]
-            base = c * area
-            width = (area + digits - 1) // digits
-            for b in range(width):
-                code = 0
-                for d in range(digits):
-                    q = b * digits + d
-                    cell = boards[i, base + inverse[k, q]] if q < area else 0
-                    if cell > maxima[c]:
-                        maxima[c] = cell
-                    code = code * radix + cell
-                out[i, at + b] = code
-            at += width
+            src, dst = c * area, c * pad
+            most = np.uint8(0)
+            for q in range(area):
+                v = boards[i, src + inverse[k, q]]
+                image[dst + q] = v
+                if v > most:
+                    most = v
+            if most > maxima[c]:
+                maxima[c] = most
+        row = out[i]
+        for b in range(w5):  # stones: 5 cells of base 3
+            j = 5 * b
+            row[b] = (((image[j] * 3 + image[j + 1]) * 3 + image[j + 2]) * 3
+                      + image[j + 3]) * 3 + image[j + 4]
+        at = w5
+        for c in range(1, 3):  # liberties, move ages: 3 cells of base 5
+            base = c * pad
+            for b in range(w3):
+                j = base + 3 * b
+                row[at + b] = (image[j] * 5 + image[j + 1]) * 5 + image[j + 2]
+            at += w3
+        base = 3 * pad
+        for b in range(w8):  # ko: 8 cells of base 2
+            j = base + 8 * b
+            row[at + b] = ((image[j] << 7) | (image[j + 1] << 6) | (image[j + 2] << 5)
+                           | (image[j + 3] << 4) | (image[j + 4] << 3) | (image[j + 5] << 2)
+                           | (image[j + 6] << 1) | image[j + 7])
 
 
 @njit(cache=True)
-def _unpack_rows(packed, area, out):
-    """`_pack_images` of the identity undone: out[i] (uint8 [4 * area]) from packed[i]."""
+def _unpack_rows(packed, area, base3, base5, base2, out):
+    """`_pack_images` of the identity undone: out[i] (uint8 [4 * area]) from packed[i];
+    `baseR`: the digits of each byte value in base R, first most significant."""
+    w3, w5, w8 = -(-area // 3), -(-area // 5), -(-area // 8)
     for i in range(packed.shape[0]):
-        at = 0
-        for c in range(COMPACT_CHANNELS):
-            radix = _PLANE_RADIX[c]
-            digits = _PLANE_DIGITS[c]
-            base = c * area
-            width = (area + digits - 1) // digits
-            for b in range(width):
-                code = packed[i, at + b]
-                for d in range(digits - 1, -1, -1):
-                    q = b * digits + d
-                    if q < area:
-                        out[i, base + q] = code % radix
-                    code //= radix
-            at += width
+        src = packed[i]
+        dst = out[i]
+        for b in range(w5):
+            _spread(base3, src[b], 5, dst, 5 * b, area)
+        at = w5
+        for c in range(1, 3):
+            for b in range(w3):
+                _spread(base5, src[at + b], 3, dst, c * area + 3 * b, (c + 1) * area)
+            at += w3
+        for b in range(w8):
+            _spread(base2, src[at + b], 8, dst, 3 * area + 8 * b, 4 * area)
+
+
+@njit(cache=True, inline="always")
+def _spread(table, code, digits, dst, at, end):
+    """dst[at:at + digits] = the digits of `code` (only those before `end`: a plane's last
+    byte may hold fewer cells)."""
+    if at + digits <= end:
+        for d in range(digits):
+            dst[at + d] = table[code, d]
+    else:
+        for d in range(end - at):
+            dst[at + d] = table[code, d]
 
 
 def _packed_images(boards: np.ndarray, best: np.ndarray, size: int) -> np.ndarray:
@@ -283,8 +316,20 @@ def unpack_planes(packed: np.ndarray, size: int, out: np.ndarray | None = None) 
     if out is None:
         out = np.empty((n, COMPACT_CHANNELS * area), np.uint8)
     out = out.reshape(n, COMPACT_CHANNELS * area)
-    _unpack_rows(np.ascontiguousarray(packed, np.uint8).reshape(n, -1), area, out)
+    _unpack_rows(np.ascontiguousarray(packed, np.uint8).reshape(n, packed_width(size)), area,
+                 _digit_table(3, 5), _digit_table(5, 3), _digit_table(2, 8), out)
     return out
+
+
+@cache
+def _digit_table(radix: int, digits: int) -> np.ndarray:
+    """uint8 [256, digits]: the digits of each byte value in base `radix`, first most
+    significant (bytes beyond radix ** digits never occur in a packed board)."""
+    values = np.arange(256)
+    powers = radix ** np.arange(digits - 1, -1, -1)
+    table = (values[:, None] // powers % radix).astype(np.uint8)
+    table.flags.writeable = False
+    return table
 
 
 def pairs_table(pairs: GoPairs, game_id: str, source: str, rule: str = "") -> pa.Table:
