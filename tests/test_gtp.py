@@ -167,7 +167,7 @@ def test_sgf_record() -> None:
                   comments=["first", None, "a ] bracket"])
     assert text.startswith("(;GM[1]FF[4]") and text.endswith(")\n")
     assert "SZ[19]KM[6.5]" in text and "PB[movepred]PW[GNU Go]RE[W+12.5]" in text
-    assert ";B[dp]C[first];W[];B[pd]C[a \\] bracket]" in text
+    assert ";B[dp]C[first]\n;W[];B[pd]C[a \\] bracket])" in text  # a comment ends its line
 
 
 def test_dead_service_answers_errors_and_the_engine_goes_on(engine: GtpEngine) -> None:

@@ -170,33 +170,18 @@ def go_sgf(
     event: str | None = None,
 ) -> str:
     """An SGF (FF[4], GM[1]) record of a Go game: one node per move, passes as B[] / W[]."""
+    from services.records.sgf_writer import APP_NAME, app_version, sgf_record
 
-    def esc(text: str) -> str:
-        return text.replace("\\", "\\\\").replace("]", "\\]")
-
-    from services.protocols.sgf_export import app_version
-
-    head = [f"GM[1]FF[4]CA[UTF-8]AP[movepred:{esc(app_version())}]SZ[{size}]KM[{komi:g}]"
-            "RU[Chinese]"]
-    if black:
-        head.append(f"PB[{esc(black)}]")
-    if white:
-        head.append(f"PW[{esc(white)}]")
+    root = [("GM", "1"), ("FF", "4"), ("CA", "UTF-8"), ("AP", f"{APP_NAME}:{app_version()}"),
+            ("SZ", str(size)), ("KM", f"{komi:g}"), ("RU", "Chinese")]
+    root += [(key, value) for key, value in (("PB", black), ("PW", white)) if value]
     if result is not None:
-        head.append(f"RE[{esc(result)}]")
+        root.append(("RE", result))
     if event:
-        head.append(f"EV[{esc(event)}]")
-    nodes = [";" + "".join(head)]
-    for i, (color, point) in enumerate(moves):
-        node = f";{'B' if color == BLACK else 'W'}[{sgf_name(point, size)}]"
-        comment = comments[i] if i < len(comments) else None
-        if comment:
-            node += f"C[{esc(comment)}]"
-        nodes.append(node)
-    lines = [nodes[0]]
-    for k in range(1, len(nodes), 10):
-        lines.append("".join(nodes[k : k + 10]))
-    return "(" + "\n".join(lines) + ")\n"
+        root.append(("EV", event))
+    return sgf_record(root, [("B" if color == BLACK else "W", sgf_name(point, size),
+                              comments[i] if i < len(comments) else None)
+                             for i, (color, point) in enumerate(moves)])
 
 
 class GtpEngine(SearchClientOwner):

@@ -25,21 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from services.games.gomoku import BLACK, DEFAULT_SIZE, WHITE, GomokuState, Rule
+from services.records.sgf_writer import APP_NAME, app_version, sgf_record
 
 SGF_LETTERS = "abcdefghijklmnopqrstuvwxyz"
 GOMOKU_GM = 4
-APP_NAME = "movepred"
 DEFAULT_PLAY_VISITS = 200
-MOVES_PER_LINE = 10
-
-
-def app_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(APP_NAME)
-    except PackageNotFoundError:  # running from a checkout that was never installed
-        return "dev"
 
 
 def sgf_point(point: int, size: int = DEFAULT_SIZE) -> str:
@@ -56,14 +46,6 @@ def parse_sgf_point(value: str, size: int = DEFAULT_SIZE) -> int:
         raise ValueError(f"not a point on a {size}x{size} board: {value!r}")
     x, row = SGF_LETTERS.index(value[0]), SGF_LETTERS.index(value[1])
     return (size - 1 - row) * size + x
-
-
-def escape_text(value: str, simple: bool = False) -> str:
-    r"""Escape `\` and `]`; SimpleText (names, results) also turns line breaks into spaces."""
-    value = value.replace("\\", "\\\\").replace("]", "\\]")
-    if simple:
-        value = " ".join(value.split())
-    return value
 
 
 def result_of(state: GomokuState) -> str | None:
@@ -115,37 +97,17 @@ def game_to_sgf(
         date = dt.date.today()
     date_text = date.isoformat() if isinstance(date, dt.date) else str(date)
 
-    root = [
-        ("FF", "4"),
-        ("GM", str(GOMOKU_GM)),
-        ("CA", "UTF-8"),
-        ("AP", f"{APP_NAME}:{app_version()}"),
-        ("SZ", str(size)),
-        ("RU", rule_name),
-        ("PB", escape_text(black, simple=True)),
-        ("PW", escape_text(white, simple=True)),
-        ("DT", escape_text(date_text, simple=True)),
-    ]
+    root = [("FF", "4"), ("GM", str(GOMOKU_GM)), ("CA", "UTF-8"),
+            ("AP", f"{APP_NAME}:{app_version()}"), ("SZ", str(size)), ("RU", rule_name),
+            ("PB", black), ("PW", white), ("DT", date_text)]
     if event:
-        root.append(("EV", escape_text(event, simple=True)))
+        root.append(("EV", event))
     if result is not None:
-        root.append(("RE", escape_text(result, simple=True)))
+        root.append(("RE", result))
     if game_comment:
-        root.append(("GC", escape_text(game_comment)))
-    lines = ["(;" + "".join(f"{k}[{v}]" for k, v in root)]
-    line: list[str] = []
-    for i, p in enumerate(moves):
-        node = f";{'B' if i % 2 == 0 else 'W'}[{sgf_point(p, size)}]"
-        if i in comments:
-            node += f"C[{escape_text(comments[i])}]"
-        line.append(node)
-        if len(line) == MOVES_PER_LINE or i in comments:
-            lines.append("".join(line))
-            line = []
-    if line:
-        lines.append("".join(line))
-    lines[-1] += ")"
-    return "\n".join(lines) + "\n"
+        root.append(("GC", game_comment))
+    return sgf_record(root, [("B" if i % 2 == 0 else "W", sgf_point(p, size), comments.get(i))
+                             for i, p in enumerate(moves)])
 
 
 def write_sgf(path: str | Path, moves: Sequence[int], **kwargs: Any) -> Path:
