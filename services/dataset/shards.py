@@ -137,7 +137,8 @@ def parquet_options(schema: pa.Schema) -> dict:
 
 
 def _parquet_buffer(table: pa.Table) -> memoryview:
-    """`parquet_bytes` without a copy: a view of the buffer the file was written into."""
+    """The table as Parquet with the fixed writer options that make the bytes reproducible:
+    a view of the buffer the file was written into (no copy)."""
     options = parquet_options(table.schema)
     # one buffer of a bound's size (the encoded table is far smaller than the Arrow one), of
     # which only the pages written to are ever touched; a growing BufferOutputStream copies
@@ -151,11 +152,6 @@ def _parquet_buffer(table: pa.Table) -> memoryview:
         pq.write_table(table, stream, **options)
         return memoryview(stream.getvalue())
     return memoryview(buffer)[:sink.tell()]
-
-
-def parquet_bytes(table: pa.Table) -> bytes:
-    """The table as Parquet with the fixed writer options that make the bytes reproducible."""
-    return _parquet_buffer(table).tobytes()
 
 
 def write_table_atomic(table: pa.Table, path: Path) -> str:
@@ -327,6 +323,8 @@ def write_sorted_shards(parts: Iterable[pa.Table | pa.RecordBatch], out_dir: Pat
     `decode`: applied to each row group (one chunk per column) before it is written, e.g. to
     unpack boards that travelled packed (the group is then assembled from the small packed
     bytes, and the decoded boards are written from the one buffer they were decoded into).
+    Each decoded group is written before `decode` is called again, so it may reuse one
+    buffer for every group.
 
     Each split gets `ROWS_PER_SHARD`-row shards of `ROW_GROUP_ROWS`-row groups, and at least
     one (empty) shard for a position split without rows; the game split gets none then.
