@@ -369,8 +369,6 @@ class Node:
         return None
 
 
-_Node = Node  # the name used before Node became public
-
 
 class Search:
     """One PUCT search, run batch by batch.
@@ -608,8 +606,6 @@ class Search:
         rest = _variation(child, first_always=False) if child is not None else ()
         return (int(self.root.moves[i]), *rest)
 
-
-_Search = Search  # the name used before Search became public
 
 
 def _variation(node: Node | None, first_always: bool) -> tuple[int, ...]:
