@@ -9,7 +9,7 @@ SEARCH_PORT      ?= 50051
 TRITON_GRPC ?= 127.0.0.1:$(TRITON_GRPC_PORT)
 SEARCH      ?= 127.0.0.1:$(SEARCH_PORT)
 
-.PHONY: setup demo test lint sample ingest schedule prefect-server train triton serve predict genmove \
+.PHONY: setup demo test test-fast lint sample ingest schedule prefect-server train triton serve predict genmove \
         proto bench faults clean
 
 setup:            ## virtualenv with pinned dependencies + generated gRPC code
@@ -20,7 +20,10 @@ demo: setup       ## ingest the shipped sample, train, publish v1, serve, Predic
 
 test: setup       ## lint + the whole test suite (fails when no test runs)
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
+
+test-fast: setup  ## the unit tests only: no Triton, Prefect, subprocess services or ../shared
+	$(PY) -m pytest -q -m unit --durations=25
 
 lint: setup
 	$(VENV)/bin/ruff check .

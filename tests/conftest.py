@@ -7,7 +7,12 @@ use); tests build fixtures from ../shared at run time and skip clearly when it i
 from __future__ import annotations
 
 import csv
+import inspect
 import json
+import subprocess
+import sys
+import types
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,3 +85,189 @@ def prefect_harness():
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+# ---------------------------------------------------------------------------- test tiers
+# Every test is `unit` or `integration`; `make test-fast` runs `-m unit`, `make test` both.
+# A test is integration when it needs a Triton server, a Prefect flow run, a service in a
+# subprocess, GNU Go, a browser or the data in ../shared. This is decided from what the test
+# uses, so that a new test lands in its tier without a decision: the fixtures in its closure,
+# and the names its function and its fixtures (and the test-suite helpers they call) refer to.
+# Where neither shows it, mark the test `@pytest.mark.integration`; a unit test that starts
+# Triton, a Prefect flow or a Python service anyway fails with a message saying so.
+
+SHARED_ROOT = ROOT.parent / "shared"
+TESTS_DIR = ROOT / "tests"
+
+# fixtures that start Triton or Prefect or read ../shared
+INTEGRATION_FIXTURES = frozenset({"triton_server", "prefect_harness", "renjunet_rif"})
+
+# (module, name) of what a test needs Triton, Prefect's server or GNU Go for
+INTEGRATION_NAMES = {
+    ("services.triton.server", "TritonServer"): "starts Triton",
+    ("services.triton.server", "find_tritonserver"): "needs the tritonserver binary",
+    ("prefect.testing.utilities", "prefect_test_harness"): "starts a Prefect server",
+    ("benchmarks.go_match", "find_gnugo"): "plays GNU Go",
+    ("torch.multiprocessing.spawn", "spawn"): "spawns a process group",
+}
+
+
+def _code_objects(code: types.CodeType) -> Iterator[types.CodeType]:
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _code_objects(const)
+
+
+def _referenced(func: types.FunctionType) -> Iterator[object]:
+    """The objects `func` (nested functions included) names: its globals, the attributes it
+    names of the modules it names (`mp.spawn`), and what it imports inside its body
+    (`from m import x` leaves both `m` and `x` among the code's names)."""
+    names = [name for code in _code_objects(func.__code__) for name in code.co_names]
+    modules = [sys.modules[name] for name in names if name in sys.modules]
+    for name in names:
+        if name in func.__globals__:
+            value = func.__globals__[name]
+            yield value
+            if isinstance(value, types.ModuleType):
+                modules.append(value)
+    for module in modules:
+        for name in names:
+            if name in vars(module):
+                yield vars(module)[name]
+
+
+SUBPROCESS_CALLS = frozenset({"Popen", "run", "check_output", "check_call", "call"})
+SERVICE_PACKAGES = ("services.", "flows.", "torch.distributed.")
+
+
+def _python_module_started(func: types.FunctionType) -> str | None:
+    """The module `func` starts as `python -m module` through `subprocess`, not for `--help`:
+    a service (or a process group) in a subprocess."""
+    for code in _code_objects(func.__code__):
+        consts = {c for c in code.co_consts if isinstance(c, str)}
+        if ("-m" in consts and "--help" not in consts and "subprocess" in code.co_names
+                and SUBPROCESS_CALLS.intersection(code.co_names)):
+            started = sorted(c for c in consts if c.startswith(SERVICE_PACKAGES))
+            if started:
+                return started[0]
+    return None
+
+
+def _in_tests(obj: object) -> bool:
+    try:
+        return Path(inspect.getfile(obj)).resolve().is_relative_to(TESTS_DIR)  # type: ignore[arg-type]
+    except TypeError:
+        return False
+
+
+def integration_reason(functions: Iterable[Callable], seen: set[int] | None = None) -> str | None:
+    """Why code that runs `functions` is an integration test, or None: it names a path under
+    ../shared, Triton's server or binary, Prefect's test server, GNU Go or a process group, or
+    starts a project module in a subprocess, itself or through a function or class of the test
+    suite that it names. (Naming a Prefect flow is not enough:
+    tests read flows' parameters without running them; running one trips the guard below.)"""
+    seen = set() if seen is None else seen
+    for func in functions:
+        func = inspect.unwrap(func)
+        if not isinstance(func, types.FunctionType) or id(func) in seen:
+            continue
+        seen.add(id(func))
+        started = _python_module_started(func)
+        if started:
+            return f"starts `python -m {started}` ({func.__qualname__})"
+        for obj in _referenced(func):
+            values = obj if isinstance(obj, tuple | list | frozenset) else (obj,)
+            for value in values:
+                if isinstance(value, Path) and value.resolve().is_relative_to(SHARED_ROOT):
+                    return f"reads ../shared ({func.__qualname__} names {value})"
+            key = (getattr(obj, "__module__", None), getattr(obj, "__qualname__", None))
+            if key in INTEGRATION_NAMES:
+                return f"{INTEGRATION_NAMES[key]} ({func.__qualname__} names {key[1]})"
+            if _in_tests(obj) and id(obj) not in seen:
+                if isinstance(obj, types.FunctionType):
+                    reason = integration_reason([obj], seen)
+                elif isinstance(obj, type):
+                    seen.add(id(obj))
+                    reason = integration_reason(
+                        [m for m in vars(obj).values() if isinstance(m, types.FunctionType)],
+                        seen)
+                else:
+                    reason = None
+                if reason:
+                    return reason
+    return None
+
+
+def item_integration_reason(item: pytest.Item) -> str | None:
+    """Why the test `item` is an integration test, or None when it is a unit test."""
+    if item.get_closest_marker("integration"):
+        return "marked integration"
+    used = INTEGRATION_FIXTURES.intersection(item.fixturenames)
+    if used:
+        return f"uses the fixture {sorted(used)[0]}"
+    fixtures = [fixturedef.func
+                for defs in item._fixtureinfo.name2fixturedefs.values()  # pytest's own record
+                for fixturedef in defs if _in_tests(fixturedef.func)]
+    return integration_reason([getattr(item, "function", None), *fixtures])
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test `unit` or `integration(why=...)`."""
+    for item in items:
+        if item.get_closest_marker("unit"):
+            raise pytest.UsageError(f"{item.nodeid}: `unit` is given by tests/conftest.py, "
+                                    "not by hand; mark a test integration or nothing")
+        reason = item_integration_reason(item)
+        item.add_marker(pytest.mark.integration(why=reason) if reason else pytest.mark.unit)
+
+
+class UnitTierViolation(AssertionError):
+    """A test classified unit reached for something only integration tests may use."""
+
+
+def _tripwire(what: str) -> Callable:
+    def refuse(*args, **kwargs):
+        raise UnitTierViolation(
+            f"a unit test {what}: mark it @pytest.mark.integration (tests/conftest.py)")
+    return refuse
+
+
+def _is_python_service(args: object) -> bool:
+    """`python -m package.module ...` other than `--help`: a service run as a subprocess."""
+    argv = [str(a) for a in args] if isinstance(args, list | tuple) else str(args).split()
+    return (bool(argv) and Path(argv[0]).name.startswith("python") and "-m" in argv
+            and "--help" not in argv)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Around a unit test (its fixtures included): starting Triton, running a Prefect flow or
+    starting a Python module in a subprocess fails, so a misclassified test shows itself."""
+    if not item.get_closest_marker("unit"):
+        yield
+        return
+    import prefect.flows
+
+    import services.triton.server as triton_server_module
+
+    popen_init = subprocess.Popen.__init__
+
+    def guarded_popen(self, args, *rest, **kwargs):
+        if _is_python_service(args):
+            _tripwire(f"starts a service in a subprocess ({args})")()
+        popen_init(self, args, *rest, **kwargs)
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(triton_server_module.TritonServer, "start", _tripwire("starts Triton"))
+    patch.setattr(triton_server_module, "find_tritonserver",
+                  _tripwire("looks for the tritonserver binary"))
+    if "tests.triton_fixtures" in sys.modules:
+        patch.setattr(sys.modules["tests.triton_fixtures"], "find_tritonserver",
+                      _tripwire("looks for the tritonserver binary"))
+    patch.setattr(prefect.flows.Flow, "__call__", _tripwire("runs a Prefect flow"))
+    patch.setattr(subprocess.Popen, "__init__", guarded_popen)
+    try:
+        yield
+    finally:
+        patch.undo()

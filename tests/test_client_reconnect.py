@@ -12,6 +12,7 @@ import threading
 import time
 
 import grpc
+import pytest
 
 from services.grpc_options import RECONNECT_OPTIONS
 from services.search.client import SearchClient
@@ -23,6 +24,7 @@ OUTAGE_S = 12.0  # default backoff: attempts at ~1, 2.6, 5.2, 9.3, 15.8 s -> ~4 
 RECONNECT_BOUND_S = 1.0
 
 
+@pytest.mark.integration  # a 12 s outage against gRPC's own reconnect timers
 def test_client_reconnects_within_a_second_after_a_long_outage() -> None:
     service = build_service(UniformEvaluator()).start()
     port = service.port

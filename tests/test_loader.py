@@ -347,15 +347,19 @@ def test_results_travel_with_their_rows_through_augmentation(dataset: Path) -> N
     known = [r for r in results.values() if r == r]
     assert len(known) > 0.9 * len(results) and {0.0, 1.0} <= set(known)  # the sample's games
     table = point_table(S)
+    inverse = np.argsort(table, axis=1)  # inverse[k][move]: the point table[k] maps to move
     seen = 0
     for batch in ShardStream(dataset, batch_size=128, seed=3, drop_last=False, results=True):
         assert batch["results"].dtype == torch.float32
         assert len(batch["results"]) == len(batch["moves"])
         boards = batch["boards"].reshape(len(batch["moves"]), -1).numpy()
-        for board, move, result in zip(boards, batch["moves"].tolist(),
-                                       batch["results"].tolist(), strict=True):
+        moves = batch["moves"].numpy()
+        images = boards[:, table]  # [rows, symmetry, point]: every image of every row
+        image_moves = inverse[:, moves].T.tolist()  # [rows, symmetry]
+        for image, image_move, result in zip(images, image_moves, batch["results"].tolist(),
+                                             strict=True):
             for k in range(N_SYMMETRIES):
-                key = (board[table[k]].tobytes(), int(np.flatnonzero(table[k] == move)[0]))
+                key = (image[k].tobytes(), image_move[k])
                 if key in results:
                     expected = results[key]
                     assert result == expected or (result != result and expected != expected)

@@ -33,7 +33,10 @@ PY = sys.executable
 STEPS = 400  # enough for the rollout's tactical smoke checks (150 steps are not)
 START_TIMEOUT_S = 240.0
 
-pytestmark = pytest.mark.skipif(find_tritonserver() is None, reason="no tritonserver binary")
+pytestmark = [
+    pytest.mark.skipif(find_tritonserver() is None, reason="no tritonserver binary"),
+    pytest.mark.integration,  # make triton/ingest/train/serve in subprocesses
+]
 
 
 def free_port() -> int:
