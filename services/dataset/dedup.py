@@ -311,13 +311,33 @@ def _ordered_runs(table: pa.Table, codes, hashes, moves, np) -> Iterator[pa.Reco
     yield from table.to_batches()
 
 
-def _unpacked_group(group: pa.Table) -> pa.Table:
-    """`_unpacked` of a row group (one chunk per column)."""
-    return pa.Table.from_batches([_unpacked(group.to_batches()[0])])
+class _GroupUnpacker:
+    """`_unpacked` of each row group (one chunk per column), into one buffer that is reused
+    from group to group.
+
+    Why: a row group's boards are ~94 MB; a fresh buffer for each comes as fresh pages from
+    the kernel (page faults: about a second of system time per GB on the VMs this runs on),
+    a reused one is faulted in once. Safe because the shard writer encodes each group before
+    it decodes the next (`shards.write_sorted_shards`' `decode`)."""
+
+    def __init__(self) -> None:
+        self._memory = None  # a writable uint8 numpy array over an Arrow-pool buffer
+
+    def __call__(self, group: pa.Table) -> pa.Table:
+        return pa.Table.from_batches([_unpacked(group.to_batches()[0], self._take)])
+
+    def _take(self, nbytes: int) -> pa.Buffer:
+        import numpy as np
+
+        if self._memory is None or len(self._memory) < nbytes:
+            self._memory = None  # (freed before the larger one is allocated)
+            self._memory = np.frombuffer(pa.allocate_buffer(nbytes), np.uint8)
+        return pa.py_buffer(self._memory[:nbytes])
 
 
-def _unpacked(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """`batch` with its packed Go boards (`go_pairs.pack_planes`) unpacked."""
+def _unpacked(batch: pa.RecordBatch, allocate=pa.allocate_buffer) -> pa.RecordBatch:
+    """`batch` with its packed Go boards (`go_pairs.pack_planes`) unpacked into a buffer of
+    `allocate(nbytes)`."""
     import numpy as np
 
     from services.dataset.go_pairs import packed_width, unpack_planes
@@ -333,9 +353,7 @@ def _unpacked(batch: pa.RecordBatch) -> pa.RecordBatch:
     np.cumsum(widths, out=out_offsets[1:])
     if out_offsets[-1] >= 2**31:
         raise ValueError("a fetched batch of Go boards exceeds 2 GiB")
-    # from Arrow's memory pool: it keeps freed memory for the next batch, where numpy's
-    # allocations of this size come as fresh pages from the kernel each time
-    buffer = pa.allocate_buffer(int(out_offsets[-1]))
+    buffer = allocate(int(out_offsets[-1]))
     out = np.frombuffer(buffer, np.uint8)
     for size in np.unique(sizes).tolist():
         rows = np.flatnonzero(sizes == size)
@@ -362,7 +380,7 @@ def build_shards(paths: Sequence[Path], out_dir: Path, game: str,
     if paths:
         # Go boards stay packed until a whole row group is assembled: unpacked once into it
         batches, packed = _sorted_batches(list(paths), game, settings)
-        files = write_sorted_shards(batches, Path(out_dir), _unpacked_group if packed else None)
+        files = write_sorted_shards(batches, Path(out_dir), _GroupUnpacker() if packed else None)
     else:
         files = write_sorted_shards([], Path(out_dir))
     rows = {split: sum(f["rows"] for f in files if f["split"] == split) for split in SPLITS}
