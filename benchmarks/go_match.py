@@ -41,18 +41,18 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from services.games.go import BLACK, WHITE, GoState, IllegalMove  # noqa: E402
-from services.protocols.gtp import (  # noqa: E402
-    GtpEngine,
-    color_name,
-    go_sgf,
-    score_text,
-)
-from services.search.go_position import (  # noqa: E402
+from services.games.go_game import (  # noqa: E402
     GO_MAX_SIZE,
     GO_MIN_SIZE,
     GO_SIZE,
     parse_vertex,
     vertex,
+)
+from services.protocols.gtp import (  # noqa: E402
+    GtpEngine,
+    color_name,
+    go_sgf,
+    score_text,
 )
 
 DEFAULT_GNUGO = "/usr/games/gnugo"

@@ -22,10 +22,10 @@ import numpy as np
 
 from services.api.movepred.v1 import search_pb2
 from services.games import go
+from services.games.go_game import GoSearchState
 from services.games.gomoku import has_five
 from services.search import validation
 from services.search.client import SearchClient
-from services.search.go_position import GoPosition
 from services.search.server import build_service
 
 MAX_MESSAGE = 1 << 20
@@ -79,7 +79,7 @@ def renju_positions(n_moves: int, count: int) -> list[search_pb2.Position]:
 def go_game(n: int, seed: int = 0) -> search_pb2.Position:
     """A random legal 19x19 Go game of `n` moves (captures included), no pass."""
     rng = np.random.default_rng(seed)
-    pos = GoPosition(go.GoState(19, 1), 7.5)
+    pos = GoSearchState(go.GoState(19, 1), 7.5)
     moves: list[int] = []
     while len(moves) < n:
         points = np.flatnonzero(pos.legal_mask()[:361])

@@ -57,6 +57,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from services.games import gomoku_game  # noqa: E402
 from services.games.coords import index_name  # noqa: E402
 from services.games.gomoku import BLACK, EMPTY, WHITE, GomokuState, Rule  # noqa: E402
 from services.games.symmetry import N_SYMMETRIES, transform_board  # noqa: E402
@@ -110,7 +111,7 @@ def policy_move(policy: TorchPolicy, state: GomokuState, tactics: bool = False) 
     legal = state.legal_mask()
     if tactics:
         for colour in (state.to_move, WHITE if state.to_move == BLACK else BLACK):
-            points = [p for p in mcts.winning_points(state, colour) if legal[p]]
+            points = [p for p in gomoku_game.winning_points(state, colour) if legal[p]]
             if points:
                 legal = np.zeros_like(legal)
                 legal[points] = True

@@ -1,7 +1,7 @@
 """Go in the search service: positions, rules, Go MCTS, and Predict/GenMove/Analyze over real
 gRPC against a real Triton serving the ``go_policy`` model. No mocks of Triton or gRPC.
 
-First part (always runs): `GoPosition` (vertices, eyes, the candidates the search considers,
+First part (always runs): `GoSearchState` (vertices, eyes, the candidates the search considers,
 terminal values by area score), the Go PUCT search on a deterministic in-process evaluator
 (passing ends the game when it wins and is avoided when it loses), and request validation over
 gRPC with Triton down (INVALID_ARGUMENT naming the move: occupied, ko retake, suicide, wrong
@@ -29,15 +29,15 @@ import pytest
 
 from services.api.movepred.v1 import search_pb2, search_pb2_grpc
 from services.games.go import BLACK, WHITE, GoState
-from services.search import mcts
-from services.search.client import SearchClient, go_position
-from services.search.go_position import (
-    GoPosition,
+from services.games.go_game import (
+    GoSearchState,
     VertexError,
     own_eyes,
     parse_vertex,
     vertex,
 )
+from services.search import mcts
+from services.search.client import SearchClient, go_position
 from services.search.server import build_service
 from services.triton.client import PolicyClient
 
@@ -50,8 +50,8 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
-def replay(vertices: list[str], komi: float = 7.5, size: int = 19) -> GoPosition:
-    pos = GoPosition(GoState(size), komi)
+def replay(vertices: list[str], komi: float = 7.5, size: int = 19) -> GoSearchState:
+    pos = GoSearchState(GoState(size), komi)
     for v in vertices:
         p = parse_vertex(v, size)
         pos = pos.play(pos.pass_move if p is None else p)
@@ -85,7 +85,7 @@ def test_eyes_are_never_searched_but_stay_legal() -> None:
     )
     assert sorted(vertex(int(p), 5) for p in own_eyes(state, BLACK)) == ["A5", "E1"]
     assert sorted(vertex(int(p), 5) for p in own_eyes(state, WHITE)) == ["A1", "E5"]
-    pos = GoPosition(state)
+    pos = GoSearchState(state)
     legal = pos.legal_mask()
     assert legal.shape == (26,) and legal[-1]  # 25 points, then the pass
     candidates = pos.search_candidates(legal)
@@ -106,7 +106,7 @@ def test_eyes_are_never_searched_but_stay_legal() -> None:
 
 
 def test_terminal_value_by_area_with_komi() -> None:
-    ahead = GoPosition(GoState.from_ascii(
+    ahead = GoSearchState(GoState.from_ascii(
         """
         . X O . .
         . X O . .
@@ -119,7 +119,7 @@ def test_terminal_value_by_area_with_komi() -> None:
     over = ahead.play(25).play(25)  # black passes, white passes
     assert over.is_over and over.winner() == WHITE
     assert over.terminal_value() == 1.0  # white passed last and wins
-    tie = GoPosition(ahead.state, komi=-5.0).play(25).play(25)
+    tie = GoSearchState(ahead.state, komi=-5.0).play(25).play(25)
     assert tie.terminal_value() == 0.0
 
 
@@ -142,13 +142,13 @@ class UniformGo:
         return Out(np.zeros((n, s * s + 1), dtype=np.float32))
 
 
-def _after_white_pass(black_ahead: bool) -> GoPosition:
+def _after_white_pass(black_ahead: bool) -> GoSearchState:
     # 9x9: a wall on column E splits the board; the wide side wins by far more than komi
     rows = []
     for _ in range(9):
         rows.append(". . . . X O . . ." if black_ahead else ". . . X O . . . .")
     state = GoState.from_ascii("\n".join(rows), to_move=WHITE)
-    return GoPosition(state, komi=7.5).play(81)  # white passes: black to move
+    return GoSearchState(state, komi=7.5).play(81)  # white passes: black to move
 
 
 @pytest.mark.parametrize("black_ahead", [True, False])
@@ -168,7 +168,7 @@ def test_search_passes_to_win_and_never_to_lose(black_ahead: bool) -> None:
 
 def test_only_the_pass_is_left_when_every_point_is_an_own_eye() -> None:
     rows = [". X . X . X . X .", "X X X X X X X X X"] * 4 + [". X . X . X . X ."]
-    pos = GoPosition(GoState.from_ascii("\n".join(rows)), komi=7.5)
+    pos = GoSearchState(GoState.from_ascii("\n".join(rows)), komi=7.5)
     assert pos.search_candidates() == [81]
     r = mcts.search(pos, UniformGo(), max_visits=20)
     assert r.move == 81
@@ -198,7 +198,7 @@ class HolderWinsGo(UniformGo):
 
 
 def test_go_leaves_get_the_value_head() -> None:
-    pos = GoPosition(GoState(9), komi=7.5)  # black to move on an empty 9x9 board
+    pos = GoSearchState(GoState(9), komi=7.5)  # black to move on an empty 9x9 board
     target = 2 * 9 + 2  # C3
     r = mcts.search(pos, HolderWinsGo(target), max_visits=300, top_children=82)
     children = {c.move: c for c in r.children}
@@ -353,7 +353,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
             go.close()
 
 
-def local_logits(model: Path, positions: list[GoPosition]) -> np.ndarray:
+def local_logits(model: Path, positions: list[GoSearchState]) -> np.ndarray:
     import torch
 
     scripted = torch.jit.load(str(model), map_location="cpu").eval()

@@ -26,9 +26,9 @@ import pytest
 from services import cli
 from services.api.movepred.v1 import search_pb2
 from services.games.go import BLACK, WHITE, GoState
+from services.games.go_game import parse_vertex
 from services.protocols.gtp import COMMANDS, GtpEngine, build_position, go_sgf, score_text
 from services.search import validation
-from services.search.go_position import parse_vertex
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+from services.games import gomoku_game
 from services.games.coords import index_name, parse_point
 from services.games.gomoku import BLACK, EMPTY, WHITE, GomokuState, Rule, board_from_ascii
 from services.search import mcts
@@ -322,7 +323,7 @@ def test_fast_winning_points_match_the_rules(rule: Rule) -> None:
                 break
         for color in (BLACK, WHITE):
             expected = state.winning_points(color)
-            assert mcts.winning_points(state, color) == expected
+            assert gomoku_game.winning_points(state, color) == expected
             found += len(expected)
     assert found > 20  # the positions do have threats to find
 

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from services.games.go import BLACK, WHITE, GoState
-from services.games.go_features import N_GO_PLANES, compact, planes_torch
+from services.games.go_features import N_GO_PLANES, compact
+from services.games.go_planes import planes_torch
 from services.models.configs import CONFIGS, build, spec
 from services.models.export import ExportError, export_torchscript
 

@@ -29,6 +29,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
 from services import cli
+from services.games.gomoku_game import known_positions
 from services.triton.client import PolicyClient
 from services.triton.publisher import (
     QUARANTINE_DIR,
@@ -45,7 +46,6 @@ from services.triton.rollout import (
     check_version_files,
     config_json,
     current_version,
-    known_positions,
     masked_policy,
     read_model_config,
     read_state,

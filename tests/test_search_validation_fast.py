@@ -1,5 +1,6 @@
-"""The fast Gomoku path of `validation.position_to_state` (moves placed without replaying them
-when no five can have been made) gives exactly the state, or the error, of the replay."""
+"""The fast Gomoku path of `validation.position_to_state` (`gomoku_game._placed_without_five`:
+moves placed without replaying them when no five can have been made) gives exactly the state,
+or the error, of the replay."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import random
 import pytest
 
 from services.api.movepred.v1 import search_pb2
+from services.games import gomoku_game
 from services.search import validation
 
 RULES = [search_pb2.RULE_UNSPECIFIED, search_pb2.FREESTYLE, search_pb2.STANDARD, search_pb2.RENJU]
@@ -44,7 +46,7 @@ def test_fast_path_matches_the_replay(monkeypatch: pytest.MonkeyPatch) -> None:
         setup_black=[search_pb2.Point(x=x, y=3) for x in range(4)],
         moves=[search_pb2.Point(x=4, y=3), search_pb2.Point(x=9, y=9)]))
     fast = [_outcome(p) for p in positions]
-    monkeypatch.setattr(validation, "_placed_without_five", lambda *args: None)
+    monkeypatch.setattr(gomoku_game, "_placed_without_five", lambda *args: None)
     slow = [_outcome(p) for p in positions]
     assert fast == slow
     assert fast[-2][0] == "state" and fast[-2][4] != 0  # black won with its fifth stone

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from services.games.gomoku import BLACK, WHITE, Rule, has_five, makes_five
+from services.games.gomoku_game import tactical_positions
 from services.trainer import gate
 from services.triton import cli as triton_cli
 from services.triton.publisher import (
@@ -33,7 +34,6 @@ from services.triton.rollout import (
     checks_markdown,
     describe_event,
     quarantine,
-    tactical_positions,
     top1_hits,
 )
 from tests.triton_fixtures import (

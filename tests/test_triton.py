@@ -433,10 +433,11 @@ def test_prepare_backend_dir_is_idempotent(tmp_path: Path) -> None:
 
 
 def test_go_io_takes_every_served_size_and_gomoku_stays_15x15() -> None:
-    from services.triton.client import GO_BOARD_SIZES, MODEL_IO, _as_boards
+    from services.triton.client import _as_boards, io_for, io_of_game
 
-    go, gomoku = MODEL_IO["go"], MODEL_IO["gomoku"]
-    assert tuple(range(9, 20)) == GO_BOARD_SIZES
+    go, gomoku = io_of_game("go"), io_of_game("gomoku")
+    assert tuple(range(9, 20)) == go.board_sizes
+    assert io_for("go_policy") == go and io_for("gomoku_policy__candidate") == gomoku
     for s in (9, 13, 19):
         assert go.accepts((4, s, s)) and go.n_moves_for((4, s, s)) == s * s + 1
         assert _as_boards(np.zeros((2, 4, s, s), np.int8), go).shape == (2, 4, s, s)

@@ -1,18 +1,42 @@
-"""RenjuNet-style coordinate names: column letter from the left, row number from the bottom.
+"""Every coordinate system of the platform, in one place.
 
-Point index convention used everywhere: index = y * size + x, with x the column (0 = 'a')
-and y the row from the bottom (0 = '1'). Board arrays are indexed board[y, x].
+A point is the flat index ``y * size + x`` everywhere: x the column from the left (0 = 'a'),
+y the row from the *bottom* (0 = row 1); board arrays are indexed ``board[y, x]``. A pass, in
+games that have one, is the index ``size * size`` (the policy's last entry). The notations:
+
+==================  ============  ====================================================
+system              example       conversion
+==================  ============  ====================================================
+flat index          112           ``y * size + x`` (15x15: h8 is 7 * 15 + 7)
+(x, y)              (7, 7)        ``divmod(index, size)`` gives (y, x)
+RenjuNet name       "h8"          letters a.. from the left, row number from the bottom
+                                  (`point_name`, `index_name`, `parse_point`)
+GTP vertex          "Q16", "pass" letters A..Z without I, row from the bottom
+                                  (`gtp_name`, `gtp_vertex`, `parse_gtp_vertex`)
+SGF letters         "pd"          column and row letters a.., the row from the *top*
+                                  (`sgf_name`, `sgf_point`); "" (or "tt" on 19x19 in old
+                                  records) is a pass
+==================  ============  ====================================================
+
+So on 19x19 the same point is index 72, (x, y) = (15, 3), RenjuNet "p4", GTP "Q4", SGF "pp".
 """
 
 from __future__ import annotations
 
 LETTERS = "abcdefghijklmnopqrs"  # RenjuNet uses a-o on 15x15; Go's 19x19 fits too
+GTP_LETTERS = "ABCDEFGHJKLMNOPQRSTUVWXYZ"  # no I, as in GTP; 25 letters covers 25x25
+SGF_LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
 class CoordinateError(ValueError):
     """A coordinate name that does not denote a point on the board."""
 
 
+class VertexError(CoordinateError):
+    """A GTP vertex that does not denote a point (or a pass) on the board."""
+
+
+# ---- RenjuNet names ------------------------------------------------------------------------
 def point_name(x: int, y: int) -> str:
     return f"{LETTERS[x]}{y + 1}"
 
@@ -30,3 +54,46 @@ def parse_point(name: str, size: int) -> tuple[int, int]:
     if not 1 <= row <= size:
         raise CoordinateError(f"unknown coordinate {name!r} on a {size}x{size} board")
     return LETTERS.index(token[0]), row - 1
+
+
+# ---- GTP vertices --------------------------------------------------------------------------
+def gtp_name(point: int | None, size: int) -> str:
+    """GTP vertex of a flat point: column letter (no I) and row number from the bottom;
+    None is "pass"."""
+    if point is None:
+        return "pass"
+    y, x = divmod(point, size)
+    return f"{GTP_LETTERS[x]}{y + 1}"
+
+
+def gtp_vertex(move: int | None, size: int) -> str:
+    """Like `gtp_name`, with the pass also as the policy index ``size * size``."""
+    return gtp_name(None if move == size * size else move, size)
+
+
+def parse_gtp_vertex(text: str, size: int) -> int | None:
+    """GTP vertex ("D4", "q16", "pass") -> flat point y * size + x, or None for a pass;
+    VertexError for anything else."""
+    token = text.strip().upper()
+    if token == "PASS":
+        return None
+    if len(token) < 2 or token[0] not in GTP_LETTERS[:size] or not token[1:].isdigit():
+        raise VertexError(f"not a vertex on a {size}x{size} board: {text!r}")
+    row = int(token[1:])
+    if not 1 <= row <= size:
+        raise VertexError(f"not a vertex on a {size}x{size} board: {text!r}")
+    return (row - 1) * size + GTP_LETTERS.index(token[0])
+
+
+# ---- SGF letters ---------------------------------------------------------------------------
+def sgf_point(col: int, row_from_top: int, size: int) -> int:
+    """Flat index of the SGF point (col, row counted from the top)."""
+    return (size - 1 - row_from_top) * size + col
+
+
+def sgf_name(point: int | None, size: int) -> str:
+    """The two SGF letters of a point ('' for a pass)."""
+    if point is None:
+        return ""
+    y, x = divmod(point, size)
+    return SGF_LETTERS[x] + SGF_LETTERS[size - 1 - y]

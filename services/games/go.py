@@ -44,6 +44,10 @@ import numpy as np
 
 from services.games.ascii_board import board_from_ascii
 
+# the coordinate systems live in services.games.coords; these names are the Go ones
+from services.games.coords import GTP_LETTERS, SGF_LETTERS, sgf_name, sgf_point  # noqa: F401
+from services.games.coords import gtp_name as point_name
+
 EMPTY, BLACK, WHITE = 0, 1, 2
 MIN_SIZE, MAX_SIZE = 2, 25
 # Board sizes Go is *served* on (Triton's go_policy, the search service, `movepred gtp`): 9..19.
@@ -54,8 +58,6 @@ MIN_SIZE, MAX_SIZE = 2, 25
 # on the edge, which a 19x19-trained network has rarely seen).
 SERVED_MIN_SIZE, SERVED_MAX_SIZE = 9, 19
 HISTORY_LEN = 8  # positions kept in `history` (current one included)
-GTP_LETTERS = "ABCDEFGHJKLMNOPQRSTUVWXYZ"  # no I, as in GTP; 25 letters covers 25x25
-SGF_LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 OCCUPIED, SUICIDE, KO, OFF_BOARD, GAME_OVER = "occupied", "suicide", "ko", "off board", "game over"
 
@@ -72,27 +74,6 @@ class IllegalMove(ValueError):
 
 def opponent(color: int) -> int:
     return WHITE if color == BLACK else BLACK
-
-
-def point_name(point: int | None, size: int) -> str:
-    """GTP-style name: 'pass', or column letter (no I) and row number from the bottom."""
-    if point is None:
-        return "pass"
-    y, x = divmod(point, size)
-    return f"{GTP_LETTERS[x]}{y + 1}"
-
-
-def sgf_point(col: int, row_from_top: int, size: int) -> int:
-    """Flat index of the SGF point (col, row counted from the top)."""
-    return (size - 1 - row_from_top) * size + col
-
-
-def sgf_name(point: int | None, size: int) -> str:
-    """The two SGF letters of a point ('' for a pass)."""
-    if point is None:
-        return ""
-    y, x = divmod(point, size)
-    return SGF_LETTERS[x] + SGF_LETTERS[size - 1 - y]
 
 
 @cache

@@ -7,13 +7,14 @@ A Go position travels (in shards, to Triton) as int8 [4, S, S]:
     3  ko: 1 on the point the side to move may not retake (0 elsewhere)
 On the model's device this becomes 17 float planes (AlphaGo-style raw features): own, opponent,
 empty; own liberties 1/2/3/4+; opponent liberties 1/2/3/4+; the last 4 moves one-hot; ko;
-ones (so zero padding marks the edge). Moves are y * S + x, and S * S means pass.
+ones (so zero padding marks the edge; `services.games.go_planes`, which needs torch: this
+module needs numpy only, so the search service builds Go inputs without importing torch).
+Moves are y * S + x, and S * S means pass.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from services.games.go import EMPTY, GoState
 
@@ -40,17 +41,3 @@ def compact(state: GoState, to_move: int | None = None) -> np.ndarray:
     if state.ko is not None:
         out[3].flat[state.ko] = 1
     return out
-
-
-def planes_torch(compact_boards: torch.Tensor) -> torch.Tensor:
-    """int8 [N, 4, S, S] -> float32 [N, 17, S, S]; scriptable (literal ints only)."""
-    c = compact_boards.long()
-    stones = torch.nn.functional.one_hot((c[:, 0] + 2) % 3, num_classes=3)  # own, opp, empty
-    libs = torch.nn.functional.one_hot(c[:, 1].clamp(0, 4), num_classes=5)[..., 1:]
-    own = stones[..., 0:1]
-    opp = stones[..., 1:2]
-    recent = torch.nn.functional.one_hot(c[:, 2].clamp(0, 4), num_classes=5)[..., 1:]
-    ko = (c[:, 3] > 0).long().unsqueeze(-1)
-    ones = torch.ones_like(ko)
-    planes = torch.cat([stones, libs * own, libs * opp, recent, ko, ones], dim=-1)
-    return planes.permute(0, 3, 1, 2).float()

@@ -12,12 +12,16 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from services.games import renju
 from services.games.ascii_board import board_from_ascii  # noqa: F401 (re-exported)
 from services.games.coords import index_name
+
+if TYPE_CHECKING:
+    from services.games.gomoku_game import GomokuGame
 
 EMPTY, BLACK, WHITE = 0, 1, 2
 DEFAULT_SIZE = 15
@@ -145,6 +149,13 @@ class GomokuState:
         for p in moves:
             state = state.play(p)
         return state
+
+    @property
+    def game(self) -> GomokuGame:
+        """The `Game` these rules belong to (what the search and the services ask)."""
+        from services.games.gomoku_game import GOMOKU  # that module imports this one
+
+        return GOMOKU
 
     @property
     def to_move(self) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from services.games import go_features
+from services.games import go_planes
 from services.models.shao import BoardPolicy
 
 
@@ -64,5 +64,5 @@ class GoPolicy(BoardPolicy):
     stock PyTorch backend of Triton binds inputs by the forward argument's name)."""
 
     def encode(self, boards: torch.Tensor) -> torch.Tensor:
-        return go_features.planes_torch(boards)
+        return go_planes.planes_torch(boards)
 

@@ -49,9 +49,7 @@ import grpc
 
 from services.api.movepred.v1 import search_pb2
 from services.games.go import BLACK, WHITE, GoState, IllegalMove, opponent, sgf_name
-from services.protocols.frontend import SearchClientOwner, serve_lines
-from services.search import auth
-from services.search.go_position import (
+from services.games.go_game import (
     DEFAULT_KOMI,
     GO_SIZE,
     GO_SIZES,
@@ -59,6 +57,8 @@ from services.search.go_position import (
     parse_vertex,
     vertex,
 )
+from services.protocols.frontend import SearchClientOwner, serve_lines
+from services.search import auth
 
 NAME = "movepred"
 DEFAULT_TARGET = "127.0.0.1:50051"

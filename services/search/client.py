@@ -25,9 +25,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.api.movepred.v1 import search_pb2, search_pb2_grpc
 from services.games.coords import parse_point
+from services.games.go_game import DEFAULT_KOMI, GO_SIZE, parse_vertex
 from services.games.gomoku import DEFAULT_SIZE, Rule
 from services.search.auth import ClientAuth
-from services.search.go_position import DEFAULT_KOMI, GO_SIZE, parse_vertex
 
 MoveLike = str | tuple[int, int]
 GoMoveLike = str | tuple[int, int] | None  # "D4", "pass", (x, y), None (a pass)

@@ -1,4 +1,4 @@
-"""PUCT tree search for Gomoku and Go guided by a policy network (and its value head).
+"""PUCT tree search for any registered game, guided by a policy network (and its value head).
 
 Why it looks like this:
 
@@ -29,17 +29,17 @@ Why it looks like this:
   cancellation, and keep the tree: a subtree of a finished search can seed the next search
   (`Search(node, ...)`) with all its visits (tree reuse between the moves of one game).
 
-Go (`services.search.go_position.GoPosition` as the state) is searched the same way, with Go's
-own rules for what a node is: the candidates are the legal points that do not fill one of the
-mover's own eyes, plus the pass (always legal, the policy's last entry); after two consecutive
-passes a node is terminal and worth the area score's verdict (with komi) to the player who
-passed last: +1 win, -1 loss, 0 tie. Other leaves get the network's value as in Gomoku (0
-without a value head).
+What a node is comes from its game (`Game.expand`, services/games/base.py): terminal and
+worth what to whom, a proven win, or the candidates to search. Gomoku's tactics above are its
+`expand` (services/games/gomoku_game.py); Go's candidates are the legal points that do not fill
+one of the mover's own eyes, plus the pass (always legal, the policy's last entry), and after
+two consecutive passes a node is terminal and worth the area score's verdict (with komi) to the
+player who passed last (services/games/go_game.py). Other leaves get the network's value.
 
 The search talks to a `PolicyEvaluator` (anything with `infer(boards) -> logits/values/model
 info`, e.g. `services.triton.client.PolicyClient`), never to Triton directly. The boards it
-sends are `network_input(state)`: the int8 board [S, S] for Gomoku, the compact int8 [4, S, S]
-for Go.
+sends are `network_input(state)` (the game's `network_input`: the int8 board [S, S] for Gomoku,
+the compact int8 [4, S, S] for Go).
 """
 
 from __future__ import annotations
@@ -53,18 +53,9 @@ from typing import Protocol
 import numpy as np
 
 from services import numerics
-from services.games.gomoku import (
-    EMPTY,
-    FOUR_SUM,
-    GomokuState,
-    five_windows,
-    makes_five,
-    opponent,
-    window_sums,
-)
-from services.search.go_position import GoPosition
+from services.games.base import Position
 
-State = GomokuState | GoPosition
+State = Position
 
 DEFAULT_C_PUCT = 1.5
 DEFAULT_BATCH_SIZE = 16
@@ -151,17 +142,13 @@ def finite_outputs(
 
 
 def network_input(state: State) -> np.ndarray:
-    """What the policy network takes for `state`: the board, or Go's compact features."""
-    if isinstance(state, GoPosition):
-        return state.features()
-    return state.board
+    """What the policy network takes for `state` (its game's `network_input`)."""
+    return state.game.network_input(state)
 
 
 def policy_size(state: State) -> int:
-    """Entries of the policy of `state`: its points (Go: and the pass, last)."""
-    if isinstance(state, GoPosition):
-        return state.policy_size
-    return state.size * state.size
+    """Entries of the policy of `state`: its points (and the pass, last, in games with one)."""
+    return state.game.policy_size(state.size)
 
 
 def masked_softmax(logits: np.ndarray, legal: np.ndarray) -> np.ndarray:
@@ -200,25 +187,6 @@ def leaf_values(values: np.ndarray | None, n: int) -> np.ndarray:
     if not np.isfinite(v).all():
         raise EvaluatorError("leaf values must be finite (check them with finite_outputs)")
     return 0.0 - np.clip(v, -1.0, 1.0)
-
-
-def winning_points(state: GomokuState, color: int, sums: np.ndarray | None = None) -> list[int]:
-    """Empty points where `color` makes five at once, ascending.
-
-    Same answer as `GomokuState.winning_points`, but fast: a five through a point needs a window
-    of five cells holding four stones of `color` and that empty point, so only those candidates
-    are checked with the rules' own `makes_five` (which knows about overlines). `sums`: the
-    board's window sums, when the caller has them already.
-    """
-    if sums is None:
-        sums = window_sums(state.board)
-    hit = sums == FOUR_SUM[color]
-    if not hit.any():
-        return []
-    windows = five_windows(state.size)[hit]
-    candidates = np.unique(windows[state.board.reshape(-1)[windows] == EMPTY])
-    size, board, rule = state.size, state.board, state.rule
-    return [int(p) for p in candidates if makes_five(board, p % size, p // size, color, rule)]
 
 
 @dataclass(frozen=True)
@@ -290,35 +258,18 @@ class Node:
         self.children: dict[int, Node] = {}
 
     def prepare(self) -> bool:
-        """Classify a new node; True when its priors must come from the network."""
-        s = self.state
-        if isinstance(s, GoPosition):
-            return self._prepare_go(s)
-        if s.winner != EMPTY:  # the move into this node made five
-            self.terminal, self.value = True, 1.0
+        """Classify a new node by its game's rules (`Game.expand`); True when its priors must
+        come from the network."""
+        e = self.state.game.expand(self.state)
+        if e.terminal_value is not None:
+            self.terminal, self.value = True, float(e.terminal_value)
             return False
-        legal = s.legal_mask()
-        if not legal.any():  # full board (or, under renju, only forbidden points): a draw
-            self.terminal, self.value = True, 0.0
-            return False
-        sums = window_sums(s.board)
-        wins = [p for p in winning_points(s, s.to_move, sums) if legal[p]]
-        if wins:  # proven win for the side to move: only winning points matter
+        if e.proven_win:  # the side to move wins at once: only its winning moves matter
             self.value, self.proven = -1.0, True
-            self._set_moves(wins, np.full(len(wins), 1.0 / len(wins)))
+            self._set_moves(list(e.candidates), np.full(len(e.candidates), 1.0 / len(e.candidates)))
             return False
-        blocks = [p for p in winning_points(s, opponent(s.to_move), sums) if legal[p]]
-        # no legal block (renju: black's only blocks are forbidden): every legal move loses
-        candidates = blocks or np.flatnonzero(legal).tolist()
-        return self._open(candidates, legal)
-
-    def _prepare_go(self, s: GoPosition) -> bool:
-        if s.is_over:  # two consecutive passes: scored by area with komi
-            self.terminal, self.value = True, s.terminal_value()
-            return False
-        legal = s.legal_mask()
-        candidates = s.search_candidates(legal)  # never empty: the pass is always there
-        return self._open(candidates, legal)
+        legal = e.legal if e.legal is not None else self.state.legal_mask()
+        return self._open(list(e.candidates), legal)
 
     def _open(self, candidates: list[int], legal: np.ndarray) -> bool:
         """A single candidate is forced (no evaluation needed: False); otherwise the node

@@ -27,9 +27,9 @@ gRPC health says (`services.search.readiness`, polled from the evaluators).
 
 All inference of one game goes through one `BatchingEvaluator`: the leaves of concurrent
 GenMove/Analyze searches and the boards of Predict calls share Triton requests (a Predict's
-positions always travel in one). Gomoku and Go have a batcher each, in front of their own
-evaluator (Triton models `gomoku_policy` and `go_policy`); a server built without a Go
-evaluator answers Go requests with INVALID_ARGUMENT ("position.game: GO is not served ...").
+positions always travel in one). Every served game has a batcher, in front of its own
+evaluator (Triton models `gomoku_policy`, `go_policy`, ...); a request of a game the server has
+no evaluator for gets INVALID_ARGUMENT ("position.game: GO is not served ...").
 GenMove and Analyze continue the cached tree of an earlier request of the same game when there
 is one (`TreeCache`), stop between batches when the client cancels or the deadline comes near,
 and then store their tree for the next move.
@@ -43,7 +43,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -51,11 +51,10 @@ import grpc
 import numpy as np
 
 from services.api.movepred.v1 import search_pb2, search_pb2_grpc
-from services.games.coords import index_name
-from services.games.gomoku import BLACK
+from services.games.base import BLACK
+from services.games.registry import UnknownGame, default_game, game_for_proto, get_game
 from services.search import mcts, validation
 from services.search.batcher import DEFAULT_MAX_BOARDS, DEFAULT_WINDOW_S, BatchingEvaluator
-from services.search.go_position import GoPosition, vertex
 from services.search.metrics import Metrics
 from services.search.tree_cache import TreeCache
 from services.triton.client import TritonRequestError, TritonUnavailableError
@@ -87,23 +86,14 @@ DEADLINE_MARGIN_MAX_S = 0.5
 State = mcts.State
 
 
-def _point(index: int, size: int) -> search_pb2.Point:
-    return search_pb2.Point(x=index % size, y=index // size)
-
-
 def move_point(move: int, state: State) -> search_pb2.Point:
-    """The proto Point of a move of `state`'s game (Go: `size * size` is a pass)."""
-    size = state.size
-    if isinstance(state, GoPosition) and move == size * size:
-        return search_pb2.Point(is_pass=True)
-    return _point(move, size)
+    """The proto Point of a move of `state`'s game (the pass: `is_pass`)."""
+    return state.game.move_point(move, state.size)
 
 
 def move_name(move: int, state: State) -> str:
-    """"h8" for Gomoku, the GTP vertex ("D4", "pass") for Go."""
-    if isinstance(state, GoPosition):
-        return vertex(move, state.size)
-    return index_name(move, state.size)
+    """A move in its game's notation: "h8" for Gomoku, the GTP vertex ("D4", "pass") for Go."""
+    return state.game.move_name(move, state.size)
 
 
 def _color(color: int) -> search_pb2.Color.ValueType:
@@ -186,7 +176,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
 
     def __init__(
         self,
-        evaluator: mcts.PolicyEvaluator,
+        evaluator: mcts.PolicyEvaluator | Mapping[str, mcts.PolicyEvaluator],
         *,
         go_evaluator: mcts.PolicyEvaluator | None = None,
         batch_size: int = mcts.DEFAULT_BATCH_SIZE,
@@ -197,7 +187,11 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         metrics: Metrics | None = None,
         max_searches: int | None = None,
     ) -> None:
-        """`max_searches`: GenMove/Analyze searches run at once, at most (more are refused
+        """`evaluator`: the policy of the default game (Gomoku), or a mapping from registered
+        game names to their policies (every game the server serves); `go_evaluator`: Go's
+        policy (None: Go is not served, unless the mapping names it).
+
+        `max_searches`: GenMove/Analyze searches run at once, at most (more are refused
         with RESOURCE_EXHAUSTED at once, never queued: a queued search would hold an RPC
         thread that health checks and Predict need); None: no limit."""
         if max_searches is not None and max_searches < 1:
@@ -206,43 +200,35 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         self._search_slots = (
             threading.BoundedSemaphore(max_searches) if max_searches is not None else None
         )
-        self.evaluator = evaluator
+        self.evaluators = served_evaluators(evaluator, go_evaluator)
         self.batch_size = batch_size
         self.c_puct = c_puct
         self.metrics = metrics if metrics is not None else Metrics()
-        self.batcher = BatchingEvaluator(
-            evaluator, max_boards=max_batch_boards, window_s=batch_window_s, metrics=self.metrics
-        )
-        self.go_evaluator = go_evaluator
-        if go_evaluator is not None:  # Go features import torch: pay for it now, not mid-search
-            import services.games.go_features  # noqa: F401
-        self.go_batcher = (
-            BatchingEvaluator(
-                go_evaluator,
-                max_boards=max_batch_boards,
-                window_s=batch_window_s,
-                metrics=self.metrics,
+        # one batcher per served game: each game's boards have their own shape and model
+        self.batchers = {
+            name: BatchingEvaluator(
+                e, max_boards=max_batch_boards, window_s=batch_window_s, metrics=self.metrics
             )
-            if go_evaluator is not None
-            else None
-        )
+            for name, e in self.evaluators.items()
+        }
         self.trees = tree_cache if tree_cache is not None else TreeCache()
 
     def close(self) -> None:
         """Stop the batching threads (after the server has stopped)."""
-        self.batcher.close()
-        if self.go_batcher is not None:
-            self.go_batcher.close()
+        for batcher in self.batchers.values():
+            batcher.close()
 
     def batcher_for(self, state: State, field: str = "position") -> BatchingEvaluator:
         """The batcher of `state`'s game; InvalidRequest when this server does not serve it."""
-        if not isinstance(state, GoPosition):
-            return self.batcher
-        if self.go_batcher is None:
+        game = state.game
+        batcher = self.batchers.get(game.name)
+        if batcher is None:
             raise validation.InvalidRequest(
-                f"{field}.game", "GO is not served by this server (it runs without a Go model)"
+                f"{field}.game",
+                f"{game.title.upper()} is not served by this server (it runs without a "
+                f"{game.title} model)",
             )
-        return self.go_batcher
+        return batcher
 
     # ------------------------------------------------------------------ RPCs
     def Predict(
@@ -491,6 +477,24 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         self._finish_search(a.state, search, reuse)
         if not should_stop():
             yield analyze_response(a.state, search, a.candidates, final=True)
+
+
+def served_evaluators(
+    evaluator: mcts.PolicyEvaluator | Mapping[str, mcts.PolicyEvaluator],
+    go_evaluator: mcts.PolicyEvaluator | None = None,
+) -> dict[str, mcts.PolicyEvaluator]:
+    """Registered game name -> evaluator of every game served (see `SearchServicer`);
+    ValueError for a name that no game is registered under."""
+    single = not isinstance(evaluator, Mapping)
+    served = {default_game().name: evaluator} if single else dict(evaluator)
+    if go_evaluator is not None:
+        served[game_for_proto(search_pb2.GO).name] = go_evaluator
+    for name in served:
+        try:
+            get_game(name)
+        except UnknownGame as exc:
+            raise ValueError(str(exc)) from None
+    return served
 
 
 def predict_values(values: np.ndarray | None, n: int) -> list[float | None]:

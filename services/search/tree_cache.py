@@ -1,13 +1,13 @@
 """Tree reuse between the consecutive moves of one game: a bounded LRU of searched trees.
 
-After a search of position P the service keeps P's tree, keyed by how P arose: the rule, the
-board size, the setup stones and the move sequence (Go: the komi, the set-up board and who
-moved first, and the moves, passes included). A later request whose moves extend P's by
-0, 1 or 2 moves (the same position asked again, the move just searched, or that move and the
-opponent's reply) takes the matching subtree out of the cache and continues from it, with all
-its visits. Entries are *taken*, never shared: two concurrent searches can never touch one tree
-(the second one simply searches from scratch), and the search that took a tree puts its new
-tree back under its own position when it finishes.
+After a search of position P the service keeps P's tree, keyed by how P arose: its game's
+`base_key` (Gomoku: the rule, the board size, the setup stones; Go: the komi, the set-up board
+and who moved first) and the move sequence (passes included). A later request whose moves
+extend P's by 0, 1 or 2 moves (the same position asked again, the move just searched, or that
+move and the opponent's reply) takes the matching subtree out of the cache and continues from
+it, with all its visits. Entries are *taken*, never shared: two concurrent searches can never
+touch one tree (the second one simply searches from scratch), and the search that took a tree
+puts its new tree back under its own position when it finishes.
 
 Bounds: at most `max_entries` trees and `max_visits` root visits in all (a tree's node count
 grows with its visits, so this bounds memory); the least recently stored trees go first, and a
@@ -23,25 +23,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.games.gomoku import EMPTY
-from services.search.go_position import GoPosition
 from services.search.mcts import Node, State
 
 DEFAULT_MAX_ENTRIES = 64
 DEFAULT_MAX_VISITS = 50_000  # ~6 KB per visit (node) at worst: ~300 MB
 MAX_EXTENSION = 2  # moves a request may add to a cached position and still reuse its tree
 
-BaseKey = tuple[str, int, bytes]
+BaseKey = tuple[object, ...]
 
 
 def base_key(state: State) -> BaseKey:
-    """What a game is besides its moves: rule, size and the setup stones (the board without the
-    moves; Go: `GoPosition.base_key`)."""
-    if isinstance(state, GoPosition):
-        return state.base_key()
-    board = state.board.reshape(-1).copy()
-    board[list(state.moves)] = EMPTY
-    return (str(state.rule), state.size, board.tobytes())
+    """What a game is besides its moves (its game's `base_key`: e.g. rule, size and the setup
+    stones), with the game's name so two games never share a key."""
+    return (state.game.name, *state.game.base_key(state))
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,12 @@
 """Evaluation: loss, top-1/top-5 accuracy, and top-1 by game stage (Shao et al.'s Fig. 7).
 
 Occupied points are masked out before ranking, so a prediction is always a legal move (Go: a
-pass, the last logit, is never masked; ko and suicide are not masked either). Gomoku stages
-are 10-move buckets of the ply (0-9, 10-19, ...) with every ply past 100 in one bucket; Go
-games run to 200-300 moves, so Go uses 50-move buckets with every ply past 300 in one
-(`STAGES`). A model with a value head is also scored on the rows whose game result is known:
-`value_mse` (against +1 won / -1 lost / 0 drawn for the mover) and `value_sign` (how often its
-sign names the winner of decisive games).
+pass, the last logit, is never masked; ko and suicide are not masked either). Stages are each
+game's buckets of the ply (`Game.stages`, in `STAGES`): Gomoku 10-move buckets (0-9, 10-19,
+...) with every ply past 100 in one bucket; Go games run to 200-300 moves, so Go uses 50-move
+buckets with every ply past 300 in one. A model with a value head is also scored on the rows
+whose game result is known: `value_mse` (against +1 won / -1 lost / 0 drawn for the mover) and
+`value_sign` (how often its sign names the winner of decisive games).
 """
 
 from __future__ import annotations
@@ -15,12 +15,15 @@ import numpy as np
 import torch
 from torch import nn
 
+from services.games.registry import registered_games
 from services.models.value import split_outputs, value_target
 
 STAGE_WIDTH = 10
 LAST_STAGE = 100  # plies >= 100 share one bucket
 # (bucket width, first ply of the last open-ended bucket) per game
-STAGES: dict[str, tuple[int, int]] = {"gomoku": (STAGE_WIDTH, LAST_STAGE), "go": (50, 300)}
+
+# (bucket width, first ply of the last open-ended bucket) per game: each game's `Game.stages`
+STAGES: dict[str, tuple[int, int]] = {g.name: g.stages for g in registered_games()}
 
 
 def stage_labels(width: int = STAGE_WIDTH, last: int = LAST_STAGE) -> list[str]:

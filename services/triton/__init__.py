@@ -2,7 +2,8 @@
 
 * `server`: start/stop ``tritonserver`` (from nvidia-pytriton) on a model repository.
 * `publisher`: publish a TorchScript model as the next version, atomically.
-* `client`: `PolicyClient` (gRPC) for policy logits.
+* `client`: `PolicyClient` (gRPC) for policy logits; a model's shapes come from its game
+  (`services.games.registry`).
 * `policy_model`: the python-backend ``model.py`` copied into each version (runs inside Triton,
   not imported here).
 
@@ -10,4 +11,5 @@ Submodules are imported explicitly (``from services.triton.client import PolicyC
 importing this package needs neither torch nor tritonclient.
 """
 
-MODEL_NAME = "gomoku_policy"
+# Triton's gRPC address on this machine: what every client and command uses unless told
+DEFAULT_TRITON_URL = "127.0.0.1:8001"

@@ -18,15 +18,16 @@ import argparse
 import json
 from pathlib import Path
 
+from services.triton import DEFAULT_TRITON_URL
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_TRITON_URL = "127.0.0.1:8001"
 DEFAULT_REPOSITORY = REPO_ROOT / "model_repository"
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
-    from services.triton.publisher import DEFAULT_MODEL_NAME
+    from services.triton.publisher import DEFAULT_MODEL_NAME  # lazy: it imports numpy
 
     p.add_argument("--triton-url", default=DEFAULT_TRITON_URL, help="Triton gRPC host:port")
     p.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY,

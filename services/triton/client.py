@@ -1,12 +1,12 @@
-"""gRPC client for the policy models on Triton: ``gomoku_policy`` and ``go_policy``.
+"""gRPC client for the policy models on Triton (``gomoku_policy``, ``go_policy``, any game's).
 
-`PolicyClient.infer` sends int8 boards [N, 15, 15] and returns float32 logits [N, 225] with the
-model version that answered; for a Go model (`game="go"`, or a model name starting with "go")
-it sends compact int8 Go inputs [N, 4, S, S] (`services.games.go_features`) for any served
-size S in 9..19 (`services.games.go.SERVED_MIN_SIZE` / `SERVED_MAX_SIZE`: one fully
-convolutional network answers every size, the config declares the spatial dims as -1) and
-returns logits [N, S * S + 1], the last one the pass (19x19: [N, 362]); one call holds boards
-of one size. Gomoku stays 15x15. With the logits comes the ``value`` output where the
+`PolicyClient.infer` sends a game's int8 network inputs and returns float32 logits with the
+model version that answered. The shapes are the game's (`Game.model_io`, services/games/base.py;
+the game is given, or the one whose default model the name is): Gomoku int8 boards [N, 15, 15]
+-> logits [N, 225]; Go compact inputs [N, 4, S, S] (`services.games.go_features`) for any
+served size S in 9..19 (one fully convolutional network answers every size, the config declares
+the spatial dims as -1) -> logits [N, S * S + 1], the last one the pass (19x19: [N, 362]); one
+call holds boards of one size. With the logits comes the ``value`` output where the
 model's config declares one (`PolicyResult.values`, float32 [N] for the side to move, NaN for a
 network without a value head); no output is named in the request, so Triton sends every output
 the config declares and a config with ``logits`` alone (deploy/triton-stock) works unchanged
@@ -28,74 +28,33 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from services.games.go import SERVED_MAX_SIZE, SERVED_MIN_SIZE
+from services.games.base import Game, ModelIO
+from services.games.registry import default_game, game_for_model, get_game
 from services.grpc_options import RECONNECT_OPTIONS
+from services.triton import DEFAULT_TRITON_URL  # noqa: F401 (the clients' default address)
 
-DEFAULT_MODEL_NAME = "gomoku_policy"
-DEFAULT_GO_MODEL_NAME = "go_policy"
 INPUT_NAME = "boards"
 OUTPUT_NAME = "logits"
 VALUE_NAME = "value"
-BOARD_SIZE = 15
-N_MOVES = BOARD_SIZE * BOARD_SIZE
-GO_BOARD_SIZE = 19  # the default Go size (and the largest served)
-GO_CHANNELS = 4
-GO_N_MOVES = GO_BOARD_SIZE * GO_BOARD_SIZE + 1  # the points, then the pass
-GO_BOARD_SIZES = tuple(range(SERVED_MIN_SIZE, SERVED_MAX_SIZE + 1))  # 9..19
 
 
-@dataclass(frozen=True)
-class ModelIO:
-    """What one board of a model's input and one row of its output look like.
-
-    `board_shape` / `n_moves` are those of the default size; `sizes` lists every board size
-    the model takes (the last two dims of a board, square), and a board of size S has S * S
-    logits, plus one (the pass, last) when `pass_move`."""
-
-    game: str  # "gomoku" or "go"
-    board_shape: tuple[int, ...]  # one input board at the default size (no batch dimension)
-    n_moves: int  # logits per board at the default size
-    max_value: int  # largest cell value of the input
-    sizes: tuple[int, ...] = ()  # accepted board sizes; () means the default one only
-    pass_move: bool = False  # one logit more than the points: the pass
-
-    @property
-    def board_sizes(self) -> tuple[int, ...]:
-        return self.sizes or (self.board_shape[-1],)
-
-    def accepts(self, board_shape: tuple[int, ...]) -> bool:
-        """Whether one board of shape `board_shape` (no batch dimension) is a valid input."""
-        shape = tuple(int(d) for d in board_shape)
-        return (len(shape) == len(self.board_shape)
-                and shape[:-2] == self.board_shape[:-2]
-                and shape[-1] == shape[-2] and shape[-1] in self.board_sizes)
-
-    def n_moves_for(self, board_shape: tuple[int, ...]) -> int:
-        """Logits per board of shape `board_shape`: the points (and the pass)."""
-        return int(board_shape[-1]) * int(board_shape[-2]) + int(self.pass_move)
-
-    def describe(self) -> str:
-        sizes = self.board_sizes
-        if len(sizes) == 1:
-            return "int8 [N, " + ", ".join(str(d) for d in self.board_shape) + "]"
-        lead = "".join(f"{d}, " for d in self.board_shape[:-2])
-        return f"int8 [N, {lead}S, S] with S in {sizes[0]}..{sizes[-1]}"
-
-
-MODEL_IO = {
-    "gomoku": ModelIO("gomoku", (BOARD_SIZE, BOARD_SIZE), N_MOVES, 2),
-    # compact Go planes: relative stones 0..2, liberties 0..4, move age 0..4, ko 0..1; any
-    # served size (the config's spatial dims are -1), logits S * S + 1
-    "go": ModelIO("go", (GO_CHANNELS, GO_BOARD_SIZE, GO_BOARD_SIZE), GO_N_MOVES, 4,
-                  sizes=GO_BOARD_SIZES, pass_move=True),
-}
+def io_of_game(game: str | Game) -> ModelIO:
+    """The input/output of a game's model (a `Game`, or its registered name)."""
+    return (get_game(game) if isinstance(game, str) else game).model_io()
 
 
 def io_for(model_name: str) -> ModelIO:
-    """The input/output of a model by its name: Go for names starting with "go" (but not
-    "gomoku"), else Gomoku."""
-    name = model_name.lower()
-    return MODEL_IO["go" if name.startswith("go") and not name.startswith("gomoku") else "gomoku"]
+    """The input/output of a model by its name: that of the game whose default model it is (or
+    a side model of it, ``<name>__candidate``), else the default game's (the search service's
+    `--model` serves the default game under any name; give `PolicyClient` its `game` for
+    another game's model under another name)."""
+    return (game_for_model(model_name) or default_game()).model_io()
+
+
+def default_model_name() -> str:
+    """The Triton model of the default game."""
+    return default_game().default_model
+
 
 # tritonclient's default channel options (its `channel_args` replace them all), plus the
 # platform's reconnect settings (services.grpc_options, the same as the search client's): after a
@@ -158,7 +117,7 @@ def _translate(exc: InferenceServerException, what: str, url: str) -> TritonErro
     return TritonRequestError(message, status)
 
 
-def _as_boards(boards: np.ndarray, io: ModelIO = MODEL_IO["gomoku"]) -> np.ndarray:
+def _as_boards(boards: np.ndarray, io: ModelIO) -> np.ndarray:
     arr = np.asarray(boards)
     if arr.ndim != 1 + len(io.board_shape) or not io.accepts(arr.shape[1:]) or arr.shape[0] < 1:
         raise TritonRequestError(f"boards must be {io.describe()}, N >= 1; got {arr.shape}")
@@ -166,9 +125,7 @@ def _as_boards(boards: np.ndarray, io: ModelIO = MODEL_IO["gomoku"]) -> np.ndarr
         if not np.issubdtype(arr.dtype, np.integer):
             raise TritonRequestError(f"boards must be int8, got {arr.dtype}")
         if arr.size and (arr.min() < 0 or arr.max() > io.max_value):
-            if io.game == "gomoku":
-                raise TritonRequestError("board cells must be 0 (empty), 1 (black) or 2 (white)")
-            raise TritonRequestError(f"compact Go cells must be in 0..{io.max_value}")
+            raise TritonRequestError(f"{io.game} input cells must be in 0..{io.max_value}")
         arr = arr.astype(np.int8)
     return np.ascontiguousarray(arr)
 
@@ -179,17 +136,18 @@ class PolicyClient:
     def __init__(
         self,
         url: str,
-        model_name: str = DEFAULT_MODEL_NAME,
+        model_name: str | None = None,
         timeout_s: float = 5.0,
-        game: str | None = None,
+        game: str | Game | None = None,
     ) -> None:
-        """`game` ("gomoku" or "go") fixes the model's input/output; None: from the name."""
+        """`game` (a registered game or its name) fixes the model's input/output; None: the
+        game whose default model `model_name` is. `model_name` None: the game's default model
+        (no game either: the default game's)."""
         self.url = url
-        self.model_name = model_name
+        played = get_game(game) if isinstance(game, str) else game
+        self.model_name = model_name or (played or default_game()).default_model
         self.timeout_s = float(timeout_s)
-        if game is not None and game not in MODEL_IO:
-            raise ValueError(f"game must be one of {sorted(MODEL_IO)}, got {game!r}")
-        self.io = MODEL_IO[game] if game is not None else io_for(model_name)
+        self.io = played.model_io() if played is not None else io_for(self.model_name)
         self._lock = threading.Lock()
         self._client: grpcclient.InferenceServerClient | None = None
         self._closed = False

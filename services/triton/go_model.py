@@ -40,11 +40,14 @@ from torch import nn
 
 from services.games import go_features
 from services.games.go import GoState
+from services.games.go_game import GO
 from services.models.configs import build, spec
 from services.models.export import ExportError, export_torchscript
-from services.triton.client import DEFAULT_GO_MODEL_NAME, GO_BOARD_SIZE, GO_N_MOVES
 
 DEFAULT_CONFIG = "go_res_b2c32"
+DEFAULT_GO_MODEL_NAME = GO.default_model
+GO_BOARD_SIZE = GO.default_size
+GO_N_MOVES = GO.policy_size()
 
 
 def sample_inputs(n: int, size: int = GO_BOARD_SIZE, seed: int = 0) -> np.ndarray:
@@ -66,7 +69,7 @@ def sample_inputs(n: int, size: int = GO_BOARD_SIZE, seed: int = 0) -> np.ndarra
 def build_go_model(config: str = DEFAULT_CONFIG, seed: int = 0,
                    checkpoint: Path | None = None) -> nn.Module:
     """A `config` Go network: seeded random weights, or those of a trainer checkpoint."""
-    if spec(config).game != "go":
+    if spec(config).game != GO.name:
         raise ValueError(f"{config!r} is a {spec(config).game} configuration, not a Go one")
     torch.manual_seed(seed)
     model = build(config)
@@ -85,7 +88,7 @@ def export_go_torchscript(model: nn.Module, path: Path, n_check: int = 16,
     verify it on `n_check` random Go inputs and `n_check` real positions, save it; return the
     max abs diff over its outputs. Raises `ExportError`."""
     return export_torchscript(model, Path(path), board_size=GO_BOARD_SIZE, n_check=n_check,
-                              atol=atol, seed=seed, game="go",
+                              atol=atol, seed=seed, game=GO.name,
                               boards=sample_inputs(n_check, seed=seed), n_moves=GO_N_MOVES)
 
 
@@ -105,7 +108,7 @@ def publish_go_model(
     with tempfile.TemporaryDirectory(prefix="go-export-") as tmp:
         path = Path(tmp) / "model.pt"
         diff = export_go_torchscript(net, path)
-        metadata = {"game": "go", "config": config, "seed": seed,
+        metadata = {"game": GO.name, "config": config, "seed": seed,
                     "checkpoint": str(checkpoint) if checkpoint else None,
                     "export_max_abs_diff": diff}
         return publish(path, Path(repository), model_name, metadata=metadata)

@@ -42,11 +42,12 @@ import numpy as np
 
 from services.atomic_files import atomic_path, fsync_dir, fsync_file, locked
 from services.checksums import sha256_file
+from services.games.registry import default_game
 
 POLICY_MODEL_PY = Path(__file__).with_name("policy_model.py")
 CONFIG_TEMPLATES = Path(__file__).resolve().parents[2] / "model_repository"
-DEFAULT_MODEL_NAME = "gomoku_policy"
-BOARD_SIZE = 15
+DEFAULT_MODEL_NAME = default_game().default_model
+DEFAULT_BOARD_SHAPE = default_game().input_shape()
 CHECK_SIZES = (19, 9)  # a free (-1) spatial dim is test-run at these sizes
 _VERSION_RE = re.compile(r"[0-9]+")
 QUARANTINE_DIR = "quarantine"  # refused versions: <repo>/<model>/quarantine/<version>[-n]/
@@ -209,22 +210,20 @@ def read_smoke_positions(source: Path | bytes) -> tuple[np.ndarray, np.ndarray]:
 
 def _real_boards(board_shape: tuple[int, ...]) -> tuple[list[str], np.ndarray] | None:
     """(names, boards) of the rollout's known smoke positions for boards of `board_shape`
-    (Gomoku [15, 15]: `known_positions`; Go [4, 19, 19]: `known_go_positions`), else None."""
+    of the game whose default input `board_shape` is (`rollout.smoke_positions`), else None."""
     from services.triton import rollout  # lazy: rollout imports this module
 
-    if board_shape == (BOARD_SIZE, BOARD_SIZE):
-        known = rollout.known_positions()
-        return list(known), np.stack(list(known.values()))
-    if board_shape == (4, 19, 19):
-        go = rollout.known_go_positions()
-        return list(go), np.stack([b for b, _ in go.values()])
-    return None
+    game = rollout.game_of_input(board_shape)
+    if game is None:
+        return None
+    known = rollout.smoke_positions(game)
+    return list(known), np.stack([b for b, _ in known.values()])
 
 
 def validate_model_file(
     model_file: Path,
-    board_shape: tuple[int, ...] = (BOARD_SIZE, BOARD_SIZE),
-    n_moves: int = BOARD_SIZE * BOARD_SIZE,
+    board_shape: tuple[int, ...] = DEFAULT_BOARD_SHAPE,
+    n_moves: int = default_game().policy_size(),
     positions: np.ndarray | None = None,
 ) -> bool:
     """Load the TorchScript file on CPU and check int8 [2, *board_shape] -> float32

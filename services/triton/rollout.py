@@ -12,16 +12,15 @@ highest READY version of the model) to `version`, in five steps:
    answered by the *highest* READY version of a model, so loading the candidate next to the
    serving version under the same name would hand it the traffic before it is tested. A file
    Triton cannot load is refused here, with Triton's reason.
-3. **Smoke test** on the candidate (`smoke_test`): known positions answer with logits of shape
-   [N, 225], float32, all finite, a well-formed masked policy, the same answer alone and in a
-   batch and on a repeat, and the answers carry the candidate's model version. A Go model
-   (``go_policy``: the client's `ModelIO` says so) is asked about known Go positions
-   (`known_go_positions`, compact int8 [4, 19, 19]) and must answer [N, 362] logits whose
-   softmax over the legal moves (the pass included) is a distribution. Then what the model
-   knows, all blocking (a model whose logits are the board cells, uniform over the empty points,
-   with a NaN value, passed every check above):
+3. **Smoke test** on the candidate (`smoke_test`): the known positions of the model's game
+   (`Game.smoke_positions`: Gomoku int8 [15, 15] boards, Go compact int8 [4, 19, 19] inputs)
+   answer with logits of the game's policy size ([N, 225], Go [N, 362]), float32, all finite,
+   a well-formed masked policy over the legal moves (the pass included), the same answer alone
+   and in a batch and on a repeat, and the answers carry the candidate's model version. Then
+   what the model knows, all blocking (a model whose logits are the board cells, uniform over
+   the empty points, with a NaN value, passed every check above):
 
-   - **tactics** (Gomoku): in each of `tactical_positions` (take a five, block a four) a right
+   - **tactics** (games with `Game.tactical_positions`; Gomoku: take a five, block a four) a right
      answer is among the raw policy's `TACTICAL_TOP_K` best legal points;
    - **value**: every value finite when the version has a value head (``value_head`` in its
      metadata; when the metadata does not say, found by running ``model.pt`` here);
@@ -78,6 +77,8 @@ from typing import Any
 
 import numpy as np
 
+from services.games.base import Game
+from services.games.registry import get_game, registered_games
 from services.trainer import gate
 from services.triton.client import PolicyClient, TritonError, TritonUnavailableError
 from services.triton.publisher import (
@@ -94,7 +95,6 @@ from services.triton.publisher import (
 
 logger = logging.getLogger(__name__)
 
-BOARD_SIZE = 15
 CANDIDATE_SUFFIX = "__candidate"
 STATE_FILE = "rollout.json"
 LOCK_FILE = ".rollout.lock"
@@ -303,33 +303,24 @@ def check_version_files(
 # --------------------------------------------------------------------------- smoke test
 
 
-def _board(black: list[tuple[int, int]], white: list[tuple[int, int]]) -> np.ndarray:
-    board = np.zeros((BOARD_SIZE, BOARD_SIZE), dtype=np.int8)
-    for x, y in black:
-        board[y, x] = 1
-    for x, y in white:
-        board[y, x] = 2
-    return board
+def smoke_positions(game: Game) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """What `smoke_test` asks a version of `game`'s model about: {name: (network input, legal
+    mask over the policy)} (`Game.smoke_positions`)."""
+    return game.smoke_positions()
 
 
-def known_positions() -> dict[str, np.ndarray]:
-    """Fixed positions ({name: int8 [15, 15]}, indexed [y, x]) the smoke test asks about."""
-    crowded = np.tile(np.array([1, 2, 2, 1], dtype=np.int8), BOARD_SIZE * BOARD_SIZE // 4 + 1)
-    crowded = crowded[: BOARD_SIZE * BOARD_SIZE].reshape(BOARD_SIZE, BOARD_SIZE).copy()
-    crowded[5:10, 5:10] = 0  # 25 empty points around the centre
-    full = np.where(np.arange(BOARD_SIZE * BOARD_SIZE) % 2 == 0, 1, 2).astype(np.int8)
-    full = full.reshape(BOARD_SIZE, BOARD_SIZE)
-    full[0, 0] = 0  # one legal point left
-    return {
-        "empty": _board([], []),
-        "centre stone": _board([(7, 7)], []),
-        "opening": _board([(7, 7), (8, 7)], [(7, 8), (6, 6)]),
-        # black to move: f8-i8 is an open four, e8 or j8 makes five
-        "open four": _board([(5, 7), (6, 7), (7, 7), (8, 7)],
-                            [(7, 8), (8, 8), (9, 8), (6, 9)]),
-        "crowded": crowded,
-        "one empty point": full,
-    }
+def game_of_input(board_shape: tuple[int, ...]) -> Game | None:
+    """The registered game whose default network input is `board_shape` (None: no game's)."""
+    for game in registered_games():
+        if game.input_shape() == tuple(int(d) for d in board_shape):
+            return game
+    return None
+
+
+def _smoke_boards(client: PolicyClient, model_name: str) -> np.ndarray:
+    """The boards `smoke_test` sends to `model_name` (its game's `smoke_positions`)."""
+    known = smoke_positions(get_game(client.io_of(model_name).game))
+    return np.stack([b for b, _ in known.values()])
 
 
 def masked_policy(logits: np.ndarray, boards: np.ndarray) -> np.ndarray:
@@ -341,44 +332,12 @@ def masked_policy(logits: np.ndarray, boards: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
-def tactical_positions() -> dict[str, tuple[np.ndarray, tuple[int, ...]]]:
-    """Gomoku positions with a forced answer: {name: (int8 [15, 15] indexed [y, x], the right
-    points y * 15 + x)}. Black moves when both sides have as many stones, else white. Each
-    position holds no five; `tests/test_smoke_checks.py` checks every answer with the rules."""
-
-    def at(x: int, y: int) -> int:
-        return y * BOARD_SIZE + x
-
-    return {
-        # black to move: four f8-i8, e8 white, j8 makes five
-        "take a five (row)": (_board([(5, 7), (6, 7), (7, 7), (8, 7)],
-                                     [(4, 7), (7, 8), (8, 9), (3, 3)]), (at(9, 7),)),
-        # white to move: g5 g6 _ g8 g9, g7 fills the gap
-        "take a five (broken column)": (_board([(7, 7), (8, 8), (9, 9), (5, 5), (10, 3)],
-                                               [(6, 4), (6, 5), (6, 7), (6, 8)]),
-                                        (at(6, 6),)),
-        # black to move, both sides have four: black wins at h8 (c3 is white) before blocking
-        "take a five, not block": (_board([(3, 3), (4, 4), (5, 5), (6, 6), (12, 1)],
-                                          [(10, 10), (10, 11), (10, 12), (10, 13), (2, 2)]),
-                                   (at(7, 7),)),
-        # black to move: white four j6-j9 closed at j10 by black, j5 blocks
-        "block a four (column)": (_board([(8, 9), (7, 7), (6, 6), (11, 2)],
-                                         [(8, 5), (8, 6), (8, 7), (8, 8)]), (at(8, 4),)),
-        # white to move: black four k5-h8 on the anti-diagonal, l4 white, g9 blocks
-        "block a four (diagonal)": (_board([(10, 4), (9, 5), (8, 6), (7, 7), (3, 12)],
-                                           [(11, 3), (7, 8), (2, 2), (12, 12)]), (at(6, 8),)),
-        # black to move: white c12 d12 _ f12 g12, e12 blocks
-        "block a broken four": (_board([(7, 7), (8, 8), (6, 8), (9, 2)],
-                                       [(2, 11), (3, 11), (5, 11), (6, 11)]), (at(4, 11),)),
-    }
-
-
 @dataclass(frozen=True)
 class StoredPositions:
     """The real positions stored with a version (``smoke_positions.npz``) and what its
     metadata says about them."""
 
-    boards: np.ndarray  # as the network takes them: int8 [N, 15, 15], Go [N, 4, S, S]
+    boards: np.ndarray  # as the network takes them (Gomoku int8 [N, 15, 15], Go [N, 4, S, S])
     moves: np.ndarray  # int64 [N]: the move played
     top1: float | None = None  # the version's own top-1 on these rows, measured at publish time
     validation_top1: float | None = None  # its top-1 on the whole validation split
@@ -453,61 +412,12 @@ def top1_hits(logits: np.ndarray, boards: np.ndarray, moves: np.ndarray) -> np.n
     return np.argmax(masked, axis=1) == moves
 
 
-def known_go_positions() -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Fixed Go positions: {name: (compact int8 [4, 19, 19], legal mask [362], pass last)}."""
-    from services.games import go_features
-    from services.games.go import GoState
-
-    def at(name: str) -> int:
-        from services.search.go_position import parse_vertex
-
-        point = parse_vertex(name)
-        assert point is not None
-        return point
-
-    states = {"empty": GoState(19)}
-    s = GoState(19)
-    for v in ("Q16", "D4", "Q4", "D16", "R14"):
-        s = s.play(at(v))
-    states["opening"] = s
-    # black E5 captures D5 and takes a ko: white may not retake at D5 at once
-    s = GoState(19)
-    for v in ("D4", "E4", "C5", "F5", "D6", "E6", "A1", "D5", "E5"):
-        s = s.play(at(v))
-    assert s.ko == at("D5")
-    states["ko"] = s
-    crowded = GoState(19)
-    rng = np.random.default_rng(7)
-    for _ in range(200):
-        legal = np.flatnonzero(crowded.legal_mask())
-        crowded = crowded.play(int(rng.choice(legal)))
-    states["crowded"] = crowded
-    states["after a pass"] = states["opening"].play(None)
-    return {
-        name: (go_features.compact(st), st.legal_mask(include_pass=True))
-        for name, st in states.items()
-    }
-
-
-def _smoke_boards(client: PolicyClient, model_name: str) -> np.ndarray:
-    """The boards `smoke_test` sends to `model_name` (Go or Gomoku positions)."""
-    if client.io_of(model_name).game == "go":
-        return np.stack([b for b, _ in known_go_positions().values()])
-    return np.stack(list(known_positions().values()))
-
-
 def masked_policy_legal(logits: np.ndarray, legal: np.ndarray) -> np.ndarray:
     """Softmax over the legal entries of each row (`legal`: bool, same shape); 0 elsewhere."""
     z = np.where(legal, logits.astype(np.float64), -np.inf)
     z = z - z.max(axis=1, keepdims=True)
     e = np.where(legal, np.exp(z), 0.0)
     return e / e.sum(axis=1, keepdims=True)
-
-
-def _name(point: int) -> str:
-    from services.games.coords import index_name
-
-    return index_name(int(point), BOARD_SIZE)
 
 
 def smoke_test(
@@ -523,8 +433,8 @@ def smoke_test(
     tolerance: float = gate.DEFAULT_TOLERANCE,
     compare_blocking: bool = True,
 ) -> tuple[list[SmokeCheck], np.ndarray]:
-    """Ask `version` of `model_name` (explicitly) about `known_positions` (a Go model: about
-    `known_go_positions`), `tactical_positions` (Gomoku) and the `stored` positions.
+    """Ask `version` of `model_name` (explicitly) about its game's `smoke_positions` and
+    `tactical_positions` (`services.games.base.Game`) and the `stored` positions.
 
     Returns the checks and the known positions' logits. A check that cannot even get an
     answer fails with the error. `centre_radius` makes "the empty board's top move lies within
@@ -535,15 +445,11 @@ def smoke_test(
     gate's (`services.trainer.gate`).
     """
     io = client.io_of(model_name)
-    go = io.game == "go"
-    boards = _smoke_boards(client, model_name)
-    if go:
-        known = known_go_positions()
-        names = list(known)
-        legal = np.stack([m for _, m in known.values()])
-    else:
-        names = list(known_positions())
-        legal = boards.reshape(len(boards), -1) == 0
+    game = get_game(io.game)
+    known = smoke_positions(game)
+    names = list(known)
+    boards = np.stack([b for b, _ in known.values()])
+    legal = np.stack([m for _, m in known.values()])
     n_moves = io.n_moves
     checks: list[SmokeCheck] = []
     want = str(version)
@@ -587,20 +493,13 @@ def smoke_test(
     sums = policy.sum(axis=1)
     ok_policy = bool(np.isfinite(policy).all() and np.allclose(sums, 1.0, atol=1e-6)
                      and not policy[~legal].any())
-    if go:
-        checks.append(SmokeCheck(
-            "masked policy", ok_policy,
-            "softmax over legal moves (pass included) sums to 1, 0 elsewhere" if ok_policy
-            else "masked softmax is not a distribution over the legal moves (sums "
-                 f"{np.round(sums, 4)})"))
-    else:
-        single = int(np.flatnonzero(boards[names.index("one empty point")].ravel() == 0)[0])
-        ok_policy = ok_policy and bool(policy[names.index("one empty point"), single] > 0.999)
-        checks.append(SmokeCheck(
-            "masked policy", ok_policy,
-            "softmax over empty points sums to 1, 0 on stones" if ok_policy
-            else "masked softmax is not a distribution over empty points (sums "
-                 f"{np.round(sums, 4)})"))
+    single = legal.sum(axis=1) == 1  # a position with one legal move: all of the policy on it
+    ok_policy = ok_policy and bool((policy[single][legal[single]] > 0.999).all())
+    checks.append(SmokeCheck(
+        "masked policy", ok_policy,
+        "softmax over the legal moves sums to 1, 0 elsewhere" if ok_policy
+        else "masked softmax is not a distribution over the legal moves (sums "
+             f"{np.round(sums, 4)})"))
 
     scale = max(1.0, float(np.nanmax(np.abs(logits))) if np.isfinite(logits).any() else 1.0)
     diff_batch = max(float(np.max(np.abs(r.logits[0] - logits[i]))) for i, r in enumerate(alone))
@@ -610,31 +509,14 @@ def smoke_test(
         ok = bool(np.isfinite(diff) and diff <= _CONSISTENCY_ATOL * scale)
         checks.append(SmokeCheck(name, ok, f"max |difference| {diff:.3g} ({what})"))
 
-    if go and bool(np.isfinite(logits).all()):
-        from services.search.go_position import vertex
-
-        top = int(np.argmax(policy[names.index("empty")]))
-        checks.append(SmokeCheck("empty board", True, f"top move {vertex(top)}",
-                                 blocking=False))
-    elif bool(np.isfinite(logits).all()):
-        top = int(np.argmax(policy[names.index("empty")]))
-        x, y = top % BOARD_SIZE, top // BOARD_SIZE
-        dist = max(abs(x - BOARD_SIZE // 2), abs(y - BOARD_SIZE // 2))
-        blocking = centre_radius is not None
-        ok = dist <= centre_radius if centre_radius is not None else True
-        checks.append(SmokeCheck("empty board", ok, f"top move {_name(top)}, {dist} from the "
-                                 "centre" + (f" (limit {centre_radius})" if blocking else ""),
-                                 blocking=blocking))
-        top = int(np.argmax(policy[names.index("open four")]))
-        wins = top in (7 * BOARD_SIZE + 4, 7 * BOARD_SIZE + 9)
-        checks.append(SmokeCheck("open four", True, f"top move {_name(top)} "
-                                 + ("makes five" if wins else "does not make five (e8/j8 do)"),
-                                 blocking=False))
+    if "empty" in names and bool(np.isfinite(logits).all()):
+        checks.append(_empty_board_check(game, int(np.argmax(policy[names.index("empty")])),
+                                         centre_radius))
 
     values = [first.values]
     try:
-        if not go:
-            tactics, tactical_values = _tactics_check(client, model_name, version)
+        if game.tactical_positions():
+            tactics, tactical_values = _tactics_check(client, game, model_name, version)
             checks.append(tactics)
             values.append(tactical_values)
         checks += _stored_checks(client, model_name, version, stored, serving_model,
@@ -667,11 +549,32 @@ def _infer_rows(client: PolicyClient, boards: np.ndarray, version: int, model_na
     return np.concatenate(logits), both
 
 
-def _tactics_check(client: PolicyClient, model_name: str, version: int
+def _empty_board_check(game: Game, top: int, centre_radius: int | None) -> SmokeCheck:
+    """The empty board's top move and its distance from the centre: blocking within
+    `centre_radius` when given, informational otherwise."""
+    size = game.default_size
+    name = game.move_name(top, size)
+    if top == game.pass_move(size):
+        return SmokeCheck("empty board", centre_radius is None, f"top move {name}",
+                          blocking=centre_radius is not None)
+    x, y = top % size, top // size
+    dist = max(abs(x - size // 2), abs(y - size // 2))
+    blocking = centre_radius is not None
+    ok = dist <= centre_radius if centre_radius is not None else True
+    return SmokeCheck("empty board", ok, f"top move {name}, {dist} from the centre"
+                      + (f" (limit {centre_radius})" if blocking else ""), blocking=blocking)
+
+
+def _tactics_check(client: PolicyClient, game: Game, model_name: str, version: int
                    ) -> tuple[SmokeCheck, np.ndarray | None]:
-    """Every `tactical_positions` answer among the raw policy's `TACTICAL_TOP_K` best legal
-    points (blocking); also returns the values Triton sent with them."""
-    tactics = tactical_positions()
+    """Every answer of the game's `tactical_positions` among the raw policy's
+    `TACTICAL_TOP_K` best legal points (blocking); also returns the values Triton sent."""
+    tactics = game.tactical_positions()
+    size = game.default_size
+
+    def _name(move: int) -> str:
+        return game.move_name(move, size)
+
     boards = np.stack([b for b, _ in tactics.values()])
     result = client.infer(boards, model_version=version, model_name=model_name)
     k = TACTICAL_TOP_K
@@ -680,7 +583,7 @@ def _tactics_check(client: PolicyClient, model_name: str, version: int
             result.values
     ranks, misses = [], []
     for (name, (board, answers)), row in zip(tactics.items(), result.logits, strict=True):
-        legal = board.ravel() == 0
+        legal = board.reshape(-1) == 0
         order = np.argsort(-np.where(legal, row.astype(np.float64), -np.inf), kind="stable")
         position = {int(p): r for r, p in enumerate(order, start=1)}
         rank = min(position[a] for a in answers)

@@ -1,0 +1,308 @@
+"""The game abstraction: what the platform asks of a board game.
+
+Search, request validation, the Triton client, publisher and rollout smoke test, the dataset
+build, the trainer and the front-ends ask a `Game` (found with `services.games.registry`) for
+the rules, shapes and names of its game; no other module decides by `isinstance` or by a
+compared game name. A new game is one module: a `Game` subclass, the `Position` class its
+states are, and `registry.register(...)`. The search service serves it once it is given an
+evaluator for it (a Triton model whose `config.pbtxt` takes `Game.input_shape`).
+
+A `Game` answers:
+
+* shapes: `default_size` and `sizes` (the board sizes served), `policy_size(size)` (the
+  points, plus the pass last when `has_pass`), `input_shape(size)` and `input_max_value` (the
+  int8 network input of one position: the board [S, S], or [C, S, S] planes);
+* names: `move_name` / `parse_move` in the game's notation (`services.games.coords`);
+* rules: `position_from_request` (a validated position from a search API `Position`),
+  `expand` (what a search node is: terminal, a proven win, the moves to search),
+  `require_playable`, `base_key` (what a game is besides its moves: the tree cache's key);
+* defaults: `default_model` (the Triton model name), `default_config` (the network config
+  trained by default), `record_formats` (file suffixes of its game records), `stages`
+  (move-number bands of the trainer's per-stage metrics).
+
+A `Position` is an immutable state with `game`, `size`, `to_move`, `moves`, `board`,
+`is_over`, `play(move)` and `legal_mask()` (over the policy's entries).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+
+from services.api.movepred.v1 import search_pb2
+from services.games import coords
+
+BLACK, WHITE = 1, 2  # the cell values of every game, and the API's Color values
+COLOR_NAMES = {BLACK: "black", WHITE: "white"}
+
+
+class InvalidRequest(ValueError):
+    """A request field the service cannot accept; str() is "<field>: <message>"."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class RequestTooLarge(InvalidRequest):
+    """A field over the service's limits (answered with RESOURCE_EXHAUSTED)."""
+
+
+class Position(Protocol):
+    """An immutable game state as the search plays it."""
+
+    @property
+    def game(self) -> Game: ...
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def to_move(self) -> int: ...
+
+    @property
+    def moves(self) -> tuple[int, ...]: ...
+
+    @property
+    def board(self) -> np.ndarray: ...
+
+    @property
+    def is_over(self) -> bool: ...
+
+    def play(self, move: int) -> Position: ...
+
+    def legal_mask(self) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """What the rules say about a search node.
+
+    `terminal_value`: the game is over, worth this to the player who moved into the node (+1
+    win, -1 loss, 0 draw); None while it goes on. `proven_win`: the side to move wins at once
+    with any of `candidates` (no network call needed). Otherwise `candidates` are the moves
+    the search considers (ascending), and `legal` the legal mask when the caller computed it.
+    """
+
+    terminal_value: float | None = None
+    candidates: Sequence[int] = ()
+    proven_win: bool = False
+    legal: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class ModelIO:
+    """What one board of a game's network input and one row of its output look like.
+
+    `board_shape` / `n_moves` are those of the default size; `sizes` lists every board size
+    the model takes (the last two dims of a board, square), and a board of size S has S * S
+    logits, plus one (the pass, last) when `pass_move`."""
+
+    game: str  # the registered name of the game
+    board_shape: tuple[int, ...]  # one input board at the default size (no batch dimension)
+    n_moves: int  # logits per board at the default size
+    max_value: int  # largest cell value of the input
+    sizes: tuple[int, ...] = ()  # accepted board sizes; () means the default one only
+    pass_move: bool = False  # one logit more than the points: the pass
+
+    @property
+    def board_sizes(self) -> tuple[int, ...]:
+        return self.sizes or (self.board_shape[-1],)
+
+    def accepts(self, board_shape: tuple[int, ...]) -> bool:
+        """Whether one board of shape `board_shape` (no batch dimension) is a valid input."""
+        shape = tuple(int(d) for d in board_shape)
+        return (len(shape) == len(self.board_shape)
+                and shape[:-2] == self.board_shape[:-2]
+                and shape[-1] == shape[-2] and shape[-1] in self.board_sizes)
+
+    def n_moves_for(self, board_shape: tuple[int, ...]) -> int:
+        """Logits per board of shape `board_shape`: the points (and the pass)."""
+        return int(board_shape[-1]) * int(board_shape[-2]) + int(self.pass_move)
+
+    def describe(self) -> str:
+        sizes = self.board_sizes
+        if len(sizes) == 1:
+            return "int8 [N, " + ", ".join(str(d) for d in self.board_shape) + "]"
+        lead = "".join(f"{d}, " for d in self.board_shape[:-2])
+        return f"int8 [N, {lead}S, S] with S in {sizes[0]}..{sizes[-1]}"
+
+
+class Game(ABC):
+    """One board game, as every service sees it (see the module docstring)."""
+
+    name: ClassVar[str]  # registry key, health service suffix, the shards' `game` column
+    title: ClassVar[str]  # for people: "Gomoku", "Go"
+    proto_game: ClassVar[int] = search_pb2.GAME_UNSPECIFIED  # its API `Game` value, if any
+    default_size: ClassVar[int]
+    sizes: ClassVar[tuple[int, ...]]  # the board sizes served, ascending
+    has_pass: ClassVar[bool] = False
+    input_planes: ClassVar[int] = 0  # 0: the network takes the board [S, S]; C: [C, S, S]
+    input_max_value: ClassVar[int] = 2  # largest int8 value of the network input
+    default_model: ClassVar[str]  # Triton model name
+    default_config: ClassVar[str] = ""  # network config trained by default
+    record_formats: ClassVar[tuple[str, ...]] = ()  # file suffixes of its game records
+    # move-number bands of the trainer's per-stage metrics: (band width, last band start)
+    stages: ClassVar[tuple[int, int]] = (10, 60)
+
+    # ---- shapes -------------------------------------------------------------------------
+    def policy_size(self, size: int | None = None) -> int:
+        """Entries of a policy on a `size` board (default: `default_size`)."""
+        s = self.default_size if size is None else size
+        return s * s + int(self.has_pass)
+
+    def input_shape(self, size: int | None = None) -> tuple[int, ...]:
+        """The network input of one position (no batch dimension)."""
+        s = self.default_size if size is None else size
+        return (self.input_planes, s, s) if self.input_planes else (s, s)
+
+    def model_io(self) -> ModelIO:
+        """The input/output of the game's Triton model."""
+        return ModelIO(self.name, self.input_shape(), self.policy_size(), self.input_max_value,
+                       sizes=self.sizes if len(self.sizes) > 1 else (),
+                       pass_move=self.has_pass)
+
+    def pass_move(self, size: int) -> int | None:
+        """The policy index of the pass (the last entry), None for a game without one."""
+        return size * size if self.has_pass else None
+
+    def request_size(self, board_size: int) -> int:
+        """A request's board size (0: the default)."""
+        return board_size or self.default_size
+
+    # ---- names --------------------------------------------------------------------------
+    def move_name(self, move: int, size: int) -> str:
+        """A move in the game's notation (default: RenjuNet names, "h8")."""
+        if move == self.pass_move(size):
+            return "pass"
+        return coords.index_name(move, size)
+
+    def parse_move(self, name: str, size: int) -> int:
+        """`move_name`'s inverse; raises `coords.CoordinateError`."""
+        if self.has_pass and name.strip().lower() == "pass":
+            return size * size
+        x, y = coords.parse_point(name, size)
+        return y * size + x
+
+    def move_point(self, move: int, size: int) -> search_pb2.Point:
+        """A move as the API's Point."""
+        if move == self.pass_move(size):
+            return search_pb2.Point(is_pass=True)
+        return search_pb2.Point(x=move % size, y=move // size)
+
+    # ---- what the search asks -----------------------------------------------------------
+    def network_input(self, state: Position) -> np.ndarray:
+        """The int8 network input of `state` (`input_shape(state.size)`)."""
+        return state.board
+
+    def expand(self, state: Position) -> Expansion:
+        """A search node: over (`terminal_value` from `terminal_value`), or every legal move."""
+        if state.is_over:
+            return Expansion(terminal_value=self.terminal_value(state))
+        legal = state.legal_mask()
+        return Expansion(candidates=np.flatnonzero(legal).tolist(), legal=legal)
+
+    def terminal_value(self, state: Position) -> float:
+        """A finished game's worth to the player who made the last move (+1, -1, 0)."""
+        return 0.0
+
+    def base_key(self, state: Position) -> tuple[Any, ...]:
+        """What a game is besides its moves (the tree cache's key, with `moves`): by default
+        the size and the board without the moves (set-up stones)."""
+        board = state.board.reshape(-1).copy()
+        board[[m for m in state.moves if m < board.size]] = 0
+        return (state.size, board.tobytes())
+
+    def replay_cost(self, position: search_pb2.Position) -> int:
+        """The replay work of a request's position, in moves (moves and set-up stones)."""
+        return len(position.moves) + len(position.setup_black) + len(position.setup_white)
+
+    # ---- new positions and the rollout smoke test ----------------------------------------
+    @abstractmethod
+    def start(self, size: int | None = None) -> Position:
+        """The position a game starts from (an empty board; default size: `default_size`)."""
+
+    def smoke_positions(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Fixed positions the rollout smoke test asks a new model version about: {name:
+        (network input, legal mask over the policy)}; at least "empty" (the start)."""
+        s = self.start()
+        return {"empty": (self.network_input(s), s.legal_mask())}
+
+    def tactical_positions(self) -> dict[str, tuple[np.ndarray, tuple[int, ...]]]:
+        """Positions with a forced answer: {name: (network input, the right moves)}; a new
+        version must rank a right one high (the rollout's blocking "tactics" check). None by
+        default."""
+        return {}
+
+    # ---- requests -----------------------------------------------------------------------
+    @abstractmethod
+    def position_from_request(self, position: search_pb2.Position, field: str) -> Position:
+        """A validated position for an API `Position` (which may be a finished game);
+        InvalidRequest / RequestTooLarge naming the field that is wrong."""
+
+    def require_playable(self, state: Position, field: str) -> None:
+        """InvalidRequest naming `field` when the side to move has no legal move."""
+        if state.is_over or not state.legal_mask().any():
+            raise InvalidRequest(field, "the game is over")
+
+
+def check_size(game: Game, position: search_pb2.Position, field: str) -> int:
+    """The request's board size, one of `game.sizes` (else InvalidRequest naming it)."""
+    size = game.request_size(position.board_size)
+    if size not in game.sizes:
+        low, high = game.sizes[0], game.sizes[-1]
+        served = f"{low}x{low} only" if low == high else f"sizes {low}..{high}"
+        raise InvalidRequest(f"{field}.board_size",
+                             f"{game.title} is served on {served}, got {size}")
+    return size
+
+
+def request_moves(game: Game, position: search_pb2.Position, size: int,
+                  field: str) -> list[int]:
+    """The flat moves of a request (the pass as `pass_move`), each on the board."""
+    out = []
+    for i, p in enumerate(position.moves):
+        where = f"{field}.moves[{i}]"
+        if p.is_pass:
+            move = game.pass_move(size)
+            if move is None:
+                raise InvalidRequest(where, f"{game.title} has no pass")
+            out.append(move)
+        elif not (0 <= p.x < size and 0 <= p.y < size):
+            raise InvalidRequest(where, f"({p.x}, {p.y}) is off the {size}x{size} board")
+        else:
+            out.append(p.y * size + p.x)
+    return out
+
+
+def simple_position(game: Game, position: search_pb2.Position, field: str,
+                    start: Position) -> Position:
+    """A request's position for a game without rules options, komi or set-up stones: its
+    moves played from `start` (its empty board), an illegal one named by its index."""
+    if position.rule != search_pb2.RULE_UNSPECIFIED:
+        raise InvalidRequest(f"{field}.rule", f"{game.title} has no rule options")
+    if position.HasField("komi"):
+        raise InvalidRequest(f"{field}.komi", f"{game.title} has no komi")
+    if position.setup_black or position.setup_white:
+        raise InvalidRequest(f"{field}.setup_black", f"{game.title} has no set-up stones")
+    if position.first_to_move not in (search_pb2.COLOR_UNSPECIFIED, search_pb2.BLACK):
+        raise InvalidRequest(f"{field}.first_to_move", f"black moves first in {game.title}")
+    size = start.size
+    if len(position.moves) > game.policy_size(size):
+        raise RequestTooLarge(f"{field}.moves",
+                              f"at most {game.policy_size(size)} moves, got {len(position.moves)}")
+    state = start
+    for i, move in enumerate(request_moves(game, position, size, field)):
+        where = f"{field}.moves[{i}]"
+        if state.is_over:
+            raise InvalidRequest(where, f"the game ended at moves[{i - 1}]")
+        try:
+            state = state.play(move)
+        except ValueError as exc:
+            raise InvalidRequest(where, f"{game.move_name(move, size)}: {exc}") from exc
+    return state

@@ -1,0 +1,394 @@
+"""Go as a `Game` (services.games.base), and `GoSearchState`, the Go position the services play on.
+
+`GoState` (services.games.go) is the rules on a board: stones, ko, whose turn, what a move does;
+ingest replays records on it. `GoSearchState` is a `GoState` with what a played game adds: the
+komi (so it can be scored), the moves as played (flat points, the pass is `size * size`) and the
+set-up it started from; it is immutable, and it is what the search, request validation and the
+front-ends play on, in the shape every `Position` has (`size`, `to_move`, `moves`, `board`,
+`play(move)`, `legal_mask()` over the points *and* the pass, so a Go policy has
+`size * size + 1` entries), plus what only Go has:
+
+* `features()`: the compact int8 [4, S, S] network input (`services.games.go_features`), which
+  is what the `go_policy` model on Triton takes (any served size S, `GO_SIZES`: 9..19);
+* `terminal_value()`: after two consecutive passes the game is over and scored by area
+  (stones plus empty regions bordered by one colour only, dead stones are *not* removed) with
+  komi: +1 for the player who made the last pass when that player wins, -1 when it loses,
+  0 for a tie (jigo);
+* `search_candidates(legal)`: the moves the tree search considers: every legal point except
+  the ones that fill one of the mover's own single-point eyes (the classic eye rule of
+  Monte-Carlo Go programs: all orthogonal neighbours are own stones and the diagonals hold at
+  most one opponent stone, none on the edge), plus the pass, which is always a candidate.
+  Filling an own eye is legal (the policy shows it) but never searched.
+
+The rules are `services.games.go` (captures, suicide illegal, simple ko, two passes end the
+game); this module adds the bookkeeping and `GoGame`, what the services ask of Go.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from services.api.movepred.v1 import search_pb2
+from services.games import coords, go, go_features
+from services.games.base import (
+    COLOR_NAMES,
+    Expansion,
+    Game,
+    InvalidRequest,
+    Position,
+    RequestTooLarge,
+)
+from services.games.coords import VertexError  # noqa: F401 (what parse_vertex raises)
+from services.games.go import (
+    BLACK,
+    EMPTY,
+    SERVED_MAX_SIZE,
+    SERVED_MIN_SIZE,
+    WHITE,
+    GoState,
+    opponent,
+)
+from services.games.registry import register
+
+GO_SIZE = 19  # the default size (board_size 0 in a request, GTP before any boardsize)
+# The sizes served (requests, GTP `boardsize`): 9..19, see services/games/go.py for why.
+GO_MIN_SIZE, GO_MAX_SIZE = SERVED_MIN_SIZE, SERVED_MAX_SIZE
+GO_SIZES = range(GO_MIN_SIZE, GO_MAX_SIZE + 1)
+DEFAULT_KOMI = 7.5
+
+
+def parse_vertex(text: str, size: int = GO_SIZE) -> int | None:
+    """GTP vertex ("D4", "q16", "pass") -> flat point y * size + x, or None for a pass."""
+    return coords.parse_gtp_vertex(text, size)
+
+
+def vertex(move: int | None, size: int = GO_SIZE) -> str:
+    """Flat point (or None / size * size for a pass) -> GTP vertex ("D4", "pass")."""
+    return coords.gtp_vertex(move, size)
+
+
+@cache
+def _geometry(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(orthogonal [N, 4], diagonal [N, 4], on-edge [N]) neighbour indices of every point;
+    missing neighbours (off the board) are the sentinel N."""
+    n = size * size
+    orth = np.full((n, 4), n, dtype=np.intp)
+    diag = np.full((n, 4), n, dtype=np.intp)
+    for p in range(n):
+        y, x = divmod(p, size)
+        for k, (dx, dy) in enumerate(((-1, 0), (1, 0), (0, -1), (0, 1))):
+            if 0 <= x + dx < size and 0 <= y + dy < size:
+                orth[p, k] = (y + dy) * size + x + dx
+        for k, (dx, dy) in enumerate(((-1, -1), (1, -1), (-1, 1), (1, 1))):
+            if 0 <= x + dx < size and 0 <= y + dy < size:
+                diag[p, k] = (y + dy) * size + x + dx
+    return orth, diag, (diag == n).any(axis=1)
+
+
+def own_eyes(state: GoState, color: int) -> np.ndarray:
+    """Empty points that are single-point eyes of `color` (see the module docstring)."""
+    size = state.size
+    n = size * size
+    orth, diag, edge = _geometry(size)
+    cells = np.empty(n + 1, dtype=np.uint8)
+    cells[:n] = np.frombuffer(state.cells, dtype=np.uint8)
+    cells[n] = color  # off the board counts as own for the orthogonal neighbours
+    surrounded = (cells[:n] == EMPTY) & (cells[orth] == color).all(axis=1)
+    if not surrounded.any():
+        return np.empty(0, dtype=np.intp)
+    cells[n] = EMPTY  # ... and as no opponent for the diagonals
+    bad = (cells[diag] == opponent(color)).sum(axis=1)
+    return np.flatnonzero(surrounded & ((bad == 0) | ((bad == 1) & ~edge)))
+
+
+class GoSearchState:
+    """An immutable Go position with its komi, its move sequence and its set-up.
+
+    `moves` are flat points in play order (`size * size` is a pass); `setup` identifies what
+    the moves started from (the set-up board and who moved first), so two positions with equal
+    `setup` and `moves` are the same game state (the tree cache relies on it).
+    """
+
+    __slots__ = ("komi", "moves", "setup", "state")
+
+    def __init__(
+        self,
+        state: GoState,
+        komi: float = DEFAULT_KOMI,
+        moves: tuple[int, ...] = (),
+        setup: bytes | None = None,
+    ) -> None:
+        self.state = state
+        self.komi = float(komi)
+        self.moves = moves
+        self.setup = setup if setup is not None else bytes([state.to_move]) + state.cells
+
+    # ---- what every Position has -------------------------------------------------------------
+    @property
+    def game(self) -> GoGame:
+        return GO
+
+    @property
+    def size(self) -> int:
+        return self.state.size
+
+    @property
+    def to_move(self) -> int:
+        return self.state.to_move
+
+    @property
+    def pass_move(self) -> int:
+        return self.state.size * self.state.size
+
+    @property
+    def policy_size(self) -> int:
+        """Entries of a policy: every point, then the pass."""
+        return self.state.size * self.state.size + 1
+
+    @property
+    def board(self) -> np.ndarray:
+        return self.state.board
+
+    @property
+    def is_over(self) -> bool:
+        return self.state.is_over
+
+    @property
+    def rule(self) -> str:
+        return f"go-area komi {self.komi:g}"
+
+    def play(self, move: int) -> GoSearchState:
+        """Play flat point `move` (`size * size`: pass); raises `IllegalMove` as GoState does."""
+        point = None if move == self.pass_move else int(move)
+        return GoSearchState(self.state.play(point), self.komi, (*self.moves, int(move)),
+                             self.setup)
+
+    def legal_mask(self) -> np.ndarray:
+        """Boolean [size * size + 1]: the legal points, then the pass (all False once over)."""
+        return self.state.legal_mask(include_pass=True)
+
+    def features(self) -> np.ndarray:
+        """The network input: compact int8 [4, size, size] seen from the side to move."""
+        return go_features.compact(self.state)
+
+    def base_key(self) -> tuple[str, int, bytes]:
+        """What the game is besides its moves (the tree cache's key, with `moves`)."""
+        return (self.rule, self.size, self.setup)
+
+    # ---- Go only ----------------------------------------------------------------------------
+    def score(self) -> float:
+        """Area score from Black's side minus komi (> 0: Black is ahead), no dead stones."""
+        return self.state.score(self.komi)
+
+    def winner(self) -> int:
+        """BLACK, WHITE or EMPTY (a tie) by `score`."""
+        s = self.score()
+        return BLACK if s > 0 else WHITE if s < 0 else EMPTY
+
+    def terminal_value(self) -> float:
+        """The score's verdict for the player who made the last move: +1 win, -1 loss, 0 tie."""
+        w = self.winner()
+        if w == EMPTY:
+            return 0.0
+        return 1.0 if w == opponent(self.to_move) else -1.0
+
+    def search_candidates(self, legal: np.ndarray | None = None) -> list[int]:
+        """Legal moves the search considers (ascending, the pass last): no own-eye fills."""
+        if legal is None:
+            legal = self.legal_mask()
+        points = legal[: self.pass_move].copy()
+        eyes = own_eyes(self.state, self.to_move)
+        if len(eyes):
+            points[eyes] = False
+        return [*np.flatnonzero(points).tolist(), self.pass_move]
+
+    def move_name(self, move: int) -> str:
+        return vertex(move, self.size)
+
+    def __repr__(self) -> str:
+        return (f"GoSearchState(size={self.size}, moves={len(self.moves)}, komi={self.komi:g}, "
+                f"to_move={'black' if self.to_move == BLACK else 'white'})")
+
+
+MAX_GO_MOVES = 4 * GO_MAX_SIZE * GO_MAX_SIZE  # moves of a request, whatever the size
+
+
+class GoGame(Game):
+    name = "go"
+    title = "Go"
+    proto_game = search_pb2.GO
+    default_size = GO_SIZE
+    sizes = tuple(GO_SIZES)
+    has_pass = True
+    input_planes = go_features.COMPACT_CHANNELS
+    input_max_value = go_features.MAX_LIBERTIES  # liberties 0..4, move age 0..4
+    default_model = "go_policy"
+    default_config = "go_res_b2c32_v"
+    record_formats = (".sgf",)
+    stages = (50, 300)  # Go games run to 200-300 moves
+
+    def move_name(self, move: int, size: int) -> str:
+        return vertex(move, size)
+
+    def parse_move(self, name: str, size: int) -> int:
+        point = parse_vertex(name, size)
+        return size * size if point is None else point
+
+    def network_input(self, state: Position) -> np.ndarray:
+        s: Any = state
+        return s.features()
+
+    def expand(self, state: Position) -> Expansion:
+        """Two consecutive passes: scored by area with komi; otherwise the legal points that
+        fill no own eye, and the pass (never empty)."""
+        s: Any = state
+        if s.is_over:
+            return Expansion(terminal_value=s.terminal_value())
+        legal = s.legal_mask()
+        return Expansion(candidates=s.search_candidates(legal), legal=legal)
+
+    def terminal_value(self, state: Position) -> float:
+        s: Any = state
+        return float(s.terminal_value())
+
+    def start(self, size: int | None = None) -> GoSearchState:
+        return GoSearchState(GoState(size or GO_SIZE))
+
+    def smoke_positions(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        return known_go_positions()
+
+    def base_key(self, state: Position) -> tuple[Any, ...]:
+        s: Any = state
+        return s.base_key()
+
+    def require_playable(self, state: Position, field: str) -> None:
+        if state.is_over:
+            raise InvalidRequest(field, "the game is over (two consecutive passes)")
+
+    def position_from_request(self, position: search_pb2.Position, field: str) -> GoSearchState:
+        """A validated GoSearchState (which may be a game that is already over)."""
+        from services.games.gomoku_game import setup_points
+
+        if position.rule not in (search_pb2.RULE_UNSPECIFIED, search_pb2.GO_AREA):
+            if position.rule not in search_pb2.Rule.values():
+                raise InvalidRequest(f"{field}.rule", f"unknown rule {position.rule}")
+            name = search_pb2.Rule.Name(position.rule)
+            raise InvalidRequest(
+                f"{field}.rule", f"{name} is a Gomoku rule; Go is played under GO_AREA (or unset)"
+            )
+        size = position.board_size or GO_SIZE
+        if size not in GO_SIZES:
+            raise InvalidRequest(
+                f"{field}.board_size",
+                f"Go is served on sizes {GO_MIN_SIZE}..{GO_MAX_SIZE} ({GO_MIN_SIZE}x{GO_MIN_SIZE} "
+                f"to {GO_MAX_SIZE}x{GO_MAX_SIZE}), got {size}",
+            )
+        points = size * size
+        komi = position.komi if position.HasField("komi") else DEFAULT_KOMI
+        if not math.isfinite(komi) or abs(komi) > points:
+            raise InvalidRequest(f"{field}.komi",
+                                 f"must be finite and within +-{points}, got {komi}")
+        first = position.first_to_move
+        if first not in (search_pb2.COLOR_UNSPECIFIED, search_pb2.BLACK, search_pb2.WHITE):
+            raise InvalidRequest(f"{field}.first_to_move", f"unknown color {first}")
+        first_color = WHITE if first == search_pb2.WHITE else BLACK
+        for what in ("setup_black", "setup_white"):
+            n = len(getattr(position, what))
+            if n > points:
+                raise RequestTooLarge(
+                    f"{field}.{what}", f"at most {points} points on a {size}x{size} board, got {n}"
+                )
+        if len(position.moves) > MAX_GO_MOVES:
+            raise RequestTooLarge(
+                f"{field}.moves", f"at most {MAX_GO_MOVES} Go moves, got {len(position.moves)}"
+            )
+        taken: set[int] = set()
+
+        def name_of(index: int) -> str:
+            return coords.gtp_name(index, size)
+
+        black = setup_points(position.setup_black, size, taken, f"{field}.setup_black", name_of)
+        white = setup_points(position.setup_white, size, taken, f"{field}.setup_white", name_of)
+        state = GoState(size, first_color)
+        if black or white:
+            state = state.add_stones(black, white, to_move=first_color)
+            libs = state.liberties().reshape(-1)
+            for color, stones, what in ((BLACK, black, "setup_black"),
+                                        (WHITE, white, "setup_white")):
+                dead = [p for p in stones if libs[p] == 0]
+                if dead:
+                    raise InvalidRequest(
+                        f"{field}.{what}",
+                        f"the {COLOR_NAMES[color]} set-up stone at "
+                        f"{coords.gtp_name(dead[0], size)} has no liberty",
+                    )
+        pos = GoSearchState(state, komi)
+        for i, p in enumerate(position.moves):
+            where = f"{field}.moves[{i}]"
+            if pos.is_over:
+                raise InvalidRequest(
+                    where, f"the game ended at moves[{i - 1}] (two consecutive passes)"
+                )
+            if p.is_pass:
+                move = pos.pass_move
+            elif not (0 <= p.x < size and 0 <= p.y < size):
+                raise InvalidRequest(where, f"({p.x}, {p.y}) is off the {size}x{size} board")
+            else:
+                move = p.y * size + p.x
+            try:
+                pos = pos.play(move)
+            except go.IllegalMove as exc:
+                raise InvalidRequest(where, _illegal(exc, pos)) from exc
+        return pos
+
+
+def _illegal(exc: go.IllegalMove, pos: GoSearchState) -> str:
+    name = coords.gtp_name(exc.point, pos.size)
+    color = COLOR_NAMES[pos.to_move]
+    if exc.reason == go.OCCUPIED:
+        return f"{name} is occupied"
+    if exc.reason == go.KO:
+        return (f"{name} retakes the ko at once: {color} must play elsewhere first "
+                "(simple ko)")
+    if exc.reason == go.SUICIDE:
+        return f"{name} is suicide for {color} (it would leave its own group without liberties)"
+    return f"{name} is illegal ({exc})"
+
+
+def known_go_positions() -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Fixed Go positions the rollout smoke test asks a new version about: {name: (compact
+    int8 [4, 19, 19], legal mask [362], pass last)}."""
+    def at(name: str) -> int:
+        point = parse_vertex(name)
+        assert point is not None
+        return point
+
+    states = {"empty": GoState(19)}
+    s = GoState(19)
+    for v in ("Q16", "D4", "Q4", "D16", "R14"):
+        s = s.play(at(v))
+    states["opening"] = s
+    # black E5 captures D5 and takes a ko: white may not retake at D5 at once
+    s = GoState(19)
+    for v in ("D4", "E4", "C5", "F5", "D6", "E6", "A1", "D5", "E5"):
+        s = s.play(at(v))
+    assert s.ko == at("D5")
+    states["ko"] = s
+    crowded = GoState(19)
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        legal = np.flatnonzero(crowded.legal_mask())
+        crowded = crowded.play(int(rng.choice(legal)))
+    states["crowded"] = crowded
+    states["after a pass"] = states["opening"].play(None)
+    return {
+        name: (go_features.compact(st), st.legal_mask(include_pass=True))
+        for name, st in states.items()
+    }
+
+
+GO = register(GoGame())

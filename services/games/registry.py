@@ -1,0 +1,92 @@
+"""The registered games, by name: where every service finds a `Game` (services.games.base).
+
+The built-in games (Gomoku/Renju, Go) register themselves when their modules are imported;
+`get_game` and `registered_games` import them on first use. Another game registers itself with
+`register(game)` when its module is imported (a test game does so from `tests/`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+
+from services.api.movepred.v1 import search_pb2
+from services.games.base import Game, Position
+
+# The modules of the built-in games, imported on first lookup (each calls `register`).
+BUILTIN_MODULES = ("services.games.gomoku_game", "services.games.go_game")
+# What a request's GAME_UNSPECIFIED means (the API's documented default).
+DEFAULT_PROTO_GAME = search_pb2.GOMOKU
+
+_games: dict[str, Game] = {}
+_lock = threading.Lock()
+_loaded = False
+
+
+class UnknownGame(KeyError):
+    """No game is registered under that name (or API value)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown game"
+
+
+def _load_builtin() -> None:
+    global _loaded
+    if not _loaded:
+        for module in BUILTIN_MODULES:
+            importlib.import_module(module)
+        _loaded = True
+
+
+def register(game: Game) -> Game:
+    """Register `game` under `game.name` (once; the same object again is a no-op)."""
+    with _lock:
+        known = _games.get(game.name)
+        if known is not None and known is not game:
+            raise ValueError(f"a game named {game.name!r} is registered already")
+        _games[game.name] = game
+    return game
+
+
+def get_game(name: str) -> Game:
+    """The game registered as `name`; UnknownGame names the registered ones."""
+    _load_builtin()
+    try:
+        return _games[name]
+    except KeyError:
+        raise UnknownGame(f"unknown game {name!r} (registered: "
+                          f"{', '.join(sorted(_games))})") from None
+
+
+def registered_games() -> tuple[Game, ...]:
+    """Every registered game, in registration order (the built-in ones first)."""
+    _load_builtin()
+    return tuple(_games.values())
+
+
+def game_for_proto(value: int) -> Game:
+    """The game of an API `Game` value (GAME_UNSPECIFIED: `DEFAULT_PROTO_GAME`)."""
+    wanted = value or DEFAULT_PROTO_GAME
+    for game in registered_games():
+        if game.proto_game == wanted:
+            return game
+    raise UnknownGame(f"unknown game {value}")
+
+
+def game_of(state: Position) -> Game:
+    """The game a position belongs to."""
+    return state.game
+
+
+def game_for_model(model_name: str) -> Game | None:
+    """The game whose default Triton model is `model_name` (or a side model of it,
+    ``<name>__candidate``); None when no game claims the name."""
+    for game in registered_games():
+        if model_name == game.default_model or model_name.startswith(game.default_model + "__"):
+            return game
+    return None
+
+
+def default_game() -> Game:
+    """The game of a request or command that names none."""
+    return game_for_proto(search_pb2.GAME_UNSPECIFIED)
