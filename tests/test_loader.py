@@ -130,7 +130,7 @@ def test_two_ranks_with_two_workers_each_partition_the_split(dataset: Path) -> N
 
 def test_units_are_dealt_round_robin_over_global_workers(dataset: Path) -> None:
     stream = ShardStream(dataset, seed=5)
-    units = [stream._units_of(0, g, 6).tolist() for g in range(6)]
+    units = [stream.units_of(0, g, 6).tolist() for g in range(6)]
     flat = [u for part in units for u in part]
     assert sorted(flat) == list(range(len(stream.plan.unit_rows)))
     order = np.random.default_rng([5, 0, 0]).permutation(len(stream.plan.unit_rows))

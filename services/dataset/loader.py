@@ -63,469 +63,56 @@ up to a row group's worth; run `min(stream.num_batches(num_workers, rank=r) for 
 range(world_size))` steps per epoch so that no rank waits in a collective for a batch that
 another rank does not have, then `end_epoch(epoch)`, so that the next pass and the
 saved position are the next epoch's (services/trainer/train.py does both).
+
+Modules: `services.dataset.row_groups` (a split's units and reading one), `.shuffle` (a
+worker's shuffle buffer, block tensors), `.augment` (the D4 symmetries); this one streams
+them as an epoch's batches and keeps the position.
+
+Why the position is kept here rather than by torchdata's `StatefulDataLoader`: that loader
+records the state of each item a worker yields (here a packet of up to PACKET_ROWS rows,
+which the main process cuts into batches), so a position inside a packet is not one it can
+hold, and a restore would still need this stream's replay on row ids to avoid reading every
+row before the position again; giving up packets brings back the per-message transfer cost
+they avoid. It is itself a copy of DataLoader's iterator on torch's private modules
+(torchdata 0.11.0, February 2025, the latest release; it runs with torch 2.13.0, workers
+included), one more dependency for a state that is a few integers per worker here, counted
+in the main process and replayed exactly. One torch detail remains, in `ShardLoader.close`:
+DataLoader has no public way to stop persistent workers, so it calls the live iterator's
+`_shutdown_workers` (what that iterator's `__del__` calls) and drops DataLoader's
+`_iterator`, which would otherwise keep them.
 """
 
 from __future__ import annotations
 
 import copy
 import multiprocessing
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from services.dataset.shards import (
-    GAMES,
-    GO_CHANNELS,
-    SCHEMA_KEY,
-    SCHEMA_VERSION,
-    DatasetError,
-    read_manifest,
+from services.dataset.augment import Augmenter, random_symmetry_torch
+from services.dataset.row_groups import (
+    MIN_UNITS_PER_RANK,
+    board_matrix,
+    dataset_game,
+    plan_split,
+    read_unit,
+    split_for_ranks,
 )
+from services.dataset.shuffle import ShuffleBuffer, batch_tensors, plain_alloc
 from services.games import encoding, go_features
-from services.games.symmetry import N_SYMMETRIES, point_table
 
 STATE_VERSION = 1
+
+
 PACKET_ROWS = 16384  # rows a worker hands to the main process at once
+
+
 COLUMNS = ("boards", "moves", "results")  # what a batch holds, in block order
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """What a worker needs to find its rows: small and picklable (no open files)."""
-
-    paths: tuple[str, ...]
-    unit_file: np.ndarray  # int64 [units]: index into paths
-    unit_group: np.ndarray  # int64 [units]: row group inside the file
-    unit_rows: np.ndarray  # int64 [units]
-    unit_start: np.ndarray  # int64 [units]: id of the unit's first row (cumulative rows)
-    board_size: int
-    game: str = "gomoku"  # "gomoku" or "go" (shards.GAMES)
-    # a unit that is a part of its row group (`_split_for_ranks`): its first row inside the
-    # group, and the group's rows; None: every unit is a whole row group
-    unit_offset: np.ndarray | None = None
-    unit_group_rows: np.ndarray | None = None
-
-    @property
-    def rows(self) -> int:
-        return int(self.unit_rows.sum())
-
-    @property
-    def channels(self) -> int:
-        """Compact planes per board: 1 (Gomoku cells) or 4 (Go)."""
-        return GO_CHANNELS if self.game == "go" else 1
-
-    @property
-    def row_bytes(self) -> int:
-        return self.channels * self.board_size * self.board_size
-
-    @property
-    def n_moves(self) -> int:
-        """Policy outputs: every point, plus a pass for Go."""
-        return self.board_size * self.board_size + (self.game == "go")
-
-
-def _column_values(pf: pq.ParquetFile, path: Path, name: str) -> set:
-    """Distinct values of a column in a shard, from row-group statistics (min and max: enough
-    to see a second value) or, where they are absent, from the column itself."""
-    meta = pf.metadata
-    column = pf.schema_arrow.get_field_index(name)
-    if column < 0:
-        raise DatasetError(f"{path}: no {name!r} column")
-    values: set = set()
-    for rg in range(meta.num_row_groups):
-        if meta.row_group(rg).num_rows == 0:
-            continue
-        stats = meta.row_group(rg).column(column).statistics
-        if stats is None or not stats.has_min_max:
-            return set(pc.unique(pf.read(columns=[name]).column(0)).to_pylist())
-        values.update({stats.min, stats.max})
-    return values
-
-
-def _board_size_of(pf: pq.ParquetFile, path: Path) -> set[int]:
-    """Board sizes in a shard (see `_column_values`)."""
-    return {int(v) for v in _column_values(pf, path, "board_size")}
-
-
-def _game_of(pf: pq.ParquetFile, path: Path) -> set[str]:
-    """Games in a shard (see `_column_values`); values are bytes in some statistics."""
-    return {v.decode() if isinstance(v, bytes) else str(v)
-            for v in _column_values(pf, path, "game")}
-
-
-def _plan_split(dataset_dir: Path, split: str) -> _Plan:
-    """Check the split's shards (presence, schema version, columns, row counts) and list units."""
-    manifest_path = dataset_dir / "manifest.json"
-    manifest = read_manifest(dataset_dir)
-    entries = [e for e in manifest.get("files", []) if e.get("split") == split]
-    if not entries:
-        raise DatasetError(f"{manifest_path}: split {split!r} has no shards")
-    paths: list[str] = []
-    unit_file, unit_group, unit_rows = [], [], []
-    sizes: dict[int, str] = {}
-    games: dict[str, str] = {}
-    for entry in entries:
-        path = dataset_dir / entry["path"]
-        if not path.is_file():
-            raise DatasetError(f"{path}: shard listed in the manifest is missing")
-        try:
-            pf = pq.ParquetFile(path)
-        except (pa.ArrowException, OSError) as e:
-            raise DatasetError(f"{path}: not a readable Parquet file ({e})") from e
-        try:
-            schema = pf.schema_arrow
-            version = (schema.metadata or {}).get(SCHEMA_KEY)
-            if version != str(SCHEMA_VERSION).encode():
-                raise DatasetError(
-                    f"{path}: schema version {version!r}, expected {SCHEMA_VERSION}")
-            for name, ok in (("board", _is_binary), ("move", pa.types.is_integer)):
-                index = schema.get_field_index(name)
-                if index < 0 or not ok(schema.field(index).type):
-                    found = schema.field(index).type if index >= 0 else "missing"
-                    raise DatasetError(f"{path}: column {name!r} is {found}")
-            meta = pf.metadata
-            if "rows" in entry and meta.num_rows != entry["rows"]:
-                raise DatasetError(
-                    f"{path}: {meta.num_rows} rows, the manifest says {entry['rows']}")
-            for size in _board_size_of(pf, path):
-                sizes.setdefault(size, str(path))
-            for game in _game_of(pf, path):
-                games.setdefault(game, str(path))
-            for rg in range(meta.num_row_groups):
-                rows = meta.row_group(rg).num_rows
-                if rows:
-                    unit_file.append(len(paths))
-                    unit_group.append(rg)
-                    unit_rows.append(rows)
-        except (pa.ArrowException, OSError) as e:
-            raise DatasetError(f"{path}: unreadable metadata ({e})") from e
-        finally:
-            pf.close()
-        paths.append(str(path))
-    if not unit_rows:
-        raise DatasetError(f"{manifest_path}: split {split!r} is empty "
-                           f"(0 rows in {len(entries)} shard(s))")
-    if len(sizes) != 1:
-        where = ", ".join(f"{s} in {p}" for s, p in sorted(sizes.items()))
-        raise DatasetError(f"{manifest_path}: split {split!r} mixes board sizes ({where})")
-    if len(games) != 1 or not set(games) <= set(GAMES):
-        where = ", ".join(f"{g!r} in {p}" for g, p in sorted(games.items()))
-        raise DatasetError(f"{manifest_path}: split {split!r} must hold one game of "
-                           f"{GAMES}, found {where}")
-    game = next(iter(games))
-    if manifest.get("game", game) != game:
-        raise DatasetError(f"{manifest_path}: says game {manifest['game']!r}, but the shards "
-                           f"of split {split!r} hold {game!r} rows ({games[game]})")
-    rows = np.asarray(unit_rows, dtype=np.int64)
-    return _Plan(paths=tuple(paths), unit_file=np.asarray(unit_file, dtype=np.int64),
-                 unit_group=np.asarray(unit_group, dtype=np.int64), unit_rows=rows,
-                 unit_start=np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64),
-                 board_size=next(iter(sizes)), game=game)
-
-
-# a multi-rank plan has at least this many units per rank (row groups cut into parts if need be)
-MIN_UNITS_PER_RANK = 4
-
-
-def _split_for_ranks(plan: _Plan, world_size: int) -> _Plan:
-    """With fewer than `MIN_UNITS_PER_RANK` units per rank, each row group cut into equal
-    consecutive parts (units of their own) until there are that many: ranks shard by unit,
-    and a split of a few row groups (a small dataset: 65,536 rows a group) would otherwise
-    leave ranks with no rows, or with far fewer than others, and every rank stops its epoch
-    at the fewest. A part is read as its whole row group, then sliced (more reading, on small
-    data only). One rank, or enough row groups: the plan as it is."""
-    units = len(plan.unit_rows)
-    if world_size == 1 or units >= MIN_UNITS_PER_RANK * world_size:
-        return plan
-    parts = -(-MIN_UNITS_PER_RANK * world_size // units)
-    unit_file, unit_group, unit_rows, unit_offset, group_rows = [], [], [], [], []
-    for u in range(units):
-        rows = int(plan.unit_rows[u])
-        cuts = np.linspace(0, rows, min(parts, rows) + 1).astype(np.int64)
-        for lo, hi in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
-            unit_file.append(plan.unit_file[u])
-            unit_group.append(plan.unit_group[u])
-            unit_rows.append(hi - lo)
-            unit_offset.append(lo)
-            group_rows.append(rows)
-    rows = np.asarray(unit_rows, dtype=np.int64)
-    return _Plan(paths=plan.paths, unit_file=np.asarray(unit_file, dtype=np.int64),
-                 unit_group=np.asarray(unit_group, dtype=np.int64), unit_rows=rows,
-                 unit_start=np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64),
-                 board_size=plan.board_size, game=plan.game,
-                 unit_offset=np.asarray(unit_offset, dtype=np.int64),
-                 unit_group_rows=np.asarray(group_rows, dtype=np.int64))
-
-
-def dataset_game(dataset_dir: str | Path, split: str = "train") -> tuple[str, int]:
-    """(game, board size) of a dataset's split, from its shards: what a trainer or flow needs
-    to pick a model configuration before reading any rows."""
-    plan = _plan_split(Path(dataset_dir), split)
-    return plan.game, plan.board_size
-
-
-def _is_binary(t: pa.DataType) -> bool:
-    return pa.types.is_binary(t) or pa.types.is_large_binary(t)
-
-
-def board_matrix(column: pa.ChunkedArray | pa.Array, cells: int,
-                 where: str = "board") -> np.ndarray:
-    """int8 [n, cells] view of a binary column whose values are all `cells` bytes long.
-
-    No per-row Python: the array's offsets are checked to be evenly spaced, then its data
-    buffer is viewed in place (the view keeps the Arrow buffer alive).
-    """
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    n = len(column)
-    if column.null_count:
-        raise DatasetError(f"{where}: {column.null_count} null board(s)")
-    if n == 0:
-        return np.zeros((0, cells), dtype=np.int8)
-    if not _is_binary(column.type):
-        raise DatasetError(f"{where}: board column is {column.type}, expected binary")
-    _, offsets_buf, data_buf = column.buffers()
-    width = 8 if pa.types.is_large_binary(column.type) else 4
-    offsets = np.frombuffer(offsets_buf, dtype=np.int64 if width == 8 else np.int32,
-                            count=n + 1, offset=column.offset * width)
-    first = int(offsets[0])
-    if int(offsets[-1]) - first != n * cells or np.any(np.diff(offsets) != cells):
-        lengths = np.unique(np.diff(offsets))
-        raise DatasetError(f"{where}: boards must all be {cells} bytes, found lengths "
-                           f"{lengths[:5].tolist()}")
-    return np.frombuffer(data_buf, dtype=np.int8, count=n * cells, offset=first).reshape(n, cells)
-
-
-def _read_unit(plan: _Plan, unit: int, results: bool = False) -> list[np.ndarray]:
-    """Boards int8 [n, channels*s*s] and moves int64 [n] of one row group, then with
-    `results` the mover's results float32 [n] (NaN where unknown)."""
-    path = plan.paths[plan.unit_file[unit]]
-    rg = int(plan.unit_group[unit])
-    where = f"{path}: row group {rg}"
-    try:
-        # checksums are verified where the writer stored them
-        pf = pq.ParquetFile(path, page_checksum_verification=True)
-        try:
-            columns = ["board", "move", "result"] if results else ["board", "move"]
-            table = pf.read_row_group(rg, columns=columns, use_threads=False)
-        finally:
-            pf.close()
-    except (pa.ArrowException, OSError) as e:
-        raise DatasetError(f"{where}: cannot be read ({e})") from e
-    expected = plan.unit_rows[unit] if plan.unit_group_rows is None else \
-        plan.unit_group_rows[unit]
-    if table.num_rows != expected:
-        raise DatasetError(f"{where}: {table.num_rows} rows, expected {expected} "
-                           "(file changed since the loader was created?)")
-    if plan.unit_offset is not None:  # a part of the row group
-        table = table.slice(int(plan.unit_offset[unit]), int(plan.unit_rows[unit]))
-    boards = board_matrix(table.column("board"), plan.row_bytes, where)
-    move_col = table.column("move")
-    if move_col.null_count:
-        raise DatasetError(f"{where}: {move_col.null_count} null move(s)")
-    moves = move_col.to_numpy()
-    if moves.min() < 0 or moves.max() >= plan.n_moves:
-        raise DatasetError(f"{where}: move outside 0..{plan.n_moves - 1} "
-                           f"(min {moves.min()}, max {moves.max()})")
-    cols = [boards, moves.astype(np.int64)]
-    if results:
-        cols.append(table.column("result").to_numpy(zero_copy_only=False).astype(np.float32))
-    return cols
-
-
-class _Stream:
-    """One worker's rows for one epoch: its units in order, through a shuffle buffer, in blocks.
-
-    Each loaded unit is appended to the buffer; once it holds at least `shuffle_buffer +
-    batch_size` rows, a block of whole batches (all but `shuffle_buffer` rows, rounded down to
-    a multiple of `batch_size`) is drawn from it without replacement, in random order, so every
-    row leaving is a uniform pick among all rows held. When the units run out, the rest leaves
-    as one final block in random order. Works on real rows (columns boards, moves) or, to
-    fast-forward, on row ids alone: both make the same generator calls and stay in step.
-    `load(unit, outs)` writes a unit's rows into `outs` (views of the buffer's free end) and
-    returns their number; `alloc(rows)` gives the arrays a block is gathered into and what
-    `next_block` returns.
-    """
-
-    def __init__(self, units: np.ndarray, load: Callable[[int, list[np.ndarray]], int],
-                 specs: list[tuple[tuple[int, ...], Any]], shuffle_buffer: int, batch_size: int,
-                 max_unit_rows: int, rng: np.random.Generator,
-                 alloc: Callable[[int], tuple[list[np.ndarray], Any]]):
-        self.units, self.load, self.rng, self.alloc = units, load, rng, alloc
-        self.keep, self.batch_size = shuffle_buffer, batch_size
-        capacity = shuffle_buffer + batch_size + max_unit_rows
-        self.bufs = [np.empty((capacity, *tail), dtype=dtype) for tail, dtype in specs]
-        self.spares = [np.empty_like(buf) for buf in self.bufs]
-        self.n = 0  # rows held in the buffer
-        self.next_unit = 0  # position in self.units of the next unit to load
-        self.blocks = 0  # blocks returned so far
-
-    def next_block(self) -> Any:
-        """The next block (see `alloc`), or None at the end of the epoch."""
-        while self.next_unit < len(self.units):
-            # load(unit, outs) writes the unit's rows at the end of the buffer, returns how many
-            self.n += self.load(int(self.units[self.next_unit]), [b[self.n:] for b in self.bufs])
-            self.next_unit += 1
-            k = (self.n - self.keep) // self.batch_size * self.batch_size
-            if k > 0:
-                return self._draw(self.rng.choice(self.n, k, replace=False))
-        if self.n == 0:
-            return None
-        return self._draw(self.rng.permutation(self.n))
-
-    def _draw(self, picked: np.ndarray) -> Any:
-        arrays, block = self.alloc(len(picked))
-        for buf, out in zip(self.bufs, arrays, strict=True):
-            np.take(buf, picked, axis=0, out=out, mode="clip")  # in range; "clip": no extra copy
-        # the rows not picked move, in order, to the front of the spare buffer (a streaming
-        # copy, cheaper than filling the holes from the tail), which becomes the buffer
-        keep = np.ones(self.n, dtype=bool)
-        keep[picked] = False
-        kept = np.flatnonzero(keep)
-        for buf, spare in zip(self.bufs, self.spares, strict=True):
-            np.take(buf, kept, axis=0, out=spare[:len(kept)], mode="clip")
-        self.bufs, self.spares = self.spares, self.bufs
-        self.n = len(kept)
-        self.blocks += 1
-        return block
-
-
-def _plain_alloc(dtypes: list[tuple[tuple[int, ...], Any]]):
-    def alloc(rows: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        arrays = [np.empty((rows, *tail), dtype=dtype) for tail, dtype in dtypes]
-        return arrays, arrays
-    return alloc
-
-
-class _Augmenter:
-    """An independent uniform D4 symmetry per row, applied to boards and moves together.
-
-    Rows are grouped by their symmetry (a stable sort of the draws, then one row gather), so
-    each symmetry is one vectorised copy of its group: the inverse point table as a `take`
-    along the cells in general, cheaper forms where the symmetry allows (identity: plain copy;
-    mirror top/bottom: whole rows of cells move; half turn: the cells in reverse order). The
-    output is in grouped order; the shuffle buffer then mixes the rows.
-
-    With `channels` > 1 (Go's compact planes) a row is `channels` boards of cells one after the
-    other; a group is viewed as [rows * channels, cells] (no copy), so every plane of a row
-    moves with the same symmetry in the same vectorised copy. Moves go through the point table
-    extended by one column: index s*s (Go's pass) maps to itself under every symmetry.
-    """
-
-    def __init__(self, size: int, channels: int = 1):
-        self.size, self.cells, self.channels = size, size * size, channels
-        table = point_table(size).astype(np.int64)  # table[k, p]: where p goes under k
-        pass_column = np.full((N_SYMMETRIES, 1), size * size, dtype=np.int64)
-        self.move_table = np.concatenate([table, pass_column], axis=1)  # [8, s*s + 1]
-        self.table = table
-        self.inverse = np.argsort(self.table, axis=1)  # inverse[k, q]: which p lands on q
-        ids = np.arange(self.cells)
-        self.kinds: list[tuple[str, np.ndarray | None]] = []
-        for k in range(N_SYMMETRIES):
-            inv = self.inverse[k]
-            rows = inv.reshape(size, size)[:, 0] // size
-            if np.array_equal(inv, ids):
-                self.kinds.append(("copy", None))
-            elif np.array_equal(inv, ids[::-1]):
-                self.kinds.append(("reverse", None))
-            elif np.array_equal(inv.reshape(size, size), rows[:, None] * size + np.arange(size)):
-                self.kinds.append(("rows", rows))
-            else:
-                self.kinds.append(("take", inv))
-
-    def _apply(self, k: int, src: np.ndarray, dst: np.ndarray) -> None:
-        if self.channels > 1:  # [n, c*cells] -> [n*c, cells]: views of contiguous rows
-            if not dst.flags.c_contiguous:  # reshape would copy, and the writes be lost
-                raise RuntimeError("augmentation output rows must be contiguous")
-            src = src.reshape(-1, self.cells)
-            dst = dst.reshape(-1, self.cells)
-        kind, index = self.kinds[k]
-        if kind == "copy":
-            dst[:] = src
-        elif kind == "reverse":
-            dst[:] = src[:, ::-1]
-        elif kind == "rows":
-            row = np.dtype((np.void, self.size))  # a row of cells as one element
-            np.take(src.view(row), index, axis=1, out=dst.view(row), mode="clip")
-        else:
-            np.take(src, index, axis=1, out=dst, mode="clip")  # in range; "clip": no extra copy
-
-    def __call__(self, boards: np.ndarray, moves: np.ndarray, rng: np.random.Generator,
-                 out_boards: np.ndarray, out_moves: np.ndarray) -> np.ndarray:
-        """Write the transformed rows (in grouped order); return that order, the row each
-        output came from, for columns that travel along unchanged."""
-        n = len(moves)
-        ks = rng.integers(0, N_SYMMETRIES, n, dtype=np.int8)
-        order = np.argsort(ks, kind="stable")
-        grouped = np.take(boards, order, axis=0)
-        start = 0
-        for k, count in enumerate(np.bincount(ks, minlength=N_SYMMETRIES).tolist()):
-            if count:
-                self._apply(k, grouped[start:start + count], out_boards[start:start + count])
-            start += count
-        out_moves[:n] = self.move_table[ks[order], moves[order]]
-        return order
-
-
-def _batch_tensors(n: int, size: int, shared: bool = False, channels: int = 1,
-                   results: bool = False) -> tuple[torch.Tensor, ...]:
-    """boards int8 [n, s, s] (or [n, channels, s, s] when channels > 1) and moves int64 [n]
-    (and with `results` results float32 [n]) as views of one uint8 storage.
-
-    `shared`: allocate it in shared memory (in a worker, as torch's default_collate does),
-    which saves copying the block there when it is sent to the main process.
-    """
-    shape = (n, size, size) if channels == 1 else (n, channels, size, size)
-    cells = n * channels * size * size
-    offset = -(-cells // 8) * 8  # int64 view must start 8-aligned
-    total = offset + 8 * n + (4 * n if results else 0)
-    if shared:
-        raw = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(total))
-    else:
-        raw = torch.empty(total, dtype=torch.uint8)
-    boards = raw[:cells].view(torch.int8).view(shape)
-    moves = raw[offset:offset + 8 * n].view(torch.int64)
-    if not results:
-        return boards, moves
-    return boards, moves, raw[offset + 8 * n:].view(torch.float32)
-
-
-_DEVICE_TABLES: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = {}
-
-
-def random_symmetry_torch(boards: torch.Tensor, moves: torch.Tensor,
-                          generator: torch.Generator | None = None
-                          ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The loader's augmentation for batches already on a device: int8 [B, s, s] boards (or
-    Go's [B, 4, s, s] planes, all planes alike) and their moves, an independent uniform D4
-    symmetry per row (one gather); a move of s*s (pass) stays s*s.
-
-    For a loader built with `augment=False` when the CPU, not the accelerator, is the limit:
-    on a GPU this costs next to nothing, while on the CPU it is a large share of the loader's
-    work (see benchmarks/loader.py).
-    """
-    n, size = boards.shape[0], boards.shape[-1]
-    channels = boards.shape[1] if boards.dim() == 4 else 1
-    cells = size * size
-    key = (size, str(boards.device))
-    if key not in _DEVICE_TABLES:
-        table = torch.as_tensor(point_table(size), dtype=torch.int64, device=boards.device)
-        extended = torch.cat([table, torch.full((N_SYMMETRIES, 1), cells, dtype=torch.int64,
-                                                device=boards.device)], dim=1)
-        _DEVICE_TABLES[key] = (extended, torch.argsort(table, dim=1))
-    table, inverse = _DEVICE_TABLES[key]
-    ks = torch.randint(0, N_SYMMETRIES, (n,), device=boards.device, generator=generator)
-    index = inverse[ks].unsqueeze(1).expand(n, channels, cells)
-    out = torch.gather(boards.reshape(n, channels, cells), 2, index)
-    return out.view(boards.shape), table[ks, moves]
 
 
 def expand_planes(boards: torch.Tensor) -> torch.Tensor:
@@ -536,6 +123,11 @@ def expand_planes(boards: torch.Tensor) -> torch.Tensor:
     if boards.dim() == 4:
         return go_features.planes_torch(boards)
     return encoding.planes_torch(boards)
+
+
+def fresh_progress(epoch: int, workers: int) -> dict:
+    """The position at the start of `epoch`: no batch delivered by any of `workers`."""
+    return {"epoch": epoch, "batches": [0] * workers, "next_worker": 0}
 
 
 class ShardStream(IterableDataset):
@@ -562,14 +154,15 @@ class ShardStream(IterableDataset):
         self.rank, self.world_size = rank, world_size
         self.drop_last = drop_last
         self.results = results  # also deliver the mover's result of every row
-        self.plan = _split_for_ranks(_plan_split(self.dataset_dir, split), world_size)
+        self.plan = split_for_ranks(plan_split(self.dataset_dir, split), world_size)
         self.board_size = self.plan.board_size
         self.game = self.plan.game  # "gomoku" or "go": decides board shape and move range
         self._next_epoch = epoch  # epoch of the next __iter__ call in this process
         self._resume: dict | None = None
-        self._progress = self._fresh_progress(epoch, 1)
-        self._augmenter: _Augmenter | None = None
-        self._packet_batches = 0  # >0: in workers, yield packets of that many batches
+        self._progress = fresh_progress(epoch, 1)
+        self._augmenter: Augmenter | None = None
+        # >0: in workers, yield packets of that many batches (`ShardLoader` sets it)
+        self.packet_batches = 0
 
     # ------------------------------------------------------------------ order of an epoch
 
@@ -615,7 +208,7 @@ class ShardStream(IterableDataset):
         for unit in np.unique(unit_of).tolist():
             slots = np.flatnonzero(unit_of == unit)
             local = ids[slots] - plan.unit_start[unit]
-            for out, col in zip(cols, _read_unit(plan, unit, results), strict=True):
+            for out, col in zip(cols, read_unit(plan, unit, results), strict=True):
                 out[slots] = col[local]
         return (cols[0].reshape(len(ids), *self.board_shape), *cols[1:])
 
@@ -628,7 +221,7 @@ class ShardStream(IterableDataset):
     def _empty_columns(self, rows: int, results: bool | None = None) -> list[np.ndarray]:
         return [np.empty((rows, *tail), dtype=dtype) for tail, dtype in self._specs(results)]
 
-    def _units_of(self, epoch: int, global_worker: int, global_workers: int) -> np.ndarray:
+    def units_of(self, epoch: int, global_worker: int, global_workers: int) -> np.ndarray:
         rng = np.random.default_rng([self.seed, epoch, 0])
         order = rng.permutation(len(self.plan.unit_rows))
         return order[global_worker::global_workers]
@@ -641,7 +234,7 @@ class ShardStream(IterableDataset):
         local = max(1, num_workers)
         total = 0
         for role in range(local):
-            units = self._units_of(epoch, rank * local + role, self.world_size * local)
+            units = self.units_of(epoch, rank * local + role, self.world_size * local)
             rows = int(self.plan.unit_rows[units].sum())
             total += rows // self.batch_size if self.drop_last else -(-rows // self.batch_size)
         return total
@@ -651,7 +244,7 @@ class ShardStream(IterableDataset):
         return rows // b if self.drop_last else -(-rows // b)
 
     def _open(self, epoch: int, g: int, global_workers: int,
-              skip: int) -> tuple[_Stream, tuple[torch.Tensor, torch.Tensor] | None, int]:
+              skip: int) -> tuple[ShuffleBuffer, tuple[torch.Tensor, torch.Tensor] | None, int]:
         """Stream of global worker g, positioned after `skip` batches.
 
         Returns (stream, current block or None, first batch inside it). To skip, the stream
@@ -659,7 +252,7 @@ class ShardStream(IterableDataset):
         and current block hold are read again from their row groups.
         """
         plan = self.plan
-        units = self._units_of(epoch, g, global_workers)
+        units = self.units_of(epoch, g, global_workers)
         rng = np.random.default_rng([self.seed, epoch, 1, global_workers, g])
         shape = (self.shuffle_buffer, self.batch_size, int(plan.unit_rows.max()))
         specs = self._specs()
@@ -668,7 +261,7 @@ class ShardStream(IterableDataset):
             return self._load_into(unit, epoch, outs)
 
         if skip == 0:
-            return _Stream(units, load, specs, *shape, rng, self._alloc), None, 0
+            return ShuffleBuffer(units, load, specs, *shape, rng, self._alloc), None, 0
 
         def ids(unit: int, outs: list[np.ndarray]) -> int:
             rows = int(plan.unit_rows[unit])
@@ -676,14 +269,14 @@ class ShardStream(IterableDataset):
             return rows
 
         id_specs = [((), np.int64)]
-        sim = _Stream(units, ids, id_specs, *shape, rng, _plain_alloc(id_specs))
+        sim = ShuffleBuffer(units, ids, id_specs, *shape, rng, plain_alloc(id_specs))
         left = skip
         while (held_block := sim.next_block()) is not None:
             batches = self._batches_in(len(held_block[0]))
             if left < batches:
                 break
             left -= batches
-        stream = _Stream(units, load, specs, *shape, sim.rng, self._alloc)
+        stream = ShuffleBuffer(units, load, specs, *shape, sim.rng, self._alloc)
         stream.n, stream.next_unit, stream.blocks = sim.n, sim.next_unit, sim.blocks
         for buf, col in zip(stream.bufs, self._rows_of(sim.bufs[0][:sim.n], epoch), strict=True):
             buf[:sim.n] = col
@@ -698,7 +291,7 @@ class ShardStream(IterableDataset):
     def _alloc(self, rows: int) -> tuple[list[np.ndarray], tuple[torch.Tensor, ...]]:
         """A block's tensors (one storage: a worker shares it once per block) + numpy views."""
         shared = get_worker_info() is not None
-        block = _batch_tensors(rows, self.board_size, shared, self.plan.channels, self.results)
+        block = batch_tensors(rows, self.board_size, shared, self.plan.channels, self.results)
         return [block[0].numpy().reshape(rows, -1), *(t.numpy() for t in block[1:])], block
 
     def _rows_of(self, ids: np.ndarray, epoch: int) -> list[np.ndarray]:
@@ -720,14 +313,14 @@ class ShardStream(IterableDataset):
         """Write a row group's rows into the outputs (boards, moves[, results]), augmented with
         the unit's own generator (so a restore, which reads the unit again, gets the same
         symmetries whichever worker reads it); return the number of rows."""
-        cols = _read_unit(self.plan, unit, self.results)
+        cols = read_unit(self.plan, unit, self.results)
         n = len(cols[1])
         if not self.augment:
             for out, col in zip(outs, cols, strict=True):
                 out[:n] = col
             return n
         if self._augmenter is None:
-            self._augmenter = _Augmenter(self.board_size, self.plan.channels)
+            self._augmenter = Augmenter(self.board_size, self.plan.channels)
         rng = np.random.default_rng([self.seed, epoch, 2, unit])
         order = self._augmenter(cols[0], cols[1], rng, outs[0], outs[1])
         for out, col in zip(outs[2:], cols[2:], strict=True):
@@ -742,13 +335,13 @@ class ShardStream(IterableDataset):
         worker = info.id if info is not None else 0
         epoch = self._next_epoch
         self._next_epoch += 1
-        progress = self._start_progress(epoch, workers)
+        progress = self.start_progress(epoch, workers)
         self._resume = None
         role = (worker + progress["next_worker"]) % workers
         skip = progress["batches"][role]
         self._progress = progress
         g = self.rank * workers + role
-        packet = self._packet_batches if info is not None else 0
+        packet = self.packet_batches if info is not None else 0
         return self._generate(epoch, role, g, self.world_size * workers, skip, workers, packet)
 
     def _generate(self, epoch: int, role: int, g: int, global_workers: int, skip: int,
@@ -781,18 +374,16 @@ class ShardStream(IterableDataset):
                 i = j
             block = None
         if self._progress is progress:
-            self._progress = self._fresh_progress(epoch + 1, workers)
+            self._progress = fresh_progress(epoch + 1, workers)
 
     # ------------------------------------------------------------------ resumption
 
-    def _fresh_progress(self, epoch: int, workers: int) -> dict:
-        return {"epoch": epoch, "batches": [0] * workers, "next_worker": 0}
-
-    def _start_progress(self, epoch: int, workers: int) -> dict:
-        """Where a pass over `epoch` with `workers` workers starts: a restored state or 0."""
+    def start_progress(self, epoch: int, workers: int) -> dict:
+        """Where a pass over `epoch` with `workers` workers starts: a restored state or 0
+        (`ShardLoader` asks, to count the batches its workers deliver)."""
         resume = self._resume
         if resume is None or resume["epoch"] != epoch or not any(resume["batches"]):
-            return self._fresh_progress(epoch, workers)
+            return fresh_progress(epoch, workers)
         if len(resume["batches"]) != workers:
             raise ValueError(f"state was saved with {len(resume['batches'])} worker(s) per rank, "
                              f"this loader has {workers}; resume with the same num_workers")
@@ -812,9 +403,10 @@ class ShardStream(IterableDataset):
         `ShardLoader.state_dict`, which counts the batches the main process received.
         """
         progress = self._resume if self._resume is not None else self._progress
-        return self._state(progress)
+        return self.state_at(progress)
 
-    def _state(self, progress: dict) -> dict:
+    def state_at(self, progress: dict) -> dict:
+        """The state of this stream at `progress` (a pass's position)."""
         return {"version": STATE_VERSION, "seed": self.seed, **copy.deepcopy(progress),
                 **self._fingerprint()}
 
@@ -824,7 +416,7 @@ class ShardStream(IterableDataset):
         distributed training, where every rank stops after the batches all ranks have."""
         self._next_epoch = epoch + 1
         self._resume = None
-        self._progress = self._fresh_progress(epoch + 1, len(self._progress["batches"]))
+        self._progress = fresh_progress(epoch + 1, len(self._progress["batches"]))
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from `state` at the next pass (seed and epoch are taken from it)."""
@@ -871,7 +463,7 @@ class ShardLoader(DataLoader):
         super().__init__(dataset, batch_size=None, **kwargs)
         self._roles = max(1, self.num_workers)
         if self.num_workers > 0:
-            dataset._packet_batches = max(1, PACKET_ROWS // dataset.batch_size)
+            dataset.packet_batches = max(1, PACKET_ROWS // dataset.batch_size)
         self._started = False
         self._progress: dict | None = None
         self._live: Any = None  # the DataLoader iterator of the pass in progress
@@ -889,12 +481,11 @@ class ShardLoader(DataLoader):
     def __iter__(self) -> Iterator[dict]:
         ds: ShardStream = self.dataset
         epoch = ds.epoch
-        progress = ds._start_progress(epoch, self._roles)
+        progress = ds.start_progress(epoch, self._roles)
         iterator = super().__iter__()  # workers / the fetcher take their copy of ds here
         self._live = iterator
         if self.num_workers > 0:  # ds itself is not iterated here: mirror what workers do
-            ds._next_epoch = epoch + 1
-            ds._resume = None
+            ds.set_epoch(epoch + 1)
         self._started = True
         self._progress = progress
         return self._track(iterator, progress)
@@ -916,7 +507,7 @@ class ShardLoader(DataLoader):
                     s = i * b
                     yield {**{k: t[s:s + b] for k, t in tensors.items()}, "worker": role}
         if self._progress is progress:
-            self._progress = self.dataset._fresh_progress(progress["epoch"] + 1, self._roles)
+            self._progress = fresh_progress(progress["epoch"] + 1, self._roles)
 
     def close(self) -> None:
         """Stop the worker processes now rather than when the garbage collector gets to the
@@ -934,14 +525,14 @@ class ShardLoader(DataLoader):
         if self._started and self.num_workers > 0 and ds.epoch != epoch + 1:
             raise RuntimeError(f"the workers are past epoch {epoch}: end an epoch only while "
                                "its pass is the last one started")
-        ds._next_epoch, ds._resume = epoch + 1, None
-        self._progress = ds._fresh_progress(epoch + 1, self._roles)
+        ds.set_epoch(epoch + 1)
+        self._progress = fresh_progress(epoch + 1, self._roles)
 
     def state_dict(self) -> dict:
         ds: ShardStream = self.dataset
         if self._progress is None:
             return ds.state_dict()
-        return ds._state(self._progress)
+        return ds.state_at(self._progress)
 
     def load_state_dict(self, state: dict) -> None:
         if self._started and self.num_workers > 0:
@@ -980,3 +571,8 @@ def make_loader(dataset_dir: str | Path, split: str = "train", batch_size: int =
     if num_workers > 0:
         extra = {"persistent_workers": True, "prefetch_factor": prefetch_factor}
     return ShardLoader(stream, num_workers=num_workers, pin_memory=pin_memory, **extra)
+
+
+__all__ = ["COLUMNS", "MIN_UNITS_PER_RANK", "PACKET_ROWS", "STATE_VERSION", "ShardLoader",
+           "ShardStream", "board_matrix", "dataset_game", "expand_planes", "fresh_progress",
+           "make_loader", "random_symmetry_torch"]
