@@ -42,15 +42,14 @@ ingest: setup     ## run the ingest flow: make ingest SOURCES="a.rif b.rif" [DAS
 
 schedule: setup   ## serve the ingest flow on CRON (default nightly 03:00 UTC), foreground
 	PREFECT_API_URL=$${PREFECT_API_URL:-http://127.0.0.1:$(PREFECT_PORT)/api} \
-	    $(PY) -m flows.schedules $(SOURCES) --out artifacts/dataset --cron "$(or $(CRON),0 3 * * *)" \
+	    $(PY) -m flows.schedules $(SOURCES) $(if $(CRON),--cron "$(CRON)") \
 	    $(if $(DASK),--dask-address $(DASK))
 
 prefect-server: setup  ## Prefect API + UI on http://127.0.0.1:$(PREFECT_PORT), state in .prefect/, foreground
 	$(VENV)/bin/prefect server start --host 127.0.0.1 --port $(PREFECT_PORT)
 
 train: setup      ## train, publish the next version into model_repository/, roll it out on Triton [STEPS=N TRAIN_SECONDS=S THREADS=N]
-	$(PY) -m flows.train --dataset artifacts/dataset --repository model_repository \
-	    --triton-url $(TRITON_GRPC) $(if $(STEPS),--steps $(STEPS)) \
+	$(PY) -m flows.train --triton-url $(TRITON_GRPC) $(if $(STEPS),--steps $(STEPS)) \
 	    $(if $(TRAIN_SECONDS),--seconds $(TRAIN_SECONDS)) $(if $(THREADS),--threads $(THREADS))
 
 triton: setup     ## start Triton on model_repository/ (foreground): every model on its rolled-out version [TRITON_ARGS=--replace-orphan]

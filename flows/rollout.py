@@ -21,14 +21,13 @@ from pathlib import Path
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 
-from services.triton.client import PolicyClient
+from services.settings import DEFAULT_REPOSITORY
+from services.triton import DEFAULT_TRITON_URL
+from services.triton.client import PolicyClient, default_model_name
 from services.triton.publisher import latest_version
 from services.triton.rollout import RolloutError, rollback, rollout
 
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_TRITON_URL = "127.0.0.1:8001"
-DEFAULT_REPOSITORY = str(ROOT / "model_repository")
-MODEL_NAME = "gomoku_policy"
+MODEL_NAME = default_model_name()
 
 
 @task

@@ -21,7 +21,10 @@ after its nightly ingest:
     python -m flows.schedules ../shared/data/kgs/kgs-games-dev.tar.gz --out artifacts/go-dataset \
         --train-cron "0 5 * * *" --train-model go_res_b2c32 --train-seconds 600
 
-`prefect deployment run train/nightly-train` starts a training run now. The two schedules are
+Every training setting is a `--train-*` flag generated from `TrainConfig` (e.g. `--train-steps`,
+`--train-batch-size`; `--help` lists them), and the deployment passes the whole configuration
+as the flow's `config` parameter. `prefect deployment run train/nightly-train` starts a training
+run now. The two schedules are
 independent: a train run that starts while an ingest still writes reads whichever manifest
 was committed last (see services/dataset/shards.py), never half a dataset.
 """
@@ -29,6 +32,7 @@ was committed last (see services/dataset/shards.py), never half a dataset.
 from __future__ import annotations
 
 import argparse
+from dataclasses import asdict
 from pathlib import Path
 
 from prefect import flow, serve
@@ -37,15 +41,17 @@ from prefect.schedules import Cron
 
 from flows import configure_logging
 from flows.ingest import DEFAULT_OUT, DEFAULT_SOURCES, ingest, ingest_on
-from flows.train import DEFAULT_REPOSITORY, DEFAULT_RUN_DIR, train_flow
-from services import logs
-from services.trainer.train import DEFAULT_MAX_STEPS, DEFAULT_THREADS
+from flows.train import train_flow
+from services import logs, settings
+from services.settings import DEFAULT_REPOSITORY, DEFAULT_RUN_DIR
+from services.trainer.train import TrainConfig
 
 DEPLOYMENT_NAME = "nightly-ingest"
 DEFAULT_CRON = "0 3 * * *"  # every day at 03:00
 DEFAULT_TIMEZONE = "UTC"
 TRAIN_DEPLOYMENT_NAME = "nightly-train"
 DEFAULT_TRAIN_CRON = "0 5 * * *"  # two hours after the nightly ingest
+TRAIN_PREFIX = "train-"  # of the TrainConfig flags: --train-steps, --train-model, ...
 
 
 @flow(name="ingest-on-dask")
@@ -78,25 +84,22 @@ def nightly_deployment(sources: list[str] | None = None, out_dir: str = DEFAULT_
     )
 
 
-def train_deployment(dataset_dir: str = DEFAULT_OUT, model: str | None = None,
+def train_deployment(dataset_dir: str = DEFAULT_OUT, config: TrainConfig | None = None,
                      cron: str = DEFAULT_TRAIN_CRON, timezone: str = DEFAULT_TIMEZONE,
                      repository: str = DEFAULT_REPOSITORY, run_dir: str = DEFAULT_RUN_DIR,
-                     max_steps: int | None = None, max_seconds: float = 0.0,
-                     num_threads: int = DEFAULT_THREADS,
                      name: str = TRAIN_DEPLOYMENT_NAME) -> RunnerDeployment:
     """The `train` flow on a cron schedule over one dataset folder (Gomoku or Go: the model,
-    when None, and the model name follow the dataset's game at run time). `max_steps` None:
-    the trainer's default, or no step limit with a time budget (as `flows.train`)."""
+    when the config names none, and the model name follow the dataset's game at run time).
+    `config` (None: `TrainConfig()`) goes to the flow whole, as the dict of its fields, so the
+    deployment's parameters show every setting a run uses."""
+    config = config or TrainConfig()
+    model = config.model
     parameters: dict = {
         "dataset_dir": str(Path(dataset_dir).resolve()),
         "repository": str(Path(repository).resolve()),
         "run_dir": str(Path(run_dir).resolve()),
-        "max_steps": max_steps,
-        "max_seconds": max_seconds,
-        "num_threads": num_threads,
+        "config": asdict(config),
     }
-    if model:
-        parameters["model"] = model
     return train_flow.to_deployment(
         name=name,
         schedule=Cron(cron, timezone=timezone),
@@ -107,7 +110,8 @@ def train_deployment(dataset_dir: str = DEFAULT_OUT, model: str | None = None,
     )
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of `python -m flows.schedules` (`make schedule`)."""
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sources", nargs="*",
@@ -122,18 +126,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--train-cron", default=None,
                         help=f"also serve train/{TRAIN_DEPLOYMENT_NAME} on the --out dataset on "
                              f"this cron (e.g. '{DEFAULT_TRAIN_CRON}')")
-    parser.add_argument("--train-model", default=None,
-                        help="model config (default: by the dataset's game)")
-    parser.add_argument("--train-steps", type=int, default=None,
-                        help=f"step limit (default {DEFAULT_MAX_STEPS}; with --train-seconds "
-                             "and no --train-steps the time budget alone; 0: no step limit)")
-    parser.add_argument("--train-seconds", type=float, default=0.0, help="0: no time limit")
-    parser.add_argument("--train-threads", type=int, default=DEFAULT_THREADS,
-                        help=f"torch threads (default {DEFAULT_THREADS}, see flows.train)")
-    parser.add_argument("--repository", default=DEFAULT_REPOSITORY)
-    parser.add_argument("--run-dir", default=DEFAULT_RUN_DIR)
+    parser.add_argument("--repository", default=DEFAULT_REPOSITORY,
+                        help="Triton model repository the train runs publish into")
+    parser.add_argument("--run-dir", default=DEFAULT_RUN_DIR,
+                        help="the train runs' checkpoint, plots and report")
+    settings.add_arguments(parser, TrainConfig, prefix=TRAIN_PREFIX,
+                           title="settings of the train runs (TrainConfig, with --train-cron)")
     logs.add_arguments(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     configure_logging(args)
     # as in flows.ingest: take the flows from the importable module, not __main__, so that the
     # deployment's entrypoint is a module path that the run's subprocess can import
@@ -144,8 +148,8 @@ def main(argv: list[str] | None = None) -> None:
                               args.dask_address, args.name)]
     if args.train_cron:
         deployments.append(importable_train(
-            args.out, args.train_model, args.train_cron, args.timezone, args.repository,
-            args.run_dir, args.train_steps, args.train_seconds, args.train_threads))
+            args.out, settings.from_args(TrainConfig, args, prefix=TRAIN_PREFIX),
+            args.train_cron, args.timezone, args.repository, args.run_dir))
     serve(*deployments)
 
 

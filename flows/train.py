@@ -18,10 +18,13 @@ published only where the repository (or the tracked `model_repository/` template
 written to `<run_dir>/model.pt` and the result says why (a version Triton cannot load would
 only break the model's next load).
 
+The training settings are one `TrainConfig` (services/trainer/train.py): the flow takes it as
+its `config` parameter (a deployment passes it as a dict of its fields), and the command line's
+training flags are generated from its fields, with their defaults (`services.settings`).
 Budgets: `--steps` defaults to the trainer's DEFAULT_MAX_STEPS, except with `--seconds`, where
 the time budget alone stops the run (`--steps 0`: no step limit). `--threads` defaults to one
-torch thread (services/trainer/train.py DEFAULT_THREADS: with one thread per core, training
-collapsed 20x whenever another process held a core).
+torch thread (DEFAULT_THREADS: with one thread per core, training collapsed 20x whenever another
+process held a core).
 
 With `--triton-url` and Triton not answering there, the version is still published and the
 report written; the run ends with one line saying it is not served and what to run next.
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import inspect
 import json
 import logging
 import sys
@@ -49,20 +53,15 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
 from flows import configure_logging
-from services import logs
+from services import logs, settings
 from services.dataset.loader import dataset_game
 from services.dataset.shards import GAME_SPLIT, read_split
+from services.games.registry import default_game, get_game, registered_games
 from services.models.export import export_torchscript
+from services.settings import DEFAULT_DATASET, DEFAULT_REPOSITORY, DEFAULT_RUN_DIR
 from services.trainer import gate
 from services.trainer.plots import plot_curves, plot_stages
-from services.trainer.train import (
-    DEFAULT_MAX_STEPS,
-    DEFAULT_MODELS,
-    DEFAULT_THREADS,
-    TrainConfig,
-    TrainResult,
-    train,
-)
+from services.trainer.train import TrainConfig, TrainResult, train
 from services.triton.client import PolicyClient
 from services.triton.publisher import (
     SMOKE_POSITIONS_FILE,
@@ -73,12 +72,9 @@ from services.triton.publisher import (
     write_smoke_positions,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATASET = str(ROOT / "artifacts" / "dataset")
-DEFAULT_REPOSITORY = str(ROOT / "model_repository")
-DEFAULT_RUN_DIR = str(ROOT / "artifacts" / "train")
-MODEL_NAME = "gomoku_policy"
-MODEL_NAMES = {"gomoku": MODEL_NAME, "go": "go_policy"}
+# the Triton model each game publishes as (its `Game.default_model`)
+MODEL_NAMES = {g.name: g.default_model for g in registered_games()}
+MODEL_NAME = default_game().default_model
 SMOKE_ROWS = 256  # validation positions stored with a version for the rollout's smoke test
 CHECK_ROWS = 64  # real validation positions the export check runs on, next to random ones
 TRITON_PROBE_S = 3.0  # how long the flow waits for Triton to say it is live before publishing
@@ -90,11 +86,22 @@ class NoDatasetError(FileNotFoundError):
     """The dataset folder has no committed manifest (nothing ingested there yet)."""
 
 
+def shown_path(path: str) -> str:
+    """`path` as a user in the current folder would type it: relative when it is under that
+    folder (the default dataset is ``artifacts/dataset``, not its absolute path), else as
+    given."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return path
+
+
 def check_dataset(dataset_dir: str) -> None:
     """Raise `NoDatasetError` with the command to run when `dataset_dir` holds no dataset."""
     if not (Path(dataset_dir) / "manifest.json").is_file():
-        raise NoDatasetError(f"no dataset at {dataset_dir}: run `make ingest` first (or "
-                             f"`python -m flows.ingest SOURCES --out {dataset_dir}`)")
+        shown = shown_path(dataset_dir)
+        raise NoDatasetError(f"no dataset at {shown}: run `make ingest` first (or "
+                             f"`python -m flows.ingest SOURCES --out {shown}`)")
 
 
 def triton_unreachable(url: str, timeout_s: float = TRITON_PROBE_S) -> str | None:
@@ -139,7 +146,7 @@ def unservable_reason(repository: str, model_name: str, dataset_dir: str) -> str
     dims take the dataset's board shape ([s, s] Gomoku cells, [4, s, s] Go planes; a -1 dim,
     as in the tracked go_policy config, takes any size)."""
     game, size = dataset_game(dataset_dir, "train")
-    shape = [size, size] if game == "gomoku" else [4, size, size]
+    shape = list(get_game(game).input_shape(size))
     config = config_file(Path(repository), model_name)
     if config is None:
         return (f"no Triton config.pbtxt for {model_name!r} in {repository} or the tracked "
@@ -284,39 +291,25 @@ def _report(result: TrainResult, decision: gate.GateDecision, version: int | Non
 def train_flow(
     dataset_dir: str = DEFAULT_DATASET,
     repository: str = DEFAULT_REPOSITORY,
-    model: str | None = None,
-    max_steps: int | None = None,
-    max_epochs: int = 1000,
-    max_seconds: float = 0.0,
-    batch_size: int = 32,
-    learning_rate: float = 0.003,
-    lr_schedule: str = "constant",
-    patience: int = 0,
-    device: str = "cpu",
-    seed: int = 0,
-    gate_tolerance: float = 0.01,
+    config: TrainConfig | None = None,
+    gate_tolerance: float = gate.DEFAULT_TOLERANCE,
     run_dir: str = DEFAULT_RUN_DIR,
     triton_url: str | None = None,
     model_name: str | None = None,
-    num_threads: int = DEFAULT_THREADS,
 ) -> dict:
     """Train, gate, export, publish; returns the published version (or None) and metrics.
 
-    `model` and `model_name` default to the dataset's game's (`DEFAULT_MODELS`,
-    `MODEL_NAMES`); `max_steps` None: the trainer's default, or no step limit with
-    `max_seconds`; `num_threads`: torch's intra-op threads (0: torch's default; see
-    TrainConfig). A `triton_url` where no Triton answers does not fail the run: the version is
-    published and the result's `served` is False with `next` saying what to run.
+    `config`: every training setting (None: `TrainConfig()`'s defaults); its model, when it
+    names none, and `model_name` default to the dataset's game's (`DEFAULT_MODELS`,
+    `MODEL_NAMES`). A `triton_url` where no Triton answers does not fail the run: the version
+    is published and the result's `served` is False with `next` saying what to run.
     """
     logger = get_run_logger()
     check_dataset(dataset_dir)
     game, _ = dataset_game(dataset_dir, "train")
-    model = model or DEFAULT_MODELS[game]
+    config = (config or TrainConfig()).for_game(game)
+    model, device = config.model, config.device
     model_name = model_name or MODEL_NAMES[game]
-    config = TrainConfig(model=model, max_steps=max_steps, max_epochs=max_epochs,
-                         max_seconds=max_seconds, batch_size=batch_size,
-                         learning_rate=learning_rate, lr_schedule=lr_schedule,
-                         patience=patience, device=device, seed=seed, num_threads=num_threads)
     out_dir = Path(run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     checkpoint = out_dir / "checkpoint.pt"
@@ -369,34 +362,31 @@ def train_flow(
             "config": asdict(config), "metrics": result.metrics, "run_dir": str(out_dir)}
 
 
+# the flow's parameters other than `config`, as command-line flags: (flag, parameter, help)
+FLOW_FLAGS = (
+    ("--dataset", "dataset_dir", "dataset folder (the ingest flow's --out)"),
+    ("--repository", "repository", "Triton model repository to publish into"),
+    ("--run-dir", "run_dir", "checkpoint, plots and report.md"),
+    ("--triton-url", "triton_url", "a running Triton to serve the new version (host:port)"),
+    ("--model-name", "model_name",
+     f"model name to publish as (default by the dataset's game: {MODEL_NAMES})"),
+    ("--gate-tolerance", "gate_tolerance",
+     "top-1 the new version may lose against the serving one"),
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The command line of `python -m flows.train` (`make train`)."""
+    """The command line of `python -m flows.train` (`make train`): the flow's parameters with
+    the flow's own defaults, and one flag per `TrainConfig` field with the field's default."""
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dataset", default=DEFAULT_DATASET)
-    parser.add_argument("--repository", default=DEFAULT_REPOSITORY)
-    parser.add_argument("--model", default=None,
-                        help=f"model config (default by the dataset's game: {DEFAULT_MODELS})")
-    parser.add_argument("--steps", type=int, default=None,
-                        help=f"step limit (default {DEFAULT_MAX_STEPS}; with --seconds and no "
-                             "--steps the time budget alone stops the run; 0: no step limit)")
-    parser.add_argument("--epochs", type=int, default=1000)
-    parser.add_argument("--seconds", type=float, default=0.0,
-                        help="time budget of the training loop (0: no time limit)")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--patience", type=int, default=0)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--gate-tolerance", type=float, default=0.01)
-    parser.add_argument("--run-dir", default=DEFAULT_RUN_DIR)
-    parser.add_argument("--triton-url", default=None,
-                        help="a running Triton to serve the new version (host:port)")
-    parser.add_argument("--learning-rate", type=float, default=0.003)
-    parser.add_argument("--lr-schedule", default="constant", choices=("constant", "cosine"))
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
-                        help=f"torch intra-op threads (default {DEFAULT_THREADS}: one thread "
-                             "per core collapses when another process holds a core; more on "
-                             "idle cores or large networks; 0: torch's default)")
+    defaults = inspect.signature(train_flow.fn).parameters
+    for flag, name, help_text in FLOW_FLAGS:
+        default = defaults[name].default
+        kind = type(default) if default is not None else str
+        parser.add_argument(flag, dest=name, type=kind, default=default,
+                            help=help_text + (f" (default {default})" if default else ""))
+    settings.add_arguments(parser, TrainConfig, title="training settings (TrainConfig)")
     logs.add_arguments(parser)
     return parser
 
@@ -405,20 +395,15 @@ def main(argv: list[str] | None = None) -> int:
     """Run the flow; a missing dataset or a bad option is one line on stderr and exit 2."""
     args = build_parser().parse_args(argv)
     configure_logging(args)
+    config = settings.from_args(TrainConfig, args)
     try:
-        check_dataset(args.dataset)
-        limit = TrainConfig(max_steps=args.steps, max_seconds=args.seconds).step_limit()
-        if args.lr_schedule == "cosine" and not limit:
+        check_dataset(args.dataset_dir)
+        if config.lr_schedule == "cosine" and not config.step_limit():
             raise ValueError("--lr-schedule cosine decays to 0 at the step limit: give --steps")
     except (NoDatasetError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    out = train_flow(dataset_dir=args.dataset, repository=args.repository, model=args.model,
-                     max_steps=args.steps, max_epochs=args.epochs, max_seconds=args.seconds,
-                     batch_size=args.batch_size, patience=args.patience, device=args.device,
-                     gate_tolerance=args.gate_tolerance, run_dir=args.run_dir,
-                     triton_url=args.triton_url, learning_rate=args.learning_rate,
-                     lr_schedule=args.lr_schedule, seed=args.seed, num_threads=args.threads)
+    out = train_flow(config=config, **{name: getattr(args, name) for _, name, _ in FLOW_FLAGS})
     m = out["metrics"]
     summary = {k: out[k] for k in ("version", "published", "served", "gate", "exported")}
     keys = ("top1", "top5", "loss", "value_mse", "value_sign", "n")

@@ -30,7 +30,7 @@ from flows.train import train_flow  # noqa: E402
 from services import logs  # noqa: E402
 from services.cli import main as cli  # noqa: E402
 from services.search.server import build_server  # noqa: E402
-from services.trainer.train import DEFAULT_THREADS  # noqa: E402
+from services.trainer.train import DEFAULT_THREADS, TrainConfig  # noqa: E402
 from services.triton.client import PolicyClient  # noqa: E402
 from services.triton.server import TritonServer  # noqa: E402
 
@@ -66,8 +66,9 @@ def main(argv: list[str] | None = None) -> int:
 
     t = step("2. train shao_f32_n2_v (policy + value head) and publish")
     out = train_flow(dataset_dir=str(work / "dataset"), repository=str(work / "model_repository"),
-                     model="shao_f32_n2_v", max_steps=args.steps, batch_size=64,
-                     run_dir=str(work / "train"), num_threads=args.threads)
+                     config=TrainConfig(model="shao_f32_n2_v", max_steps=args.steps,
+                                        batch_size=64, num_threads=args.threads),
+                     run_dir=str(work / "train"))
     m = out["metrics"]
     print(f"published gomoku_policy version {out['version']}: validation top-1 "
           f"{m['validation']['top1']:.3f}, top-5 {m['validation']['top5']:.3f}, test top-1 "

@@ -812,6 +812,7 @@ def test_compose_search_and_prefect(monkeypatch: pytest.MonkeyPatch) -> None:
     assert flag_value(command, "--host") == "0.0.0.0"
 
 
+@pytest.mark.integration  # starts the search service in a subprocess
 def test_compose_search_healthcheck_runs_against_the_server(tmp_path: Path) -> None:
     """The compose health check of the search service is valid Python and passes against a
     real search server started with compose's own command line (TLS and token files made here,

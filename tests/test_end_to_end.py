@@ -18,6 +18,7 @@ import pytest
 from services.games.coords import parse_point
 from services.search.client import SearchClient
 from services.search.server import build_server
+from services.trainer.train import TrainConfig
 from services.triton.client import PolicyClient
 from services.triton.server import TritonServer
 from tests.conftest import SAMPLE_RIF
@@ -39,7 +40,8 @@ def published(tmp_path_factory, prefect_harness) -> dict:
     work = tmp_path_factory.mktemp("e2e")
     ingest(sources=[str(SAMPLE_RIF)], out_dir=str(work / "dataset"))
     out = train_flow(dataset_dir=str(work / "dataset"), repository=str(work / "repo"),
-                     max_steps=STEPS, batch_size=64, run_dir=str(work / "run1"))
+                     config=TrainConfig(max_steps=STEPS, batch_size=64),
+                     run_dir=str(work / "run1"))
     return {"work": work, "repo": work / "repo", "dataset": work / "dataset", **out}
 
 
@@ -152,7 +154,8 @@ def test_new_version_rolls_out_without_failed_requests(stack, search) -> None:
         out = train_flow(dataset_dir=str(stack["dataset"]), repository=str(stack["repo"]),
                          # 300 steps: the rollout's smoke test wants fives taken and fours
                          # blocked, which 20 steps do not learn
-                         max_steps=300, batch_size=64, seed=1, gate_tolerance=1.0,
+                         config=TrainConfig(max_steps=300, batch_size=64, seed=1),
+                         gate_tolerance=1.0,
                          run_dir=str(stack["work"] / "run2"),
                          triton_url=stack["triton"].grpc_url)
         assert out["version"] == 2

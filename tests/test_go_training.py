@@ -19,10 +19,10 @@ import pytest
 import torch
 
 from services.dataset import shards
-from services.dataset.augment import Augmenter
 from services.dataset.go_build import go_deduplicate, go_source_pairs
 from services.dataset.loader import (
     ShardStream,
+    _Augmenter,
     dataset_game,
     expand_planes,
     make_loader,
@@ -173,7 +173,7 @@ def test_augmenter_carries_a_marker_at_the_move_in_every_plane() -> None:
         boards[np.flatnonzero(on_board), c, moves[on_board]] = c + 1
     out_b = np.empty((n, 4 * S * S), dtype=np.int8)
     out_m = np.empty(n, dtype=np.int64)
-    Augmenter(S, channels=4)(boards.reshape(n, -1), moves, rng, out_b, out_m)
+    _Augmenter(S, channels=4)(boards.reshape(n, -1), moves, rng, out_b, out_m)
     out_b = out_b.reshape(n, 4, S * S)
     assert (out_m == PASS).sum() == (moves == PASS).sum() >= 50  # passes stay passes
     for board, move in zip(out_b, out_m, strict=True):
@@ -312,7 +312,8 @@ def test_train_flow_takes_a_go_dataset(go_dataset: Path, tmp_path: Path,
     from flows.train import train_flow
 
     out = train_flow(dataset_dir=str(go_dataset), repository=str(tmp_path / "repo"),
-                     max_steps=8, batch_size=32, run_dir=str(tmp_path / "run"), num_threads=1)
+                     config=TrainConfig(max_steps=8, batch_size=32, num_threads=1),
+                     run_dir=str(tmp_path / "run"))
     assert out["game"] == "go" and out["config"]["model"] == "go_res_b2c32_v"  # by the dataset
     # the tracked go_policy config takes every served size (dims [4, -1, -1]): 9x9 too
     assert out["model_name"] == "go_policy" and out["published"] and out["version"] == 1
@@ -326,14 +327,15 @@ def test_train_flow_takes_a_go_dataset(go_dataset: Path, tmp_path: Path,
 def test_train_deployment_example_has_its_schedule(tmp_path: Path) -> None:
     from flows.schedules import DEFAULT_TRAIN_CRON, train_deployment
 
-    deployment = train_deployment(str(tmp_path / "go-ds"), "go_res_b2c32", max_seconds=600)
+    deployment = train_deployment(str(tmp_path / "go-ds"),
+                                  TrainConfig(model="go_res_b2c32", max_seconds=600))
     assert deployment.name == "nightly-train" and deployment.flow_name == "train"
     assert deployment.entrypoint == "flows/train.py:train_flow"
     (schedule,) = deployment.schedules
     assert schedule.schedule.cron == DEFAULT_TRAIN_CRON and schedule.schedule.timezone == "UTC"
     assert deployment.parameters["dataset_dir"] == str(tmp_path / "go-ds")
-    assert deployment.parameters["model"] == "go_res_b2c32"
-    assert deployment.parameters["max_seconds"] == 600
+    assert deployment.parameters["config"]["model"] == "go_res_b2c32"
+    assert deployment.parameters["config"]["max_seconds"] == 600
 
 
 # ---------------------------------------------------------------------------- real KGS games

@@ -5,6 +5,7 @@ flows' log lines in the Prefect run's log (the UI's Logs tab)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import os
 import socket
@@ -17,6 +18,7 @@ import pytest
 
 import flows  # noqa: F401  (Prefect defaults before Prefect is imported)
 from flows.train import build_parser, serving_hint, train_flow
+from services import settings
 from services.trainer.train import DEFAULT_MAX_STEPS, DEFAULT_THREADS, TrainConfig
 from tests.conftest import SAMPLE_RIF
 
@@ -39,6 +41,7 @@ def dataset(tmp_path_factory, prefect_harness) -> Path:
     return out
 
 
+@pytest.mark.integration  # the flow's command line in a subprocess
 def test_train_without_a_dataset_says_to_ingest(tmp_path: Path) -> None:
     missing = tmp_path / "artifacts" / "dataset"
     run = subprocess.run([sys.executable, "-m", "flows.train", "--dataset", str(missing)],
@@ -78,20 +81,23 @@ def test_hint_for_the_default_repository_is_make_triton() -> None:
 
 def test_one_default_per_budget_and_one_thread() -> None:
     args = build_parser().parse_args([])
-    assert args.steps is None and args.threads == DEFAULT_THREADS == 1
-    defaults = inspect.signature(train_flow.fn).parameters
-    assert defaults["max_steps"].default is None
-    assert defaults["num_threads"].default == DEFAULT_THREADS
-    assert TrainConfig(max_steps=args.steps).step_limit() == DEFAULT_MAX_STEPS
-    assert TrainConfig(max_steps=args.steps, max_seconds=600).step_limit() == 0
+    assert args.max_steps is None and args.num_threads == DEFAULT_THREADS == 1
+    config = settings.from_args(TrainConfig, args)
+    assert config == TrainConfig()
+    assert config.step_limit() == DEFAULT_MAX_STEPS
+    assert settings.from_args(TrainConfig, build_parser().parse_args(
+        ["--seconds", "600"])).step_limit() == 0
     helptext = build_parser().format_help()
     assert f"default {DEFAULT_MAX_STEPS}" in helptext and "--seconds" in helptext
+    # the flow takes the settings as one TrainConfig, none of them as a parameter of its own
+    params = inspect.signature(train_flow.fn).parameters
+    assert params["config"].default is None
+    assert not set(params) & set(settings.field_defaults(TrainConfig))
 
     from flows.schedules import train_deployment
 
-    params = inspect.signature(train_deployment).parameters
-    assert params["max_steps"].default is None
-    assert params["num_threads"].default == DEFAULT_THREADS
+    deployment = train_deployment()
+    assert deployment.parameters["config"] == dataclasses.asdict(TrainConfig())
 
 
 def _flow_run_logs(flow_run_id) -> list[tuple[int, str]]:
@@ -126,7 +132,8 @@ def test_flow_runs_show_their_info_logs_in_prefect(dataset: Path, tmp_path: Path
     assert all(any(w in m for m in messages) for w in wanted), messages
 
     state = train_flow(dataset_dir=str(dataset), repository=str(tmp_path / "repo"),
-                       max_steps=8, batch_size=64, run_dir=str(tmp_path / "run"),
+                       config=TrainConfig(max_steps=8, batch_size=64),
+                       run_dir=str(tmp_path / "run"),
                        return_state=True)
     # the flow's own lines and the trainer's progress (standard logging, services.*)
     wanted = ["training shao_f32_n2_v (gomoku)", "1 torch thread", "stopped by max_steps",

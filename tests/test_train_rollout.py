@@ -40,13 +40,15 @@ DEMO_STEPS = 600  # scripts/demo.py's default
 def trained(tmp_path_factory: pytest.TempPathFactory, prefect_harness) -> dict:
     from flows.ingest import ingest
     from flows.train import train_flow
+    from services.trainer.train import TrainConfig
 
     require_tritonserver()
     work = tmp_path_factory.mktemp("train-rollout")
     ingest(sources=[str(SAMPLE_RIF)], out_dir=str(work / "dataset"))
     out = train_flow(dataset_dir=str(work / "dataset"), repository=str(work / "repo"),
-                     model="shao_f32_n2_v", max_steps=DEMO_STEPS, batch_size=64,
-                     run_dir=str(work / "run1"), num_threads=1)
+                     config=TrainConfig(model="shao_f32_n2_v", max_steps=DEMO_STEPS,
+                                        batch_size=64, num_threads=1),
+                     run_dir=str(work / "run1"))
     assert out["version"] == 1
     with TritonServer(work / "repo", log_path=work / "triton.log",
                       startup_timeout_s=120) as triton:
@@ -81,11 +83,12 @@ def test_the_demo_network_passes_every_blocking_smoke_check(trained: dict) -> No
 
 def test_a_refused_version_is_the_flow_answer_and_is_quarantined(trained: dict) -> None:
     from flows.train import train_flow
+    from services.trainer.train import TrainConfig
 
     out = train_flow(dataset_dir=str(trained["dataset"]), repository=str(trained["repo"]),
-                     max_steps=1, batch_size=64, seed=1, gate_tolerance=1.0,
-                     run_dir=str(trained["work"] / "run2"), triton_url=trained["url"],
-                     num_threads=1)
+                     config=TrainConfig(max_steps=1, batch_size=64, seed=1, num_threads=1),
+                     gate_tolerance=1.0, run_dir=str(trained["work"] / "run2"),
+                     triton_url=trained["url"])
     assert out["version"] == 2 and out["published"]
     assert out["served"] is False
     rolled = out["rollout"]

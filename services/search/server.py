@@ -62,13 +62,14 @@ import sys
 import threading
 import time
 from concurrent import futures
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from services import logs
+from services import logs, settings
 from services.api.movepred.v1 import search_pb2, search_pb2_grpc
 from services.search import auth, mcts
 from services.search.batcher import DEFAULT_MAX_BOARDS, DEFAULT_WINDOW_S
@@ -102,6 +103,56 @@ def default_max_searches(max_workers: int) -> int:
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20  # a full 256-position Predict batch is ~0.4 MiB
 SHUTDOWN_GRACE_S = 5.0
 MIN_UPTIME_S = 5.0  # a child that dies sooner is a start-up failure: stop instead of restarting
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """Every setting of the search service but its models and its security: the one source of
+    the server's command-line flags and their defaults (`services.settings`) and of
+    `build_service`'s settings. The policy models (`--model`, `--go-model`) and TLS / token
+    (`services.search.auth`) have flags of their own."""
+
+    host: str = settings.setting("127.0.0.1", "address to listen on")
+    port: int = settings.setting(DEFAULT_PORT, "0 picks a free port")
+    triton_url: str = settings.setting(DEFAULT_TRITON_URL, "Triton gRPC host:port")
+    triton_timeout: float = settings.setting(5.0, "seconds per inference")
+    max_workers: int = settings.setting(DEFAULT_MAX_WORKERS, "RPC threads")
+    max_searches: int | None = settings.setting(
+        None, "GenMove/Analyze searches at once; more get RESOURCE_EXHAUSTED at once (default: "
+              "half of --max-workers, which leaves the other half to health checks and "
+              "Predict)")
+    batch_size: int = settings.setting(mcts.DEFAULT_BATCH_SIZE,
+                                       "leaves per evaluation request of one search")
+    batch_window_ms: float = settings.setting(
+        DEFAULT_WINDOW_S * 1000, "how long the cross-request batcher gathers requests for one "
+                                 "Triton call, in milliseconds")
+    max_batch_boards: int = settings.setting(
+        DEFAULT_MAX_BOARDS, "boards per Triton call at most (the model's max_batch_size)")
+    tree_cache_entries: int = settings.setting(
+        DEFAULT_MAX_ENTRIES, "searched trees kept for reuse (0: no tree reuse)")
+    tree_cache_visits: int = settings.setting(
+        DEFAULT_MAX_VISITS, "root visits of all kept trees together, at most")
+    max_message_bytes: int = settings.setting(
+        DEFAULT_MAX_MESSAGE_BYTES, "largest request accepted (RESOURCE_EXHAUSTED above)")
+    max_concurrent_rpcs: int | None = settings.setting(
+        None, "RPCs handled at once, more get RESOURCE_EXHAUSTED (default: no limit)")
+    metrics_port: int = settings.setting(0, "serve Prometheus metrics on this port (0: off)")
+    metrics_host: str = settings.setting("127.0.0.1", "address of the metrics endpoint")
+    health_port: int | None = settings.setting(
+        None, "also answer the gRPC health service alone, in plaintext, on this port (for "
+              "probes that speak neither TLS nor tokens; default: off)")
+    health_interval_s: float = settings.setting(
+        DEFAULT_INTERVAL_S, "seconds between two polls of the models for health",
+        flag="health-interval")
+    processes: int = settings.setting(
+        1, "server processes sharing the port (SO_REUSEPORT), about one per core")
+    # set by --insecure (services.search.auth's flags)
+    insecure: bool = settings.setting(
+        False, "listen beyond loopback without TLS and a token", cli=False)
+
+
+# a library caller (tests, benchmarks, the demo) binds a free port unless it names one
+LIBRARY_CONFIG = ServiceConfig(port=0)
 
 
 @dataclass
@@ -139,36 +190,24 @@ class Service:
 
 def build_service(
     evaluator: mcts.PolicyEvaluator,
-    port: int = 0,
-    host: str = "127.0.0.1",
-    max_workers: int = DEFAULT_MAX_WORKERS,
+    config: ServiceConfig | None = None,
     *,
     go_evaluator: mcts.PolicyEvaluator | None = None,
-    batch_size: int = mcts.DEFAULT_BATCH_SIZE,
-    batch_window_s: float = DEFAULT_WINDOW_S,
-    max_batch_boards: int = DEFAULT_MAX_BOARDS,
-    tree_cache_entries: int = DEFAULT_MAX_ENTRIES,
-    tree_cache_visits: int = DEFAULT_MAX_VISITS,
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-    max_concurrent_rpcs: int | None = None,
     metrics: Metrics | None = None,
-    metrics_port: int | None = None,
-    metrics_host: str = "127.0.0.1",
     tls: auth.ServerTLS | None = None,
     token: str | None = None,
-    insecure: bool = False,
-    health_port: int | None = None,
-    max_searches: int | None = None,
-    health_interval_s: float = DEFAULT_INTERVAL_S,
+    **overrides: Any,
 ) -> Service:
-    """The server and its parts (port 0 picks a free one; metrics_port None or 0: no HTTP
-    metrics endpoint, the registry is still filled and readable via `Service.metrics`).
+    """The server and its parts, per `config` (None: `LIBRARY_CONFIG`, on a free port) with
+    `overrides` (`ServiceConfig` field names: ``build_service(e, port=0, max_workers=8)``).
+    Port 0 picks a free one; metrics_port 0: no HTTP metrics endpoint, the registry is still
+    filled and readable via `Service.metrics`.
     `go_evaluator`: the Go policy (compact int8 [N,4,S,S] -> logits [N,S*S+1], S in 9..19);
     None: Go requests are refused with INVALID_ARGUMENT.
 
     Security (`services.search.auth`): `tls` serves TLS (mutual with a client CA), `token`
     answers RPCs without `authorization: Bearer <token>` with UNAUTHENTICATED (health and
-    reflection stay open); a non-loopback `host` without both is refused (AuthConfigError)
+    reflection stay open); a non-loopback host without both is refused (AuthConfigError)
     unless `insecure`. `health_port`: also serve the health service alone, in plaintext, on
     that port (0 picks one): Kubernetes' gRPC probes speak neither TLS nor tokens.
 
@@ -176,31 +215,33 @@ def build_service(
     `max_workers`); more are refused with RESOURCE_EXHAUSTED at once, so health and Predict
     always find a free RPC thread. Health (see the module docstring) is polled from the
     evaluators every `health_interval_s` once the service is started."""
-    auth.check_exposure(host, tls, token, insecure)
+    c = replace(config or LIBRARY_CONFIG, **overrides)
+    host, port, max_workers, health_port = c.host, c.port, c.max_workers, c.health_port
+    auth.check_exposure(host, tls, token, c.insecure)
     server_credentials = tls.credentials() if tls is not None else None  # bad files: fail here
     metrics = metrics if metrics is not None else Metrics()
     servicer = SearchServicer(
         evaluator,
         go_evaluator=go_evaluator,
-        batch_size=batch_size,
-        batch_window_s=batch_window_s,
-        max_batch_boards=max_batch_boards,
-        tree_cache=TreeCache(tree_cache_entries, tree_cache_visits),
+        batch_size=c.batch_size,
+        batch_window_s=c.batch_window_ms / 1000.0,
+        max_batch_boards=c.max_batch_boards,
+        tree_cache=TreeCache(c.tree_cache_entries, c.tree_cache_visits),
         metrics=metrics,
-        max_searches=max_searches if max_searches is not None
+        max_searches=c.max_searches if c.max_searches is not None
         else default_max_searches(max_workers),
     )
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="movepred-rpc"),
-        options=[("grpc.max_receive_message_length", max_message_bytes)],
-        maximum_concurrent_rpcs=max_concurrent_rpcs,
+        options=[("grpc.max_receive_message_length", c.max_message_bytes)],
+        maximum_concurrent_rpcs=c.max_concurrent_rpcs,
         interceptors=(auth.BearerTokenInterceptor(token),) if token else (),
     )
     search_pb2_grpc.add_SearchServiceServicer_to_server(servicer, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     games = {"gomoku": evaluator, **({"go": go_evaluator} if go_evaluator is not None else {})}
-    watcher = ReadinessWatcher(health_servicer, games, interval_s=health_interval_s,
+    watcher = ReadinessWatcher(health_servicer, games, interval_s=c.health_interval_s,
                                metrics=metrics)
     reflection.enable_server_reflection(
         (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
@@ -212,7 +253,8 @@ def build_service(
             raise RuntimeError(f"could not bind {host}:{port}")
         health_server, bound_health = (_health_only_server(health_servicer, host, health_port)
                                        if health_port is not None else (None, None))
-        metrics_server = metrics.serve(metrics_port, metrics_host) if metrics_port else None
+        metrics_server = (metrics.serve(c.metrics_port, c.metrics_host) if c.metrics_port
+                          else None)
     except BaseException:
         servicer.close()
         raise
@@ -255,75 +297,28 @@ class WatchedServer:
         return getattr(self._server, name)
 
 
-def build_server(
-    evaluator: mcts.PolicyEvaluator,
-    port: int = 0,
-    host: str = "127.0.0.1",
-    max_workers: int = DEFAULT_MAX_WORKERS,
-    *,
-    batch_size: int = mcts.DEFAULT_BATCH_SIZE,
-) -> tuple[WatchedServer, int]:
-    """A bound but not yet started server and its port (port 0 picks a free one).
+def build_server(evaluator: mcts.PolicyEvaluator, config: ServiceConfig | None = None,
+                 **overrides: Any) -> tuple[WatchedServer, int]:
+    """A bound but not yet started server and its port (`config` and `overrides` as for
+    `build_service`; port 0 picks a free one).
 
     Call `server.start()`, and `server.stop(grace)` when done. (`build_service` gives the
     metrics and the servicer too.) The server's start and stop also start and stop the health
     watcher.
     """
-    service = build_service(evaluator, port, host, max_workers, batch_size=batch_size)
+    service = build_service(evaluator, config, **overrides)
     return WatchedServer(service.server, service.watcher), service.port
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line: the models, one flag per `ServiceConfig` field (with the field's
+    default), TLS and token (`services.search.auth`), logging."""
     p = argparse.ArgumentParser(prog="python -m services.search.server", description=__doc__)
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")
-    p.add_argument("--triton-url", default=DEFAULT_TRITON_URL, help="Triton gRPC host:port")
     p.add_argument("--model", default="gomoku_policy", help="policy model name on Triton")
     p.add_argument("--go-model", default=DEFAULT_GO_MODEL,
                    help=f"Go policy model name on Triton (default {DEFAULT_GO_MODEL}; "
                         "empty: Go is not served)")
-    p.add_argument("--triton-timeout", type=float, default=5.0, help="seconds per inference")
-    p.add_argument("--max-workers", type=int, default=DEFAULT_MAX_WORKERS,
-                   help=f"RPC threads (default {DEFAULT_MAX_WORKERS})")
-    p.add_argument("--max-searches", type=int, default=None,
-                   help="GenMove/Analyze searches at once; more get RESOURCE_EXHAUSTED at once "
-                        "(default: half of --max-workers, which leaves the other half to health "
-                        "checks and Predict)")
-    p.add_argument(
-        "--batch-size",
-        type=int,
-        default=mcts.DEFAULT_BATCH_SIZE,
-        help="leaves per evaluation request of one search",
-    )
-    p.add_argument(
-        "--batch-window-ms",
-        type=float,
-        default=DEFAULT_WINDOW_S * 1000,
-        help="how long the cross-request batcher gathers requests for one Triton call",
-    )
-    p.add_argument(
-        "--max-batch-boards",
-        type=int,
-        default=DEFAULT_MAX_BOARDS,
-        help="boards per Triton call at most (the model's max_batch_size)",
-    )
-    p.add_argument("--tree-cache-entries", type=int, default=DEFAULT_MAX_ENTRIES,
-                   help="searched trees kept for reuse (0: no tree reuse)")
-    p.add_argument("--tree-cache-visits", type=int, default=DEFAULT_MAX_VISITS,
-                   help="root visits of all kept trees together, at most")
-    p.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES,
-                   help="largest request accepted (RESOURCE_EXHAUSTED above)")
-    p.add_argument("--max-concurrent-rpcs", type=int, default=None,
-                   help="RPCs handled at once, more get RESOURCE_EXHAUSTED (default: no limit)")
-    p.add_argument("--metrics-port", type=int, default=0,
-                   help="serve Prometheus metrics on this port (default 0: off)")
-    p.add_argument("--metrics-host", default="127.0.0.1",
-                   help="address of the metrics endpoint (default 127.0.0.1)")
-    p.add_argument("--processes", type=int, default=1,
-                   help="server processes sharing the port (SO_REUSEPORT), about one per core")
-    p.add_argument("--health-port", type=int, default=None,
-                   help="also answer the gRPC health service alone, in plaintext, on this port "
-                        "(for probes that speak neither TLS nor tokens; default: off)")
+    settings.add_arguments(p, ServiceConfig, title="service settings (ServiceConfig)")
     auth.add_server_arguments(p)
     logs.add_arguments(p)
     args = p.parse_args(argv)
@@ -403,27 +398,8 @@ def main(argv: list[str] | None = None) -> int:
         else None
     )
     try:
-        service = build_service(
-            client,
-            args.port,
-            args.host,
-            args.max_workers,
-            go_evaluator=go_client,
-            batch_size=args.batch_size,
-            batch_window_s=args.batch_window_ms / 1000.0,
-            max_batch_boards=args.max_batch_boards,
-            tree_cache_entries=args.tree_cache_entries,
-            tree_cache_visits=args.tree_cache_visits,
-            max_message_bytes=args.max_message_bytes,
-            max_concurrent_rpcs=args.max_concurrent_rpcs,
-            metrics_port=args.metrics_port,
-            metrics_host=args.metrics_host,
-            tls=args.tls,
-            token=args.token,
-            insecure=args.insecure,
-            health_port=args.health_port,
-            max_searches=args.max_searches,
-        )
+        service = build_service(client, settings.from_args(ServiceConfig, args),
+                                go_evaluator=go_client, tls=args.tls, token=args.token)
     except (RuntimeError, OSError, ValueError) as exc:
         logger.error("cannot start the search service: %s", exc)
         client.close()

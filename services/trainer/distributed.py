@@ -35,12 +35,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from services import logs
+from services import logs, settings
 from services.dataset.loader import dataset_game
 from services.dataset.shards import DatasetError
+from services.trainer import gate
 from services.trainer.train import (
-    DEFAULT_MODELS,
-    DEFAULT_THREADS,
     CheckpointError,
     GameMismatchError,
     TrainConfig,
@@ -54,6 +53,9 @@ CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.json"
 MODEL_FILE = "model.pt"
 CHECK_ROWS = 64  # real validation positions the export check runs on, next to random ones
+# every rank trains on its own GPU when the machine has them: the device a torchrun entry takes
+# unless told (the single-process trainer's default stays the CPU)
+DEFAULT_DEVICE = "auto"
 
 
 class LaunchError(ValueError):
@@ -120,7 +122,6 @@ def publish_version(result: TrainResult, dataset_dir: Path, repository: str,
     """The train flow's gate and publication (no rollout: `movepred rollout` does that), run
     by rank 0 outside a Prefect flow."""
     from flows.train import MODEL_NAMES, export_and_publish, unservable_reason
-    from services.trainer import gate
 
     name = model_name or MODEL_NAMES[result.metrics["game"]]
     decision = gate.check(result.metrics, Path(repository), name, dataset_dir,
@@ -142,27 +143,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dataset", required=True, help="dataset folder (every rank reads it)")
     parser.add_argument("--run-dir", required=True,
                         help="checkpoint, metrics.json, model.pt (written by rank 0)")
-    parser.add_argument("--model", default=None,
-                        help=f"model config (default by the dataset's game: {DEFAULT_MODELS})")
-    parser.add_argument("--steps", type=int, default=None,
-                        help="step limit (default: the trainer's; with --seconds and no --steps "
-                             "the time budget alone; 0: no step limit)")
-    parser.add_argument("--seconds", type=float, default=0.0, help="time budget (0: none)")
-    parser.add_argument("--epochs", type=int, default=1000)
-    parser.add_argument("--batch-size", type=int, default=32,
-                        help="global batch, split evenly over the ranks (a multiple of them)")
-    parser.add_argument("--learning-rate", type=float, default=0.003)
-    parser.add_argument("--lr-schedule", default="constant", choices=("constant", "cosine"))
-    parser.add_argument("--patience", type=int, default=0)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default="auto",
-                        help="auto (default: the local rank's GPU if any, else CPU), cpu, cuda")
-    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
-                        help="torch intra-op threads per process")
-    parser.add_argument("--loader-workers", type=int, default=0,
-                        help="loader worker processes per rank")
-    parser.add_argument("--checkpoint-every", type=int, default=0,
-                        help="steps between checkpoints (0: at epoch ends only)")
     parser.add_argument("--fresh", action="store_true",
                         help="ignore (delete) a checkpoint in the run dir instead of resuming")
     parser.add_argument("--timeout", type=float, default=1800.0,
@@ -172,7 +152,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model-name", default=None,
                         help="model name to publish as (default by game: gomoku_policy, "
                              "go_policy)")
-    parser.add_argument("--gate-tolerance", type=float, default=0.01)
+    parser.add_argument("--gate-tolerance", type=float, default=gate.DEFAULT_TOLERANCE,
+                        help="top-1 the new version may lose against the serving one "
+                             f"(default {gate.DEFAULT_TOLERANCE})")
+    settings.add_arguments(parser, TrainConfig, defaults={"device": DEFAULT_DEVICE},
+                           title="training settings (TrainConfig; --batch-size is the global "
+                                 "batch, a multiple of the ranks)")
     logs.add_arguments(parser)
     return parser
 
@@ -187,13 +172,7 @@ def run(args: argparse.Namespace) -> dict | None:
                           f"first (`python -m flows.ingest SOURCES --out {dataset}`)")
     rank_batch(args.batch_size, world)  # refused before the rendezvous
     game, _ = dataset_game(dataset, "train")
-    config = TrainConfig(model=args.model or DEFAULT_MODELS[game], batch_size=args.batch_size,
-                         learning_rate=args.learning_rate, lr_schedule=args.lr_schedule,
-                         max_steps=args.steps, max_epochs=args.epochs,
-                         max_seconds=args.seconds, patience=args.patience, seed=args.seed,
-                         device=device, num_threads=args.threads,
-                         loader_workers=args.loader_workers,
-                         checkpoint_every=args.checkpoint_every)
+    config = settings.from_args(TrainConfig, args, device=device).for_game(game)
     run_dir = Path(args.run_dir)
     checkpoint = run_dir / CHECKPOINT
     backend = init_process_group(device, rank, world, args.timeout) if world > 1 else None

@@ -38,7 +38,7 @@ import math
 import pickle
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,16 +48,16 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from services.dataset.loader import ShardLoader, ShardStream
+from services.dataset.loader import ShardLoader, ShardStream, dataset_game
 from services.dataset.shards import GAME_SPLIT, read_manifest, read_split
 from services.models.configs import build, spec
 from services.models.value import split_outputs, value_target
+from services.settings import setting
 from services.trainer.metrics import STAGES, evaluate, rank_share
 
 log = logging.getLogger(__name__)
 
-# Step budget of a run that names neither a step limit nor a time budget (flows/train.py's
-# --steps and flows/schedules.py's --train-steps default to this too, through `None`).
+# Step budget of a run that names neither a step limit nor a time budget (`max_steps` None).
 DEFAULT_MAX_STEPS = 2000
 # torch intra-op threads of a training process unless told otherwise. With torch's default (one
 # per core) the OpenMP threads spin-wait for each other, and a step waits for its slowest thread:
@@ -65,8 +65,8 @@ DEFAULT_MAX_STEPS = 2000
 # 1 thread at 4,315. One thread is never much slower for the small networks trained on CPU here;
 # give more (`num_threads`, `--threads`) on a machine of idle cores or for the large networks.
 DEFAULT_THREADS = 1
-# model configuration by the dataset's game when none is named (the train flow's and the
-# torchrun entry's default): small, with a value head
+# model configuration by the dataset's game when none is named (`model` None): small, with a
+# value head
 DEFAULT_MODELS = {"gomoku": "shao_f32_n2_v", "go": "go_res_b2c32_v"}
 # seconds between two progress lines in the log (and at each epoch's evaluation)
 PROGRESS_EVERY_S = 30.0
@@ -74,31 +74,46 @@ PROGRESS_EVERY_S = 30.0
 
 @dataclass
 class TrainConfig:
-    model: str = "shao_f32_n2"
-    batch_size: int = 32
-    learning_rate: float = 0.003
-    lr_schedule: str = "constant"  # or "cosine" (to 0 over max_steps)
-    grad_clip: float = 1.0  # max gradient norm; 0 disables
-    value_weight: float = 1.0  # weight of a value head's loss (`_v` configurations)
-    # step budget; None: DEFAULT_MAX_STEPS, or no step limit when max_seconds gives a time budget
-    # (a time budget is not cut short by a step count nobody asked for); 0: no step limit
-    max_steps: int | None = None
-    max_epochs: int = 1000
-    max_seconds: float = 0.0  # 0: no time limit
-    patience: int = 0  # epochs without validation-loss improvement before stopping; 0: never
-    seed: int = 0
-    device: str = "cpu"
-    augment: bool = True
-    eval_batch: int = 2048
-    train_eval_rows: int = 4096  # train metrics on a fixed sample of this many rows
-    checkpoint_every: int = 0  # steps between mid-epoch checkpoints; 0: only at epoch ends
-    shuffle_buffer: int = 65536  # rows held by the streaming loader's shuffle buffer
-    # torch intra-op threads for this process (see DEFAULT_THREADS; 0: leave the process's
-    # current setting, e.g. one made by the caller with torch.set_num_threads)
-    num_threads: int = DEFAULT_THREADS
-    # DataLoader worker processes feeding the step (0: batches are made in this process). On a
-    # GPU the batches are pinned, so their copy to the device overlaps the step.
-    loader_workers: int = 0
+    """Every setting of a training run: the one source of the trainer's flags (`flows.train`,
+    `flows.schedules` as ``--train-*``, `services.trainer.distributed`), of the train flow's
+    and its deployments' parameters and of their defaults (`services.settings`)."""
+
+    model: str | None = setting(
+        None, "model config (services/models/configs.py; default by the dataset's game: "
+              f"{', '.join(f'{g} {m}' for g, m in DEFAULT_MODELS.items())})")
+    batch_size: int = setting(
+        32, "rows a step (in a distributed run the global batch, split evenly over the ranks)")
+    learning_rate: float = setting(0.003, "Adam's learning rate")
+    lr_schedule: str = setting("constant", "learning-rate schedule; cosine: to 0 at the step "
+                                           "limit (needs one)", choices=("constant", "cosine"))
+    grad_clip: float = setting(1.0, "max gradient norm (0: no clipping)")
+    value_weight: float = setting(1.0, "weight of a value head's loss (`_v` configurations)")
+    # None: DEFAULT_MAX_STEPS, or no step limit when max_seconds gives a time budget (a time
+    # budget is not cut short by a step count nobody asked for)
+    max_steps: int | None = setting(
+        None, f"step limit (default {DEFAULT_MAX_STEPS}; with a time budget and no step "
+              "limit the time budget alone stops the run; 0: no step limit)", flag="steps")
+    max_epochs: int = setting(1000, "epoch limit", flag="epochs")
+    max_seconds: float = setting(0.0, "time budget of the training loop (0: no time limit)",
+                                 flag="seconds")
+    patience: int = setting(0, "epochs without validation-loss improvement before stopping "
+                               "(0: never)")
+    seed: int = setting(0, "seed of everything the run draws (weights, shuffles, symmetries)")
+    device: str = setting("cpu", "torch device: cpu, cuda, cuda:N (torchrun's entry also "
+                                 "takes auto: the local rank's GPU if any, else the CPU)")
+    augment: bool = setting(True, "random board symmetries on the train batches")
+    eval_batch: int = setting(2048, "rows per forward pass when measuring the splits")
+    train_eval_rows: int = setting(4096, "train metrics on a fixed sample of this many rows")
+    checkpoint_every: int = setting(0, "steps between mid-epoch checkpoints (0: only at epoch "
+                                       "ends)")
+    shuffle_buffer: int = setting(65536, "rows held by the streaming loader's shuffle buffer")
+    num_threads: int = setting(
+        DEFAULT_THREADS, f"torch intra-op threads (default {DEFAULT_THREADS}: one thread per "
+                         "core collapses when another process holds a core; more on idle cores "
+                         "or large networks; 0: leave the process's setting)", flag="threads")
+    # on a GPU the batches are pinned, so their copy to the device overlaps the step
+    loader_workers: int = setting(0, "DataLoader worker processes feeding the step (0: batches "
+                                     "are made in this process)")
 
     def step_limit(self) -> int:
         """The steps this run may take; 0: no step limit (see `max_steps`)."""
@@ -107,6 +122,11 @@ class TrainConfig:
         if self.max_steps < 0:
             raise ValueError(f"max_steps must be >= 0 (0: no limit), got {self.max_steps}")
         return self.max_steps
+
+    def for_game(self, game: str) -> TrainConfig:
+        """This configuration with its model named: the game's default (`DEFAULT_MODELS`) when
+        none is."""
+        return self if self.model else replace(self, model=DEFAULT_MODELS[game])
 
 
 @dataclass
@@ -283,9 +303,281 @@ def _restore_loader(state: dict, rank: int, world: int, stream: ShardStream) -> 
     return None
 
 
+@dataclass
+class _HeldOut:
+    """This rank's share of every evaluated split, as (boards, moves, plies[, results]):
+    `train` is a fixed sample of the train split, read by row id (the train split, 1.4 KB a
+    row for 19x19 Go, need not fit in memory); `game_test` (whole held-out games, openings
+    included: the figure a player meets) is None for datasets without held-out games."""
+
+    train: tuple
+    validation: tuple
+    test: tuple
+    game_test: tuple | None
+
+
+def _open_stream(dataset_dir: Path, config: TrainConfig, rank: int,
+                 world: int) -> ShardStream:
+    """This rank's stream over the train split, refused (`GameMismatchError`) when the model
+    configuration is for another game than the dataset's."""
+    stream = ShardStream(dataset_dir, "train", batch_size=rank_batch(config.batch_size, world),
+                         shuffle_buffer=config.shuffle_buffer, seed=config.seed,
+                         augment=config.augment, results=spec(config.model).value, rank=rank,
+                         world_size=world)
+    game = stream.game
+    if spec(config.model).game != game:
+        raise GameMismatchError(
+            f"{dataset_dir} holds {game} positions, model config {config.model!r} is for "
+            f"{spec(config.model).game}; pick a {'go_' if game == 'go' else 'Gomoku'} "
+            f"configuration (services/models/configs.py)")
+    return stream
+
+
+def _read_held_out(dataset_dir: Path, stream: ShardStream, config: TrainConfig, rank: int,
+                   world: int) -> _HeldOut:
+    """The rows every evaluation measures, this rank's share of each split (all: one rank)."""
+    has_value = spec(config.model).value
+
+    def share(rows: tuple) -> tuple:
+        part = rank_share(len(rows[1]), rank, world)
+        return tuple(column[part] for column in rows)
+
+    val = share(read_split(dataset_dir, "validation", results=has_value))
+    test = share(read_split(dataset_dir, "test", results=has_value))
+    game_test = (share(read_split(dataset_dir, GAME_SPLIT, results=has_value))
+                 if read_manifest(dataset_dir)["splits"].get(GAME_SPLIT) else None)
+    # ids sorted so that each row group is read once
+    sample = np.sort(np.random.default_rng([config.seed, 1 << 20]).permutation(stream.rows)[
+        :config.train_eval_rows])
+    train_rows = stream.read_rows(sample[rank_share(len(sample), rank, world)],
+                                  results=has_value)
+    return _HeldOut(train_rows, val, test, game_test)
+
+
+class _Run:
+    """One training run's moving parts and the jobs `train` does with them: resume, one epoch
+    of steps with its budgets, evaluation, the end-of-epoch bookkeeping (early stopping, epoch
+    budget), checkpoints and the final metrics."""
+
+    def __init__(self, dataset_dir: Path, config: TrainConfig, stream: ShardStream,
+                 held_out: _HeldOut, checkpoint: Path | None, progress: bool, rank: int,
+                 world: int) -> None:
+        self.dataset_dir, self.config, self.stream = dataset_dir, config, stream
+        self.held_out, self.checkpoint, self.rank, self.world = held_out, checkpoint, rank, world
+        self.limit = config.step_limit()
+        self.has_value = spec(config.model).value
+        self.stages = STAGES[stream.game]
+        self.model, self.optimizer, self.scheduler = make_model(config)
+        # DDP averages the gradients over the ranks during backward (and starts every rank from
+        # rank 0's weights); evaluation and checkpoints use the bare model, whose state_dict
+        # keys are the same at any number of ranks
+        stepped: nn.Module = self.model
+        if world > 1:
+            cuda = config.device.startswith("cuda")
+            stepped = DistributedDataParallel(
+                self.model, device_ids=[torch.device(config.device).index] if cuda else None)
+        self.step = make_step(stepped, self.optimizer, self.scheduler, config)
+        self.state: dict = {"epoch": 0, "step": 0, "best_val_loss": float("inf"),
+                            "bad_epochs": 0, "stopped": "", "loader": None}
+        self.history: list[dict] = []
+        self.report = log.info if progress and rank == 0 else log.debug
+        self.batches: ShardStream | ShardLoader = stream
+        self.done = 0  # batches of the epoch in progress already taken (by each rank)
+        self.seen = 0  # rows this rank stepped on in this process
+        self.start = self.last_report = time.perf_counter()
+
+    def resume(self) -> None:
+        """Continue from the checkpoint when there is one, and open the batch source at the
+        loader position it holds."""
+        loader_state = None
+        if self.checkpoint is not None and self.checkpoint.exists():
+            self.state, self.history = load_checkpoint(self.checkpoint, self.model,
+                                                       self.optimizer, self.scheduler,
+                                                       self.config)
+            self.state["stopped"] = ""  # a budget that stopped the last run may have been raised
+            loader_state = _restore_loader(self.state, self.rank, self.world, self.stream)
+        self.batches = batch_source(self.stream, self.config)
+        if loader_state:
+            self.batches.load_state_dict(loader_state)
+        self.done = sum(loader_state["batches"]) if loader_state else 0
+
+    def log_start(self) -> None:
+        """Start the clocks and log what the run is about to do."""
+        config, stream, limit = self.config, self.stream, self.limit
+        self.start = self.last_report = time.perf_counter()
+        self.report("training %s on %s: %d train rows, batch %d, %s, %s, %d torch thread(s), "
+                    "%s%s%s", config.model, self.dataset_dir, stream.rows, config.batch_size,
+                    f"up to {limit} steps" if limit else "no step limit",
+                    f"up to {config.max_seconds:g} s" if config.max_seconds else
+                    "no time limit", torch.get_num_threads(), config.device,
+                    f", {self.world} ranks ({dist.get_backend()}) of {stream.batch_size} rows "
+                    "a step" if self.world > 1 else "",
+                    f", resumed at step {self.state['step']}" if self.state["step"] else "")
+
+    def evaluate_splits(self) -> dict:
+        """Loss, top-1, top-5 (and the value's figures) of every held-out split, over all
+        ranks."""
+        config, held = self.config, self.held_out
+
+        def run(rows: tuple, plies: bool = True) -> dict:
+            return evaluate(self.model, rows[0], rows[1], config.device,
+                            rows[2] if plies else None, batch=config.eval_batch,
+                            stages=self.stages, results=rows[-1] if self.has_value else None,
+                            reduce=self.world > 1)
+        out = {"train": run(held.train, plies=False), "validation": run(held.validation),
+               "test": run(held.test)}
+        if held.game_test is not None:
+            out[GAME_SPLIT] = run(held.game_test)
+        return out
+
+    def save(self) -> None:
+        """Write the checkpoint (rank 0, with every rank's loader position); no-op without
+        one."""
+        if self.checkpoint is None:
+            return
+        state = self.state
+        if self.world == 1:
+            state["loader"] = self.batches.state_dict()
+            state.pop("rank_loaders", None)  # of a distributed run this one resumed
+            state.pop("world_size", None)
+            save_checkpoint(self.checkpoint, self.model, self.optimizer, self.scheduler,
+                            self.config, state, self.history)
+            return
+        positions: list = [None] * self.world
+        dist.all_gather_object(positions, self.batches.state_dict())
+        if self.rank == 0:
+            state["loader"], state["rank_loaders"], state["world_size"] = (
+                positions[0], positions, self.world)
+            save_checkpoint(self.checkpoint, self.model, self.optimizer, self.scheduler,
+                            self.config, state, self.history)
+        dist.barrier()  # the file is complete before any rank goes on (or exits)
+
+    def _epoch_cap(self, epoch: int) -> int:
+        """Batches every rank steps on in `epoch` (0: one rank, the whole pass). Distributed:
+        ranks hold different row groups; all stop after the batches every rank has (the
+        loader's num_batches for each rank), so none waits in a collective for good."""
+        if self.world == 1:
+            return 0
+        stream = self.stream
+        cap = min(stream.num_batches(self.config.loader_workers, epoch=epoch, rank=r)
+                  for r in range(self.world))
+        if not cap:
+            raise ValueError(f"{self.dataset_dir}: a rank gets no full batch of "
+                             f"{stream.batch_size} rows in epoch {epoch} ({stream.rows} train "
+                             f"rows over {self.world} ranks): give a smaller batch or fewer "
+                             "ranks")
+        return cap
+
+    def _over_budget(self) -> str:
+        """The step or time budget this step used up ("" while none is): checked after a step,
+        before the next batch is drawn, so a resumed run continues exactly where this one
+        stopped."""
+        if self.limit and self.state["step"] >= self.limit:
+            return "max_steps"
+        if self.config.max_seconds:
+            over = time.perf_counter() - self.start > self.config.max_seconds
+            if over if self.world == 1 else _agree(over, self.config.device):
+                return "max_seconds"
+        return ""
+
+    def _progress(self, loss: torch.Tensor) -> None:
+        """A progress line every `PROGRESS_EVERY_S` seconds (looked at every 50 steps)."""
+        state = self.state
+        if state["step"] % 50 or time.perf_counter() - self.last_report < PROGRESS_EVERY_S:
+            return
+        self.last_report = time.perf_counter()
+        elapsed = self.last_report - self.start
+        self.report("step %d%s, epoch %d: loss %.3f, %.0f samples/s", state["step"],
+                    f"/{self.limit}" if self.limit else "", state["epoch"], loss.item(),
+                    self.seen * self.world / max(elapsed, 1e-9))
+
+    def run_epoch(self) -> bool:
+        """Step through one epoch, or its rest; True when it ended (not stopped by a budget)."""
+        config, state = self.config, self.state
+        epoch_now = self.batches.epoch
+        cap = self._epoch_cap(epoch_now)
+        finished = True
+        for batch in self.batches if not cap or self.done < cap else ():
+            b_t, m_t, r_t = to_device(batch, config.device)
+            loss = self.step(b_t, m_t, r_t)
+            state["step"] += 1
+            self.done += 1
+            self.seen += len(m_t)
+            self._progress(loss)
+            if config.checkpoint_every and state["step"] % config.checkpoint_every == 0:
+                self.save()
+            state["stopped"] = self._over_budget()
+            if state["stopped"]:
+                finished = False
+                break
+            if cap and self.done >= cap:
+                break
+        if cap and finished:  # leave the rest of this rank's pass unread
+            self.batches.end_epoch(epoch_now)
+        if finished:
+            self.done = 0
+        return finished
+
+    def close_epoch(self, finished: bool) -> None:
+        """Evaluate, record, decide early stopping and the epoch budget (on a finished epoch
+        only), checkpoint."""
+        state = self.state
+        metrics = {"epoch": state["epoch"], "step": state["step"], "complete": finished,
+                   **self.evaluate_splits()}
+        self.history.append(metrics)
+        self.report("epoch %d%s at step %d: validation loss %.3f, top-1 %.3f; train top-1 %.3f",
+                    state["epoch"], "" if finished else " (partial)", state["step"],
+                    metrics["validation"]["loss"], metrics["validation"]["top1"],
+                    metrics["train"]["top1"])
+        self.last_report = time.perf_counter()
+        if finished:
+            val_loss = metrics["validation"]["loss"]
+            if val_loss < state["best_val_loss"] - 1e-6:
+                state["best_val_loss"], state["bad_epochs"] = val_loss, 0
+            else:
+                state["bad_epochs"] += 1
+            state["epoch"] += 1
+            if self.config.patience and state["bad_epochs"] >= self.config.patience:
+                state["stopped"] = "early_stop"
+            elif state["epoch"] >= self.config.max_epochs:
+                state["stopped"] = "max_epochs"
+        self.save()
+
+    def result(self) -> TrainResult:
+        """Close the batch source; the trained model (eval mode, contiguous) and the metrics of
+        the last evaluation at the final step (evaluated now when there is none, e.g. on a
+        resume of a run killed between its last step and its evaluation)."""
+        if isinstance(self.batches, ShardLoader):
+            self.batches.close()
+        state, stream, world = self.state, self.stream, self.world
+        elapsed = time.perf_counter() - self.start
+        last = self.history[-1] if self.history else None
+        if last is not None and last["step"] == state["step"] and "test" in last:
+            final = {split: last[split] for split in ("train", "validation", "test", GAME_SPLIT)
+                     if split in last}
+        else:
+            final = self.evaluate_splits()
+        # samples of all ranks: each took the same steps of the same per-rank batch
+        metrics: dict = {
+            "game": stream.game, "n_moves": stream.n_moves,
+            "steps": state["step"], "epochs": state["epoch"], "stopped": state["stopped"],
+            "seconds": round(elapsed, 2),
+            "samples_per_s": round(self.seen * world / max(elapsed, 1e-9), 1),
+            "train_rows": stream.rows, **({"world_size": world} if world > 1 else {}), **final,
+        }
+        self.report("stopped by %s after %d steps, %d epochs, %.1f s (%.0f samples/s)",
+                    state["stopped"], state["step"], state["epoch"], elapsed,
+                    metrics["samples_per_s"])
+        self.model.eval()
+        return TrainResult(model=self.model.to(memory_format=torch.contiguous_format),
+                           config=self.config, metrics=metrics, history=self.history)
+
+
 def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
           checkpoint: Path | None = None) -> TrainResult:
     """Train per `config`; with `checkpoint`, resume from it if present and keep it updated.
+    A config naming no model trains the dataset's game's default (`DEFAULT_MODELS`); the
+    result's config names it.
 
     With `progress`, the run logs (INFO, logger ``services.trainer.train``) its budgets and
     threads, a line every `PROGRESS_EVERY_S` seconds, one per evaluation and how it stopped:
@@ -294,186 +586,19 @@ def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
     if config.num_threads:
         torch.set_num_threads(config.num_threads)
     rank, world = process_group()
-    limit = config.step_limit()
-    if config.lr_schedule == "cosine" and not limit:  # refused before any shard is read
+    if config.lr_schedule == "cosine" and not config.step_limit():  # before any shard is read
         raise ValueError("the cosine schedule decays to 0 at the step limit: give max_steps "
                          "(--steps) with it")
-    has_value = spec(config.model).value
-    stream = ShardStream(dataset_dir, "train", batch_size=rank_batch(config.batch_size, world),
-                         shuffle_buffer=config.shuffle_buffer, seed=config.seed,
-                         augment=config.augment, results=has_value, rank=rank, world_size=world)
-    game = stream.game
-    if spec(config.model).game != game:
-        raise GameMismatchError(
-            f"{dataset_dir} holds {game} positions, model config {config.model!r} is for "
-            f"{spec(config.model).game}; pick a {'go_' if game == 'go' else 'Gomoku'} "
-            f"configuration (services/models/configs.py)")
-    stages = STAGES[game]
-
-    def share(rows: tuple) -> tuple:  # this rank's rows of an evaluated split (all: one rank)
-        part = rank_share(len(rows[1]), rank, world)
-        return tuple(column[part] for column in rows)
-
-    # (boards, moves, plies[, results]) of each evaluated split, this rank's share
-    val = share(read_split(dataset_dir, "validation", results=has_value))
-    test = share(read_split(dataset_dir, "test", results=has_value))
-    # whole held-out games (openings included), next to the position split's test: the
-    # figure a player meets; datasets without held-out games have none
-    game_test = (share(read_split(dataset_dir, GAME_SPLIT, results=has_value))
-                 if read_manifest(dataset_dir)["splits"].get(GAME_SPLIT) else None)
-    # train metrics on a fixed sample read by row id: the train split (1.4 KB a row for 19x19
-    # Go) need not fit in memory; ids are sorted so each row group is read once
-    sample = np.sort(np.random.default_rng([config.seed, 1 << 20]).permutation(stream.rows)[
-        :config.train_eval_rows])
-    train_rows = stream.read_rows(sample[rank_share(len(sample), rank, world)],
-                                  results=has_value)
-    model, optimizer, scheduler = make_model(config)
-    # DDP averages the gradients over the ranks during backward (and starts every rank from
-    # rank 0's weights); evaluation and checkpoints use the bare model, whose state_dict keys
-    # are the same at any number of ranks
-    stepped: nn.Module = model
-    if world > 1:
-        cuda = config.device.startswith("cuda")
-        stepped = DistributedDataParallel(
-            model, device_ids=[torch.device(config.device).index] if cuda else None)
-    step = make_step(stepped, optimizer, scheduler, config)
-    state = {"epoch": 0, "step": 0, "best_val_loss": float("inf"), "bad_epochs": 0,
-             "stopped": "", "loader": None}
-    history: list[dict] = []
-    loader_state = None
-    if checkpoint is not None and checkpoint.exists():
-        state, history = load_checkpoint(checkpoint, model, optimizer, scheduler, config)
-        state["stopped"] = ""  # a budget that stopped the last run may have been raised
-        loader_state = _restore_loader(state, rank, world, stream)
-    batches = batch_source(stream, config)
-    if loader_state:
-        batches.load_state_dict(loader_state)
-    # batches of the epoch in progress already taken (by each rank: they step together)
-    done = sum(loader_state["batches"]) if loader_state else 0
-    start = time.perf_counter()
-    seen = 0
-    report = log.info if progress and rank == 0 else log.debug
-    report("training %s on %s: %d train rows, batch %d, %s, %s, %d torch thread(s), %s%s%s",
-           config.model, dataset_dir, stream.rows, config.batch_size,
-           f"up to {limit} steps" if limit else "no step limit",
-           f"up to {config.max_seconds:g} s" if config.max_seconds else "no time limit",
-           torch.get_num_threads(), config.device,
-           f", {world} ranks ({dist.get_backend()}) of {stream.batch_size} rows a step"
-           if world > 1 else "",
-           f", resumed at step {state['step']}" if state["step"] else "")
-    last_report = start
-    model.train()
-
-    def evaluate_splits() -> dict:
-        def run(rows: tuple, plies: bool = True) -> dict:
-            return evaluate(model, rows[0], rows[1], config.device,
-                            rows[2] if plies else None, batch=config.eval_batch, stages=stages,
-                            results=rows[-1] if has_value else None, reduce=world > 1)
-        out = {"train": run(train_rows, plies=False), "validation": run(val), "test": run(test)}
-        if game_test is not None:
-            out[GAME_SPLIT] = run(game_test)
-        return out
-
-    def checkpoint_now() -> None:
-        if checkpoint is None:
-            return
-        if world == 1:
-            state["loader"] = batches.state_dict()
-            state.pop("rank_loaders", None)  # of a distributed run this one resumed
-            state.pop("world_size", None)
-            save_checkpoint(checkpoint, model, optimizer, scheduler, config, state, history)
-            return
-        positions: list = [None] * world
-        dist.all_gather_object(positions, batches.state_dict())
-        if rank == 0:
-            state["loader"], state["rank_loaders"], state["world_size"] = (
-                positions[0], positions, world)
-            save_checkpoint(checkpoint, model, optimizer, scheduler, config, state, history)
-        dist.barrier()  # the file is complete before any rank goes on (or exits)
-
-    if limit and state["step"] >= limit:
-        state["stopped"] = "max_steps"
-    while not state["stopped"]:
-        finished_epoch = True
-        epoch_now = batches.epoch
-        # distributed: ranks hold different row groups; all stop after the batches every rank
-        # has (the loader's num_batches for each rank), so none waits in a collective for good
-        cap = min(stream.num_batches(config.loader_workers, epoch=epoch_now, rank=r)
-                  for r in range(world)) if world > 1 else 0
-        if world > 1 and not cap:
-            raise ValueError(f"{dataset_dir}: a rank gets no full batch of {stream.batch_size} "
-                             f"rows in epoch {epoch_now} ({stream.rows} train rows over {world} "
-                             "ranks): give a smaller batch or fewer ranks")
-        for batch in batches if not cap or done < cap else ():  # one epoch, or its rest
-            b_t, m_t, r_t = to_device(batch, config.device)
-            loss = step(b_t, m_t, r_t)
-            state["step"] += 1
-            done += 1
-            seen += len(m_t)
-            if state["step"] % 50 == 0 and time.perf_counter() - last_report >= PROGRESS_EVERY_S:
-                last_report = time.perf_counter()
-                elapsed = last_report - start
-                report("step %d%s, epoch %d: loss %.3f, %.0f samples/s", state["step"],
-                       f"/{limit}" if limit else "", state["epoch"], loss.item(),
-                       seen * world / max(elapsed, 1e-9))
-            if config.checkpoint_every and state["step"] % config.checkpoint_every == 0:
-                checkpoint_now()
-            # Budgets are checked after a step, before the next batch is drawn, so a resumed
-            # run continues exactly where this one stopped.
-            if limit and state["step"] >= limit:
-                state["stopped"] = "max_steps"
-            elif config.max_seconds:
-                over = time.perf_counter() - start > config.max_seconds
-                if over if world == 1 else _agree(over, config.device):
-                    state["stopped"] = "max_seconds"
-            if state["stopped"]:
-                finished_epoch = False
-                break
-            if cap and done >= cap:
-                break
-        if cap and finished_epoch:  # leave the rest of this rank's pass unread
-            batches.end_epoch(epoch_now)
-        if finished_epoch:
-            done = 0
-        epoch_metrics = {"epoch": state["epoch"], "step": state["step"],
-                         "complete": finished_epoch, **evaluate_splits()}
-        history.append(epoch_metrics)
-        report("epoch %d%s at step %d: validation loss %.3f, top-1 %.3f; train top-1 %.3f",
-               state["epoch"], "" if finished_epoch else " (partial)", state["step"],
-               epoch_metrics["validation"]["loss"], epoch_metrics["validation"]["top1"],
-               epoch_metrics["train"]["top1"])
-        last_report = time.perf_counter()
-        if finished_epoch:
-            val_loss = epoch_metrics["validation"]["loss"]
-            if val_loss < state["best_val_loss"] - 1e-6:
-                state["best_val_loss"], state["bad_epochs"] = val_loss, 0
-            else:
-                state["bad_epochs"] += 1
-            state["epoch"] += 1
-            if config.patience and state["bad_epochs"] >= config.patience:
-                state["stopped"] = "early_stop"
-            elif state["epoch"] >= config.max_epochs:
-                state["stopped"] = "max_epochs"
-        checkpoint_now()
-    if isinstance(batches, ShardLoader):
-        batches.close()
-    elapsed = time.perf_counter() - start
-    last = history[-1] if history else None
-    if last is not None and last["step"] == state["step"] and "test" in last:
-        final = {split: last[split] for split in ("train", "validation", "test", GAME_SPLIT)
-                 if split in last}
-    else:  # e.g. a resume of a run killed between its last step and its evaluation
-        final = evaluate_splits()
-    # samples of all ranks: each took the same steps of the same per-rank batch
-    metrics: dict = {
-        "game": game, "n_moves": stream.n_moves,
-        "steps": state["step"], "epochs": state["epoch"], "stopped": state["stopped"],
-        "seconds": round(elapsed, 2),
-        "samples_per_s": round(seen * world / max(elapsed, 1e-9), 1),
-        "train_rows": stream.rows, **({"world_size": world} if world > 1 else {}), **final,
-    }
-    report("stopped by %s after %d steps, %d epochs, %.1f s (%.0f samples/s)",
-           state["stopped"], state["step"], state["epoch"], elapsed, metrics["samples_per_s"])
-    model.eval()
-    return TrainResult(model=model.to(memory_format=torch.contiguous_format), config=config,
-                       metrics=metrics, history=history)
+    if not config.model:
+        config = config.for_game(dataset_game(dataset_dir, "train")[0])
+    stream = _open_stream(dataset_dir, config, rank, world)
+    held_out = _read_held_out(dataset_dir, stream, config, rank, world)
+    run = _Run(dataset_dir, config, stream, held_out, checkpoint, progress, rank, world)
+    run.resume()
+    run.log_start()
+    run.model.train()
+    if run.limit and run.state["step"] >= run.limit:
+        run.state["stopped"] = "max_steps"
+    while not run.state["stopped"]:
+        run.close_epoch(run.run_epoch())
+    return run.result()

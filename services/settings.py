@@ -1,0 +1,123 @@
+"""Settings dataclasses as the one source of their command-line flags and defaults.
+
+A settings class (`services.trainer.train.TrainConfig`, `services.search.server.ServiceConfig`)
+declares each field with `setting(default, help, flag=...)`. `add_arguments` writes the argparse
+flags from those fields (name, type, default, choices, help), `from_args` builds the dataclass
+back from the parsed namespace, and the Prefect flows and deployments take the dataclass itself
+as a parameter. A default is therefore written once, on its field, and every entry point (the
+flows' command lines, torchrun's entry, the search service, the Prefect deployments) reads it
+from there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def setting(default: Any, help: str, *, flag: str | None = None,
+            choices: Iterable[Any] | None = None, cli: bool = True) -> Any:
+    """A dataclass field with its command-line description: `flag` (default ``--`` and the field
+    name with dashes), `choices`, and `cli=False` for a field no command line sets (one
+    given by an object built elsewhere, or by another module's flags)."""
+    return dataclasses.field(default=default, metadata={
+        "help": help, "flag": flag, "choices": tuple(choices) if choices is not None else None,
+        "cli": cli})
+
+
+def flag_of(field: dataclasses.Field, prefix: str = "") -> str:
+    """The command-line flag of `field` (``--`` + `prefix` + its name or its own flag)."""
+    name = field.metadata.get("flag") or field.name.replace("_", "-")
+    return f"--{prefix}{name.removeprefix('--')}"
+
+
+def dest_of(field: dataclasses.Field, prefix: str = "") -> str:
+    """The argparse destination of `field`'s flag: the field name, after `prefix` if any."""
+    return f"{prefix.replace('-', '_')}{field.name}"
+
+
+def cli_fields(cls: type) -> list[dataclasses.Field]:
+    """The fields of settings class `cls` that a command line sets."""
+    return [f for f in dataclasses.fields(cls) if f.metadata.get("cli", True)]
+
+
+def _scalar_type(cls: type, name: str) -> type:
+    """int, float, str or bool: the type of field `name` without its ``| None``."""
+    hint = typing.get_type_hints(cls)[name]
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) != 1:
+            raise TypeError(f"{cls.__name__}.{name}: one type besides None, got {hint}")
+        hint = args[0]
+    if hint not in (int, float, str, bool):
+        raise TypeError(f"{cls.__name__}.{name}: int, float, str or bool, got {hint}")
+    return hint
+
+
+def _help(field: dataclasses.Field, default: Any) -> str:
+    text = field.metadata.get("help") or ""
+    if default is None or "default" in text:
+        return text  # None means something the help text says
+    shown = repr(default) if isinstance(default, str) else f"{default:g}" if isinstance(
+        default, float) else str(default)
+    return f"{text} (default {shown})"
+
+
+def add_arguments(parser: argparse.ArgumentParser, cls: type, *, prefix: str = "",
+                  defaults: Mapping[str, Any] | None = None, title: str | None = None,
+                  skip: Iterable[str] = ()) -> argparse._ArgumentGroup:
+    """Add a flag for every command-line field of settings class `cls` to `parser`, in a group
+    (`title`, default the class's name). `defaults` overrides a field's default for this command
+    line alone (an entry point whose default differs on purpose, e.g. a device picked per
+    rank); `skip` leaves fields out; `prefix` goes before every flag and destination (two
+    settings classes, or one twice, on one command line)."""
+    defaults = dict(defaults or {})
+    skip = set(skip)
+    unknown = (set(defaults) | skip) - {f.name for f in dataclasses.fields(cls)}
+    if unknown:
+        raise ValueError(f"{cls.__name__} has no field(s) {sorted(unknown)}")
+    group = parser.add_argument_group(title or f"{cls.__name__} settings")
+    for field in cli_fields(cls):
+        if field.name in skip:
+            continue
+        default = defaults.get(field.name, field.default)
+        kind = _scalar_type(cls, field.name)
+        options: dict[str, Any] = {"dest": dest_of(field, prefix), "default": default,
+                                   "help": _help(field, default)}
+        if kind is bool:
+            options["action"] = argparse.BooleanOptionalAction
+        else:
+            options["type"] = kind
+            if field.metadata.get("choices"):
+                options["choices"] = field.metadata["choices"]
+        group.add_argument(flag_of(field, prefix), **options)
+    return group
+
+
+def from_args(cls: type[T], args: argparse.Namespace, *, prefix: str = "",
+              **overrides: Any) -> T:
+    """An instance of settings class `cls` from a namespace parsed with `add_arguments` (fields
+    without a flag there keep their defaults), then `overrides`."""
+    values = {f.name: getattr(args, dest_of(f, prefix)) for f in dataclasses.fields(cls)
+              if hasattr(args, dest_of(f, prefix))}
+    return cls(**{**values, **overrides})
+
+
+def field_defaults(cls: type) -> dict[str, Any]:
+    """{field name: default} of settings class `cls`."""
+    return {f.name: f.default for f in dataclasses.fields(cls)}
+
+
+# Where the project keeps its data and models unless told otherwise (the flows' and the
+# command lines' default paths).
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATASET = str(ROOT / "artifacts" / "dataset")
+DEFAULT_REPOSITORY = str(ROOT / "model_repository")
+DEFAULT_RUN_DIR = str(ROOT / "artifacts" / "train")
