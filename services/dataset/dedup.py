@@ -2,7 +2,7 @@
 intermediates, its sorted result streamed into the shards.
 
 Why DuckDB: the pairs of a whole archive collection do not fit in memory (19x19 Go boards are
-1,444 bytes a row: 10 million positions are 14 GB of boards). DuckDB's hash aggregate and sort
+1,444 bytes a row: 10 million positions are 14 GB of boards). DuckDB's aggregates and sort
 spill to `temp_directory` once `memory_limit` is reached, so the build runs in bounded memory
 at any size; the Python side only ever holds one record batch and one shard row group.
 
@@ -15,7 +15,9 @@ What the query does (every row of the intermediates is one occurrence of a canon
 2. pairs: rows merge only when the full canonical board bytes and the move are equal (and both
    come from held-out games or both from others): count summed, smallest ply / position hash
    / mover rank / game id / source, the rule of the smallest game id, the mover's result
-   averaged over the occurrences whose result is known (NaN when none is);
+   averaged over the occurrences whose result is known (NaN when none is). DuckDB sorts the
+   raw rows by (split, position hash, move), which puts the rows that merge next to each
+   other, and they are merged as the batches stream by (`_merged`);
 3. the split of a pair from a held-out game is `game_test`. Any other pair's split is a
    function of its position (position hash) alone, so a position never sits in two of train,
    validation and test (no leakage, under any symmetry): a position that occurs at least
@@ -27,7 +29,7 @@ What the query does (every row of the intermediates is one occurrence of a canon
    Gomoku sample landed in test). With k = 2 every recurring position trains, and validation /
    test measure moves in positions met once; `game_test` measures whole unseen games,
    openings included (what a player meets);
-4. rows come out ordered by (split, position hash, move, board), the shards' order, and are
+4. pairs come out ordered by (split, position hash, move, board), the shards' order, and are
    written shard by shard (`shards.write_sorted_shards`): the result depends only on the
    intermediates, so an incremental run (new sources read, old intermediates reused) writes
    the very bytes a run from scratch writes.
@@ -143,20 +145,6 @@ def _source_sql(paths: Sequence[Path], game: str, settings: BuildSettings) -> tu
     return games, raw
 
 
-def _pairs_sql(raw: str) -> str:
-    """The grouped pairs (with `holdout`) of the raw rows `raw` selects."""
-    return f"""
-    SELECT holdout, board, move, min(board_size) AS board_size, min(to_move) AS to_move,
-           min(ply) AS ply, sum(count)::INTEGER AS count,
-           min(position_hash) AS position_hash,
-           coalesce(avg(result) FILTER (WHERE NOT isnan(result)), 'NaN'::DOUBLE)::FLOAT
-               AS result,
-           min(mover_rank) AS mover_rank, min(game_id) AS game_id, min(source) AS source,
-           min(game) AS game, min({{'g': game_id, 'r': rule}}).r AS rule
-    FROM ({raw}) GROUP BY holdout, board, move
-    """
-
-
 def _columns(paths: Sequence[Path]) -> set[str]:
     import pyarrow.parquet as pq
 
@@ -208,11 +196,11 @@ def sorted_pairs(paths: Sequence[Path], game: str,
     """Record batches of the deduplicated, split pairs of the intermediates at `paths`, in
     the shards' order (split, position hash, move, board); every PAIR_SCHEMA column.
 
-    Query shape: the grouped pairs feed the sort once (no materialised copy of them): a
-    position's occurrences outside the held-out games are counted from the raw rows (its
-    hash and count columns only), not from the grouped pairs, and joined to the pairs.
-    Go boards are grouped and sorted packed (a quarter of the bytes; the same equality and
-    order) and unpacked here, a batch at a time."""
+    Query shape: a position's occurrences outside the held-out games are counted from the
+    raw rows (its hash and count columns only) and joined to them for the split; DuckDB
+    sorts the raw rows, and equal pairs are merged as they stream by (`_merged`). Go boards
+    are compared and sorted packed (a quarter of the bytes; the same equality and order)
+    and unpacked here, a batch at a time."""
     if not paths:
         return
     paths = list(paths)
@@ -240,7 +228,7 @@ def _sorted_batches(paths: list[Path], game: str,
     ),
     split AS (
         SELECT p.*, {_position_split_sql(settings)} AS split_code
-        FROM ({_pairs_sql(raw)}) p LEFT JOIN occurrences o USING (position_hash)
+        FROM ({raw}) p LEFT JOIN occurrences o USING (position_hash)
     )
     SELECT board, move, game, rule, board_size, to_move, ply, count, position_hash, result,
            mover_rank, game_id, source, ([{names}])[split_code + 1] AS split, split_code
@@ -251,24 +239,28 @@ def _sorted_batches(paths: list[Path], game: str,
         with _TempDir(settings.temp_dir) as temp:
             con = _connect(settings, temp)
             try:
-                yield from _board_order(con.sql(query).to_arrow_reader(FETCH_ROWS))
+                yield from _merged(con.sql(query).to_arrow_reader(FETCH_ROWS))
             finally:
                 con.close()
 
     return batches(), packed
 
 
-def _board_order(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Batches sorted by (split, position hash, move) -> sorted by (split, position hash,
-    move, board), without the `split_code` column.
+_SORT_KEYS = ("split_code", "position_hash", "move")
 
-    Why here and not in the query's ORDER BY: with the board bytes as its last key DuckDB's
-    sort costs about five times as much (it builds every row's key from all of them), yet
-    rows with equal (split, hash, move) are rare and come in runs of a few. Each run is put in
-    board byte order here (packed Go boards sort as the boards do); the run at the end of a
+
+def _merged(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Raw rows (one per occurrence) sorted by (split, position hash, move) -> the merged
+    pairs sorted by (split, position hash, move, board), without the `split_code` column.
+
+    Why the merge is done here and not by a GROUP BY in the query: rows that merge share
+    their (split, hash, move) (the hash and split are functions of the board, the holdout
+    flag decides the game split), so after DuckDB's sort they are neighbours, and equal
+    (split, hash, move) are rare (a position met in several games, or the same stones and
+    move with other ages or ko) and come in runs of a few. DuckDB's hash aggregate on the
+    board bytes with string minimums cost more than its sort of all the raw rows. Each run
+    of more than one row is grouped by board here (`_merge_runs`); the run at the end of a
     batch is held back until the next batch shows where it ends."""
-    import numpy as np
-
     carry: pa.Table | None = None
     for batch in batches:
         table = pa.Table.from_batches([batch])
@@ -277,38 +269,61 @@ def _board_order(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         n = table.num_rows
         if n == 0:
             continue
-        codes = table["split_code"].to_numpy()
-        hashes = table["position_hash"].to_numpy()
-        moves = table["move"].to_numpy()
+        keys = [table[k].to_numpy() for k in _SORT_KEYS]
         tail = n - 1  # the first row of the run that ends the table
-        while tail and codes[tail - 1] == codes[-1] and hashes[tail - 1] == hashes[-1] \
-                and moves[tail - 1] == moves[-1]:
+        while tail and all(k[tail - 1] == k[-1] for k in keys):
             tail -= 1
         carry = table.slice(tail)
         if tail:
-            yield from _ordered_runs(table.slice(0, tail), codes[:tail], hashes[:tail],
-                                     moves[:tail], np)
+            yield from _merge_runs(table.slice(0, tail), [k[:tail] for k in keys])
     if carry is not None and carry.num_rows:
-        yield from _ordered_runs(carry, carry["split_code"].to_numpy(),
-                                 carry["position_hash"].to_numpy(), carry["move"].to_numpy(), np)
+        yield from _merge_runs(carry, [carry[k].to_numpy() for k in _SORT_KEYS])
 
 
-def _ordered_runs(table: pa.Table, codes, hashes, moves, np) -> Iterator[pa.RecordBatch]:
-    """`table` (whole runs of equal (split, hash, move)) with each run in board byte order,
-    as record batches without `split_code`."""
-    same = (codes[1:] == codes[:-1]) & (hashes[1:] == hashes[:-1]) & (moves[1:] == moves[:-1])
-    table = table.drop_columns(["split_code"])
+def _merge_runs(table: pa.Table, keys: list) -> Iterator[pa.RecordBatch]:
+    """`table` (whole runs of equal (split, hash, move); `keys`: those columns as arrays)
+    with the rows of equal board in a run merged (`_merge_groups`) and each run in board
+    byte order, as record batches without `split_code`."""
+    import numpy as np
+
+    same = np.ones(table.num_rows - 1, bool)
+    for k in keys:
+        same &= k[1:] == k[:-1]
     if same.any():
-        order = np.arange(table.num_rows)
-        starts = np.flatnonzero(np.r_[True, ~same])
-        ends = np.r_[starts[1:], table.num_rows]
-        boards = table["board"]
-        for s0, s1 in zip(starts.tolist(), ends.tolist(), strict=True):
-            if s1 - s0 > 1:
-                run = boards.slice(s0, s1 - s0).to_pylist()
-                order[s0:s1] = s0 + np.array(sorted(range(s1 - s0), key=run.__getitem__))
-        table = table.take(pa.array(order))
-    yield from table.to_batches()
+        in_run = np.zeros(table.num_rows, bool)
+        in_run[1:] |= same
+        in_run[:-1] |= same
+        runs = _merge_groups(table.filter(in_run))
+        table = pa.concat_tables([table.filter(~in_run), runs.cast(table.schema)]).sort_by(
+            [(k, "ascending") for k in (*_SORT_KEYS, "board")])
+    yield from table.drop_columns(["split_code"]).to_batches()
+
+
+_GROUP_KEYS = [*_SORT_KEYS, "board"]
+# each column of a merged pair: count summed, the smallest ply / sizes / ranks / ids /
+# source / game, the mean of the known results, the rule of the smallest game id (rows
+# come ordered by game id and rule, and "first" keeps that order)
+_AGGREGATES = (("count", "sum"), ("ply", "min"), ("result", "mean"), ("mover_rank", "min"),
+               ("game_id", "min"), ("source", "min"), ("game", "min"), ("board_size", "min"),
+               ("to_move", "min"), ("rule", "first"), ("split", "first"))
+
+
+def _merge_groups(rows: pa.Table) -> pa.Table:
+    """The rows of equal (split, hash, move, board) merged into one pair each, ordered by
+    (split, hash, move, board); the columns of `rows`."""
+    import pyarrow.compute as pc
+
+    result = rows["result"]
+    rows = rows.set_column(rows.column_names.index("result"), "result", pc.if_else(
+        pc.is_nan(result), pa.scalar(None, result.type), result))
+    rows = rows.sort_by([(k, "ascending") for k in (*_GROUP_KEYS, "game_id", "rule")])
+    grouped = rows.group_by(_GROUP_KEYS, use_threads=False).aggregate(list(_AGGREGATES))
+    grouped = grouped.rename_columns([c.rsplit("_", 1)[0] if c.endswith(
+        tuple(f"_{agg}" for _, agg in _AGGREGATES)) else c for c in grouped.column_names])
+    mean = grouped["result"].to_numpy(zero_copy_only=False)  # null (none known) -> NaN
+    grouped = grouped.set_column(grouped.column_names.index("result"), "result",
+                                 pa.array(mean).cast(result.type))
+    return grouped.select(rows.column_names)
 
 
 class _GroupUnpacker:
