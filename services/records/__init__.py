@@ -3,8 +3,9 @@
 Every reader yields validated games plus one `Rejected` per record it could not ingest, so a
 dataset build can account for every record in a file; `summarize` counts any reader's output.
 
-Modules: `rif` (.rif reader), `rif_writer`, `sgf` (SGF reader, Go), `reasons` (quarantine
-reason categories, read summaries), `selfplay` (rule-based games).
+Modules: `rif` (.rif reader), `rif_writer`, `sgf` (SGF reader, Go), `sgf_writer` (SGF text
+of a game, every game), `reasons` (quarantine reason categories, read summaries), `selfplay`
+(rule-based games).
 """
 
 from services.records.reasons import ReadStats, summarize
