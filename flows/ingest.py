@@ -75,6 +75,7 @@ from services.dataset.shards import (
     write_quarantine,
     write_table_atomic,
 )
+from services.games.registry import game_of_source
 from services.import_closure import closure_digest
 from services.records.reasons import count_reasons
 from services.records.rif import RIF_SUFFIXES, RifGame, read_rif
@@ -146,14 +147,13 @@ def read_source(path: str, name: str, fingerprint: str, work_dir: str,
     stem = intermediate_stem(name, fingerprint)
     pairs_path = work / f"{stem}.pairs.parquet"
     quarantine_path = work / f"{stem}.quarantine.parquet"
+    game = source_game(p)
     if is_go_source(p):
-        game = "go"
         # written as it is read: an archive's pairs need not fit in memory
         result = write_go_source_pairs(p, pairs_path, name, board_size=go_board_size)
         truncated = result.truncated
         n_pairs, pairs_sha256 = result.rows, result.sha256
     else:
-        game = "gomoku"
         rules: dict[str, str] = {}
 
         def records():
@@ -203,13 +203,13 @@ def _intact(summary: dict) -> bool:
 
 
 def source_game(path: str | Path) -> str:
-    """'go' for the Go suffixes (GO_SUFFIXES), 'gomoku' for RIF_SUFFIXES; a file of any other
+    """The registered name of the game whose records the file's suffix names
+    (`Game.record_formats`: Go for GO_SUFFIXES, Gomoku for RIF_SUFFIXES); a file of any other
     suffix is refused (ValueError naming it and the suffixes accepted)."""
-    if is_go_source(path):
-        return "go"
-    if str(path).lower().endswith(RIF_SUFFIXES):
-        return "gomoku"
-    raise ValueError(unknown_suffix_message([str(path)]))
+    game = game_of_source(str(path))
+    if game is None:
+        raise ValueError(unknown_suffix_message([str(path)]))
+    return game.name
 
 
 def unknown_suffix_message(paths: list[str]) -> str:

@@ -200,3 +200,16 @@ def test_the_dispatch_check_finds_dispatch(tmp_path: Path) -> None:
         "probe/dispatch.py:4: the string 'go'",
         "probe/dispatch.py:5: the string 'gomoku_policy'",
     ]
+
+
+def test_the_search_service_imports_no_torch() -> None:
+    """Go's network input is built with numpy (`go_features`); torch (`go_planes`) stays out of
+    the search service's process."""
+    import subprocess
+    import sys
+
+    code = ("import sys, services.search.server, services.games.go_game; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip() == "False"

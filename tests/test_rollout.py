@@ -39,22 +39,19 @@ from services.triton.publisher import (
     quarantined_versions,
     write_smoke_positions,
 )
+from services.triton.quarantine import QUARANTINE_REASON
 from services.triton.rollout import (
     CANDIDATE_SUFFIX,
-    QUARANTINE_REASON,
     RolloutError,
-    check_version_files,
     config_json,
     current_version,
-    masked_policy,
     read_model_config,
-    read_state,
     rollout,
-    smoke_test,
-    state_path,
-    top1_hits,
 )
+from services.triton.rollout_state import read_state, state_path
 from services.triton.server import TritonServer
+from services.triton.smoke import masked_policy, smoke_test, top1_hits
+from services.triton.version_files import check_version_files
 from tests.triton_fixtures import (
     MODEL_NAME,
     TinyPolicy,

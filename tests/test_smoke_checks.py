@@ -26,16 +26,10 @@ from services.triton.publisher import (
     validate_model_file,
     write_smoke_positions,
 )
-from services.triton.rollout import (
-    QUARANTINE_REASON,
-    TACTICAL_TOP_K,
-    SmokeCheck,
-    check_version_files,
-    checks_markdown,
-    describe_event,
-    quarantine,
-    top1_hits,
-)
+from services.triton.quarantine import QUARANTINE_REASON, quarantine
+from services.triton.rollout_state import describe_event
+from services.triton.smoke import TACTICAL_TOP_K, SmokeCheck, checks_markdown, top1_hits
+from services.triton.version_files import check_version_files
 from tests.triton_fixtures import (
     MODEL_NAME,
     TinyPolicy,
@@ -196,7 +190,7 @@ def test_gate_floors() -> None:
 
 
 def test_gate_compares_with_the_recorded_serving_version(tmp_path: Path) -> None:
-    from services.triton.rollout import _write_state, read_state
+    from services.triton.rollout_state import read_state, write_state
 
     repo = make_repository(tmp_path)
     tiny = build_tiny_policy(tmp_path / "tiny.pt")
@@ -204,7 +198,7 @@ def test_gate_compares_with_the_recorded_serving_version(tmp_path: Path) -> None
     publish(tiny, repo, MODEL_NAME)
     assert gate.reference_version(repo, MODEL_NAME) == 2  # no record: the newest
     state = read_state(repo, MODEL_NAME)
-    _write_state(repo, MODEL_NAME, {**state, "current": 1, "previous": 2})  # v2 rolled back
+    write_state(repo, MODEL_NAME, {**state, "current": 1, "previous": 2})  # v2 rolled back
     assert gate.reference_version(repo, MODEL_NAME) == 1
 
 
@@ -247,7 +241,7 @@ def test_serving_without_triton_or_record_never_prints_vnone(
 def test_value_check_blocks_non_finite_values_of_a_value_head() -> None:
     """Triton's python model of an older publish (its own model.py copy) answers a NaN value;
     the smoke test refuses it when the version has a value head."""
-    from services.triton.rollout import _value_check
+    from services.triton.smoke import _value_check
 
     nan = [np.array([0.1, np.nan], np.float32), None]
     check = _value_check(8, True, nan)

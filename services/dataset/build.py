@@ -41,10 +41,10 @@ from services.dataset.canonical import (
     split_codes,
 )
 from services.dataset.pairs import game_plies, replay_games
-from services.games.gomoku import Rule
+from services.games.gomoku import DEFAULT_SIZE, Rule
 from services.records.rif import Rejected, RifGame, game_rule
 
-BOARD_SIZE = 15
+BOARD_SIZE = DEFAULT_SIZE  # RenjuNet records: Gomoku/Renju on 15x15
 # rows of one board column chunk: its int32 offsets must stay below 2**31 bytes
 _MAX_CHUNK_BYTES = 2**31 - 1
 # deduplicate's scratch, in boards: rows gathered per step from a chunked board column

@@ -27,6 +27,7 @@ from services.dataset.canonical import frozen_point_table, split_of, symmetry_zo
 from services.games.go import BLACK, WHITE
 from services.games.go_fast import game_compact
 from services.games.go_features import COMPACT_CHANNELS
+from services.games.go_game import GO
 from services.games.symmetry import N_SYMMETRIES
 from services.records.sgf import SgfGame
 
@@ -381,7 +382,7 @@ def pairs_tables(games: Sequence[GoPairs], game_ids: Sequence[str], source: str,
     game_of_row = np.repeat(np.arange(len(games)), lengths)
     ranks = pa.array([r for g in games for r in g.ranks], pa.string())
     return pa.table({
-        "game": pa.array(["go"], pa.string()).take(np.zeros(n, np.int32)),
+        "game": pa.array([GO.name], pa.string()).take(np.zeros(n, np.int32)),
         "rule": pa.array(list(rules), pa.string()).take(game_of_row),
         "board_size": pa.array(np.full(n, size, np.int8)),
         PACKED_BOARD if packed else "board": board,

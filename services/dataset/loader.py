@@ -13,7 +13,7 @@ with `batch_size=None` (`make_loader` builds one). Each batch is a dict:
 
 Boards stay compact int8 until they reach the model's device, where `expand_planes` (or the
 model itself: every built model takes compact inputs) turns them into float feature planes:
-`services.games.encoding.planes_torch` for Gomoku, `go_features.planes_torch` for Go. Shipping
+`services.games.encoding.planes_torch` for Gomoku, `go_planes.planes_torch` for Go. Shipping
 int8 is 4x (Gomoku 3 planes) to 17x (Go) less host-to-device traffic than float planes.
 
 The game of a split comes from its shards' `game` column (schema 2, one game per split, as
@@ -104,7 +104,7 @@ from services.dataset.row_groups import (
     split_for_ranks,
 )
 from services.dataset.shuffle import ShuffleBuffer, batch_tensors, plain_alloc
-from services.games import encoding, go_features
+from services.games import encoding, go_planes
 
 STATE_VERSION = 1
 
@@ -118,10 +118,10 @@ COLUMNS = ("boards", "moves", "results")  # what a batch holds, in block order
 def expand_planes(boards: torch.Tensor) -> torch.Tensor:
     """Compact int8 boards of a batch -> float feature planes, on the boards' device: Gomoku
     [B, s, s] -> [B, 3, s, s] (encoding.planes_torch), Go [B, 4, s, s] -> [B, 17, s, s]
-    (go_features.planes_torch). Built models do this themselves; this is for code that feeds
+    (go_planes.planes_torch). Built models do this themselves; this is for code that feeds
     a bare network."""
     if boards.dim() == 4:
-        return go_features.planes_torch(boards)
+        return go_planes.planes_torch(boards)
     return encoding.planes_torch(boards)
 
 

@@ -52,6 +52,8 @@ import pyarrow.parquet as pq
 
 from services import atomic_files
 from services.checksums import sha256_file
+from services.games.go_features import COMPACT_CHANNELS
+from services.games.registry import default_game, get_game, registered_games
 
 SCHEMA_VERSION = 2  # 2: game, rule, result, mover_rank; Go boards as compact planes
 SCHEMA_KEY = b"movepred.schema_version"
@@ -79,8 +81,8 @@ _OWNED = re.compile(
     r"|^\..+\.tmp$"
 )
 
-GAMES = ("gomoku", "go")
-GO_CHANNELS = 4  # services/games/go_features.py COMPACT_CHANNELS (not imported: torch)
+GAMES = tuple(g.name for g in registered_games())  # the `game` column's values
+GO_CHANNELS = COMPACT_CHANNELS
 
 PAIR_SCHEMA = pa.schema(
     [
@@ -88,7 +90,7 @@ PAIR_SCHEMA = pa.schema(
         # Go the compact [4, size, size] planes of services/games/go_features.py
         ("board", pa.binary()),
         ("move", pa.int16()),  # canonical next move, y * size + x; Go: size*size = pass
-        ("game", pa.string()),  # "gomoku" or "go"
+        ("game", pa.string()),  # the registered game name (services.games.registry)
         ("rule", pa.string()),  # the record's rule ("" when it names none)
         ("board_size", pa.int8()),
         ("to_move", pa.int8()),
@@ -181,10 +183,10 @@ def atomic_write_json(obj: dict, path: Path) -> None:
 
 def with_pair_columns(table: pa.Table) -> pa.Table:
     """`table` with every PAIR_SCHEMA column, in order, cast to its type. Columns that
-    Gomoku's `deduplicate` does not produce get their Gomoku defaults: game "gomoku", rule "",
+    Gomoku's `deduplicate` does not produce get their Gomoku defaults: the default game, rule "",
     result NaN (unknown), mover_rank ""."""
     n = table.num_rows
-    defaults = {"game": lambda: pa.repeat(pa.scalar("gomoku", pa.string()), n),
+    defaults = {"game": lambda: pa.repeat(pa.scalar(default_game().name, pa.string()), n),
                 "rule": lambda: _empty_strings(n),
                 "result": lambda: pa.array(np.full(n, np.nan, np.float32), pa.float32()),
                 "mover_rank": lambda: _empty_strings(n)}
@@ -508,7 +510,7 @@ def read_split(dataset_dir: Path, split: str,
         raise DatasetError(f"{dataset_dir}: split {split!r} is empty")
     table = pa.concat_tables(parts)
     game, size, _ = kind
-    shape = (-1, size, size) if game == "gomoku" else (-1, GO_CHANNELS, size, size)
+    shape = (-1, *get_game(game).input_shape(size))
     flat = np.frombuffer(b"".join(table["board"].to_pylist()), dtype=np.int8)
     boards = flat.reshape(shape).copy()  # writable, owned by the caller
     moves = table["move"].to_numpy().astype(np.int64)

@@ -146,7 +146,7 @@ class Game(ABC):
     input_max_value: ClassVar[int] = 2  # largest int8 value of the network input
     default_model: ClassVar[str]  # Triton model name
     default_config: ClassVar[str] = ""  # network config trained by default
-    record_formats: ClassVar[tuple[str, ...]] = ()  # file suffixes of its game records
+    record_formats: ClassVar[tuple[str, ...]] = ()  # file suffixes of its game records (lower case)
     # move-number bands of the trainer's per-stage metrics: (band width, last band start)
     stages: ClassVar[tuple[int, int]] = (10, 60)
 
@@ -160,6 +160,13 @@ class Game(ABC):
         """The network input of one position (no batch dimension)."""
         s = self.default_size if size is None else size
         return (self.input_planes, s, s) if self.input_planes else (s, s)
+
+    def random_inputs(self, n: int, size: int | None = None, seed: int = 0) -> np.ndarray:
+        """`n` random network inputs (int8, `input_shape(size)`) within the input's value
+        range: what an exported network is checked on besides real positions."""
+        rng = np.random.default_rng(seed)
+        shape = (n, *self.input_shape(size))
+        return rng.integers(0, self.input_max_value + 1, shape).astype(np.int8)
 
     def model_io(self) -> ModelIO:
         """The input/output of the game's Triton model."""

@@ -53,6 +53,7 @@ from services.games.go import (
     opponent,
 )
 from services.games.registry import register
+from services.records.sgf import ARCHIVE_SUFFIXES
 
 GO_SIZE = 19  # the default size (board_size 0 in a request, GTP before any boardsize)
 # The sizes served (requests, GTP `boardsize`): 9..19, see services/games/go.py for why.
@@ -228,8 +229,22 @@ class GoGame(Game):
     input_max_value = go_features.MAX_LIBERTIES  # liberties 0..4, move age 0..4
     default_model = "go_policy"
     default_config = "go_res_b2c32_v"
-    record_formats = (".sgf",)
+    record_formats = (".sgf", *ARCHIVE_SUFFIXES)  # SGF files and archives of them
     stages = (50, 300)  # Go games run to 200-300 moves
+
+    def random_inputs(self, n: int, size: int | None = None, seed: int = 0) -> np.ndarray:
+        """Random compact planes every feature plane is exercised by: stones 0..2, liberties
+        1..4 on stones only, a few move ages 1..4, at most one ko point."""
+        rng = np.random.default_rng(seed)
+        s = size or GO_SIZE
+        stones = rng.integers(0, 3, (n, s, s))
+        libs = rng.integers(1, go_features.MAX_LIBERTIES + 1, (n, s, s)) * (stones > 0)
+        age = rng.integers(1, go_features.RECENT_MOVES + 1, (n, s, s))
+        age = age * (rng.random((n, s, s)) < 0.02) * (stones > 0)
+        ko = np.zeros((n, s * s), dtype=np.int64)
+        has_ko = rng.random(n) < 0.5
+        ko[has_ko, rng.integers(0, s * s, int(has_ko.sum()))] = 1
+        return np.stack([stones, libs, age, ko.reshape(n, s, s)], axis=1).astype(np.int8)
 
     def move_name(self, move: int, size: int) -> str:
         return vertex(move, size)

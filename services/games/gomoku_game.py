@@ -40,6 +40,7 @@ from services.games.gomoku import (
     window_sums,
 )
 from services.games.registry import register
+from services.records.rif import RIF_SUFFIXES
 
 # API rule values -> rules (RULE_UNSPECIFIED: freestyle)
 RULES = {
@@ -79,7 +80,7 @@ class GomokuGame(Game):
     sizes = (DEFAULT_SIZE,)  # the Gomoku model's input is fixed at 15x15
     default_model = "gomoku_policy"
     default_config = "shao_f32_n2_v"
-    record_formats = (".rif",)
+    record_formats = RIF_SUFFIXES
     stages = (10, 100)  # 10-move bands, every ply past 100 in one
 
     def expand(self, state: Position) -> Expansion:

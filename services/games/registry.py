@@ -87,6 +87,15 @@ def game_for_model(model_name: str) -> Game | None:
     return None
 
 
+def game_of_source(path: str) -> Game | None:
+    """The game whose record files (`Game.record_formats`) `path`'s suffix names."""
+    name = str(path).lower()
+    for game in registered_games():
+        if game.record_formats and name.endswith(game.record_formats):
+            return game
+    return None
+
+
 def default_game() -> Game:
     """The game of a request or command that names none."""
     return game_for_proto(search_pb2.GAME_UNSPECIFIED)

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from torch import nn
 
 from services.games.go_features import N_GO_PLANES
+from services.games.go_game import GO
+from services.games.gomoku_game import GOMOKU
 from services.models.resnet import GoPolicy, ResidualPolicyNet
 from services.models.shao import BoardPolicy, ShaoPolicyNet
 from services.models.value import PolicyValue
@@ -22,7 +24,7 @@ from services.models.value import PolicyValue
 
 @dataclass(frozen=True)
 class ModelSpec:
-    game: str  # "gomoku" or "go"
+    game: str  # the registered name of the game it plays (services.games.registry)
     make: Callable[[], nn.Module]
     value: bool = False  # forward returns (logits, value)
 
@@ -31,15 +33,15 @@ class ModelSpec:
 
 
 def _shao(filters: int, n: int, **kw) -> ModelSpec:
-    return ModelSpec("gomoku", lambda: BoardPolicy(ShaoPolicyNet(filters, n, **kw)))
+    return ModelSpec(GOMOKU.name, lambda: BoardPolicy(ShaoPolicyNet(filters, n, **kw)))
 
 
 def _res(blocks: int, channels: int) -> ModelSpec:
-    return ModelSpec("gomoku", lambda: BoardPolicy(ResidualPolicyNet(3, blocks, channels)))
+    return ModelSpec(GOMOKU.name, lambda: BoardPolicy(ResidualPolicyNet(3, blocks, channels)))
 
 
 def _go(blocks: int, channels: int) -> ModelSpec:
-    return ModelSpec("go", lambda: GoPolicy(
+    return ModelSpec(GO.name, lambda: GoPolicy(
         ResidualPolicyNet(N_GO_PLANES, blocks, channels, pass_logit=True)))
 
 

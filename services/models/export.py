@@ -20,8 +20,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from services.games.go_features import MAX_LIBERTIES, RECENT_MOVES
+from services.games.registry import default_game, get_game
 from services.models.value import split_outputs
+
+DEFAULT_GAME = default_game().name
 
 
 class ExportError(RuntimeError):
@@ -29,28 +31,15 @@ class ExportError(RuntimeError):
 
 
 def check_inputs(game: str, board_size: int, n: int, seed: int = 0) -> torch.Tensor:
-    """Random compact inputs of the game, within each plane's value range: Gomoku cells
-    int8 [n, s, s]; Go planes int8 [n, 4, s, s] (stones 0..2, liberties 0..4 on stones only,
-    a few move ages 1..4, at most one ko point), so every feature plane gets exercised."""
-    gen = torch.Generator().manual_seed(seed)
-    s = board_size
-    if game == "gomoku":
-        return torch.randint(0, 3, (n, s, s), generator=gen, dtype=torch.int64).to(torch.int8)
-    if game != "go":
-        raise ValueError(f"game must be 'gomoku' or 'go', got {game!r}")
-    stones = torch.randint(0, 3, (n, s, s), generator=gen)
-    libs = torch.randint(1, MAX_LIBERTIES + 1, (n, s, s), generator=gen) * (stones > 0)
-    age = torch.randint(1, RECENT_MOVES + 1, (n, s, s), generator=gen)
-    age = age * (torch.rand((n, s, s), generator=gen) < 0.02) * (stones > 0)
-    ko = torch.zeros((n, s * s), dtype=torch.int64)
-    has_ko = torch.rand(n, generator=gen) < 0.5
-    ko[has_ko, torch.randint(0, s * s, (int(has_ko.sum()),), generator=gen)] = 1
-    planes = torch.stack([stones, libs, age, ko.view(n, s, s)], dim=1)
-    return planes.to(torch.int8)
+    """Random inputs of the game within each plane's value range (`Game.random_inputs`: Gomoku
+    cells int8 [n, s, s]; Go planes int8 [n, 4, s, s] with liberties on stones only, a few
+    move ages, at most one ko point), so every feature plane gets exercised."""
+    return torch.from_numpy(get_game(game).random_inputs(n, board_size, seed))
 
 
-def export_torchscript(model: nn.Module, path: Path, board_size: int = 15, n_check: int = 64,
-                       atol: float = 1e-4, seed: int = 0, game: str = "gomoku",
+def export_torchscript(model: nn.Module, path: Path, board_size: int | None = None,
+                       n_check: int = 64, atol: float = 1e-4, seed: int = 0,
+                       game: str = DEFAULT_GAME,
                        boards: np.ndarray | torch.Tensor | None = None,
                        n_moves: int | None = None) -> float:
     """Script `model` (int8 boards -> logits, or (logits, value) with a value head), verify
@@ -63,6 +52,7 @@ def export_torchscript(model: nn.Module, path: Path, board_size: int = 15, n_che
     """
     model = model.to("cpu").eval()
     scripted = torch.jit.script(model)
+    board_size = board_size or get_game(game).default_size
     inputs = check_inputs(game, board_size, n_check, seed)
     if boards is not None:
         real = torch.as_tensor(np.asarray(boards), dtype=torch.int8)

@@ -71,18 +71,19 @@ from grpc_reflection.v1alpha import reflection
 
 from services import logs, settings
 from services.api.movepred.v1 import search_pb2, search_pb2_grpc
+from services.games.registry import default_game, game_for_proto
 from services.search import auth, mcts
 from services.search.batcher import DEFAULT_MAX_BOARDS, DEFAULT_WINDOW_S
 from services.search.metrics import Metrics, MetricsServer
 from services.search.readiness import DEFAULT_INTERVAL_S, ReadinessWatcher
 from services.search.servicer import SearchServicer
 from services.search.tree_cache import DEFAULT_MAX_ENTRIES, DEFAULT_MAX_VISITS, TreeCache
+from services.triton import DEFAULT_TRITON_URL
 from services.triton.server import free_port
 
 SERVICE_NAME = search_pb2.DESCRIPTOR.services_by_name["SearchService"].full_name
 DEFAULT_PORT = 50051
-DEFAULT_TRITON_URL = "127.0.0.1:8001"
-DEFAULT_GO_MODEL = "go_policy"
+DEFAULT_GO_MODEL = game_for_proto(search_pb2.GO).default_model
 # RPC threads. A Predict holds its thread while it waits for its Triton batch, so this also caps
 # how many concurrent Predicts one process can merge into a batch: with 16, 64 concurrent
 # Predicts of the paper's network travelled in batches of <= 16 and cost 1.7x a direct call on
@@ -189,7 +190,7 @@ class Service:
 
 
 def build_service(
-    evaluator: mcts.PolicyEvaluator,
+    evaluator: mcts.PolicyEvaluator | dict[str, mcts.PolicyEvaluator],
     config: ServiceConfig | None = None,
     *,
     go_evaluator: mcts.PolicyEvaluator | None = None,
@@ -240,7 +241,7 @@ def build_service(
     search_pb2_grpc.add_SearchServiceServicer_to_server(servicer, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    games = {"gomoku": evaluator, **({"go": go_evaluator} if go_evaluator is not None else {})}
+    games = servicer.evaluators  # every served game by its registered name
     watcher = ReadinessWatcher(health_servicer, games, interval_s=c.health_interval_s,
                                metrics=metrics)
     reflection.enable_server_reflection(
@@ -314,7 +315,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The command line: the models, one flag per `ServiceConfig` field (with the field's
     default), TLS and token (`services.search.auth`), logging."""
     p = argparse.ArgumentParser(prog="python -m services.search.server", description=__doc__)
-    p.add_argument("--model", default="gomoku_policy", help="policy model name on Triton")
+    p.add_argument("--model", default=default_game().default_model,
+                   help="policy model name on Triton")
     p.add_argument("--go-model", default=DEFAULT_GO_MODEL,
                    help=f"Go policy model name on Triton (default {DEFAULT_GO_MODEL}; "
                         "empty: Go is not served)")
@@ -393,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     client = PolicyClient(args.triton_url, model_name=args.model, timeout_s=args.triton_timeout)
     go_client = (
         PolicyClient(args.triton_url, model_name=args.go_model, timeout_s=args.triton_timeout,
-                     game="go")
+                     game=game_for_proto(search_pb2.GO))
         if args.go_model
         else None
     )

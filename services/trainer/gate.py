@@ -64,7 +64,7 @@ def paired_floor(serving_hits: np.ndarray, candidate_hits: np.ndarray,
 def reference_version(repository: Path, model_name: str) -> int | None:
     """The version a new model must not be worse than: the one the rollout record says serves
     (a rolled-back newer version is no yardstick), else the newest published one."""
-    from services.triton.rollout import read_state  # lazy: rollout imports the publisher
+    from services.triton.rollout_state import read_state  # lazy: it imports the publisher
 
     try:
         current = read_state(repository, model_name)["current"]

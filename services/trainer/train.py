@@ -50,6 +50,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from services.dataset.loader import ShardLoader, ShardStream, dataset_game
 from services.dataset.shards import GAME_SPLIT, read_manifest, read_split
+from services.games.registry import get_game, registered_games
 from services.models.configs import build, spec
 from services.models.value import split_outputs, value_target
 from services.settings import setting
@@ -67,7 +68,7 @@ DEFAULT_MAX_STEPS = 2000
 DEFAULT_THREADS = 1
 # model configuration by the dataset's game when none is named (`model` None): small, with a
 # value head
-DEFAULT_MODELS = {"gomoku": "shao_f32_n2_v", "go": "go_res_b2c32_v"}
+DEFAULT_MODELS = {g.name: g.default_config for g in registered_games()}
 # seconds between two progress lines in the log (and at each epoch's evaluation)
 PROGRESS_EVERY_S = 30.0
 
@@ -328,8 +329,8 @@ def _open_stream(dataset_dir: Path, config: TrainConfig, rank: int,
     if spec(config.model).game != game:
         raise GameMismatchError(
             f"{dataset_dir} holds {game} positions, model config {config.model!r} is for "
-            f"{spec(config.model).game}; pick a {'go_' if game == 'go' else 'Gomoku'} "
-            f"configuration (services/models/configs.py)")
+            f"{spec(config.model).game}; pick a {get_game(game).title} configuration, e.g. "
+            f"{get_game(game).default_config} (services/models/configs.py)")
     return stream
 
 

@@ -64,7 +64,7 @@ def _run(args: argparse.Namespace, action: str) -> int:
         except RolloutError as exc:
             print(f"error: {exc}")
             if exc.smoke:
-                from services.triton.rollout import checks_markdown
+                from services.triton.smoke import checks_markdown
 
                 print(checks_markdown(exc.smoke))
             return EXIT_REFUSED
@@ -94,7 +94,8 @@ def _listed(versions: list[int]) -> str:
 def cmd_serving(args: argparse.Namespace) -> int:
     from services.triton.client import PolicyClient, TritonError
     from services.triton.publisher import list_versions, quarantined_versions
-    from services.triton.rollout import current_version, describe_event, read_state
+    from services.triton.rollout import current_version
+    from services.triton.rollout_state import describe_event, read_state
 
     try:
         state = read_state(args.repository, args.model_name)

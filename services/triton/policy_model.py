@@ -47,21 +47,21 @@ import triton_python_backend_utils as pb_utils
 INPUT_NAME = "boards"
 OUTPUT_NAME = "logits"
 VALUE_NAME = "value"
-BOARD_SIZE = 15
-N_MOVES = BOARD_SIZE * BOARD_SIZE  # the defaults, when the config does not say
 
 
-def _dims(config: dict, key: str, default: tuple[int, ...], name: str | None = None
-          ) -> tuple[int, ...]:
+def _dims(config: dict, key: str, name: str | None = None) -> tuple[int, ...]:
     """`dims` of the config's input or output called `name` (None: the first one); Triton's
-    JSON may give them as strings."""
+    JSON may give them as strings. The shapes are the game's and live in its config only
+    (Triton passes the complete config: the server runs with --disable-auto-complete-config),
+    so a config without them is refused (ValueError) rather than guessed."""
     try:
         entries = config[key]
         entry = entries[0] if name is None else next(
             (e for e in entries if e.get("name") == name), entries[0])
         return tuple(int(d) for d in entry["dims"])
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
-        return default
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(f"the model config declares no {key} dims"
+                         + (f" for {name!r}" if name else "") + f" ({exc!r})") from exc
 
 
 def _output_names(config: dict) -> set[str]:
@@ -98,8 +98,8 @@ class TritonPythonModel:
         self.model = torch.jit.load(os.path.join(version_dir, "model.pt"), map_location=self.device)
         self.model.eval()
         config = json.loads(args.get("model_config", "{}"))
-        self.board_shape = _dims(config, "input", (BOARD_SIZE, BOARD_SIZE))
-        self.n_moves = _dims(config, "output", (N_MOVES,), OUTPUT_NAME)[-1]
+        self.board_shape = _dims(config, "input")
+        self.n_moves = _dims(config, "output", OUTPUT_NAME)[-1]
         self.send_value = VALUE_NAME in _output_names(config)  # the config declares it
         _log_info(
             f"{self.model_name} v{self.model_version}: TorchScript policy on {self.device}, "

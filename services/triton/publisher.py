@@ -210,13 +210,13 @@ def read_smoke_positions(source: Path | bytes) -> tuple[np.ndarray, np.ndarray]:
 
 def _real_boards(board_shape: tuple[int, ...]) -> tuple[list[str], np.ndarray] | None:
     """(names, boards) of the rollout's known smoke positions for boards of `board_shape`
-    of the game whose default input `board_shape` is (`rollout.smoke_positions`), else None."""
-    from services.triton import rollout  # lazy: rollout imports this module
+    of the game whose default input `board_shape` is (`smoke.smoke_positions`), else None."""
+    from services.triton import smoke  # lazy: smoke imports this module
 
-    game = rollout.game_of_input(board_shape)
+    game = smoke.game_of_input(board_shape)
     if game is None:
         return None
-    known = rollout.smoke_positions(game)
+    known = smoke.smoke_positions(game)
     return list(known), np.stack([b for b, _ in known.values()])
 
 

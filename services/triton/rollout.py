@@ -43,6 +43,10 @@ highest READY version of the model) to `version`, in five steps:
    them). The record is the truth about what serves: the launcher (`services.triton.server`)
    starts Triton pinned to its ``current``, so a restart serves what the last rollout chose.
 
+The jobs live in modules of their own: `version_files` (step 1), `smoke` (step 3),
+`rollout_state` (the record and the lock, step 5) and `quarantine`; this module loads, switches
+and runs the transaction (`_rollout_locked`, one function per step).
+
 Any refusal raises `RolloutError` (with the reason and the smoke checks); the version that was
 serving keeps serving. A refusal that belongs to the version (its files, Triton cannot load it,
 the smoke test) also moves its folder to ``<repo>/<model>/quarantine/<version>/`` with a
@@ -58,56 +62,47 @@ rollout or rollback chooses it. Rollouts of one model are serialised with an ``f
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
-import hashlib
-import io
-import json
 import logging
-import os
 import time
-import uuid
-import zipfile
-import zlib
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from services.games.base import Game
-from services.games.registry import get_game, registered_games
 from services.trainer import gate
-from services.triton.client import PolicyClient, TritonError, TritonUnavailableError
+from services.triton.client import PolicyClient, TritonError
 from services.triton.publisher import (
     DEFAULT_MODEL_NAME,
-    QUARANTINE_DIR,
-    SMOKE_POSITIONS_FILE,
-    dims_accept,
     list_versions,
-    locked_model_dir,
     parse_config,
-    quarantined_versions,
-    read_smoke_positions,
+)
+from services.triton.quarantine import QUARANTINE_REASON, quarantine
+from services.triton.rollout_state import (
+    now_text,
+    read_state,
+    rollout_lock,
+    state_path,
+    write_state,
+)
+from services.triton.smoke import (
+    CONSISTENCY_ATOL,
+    TRANSIENT_PREFIX,
+    SmokeCheck,
+    checks_markdown,
+    smoke_boards,
+    smoke_test,
+    value_head_of,
+)
+from services.triton.version_files import (
+    StoredPositions,
+    check_version_files,
+    sha256_bytes,
+    stored_positions,
 )
 
 logger = logging.getLogger(__name__)
-
 CANDIDATE_SUFFIX = "__candidate"
-STATE_FILE = "rollout.json"
-LOCK_FILE = ".rollout.lock"
-HISTORY_LIMIT = 100
-REQUIRED_FILES = ("model.pt", "model.py")
-_CONSISTENCY_ATOL = 1e-4
-QUARANTINE_REASON = "reason.json"
-# A tactical answer must be among the raw policy's 5 best legal points: Predict lists 5 moves
-# by default (top_k 0 means 5), so a client reading Predict sees the win or the block; a trained
-# network puts it first (the demo's network ranks every one 1st), an untrained or broken one
-# scatters it over ~200 empty points.
-TACTICAL_TOP_K = 5
-_INFER_ROWS = 64  # stored positions are sent in requests of this many boards
 
 
 class RolloutError(RuntimeError):
@@ -160,15 +155,6 @@ def _rebuild_error(message: str, attrs: dict[str, Any]) -> RolloutError:
     return error
 
 
-@dataclass(frozen=True)
-class SmokeCheck:
-    name: str
-    passed: bool
-    detail: str
-    blocking: bool = True  # informational checks never refuse a version
-    skipped: bool = False  # not run (what it needs is missing); `detail` says why
-
-
 @dataclass
 class RolloutReport:
     model_name: str
@@ -204,19 +190,6 @@ class RolloutReport:
         return "\n".join(lines)
 
 
-def checks_markdown(checks: list[SmokeCheck]) -> str:
-    rows = []
-    for c in checks:
-        result = "not checked" if c.skipped else (
-            ("pass" if c.passed else "FAIL") + ("" if c.blocking else " (info)"))
-        detail = c.detail.replace("|", "\\|")
-        rows.append(f"| {c.name} | {result} | {detail} |")
-    return "\n".join(["| smoke check | result | detail |", "|---|---|---|", *rows])
-
-
-# --------------------------------------------------------------------------- config
-
-
 def read_model_config(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> Any:
     """The on-disk ``config.pbtxt`` as a ``ModelConfig`` protobuf."""
     return parse_config(Path(repository) / model_name / "config.pbtxt")
@@ -235,617 +208,6 @@ def config_json(config: Any, versions: list[int], name: str | None = None) -> st
     override.version_policy.specific.versions.extend(int(v) for v in versions)
     return json_format.MessageToJson(override, preserving_proto_field_name=True)
 
-
-# --------------------------------------------------------------------------- files
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def check_version_files(
-    repository: Path, model_name: str, version: int
-) -> tuple[dict[str, bytes], list[str]]:
-    """Read and check a version folder; return ({file name: bytes}, notes).
-
-    Raises ValueError naming the folder or file when the version cannot be served.
-    """
-    folder = Path(repository) / model_name / str(version)
-    if version <= 0 or not folder.is_dir():
-        published = list_versions(repository, model_name)
-        if version in quarantined_versions(repository, model_name):
-            where = Path(repository) / model_name / QUARANTINE_DIR / str(version)
-            raise ValueError(f"version {version} is quarantined: {quarantine_reason(where)} "
-                             f"(see {where / QUARANTINE_REASON}; published: "
-                             f"{published or 'none'})")
-        raise ValueError(f"version {version} is not published: {folder} does not exist "
-                         f"(published: {published or 'none'})")
-    missing = [n for n in REQUIRED_FILES if not (folder / n).is_file()]
-    if missing:
-        raise ValueError(f"version {version}: {', '.join(str(folder / n) for n in missing)} "
-                         "missing")
-    files = {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
-    model_pt = folder / "model.pt"
-    data = files["model.pt"]
-    if not data:
-        raise ValueError(f"version {version}: {model_pt} is empty")
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            bad = archive.testzip()
-    except (zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError) as exc:
-        # zlib.error: a flipped byte inside a deflated member
-        raise ValueError(f"version {version}: {model_pt} is not a TorchScript archive "
-                         f"(truncated or corrupt: {exc})") from exc
-    if bad is not None:
-        raise ValueError(f"version {version}: {model_pt} is corrupt (member {bad!r} fails its "
-                         "CRC check)")
-    notes: list[str] = []
-    meta_path = folder / "metadata.json"
-    if "metadata.json" in files:
-        try:
-            meta = json.loads(files["metadata.json"])
-        except ValueError as exc:
-            raise ValueError(f"version {version}: {meta_path} is not JSON: {exc}") from exc
-        expected = meta.get("sha256") if isinstance(meta, dict) else None
-        if expected and expected != _sha256(data):
-            raise ValueError(
-                f"version {version}: {model_pt} does not match the sha256 recorded in "
-                f"{meta_path} ({_sha256(data)[:12]}... != {str(expected)[:12]}...): the file "
-                "changed or is corrupt since it was published"
-            )
-        if not expected:
-            notes.append(f"{meta_path} records no sha256")
-    else:
-        notes.append(f"v{version} has no metadata.json (not made by the publisher)")
-    return files, notes
-
-
-# --------------------------------------------------------------------------- smoke test
-
-
-def smoke_positions(game: Game) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """What `smoke_test` asks a version of `game`'s model about: {name: (network input, legal
-    mask over the policy)} (`Game.smoke_positions`)."""
-    return game.smoke_positions()
-
-
-def game_of_input(board_shape: tuple[int, ...]) -> Game | None:
-    """The registered game whose default network input is `board_shape` (None: no game's)."""
-    for game in registered_games():
-        if game.input_shape() == tuple(int(d) for d in board_shape):
-            return game
-    return None
-
-
-def _smoke_boards(client: PolicyClient, model_name: str) -> np.ndarray:
-    """The boards `smoke_test` sends to `model_name` (its game's `smoke_positions`)."""
-    known = smoke_positions(get_game(client.io_of(model_name).game))
-    return np.stack([b for b, _ in known.values()])
-
-
-def masked_policy(logits: np.ndarray, boards: np.ndarray) -> np.ndarray:
-    """Softmax over empty points (as the search service computes it); 0 on stones."""
-    legal = boards.reshape(len(boards), -1) == 0
-    z = np.where(legal, logits.astype(np.float64), -np.inf)
-    z = z - z.max(axis=1, keepdims=True)
-    e = np.where(legal, np.exp(z), 0.0)
-    return e / e.sum(axis=1, keepdims=True)
-
-
-@dataclass(frozen=True)
-class StoredPositions:
-    """The real positions stored with a version (``smoke_positions.npz``) and what its
-    metadata says about them."""
-
-    boards: np.ndarray  # as the network takes them (Gomoku int8 [N, 15, 15], Go [N, 4, S, S])
-    moves: np.ndarray  # int64 [N]: the move played
-    top1: float | None = None  # the version's own top-1 on these rows, measured at publish time
-    validation_top1: float | None = None  # its top-1 on the whole validation split
-
-
-def _metadata(files: dict[str, bytes]) -> dict[str, Any]:
-    try:
-        meta = json.loads(files["metadata.json"]) if "metadata.json" in files else {}
-    except ValueError:
-        return {}  # check_version_files refused it already
-    return meta if isinstance(meta, dict) else {}
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and np.isfinite(value) else None
-
-
-def stored_positions(files: dict[str, bytes], config: Any, version: int
-                     ) -> StoredPositions | None:
-    """The version's stored positions (None when it has none); ValueError when the file is
-    there but unusable (unreadable, boards the config does not take, moves out of range)."""
-    if SMOKE_POSITIONS_FILE not in files:
-        return None
-    try:
-        boards, moves = read_smoke_positions(files[SMOKE_POSITIONS_FILE])
-    except ValueError as exc:
-        raise ValueError(f"version {version}: {exc}") from exc
-    dims = tuple(int(d) for d in config.input[0].dims)
-    if not dims_accept(dims, boards.shape[1:]):
-        raise ValueError(f"version {version}: {SMOKE_POSITIONS_FILE} holds boards "
-                         f"{list(boards.shape[1:])}, the model takes {list(dims)}")
-    points = int(np.prod(boards.shape[-2:])) + (1 if boards.ndim == 4 else 0)
-    if int(moves.max()) >= points:
-        raise ValueError(f"version {version}: {SMOKE_POSITIONS_FILE} holds move "
-                         f"{int(moves.max())}, boards have {points} moves")
-    meta = _metadata(files)
-    recorded = meta.get("smoke_positions")
-    top1 = _number(recorded.get("top1")) if isinstance(recorded, dict) else None
-    metrics = meta.get("metrics")
-    validation = metrics.get("validation") if isinstance(metrics, dict) else None
-    validation_top1 = _number(validation.get("top1")) if isinstance(validation, dict) else None
-    return StoredPositions(boards, moves, top1, validation_top1)
-
-
-def value_head_of(files: dict[str, bytes], boards: np.ndarray) -> bool | None:
-    """Whether the version's network has a value head: its metadata's ``value_head``, else
-    found by running ``model.pt`` here on `boards` (None when that fails too)."""
-    recorded = _metadata(files).get("value_head")
-    if isinstance(recorded, bool):
-        return recorded
-    try:
-        import torch
-
-        model = torch.jit.load(io.BytesIO(files["model.pt"]), map_location="cpu").eval()
-        with torch.inference_mode():
-            out = model(torch.from_numpy(np.ascontiguousarray(boards[:1])))
-    except Exception as exc:  # any failure: unknown, and Triton's answers decide
-        logger.info("cannot tell whether the model has a value head: %s", exc)
-        return None
-    return isinstance(out, (tuple, list))
-
-
-def top1_hits(logits: np.ndarray, boards: np.ndarray, moves: np.ndarray) -> np.ndarray:
-    """Per row, whether the best unoccupied point (a Go pass always counts) is the move
-    played: the trainer's top-1 (`services.trainer.metrics.evaluate`), in numpy."""
-    stones = boards[:, 0] if boards.ndim == 4 else boards
-    occupied = stones.reshape(len(boards), -1) != 0
-    extra = logits.shape[1] - occupied.shape[1]
-    if extra:
-        occupied = np.pad(occupied, ((0, 0), (0, extra)))
-    masked = np.where(occupied, -np.inf, logits.astype(np.float64))
-    return np.argmax(masked, axis=1) == moves
-
-
-def masked_policy_legal(logits: np.ndarray, legal: np.ndarray) -> np.ndarray:
-    """Softmax over the legal entries of each row (`legal`: bool, same shape); 0 elsewhere."""
-    z = np.where(legal, logits.astype(np.float64), -np.inf)
-    z = z - z.max(axis=1, keepdims=True)
-    e = np.where(legal, np.exp(z), 0.0)
-    return e / e.sum(axis=1, keepdims=True)
-
-
-def smoke_test(
-    client: PolicyClient,
-    model_name: str,
-    version: int,
-    centre_radius: int | None = None,
-    *,
-    stored: StoredPositions | None = None,
-    value_head: bool | None = None,
-    serving_model: str | None = None,
-    serving_version: int | None = None,
-    tolerance: float = gate.DEFAULT_TOLERANCE,
-    compare_blocking: bool = True,
-) -> tuple[list[SmokeCheck], np.ndarray]:
-    """Ask `version` of `model_name` (explicitly) about its game's `smoke_positions` and
-    `tactical_positions` (`services.games.base.Game`) and the `stored` positions.
-
-    Returns the checks and the known positions' logits. A check that cannot even get an
-    answer fails with the error. `centre_radius` makes "the empty board's top move lies within
-    that many points of the centre" a blocking check (it is informational otherwise; Gomoku
-    only). `value_head` True makes finite values blocking. `serving_version` of
-    `serving_model` (the version serving now; None: nothing) is asked about the stored
-    positions for the agreement check, blocking when `compare_blocking`; `tolerance` is the
-    gate's (`services.trainer.gate`).
-    """
-    io = client.io_of(model_name)
-    game = get_game(io.game)
-    known = smoke_positions(game)
-    names = list(known)
-    boards = np.stack([b for b, _ in known.values()])
-    legal = np.stack([m for _, m in known.values()])
-    n_moves = io.n_moves
-    checks: list[SmokeCheck] = []
-    want = str(version)
-    try:
-        first = client.infer(boards, model_version=version, model_name=model_name)
-        again = client.infer(boards, model_version=version, model_name=model_name)
-        alone = [
-            client.infer(boards[i : i + 1], model_version=version, model_name=model_name)
-            for i in range(len(boards))
-        ]
-    except TritonError as exc:
-        detail = _no_answer(version, exc)
-        if not isinstance(exc, TritonUnavailableError):  # name the boards it fails on
-            failing = []
-            for i, name in enumerate(names):
-                try:
-                    client.infer(boards[i:i + 1], model_version=version, model_name=model_name)
-                except TritonError:
-                    failing.append(name)
-            if failing:
-                detail = f"v{version} fails on: {', '.join(failing)}; {detail}"
-        checks.append(SmokeCheck("answers", False, detail))
-        return checks, np.zeros((0, n_moves), np.float32)
-
-    answered = {(r.model_name, r.model_version) for r in [first, again, *alone]}
-    checks.append(SmokeCheck(
-        "model version", answered == {(model_name, want)},
-        f"answers came from {sorted(answered)}, expected ({model_name!r}, {want!r})"))
-    logits = first.logits
-    ok_shape = logits.shape == (len(boards), n_moves) and logits.dtype == np.float32
-    checks.append(SmokeCheck("shape", ok_shape, f"{logits.dtype} {logits.shape}"))
-    bad = ~np.isfinite(logits)
-    if bad.any():
-        which = [names[i] for i in np.flatnonzero(bad.any(axis=1))]
-        detail = f"{int(bad.sum())} non-finite logits (NaN/Inf) in: {', '.join(which)}"
-    else:
-        detail = f"all {logits.size} logits finite, range [{logits.min():.3g}, {logits.max():.3g}]"
-    checks.append(SmokeCheck("finite", not bad.any(), detail))
-
-    policy = masked_policy_legal(logits, legal)
-    sums = policy.sum(axis=1)
-    ok_policy = bool(np.isfinite(policy).all() and np.allclose(sums, 1.0, atol=1e-6)
-                     and not policy[~legal].any())
-    single = legal.sum(axis=1) == 1  # a position with one legal move: all of the policy on it
-    ok_policy = ok_policy and bool((policy[single][legal[single]] > 0.999).all())
-    checks.append(SmokeCheck(
-        "masked policy", ok_policy,
-        "softmax over the legal moves sums to 1, 0 elsewhere" if ok_policy
-        else "masked softmax is not a distribution over the legal moves (sums "
-             f"{np.round(sums, 4)})"))
-
-    scale = max(1.0, float(np.nanmax(np.abs(logits))) if np.isfinite(logits).any() else 1.0)
-    diff_batch = max(float(np.max(np.abs(r.logits[0] - logits[i]))) for i, r in enumerate(alone))
-    diff_repeat = float(np.max(np.abs(again.logits - logits)))
-    for name, diff, what in (("batch consistency", diff_batch, "alone vs in a batch of "
-                              f"{len(boards)}"), ("deterministic", diff_repeat, "repeated batch")):
-        ok = bool(np.isfinite(diff) and diff <= _CONSISTENCY_ATOL * scale)
-        checks.append(SmokeCheck(name, ok, f"max |difference| {diff:.3g} ({what})"))
-
-    if "empty" in names and bool(np.isfinite(logits).all()):
-        checks.append(_empty_board_check(game, int(np.argmax(policy[names.index("empty")])),
-                                         centre_radius))
-
-    values = [first.values]
-    try:
-        if game.tactical_positions():
-            tactics, tactical_values = _tactics_check(client, game, model_name, version)
-            checks.append(tactics)
-            values.append(tactical_values)
-        checks += _stored_checks(client, model_name, version, stored, serving_model,
-                                 serving_version, tolerance, compare_blocking, values)
-    except TritonError as exc:
-        checks.append(SmokeCheck("answers", False, _no_answer(version, exc)))
-    checks.append(_value_check(version, value_head, values))
-    return checks, logits
-
-
-TRANSIENT_PREFIX = "Triton could not answer"  # an "answers" failure that is not the version's
-
-
-def _no_answer(version: int, exc: TritonError) -> str:
-    if isinstance(exc, TritonUnavailableError):  # down, not ready, deadline: not the version
-        return f"{TRANSIENT_PREFIX} for v{version}: {exc}"
-    return f"v{version} did not answer: {exc}"
-
-
-def _infer_rows(client: PolicyClient, boards: np.ndarray, version: int, model_name: str
-                ) -> tuple[np.ndarray, np.ndarray | None]:
-    """(logits, values or None) of `boards`, sent `_INFER_ROWS` at a time."""
-    logits, values = [], []
-    for i in range(0, len(boards), _INFER_ROWS):
-        r = client.infer(boards[i:i + _INFER_ROWS], model_version=version,
-                         model_name=model_name)
-        logits.append(r.logits)
-        values.append(r.values)
-    both = None if any(v is None for v in values) else np.concatenate(values)
-    return np.concatenate(logits), both
-
-
-def _empty_board_check(game: Game, top: int, centre_radius: int | None) -> SmokeCheck:
-    """The empty board's top move and its distance from the centre: blocking within
-    `centre_radius` when given, informational otherwise."""
-    size = game.default_size
-    name = game.move_name(top, size)
-    if top == game.pass_move(size):
-        return SmokeCheck("empty board", centre_radius is None, f"top move {name}",
-                          blocking=centre_radius is not None)
-    x, y = top % size, top // size
-    dist = max(abs(x - size // 2), abs(y - size // 2))
-    blocking = centre_radius is not None
-    ok = dist <= centre_radius if centre_radius is not None else True
-    return SmokeCheck("empty board", ok, f"top move {name}, {dist} from the centre"
-                      + (f" (limit {centre_radius})" if blocking else ""), blocking=blocking)
-
-
-def _tactics_check(client: PolicyClient, game: Game, model_name: str, version: int
-                   ) -> tuple[SmokeCheck, np.ndarray | None]:
-    """Every answer of the game's `tactical_positions` among the raw policy's
-    `TACTICAL_TOP_K` best legal points (blocking); also returns the values Triton sent."""
-    tactics = game.tactical_positions()
-    size = game.default_size
-
-    def _name(move: int) -> str:
-        return game.move_name(move, size)
-
-    boards = np.stack([b for b, _ in tactics.values()])
-    result = client.infer(boards, model_version=version, model_name=model_name)
-    k = TACTICAL_TOP_K
-    if not np.isfinite(result.logits).all():
-        return SmokeCheck("tactics", False, "non-finite logits on the tactical positions"), \
-            result.values
-    ranks, misses = [], []
-    for (name, (board, answers)), row in zip(tactics.items(), result.logits, strict=True):
-        legal = board.reshape(-1) == 0
-        order = np.argsort(-np.where(legal, row.astype(np.float64), -np.inf), kind="stable")
-        position = {int(p): r for r, p in enumerate(order, start=1)}
-        rank = min(position[a] for a in answers)
-        ranks.append(rank)
-        if rank > k:
-            misses.append(f"{name}: {'/'.join(_name(a) for a in answers)} ranked {rank} "
-                          f"(top move {_name(int(order[0]))})")
-    if misses:
-        detail = f"right answer not in the top {k}: " + "; ".join(misses)
-    else:
-        detail = (f"all {len(tactics)} (take a five, block a four) answered within the top {k} "
-                  f"(ranks {', '.join(str(r) for r in ranks)})")
-    return SmokeCheck("tactics", not misses, detail), result.values
-
-
-def _stored_checks(
-    client: PolicyClient,
-    model_name: str,
-    version: int,
-    stored: StoredPositions | None,
-    serving_model: str | None,
-    serving_version: int | None,
-    tolerance: float,
-    compare_blocking: bool,
-    values: list[np.ndarray | None],
-) -> list[SmokeCheck]:
-    """The top-1 and agreement checks on the stored positions (`values` gets the candidate's
-    values there)."""
-    if stored is None:
-        why = (f"no {SMOKE_POSITIONS_FILE} in the version folder (published before positions "
-               "were stored, or by hand): not checked")
-        return [SmokeCheck("top-1 (stored positions)", False, why, blocking=False,
-                           skipped=True),
-                SmokeCheck("agreement with serving", False, why, blocking=False,
-                           skipped=True)]
-    n = len(stored.moves)
-    logits, stored_values = _infer_rows(client, stored.boards, version, model_name)
-    values.append(stored_values)
-    hits = top1_hits(logits, stored.boards, stored.moves)
-    top1 = float(hits.mean())
-    checks = []
-    if stored.top1 is not None:
-        floor = gate.top1_floor(stored.top1, tolerance)
-        basis = f"{stored.top1:.3f} recorded for these rows at publish time - {tolerance}"
-    elif stored.validation_top1 is not None:
-        floor = gate.top1_floor(stored.validation_top1, tolerance, sample_rows=n)
-        basis = (f"validation top-1 {stored.validation_top1:.3f} - {tolerance} - 2 standard "
-                 f"errors on {n} rows")
-    else:
-        floor = None
-        basis = ""
-    if floor is None:
-        checks.append(SmokeCheck("top-1 (stored positions)", False,
-                                 f"top-1 {top1:.3f} on {n} rows; the metadata records no top-1 "
-                                 "to compare with: not checked", blocking=False, skipped=True))
-    else:
-        checks.append(SmokeCheck("top-1 (stored positions)", top1 >= floor,
-                                 f"top-1 {top1:.3f} on {n} rows, floor {floor:.3f} ({basis})"))
-
-    name = "agreement with serving"
-    if serving_version is None or serving_model is None or serving_version == version:
-        why = ("nothing serves to compare with" if serving_version is None
-               else f"v{version} is the serving version")
-        checks.append(SmokeCheck(name, False, f"{why}: not checked", blocking=False,
-                                 skipped=True))
-        return checks
-    try:
-        serving_logits, _ = _infer_rows(client, stored.boards, serving_version, serving_model)
-    except TritonError as exc:
-        checks.append(SmokeCheck(name, False, f"v{serving_version} did not answer: {exc}",
-                                 blocking=False))
-        return checks
-    serving_hits = top1_hits(serving_logits, stored.boards, stored.moves)
-    floor = gate.paired_floor(serving_hits, hits, tolerance)
-    checks.append(SmokeCheck(
-        name, top1 >= floor,
-        f"top-1 {top1:.3f} vs serving v{serving_version}'s {serving_hits.mean():.3f} on {n} "
-        f"rows, floor {floor:.3f} (- {tolerance} - 2 standard errors of the difference)"
-        + ("" if compare_blocking else "; a rollback goes back on purpose"),
-        blocking=compare_blocking))
-    return checks
-
-
-def _value_check(version: int, value_head: bool | None, values: list[np.ndarray | None]
-                 ) -> SmokeCheck:
-    """Finite values everywhere (blocking) when the version has a value head."""
-    sent = [v for v in values if v is not None]
-    if not sent:
-        return SmokeCheck("value", True, "the config declares no value output",
-                          blocking=False)
-    allv = np.concatenate(sent)
-    bad = int((~np.isfinite(allv)).sum())
-    if value_head is False:
-        return SmokeCheck("value", True, f"v{version} has no value head (NaN by design)",
-                          blocking=False)
-    if bad:
-        detail = f"{bad} of {allv.size} values are NaN/Inf"
-    else:
-        detail = f"all {allv.size} values finite, range [{allv.min():.3g}, {allv.max():.3g}]"
-    if value_head is None:
-        return SmokeCheck("value", not bad, detail + f" (unknown whether v{version} has a value "
-                          "head: its metadata does not say and model.pt could not be run here)",
-                          blocking=False)
-    return SmokeCheck("value", not bad, detail)
-
-
-# --------------------------------------------------------------------------- state
-
-
-def state_path(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> Path:
-    return Path(repository) / model_name / STATE_FILE
-
-
-def read_state(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> dict[str, Any]:
-    """The serving record ``{"current", "previous", "history"}`` (empty values when none)."""
-    path = state_path(repository, model_name)
-    try:
-        state = json.loads(path.read_text())
-    except FileNotFoundError:
-        state = {}
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"serving record {path} is unreadable: {exc}") from exc
-    return {"model_name": model_name, "current": state.get("current"),
-            "previous": state.get("previous"), "history": list(state.get("history", []))}
-
-
-def _write_state(repository: Path, model_name: str, state: dict[str, Any]) -> None:
-    path = state_path(repository, model_name)
-    state = {**state, "history": state["history"][-HISTORY_LIMIT:],
-             "updated_at": _now()}
-    tmp = path.with_name(f".{STATE_FILE}.{uuid.uuid4().hex}.tmp")
-    try:
-        with open(tmp, "w") as f:
-            f.write(json.dumps(state, indent=2) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def quarantine(
-    repository: Path,
-    model_name: str,
-    version: int,
-    reason: str,
-    smoke: list[SmokeCheck] | None = None,
-    action: str = "rollout",
-) -> Path:
-    """Move ``<repo>/<model>/<version>/`` to ``<repo>/<model>/quarantine/<version>/`` (a
-    numbered sibling, ``<version>-2``, when that name is taken) and write ``reason.json``
-    there (reason, time, action, smoke checks); return the new folder.
-
-    Triton looks at numeric folders only, so the version can no longer be loaded by a restart
-    or a plain load, and `publisher.next_version` counts quarantined numbers. The move is one
-    ``os.rename`` under the publishers' lock on the model folder."""
-    model_dir = Path(repository) / model_name
-    source = model_dir / str(version)
-    folder = model_dir / QUARANTINE_DIR
-    with locked_model_dir(repository, model_name):
-        folder.mkdir(exist_ok=True)
-        target, n = folder / str(version), 2
-        while target.exists():
-            target, n = folder / f"{version}-{n}", n + 1
-        os.rename(source, target)
-        _fsync_dir(model_dir)
-        _fsync_dir(folder)
-    record = {"model_name": model_name, "version": version, "action": action,
-              "reason": reason, "at": _now(), "from": str(source),
-              "smoke": [asdict(c) for c in smoke or []]}
-    tmp = target / f".{QUARANTINE_REASON}.tmp"
-    with open(tmp, "w") as f:
-        f.write(json.dumps(record, indent=2) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, target / QUARANTINE_REASON)
-    _fsync_dir(target)
-    logger.warning("%s v%d quarantined in %s: %s", model_name, version, target, reason)
-    return target
-
-
-def quarantine_reason(folder: Path) -> str:
-    """The reason recorded in a quarantine folder's ``reason.json`` ("reason unknown" when it
-    cannot be read)."""
-    try:
-        reason = json.loads((Path(folder) / QUARANTINE_REASON).read_text()).get("reason")
-    except (OSError, ValueError, AttributeError):
-        reason = None
-    return str(reason) if reason else "reason unknown"
-
-
-def _version_name(version: Any) -> str:
-    return "nothing" if version is None else f"v{version}"
-
-
-def describe_event(event: dict[str, Any]) -> str:
-    """One history event of ``rollout.json`` in plain words: "v7 replaced v6", "v8 refused
-    (reason), v7 kept serving", "rolled back v8 -> v7"."""
-    version, before = event.get("version"), event.get("serving")
-    action, outcome = event.get("action"), event.get("outcome")
-    if outcome == "serving":
-        if action == "rollback":
-            text = (f"rolled back {_version_name(before)} -> {_version_name(version)}"
-                    if before is not None else
-                    f"rolled back to {_version_name(version)} (nothing was serving)")
-        elif before is None:
-            text = f"{_version_name(version)} serving (nothing served before)"
-        else:
-            text = f"{_version_name(version)} replaced {_version_name(before)}"
-    elif outcome == "refused":
-        what = (f"rollback to {_version_name(version)}" if action == "rollback"
-                else _version_name(version))
-        kept = (f"{_version_name(before)} kept serving" if before is not None
-                else "nothing was serving")
-        text = f"{what} refused ({event.get('reason', 'no reason recorded')}), {kept}"
-        if event.get("quarantined"):
-            text += f"; moved to {event['quarantined']}"
-    else:
-        text = json.dumps(event)
-    return f"{event.get('at', '?')}  {text}"
-
-
-@contextlib.contextmanager
-def _rollout_lock(repository: Path, model_name: str, timeout_s: float) -> Iterator[None]:
-    model_dir = Path(repository) / model_name
-    if not model_dir.is_dir():
-        raise FileNotFoundError(f"model folder {model_dir} does not exist")
-    fd = os.open(model_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(f"another rollout of {model_name} holds "
-                                       f"{model_dir / LOCK_FILE} (waited {timeout_s:.0f} s)"
-                                       ) from exc
-                time.sleep(0.1)
-        yield
-    finally:
-        os.close(fd)
-
-
-# --------------------------------------------------------------------------- rollout
 
 
 def current_version(client: PolicyClient, model_name: str | None = None) -> int | None:
@@ -874,9 +236,78 @@ def rollout(
     """
     repository = Path(repository)
     version = int(version)
-    with _rollout_lock(repository, model_name, lock_timeout_s):
+    with rollout_lock(repository, model_name, lock_timeout_s):
         return _rollout_locked(client, repository, version, model_name, centre_radius,
                                "rollout", [], tolerance)
+
+
+@dataclass
+class _Attempt:
+    """One rollout (or rollback) of `version` while the model's rollout lock is held: what it
+    found (the record, what served), what it learnt (smoke checks, notes, seconds per phase)
+    and how it ends (`refuse`, or `record`)."""
+
+    client: PolicyClient
+    repository: Path
+    model_name: str
+    version: int
+    action: str
+    notes: list[str]
+    tolerance: float
+    state: dict[str, Any] = field(init=False)
+    ready_before: list[int] = field(init=False)
+    serving: int | None = field(init=False)  # what unversioned requests get
+    smoke: list[SmokeCheck] = field(default_factory=list)
+    phases: dict[str, float] = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        self.state = read_state(self.repository, self.model_name)
+        self.ready_before = [int(v) for v in self.client.ready_versions(self.model_name)
+                             if v.isdigit()]
+        self.serving = max(self.ready_before) if self.ready_before else None
+
+    def phase(self, name: str, since: float) -> float:
+        """Record the seconds of phase `name` (begun at `since`); returns now."""
+        now = time.monotonic()
+        self.phases[name] = round(now - since, 3)
+        return now
+
+    def refuse(self, reason: str, owned: bool = False) -> RolloutError:
+        """Record the refusal; `owned`: the version's own fault, so it is quarantined (never
+        the serving version)."""
+        repository, model_name, version, state = (self.repository, self.model_name,
+                                                  self.version, self.state)
+        moved = None
+        if owned and version != self.serving and (repository / model_name / str(version)).is_dir():
+            try:
+                moved = quarantine(repository, model_name, version, reason, self.smoke,
+                                   self.action)
+            except OSError as exc:
+                reason += f" (could not quarantine it: {exc})"
+        event = {"at": now_text(), "action": self.action, "version": version,
+                 "serving": self.serving, "outcome": "refused", "reason": reason}
+        where = None
+        if moved is not None:
+            where = str(moved.relative_to(repository / model_name))
+            event["quarantined"] = where
+            if state["previous"] == version:
+                state["previous"] = None  # never fall back to a quarantined version
+        state["history"].append(event)
+        if state["current"] is None or (moved is not None and state["current"] == version):
+            state["current"] = self.serving
+        write_state(repository, model_name, state)
+        logger.warning("%s of %s v%s refused: %s", self.action, model_name, version, reason)
+        return RolloutError(f"{self.action} of {model_name} v{version} refused: {reason}",
+                            model_name=model_name, version=version, serving=self.serving,
+                            smoke=self.smoke, action=self.action, quarantined=where,
+                            cause=reason)
+
+    def report(self, changed: bool, unloaded: list[int] | None = None) -> RolloutReport:
+        return RolloutReport(self.model_name, self.action, self.serving, self.version,
+                             self.smoke, round(time.monotonic() - self.started, 3),
+                             changed=changed, phases=self.phases, unloaded=unloaded or [],
+                             notes=self.notes)
 
 
 def _rollout_locked(
@@ -889,74 +320,57 @@ def _rollout_locked(
     notes: list[str],
     tolerance: float = gate.DEFAULT_TOLERANCE,
 ) -> RolloutReport:
-    t0 = time.monotonic()
-    phases: dict[str, float] = {}
-    state = read_state(repository, model_name)
-    ready_before = [int(v) for v in client.ready_versions(model_name) if v.isdigit()]
-    serving = max(ready_before) if ready_before else None  # what unversioned requests get
-    smoke: list[SmokeCheck] = []
+    """The five steps of the module docstring, under the model's rollout lock."""
+    a = _Attempt(client, repository, model_name, version, action, notes, tolerance)
+    config, files, stored = _checked_files(a)
+    t = a.phase("files", a.started)
+    if a.serving == version:
+        return _check_serving(a, files, stored, centre_radius, t)
+    reference = _smoke_test_candidate(a, config, files, stored, centre_radius, t)
+    _switch(a, config, files, reference)
+    return _record(a)
 
-    def refuse(reason: str, owned: bool = False) -> RolloutError:
-        """Record the refusal; `owned`: the version's own fault, so it is quarantined (never
-        the serving version)."""
-        moved = None
-        if owned and version != serving and (repository / model_name / str(version)).is_dir():
-            try:
-                moved = quarantine(repository, model_name, version, reason, smoke, action)
-            except OSError as exc:
-                reason += f" (could not quarantine it: {exc})"
-        event = {"at": _now(), "action": action, "version": version, "serving": serving,
-                 "outcome": "refused", "reason": reason}
-        where = None
-        if moved is not None:
-            where = str(moved.relative_to(repository / model_name))
-            event["quarantined"] = where
-            if state["previous"] == version:
-                state["previous"] = None  # never fall back to a quarantined version
-        state["history"].append(event)
-        if state["current"] is None or (moved is not None and state["current"] == version):
-            state["current"] = serving
-        _write_state(repository, model_name, state)
-        logger.warning("%s of %s v%s refused: %s", action, model_name, version, reason)
-        return RolloutError(f"{action} of {model_name} v{version} refused: {reason}",
-                            model_name=model_name, version=version, serving=serving,
-                            smoke=smoke, action=action, quarantined=where, cause=reason)
 
-    def phase(name: str, since: float) -> float:
-        now = time.monotonic()
-        phases[name] = round(now - since, 3)
-        return now
-
-    # 1. files
+def _checked_files(a: _Attempt) -> tuple[Any, dict[str, bytes], StoredPositions | None]:
+    """1. The model's config, the version's checked bytes and its stored positions."""
     try:
-        config = read_model_config(repository, model_name)
+        config = read_model_config(a.repository, a.model_name)
     except ValueError as exc:
-        raise refuse(str(exc)) from exc  # the model's config, not the version's fault
+        raise a.refuse(str(exc)) from exc  # the model's config, not the version's fault
     try:
-        files, file_notes = check_version_files(repository, model_name, version)
-        stored = stored_positions(files, config, version)
+        files, file_notes = check_version_files(a.repository, a.model_name, a.version)
+        stored = stored_positions(files, config, a.version)
     except ValueError as exc:
-        raise refuse(str(exc), owned=True) from exc
-    notes += file_notes
-    t = phase("files", t0)
-    facts = {"stored": stored, "tolerance": tolerance}
+        raise a.refuse(str(exc), owned=True) from exc
+    a.notes += file_notes
+    return config, files, stored
 
-    if serving == version:
-        smoke, _ = smoke_test(client, model_name, version, centre_radius,
-                              value_head=value_head_of(files, _smoke_boards(client, model_name)),
-                              **facts)
-        phase("smoke", t)
-        if not all(c.passed for c in smoke if c.blocking):
-            failed = ", ".join(c.name for c in smoke if c.blocking and not c.passed)
-            raise refuse(f"v{version} already serves but fails the smoke test ({failed})")
-        if state["current"] != version:
-            state["current"] = version
-            _write_state(repository, model_name, state)
-        return RolloutReport(model_name, action, serving, version, smoke,
-                             round(time.monotonic() - t0, 3), changed=False, phases=phases,
-                             notes=[*notes, f"v{version} was already serving; nothing changed"])
 
-    # 2. candidate under its own name, from the checked bytes
+def _check_serving(a: _Attempt, files: dict[str, bytes], stored: StoredPositions | None,
+                   centre_radius: int | None, since: float) -> RolloutReport:
+    """The version serves already: smoke-test it where it serves, record it as current."""
+    a.smoke, _ = smoke_test(
+        a.client, a.model_name, a.version, centre_radius,
+        value_head=value_head_of(files, smoke_boards(a.client, a.model_name)),
+        stored=stored, tolerance=a.tolerance)
+    a.phase("smoke", since)
+    if not all(c.passed for c in a.smoke if c.blocking):
+        failed = ", ".join(c.name for c in a.smoke if c.blocking and not c.passed)
+        raise a.refuse(f"v{a.version} already serves but fails the smoke test ({failed})")
+    if a.state["current"] != a.version:
+        a.state["current"] = a.version
+        write_state(a.repository, a.model_name, a.state)
+    a.notes.append(f"v{a.version} was already serving; nothing changed")
+    return a.report(changed=False)
+
+
+def _smoke_test_candidate(a: _Attempt, config: Any, files: dict[str, bytes],
+                          stored: StoredPositions | None, centre_radius: int | None,
+                          since: float) -> np.ndarray:
+    """2.-3. Load the checked bytes as the side model ``<model>__candidate`` (no production
+    traffic reaches it), smoke-test it, unload it; returns its logits on the known positions
+    (what the switched model must answer)."""
+    client, model_name, version = a.client, a.model_name, a.version
     candidate = f"{model_name}{CANDIDATE_SUFFIX}"
     try:
         try:
@@ -966,62 +380,70 @@ def _rollout_locked(
                 files={f"file:{version}/{n}": data for n, data in files.items()},
             )
         except TritonError as exc:
-            raise refuse(f"Triton cannot load {repository / model_name / str(version)}: "
-                         f"{_triton_reason(exc)}",
-                         owned=exc.status != "DEADLINE_EXCEEDED"
-                         and _reachable(client, model_name)) from exc
-        t = phase("candidate load", t)
-        # 3. smoke test
-        smoke, reference = smoke_test(
+            raise a.refuse(f"Triton cannot load {a.repository / model_name / str(version)}: "
+                           f"{_triton_reason(exc)}",
+                           owned=exc.status != "DEADLINE_EXCEEDED"
+                           and _reachable(client, model_name)) from exc
+        t = a.phase("candidate load", since)
+        a.smoke, reference = smoke_test(
             client, candidate, version, centre_radius,
-            value_head=value_head_of(files, _smoke_boards(client, model_name)),
-            serving_model=model_name, serving_version=serving,
-            compare_blocking=action == "rollout", **facts)
-        t = phase("smoke", t)
+            value_head=value_head_of(files, smoke_boards(client, model_name)),
+            serving_model=model_name, serving_version=a.serving,
+            compare_blocking=a.action == "rollout", stored=stored, tolerance=a.tolerance)
+        a.phase("smoke", t)
     finally:
         with contextlib.suppress(TritonError):
             client.unload_model(candidate)
-    failed = [c for c in smoke if c.blocking and not c.passed]
+    failed = [c for c in a.smoke if c.blocking and not c.passed]
     if failed:
         transient = any(c.name == "answers" and c.detail.startswith(TRANSIENT_PREFIX)
                         for c in failed)
-        raise refuse("smoke test failed: " + "; ".join(f"{c.name}: {c.detail}" for c in failed),
-                     owned=not transient and _reachable(client, model_name))
+        raise a.refuse("smoke test failed: " + "; ".join(f"{c.name}: {c.detail}"
+                                                         for c in failed),
+                       owned=not transient and _reachable(client, model_name))
+    return reference
 
-    # 4. switch: the same bytes must still be on disk
+
+def _switch(a: _Attempt, config: Any, files: dict[str, bytes], reference: np.ndarray) -> None:
+    """4. Serve the version (the same bytes must still be on disk), then check that
+    unversioned requests get its answers; on failure, back to what served."""
+    client, model_name, version = a.client, a.model_name, a.version
+    t = time.monotonic()
     try:
-        again, _ = check_version_files(repository, model_name, version)
+        again, _ = check_version_files(a.repository, model_name, version)
     except ValueError as exc:
-        raise refuse(f"changed during the rollout: {exc}") from exc
-    if _sha256(again["model.pt"]) != _sha256(files["model.pt"]):
-        raise refuse(f"{repository / model_name / str(version) / 'model.pt'} changed during "
-                     "the rollout")
+        raise a.refuse(f"changed during the rollout: {exc}") from exc
+    if sha256_bytes(again["model.pt"]) != sha256_bytes(files["model.pt"]):
+        raise a.refuse(f"{a.repository / model_name / str(version) / 'model.pt'} changed "
+                       "during the rollout")
     try:
         client.load_model(model_name, config=config_json(config, [version]))
     except TritonError as exc:
-        _ensure_serving(client, config, model_name, serving, notes)
-        raise refuse(f"Triton could not switch to v{version}: {_triton_reason(exc)}") from exc
-    t = phase("switch", t)
+        _ensure_serving(client, config, model_name, a.serving, a.notes)
+        raise a.refuse(f"Triton could not switch to v{version}: {_triton_reason(exc)}") from exc
+    t = a.phase("switch", t)
     problem = _verify_switch(client, model_name, version, reference)
     if problem:
-        _ensure_serving(client, config, model_name, serving, notes, force=True)
-        back = "nothing serves" if serving is None else f"switched back to v{serving}"
-        raise refuse(f"after the switch {problem}; {back}")
-    smoke.append(SmokeCheck("serving", True, f"unversioned requests answered by v{version} "
-                            "with the candidate's logits"))
-    unloaded = [v for v in ready_before if v != version]
-    phase("verify", t)
+        _ensure_serving(client, config, model_name, a.serving, a.notes, force=True)
+        back = "nothing serves" if a.serving is None else f"switched back to v{a.serving}"
+        raise a.refuse(f"after the switch {problem}; {back}")
+    a.smoke.append(SmokeCheck("serving", True, f"unversioned requests answered by v{version} "
+                              "with the candidate's logits"))
+    a.phase("verify", t)
 
-    # 5. record
-    if serving is not None and serving != version:
-        state["previous"] = serving
-    state["current"] = version
-    seconds = round(time.monotonic() - t0, 3)
-    state["history"].append({"at": _now(), "action": action, "version": version,
-                             "serving": serving, "outcome": "serving", "seconds": seconds})
-    _write_state(repository, model_name, state)
-    return RolloutReport(model_name, action, serving, version, smoke, seconds, changed=True,
-                         phases=phases, unloaded=unloaded, notes=notes)
+
+def _record(a: _Attempt) -> RolloutReport:
+    """5. The version is current, the one before it previous, and the event in the history."""
+    state = a.state
+    if a.serving is not None and a.serving != a.version:
+        state["previous"] = a.serving
+    state["current"] = a.version
+    report = a.report(changed=True, unloaded=[v for v in a.ready_before if v != a.version])
+    state["history"].append({"at": now_text(), "action": a.action, "version": a.version,
+                             "serving": a.serving, "outcome": "serving",
+                             "seconds": report.seconds})
+    write_state(a.repository, a.model_name, state)
+    return report
 
 
 def _reachable(client: PolicyClient, model_name: str) -> bool:
@@ -1044,14 +466,14 @@ def _verify_switch(
     client: PolicyClient, model_name: str, version: int, reference: np.ndarray
 ) -> str | None:
     """None when unversioned requests are answered by `version` with the smoke logits."""
-    boards = _smoke_boards(client, model_name)
+    boards = smoke_boards(client, model_name)
     try:
         result = client.infer(boards, model_name=model_name)
     except TritonError as exc:
         return f"v{version} does not answer: {exc}"
     if result.model_version != str(version):
         return f"v{result.model_version} answered instead of v{version}"
-    if not np.allclose(result.logits, reference, rtol=1e-4, atol=_CONSISTENCY_ATOL):
+    if not np.allclose(result.logits, reference, rtol=1e-4, atol=CONSISTENCY_ATOL):
         diff = float(np.nanmax(np.abs(result.logits - reference)))
         return f"v{version} answers differ from the smoke-tested candidate by {diff:.3g}"
     return None
@@ -1095,7 +517,7 @@ def rollback(
     the highest published version below the serving one. Two rollbacks in a row swap back.
     """
     repository = Path(repository)
-    with _rollout_lock(repository, model_name, lock_timeout_s):
+    with rollout_lock(repository, model_name, lock_timeout_s):
         state = read_state(repository, model_name)
         serving = current_version(client, model_name)
         notes: list[str] = []

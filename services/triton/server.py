@@ -301,7 +301,7 @@ def version_candidates(repository: Path, model: str) -> list[tuple[int, str]]:
     An unreadable record is reported and treated as none.
     """
     from services.triton.publisher import list_versions
-    from services.triton.rollout import read_state
+    from services.triton.rollout_state import read_state
 
     newest_first = sorted(list_versions(repository, model), reverse=True)
     try:
@@ -339,7 +339,7 @@ def pinned_config_json(config_path: Path, version: int) -> str:
 
 def _check_files(repository: Path, model: str, version: int) -> None:
     """Raise ValueError with the reason when a version folder cannot be served."""
-    from services.triton.rollout import check_version_files
+    from services.triton.version_files import check_version_files
 
     check_version_files(repository, model, version)
 
