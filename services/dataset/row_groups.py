@@ -19,12 +19,14 @@ import pyarrow.parquet as pq
 
 from services.dataset.shards import (
     GAMES,
-    GO_CHANNELS,
     SCHEMA_KEY,
     SCHEMA_VERSION,
     DatasetError,
     read_manifest,
 )
+from services.games.registry import default_game, get_game
+
+DEFAULT_GAME = default_game().name
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class SplitPlan:
     unit_rows: np.ndarray  # int64 [units]
     unit_start: np.ndarray  # int64 [units]: id of the unit's first row (cumulative rows)
     board_size: int
-    game: str = "gomoku"  # "gomoku" or "go" (shards.GAMES)
+    game: str = DEFAULT_GAME  # a registered game name (shards.GAMES)
     # a unit that is a part of its row group (`split_for_ranks`): its first row inside the
     # group, and the group's rows; None: every unit is a whole row group
     unit_offset: np.ndarray | None = None
@@ -49,8 +51,8 @@ class SplitPlan:
 
     @property
     def channels(self) -> int:
-        """Compact planes per board: 1 (Gomoku cells) or 4 (Go)."""
-        return GO_CHANNELS if self.game == "go" else 1
+        """Compact planes per board: 1 (Gomoku cells) or 4 (Go): the game's input planes."""
+        return get_game(self.game).input_planes or 1
 
     @property
     def row_bytes(self) -> int:
@@ -58,8 +60,8 @@ class SplitPlan:
 
     @property
     def n_moves(self) -> int:
-        """Policy outputs: every point, plus a pass for Go."""
-        return self.board_size * self.board_size + (self.game == "go")
+        """Policy outputs: every point, plus a pass in a game with one (Go)."""
+        return get_game(self.game).policy_size(self.board_size)
 
 
 def _column_values(pf: pq.ParquetFile, path: Path, name: str) -> set:
