@@ -63,6 +63,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from services.atomic_files import atomic_path, atomic_write_text
+
 log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -128,9 +130,8 @@ def _copy_if_changed(src: Path, dst: Path) -> None:
         s, d = src.stat(), dst.stat()
         if s.st_size == d.st_size and s.st_mtime_ns == d.st_mtime_ns:
             return
-    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
-    shutil.copy2(src, tmp)  # keeps mode (the stub must stay executable) and mtime
-    os.replace(tmp, dst)  # atomic: a running server keeps its old inode
+    with atomic_path(dst) as tmp:  # atomic: a running server keeps its old inode
+        shutil.copy2(src, tmp)  # keeps mode (the stub must stay executable) and mtime
 
 
 def prepare_backend_dir(root: Path, tritonserver: Path | None = None) -> Path:
@@ -674,9 +675,7 @@ class TritonServer:
                   "log": str(self.log_path), "started_at": time.time()}
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(record) + "\n")
-            os.replace(tmp, path)
+            atomic_write_text(json.dumps(record) + "\n", path)
         except OSError as exc:
             log.warning("cannot write the pid file %s: %s", path, exc)
             return None
