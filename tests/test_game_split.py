@@ -51,6 +51,7 @@ def test_a_tight_memory_limit_spills_and_gives_the_same_shards(intermediate,
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".duckdb-spill")]
 
 
+@pytest.mark.integration  # trains a network for seconds: too heavy for the unit tier
 def test_trainer_reports_top1_on_held_out_games_next_to_the_position_split(
         intermediate, tmp_path: Path) -> None:
     path, _ = intermediate

@@ -201,7 +201,8 @@ def test_device_augmentation_of_go_planes_and_pass(go_dataset: Path) -> None:
         assert int(moves[i]) == (PASS if m == PASS else table[k, m])
 
 
-@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("num_workers", [
+    0, pytest.param(2, marks=pytest.mark.integration)])  # workers: too heavy for the unit tier
 def test_go_resume_mid_epoch_yields_the_uninterrupted_tail(go_dataset: Path,
                                                            num_workers: int) -> None:
     kwargs = {"batch_size": 32, "seed": 5, "shuffle_buffer": 250, "drop_last": False,
@@ -244,6 +245,7 @@ def go_config(**kw) -> TrainConfig:
     return TrainConfig(**{**base, **kw})
 
 
+@pytest.mark.integration  # trains a network for seconds: too heavy for the unit tier
 def test_go_training_reports_every_split_each_epoch_and_exports(go_dataset: Path,
                                                                 tmp_path: Path) -> None:
     result = train(go_dataset, go_config(max_steps=200, max_epochs=2), progress=False)
@@ -270,6 +272,7 @@ def test_go_training_reports_every_split_each_epoch_and_exports(go_dataset: Path
         assert torch.allclose(scripted(x), result.model(x), atol=1e-4)
 
 
+@pytest.mark.integration  # trains a network for seconds: too heavy for the unit tier
 def test_go_run_killed_and_resumed_reaches_the_same_weights(go_dataset: Path,
                                                             tmp_path: Path) -> None:
     straight = train(go_dataset, go_config(max_steps=40), progress=False)

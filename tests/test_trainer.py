@@ -53,6 +53,7 @@ def test_stage_buckets_follow_fig7() -> None:
     assert stage_labels()[0] == "0-9" and stage_labels()[-1] == "100+"
 
 
+@pytest.mark.integration  # trains a network for seconds: too heavy for the unit tier
 def test_training_learns_and_reports_metrics(dataset: Path) -> None:
     result = train(dataset, small(max_steps=150), progress=False)
     m = result.metrics
@@ -66,6 +67,7 @@ def test_training_learns_and_reports_metrics(dataset: Path) -> None:
     assert m["test"] == result.history[-1]["test"] and m["game"] == "gomoku"
 
 
+@pytest.mark.integration  # trains a network for seconds: too heavy for the unit tier
 @pytest.mark.parametrize("model", ["shao_f32_n2", "shao_f32_n2_v"])
 def test_killed_run_resumes_to_the_same_result(dataset: Path, tmp_path: Path, model: str) -> None:
     straight = train(dataset, small(model=model, max_steps=60), progress=False)
@@ -79,6 +81,7 @@ def test_killed_run_resumes_to_the_same_result(dataset: Path, tmp_path: Path, mo
         assert torch.equal(a, b)
 
 
+@pytest.mark.integration  # trains a network for seconds: too heavy for the unit tier
 def test_worker_fed_training_matches_in_process_and_resumes(dataset: Path,
                                                             tmp_path: Path) -> None:
     # a worker process makes the same batches in the same order as the training process would,
@@ -103,6 +106,7 @@ def write_dataset(out: Path, records) -> Path:
     return out
 
 
+@pytest.mark.integration  # trains a network for seconds: too heavy for the unit tier
 def test_value_head_learns_whose_side_wins(tmp_path: Path) -> None:
     # the sample's games rewritten so that Black always wins: every Black-to-move row has
     # result 1 and every White-to-move row 0, so the value must follow the side to move
@@ -151,6 +155,7 @@ def test_export_refuses_a_model_with_nan(tmp_path: Path) -> None:
     assert not (tmp_path / "model.pt").exists()
 
 
+@pytest.mark.integration  # trains a network for seconds: too heavy for the unit tier
 def test_gate_refuses_a_worse_model_and_leaves_the_repository(dataset: Path,
                                                                  tmp_path: Path) -> None:
     repo = tmp_path / "repo"

@@ -43,6 +43,7 @@ def small(**kw) -> TrainConfig:
     return TrainConfig(**{**base, **kw})
 
 
+@pytest.mark.integration  # trains a network for seconds: too heavy for the unit tier
 def test_training_runs_on_one_thread_unless_told(dataset: Path, keep_threads) -> None:
     assert TrainConfig().num_threads == trainer.DEFAULT_THREADS == 1
     torch.set_num_threads(2)  # torch's default on a 2-core machine
