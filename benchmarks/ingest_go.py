@@ -19,6 +19,10 @@ threads, DuckDB's included; best and median of --repeat):
   * the baseline in the same run: sgfmill parse (`Sgf_game.from_bytes`, main line) + sgfmill
     board replay (`Board.play`, captures) of the same archives' members, positions per
     CPU-second, and the ratio end to end / baseline (the baseline writes nothing);
+  * the one-time cost of the compiled kernels (numba: replay, canonical images, packing):
+    the pipeline on one small .sgf in a fresh child with an empty kernel cache (everything
+    compiled) and again with that cache filled (loaded from disk, as every later process
+    does); the end-to-end figures above load them from the cache;
   * --profile: where the read stage's time goes (cProfile, top functions by own time).
 The machine this runs on is shared: CPU time is the steadier figure; compare medians.
 """
@@ -102,6 +106,31 @@ def pipeline(sources: list[str], out: str, profile: bool = False) -> dict:
     return {"stages": stages, "positions": sum(s["pairs"] for s in summaries),
             "rows": sum(splits.values()), "games": sum(s["ingested"] for s in summaries),
             "quarantined": sum(s["quarantined"] for s in summaries), "profile": top}
+
+
+def _pipeline_cpu(sources: list[str], out: str) -> float:
+    """CPU seconds of `pipeline` in this process, imports included."""
+    u, y = _cpu()
+    pipeline(sources, out)
+    u2, y2 = _cpu()
+    return u2 - u + y2 - y
+
+
+def kernel_costs(sgf: Path, tmp: str) -> tuple[float, float]:
+    """(CPU s of the pipeline on `sgf` in a fresh child compiling the numba kernels into an
+    empty cache, the same with that cache filled)."""
+    cache = Path(tmp) / "numba-cache"
+    before = os.environ.get("NUMBA_CACHE_DIR")
+    os.environ["NUMBA_CACHE_DIR"] = str(cache)  # the spawned children inherit it
+    try:
+        cold = in_child(_pipeline_cpu, [str(sgf)], f"{tmp}/cold")
+        warm = in_child(_pipeline_cpu, [str(sgf)], f"{tmp}/warm")
+    finally:
+        if before is None:
+            del os.environ["NUMBA_CACHE_DIR"]
+        else:
+            os.environ["NUMBA_CACHE_DIR"] = before
+    return cold, warm
 
 
 def pairs_only(sources: list[str]) -> dict:
@@ -231,8 +260,15 @@ def main(argv: list[str] | None = None) -> None:
               f"{e2e / rate:.2f}x; records -> canonical pairs / baseline: "
               f"{part['positions'] / part_cpu / rate:.2f}x")
 
+        small = sorted(SMALL_SGF.glob("*.sgf"))[:1]
+        if small:
+            cold, warm = kernel_costs(small[0], tmp)
+            print(f"\n== compiled kernels: the pipeline on {small[0].name} in a fresh process, "
+                  f"imports included: {cold:.2f} CPU s with an empty kernel cache (compiled), "
+                  f"{warm:.2f} with the cache filled: one-time compile cost {cold - warm:.2f} "
+                  "CPU s")
+
         if not args.no_flow:
-            small = sorted(SMALL_SGF.glob("*.sgf"))[:1]
             fixed = in_child(_flow_cpu, [str(p) for p in small], f"{tmp}/small") \
                 if small else None
             flows = [in_child(_flow_cpu, sources, f"{tmp}/flow{i}")

@@ -215,20 +215,22 @@ _PAD = 120  # a multiple of every plane's cells per byte: planes padded to it pa
 
 
 @njit(cache=True)
-def _pack_images(boards, best, inverse, out, maxima):
+def _pack_images(boards, best, table, inverse, out, maxima):
     """out[i] = image best[i] of boards[i] packed; maxima[c]: the largest value of plane c
     seen (a value beyond the plane's radix packs wrongly: the caller refuses it).
 
-    Each image is gathered into a zero-padded scratch row first, so that the packing loops
-    run over contiguous cells with constant radices and digit counts (the compiler unrolls
-    them); the layout is `_PLANE_RADIX` / `_PLANE_DIGITS`, spelled out per plane."""
+    The dense planes (stones, liberties) are gathered into a zero-padded scratch row first,
+    so that the packing loops run over contiguous cells with constant radices and digit
+    counts (the compiler unrolls them). The sparse ones (move ages: the last few moves; ko:
+    one point at most) are packed by adding each nonzero cell's digit at its image point
+    into zeroed bytes. The layout is `_PLANE_RADIX` / `_PLANE_DIGITS`, spelled out here."""
     area = inverse.shape[1]
     pad = -(-area // _PAD) * _PAD
-    image = np.zeros(COMPACT_CHANNELS * pad, np.uint8)
+    image = np.zeros(2 * pad, np.uint8)
     w3, w5, w8 = -(-area // 3), -(-area // 5), -(-area // 8)
     for i in range(boards.shape[0]):
         k = best[i]
-        for c in range(COMPACT_CHANNELS):
+        for c in range(2):
             src, dst = c * area, c * pad
             most = np.uint8(0)
             for q in range(area):
@@ -243,19 +245,24 @@ def _pack_images(boards, best, inverse, out, maxima):
             j = 5 * b
             row[b] = (((image[j] * 3 + image[j + 1]) * 3 + image[j + 2]) * 3
                       + image[j + 3]) * 3 + image[j + 4]
-        at = w5
-        for c in range(1, 3):  # liberties, move ages: 3 cells of base 5
-            base = c * pad
-            for b in range(w3):
-                j = base + 3 * b
-                row[at + b] = (image[j] * 5 + image[j + 1]) * 5 + image[j + 2]
-            at += w3
-        base = 3 * pad
-        for b in range(w8):  # ko: 8 cells of base 2
-            j = base + 8 * b
-            row[at + b] = ((image[j] << 7) | (image[j + 1] << 6) | (image[j + 2] << 5)
-                           | (image[j + 3] << 4) | (image[j + 4] << 3) | (image[j + 5] << 2)
-                           | (image[j + 6] << 1) | image[j + 7])
+        for b in range(w3):  # liberties: 3 cells of base 5
+            j = pad + 3 * b
+            row[w5 + b] = (image[j] * 5 + image[j + 1]) * 5 + image[j + 2]
+        ages, ko = w5 + w3, w5 + 2 * w3
+        row[ages:ko + w8] = 0
+        for p in range(area):
+            v = boards[i, 2 * area + p]
+            if v:  # move ages: 3 cells of base 5
+                if v > maxima[2]:
+                    maxima[2] = v
+                q = table[k, p]
+                row[ages + q // 3] += v * (25 if q % 3 == 0 else (5 if q % 3 == 1 else 1))
+            v = boards[i, 3 * area + p]
+            if v:  # ko: 8 cells of base 2
+                if v > maxima[3]:
+                    maxima[3] = v
+                q = table[k, p]
+                row[ko + q // 8] += v << (7 - q % 8)
 
 
 @njit(cache=True)
@@ -294,7 +301,7 @@ def _packed_images(boards: np.ndarray, best: np.ndarray, size: int) -> np.ndarra
     (ValueError for a value outside its plane's range: the packing would be no bijection)."""
     out = np.empty((len(boards), packed_width(size)), np.uint8)
     maxima = np.zeros(COMPACT_CHANNELS, np.int64)
-    _pack_images(boards, best, _inverse_table(size), out, maxima)
+    _pack_images(boards, best, frozen_point_table(size), _inverse_table(size), out, maxima)
     for c, radix in enumerate(_PLANE_RADIX):
         if maxima[c] >= radix:
             raise ValueError(f"compact plane {c} holds {int(maxima[c])}, outside 0-{radix - 1}")
