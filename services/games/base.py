@@ -29,7 +29,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 import numpy as np
 
@@ -79,8 +79,7 @@ class Position(Protocol):
     def legal_mask(self) -> np.ndarray: ...
 
 
-@dataclass(frozen=True)
-class Expansion:
+class Expansion(NamedTuple):
     """What the rules say about a search node.
 
     `terminal_value`: the game is over, worth this to the player who moved into the node (+1

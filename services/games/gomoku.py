@@ -88,6 +88,13 @@ class ForbiddenMove(IllegalMove):
         super().__init__(f"move {index_name(point, size)} is forbidden for black ({reason})")
 
 
+@functools.cache
+def _gomoku_game() -> GomokuGame:
+    from services.games.gomoku_game import GOMOKU  # that module imports this one
+
+    return GOMOKU
+
+
 def opponent(color: int) -> int:
     return WHITE if color == BLACK else BLACK
 
@@ -153,9 +160,7 @@ class GomokuState:
     @property
     def game(self) -> GomokuGame:
         """The `Game` these rules belong to (what the search and the services ask)."""
-        from services.games.gomoku_game import GOMOKU  # that module imports this one
-
-        return GOMOKU
+        return _gomoku_game()
 
     @property
     def to_move(self) -> int:

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -266,12 +266,13 @@ class Node:
             return False
         if e.proven_win:  # the side to move wins at once: only its winning moves matter
             self.value, self.proven = -1.0, True
-            self._set_moves(list(e.candidates), np.full(len(e.candidates), 1.0 / len(e.candidates)))
+            n = len(e.candidates)
+            self._set_moves(e.candidates, np.full(n, 1.0 / n))
             return False
         legal = e.legal if e.legal is not None else self.state.legal_mask()
-        return self._open(list(e.candidates), legal)
+        return self._open(e.candidates, legal)
 
-    def _open(self, candidates: list[int], legal: np.ndarray) -> bool:
+    def _open(self, candidates: Sequence[int], legal: np.ndarray) -> bool:
         """A single candidate is forced (no evaluation needed: False); otherwise the node
         waits for the network's priors over `candidates` (True)."""
         if len(candidates) == 1:
@@ -286,7 +287,7 @@ class Node:
         """Simulations that went through this node to one of its children."""
         return int(self.child_n.sum())
 
-    def _set_moves(self, moves: list[int], priors: np.ndarray | None) -> None:
+    def _set_moves(self, moves: Sequence[int], priors: np.ndarray | None) -> None:
         self.moves = np.asarray(moves, dtype=np.int16)
         self.priors = priors
         self.child_n = np.zeros(len(moves), dtype=np.float32)
