@@ -19,10 +19,10 @@ import pytest
 import torch
 
 from services.dataset import shards
+from services.dataset.augment import Augmenter
 from services.dataset.go_build import go_deduplicate, go_source_pairs
 from services.dataset.loader import (
     ShardStream,
-    _Augmenter,
     dataset_game,
     expand_planes,
     make_loader,
@@ -173,7 +173,7 @@ def test_augmenter_carries_a_marker_at_the_move_in_every_plane() -> None:
         boards[np.flatnonzero(on_board), c, moves[on_board]] = c + 1
     out_b = np.empty((n, 4 * S * S), dtype=np.int8)
     out_m = np.empty(n, dtype=np.int64)
-    _Augmenter(S, channels=4)(boards.reshape(n, -1), moves, rng, out_b, out_m)
+    Augmenter(S, channels=4)(boards.reshape(n, -1), moves, rng, out_b, out_m)
     out_b = out_b.reshape(n, 4, S * S)
     assert (out_m == PASS).sum() == (moves == PASS).sum() >= 50  # passes stay passes
     for board, move in zip(out_b, out_m, strict=True):
