@@ -6,7 +6,6 @@ turns one into a GomokuState by alternating the stones as moves.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,18 +24,31 @@ class Result:
     model_version: str = "7"
 
 
-class UniformEvaluator:
-    """Every point equally likely; records the batch sizes it was called with."""
+class FakeClock:
+    """A clock (seconds) that moves only when an evaluator says a call took time: budgets and
+    deadlines are checked against it exactly and without waiting."""
 
-    def __init__(self, delay_s: float = 0.0) -> None:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class UniformEvaluator:
+    """Every point equally likely; records the batch sizes it was called with. With a `clock`,
+    each call takes `delay_s` of it."""
+
+    def __init__(self, delay_s: float = 0.0, clock: FakeClock | None = None) -> None:
         self.batches: list[int] = []
         self.delay_s = delay_s
+        self.clock = clock
 
     def infer(self, boards: np.ndarray) -> Result:
         assert boards.dtype == np.int8 and boards.ndim == 3
         self.batches.append(len(boards))
-        if self.delay_s:
-            time.sleep(self.delay_s)
+        if self.clock is not None:
+            self.clock.now += self.delay_s
         n, size = boards.shape[0], boards.shape[1]
         return Result(np.zeros((n, size * size), dtype=np.float32))
 
@@ -247,20 +259,27 @@ def test_respects_visit_budget() -> None:
         assert sum(c.visits for c in r.children) <= visits and r.visits <= visits
 
 
+STEP_S = 2.0 ** -7  # one evaluator call on the fake clock (~8 ms; sums of it are exact)
+
+
 def test_respects_time_budget() -> None:
     state = GomokuState.from_moves([pt("h8")])
-    start = time.monotonic()
-    r = mcts.search(state, UniformEvaluator(delay_s=0.01), max_time_ms=150, batch_size=4)
-    elapsed = time.monotonic() - start
-    assert 0.15 <= elapsed < 0.6
-    assert r.total_visits > 0
+    clock = FakeClock()
+    evaluator = UniformEvaluator(delay_s=STEP_S, clock=clock)
+    r = mcts.search(state, evaluator, max_time_ms=150, batch_size=4, clock=clock)
+    # the last batch started inside the budget, the search stopped at the first batch end past it
+    assert clock.now - STEP_S < 0.150 <= clock.now
+    assert r.elapsed_s == clock.now == STEP_S * len(evaluator.batches)
+    assert r.total_visits == 4 * (len(evaluator.batches) - 1)  # the root's call, then batches
 
 
 def test_deadline_cuts_a_visit_search_short() -> None:
     state = GomokuState.from_moves([pt("h8")])
-    start = time.monotonic()
-    r = mcts.search(state, UniformEvaluator(delay_s=0.01), max_visits=100_000, deadline=start + 0.1)
-    assert time.monotonic() - start < 0.5
+    clock = FakeClock()
+    evaluator = UniformEvaluator(delay_s=STEP_S, clock=clock)
+    r = mcts.search(state, evaluator, max_visits=100_000, deadline=0.1, clock=clock)
+    # stopped where one more batch (as long as the last) would have ended past the deadline
+    assert clock.now <= 0.1 < clock.now + STEP_S
     assert 0 < r.total_visits < 100_000
 
 
@@ -552,12 +571,12 @@ def test_batches_yield_the_visits_as_they_grow() -> None:
 
 def test_deadline_does_not_start_a_batch_that_would_overrun() -> None:
     state = GomokuState.from_moves([pt("h8")])
-    start = time.monotonic()
-    # root 0.2 s, one batch 0.2 s; a second batch would end after the deadline at 0.5 s
-    r = mcts.search(
-        state, UniformEvaluator(delay_s=0.2), max_visits=10_000, deadline=start + 0.5
-    )
-    assert r.evaluator_calls <= 2  # without the estimate: 3 (the last ending at 0.6 s)
+    clock = FakeClock()
+    # root 0.25 s, one batch 0.25 s; a second batch would end after the deadline at 0.625 s
+    r = mcts.search(state, UniformEvaluator(delay_s=0.25, clock=clock), max_visits=10_000,
+                    deadline=0.625, clock=clock)
+    assert r.evaluator_calls == 2  # without the estimate: 3 (the last ending at 0.75 s)
+    assert clock.now == 0.5
 
 
 class FailingEvaluator(UniformEvaluator):

@@ -328,6 +328,8 @@ class Search:
     `root` is a position (a fresh tree) or a `Node` of an earlier search (reuse: its visits,
     `reused_visits`, count towards the budget). Use: `start()`, then iterate `batches(...)`
     (or call `run`), then `result()`. Not thread-safe: one search belongs to one thread.
+    `clock` (seconds, `time.monotonic` by default) is what time budgets, deadlines and
+    `elapsed_s` are read from; a test passes a clock of its own to check them without waiting.
     """
 
     def __init__(
@@ -339,6 +341,7 @@ class Search:
         batch_size: int = DEFAULT_BATCH_SIZE,
         model_name: str = "",
         model_version: str = "",
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -355,7 +358,8 @@ class Search:
         self.evaluator_calls = 0
         self.evaluated_leaves = 0
         self.visits = 0  # simulations run by this search
-        self.started_at = time.monotonic()
+        self.clock = clock
+        self.started_at = clock()
         self.proven_win = False
         self.batch_seconds = 0.0  # running estimate of one batch's duration
         self._started = False
@@ -478,7 +482,7 @@ class Search:
         deadline: float | None = None,
     ) -> Iterator[int]:
         """Run batches until the root has `max_visits` visits (reused ones included; 0: no
-        visit limit), `time.monotonic()` passes `end` (a time budget), `should_stop()` holds, or
+        visit limit), the clock passes `end` (a time budget), `should_stop()` holds, or
         a proven win has been visited; yields the root's total visits after each batch.
 
         `deadline` is a hard end (e.g. the request deadline): a batch that would probably not
@@ -487,7 +491,7 @@ class Search:
         self.start()
         limit = max_visits - self.reused_visits if max_visits > 0 else math.inf
         while self.visits < limit:
-            now = time.monotonic()
+            now = self.clock()
             if now >= end or (deadline is not None and now + self.batch_seconds >= deadline):
                 break
             if self.proven_win and self.total_visits > 0:
@@ -495,7 +499,7 @@ class Search:
             if should_stop is not None and should_stop():
                 break
             done = self.step(limit - self.visits)
-            elapsed = time.monotonic() - now
+            elapsed = self.clock() - now
             # rises at once with a slow batch, decays slowly: a cautious guess for `deadline`
             self.batch_seconds = max(elapsed, 0.7 * self.batch_seconds + 0.3 * elapsed)
             if done == 0:
@@ -543,7 +547,7 @@ class Search:
             children=children,
             evaluator_calls=self.evaluator_calls,
             evaluated_leaves=self.evaluated_leaves,
-            elapsed_s=time.monotonic() - started,
+            elapsed_s=self.clock() - started,
             reused_visits=self.reused_visits,
             new_visits=self.visits,
         )
@@ -583,13 +587,14 @@ def search(
     top_children: int = 10,
     tree: Node | None = None,
     should_stop: Callable[[], bool] | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> SearchResult:
     """Choose a move for the side to move in `state`.
 
     Budget: `max_visits` root visits and/or `max_time_ms` of wall time (0 = unlimited, but not
-    both). `deadline` (a `time.monotonic()` instant) cuts the search short too, e.g. the gRPC
-    request deadline (no batch is started that would probably end after it), and so does
-    `should_stop()` (checked between batches). The root is always
+    both). `deadline` (an instant of `clock`, `time.monotonic` by default) cuts the search
+    short too, e.g. the gRPC request deadline (no batch is started that would probably end
+    after it), and so does `should_stop()` (checked between batches). The root is always
     evaluated once, even past the deadline, so there is always a move (the highest prior one if
     no simulation ran). `tree`: a node of an earlier search for `state` to continue (its visits
     count towards `max_visits`). Evaluator errors propagate.
@@ -603,8 +608,9 @@ def search(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if tree is not None and not np.array_equal(tree.state.board, state.board):
         raise ValueError("tree is not a search of this position")
-    started = time.monotonic()
+    started = clock()
     end = started + max_time_ms / 1000.0 if max_time_ms > 0 else math.inf
-    s = Search(tree if tree is not None else state, evaluator, c_puct=c_puct, batch_size=batch_size)
+    s = Search(tree if tree is not None else state, evaluator, c_puct=c_puct,
+               batch_size=batch_size, clock=clock)
     s.run(max_visits, end, should_stop, deadline)
     return s.result(top_children, started)
