@@ -19,6 +19,7 @@ BUILTIN_MODULES = ("services.games.gomoku_game", "services.games.go_game")
 DEFAULT_PROTO_GAME = search_pb2.GOMOKU
 
 _games: dict[str, Game] = {}
+_by_proto: dict[int, Game] = {}  # API `Game` value -> game
 _lock = threading.Lock()
 _loaded = False
 
@@ -45,6 +46,8 @@ def register(game: Game) -> Game:
         if known is not None and known is not game:
             raise ValueError(f"a game named {game.name!r} is registered already")
         _games[game.name] = game
+        if game.proto_game:
+            _by_proto[game.proto_game] = game
     return game
 
 
@@ -66,11 +69,11 @@ def registered_games() -> tuple[Game, ...]:
 
 def game_for_proto(value: int) -> Game:
     """The game of an API `Game` value (GAME_UNSPECIFIED: `DEFAULT_PROTO_GAME`)."""
-    wanted = value or DEFAULT_PROTO_GAME
-    for game in registered_games():
-        if game.proto_game == wanted:
-            return game
-    raise UnknownGame(f"unknown game {value}")
+    _load_builtin()
+    game = _by_proto.get(value or DEFAULT_PROTO_GAME)
+    if game is None:
+        raise UnknownGame(f"unknown game {value}")
+    return game
 
 
 def game_of(state: Position) -> Game:
