@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,7 +17,7 @@ import pytest
 
 from services.games.gomoku import GomokuState
 from services.search import mcts
-from services.search.batcher import BatchingEvaluator
+from services.search.batcher import BatchingEvaluator, BatchOutput
 from services.search.metrics import Metrics
 from services.triton.client import TritonUnavailableError
 
@@ -72,6 +73,21 @@ def make_batcher():
         b.close()
 
 
+NEVER_S = 1e6  # a window that never ends within a test: what is sent went for another reason
+
+
+def answered(batcher: BatchingEvaluator, calls: list[Callable[[], object]]) -> list:
+    """Run `calls` in threads at once and return their results; fails (after closing the
+    batcher, which releases the callers) if they are not all answered within a minute: with
+    a window of NEVER_S, only the rule under test sends their call."""
+    with ThreadPoolExecutor(len(calls)) as pool:
+        futures = [pool.submit(call) for call in calls]
+        if wait(futures, timeout=60).not_done:
+            batcher.close()
+            pytest.fail("the callers were not answered: their call waited for the window")
+        return [f.result() for f in futures]
+
+
 def run_participants(batcher: BatchingEvaluator, sizes: list[int]) -> list[np.ndarray]:
     """One thread per size: register, wait for all, then infer once; returns the logits."""
     barrier = threading.Barrier(len(sizes))
@@ -81,19 +97,15 @@ def run_participants(batcher: BatchingEvaluator, sizes: list[int]) -> list[np.nd
             barrier.wait(timeout=10)
             return batcher.infer(boards_for(i, sizes[i])).logits
 
-    with ThreadPoolExecutor(len(sizes)) as pool:
-        return list(pool.map(one, range(len(sizes))))
+    return answered(batcher, [lambda i=i: one(i) for i in range(len(sizes))])
 
 
 def test_concurrent_participants_share_one_call_and_get_their_own_rows(make_batcher) -> None:
     inner = BoardEvaluator()
     metrics = Metrics()
-    batcher = make_batcher(inner, window_s=5.0, metrics=metrics)
+    batcher = make_batcher(inner, window_s=NEVER_S, metrics=metrics)
     sizes = [1, 16, 3, 16, 7, 16, 2, 9]
-    start = time.monotonic()
-    results = run_participants(batcher, sizes)
-    # all eight were waiting, so the batch went at once, not after the 5 s window
-    assert time.monotonic() - start < 2.5
+    results = run_participants(batcher, sizes)  # all eight were waiting: the batch went at once
     assert inner.calls == [sum(sizes)]
     for i, logits in enumerate(results):
         np.testing.assert_array_equal(logits, board_logits(boards_for(i, sizes[i])))
@@ -116,12 +128,15 @@ def test_max_boards_caps_a_call_and_never_splits_a_request(make_batcher) -> None
 
 def test_a_lone_caller_pays_no_window(make_batcher) -> None:
     inner = BoardEvaluator()
-    batcher = make_batcher(inner, window_s=5.0)
-    start = time.monotonic()
-    out = batcher.infer(boards_for(0, 4))  # not a participant: counts as one while waiting
-    with batcher.participant():
-        batcher.infer(boards_for(1, 4))
-    assert time.monotonic() - start < 2.5
+    batcher = make_batcher(inner, window_s=NEVER_S)
+
+    def alone() -> BatchOutput:
+        out = batcher.infer(boards_for(0, 4))  # not a participant: counts as one while waiting
+        with batcher.participant():
+            batcher.infer(boards_for(1, 4))
+        return out
+
+    [out] = answered(batcher, [alone])
     assert out.model_version == "3" and inner.calls == [4, 4]
 
 
@@ -139,15 +154,15 @@ def test_the_window_bounds_the_wait_for_busy_participants(make_batcher) -> None:
     thread = threading.Thread(target=idle_participant)
     thread.start()
     try:
-        registered.wait(5)
+        assert registered.wait(5)
         with batcher.participant():
-            start = time.monotonic()
             batcher.infer(boards_for(0, 2))
-            waited = time.monotonic() - start
+        # answered while the idle participant is still registered: the window ended the wait
+        assert thread.is_alive() and not release.is_set()
     finally:
         release.set()
         thread.join()
-    assert 0.25 <= waited < 3.0  # it waited for the other participant, but only the window
+    assert inner.calls == [2]
 
 
 def test_an_error_reaches_every_caller_of_the_call_then_it_recovers(make_batcher) -> None:
