@@ -1,5 +1,5 @@
 """Go replay + compact planes benchmark: the reference (`GoState` replay, then `compact` per
-position) against the incremental replay of services/games/go_fast.py, on the real games.
+position) against the compiled incremental replay of services/games/go_fast.py, on the real games.
 
     .venv/bin/python benchmarks/go_replay.py [--reference-every 4] [--repeat 3] [ARCHIVE ...]
 

@@ -283,3 +283,46 @@ def test_duckdb_build_gives_the_in_memory_go_dedup_row_for_row(tmp_path: Path,
                  "split", "to_move", "board_size", "mover_rank", "game"):
         assert got[name].to_pylist() == want[name].to_pylist(), name
     np.testing.assert_allclose(got["result"].to_numpy(), want["result"].to_numpy(), rtol=1e-6)
+
+
+def test_sorted_raw_rows_merge_into_pairs_across_batches() -> None:
+    """`dedup._merged`: raw rows sorted by (split, hash, move) become one pair per (split,
+    hash, move, board), in board order inside equal keys, also when a run of equal keys
+    straddles batches: count summed, smallest ply / rank / game id / source, the rule of the
+    smallest game id, the mean of the known results (NaN when none is known)."""
+    from services.dataset import dedup
+
+    rows = [  # (split_code, hash, move, board, ply, count, result, rank, game_id, rule)
+        (0, 5, 1, b"b", 9, 1, 1.0, "2d", "g3", "Japanese"),
+        (0, 5, 1, b"a", 7, 1, float("nan"), "1k", "g2", "Chinese"),
+        (0, 5, 1, b"b", 4, 2, 0.0, "1d", "g1", "Korean"),
+        (0, 5, 1, b"b", 6, 1, float("nan"), "3d", "g1", "AGA"),
+        (0, 6, 1, b"z", 3, 1, float("nan"), "5k", "g4", ""),
+        (2, 1, 0, b"c", 1, 1, 0.5, "", "g5", ""),
+    ]
+    cols = list(zip(*rows, strict=True))
+    n = len(rows)
+    table = pa.table({
+        "board": pa.array(cols[3], pa.binary()), "move": pa.array(cols[2], pa.int16()),
+        "game": pa.array(["go"] * n), "rule": pa.array(cols[9]),
+        "board_size": pa.array([19] * n, pa.int8()), "to_move": pa.array([1] * n, pa.int8()),
+        "ply": pa.array(cols[4], pa.int16()), "count": pa.array(cols[5], pa.int32()),
+        "position_hash": pa.array(cols[1], pa.uint64()),
+        "result": pa.array(cols[6], pa.float32()), "mover_rank": pa.array(cols[7]),
+        "game_id": pa.array(cols[8]), "source": pa.array(["s"] * n),
+        "split": pa.array([shards.SPLITS[c] for c in cols[0]]),
+        "split_code": pa.array(cols[0], pa.int32()),
+    })
+    batches = [table.slice(0, 2).to_batches()[0], table.slice(2, 3).to_batches()[0],
+               table.slice(5).to_batches()[0]]  # the run of hash 5 spans two batches
+    got = pa.Table.from_batches(list(dedup._merged(batches)))
+    assert "split_code" not in got.column_names
+    assert got["board"].to_pylist() == [b"a", b"b", b"z", b"c"]
+    assert got["count"].to_pylist() == [1, 4, 1, 1]
+    assert got["ply"].to_pylist() == [7, 4, 3, 1]
+    assert got["mover_rank"].to_pylist() == ["1k", "1d", "5k", ""]
+    assert got["game_id"].to_pylist() == ["g2", "g1", "g4", "g5"]
+    assert got["rule"].to_pylist() == ["Chinese", "AGA", "", ""]  # g1's smallest rule
+    result = got["result"].to_numpy()
+    assert np.isnan(result[0]) and result[1] == 0.5 and np.isnan(result[2]) and result[3] == 0.5
+    assert got["split"].to_pylist() == [shards.SPLITS[0]] * 3 + [shards.SPLITS[2]]
