@@ -17,7 +17,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -257,10 +256,8 @@ def test_dead_service_gives_error_lines_and_the_brain_keeps_running(tmp_path: Pa
     pipe = Pipe(f"127.0.0.1:{closed_port()}", tmp_path / "brain.log")
     try:
         assert pipe.ask("START 15") == "OK"
-        start = time.monotonic()
-        reply = pipe.ask("BEGIN")
+        reply = pipe.ask("BEGIN", timeout=10)  # an answer, not a hang on the dead service
         assert reply.startswith("ERROR search service unavailable"), reply
-        assert time.monotonic() - start < 10
         assert pipe.ask("TURN 7,7").startswith("ERROR search service unavailable")
         assert pipe.ask("BOARD", "7,7,2", "DONE").startswith("ERROR search service unavailable")
         assert ABOUT.match(pipe.ask("ABOUT"))  # still alive and answering
@@ -297,10 +294,10 @@ def test_session_over_a_pipe(service: str, tmp_path: Path) -> None:
         assert ABOUT.match(pipe.ask("ABOUT"))  # the next line answers ABOUT: INFO said nothing
         # BEGIN: we are black on the empty board; the search is timed by INFO timeout_turn
         moves: list[int] = []
-        start = time.monotonic()
-        first = parse_move(pipe.ask("BEGIN"))
-        elapsed = time.monotonic() - start
-        assert 1.0 < elapsed < 2.0, elapsed  # most of the turn, never past it
+        # the answer comes within the turn, as the manager requires; how much of the turn the
+        # search gets is search_budget's (test_search_budget), and that the search stops at
+        # its budget is the search's own test (tests/test_mcts.py, on a fake clock)
+        first = parse_move(pipe.ask("BEGIN", timeout=2.0))
         moves.append(to_index(*first))
         # timeout_turn 0 asks for speed; every answer is legal and on an empty point
         pipe.send("INFO timeout_turn 0")

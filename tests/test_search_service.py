@@ -74,13 +74,12 @@ def _pos(*moves: str | tuple[int, int], **fields: object) -> search_pb2.Position
     return search_pb2.Position(moves=pts, **fields)
 
 
-def _abort_code(call, request, timeout: float = 5.0) -> tuple[grpc.StatusCode, str, float]:
-    start = time.monotonic()
+def _abort_code(call, request, timeout: float = 5.0) -> tuple[grpc.StatusCode, str]:
     with pytest.raises(grpc.RpcError) as info:
         reply = call(request, timeout=timeout)
         if isinstance(request, search_pb2.AnalyzeRequest):
             list(reply)  # a stream fails when read
-    return info.value.code(), info.value.details(), time.monotonic() - start
+    return info.value.code(), info.value.details()
 
 
 REQUESTS = {
@@ -98,10 +97,10 @@ def test_unavailable_within_deadline_and_again(stub, method: str) -> None:
         else REQUESTS[method](position=_pos("h8", "h9"), max_visits=50)
     )
     for _ in range(2):  # a failure leaves nothing broken behind: the next call tries afresh
-        code, details, elapsed = _abort_code(getattr(stub, method), request, timeout=5.0)
+        # UNAVAILABLE, not DEADLINE_EXCEEDED: the error came before the call's deadline
+        code, details = _abort_code(getattr(stub, method), request, timeout=5.0)
         assert code == grpc.StatusCode.UNAVAILABLE, details
         assert "Triton is unreachable" in details
-        assert elapsed < 5.0
 
 
 WIN_LINE = ["h8", "a1", "i8", "a2", "j8", "a3", "k8", "a4", "l8"]  # black makes five
@@ -158,7 +157,7 @@ INVALID = [
 
 @pytest.mark.parametrize(("method", "fields", "message"), INVALID)
 def test_invalid_request_names_the_field(stub, method: str, fields: dict, message: str) -> None:
-    code, details, _ = _abort_code(getattr(stub, method), REQUESTS[method](**fields))
+    code, details = _abort_code(getattr(stub, method), REQUESTS[method](**fields))
     # INVALID_ARGUMENT, not UNAVAILABLE: validation runs before Triton is called
     assert code == grpc.StatusCode.INVALID_ARGUMENT, details
     assert details.startswith(message), details
@@ -212,13 +211,13 @@ def test_replay_work_up_to_the_limit_is_validated(stub) -> None:
     """256 positions of 64 moves (16,384 moves, just within the limit) are replayed: the
     request passes validation and meets the dead Triton (UNAVAILABLE)."""
     request = search_pb2.PredictRequest(positions=(_MOVES_64 * 64)[:256])
-    code, details, _ = _abort_code(stub.Predict, request, timeout=20)
+    code, details = _abort_code(stub.Predict, request, timeout=20)
     assert code == grpc.StatusCode.UNAVAILABLE, details
 
 
 @pytest.mark.parametrize(("method", "fields", "message"), TOO_LARGE)
 def test_over_the_limits_is_resource_exhausted(stub, method: str, fields: dict, message: str):
-    code, details, _ = _abort_code(getattr(stub, method), REQUESTS[method](**fields))
+    code, details = _abort_code(getattr(stub, method), REQUESTS[method](**fields))
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, details
     assert details.startswith(message), details
 
@@ -227,13 +226,13 @@ def test_a_message_over_the_size_limit_is_refused(stub) -> None:
     # ~1.3 MB: over the server's 1 MiB max_receive_message_length, refused by gRPC itself
     big = search_pb2.Position(setup_black=[search_pb2.Point(x=14, y=14)] * 200_000)
     assert big.ByteSize() > 1 << 20
-    code, details, _ = _abort_code(stub.Predict, search_pb2.PredictRequest(position=big))
+    code, details = _abort_code(stub.Predict, search_pb2.PredictRequest(position=big))
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, details
     # a full 256-position batch of 225-move records is well within it: it reaches validation,
     # whose replay limit refuses it before replaying anything
     full = search_pb2.PredictRequest(positions=[_pos(*ALL_POINTS)] * 256)
     assert full.ByteSize() < 1 << 20
-    code, details, _ = _abort_code(stub.Predict, full)
+    code, details = _abort_code(stub.Predict, full)
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert details.startswith("positions: the request replays 57600 moves"), details
 
@@ -470,13 +469,14 @@ def test_genmove_budget_end_to_end(live: Live) -> None:
         state = GomokuState.from_moves([7 * 15 + 7, 8 * 15 + 7])
         for p in r.principal_variation:  # a legal line
             state = state.play(p.y * 15 + p.x)
-        start = time.monotonic()
+        # a time budget alone is a valid request, which the search ends by itself (that it
+        # stops at the budget is tests/test_mcts.py's, on a fake clock)
         t = client.genmove(["h8", "h9"], max_time_ms=300)
-        assert time.monotonic() - start < 2.0 and t.total_visits > 0
-        # the request deadline bounds a search whose own budget is larger
-        start = time.monotonic()
+        assert t.total_visits > 0
+        # the request deadline bounds a search whose own budget is larger: an answer (within
+        # the deadline, or gRPC would have failed the call) with fewer visits than asked for
         d = client.genmove(["h8"], max_visits=100_000, timeout=1.0)
-        assert time.monotonic() - start < 1.0 and 0 < d.total_visits < 100_000
+        assert 0 < d.total_visits < 100_000
 
 
 # --------------------------------------------------------------------------- batches, reuse,
@@ -692,10 +692,9 @@ def test_cancelled_calls_stop_their_search(live: Live, caplog: pytest.LogCapture
 def test_analyze_ends_before_the_deadline(live: Live) -> None:
     live.bring_up()
     with SearchClient(live.target) as client:
-        start = time.monotonic()
+        # the stream ends with a final report: before its deadline, or reading it would fail
         reports = list(client.analyze(["h8", "h10"], max_visits=100_000,
                                       report_every_visits=50_000, reuse_tree=False, timeout=1.5))
-        assert time.monotonic() - start < 1.5
     assert reports[-1].final and 0 < reports[-1].total_visits < 100_000
 
 
