@@ -7,7 +7,6 @@ coordinates (row 1 at the bottom, no letter I), the way the boards print.
 from __future__ import annotations
 
 import random
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -361,22 +360,17 @@ def test_replay_resumes_after_two_passes_unless_told_not_to() -> None:
     assert strict.error == "move 4 (W D4): game over: two consecutive passes ended the game"
 
 
-def test_kgs_games_replay_legally_and_fast() -> None:
+def test_kgs_games_replay_legally() -> None:
     if not KGS_TARBALL.exists():
         pytest.skip(f"KGS games not found at {KGS_TARBALL} (../shared absent)")
     from services.records.sgf import SgfGame, read_archive
 
     games = [g for g in read_archive(KGS_TARBALL) if isinstance(g, SgfGame)]
     assert len(games) == 96  # 95 files, one of which holds two games
-    start = time.perf_counter()
-    results = [replay(g) for g in games]
-    seconds = time.perf_counter() - start
+    results = [replay(g) for g in games]  # its speed: benchmarks/go_replay.py
     moves = sum(r.played for r in results)
     errors = {g.source: r.error for g, r in zip(games, results, strict=True) if r.error}
-    print(f"\nKGS replay: {len(games) - len(errors)}/{len(games)} games legal, {moves} moves, "
-          f"{moves / seconds:,.0f} moves/s (all states kept)")
     assert errors == {}
     assert moves == sum(len(g.moves) for g in games)
-    assert moves / seconds > 5_000  # measured ~150-250k/s on 2 shared cores; a loose floor
     last = results[0].states[-1]
     assert last.move_number == len(games[0].moves)

@@ -610,7 +610,6 @@ def test_other_go_tarball_reads_and_reconciles_with_its_manifest(other: Corpus) 
     assert len(mismatched) <= 15  # of 4,739 games; all in branching files (checked above)
     assert Counter(g.size for g in other.items if isinstance(g, SgfGame)) == Counter(
         {19: 4410, 9: 221, 13: 106, 11: 3, 6: 1, 4: 1})
-    assert stats.games / other.seconds > 100  # measured 600-1,700 games/s on 2 shared cores
 
 
 def test_other_go_games_replay_legally(other: Corpus) -> None:
