@@ -110,17 +110,25 @@ def _assert_same(got: tuple, want: tuple) -> None:
         assert np.array_equal(a, b)
 
 
-@pytest.mark.parametrize("block_rows", [None, 7, 1000])
-def test_canonical_pairs_match_the_eight_image_reference(monkeypatch, block_rows) -> None:
-    if block_rows:  # blocks end at game boundaries: small ones cut between many games
-        monkeypatch.setattr(canonical, "_BLOCK_ROWS", block_rows)
+@pytest.fixture(scope="module")
+def sample_and_corrupted() -> tuple[list[tuple[int, ...]], tuple]:
+    """The sample's games and corrupted copies, with their eight-image reference pairs
+    (computed once: the reference is the slow part and does not depend on the block size)."""
     games = sample_games() + corrupted(sample_games(), seed=2)
-    batch = replay_games(games)
     reference = [replay(g) for g in games]
     boards = np.concatenate([r.boards for r in reference])
     moves = np.concatenate([r.moves for r in reference])
-    _assert_same(canonical_pairs(batch.moves, batch.legal, S),
-                 canonicalize_reference(boards, moves, S))
+    return games, canonicalize_reference(boards, moves, S)
+
+
+@pytest.mark.parametrize("block_rows", [None, 7, 1000])
+def test_canonical_pairs_match_the_eight_image_reference(monkeypatch, block_rows,
+                                                         sample_and_corrupted) -> None:
+    if block_rows:  # blocks end at game boundaries: small ones cut between many games
+        monkeypatch.setattr(canonical, "_BLOCK_ROWS", block_rows)
+    games, reference = sample_and_corrupted
+    batch = replay_games(games)
+    _assert_same(canonical_pairs(batch.moves, batch.legal, S), reference)
 
 
 def test_canonical_pairs_on_real_games() -> None:
