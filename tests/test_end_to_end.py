@@ -185,11 +185,10 @@ def test_triton_down_gives_unavailable_then_recovers(published, tmp_path: Path) 
         with SearchClient(f"127.0.0.1:{port}") as search:
             assert search.predict(["h8"]).model_version
             triton.stop()
-            started = time.monotonic()
             with pytest.raises(grpc.RpcError) as err:
                 search.predict(["h8"], timeout=5)
+            # UNAVAILABLE, not DEADLINE_EXCEEDED: the error came before the call's deadline
             assert err.value.code() == grpc.StatusCode.UNAVAILABLE
-            assert time.monotonic() - started < 5
             with pytest.raises(grpc.RpcError) as err:
                 search.genmove(["h8"], max_visits=50, timeout=5)
             assert err.value.code() == grpc.StatusCode.UNAVAILABLE
