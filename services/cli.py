@@ -28,11 +28,15 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from services.games.coords import CoordinateError, parse_point
-from services.games.gomoku import DEFAULT_SIZE, GomokuState, IllegalMove, Rule
+from services.api.movepred.v1 import search_pb2
+from services.games.base import InvalidRequest
+from services.games.coords import CoordinateError
+from services.games.gomoku import Rule
+from services.games.registry import default_game, get_game, registered_games
 from services.protocols.gtp import add_gtp_command
 from services.protocols.sgf_export import add_play_command
 from services.search import auth
+from services.search.client import game_position, proto_rule
 from services.triton.cli import add_rollout_commands
 
 Handler = Callable[[argparse.Namespace], int]
@@ -50,8 +54,13 @@ def _console() -> Console:
 
 def _add_position_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default=DEFAULT_TARGET, help="search service host:port")
-    p.add_argument("--rule", choices=[r.value for r in Rule], default=Rule.FREESTYLE.value)
-    p.add_argument("moves", nargs="*", help="moves in order, black first, e.g. h8 h9 i8")
+    p.add_argument("--game", choices=[g.name for g in registered_games()],
+                   default=default_game().name,
+                   help="the game (default %(default)s); moves are in its notation")
+    p.add_argument("--rule", choices=[r.value for r in Rule], default=None,
+                   help="Gomoku's rule (default: freestyle)")
+    p.add_argument("moves", nargs="*",
+                   help='moves in order, black first, e.g. h8 h9 i8 (Go: D4 Q16 pass)')
     auth.add_client_arguments(p)
 
 
@@ -65,20 +74,25 @@ def _client_factory(console: Console, args: argparse.Namespace) -> Callable[[], 
         return None
 
 
-def _show_position(console: Console, moves: Sequence[str], rule: str) -> bool:
-    """Print the board; False (after printing why) when the moves are not a legal game."""
+def _position(console: Console, args: argparse.Namespace,
+              moves: Sequence[str]) -> search_pb2.Position | None:
+    """The request's position of `args.game` (with `args.rule`), its board printed; None
+    (after printing why) when a move name is not a point of the board."""
     try:
-        points = [parse_point(m, DEFAULT_SIZE) for m in moves]
+        position = game_position(args.game, moves)
     except CoordinateError as exc:
         console.print(f"error: {exc}")
-        return False
+        return None
+    if args.rule:
+        position.rule = proto_rule(args.rule)
+    game = get_game(args.game)
     try:
-        state = GomokuState.from_moves([y * DEFAULT_SIZE + x for x, y in points], rule=Rule(rule))
-    except IllegalMove as exc:  # the service explains it with the field name; show it anyway
+        state = game.position_from_request(position, "position")
+    except InvalidRequest as exc:  # the service explains it too; show it anyway
         console.print(f"note: {exc}")
-        return True
-    console.print(Text(state.ascii()))
-    return True
+        return position
+    console.print(Text(game.board_text(state)))
+    return position
 
 
 def next_step(code: grpc.StatusCode | None, details: str) -> str:
@@ -123,14 +137,16 @@ def cmd_predict(args: argparse.Namespace) -> int:
     extra = [p.split() for p in (args.position or [])]
     if extra:  # several positions: one request, answered by one inference call
         games = ([args.moves] if args.moves else []) + extra
+        positions = []
         for moves in games:
             console.print(f"position: {' '.join(moves) or '(empty board)'}")
-            if not _show_position(console, moves, args.rule):
+            position = _position(console, args, moves)
+            if position is None:
                 return EXIT_USAGE
+            positions.append(position)
         try:
             with make_client() as client:
-                r = client.predict_many(games, rule=args.rule, top_k=args.top_k,
-                                        timeout=args.timeout)
+                r = client.predict_many(positions, top_k=args.top_k, timeout=args.timeout)
         except grpc.RpcError as exc:
             return _rpc_error(console, exc)
         for moves, result in zip(games, r.results, strict=True):
@@ -141,11 +157,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
             if result.HasField("value"):  # only from a network with a value head
                 console.print(f"value {result.value:+.3f} for {color}")
         return 0
-    if not _show_position(console, args.moves, args.rule):
+    position = _position(console, args, args.moves)
+    if position is None:
         return EXIT_USAGE
     try:
         with make_client() as client:
-            r = client.predict(args.moves, rule=args.rule, top_k=args.top_k, timeout=args.timeout)
+            r = client.predict(position, top_k=args.top_k, timeout=args.timeout)
     except grpc.RpcError as exc:
         return _rpc_error(console, exc)
     color = "black" if r.to_move == 1 else "white"
@@ -174,13 +191,13 @@ def cmd_genmove(args: argparse.Namespace) -> int:
     make_client = _client_factory(console, args)
     if make_client is None:
         return EXIT_USAGE
-    if not _show_position(console, args.moves, args.rule):
+    position = _position(console, args, args.moves)
+    if position is None:
         return EXIT_USAGE
     try:
         with make_client() as client:
             r = client.genmove(
-                args.moves,
-                rule=args.rule,
+                position,
                 max_visits=args.visits,
                 max_time_ms=args.time_ms,
                 timeout=args.timeout,
@@ -211,12 +228,12 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     make_client = _client_factory(console, args)
     if make_client is None:
         return EXIT_USAGE
-    if not _show_position(console, args.moves, args.rule):
+    position = _position(console, args, args.moves)
+    if position is None:
         return EXIT_USAGE
     with make_client() as client:
         call = client.analyze(
-            args.moves,
-            rule=args.rule,
+            position,
             max_visits=args.visits,
             max_time_ms=args.time_ms,
             report_every_visits=args.every,

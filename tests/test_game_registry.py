@@ -135,6 +135,20 @@ def test_requests_of_the_test_game_are_validated_by_it(served: tuple[str, Path])
             assert info.value.details().startswith(message), info.value.details()
 
 
+def test_the_cli_plays_the_test_game_by_its_name(served: tuple[str, Path],
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from services import cli
+
+    target, _ = served
+    common = ["--target", target, "--game", TICTACTOE.name]
+    assert cli.main(["genmove", *common, "--visits", "64", "a1", "a2", "b1", "b2"]) == 0
+    out = capsys.readouterr().out
+    assert " 2 O o .\n 1 X X ." in out  # the board, the last move (b2) in lower case
+    assert "black plays c1" in out
+    assert cli.main(["predict", *common, "d4"]) == cli.EXIT_USAGE  # not a 3x3 point
+    assert "unknown coordinate 'd4' on a 3x3 board" in capsys.readouterr().out
+
+
 def test_the_registry_finds_every_game_by_name() -> None:
     assert get_game(TICTACTOE.name) is TICTACTOE
     assert {"gomoku", "go", "tictactoe"} <= {g.name for g in registered_games()}
@@ -213,3 +227,32 @@ def test_the_search_service_imports_no_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
                          text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def _imports(package: str) -> dict[str, set[str]]:
+    """Module path -> the `services.*` modules it imports (at the top or in a function)."""
+    out = {}
+    for path in sorted((REPO_ROOT / package).glob("*.py")):
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names.add(node.module)
+                names |= {f"{node.module}.{a.name}" for a in node.names}
+            elif isinstance(node, ast.Import):
+                names |= {a.name for a in node.names}
+        out[path.relative_to(REPO_ROOT).as_posix()] = {n for n in names
+                                                      if n.startswith("services.")}
+    return out
+
+
+def test_games_and_triton_import_no_service_above_them() -> None:
+    """The games know no service, and Triton's modules know no search: the dependencies point
+    one way (search -> triton -> games), so neither can form an import cycle with the search."""
+    above = {"services/games": ("services.search", "services.triton", "services.dataset",
+                                "services.trainer", "services.models"),
+             "services/triton": ("services.search",)}
+    found = [f"{module} imports {name}"
+             for package, banned in above.items()
+             for module, names in _imports(package).items()
+             for name in sorted(names) if name.startswith(banned)]
+    assert found == []

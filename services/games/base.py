@@ -201,6 +201,22 @@ class Game(ABC):
             return search_pb2.Point(is_pass=True)
         return search_pb2.Point(x=move % size, y=move // size)
 
+    def board_text(self, state: Position) -> str:
+        """The board as text for people, top row first, with RenjuNet coordinates (X black,
+        O white, the last move in lower case)."""
+        glyph = {0: ".", BLACK: "X", WHITE: "O"}
+        size = state.size
+        board = state.board
+        last = state.moves[-1] if state.moves else -1
+        lines = []
+        for y in range(size - 1, -1, -1):
+            cells = [glyph[int(board[y, x])] for x in range(size)]
+            if 0 <= last < size * size and last // size == y:
+                cells[last % size] = cells[last % size].lower()
+            lines.append(f"{y + 1:>2} " + " ".join(cells))
+        lines.append("   " + " ".join(coords.LETTERS[:size]))
+        return "\n".join(lines)
+
     # ---- what the search asks -----------------------------------------------------------
     def network_input(self, state: Position) -> np.ndarray:
         """The int8 network input of `state` (`input_shape(state.size)`)."""

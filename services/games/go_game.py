@@ -253,6 +253,11 @@ class GoGame(Game):
         point = parse_vertex(name, size)
         return size * size if point is None else point
 
+    def board_text(self, state: Position) -> str:
+        """The board with GTP letters (`GoState.ascii`)."""
+        s: Any = state
+        return s.state.ascii()
+
     def network_input(self, state: Position) -> np.ndarray:
         s: Any = state
         return s.features()

@@ -224,15 +224,5 @@ class GomokuState:
         return out
 
     def ascii(self) -> str:
-        """The board as text, top row first, with RenjuNet coordinates."""
-        glyph = {EMPTY: ".", BLACK: "X", WHITE: "O"}
-        last = self.moves[-1] if self.moves else -1
-        lines = []
-        for y in range(self.size - 1, -1, -1):
-            cells = []
-            for x in range(self.size):
-                g = glyph[int(self.board[y, x])]
-                cells.append(g.lower() if y * self.size + x == last else g)
-            lines.append(f"{y + 1:>2} " + " ".join(cells))
-        lines.append("   " + " ".join("abcdefghijklmnopqrs"[: self.size]))
-        return "\n".join(lines)
+        """The board as text, top row first, with RenjuNet coordinates (`Game.board_text`)."""
+        return self.game.board_text(self)

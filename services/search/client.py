@@ -24,9 +24,11 @@ from pathlib import Path
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.api.movepred.v1 import search_pb2, search_pb2_grpc
+from services.games.base import Game
 from services.games.coords import parse_point
 from services.games.go_game import DEFAULT_KOMI, GO_SIZE, parse_vertex
 from services.games.gomoku import DEFAULT_SIZE, Rule
+from services.games.registry import get_game
 from services.search.auth import ClientAuth
 
 MoveLike = str | tuple[int, int]
@@ -102,6 +104,17 @@ def go_position(
         first_to_move=first_to_move,
         komi=komi,
     )
+
+
+def game_position(game: str | Game, moves: Sequence[str], board_size: int = 0
+                  ) -> search_pb2.Position:
+    """A position of any registered game (a `Game` or its name) from move names in the game's
+    notation (`Game.parse_move`: "h8" for Gomoku, "D4" / "pass" for Go); `board_size` 0 is
+    the game's default. A bad name raises `CoordinateError`; the server judges legality."""
+    g = get_game(game) if isinstance(game, str) else game
+    size = board_size or g.default_size
+    return search_pb2.Position(game=g.proto_game, game_name=g.name, board_size=size,
+                               moves=[g.move_point(g.parse_move(m, size), size) for m in moves])
 
 
 def _as_position(
