@@ -57,7 +57,7 @@ import re
 import tarfile
 import zipfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -363,36 +363,22 @@ class _BadGame(Exception):
         self.offset = offset
 
 
-def _property(m: re.Match) -> tuple[str, str]:
-    """(upper-case name, raw values) of a property token; FF[1]-FF[3] lower-case letters are
-    dropped ('AddBlack' reads as 'AB')."""
-    name, raw_values = m.group("prop", "values")
-    if not name.isupper():
-        name = "".join(c for c in name if c.isupper())
-    if len(raw_values) > MAX_VALUE_CHARS:
-        raise _BadGame(f"property {name} value too long "
-                       f"({len(raw_values)} > {MAX_VALUE_CHARS} chars)", m.start())
-    return name, raw_values
-
-
 class _TreeWalk:
     """Where the token stream is in a game tree: the open trees (each [on the main line,
     sub-trees seen]), whether the current node sequence is the main line (the first child at
     every branch), the main line's node count and the number of trees opened."""
 
-    __slots__ = ("frames", "fresh", "node_no", "on_main", "trees")
+    __slots__ = ("frames", "node_no", "on_main", "trees")
 
     def __init__(self) -> None:
         self.frames: list[list] = []
         self.trees = 0
         self.on_main = False
         self.node_no = -1  # main-line node counter
-        self.fresh = False  # just after '(': a property there opens a node (no ';')
 
-    def first_token(self, kind: str | None) -> None:
-        """The first token after a '('."""
-        self.fresh = False
-        if kind == "values" and self.on_main:
+    def node_without_semicolon(self) -> None:
+        """A property right after '(': it opens a node (FF[1] files omit the ';')."""
+        if self.on_main:
             self.node_no += 1
 
     def node(self, start: int) -> None:
@@ -414,7 +400,6 @@ class _TreeWalk:
             child_main = True  # the game's own tree
         self.frames.append([child_main, 0])
         self.on_main = child_main
-        self.fresh = True
 
     def close(self) -> bool:
         """Close the innermost tree; True when it was the game's own."""
@@ -431,18 +416,19 @@ class _TreeWalk:
         return len(self.frames) == 1
 
 
-@dataclass
 class _MainLine:
     """What a game keeps of its main line: game information and set-up stones before the
     first move, the move tokens ('B[pd', 'W['), and the first set-up after a move (it rejects
     the game only if a move follows: end-of-game markup is ignored)."""
 
-    moves: list[str] = field(default_factory=list)
-    info: dict[str, str] = field(default_factory=dict)
-    setup: dict[str, list[str]] = field(
-        default_factory=lambda: {name: [] for name in ("AB", "AW", "AE")})
-    late_setup: str | None = None
-    late_setup_at: int = 0  # moves read when it came
+    __slots__ = ("info", "late_setup", "late_setup_at", "moves", "setup")
+
+    def __init__(self) -> None:
+        self.moves: list[str] = []
+        self.info: dict[str, str] = {}
+        self.setup: dict[str, list[str]] = {"AB": [], "AW": [], "AE": []}
+        self.late_setup: str | None = None
+        self.late_setup_at = 0  # moves read when it came
 
     def add(self, name: str, raw_values: str) -> None:
         """A main-line property other than a move."""
@@ -555,7 +541,10 @@ class _Parser:
         the rest of the file to be the rest of the game)."""
         text = self.text
         match = _TOKEN.scanner(text, pos).match
+        # bound once: this loop runs once per token
+        add, moves, node, open_tree, close = line.add, line.moves, walk.node, walk.open, walk.close
         fast = True  # the fast path may take the next stretch of the main line
+        fresh = False  # just after '(': a property there opens a node (no ';')
         end = pos
         while True:
             m = match()
@@ -564,17 +553,24 @@ class _Parser:
                 raise _BadGame(self._error_reason(at), at)
             end = m.end()
             kind = m.lastgroup
-            if walk.fresh:
-                walk.first_token(kind)
+            if fresh:
+                fresh = False
+                if kind == "values":
+                    walk.node_without_semicolon()
             if kind == "values":  # property (lastgroup is the last closed group)
                 if not walk.on_main:
                     if end - m.start() > MAX_VALUE_CHARS:
                         raise _BadGame(f"property value too long (> {MAX_VALUE_CHARS} chars)",
                                        m.start())
                     continue
-                name, raw_values = _property(m)
+                name, raw_values = m.group("prop", "values")
+                if not name.isupper():  # FF[1]-FF[3] 'AddBlack' reads as 'AB'
+                    name = "".join(c for c in name if c.isupper())
+                if len(raw_values) > MAX_VALUE_CHARS:
+                    raise _BadGame(f"property {name} value too long "
+                                   f"({len(raw_values)} > {MAX_VALUE_CHARS} chars)", m.start())
                 if name not in _COLOURS:
-                    line.add(name, raw_values)
+                    add(name, raw_values)
                     continue
                 if walk.node_no < 0:
                     raise _BadGame("property outside a node", m.start())
@@ -583,19 +579,20 @@ class _Parser:
                     if stretch is None:
                         fast = False
                     else:
-                        line.moves.extend(stretch[0])
+                        moves.extend(stretch[0])
                         end = stretch[1]
                         if end == len(text):
                             return end
                         match = _TOKEN.scanner(text, end).match  # on at the '(' or ')'
                         continue
                 # a move's value holds no ']' or escape: the first value is [1:first ']']
-                line.moves.append(f"{name}[{raw_values[1:raw_values.index(']')]}")
+                moves.append(f"{name}[{raw_values[1:raw_values.index(']')]}")
             elif kind == "node":
-                walk.node(m.start())
+                node(m.start())
             elif kind == "open":
-                walk.open()
-            elif walk.close():
+                open_tree()
+                fresh = True
+            elif close():
                 return end
 
     def _main_line_stretch(self, start: int, top: bool) -> tuple[list[str], int] | None:
