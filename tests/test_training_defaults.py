@@ -75,6 +75,15 @@ def test_time_budget_is_not_stopped_by_the_default_step_count(
     assert timed.metrics["steps"] > 3
 
 
+def test_a_config_without_a_model_trains_the_games_default(dataset: Path) -> None:
+    """`TrainConfig().model` is None: the dataset's game picks it (`DEFAULT_MODELS`), as every
+    command line and the train flow do; the result and its checkpoint name the model."""
+    assert TrainConfig().model is None
+    result = train(dataset, small(model=None, max_steps=2), progress=False)
+    assert result.config.model == trainer.DEFAULT_MODELS["gomoku"] == "shao_f32_n2_v"
+    assert "value_mse" in result.metrics["validation"]  # the default has a value head
+
+
 def test_cosine_schedule_without_a_step_limit_is_refused(dataset: Path) -> None:
     with pytest.raises(ValueError, match="cosine"):
         train(dataset, small(max_steps=0, max_seconds=5, lr_schedule="cosine"), progress=False)
