@@ -1040,3 +1040,40 @@ def test_dask_cluster_commands_and_who_reaches_it() -> None:
     assert dict([DASK_CLIENT_LABEL]) in allowed
     assert all(labels == dict([DASK_CLIENT_LABEL]) or labels == policy["podSelector"][
         "matchLabels"] for labels in allowed)
+
+
+def test_deployments_restate_no_setting_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A training or service flag in deploy/ sets a value other than its field's default
+    (`TrainConfig`, `ServiceConfig`): a restated default would drift when the default moves.
+    The search service's --port stays, next to the containerPort it must equal."""
+    from torch.distributed.run import get_args_parser
+
+    from services import settings
+    from services.search.server import ServiceConfig
+    from services.trainer.distributed import build_parser
+    from services.trainer.train import TrainConfig
+
+    container = only_container(next(d for d in load_yaml_docs(TRAIN_JOB) if d["kind"] == "Job"))
+    argv = [str(a).replace(COMPLETION_INDEX, "0")
+            for a in [*container["command"], *container.get("args", [])]]
+    script_argv = get_args_parser().parse_args(argv[1:]).training_script_args
+    parser = build_parser()
+    given = parser.parse_args(script_argv)
+    defaults = parser.parse_args(["--dataset", "d", "--run-dir", "r"])
+    for field in settings.cli_fields(TrainConfig):
+        if settings.flag_of(field) in script_argv:
+            assert getattr(given, field.name) != getattr(defaults, field.name), (
+                f"{TRAIN_JOB.name} restates the default of {settings.flag_of(field)}")
+
+    search = only_container(k8s_object("Deployment", "movepred-search"))
+    dockerfile = DEPLOY / "Dockerfile"
+    (cmd,) = [args for op, args in dockerfile_instructions(dockerfile) if op == "CMD"]
+    for where, search_argv in (
+            ("k8s movepred-search", [*search.get("command", []), *search.get("args", [])]),
+            ("compose search", compose()["services"]["search"]["command"]),
+            ("Dockerfile CMD", json.loads(cmd))):
+        args = assert_search_argv_is_accepted([str(a) for a in search_argv], where, monkeypatch)
+        for field in settings.cli_fields(ServiceConfig):
+            if field.name != "port" and settings.flag_of(field) in search_argv:
+                assert getattr(args, field.name) != field.default, (
+                    f"{where} restates the default of {settings.flag_of(field)}")
