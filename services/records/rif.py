@@ -30,13 +30,13 @@ from services.games.coords import (
     parse_point,
     point_name,
 )
-from services.games.gomoku import Rule
+from services.games.gomoku import DEFAULT_SIZE, Rule
 from services.records.reasons import reason_category
 
 __all__ = ["RIF_SUFFIXES", "Rejected", "RifGame", "game_rule", "parse_bresult", "parse_moves",
            "read_rif", "reason_category"]
 
-BOARD_SIZE = 15
+BOARD_SIZE = DEFAULT_SIZE  # RenjuNet games are 15x15
 RIF_SUFFIXES = (".rif", ".rif.gz")  # what read_rif is given to read (.gz: gzip-compressed)
 SNIPPET_CHARS = 200
 CHUNK_BYTES = 1 << 16
