@@ -7,8 +7,10 @@ use); tests build fixtures from ../shared at run time and skip clearly when it i
 from __future__ import annotations
 
 import csv
+import functools
 import inspect
 import json
+import os
 import subprocess
 import sys
 import types
@@ -157,47 +159,60 @@ def _python_module_started(func: types.FunctionType) -> str | None:
 
 
 def _in_tests(obj: object) -> bool:
+    """Whether `obj` (a function or class) is defined in a module of the test suite."""
     try:
-        return Path(inspect.getfile(obj)).resolve().is_relative_to(TESTS_DIR)  # type: ignore[arg-type]
+        path = os.path.normpath(inspect.getfile(obj))  # type: ignore[arg-type]
     except TypeError:
         return False
+    return path.startswith(f"{TESTS_DIR}{os.sep}")
 
 
-def integration_reason(functions: Iterable[Callable], seen: set[int] | None = None) -> str | None:
-    """Why code that runs `functions` is an integration test, or None: it names a path under
-    ../shared, Triton's server or binary, Prefect's test server, GNU Go or a process group, or
-    starts a project module in a subprocess, itself or through a function or class of the test
-    suite that it names. (Naming a Prefect flow is not enough:
-    tests read flows' parameters without running them; running one trips the guard below.)"""
-    seen = set() if seen is None else seen
-    for func in functions:
-        func = inspect.unwrap(func)
-        if not isinstance(func, types.FunctionType) or id(func) in seen:
-            continue
-        seen.add(id(func))
-        started = _python_module_started(func)
-        if started:
-            return f"starts `python -m {started}` ({func.__qualname__})"
+def _under_shared(value: object) -> bool:
+    return isinstance(value, Path) and Path(os.path.normpath(value)).is_relative_to(SHARED_ROOT)
+
+
+_IN_PROGRESS: set[types.FunctionType] = set()
+
+
+@functools.cache
+def _function_reason(func: types.FunctionType) -> str | None:
+    """`integration_reason` of one function (memoised: fixtures and helpers recur across
+    hundreds of tests; a helper met again inside its own call chain adds nothing)."""
+    started = _python_module_started(func)
+    if started:
+        return f"starts `python -m {started}` ({func.__qualname__})"
+    _IN_PROGRESS.add(func)
+    try:
         for obj in _referenced(func):
             values = obj if isinstance(obj, tuple | list | frozenset) else (obj,)
-            for value in values:
-                if isinstance(value, Path) and value.resolve().is_relative_to(SHARED_ROOT):
-                    return f"reads ../shared ({func.__qualname__} names {value})"
+            shared = next((v for v in values if _under_shared(v)), None)
+            if shared is not None:
+                return f"reads ../shared ({func.__qualname__} names {shared})"
             key = (getattr(obj, "__module__", None), getattr(obj, "__qualname__", None))
             if key in INTEGRATION_NAMES:
                 return f"{INTEGRATION_NAMES[key]} ({func.__qualname__} names {key[1]})"
-            if _in_tests(obj) and id(obj) not in seen:
-                if isinstance(obj, types.FunctionType):
-                    reason = integration_reason([obj], seen)
-                elif isinstance(obj, type):
-                    seen.add(id(obj))
-                    reason = integration_reason(
-                        [m for m in vars(obj).values() if isinstance(m, types.FunctionType)],
-                        seen)
-                else:
-                    reason = None
+            if isinstance(obj, type | types.FunctionType) and _in_tests(obj):
+                members = vars(obj).values() if isinstance(obj, type) else (obj,)
+                reason = integration_reason(members)
                 if reason:
                     return reason
+        return None
+    finally:
+        _IN_PROGRESS.discard(func)
+
+
+def integration_reason(functions: Iterable[object]) -> str | None:
+    """Why code that runs `functions` is an integration test, or None: it names a path under
+    ../shared, Triton's server or binary, Prefect's test server, GNU Go or a process group, or
+    starts a project module in a subprocess, itself or through a function or class of the test
+    suite that it names. (Naming a Prefect flow is not enough: tests read flows' parameters
+    without running them; running one trips the guard below.)"""
+    for func in functions:
+        func = inspect.unwrap(func) if callable(func) else func
+        if isinstance(func, types.FunctionType) and func not in _IN_PROGRESS:
+            reason = _function_reason(func)
+            if reason:
+                return reason
     return None
 
 
