@@ -79,7 +79,8 @@ MAX_SEARCH_MS = 60_000  # the search service's limit
 MAX_RESERVE_MS = 1_000
 MOVES_LEFT_ESTIMATE = 15  # a timed match spends at most time_left / 15 on one move
 
-RULE_EXACT_FIVE, RULE_CONTINUOUS, RULE_RENJU, RULE_CARO = 1, 2, 4, 8
+# INFO rule bits read here; the protocol's others (2 continuous game, 8 Caro) play freestyle
+RULE_EXACT_FIVE, RULE_RENJU = 1, 4
 OWN, OPPONENT, WINNING_LINE = 1, 2, 3
 
 
