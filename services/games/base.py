@@ -27,7 +27,7 @@ A `Position` is an immutable state with `game`, `size`, `to_move`, `moves`, `boa
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, Protocol
 
@@ -282,6 +282,25 @@ def check_size(game: Game, position: search_pb2.Position, field: str) -> int:
         raise InvalidRequest(f"{field}.board_size",
                              f"{game.title} is served on {served}, got {size}")
     return size
+
+
+def setup_points(points: Iterable[search_pb2.Point], size: int, taken: set[int], field: str,
+                 name: Callable[[int], str]) -> list[int]:
+    """Set-up stones: on the board, not a pass, not on a taken point (`taken` grows with
+    them); flat indices. `name(index)` spells a point in the game's own notation."""
+    out: list[int] = []
+    for i, p in enumerate(points):
+        where = f"{field}[{i}]"
+        if p.is_pass:
+            raise InvalidRequest(where, "a pass cannot be a set-up stone")
+        if not (0 <= p.x < size and 0 <= p.y < size):
+            raise InvalidRequest(where, f"({p.x}, {p.y}) is off the {size}x{size} board")
+        index = p.y * size + p.x
+        if index in taken:
+            raise InvalidRequest(where, f"{name(index)} is occupied")
+        taken.add(index)
+        out.append(index)
+    return out
 
 
 def request_moves(game: Game, position: search_pb2.Position, size: int,

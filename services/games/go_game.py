@@ -41,6 +41,7 @@ from services.games.base import (
     InvalidRequest,
     Position,
     RequestTooLarge,
+    setup_points,
 )
 from services.games.coords import VertexError  # noqa: F401 (what parse_vertex raises)
 from services.games.go import (
@@ -291,8 +292,6 @@ class GoGame(Game):
 
     def position_from_request(self, position: search_pb2.Position, field: str) -> GoSearchState:
         """A validated GoSearchState (which may be a game that is already over)."""
-        from services.games.gomoku_game import setup_points
-
         if position.rule not in (search_pb2.RULE_UNSPECIFIED, search_pb2.GO_AREA):
             if position.rule not in search_pb2.Rule.values():
                 raise InvalidRequest(f"{field}.rule", f"unknown rule {position.rule}")

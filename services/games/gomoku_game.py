@@ -23,6 +23,7 @@ from services.games.base import (
     InvalidRequest,
     Position,
     RequestTooLarge,
+    setup_points,
 )
 from services.games.gomoku import (
     BLACK,
@@ -178,25 +179,6 @@ class GomokuGame(Game):
             except IllegalMove as exc:  # e.g. a renju forbidden point for black
                 raise InvalidRequest(where, str(exc)) from exc
         return state
-
-
-def setup_points(points: Iterable[search_pb2.Point], size: int, taken: set[int], field: str,
-                 name: Any) -> list[int]:
-    """Set-up stones: on the board, not a pass, not on a taken point (`taken` grows with
-    them); flat indices. `name(index)` spells a point in the game's own notation."""
-    out: list[int] = []
-    for i, p in enumerate(points):
-        where = f"{field}[{i}]"
-        if p.is_pass:
-            raise InvalidRequest(where, "a pass cannot be a set-up stone")
-        if not (0 <= p.x < size and 0 <= p.y < size):
-            raise InvalidRequest(where, f"({p.x}, {p.y}) is off the {size}x{size} board")
-        index = p.y * size + p.x
-        if index in taken:
-            raise InvalidRequest(where, f"{name(index)} is occupied")
-        taken.add(index)
-        out.append(index)
-    return out
 
 
 def _setup_stones(
