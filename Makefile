@@ -18,7 +18,7 @@ setup:            ## virtualenv with pinned dependencies + generated gRPC code
 demo: setup       ## ingest the shipped sample, train, publish v1, serve, Predict + GenMove, stop
 	$(PY) scripts/demo.py
 
-test: setup       ## lint + the whole test suite (fails when no test runs)
+test: setup       ## lint + the whole test suite, unit and integration (fails when no test runs)
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q --durations=25
 
