@@ -96,9 +96,8 @@ def prefect_harness():
 # uses, so that a new test lands in its tier without a decision: the fixtures in its closure,
 # and the names its function and its fixtures (and the test-suite helpers they call) refer to.
 # Where neither shows it, mark the test `@pytest.mark.integration`, as also the few tests too
-# heavy for the unit tier (`make test-fast` stays under a minute on two cores: training runs
-# of several seconds are integration). A unit test that starts Triton, a Prefect flow or a
-# Python service anyway fails with a message saying so.
+# heavy for a quick unit run (training runs of several seconds). A unit test that starts
+# Triton, a Prefect flow or a Python service anyway fails with a message saying so.
 
 SHARED_ROOT = ROOT.parent / "shared"
 TESTS_DIR = ROOT / "tests"
