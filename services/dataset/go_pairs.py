@@ -99,7 +99,8 @@ def canonicalize(inputs: np.ndarray, moves: np.ndarray,
 def canonicalize_packed(inputs: np.ndarray, moves: np.ndarray,
                         image_hashes: np.ndarray | None = None):
     """`canonicalize` with the canonical boards packed (`pack_planes`): uint8 [n,
-    packed_width(S)], written straight from the chosen image (no whole image is built)."""
+    packed_width(S)], packed board by board as each image is chosen (the batch's unpacked
+    images are never materialised)."""
     boards, best, canon_moves, position_hash = _choice(inputs, moves, image_hashes)
     return _packed_images(boards, best, inputs.shape[-1]), canon_moves, position_hash
 
