@@ -326,3 +326,19 @@ def test_sorted_raw_rows_merge_into_pairs_across_batches() -> None:
     result = got["result"].to_numpy()
     assert np.isnan(result[0]) and result[1] == 0.5 and np.isnan(result[2]) and result[3] == 0.5
     assert got["split"].to_pylist() == [shards.SPLITS[0]] * 3 + [shards.SPLITS[2]]
+
+
+def test_unique_count_of_an_intermediate_is_the_rows_its_build_writes(tmp_path: Path) -> None:
+    """`dedup.count_unique_pairs` (keys met once counted, boards compared only for keys met
+    more than once) gives the number of pairs the build merges the same intermediate into,
+    on real games with repeated keys (the same stones and move, other ages or ko)."""
+    from services.dataset import dedup
+
+    path = tmp_path / "pairs.parquet"
+    write_go_source_pairs(kgs_sources()[-1], path)
+    settings = dedup.BuildSettings(temp_dir=tmp_path)
+    raw = pq.read_table(path, columns=["position_hash", "move"])
+    keys = set(zip(raw["position_hash"].to_pylist(), raw["move"].to_pylist(), strict=True))
+    assert len(keys) < raw.num_rows  # some keys repeat: the boards of those are compared
+    built = sum(b.num_rows for b in dedup.sorted_pairs([path], "go", settings))
+    assert dedup.count_unique_pairs(path, "go", settings) == built < raw.num_rows
