@@ -26,15 +26,12 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from services.triton.server import find_tritonserver
-
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 STEPS = 400  # enough for the rollout's tactical smoke checks (150 steps are not)
 START_TIMEOUT_S = 240.0
 
 pytestmark = [
-    pytest.mark.skipif(find_tritonserver() is None, reason="no tritonserver binary"),
     pytest.mark.integration,  # make triton/ingest/train/serve in subprocesses
 ]
 
