@@ -55,12 +55,12 @@ def rot3(order: Sequence[int], rng: np.random.Generator) -> Move | None:
 
 def mov2(order: Sequence[int], rng: np.random.Generator) -> Move | None:
     n = len(order)
-    if n < 4:  # a pair and somewhere else of the same parity to put it
+    # a pair starting at ply i goes to another ply j of i's parity, j <= n - 2
+    starts = [i for i in range(n - 1) if len(range(i % 2, n - 1, 2)) >= 2]
+    if not starts:
         return None
-    i = int(rng.integers(n - 1))
+    i = starts[int(rng.integers(len(starts)))]
     places = [j for j in range(i % 2, n - 1, 2) if j != i]
-    if not places:
-        return None
     j = places[int(rng.integers(len(places)))]
     rest = [*order[:i], *order[i + 2:]]
     new = (*rest[:j], order[i], order[i + 1], *rest[j:])

@@ -1,0 +1,425 @@
+"""Move-order inference (services.move_order) on in-process evaluators: validation, the rules
+of every prefix, the neighbours, the prefix-cached cost against a from-scratch reference, the
+evaluator calls per candidate, and the annealing recovering a planted order."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from services import numerics
+from services.api.movepred.v1 import search_pb2
+from services.games.ascii_board import board_from_ascii
+from services.games.base import InvalidRequest
+from services.games.registry import get_game
+from services.move_order.annealing import (
+    AnnealingParams,
+    default_iterations,
+    infer_order,
+    temperature,
+)
+from services.move_order.greedy import greedy_order
+from services.move_order.likelihood import PrefixScorer
+from services.move_order.neighbours import NAMES, propose
+from services.move_order.problem import (
+    InvalidStones,
+    NoLegalOrder,
+    Problem,
+    problem_from_stones,
+    stones_from_board,
+)
+from services.search.mcts import NonFiniteOutputError
+
+GOMOKU = get_game("gomoku")
+GO = get_game("go")
+
+
+@dataclass(frozen=True)
+class Out:
+    logits: np.ndarray
+    model_name: str = "test"
+    model_version: str = "1"
+
+
+class PlantedEvaluator:
+    """A policy that prefers one order: on a board holding exactly planted[:k], planted[k]
+    gets a large bonus; every unplayed planted point's logit falls with its index (so off
+    that path the planted order is still the gradient); other points are unlikely. Reads the
+    stones of a Gomoku board [N, S, S] or of Go planes [N, 4, S, S] (plane 0)."""
+
+    def __init__(self, planted: list[int], width: int, bonus: float = 6.0) -> None:
+        self.planted = list(planted)
+        self.width = width
+        self.bonus = bonus
+        self.calls: list[int] = []  # boards per call
+
+    def infer(self, boards: np.ndarray) -> Out:
+        self.calls.append(len(boards))
+        n = len(boards)
+        occupied = (boards[:, 0] if boards.ndim == 4 else boards).reshape(n, -1) != 0
+        logits = np.full((n, self.width), -4.0, dtype=np.float32)
+        for r in range(n):
+            on = set(np.flatnonzero(occupied[r]).tolist())
+            for j, p in enumerate(self.planted):
+                if p not in on:
+                    logits[r, p] = -0.5 * j
+            k = len(on)
+            if k < len(self.planted) and on == set(self.planted[:k]):
+                logits[r, self.planted[k]] += self.bonus
+        return Out(logits)
+
+
+def naive_cost(problem: Problem, evaluator: PlantedEvaluator,
+               order: list[int] | tuple[int, ...]) -> tuple[float, np.ndarray]:
+    """Reference: every prefix replayed from the empty board and evaluated alone, one call
+    per prefix; (cost, factors)."""
+    factors = []
+    for i, move in enumerate(order):
+        state = problem.start
+        for m in order[:i]:
+            state = state.play(m)
+        board = problem.game.network_input(state)[None]
+        logits = np.asarray(evaluator.infer(board).logits)[0]
+        policy = numerics.masked_softmax(logits, state.legal_mask())
+        factors.append(policy[move])
+    f = np.array(factors)
+    return 1.0 / math.exp(np.log(f).mean()), f
+
+
+def legal_in_every_prefix(problem: Problem, order: tuple[int, ...]) -> bool:
+    """Reference: the rules accept each move, no stone is ever removed, the game is not over
+    before the last stone, and every stone is used once in alternation."""
+    if sorted(order[0::2]) != sorted(problem.black) or sorted(order[1::2]) != sorted(problem.white):
+        return False
+    state = problem.start
+    for i, move in enumerate(order):
+        if state.is_over:
+            return False
+        try:
+            state = state.play(move)
+        except ValueError:
+            return False
+        if np.count_nonzero(state.board) != i + 1:
+            return False
+    return True
+
+
+def random_problem(game, size: int, n: int, seed: int) -> tuple[Problem, list[int]]:
+    """n stones at random points in a random order (the planted one), Gomoku without fives."""
+    rng = np.random.default_rng(seed)
+    while True:
+        pts = rng.choice(size * size, n, replace=False).tolist()
+        problem = problem_from_stones(game, pts[0::2], pts[1::2], size=size)
+        if legal_in_every_prefix(problem, tuple(pts)):
+            return problem, pts
+
+
+# ---- validation -----------------------------------------------------------------------------
+
+def test_counts_must_alternate_and_the_error_names_them() -> None:
+    with pytest.raises(InvalidStones) as err:
+        problem_from_stones(GOMOKU, [0, 1, 2], [20])
+    assert err.value.field == "black"
+    assert "black has 3 stones and white 1" in str(err.value)
+    with pytest.raises(InvalidStones, match="black has 1 stones and white 2"):
+        problem_from_stones(GOMOKU, [0], [20, 21])
+    assert isinstance(err.value, InvalidRequest) and isinstance(err.value, ValueError)
+    with pytest.raises(InvalidStones, match="no stones"):
+        problem_from_stones(GOMOKU, [], [])
+
+
+def test_points_off_the_board_or_given_twice_are_named() -> None:
+    with pytest.raises(InvalidStones) as err:
+        problem_from_stones(GOMOKU, [0, 225], [20])
+    assert err.value.field == "black[1]" and "off the 15x15 board" in str(err.value)
+    with pytest.raises(InvalidStones, match="off the 9x9 board"):
+        problem_from_stones(GO, [81], [], size=9)
+    with pytest.raises(InvalidStones, match="h8 is given twice") as err:
+        problem_from_stones(GOMOKU, [112], [112])
+    assert err.value.field == "white[0]"
+    with pytest.raises(InvalidStones, match="given twice"):
+        problem_from_stones(GOMOKU, [3, 3], [4])
+    with pytest.raises(InvalidStones, match="flat index"):
+        problem_from_stones(GOMOKU, [1.5], [])  # type: ignore[list-item]
+
+
+def test_a_size_or_rule_the_game_does_not_serve_is_the_games_error() -> None:
+    with pytest.raises(InvalidRequest, match="board_size"):
+        problem_from_stones(GOMOKU, [0], [], size=19)
+    with pytest.raises(InvalidRequest, match="rule"):
+        problem_from_stones(GO, [0], [], size=9, rule=search_pb2.RENJU)
+
+
+GO_DEAD_CORNER = """
+. . . . . . . . .
+. . . . . . . . .
+. . . . . . . . .
+. . . . . . . . .
+. . . . . . . . .
+. . . . . . . . .
+. . . . . . . . .
+X . . . . . . . .
+O X . . . . . . .
+"""
+
+
+def test_a_go_group_without_liberties_has_no_legal_order() -> None:
+    black, white = stones_from_board(board_from_ascii(GO_DEAD_CORNER))
+    problem = problem_from_stones(GO, black, white, size=9)
+    evaluator = PlantedEvaluator([*black, *white], 82)
+    with pytest.raises(NoLegalOrder) as err:
+        infer_order(problem, evaluator, AnnealingParams(iterations=10, restarts=1))
+    assert isinstance(err.value, InvalidStones)
+    assert "no legal order" in str(err.value)
+    for order in ((0, 9, 1), (1, 9, 0)):  # each black stone last: a capture
+        assert PrefixScorer(problem, evaluator).score(order) is None
+
+
+# ---- the rules of every prefix ---------------------------------------------------------------
+
+# black's h8 makes a double three once g8, i8, h7 and h9 are down (forbidden under renju)
+RENJU_DOUBLE_THREE = """
+. . . . . . . . . . . . . . O
+. . . . . . . . . . . . . . .
+. . . . . . . . . . . . . . .
+. . . . . . . . . . . . . . .
+. . . . . . . . . . . . . . .
+. . . . . . . . . . . . . . .
+. . . . . . . X . . . . . . .
+. . . . . . X X X . . . . . .
+. . . . . . . X . . . . . . .
+. . . . . . . . . . . . . . .
+. . . . . . . . . . . . . . .
+. . . . . . . . . . . . . . .
+. . . . . . . . . . . . . . .
+. . . . . . . . . . . . . . .
+O . O . . . . . . . . . . . O
+"""
+
+
+def renju_problem() -> tuple[Problem, list[int]]:
+    black, white = stones_from_board(board_from_ascii(RENJU_DOUBLE_THREE))
+    problem = problem_from_stones(GOMOKU, black, white, rule=search_pb2.RENJU)
+    h8 = GOMOKU.parse_move("h8", 15)
+    others = [p for p in black if p != h8]
+    planted = [0] * 9
+    planted[0::2] = [*others, h8]  # h8 last: forbidden
+    planted[1::2] = white
+    return problem, planted
+
+
+def test_renju_forbidden_last_stone_is_refused_and_the_greedy_backs_up() -> None:
+    problem, planted = renju_problem()
+    evaluator = PlantedEvaluator(planted, 225)
+    scorer = PrefixScorer(problem, evaluator)
+    assert not legal_in_every_prefix(problem, tuple(planted))
+    assert scorer.score(planted) is None
+    greedy = greedy_order(scorer)
+    assert legal_in_every_prefix(problem, greedy.order)
+    assert greedy.order[-1] != planted[-1]
+
+
+def test_every_accepted_order_is_legal_in_every_prefix() -> None:
+    problem, planted = renju_problem()
+    evaluator = PlantedEvaluator(planted, 225)
+    accepted: list[tuple[int, ...]] = []
+    result = infer_order(problem, evaluator,
+                         AnnealingParams(iterations=300, restarts=2, init="random", seed=3),
+                         on_accept=lambda s: accepted.append(s.order))
+    assert accepted and sum(r.illegal for r in result.restarts) > 0
+    assert all(legal_in_every_prefix(problem, order) for order in accepted)
+    assert legal_in_every_prefix(problem, result.best.order)
+
+
+GOMOKU_FIVE = """
+. . . . . . . . . . . . . . .
+. . . . . . . . . . . . . . .
+. . . . . . . . . . . . . . .
+. . . . . . . . . . . . . . .
+. . . . . . . . . . . . . . .
+. . . . . . . . . . . . . . .
+. . . . . . . . . . . . . . .
+. . . . . X X X X X . . . . .
+. . . . . O O O O . . . . . .
+. . . . . . . . . . . . . . .
+. . . . . . . . . . . . . . .
+. . . . . . . . . . . . . . .
+. . . . . . . . . . . . . . .
+. . . . . . . . . . . . . . .
+. . . . . . . . . . . . . . .
+"""
+
+
+def test_a_finished_gomoku_position_ends_with_the_five() -> None:
+    black, white = stones_from_board(board_from_ascii(GOMOKU_FIVE))
+    problem = problem_from_stones(GOMOKU, black, white)
+    planted = [0] * 9
+    planted[0::2] = black  # the five is complete at ply 8 only
+    planted[1::2] = white
+    accepted: list[tuple[int, ...]] = []
+    result = infer_order(problem, PlantedEvaluator(planted, 225),
+                         AnnealingParams(iterations=200, restarts=1, init="random"),
+                         on_accept=lambda s: accepted.append(s.order))
+    for order in [*accepted, result.best.order, result.greedy.order]:
+        assert legal_in_every_prefix(problem, order)
+    assert result.best.states[-1].is_over and not result.best.states[-2].is_over
+
+
+# ---- neighbours --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("n", [5, 6, 8, 21])
+def test_neighbours_keep_alternation_and_the_stone_set(name: str, n: int) -> None:
+    rng = np.random.default_rng(n)
+    order = tuple(range(100, 100 + n))
+    black, white = sorted(order[0::2]), sorted(order[1::2])
+    changed = 0
+    for it in range(300):
+        move = propose(name, order, rng, it)
+        assert move is not None
+        new, first = move
+        assert sorted(new[0::2]) == black and sorted(new[1::2]) == white
+        assert new[:first] == order[:first] and new[first] != order[first]
+        changed += new != order
+        order = new
+    assert changed == 300
+
+
+def test_neighbours_that_cannot_apply_say_so() -> None:
+    rng = np.random.default_rng(0)
+    assert propose("rot3", (1, 2, 3, 4), rng, 0) is None  # two stones of each colour
+    assert propose("mov2", (1, 2, 3), rng, 0) is None
+    for _ in range(20):  # four stones: only the pair at plies 0-1 has another place
+        assert propose("mov2", (1, 2, 3, 4), rng, 0) == ((3, 4, 1, 2), 0)
+    assert propose("mix", (1, 2, 3, 4), rng, 2) is not None  # rot3's turn: the next one
+    with pytest.raises(ValueError, match="unknown neighbour"):
+        propose("swap", (1, 2, 3, 4), rng, 0)
+
+
+# ---- the cost --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("game,size", [(GOMOKU, 15), (GO, 9)])
+def test_prefix_cache_gives_exactly_the_from_scratch_costs(game, size: int) -> None:
+    problem, planted = random_problem(game, size, 12, seed=size)
+    evaluator = PlantedEvaluator(planted, game.policy_size(size))
+    scorer = PrefixScorer(problem, evaluator)
+    current = scorer.score(planted)
+    assert current is not None
+    cost, factors = naive_cost(problem, evaluator, planted)
+    assert current.cost == cost and np.array_equal(current.factors, factors)
+    rng = np.random.default_rng(1)
+    for it in range(60):
+        order, first = propose("mix", current.order, rng, it)
+        candidate = scorer.rescore(current, order, first)
+        assert candidate is not None  # no capture on these boards, no five
+        cost, factors = naive_cost(problem, evaluator, order)
+        assert candidate.cost == cost and np.array_equal(candidate.factors, factors)
+        assert candidate.geometric_mean == pytest.approx(1 / cost, rel=1e-12)
+        if it % 2:
+            current = candidate
+
+
+def test_one_batched_call_per_candidate_for_the_changed_prefixes() -> None:
+    problem, planted = random_problem(GOMOKU, 15, 14, seed=2)
+    evaluator = PlantedEvaluator(planted, 225)
+    scorer = PrefixScorer(problem, evaluator)
+    current = scorer.score(planted)
+    assert evaluator.calls == [14]
+    rng = np.random.default_rng(5)
+    for it in range(40):
+        order, first = propose("mix", current.order, rng, it)
+        evaluator.calls.clear()
+        before = scorer.calls
+        scorer.rescore(current, order, first)
+        changed = 14 - first - 1  # s_first and earlier keep their policies
+        assert evaluator.calls == ([changed] if changed else [])
+        assert scorer.calls - before == len(evaluator.calls)
+
+
+def test_changed_prefixes_over_max_boards_are_split() -> None:
+    problem, planted = random_problem(GOMOKU, 15, 12, seed=4)
+    evaluator = PlantedEvaluator(planted, 225)
+    scorer = PrefixScorer(problem, evaluator, max_boards=5)
+    current = scorer.score(planted)
+    assert evaluator.calls == [5, 5, 2]
+    evaluator.calls.clear()
+    swapped = (planted[2], *planted[1:2], planted[0], *planted[3:])
+    assert scorer.rescore(current, swapped, 0) is not None
+    assert evaluator.calls == [5, 5, 1]
+
+
+def test_an_illegal_candidate_costs_no_call() -> None:
+    problem, planted = renju_problem()
+    evaluator = PlantedEvaluator(planted, 225)
+    scorer = PrefixScorer(problem, evaluator)
+    legal = greedy_order(scorer)
+    evaluator.calls.clear()
+    assert scorer.rescore(legal, tuple(planted), 0) is None
+    assert evaluator.calls == []
+
+
+def test_non_finite_logits_are_refused() -> None:
+    problem, planted = random_problem(GOMOKU, 15, 4, seed=0)
+
+    class NaNEvaluator:
+        def infer(self, boards: np.ndarray) -> Out:
+            return Out(np.full((len(boards), 225), np.nan, dtype=np.float32))
+
+    with pytest.raises(NonFiniteOutputError):
+        PrefixScorer(problem, NaNEvaluator()).score(planted)
+
+
+# ---- greedy and annealing ---------------------------------------------------------------------
+
+def test_greedy_plays_the_planted_order_with_one_call_per_position() -> None:
+    problem, planted = random_problem(GOMOKU, 15, 16, seed=7)
+    evaluator = PlantedEvaluator(planted, 225)
+    greedy = greedy_order(PrefixScorer(problem, evaluator))
+    assert list(greedy.order) == planted
+    assert evaluator.calls == [1] * 16
+    assert greedy.cost == naive_cost(problem, evaluator, planted)[0]
+
+
+@pytest.mark.parametrize("game,size,n", [(GOMOKU, 15, 14), (GO, 9, 12)])
+def test_annealing_from_random_orders_recovers_the_planted_order(game, size: int, n: int) -> None:
+    problem, planted = random_problem(game, size, n, seed=11)
+    evaluator = PlantedEvaluator(planted, game.policy_size(size))
+    result = infer_order(problem, evaluator,
+                         AnnealingParams(iterations=2500, restarts=2, init="random", seed=1))
+    assert all(r.initial.order != tuple(planted) for r in result.restarts)
+    assert list(result.best.order) == planted
+    assert result.best.cost < min(r.initial.cost for r in result.restarts)
+    assert result.calls == len(evaluator.calls) and result.boards == sum(evaluator.calls)
+
+
+def test_annealing_is_reproducible_from_its_seed() -> None:
+    problem, planted = random_problem(GOMOKU, 15, 10, seed=3)
+    evaluator = PlantedEvaluator(planted, 225, bonus=1.0)
+    params = AnnealingParams(iterations=200, restarts=3, init="random", seed=9)
+    a = infer_order(problem, evaluator, params)
+    b = infer_order(problem, evaluator, params)
+    assert [r.best.order for r in a.restarts] == [r.best.order for r in b.restarts]
+    assert [r.accepted for r in a.restarts] == [r.accepted for r in b.restarts]
+    c = infer_order(problem, evaluator, AnnealingParams(iterations=200, restarts=3,
+                                                        init="random", seed=10))
+    assert [r.initial.order for r in c.restarts] != [r.initial.order for r in a.restarts]
+    assert a.spread == pytest.approx(np.std([r.best.geometric_mean for r in a.restarts]))
+
+
+def test_the_papers_defaults() -> None:
+    params = AnnealingParams()
+    assert (params.restarts, params.t_start, params.t_end, params.neighbour, params.init) == (
+        5, 1.0, 0.1, "mix", "greedy")
+    assert default_iterations(20) == 5000 and default_iterations(40) == 20000
+    assert params.iterations_for(20) == 5000
+    assert AnnealingParams(iterations=7).iterations_for(40) == 7
+    assert temperature(0, 100, 1.0, 0.1) == 1.0
+    assert temperature(99, 100, 1.0, 0.1) == pytest.approx(0.1)
+    assert temperature(50, 100, 1.0, 0.1) < temperature(49, 100, 1.0, 0.1)
+    for bad in ({"restarts": 0}, {"t_end": 0.0}, {"neighbour": "swap"}, {"init": "beam"},
+                {"iterations": -1}):
+        with pytest.raises(ValueError):
+            AnnealingParams(**bad)
