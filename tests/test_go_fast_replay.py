@@ -18,7 +18,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from services.dataset.go_pairs import GoPairs, game_pairs
+from services.dataset.go_pairs import (
+    GoPairs,
+    canonicalize_packed,
+    game_packed_pairs,
+    game_pairs,
+)
 from services.games.go import BLACK, WHITE, GoState, board_from_ascii, replay
 from services.records.sgf import SgfGame, read_archive
 from tests.go_reference import game_pairs_reference
@@ -59,10 +64,28 @@ def assert_same(fast: GoPairs, ref: GoPairs, what: str = "") -> None:
 
 
 def checked(game) -> GoPairs:
-    """Fast pairs, after checking them against the reference."""
+    """Fast pairs, after checking them against the reference (and the packed replay against
+    them)."""
     fast = game_pairs(game)
     assert_same(fast, game_pairs_reference(game))
+    assert_packed_same(game, fast)
     return fast
+
+
+def assert_packed_same(game, fast: GoPairs, what: str = "") -> None:
+    """`game_packed_pairs` (replay, canonical choice and packing in one pass) gives what
+    `canonicalize_packed` makes of `game_pairs`' inputs, and the same other columns."""
+    packed = game_packed_pairs(game)
+    assert packed.error == fast.error, what
+    boards, moves, hashes = canonicalize_packed(fast.inputs, fast.moves, fast.image_hashes())
+    for name, a, b in (("boards", packed.boards, boards), ("moves", packed.moves, moves),
+                       ("position_hash", packed.position_hash, hashes),
+                       ("to_move", packed.to_move, fast.to_move),
+                       ("plies", packed.plies, fast.plies),
+                       ("results", packed.results, fast.results)):
+        assert a.dtype == b.dtype and a.shape == b.shape, (what, name)
+        assert a.tobytes() == b.tobytes(), (what, name)
+    assert packed.ranks == fast.ranks and packed.size == game.size, what
 
 
 def plane(pairs: GoPairs, i: int, channel: int, name: str) -> int:
@@ -258,6 +281,7 @@ def test_real_games_match_the_reference() -> None:
         n = len(p.moves)
         assert p.inputs.shape == (n, 4, g.size, g.size)
         assert n == len(g.moves) or p.error is not None
+        assert_packed_same(g, p, g.source)
     picked = _selection(games, fast)
     start = time.process_time()
     checked_positions = 0

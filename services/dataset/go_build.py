@@ -36,7 +36,16 @@ import pyarrow.parquet as pq
 from services.atomic_files import atomic_path
 from services.checksums import sha256_file
 from services.dataset.build import SourceResult, quarantine_row
-from services.dataset.go_pairs import PACKED_BOARD, GoPairs, game_pairs, pairs_tables, split_of
+from services.dataset.go_pairs import (
+    PACKED_BOARD,
+    GoPairs,
+    PackedPairs,
+    game_packed_pairs,
+    game_pairs,
+    packed_pairs_tables,
+    pairs_tables,
+    split_of,
+)
 from services.dataset.shards import BOARD_CODEC
 from services.records.sgf import ARCHIVE_SUFFIXES, SgfGame, SgfRejected, read_archive, read_sgf
 
@@ -137,7 +146,8 @@ def _game_tables(path: Path, result: GoSourceResult, board_size: int | None,
     """Tables of the ingested games' pairs (boards packed or not, `pairs_tables`), in record
     order; read / ingested / quarantine / truncated counted into `result` on the way."""
     name = result.source
-    batch: list[tuple[GoPairs, str, str]] = []  # games canonicalised together (speed)
+    replay = game_packed_pairs if packed else game_pairs
+    batch: list[tuple[GoPairs | PackedPairs, str, str]] = []  # games tabled together (speed)
     held = 0
     for record in _records(path):
         result.read += 1
@@ -151,7 +161,7 @@ def _game_tables(path: Path, result: GoSourceResult, board_size: int | None,
                 f"{board_size}x{board_size} games)", _moves_snippet(record, record.size)))
             continue
         try:
-            pairs = game_pairs(record)
+            pairs = replay(record)
         except Exception as exc:  # a record the replay cannot handle at all
             result.quarantine.append(quarantine_row(
                 name, rid, f"replay failed: {exc}", _moves_snippet(record, record.size)))
@@ -172,9 +182,12 @@ def _game_tables(path: Path, result: GoSourceResult, board_size: int | None,
         yield _batch_table(batch, name, packed)
 
 
-def _batch_table(batch: list[tuple[GoPairs, str, str]], name: str, packed: bool) -> pa.Table:
+def _batch_table(batch: list[tuple[GoPairs | PackedPairs, str, str]], name: str,
+                 packed: bool) -> pa.Table:
     games, ids, rules = zip(*batch, strict=True)
-    return pairs_tables(games, ids, name, rules, packed)
+    if packed:  # replayed straight into canonical packed images (`game_packed_pairs`)
+        return packed_pairs_tables(games, ids, name, rules)
+    return pairs_tables(games, ids, name, rules)
 
 
 def packed_schema() -> pa.Schema:

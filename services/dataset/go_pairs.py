@@ -25,8 +25,19 @@ from numba import njit
 
 from services.dataset.canonical import frozen_point_table, split_of, symmetry_zobrist
 from services.games.go import BLACK, WHITE
-from services.games.go_fast import game_compact
-from services.games.go_features import COMPACT_CHANNELS
+from services.games.go_fast import (
+    LEGAL,
+    OFF_BOARD_MOVE,
+    PASS,
+    game_compact,
+    game_start,
+    move_arrays,
+    move_error,
+    neighbour_table,
+    play,
+    set_up,
+)
+from services.games.go_features import COMPACT_CHANNELS, MAX_LIBERTIES, RECENT_MOVES
 from services.games.go_game import GO
 from services.games.symmetry import N_SYMMETRIES
 from services.records.sgf import SgfGame
@@ -64,7 +75,14 @@ def game_pairs(game: SgfGame) -> GoPairs:
 def pairs_of(game: SgfGame, inputs: np.ndarray, moves: np.ndarray, to_move: np.ndarray,
              error: str | None, hashes: np.ndarray | None = None) -> GoPairs:
     """Results (from the mover's side) and ranks around the replayed inputs."""
-    n = len(moves)
+    results, ranks = _results_and_ranks(game, to_move)
+    return GoPairs(inputs, moves, to_move, np.arange(len(moves), dtype=np.int16), results,
+                   ranks, error, hashes)
+
+
+def _results_and_ranks(game: SgfGame, to_move: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Each position's result from its mover's side and the mover's rank."""
+    n = len(to_move)
     if game.winner in (BLACK, WHITE):
         results = np.where(to_move == game.winner, 1.0, 0.0).astype(np.float32)
     elif game.winner == 0:
@@ -72,8 +90,7 @@ def pairs_of(game: SgfGame, inputs: np.ndarray, moves: np.ndarray, to_move: np.n
     else:
         results = np.full(n, np.nan, dtype=np.float32)
     ranks = [game.black_rank if c == BLACK else game.white_rank for c in to_move.tolist()]
-    return GoPairs(inputs, moves, to_move, np.arange(n, dtype=np.int16), results, ranks,
-                   error, hashes)
+    return results, ranks
 
 
 def canonicalize(inputs: np.ndarray, moves: np.ndarray,
@@ -341,6 +358,190 @@ def _digit_table(radix: int, digits: int) -> np.ndarray:
     return table
 
 
+# ---- the replay, canonical choice and packing in one pass (the intermediates' path) ------
+@dataclass(frozen=True)
+class PackedPairs:
+    """A replayed main line as the Parquet intermediates hold it: each position's canonical
+    image packed (`boards`, what `canonicalize_packed` gives for `game_pairs`' inputs),
+    canonical `moves`, `position_hash`, and the columns `GoPairs` has."""
+
+    boards: np.ndarray  # uint8 [n, packed_width(size)]
+    moves: np.ndarray  # int16 [n], canonical (S*S = pass)
+    position_hash: np.ndarray  # uint64 [n]
+    to_move: np.ndarray  # int8 [n]
+    plies: np.ndarray  # int16 [n]
+    results: np.ndarray  # float32 [n]
+    ranks: list[str]
+    error: str | None
+    size: int
+
+
+def game_packed_pairs(game: SgfGame) -> PackedPairs:
+    """`game_pairs` + `canonicalize_packed` in one compiled pass (`_replay_packed`): no
+    position's planes are written out, each is packed straight from the replay's board in
+    its canonical image. The same rows, byte for byte (tests/test_go_pairs.py)."""
+    size = game.size
+    start = game_start(game)
+    if isinstance(start, str):
+        return _packed_pairs(game, np.zeros((0, packed_width(size)), np.uint8),
+                             np.empty(0, np.int16), np.empty(0, np.uint64),
+                             np.empty(0, np.int8), start, size)
+    colours, points = move_arrays(game.moves)
+    n = len(colours)
+    boards = np.empty((n, packed_width(size)), np.uint8)
+    canon_moves = np.empty(n, np.int16)
+    position_hash = np.empty(n, np.uint64)
+    played, why = _replay_packed(np.frombuffer(start, np.uint8), colours, points,
+                                 neighbour_table(size), symmetry_zobrist(size),
+                                 frozen_point_table(size), _inverse_table(size), boards,
+                                 canon_moves, position_hash)
+    error = None if why == LEGAL else move_error(played, *game.moves[played], size, why)
+    return _packed_pairs(game, boards[:played], canon_moves[:played], position_hash[:played],
+                         colours[:played], error, size)
+
+
+def _packed_pairs(game: SgfGame, boards: np.ndarray, moves: np.ndarray,
+                  position_hash: np.ndarray, to_move: np.ndarray, error: str | None,
+                  size: int) -> PackedPairs:
+    results, ranks = _results_and_ranks(game, to_move)
+    return PackedPairs(boards, moves, position_hash, to_move,
+                       np.arange(len(moves), dtype=np.int16), results, ranks, error, size)
+
+
+if _PLANE_RADIX[1] <= MAX_LIBERTIES or _PLANE_RADIX[2] <= RECENT_MOVES:
+    raise ImportError("the packed layout cannot hold the compact planes' liberties / ages")
+
+
+@njit(cache=True)
+def _replay_packed(cells0, colours, points, nbrs, keys, table, inverse, out, canon_moves,
+                   position_hash):
+    """`_replay`'s game (services/games/go_fast.py), each position written as
+    `_choose_images` + `_pack_images` would write its planes: the symmetry with the
+    smallest (stones hash, move, image bytes), packed. The image bytes are only built for a
+    tie on (hash, move) (symmetric positions: the empty board, early openings). Returns
+    (moves applied, why the replay stopped)."""
+    area = cells0.shape[0]
+    n = colours.shape[0]
+    cells = cells0.copy()
+    root = np.full(area, -1, np.int32)
+    nxt = np.empty(area, np.int32)
+    gsize = np.zeros(area, np.int32)
+    libp = np.zeros(area, np.int8)
+    mark = np.zeros(area, np.int64)
+    seen = np.zeros(area, np.int64)
+    clock = np.zeros(1, np.int64)
+    hashes = np.zeros(2 * N_SYMMETRIES, np.uint64)
+    scratch = np.empty((3, 4), np.int32)
+    gained = np.empty(area, np.int32)
+    ko = np.array([-1, 0], np.int64)
+    board = np.zeros(COMPACT_CHANNELS * area, np.uint8)  # a position's planes, for ties
+    pad = -(-area // _PAD) * _PAD
+    image = np.zeros(2 * pad, np.uint8)
+    ages = np.zeros(area, np.uint8)
+    view = np.zeros(3, np.uint8)
+    w3, w5, w8 = -(-area // 3), -(-area // 5), -(-area // 8)
+    set_up(cells, root, nxt, gsize, libp, mark, clock, nbrs, keys, hashes, gained)
+    for j in range(n):
+        colour = colours[j]
+        point = points[j]
+        if point != PASS and (point < 0 or point >= area):
+            return j, OFF_BOARD_MOVE
+        half = N_SYMMETRIES if colour == WHITE else 0
+        m = area if point == PASS else point
+        chosen = 0
+        chosen_move = table[0, m] if m < area else m
+        built = False
+        for k in range(1, N_SYMMETRIES):
+            image_move = table[k, m] if m < area else m
+            h, least = hashes[half + k], hashes[half + chosen]
+            if h > least or (h == least and image_move > chosen_move):
+                continue
+            if h == least and image_move == chosen_move:
+                if not built:
+                    _position_planes(j, colour, points, cells, libp, ko, board)
+                    built = True
+                if not _image_less(board, k, chosen, inverse):
+                    continue
+            chosen = k
+            chosen_move = image_move
+        canon_moves[j] = chosen_move
+        position_hash[j] = hashes[half + chosen]
+        view[1] = 1 if colour == BLACK else 2
+        view[2] = 3 - view[1]
+        for q in range(area):
+            p = inverse[chosen, q]
+            image[q] = view[cells[p]]
+            image[pad + q] = libp[p]
+        row = out[j]
+        for b in range(w5):  # stones: 5 cells of base 3
+            i = 5 * b
+            row[b] = (((image[i] * 3 + image[i + 1]) * 3 + image[i + 2]) * 3
+                      + image[i + 3]) * 3 + image[i + 4]
+        for b in range(w3):  # liberties: 3 cells of base 5
+            i = pad + 3 * b
+            row[w5 + b] = (image[i] * 5 + image[i + 1]) * 5 + image[i + 2]
+        at_ages, at_ko = w5 + w3, w5 + 2 * w3
+        row[at_ages:at_ko + w8] = 0
+        for age in range(RECENT_MOVES, 0, -1):  # oldest first: the newest wins on a point
+            i = j - age
+            if i >= 0 and 0 <= points[i] < area:
+                ages[points[i]] = age
+        for age in range(RECENT_MOVES, 0, -1):
+            i = j - age
+            if i >= 0 and 0 <= points[i] < area and ages[points[i]]:
+                q = table[chosen, points[i]]
+                v = ages[points[i]]
+                row[at_ages + q // 3] += v * (25 if q % 3 == 0 else (5 if q % 3 == 1 else 1))
+                ages[points[i]] = 0
+        if ko[0] >= 0:
+            q = table[chosen, ko[0]]
+            row[at_ko + q // 8] += 1 << (7 - q % 8)
+        if point == PASS:
+            ko[0] = -1
+            continue
+        why = play(point, colour, cells, root, nxt, gsize, libp, mark, seen, clock, nbrs, keys,
+                   hashes, ko, scratch, gained)
+        if why != LEGAL:
+            return j, why
+    return n, LEGAL
+
+
+@njit(cache=True)
+def _position_planes(j, colour, points, cells, libp, ko, board):
+    """`board` (uint8 [4 * area]) = position j's compact planes, as `_replay` writes them."""
+    area = cells.shape[0]
+    for p in range(area):
+        v = cells[p]
+        board[p] = 0 if v == 0 else (1 if v == colour else 2)
+        board[area + p] = libp[p]
+    board[2 * area:] = 0
+    for age in range(RECENT_MOVES, 0, -1):
+        i = j - age
+        if i >= 0 and 0 <= points[i] < area:
+            board[2 * area + points[i]] = age
+    if ko[0] >= 0:
+        board[3 * area + ko[0]] = 1
+
+
+def packed_pairs_tables(games: Sequence[PackedPairs], game_ids: Sequence[str], source: str,
+                        rules: Sequence[str]) -> pa.Table:
+    """`pairs_tables(..., packed=True)` of the games `game_packed_pairs` replayed."""
+    games = list(games)
+    sizes = [g.size for g in games]
+    if len(set(sizes)) > 1:  # one board size per array: runs of equal size, in order
+        tables, start = [], 0
+        for i in range(1, len(games) + 1):
+            if i == len(games) or sizes[i] != sizes[start]:
+                tables.append(packed_pairs_tables(games[start:i], game_ids[start:i], source,
+                                                  rules[start:i]))
+                start = i
+        return pa.concat_tables(tables)
+    boards = np.concatenate([g.boards for g in games])
+    return _pairs_columns(games, game_ids, source, rules, sizes[0], PACKED_BOARD,
+                          fixed_binary(boards), np.concatenate([g.moves for g in games]),
+                          np.concatenate([g.position_hash for g in games]))
+
+
 def pairs_table(pairs: GoPairs, game_id: str, source: str, rule: str = "") -> pa.Table:
     """One row per occurrence, canonicalised (count 1), in the shards' column layout."""
     return pairs_tables([pairs], [game_id], source, [rule])
@@ -387,13 +588,24 @@ def pairs_tables(games: Sequence[GoPairs], game_ids: Sequence[str], source: str,
     canon, moves, position_hash = canonical(inputs, moves, image_hashes)
     del inputs
     board = fixed_binary(canon.reshape(n, packed_width(size) if packed else width).view(np.uint8))
+    return _pairs_columns(games, game_ids, source, rules, size,
+                          PACKED_BOARD if packed else "board", board, moves, position_hash)
+
+
+def _pairs_columns(games: Sequence[GoPairs | PackedPairs], game_ids: Sequence[str],
+                   source: str, rules: Sequence[str], size: int, board_name: str,
+                   board: pa.Array, moves: np.ndarray, position_hash: np.ndarray) -> pa.Table:
+    """The table of the games' rows (one after the other), around their canonical boards,
+    moves and position hashes."""
+    n = len(moves)
+    lengths = np.array([len(g.moves) for g in games], dtype=np.int64)
     game_of_row = np.repeat(np.arange(len(games)), lengths)
     ranks = pa.array([r for g in games for r in g.ranks], pa.string())
     return pa.table({
         "game": pa.array([GO.name], pa.string()).take(np.zeros(n, np.int32)),
         "rule": pa.array(list(rules), pa.string()).take(game_of_row),
         "board_size": pa.array(np.full(n, size, np.int8)),
-        PACKED_BOARD if packed else "board": board,
+        board_name: board,
         "move": pa.array(moves, pa.int16()),
         "to_move": pa.array(np.concatenate([g.to_move for g in games]).astype(np.int8)),
         "ply": pa.array(np.concatenate([g.plies for g in games]).astype(np.int16)),
@@ -417,6 +629,7 @@ def fixed_binary(rows: np.ndarray) -> pa.Array:
                                                   pa.py_buffer(rows.reshape(-1))])
 
 
-__all__ = ["PACKED_BOARD", "GoPairs", "board_image_hashes", "canonicalize",
-           "canonicalize_packed", "fixed_binary", "game_pairs", "pack_planes", "packed_width",
-           "pairs_of", "pairs_table", "pairs_tables", "split_of", "unpack_planes"]
+__all__ = ["PACKED_BOARD", "GoPairs", "PackedPairs", "board_image_hashes", "canonicalize",
+           "canonicalize_packed", "fixed_binary", "game_packed_pairs", "game_pairs",
+           "pack_planes", "packed_pairs_tables", "packed_width", "pairs_of", "pairs_table",
+           "pairs_tables", "split_of", "unpack_planes"]

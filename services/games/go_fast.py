@@ -43,8 +43,8 @@ from services.games.go import (
 from services.games.go_features import COMPACT_CHANNELS, MAX_LIBERTIES, RECENT_MOVES
 
 # what the kernel reports for the move it stopped at
-_LEGAL, _OFF_BOARD, _OCCUPIED, _KO, _SUICIDE = 0, 1, 2, 3, 4
-_PASS = np.iinfo(np.int64).min  # a pass in the kernel's int64 points (any int is a point)
+LEGAL, OFF_BOARD_MOVE, _OCCUPIED, _KO, _SUICIDE = 0, 1, 2, 3, 4
+PASS = np.iinfo(np.int64).min  # a pass in the kernel's int64 points (any int is a point)
 _N_IMAGES = 8  # the symmetries whose stones hashes run along the game
 
 
@@ -119,7 +119,7 @@ def _xor_stone(hashes, keys, point, colour):
 
 
 @njit(cache=True)
-def _set_up(cells, root, nxt, gsize, libp, mark, clock, nbrs, keys, hashes, stack):
+def set_up(cells, root, nxt, gsize, libp, mark, clock, nbrs, keys, hashes, stack):
     """The set-up position (`cells`) into groups, its liberty plane and stones hashes."""
     area = cells.shape[0]
     for start in range(area):
@@ -232,13 +232,13 @@ def _add_once(groups, count, g):
 
 
 @njit(cache=True)
-def _play(point, colour, cells, root, nxt, gsize, libp, mark, seen, clock, nbrs, keys, hashes,
+def play(point, colour, cells, root, nxt, gsize, libp, mark, seen, clock, nbrs, keys, hashes,
           ko, scratch, gained):
-    """Apply one move (`point` >= 0, not a pass) if it is legal; return `_LEGAL` or why not.
+    """Apply one move (`point` >= 0, not a pass) if it is legal; return `LEGAL` or why not.
     `ko` ([point, colour that may not take it], point -1: none) is updated."""
     area = cells.shape[0]
     if point < 0 or point >= area:
-        return _OFF_BOARD
+        return OFF_BOARD_MOVE
     if cells[point] != 0:
         return _OCCUPIED
     if point == ko[0] and colour == ko[1]:
@@ -295,7 +295,7 @@ def _play(point, colour, cells, root, nxt, gsize, libp, mark, seen, clock, nbrs,
     if removed == 1 and n_own == 0 and base_liberties == 1:
         ko[0] = last
         ko[1] = 3 - colour
-    return _LEGAL
+    return LEGAL
 
 
 # ---- the kernel: planes -----------------------------------------------------------------
@@ -324,7 +324,7 @@ def _write_position(j, colour, points, cells, libp, ko, hashes, planes, image_ha
 @njit(cache=True)
 def _replay(cells0, colours, points, nbrs, keys):
     """(planes int8 [n, 4, S*S], image hashes uint64 [n, 8], moves applied, why the replay
-    stopped) for the moves (`colours`, `points`: int64, `_PASS` a pass) from `cells0`."""
+    stopped) for the moves (`colours`, `points`: int64, `PASS` a pass) from `cells0`."""
     area = cells0.shape[0]
     n = colours.shape[0]
     cells = cells0.copy()
@@ -341,17 +341,17 @@ def _replay(cells0, colours, points, nbrs, keys):
     ko = np.array([-1, 0], np.int64)
     planes = np.zeros((n, COMPACT_CHANNELS, area), np.int8)
     image_hashes = np.empty((n, _N_IMAGES), np.uint64)
-    _set_up(cells, root, nxt, gsize, libp, mark, clock, nbrs, keys, hashes, gained)
+    set_up(cells, root, nxt, gsize, libp, mark, clock, nbrs, keys, hashes, gained)
     for j in range(n):
         _write_position(j, colours[j], points, cells, libp, ko, hashes, planes, image_hashes)
-        if points[j] == _PASS:
+        if points[j] == PASS:
             ko[0] = -1
             continue
-        why = _play(points[j], colours[j], cells, root, nxt, gsize, libp, mark, seen, clock,
+        why = play(points[j], colours[j], cells, root, nxt, gsize, libp, mark, seen, clock,
                     nbrs, keys, hashes, ko, scratch, gained)
-        if why != _LEGAL:
+        if why != LEGAL:
             return planes, image_hashes, j, why
-    return planes, image_hashes, n, _LEGAL
+    return planes, image_hashes, n, LEGAL
 
 
 # ---- the Python side ---------------------------------------------------------------------
@@ -362,22 +362,28 @@ def replay_planes(size: int, cells0: bytes, moves: Sequence[tuple[int, int | Non
     value (1 own, 2 the opponent's) at each point in each image; `image_hashes` are the XORs
     of the keys of each position's stones."""
     area = size * size
-    n = len(moves)
-    colours = np.fromiter((c for c, _ in moves), np.int8, n)
-    points = np.fromiter((_PASS if p is None else p for _, p in moves), np.int64, n)
+    colours, points = move_arrays(moves)
     planes, hashes, played, why = _replay(np.frombuffer(cells0, np.uint8), colours, points,
                                           neighbour_table(size), image_keys)
-    error = None if why == _LEGAL else _error(played, *moves[played], size, why)
+    error = None if why == LEGAL else move_error(played, *moves[played], size, why)
     applied = points[:played]
-    move_ids = np.where(applied == _PASS, area, applied).astype(np.int16)
+    move_ids = np.where(applied == PASS, area, applied).astype(np.int16)
     return CompactGame(planes[:played].reshape(played, COMPACT_CHANNELS, size, size),
                        move_ids, colours[:played], error, hashes[:played])
 
 
-def _error(played: int, colour: int, point: int, size: int, why: int) -> str:
+def move_arrays(moves: Sequence[tuple[int, int | None]]) -> tuple[np.ndarray, np.ndarray]:
+    """(colours int8 [n], points int64 [n], `PASS` for a pass): the kernels' moves."""
+    n = len(moves)
+    colours = np.fromiter((c for c, _ in moves), np.int8, n)
+    points = np.fromiter((PASS if p is None else p for _, p in moves), np.int64, n)
+    return colours, points
+
+
+def move_error(played: int, colour: int, point: int, size: int, why: int) -> str:
     """The message `services.games.go.replay` gives for the illegal move `played`."""
     name = point_name(point, size)
-    if why == _OFF_BOARD:
+    if why == OFF_BOARD_MOVE:
         exc = IllegalMove(OFF_BOARD, point, f"point {point} on a {size}x{size} board")
     elif why == _OCCUPIED:
         exc = IllegalMove(OCCUPIED, point, name)
@@ -394,17 +400,26 @@ def game_compact(game: GameRecord, image_keys: np.ndarray | None = None) -> Comp
     i)` give it (no pairs at all for an unsupported size or an illegal set-up).
     `image_keys`: see `replay_planes` (None: the hashes are zero)."""
     size = game.size
-    if not MIN_SIZE <= size <= MAX_SIZE:
-        return _no_pairs(size, f"board size {size} is not supported")
-    cells = bytes(size * size)
-    if game.setup_black or game.setup_white:
-        try:
-            cells = GoState(size).add_stones(game.setup_black, game.setup_white).cells
-        except IllegalMove as exc:
-            return _no_pairs(size, f"set-up: {exc}")
+    start = game_start(game)
+    if isinstance(start, str):
+        return _no_pairs(size, start)
     if image_keys is None:
         image_keys = _zero_keys(size)
-    return replay_planes(size, bytes(cells), game.moves, image_keys)
+    return replay_planes(size, start, game.moves, image_keys)
+
+
+def game_start(game: GameRecord) -> bytes | str:
+    """The position a record's moves start from (flat cells, index y*size+x), or why the
+    game gives no pairs at all (an unsupported size, an illegal set-up)."""
+    size = game.size
+    if not MIN_SIZE <= size <= MAX_SIZE:
+        return f"board size {size} is not supported"
+    if game.setup_black or game.setup_white:
+        try:
+            return bytes(GoState(size).add_stones(game.setup_black, game.setup_white).cells)
+        except IllegalMove as exc:
+            return f"set-up: {exc}"
+    return bytes(size * size)
 
 
 @cache
@@ -420,4 +435,5 @@ def _no_pairs(size: int, error: str) -> CompactGame:
                        np.zeros((0, _N_IMAGES), np.uint64))
 
 
-__all__ = ["CompactGame", "game_compact", "neighbour_table", "replay_planes"]
+__all__ = ["LEGAL", "OFF_BOARD_MOVE", "PASS", "CompactGame", "game_compact", "game_start",
+           "move_arrays", "move_error", "neighbour_table", "play", "replay_planes", "set_up"]
