@@ -15,7 +15,8 @@ restart) is timed twice, interleaved position by position so load on a shared ma
 alike:
 
 * fast: `PrefixScorer.rescore` (positions before the first changed ply kept with their
-  policies, the changed ones in one batched call);
+  policies, the changed ones whose network input was not evaluated before in one batched
+  call);
 * naive: every prefix of every candidate replayed from the empty board and evaluated in its
   own call (one call per prefix).
 
@@ -76,7 +77,11 @@ class TorchPolicy:
 
 
 class NaiveScorer(PrefixScorer):
-    """The reference cost: every prefix replayed from the start, one call per prefix."""
+    """The reference cost: every prefix replayed from the start, one call per prefix, no
+    cache of logits by input."""
+
+    def __init__(self, problem: Problem, evaluator: TorchPolicy) -> None:
+        super().__init__(problem, evaluator, cache_size=0)
 
     def rescore(self, current: Scored, order, first: int) -> Scored | None:
         states = self.problem.replay(order)

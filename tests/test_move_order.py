@@ -301,11 +301,13 @@ def test_neighbours_that_cannot_apply_say_so() -> None:
 
 # ---- the cost --------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("cache_size", [0, 3, 50_000])
 @pytest.mark.parametrize("game,size", [(GOMOKU, 15), (GO, 9)])
-def test_prefix_cache_gives_exactly_the_from_scratch_costs(game, size: int) -> None:
+def test_prefix_cache_gives_exactly_the_from_scratch_costs(game, size: int,
+                                                           cache_size: int) -> None:
     problem, planted = random_problem(game, size, 12, seed=size)
     evaluator = PlantedEvaluator(planted, game.policy_size(size))
-    scorer = PrefixScorer(problem, evaluator)
+    scorer = PrefixScorer(problem, evaluator, cache_size=cache_size)
     current = scorer.score(planted)
     assert current is not None
     cost, factors = naive_cost(problem, evaluator, planted)
@@ -325,7 +327,7 @@ def test_prefix_cache_gives_exactly_the_from_scratch_costs(game, size: int) -> N
 def test_one_batched_call_per_candidate_for_the_changed_prefixes() -> None:
     problem, planted = random_problem(GOMOKU, 15, 14, seed=2)
     evaluator = PlantedEvaluator(planted, 225)
-    scorer = PrefixScorer(problem, evaluator)
+    scorer = PrefixScorer(problem, evaluator, cache_size=0)
     current = scorer.score(planted)
     assert evaluator.calls == [14]
     rng = np.random.default_rng(5)
@@ -339,10 +341,46 @@ def test_one_batched_call_per_candidate_for_the_changed_prefixes() -> None:
         assert scorer.calls - before == len(evaluator.calls)
 
 
+def test_inputs_evaluated_before_are_not_sent_again() -> None:
+    problem, planted = random_problem(GOMOKU, 15, 14, seed=2)
+    evaluator = PlantedEvaluator(planted, 225)
+    sent: set[bytes] = set()
+    inner = evaluator.infer
+
+    def recording(boards: np.ndarray) -> Out:
+        keys = [b.tobytes() for b in boards]
+        assert len(set(keys)) == len(keys) and not sent & set(keys)
+        sent.update(keys)
+        return inner(boards)
+
+    evaluator.infer = recording  # type: ignore[method-assign]
+    scorer = PrefixScorer(problem, evaluator)
+    current = scorer.score(planted)
+    rng = np.random.default_rng(5)
+    for it in range(60):
+        order, first = propose("mix", current.order, rng, it)
+        evaluator.calls.clear()
+        candidate = scorer.rescore(current, order, first)
+        assert len(evaluator.calls) <= 1
+        inputs = {GOMOKU.network_input(st).tobytes() for st in candidate.states[first + 1:-1]}
+        assert inputs <= sent
+        current = candidate
+    # a swap of plies 0 and 2 on a fresh scorer: s_1 and s_2 are new, the boards from ply 3
+    # on hold the same stones as before
+    fresh = PlantedEvaluator(planted, 225)
+    scorer = PrefixScorer(problem, fresh)
+    current = scorer.score(planted)
+    swapped = (planted[2], planted[1], planted[0], *planted[3:])
+    fresh.calls.clear()
+    candidate = scorer.rescore(current, swapped, 0)
+    assert fresh.calls == [2]
+    assert candidate.cost == naive_cost(problem, fresh, swapped)[0]
+
+
 def test_changed_prefixes_over_max_boards_are_split() -> None:
     problem, planted = random_problem(GOMOKU, 15, 12, seed=4)
     evaluator = PlantedEvaluator(planted, 225)
-    scorer = PrefixScorer(problem, evaluator, max_boards=5)
+    scorer = PrefixScorer(problem, evaluator, max_boards=5, cache_size=0)
     current = scorer.score(planted)
     assert evaluator.calls == [5, 5, 2]
     evaluator.calls.clear()

@@ -8,6 +8,12 @@ A candidate of the annealing differs from the current order from some ply k on: 
 s_0..s_k and their policies are the same, so `PrefixScorer.rescore` keeps them and sends only
 s_{k+1}..s_{n-1} to the evaluator, all in ONE `infer` call (split only above `max_boards`, the
 served model's batch limit). A candidate that breaks the rules of a prefix costs no call.
+
+The network is a function of its input, so its logits are also kept by input bytes
+(`cache_size` of them): a position whose input was evaluated before is not sent again. After a
+swap of plies a < b, the Gomoku boards from b on hold the same stones as before, so only
+s_a+1..s_b travel (Go's input also holds the last moves' ages, so a few more do). The legal
+mask is still asked of each position, which keeps the cost exact whatever the game's input.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from services.move_order.problem import Problem
 from services.search.mcts import EvaluatorError, PolicyEvaluator, finite_outputs
 
 DEFAULT_MAX_BOARDS = 256  # max_batch_size of the served models' config.pbtxt
+DEFAULT_CACHE_SIZE = 50_000  # logits rows kept by input (a 15x15 row: 900 bytes)
 # a factor below this counts as this: a legal move the network gives 0 keeps a finite cost
 MIN_PROBABILITY = 1e-300
 
@@ -66,34 +73,61 @@ class PrefixScorer:
     """Costs of orders of one problem on one evaluator; counts its calls and boards sent."""
 
     def __init__(self, problem: Problem, evaluator: PolicyEvaluator,
-                 max_boards: int = DEFAULT_MAX_BOARDS) -> None:
-        if max_boards < 1:
-            raise ValueError(f"max_boards must be >= 1, got {max_boards}")
+                 max_boards: int = DEFAULT_MAX_BOARDS,
+                 cache_size: int = DEFAULT_CACHE_SIZE) -> None:
+        if max_boards < 1 or cache_size < 0:
+            raise ValueError(f"need max_boards >= 1 and cache_size >= 0, got {max_boards} "
+                             f"{cache_size}")
         self.problem = problem
         self.evaluator = evaluator
         self.max_boards = max_boards
+        self.cache_size = cache_size
         self.calls = 0  # evaluator `infer` calls
         self.boards = 0  # positions sent in them
+        self._logits: dict[bytes, np.ndarray] = {}  # network input bytes -> logits row
 
     def policies(self, states: Sequence[Position]) -> list[np.ndarray]:
-        """The masked policy of each state, in one `infer` call per `max_boards` states."""
-        out: list[np.ndarray] = []
+        """The masked policy of each state; the inputs not in the cache are sent in one
+        `infer` call per `max_boards` of them."""
         game = self.problem.game
-        width = game.policy_size(self.problem.size)
-        for lo in range(0, len(states), self.max_boards):
-            chunk = states[lo:lo + self.max_boards]
-            boards = np.stack([game.network_input(s) for s in chunk])
-            answer = self.evaluator.infer(boards)
-            self.calls += 1
-            self.boards += len(chunk)
-            logits = np.asarray(answer.logits)
-            if logits.shape != (len(chunk), width):
-                raise EvaluatorError(f"evaluator returned logits {logits.shape} for "
-                                     f"{len(chunk)} boards of {width} moves")
-            finite_outputs(logits, None, answer.model_name, answer.model_version)
-            legal = np.stack([s.legal_mask() for s in chunk])
-            out.extend(numerics.masked_softmax(logits, legal))
-        return out
+        inputs = [np.ascontiguousarray(game.network_input(s)) for s in states]
+        keys = [x.tobytes() for x in inputs]
+        rows: dict[bytes, np.ndarray] = {}
+        missing: dict[bytes, np.ndarray] = {}
+        for key, x in zip(keys, inputs, strict=True):
+            row = self._logits.get(key)
+            if row is None:
+                missing[key] = x
+            else:
+                rows[key] = row
+        todo = list(missing)
+        for lo in range(0, len(todo), self.max_boards):
+            chunk = todo[lo:lo + self.max_boards]
+            rows.update(zip(chunk, self._infer(np.stack([missing[k] for k in chunk])),
+                            strict=True))
+        if self.cache_size:
+            if len(self._logits) + len(todo) > self.cache_size:
+                self._logits.clear()
+            for key in todo[-self.cache_size:]:
+                self._logits[key] = rows[key]
+        if not states:
+            return []
+        logits = np.stack([rows[k] for k in keys])
+        legal = np.stack([s.legal_mask() for s in states])
+        return list(numerics.masked_softmax(logits, legal))
+
+    def _infer(self, boards: np.ndarray) -> np.ndarray:
+        """The checked logits [N, policy size] of one evaluator call."""
+        width = self.problem.game.policy_size(self.problem.size)
+        answer = self.evaluator.infer(boards)
+        self.calls += 1
+        self.boards += len(boards)
+        logits = np.asarray(answer.logits)
+        if logits.shape != (len(boards), width):
+            raise EvaluatorError(f"evaluator returned logits {logits.shape} for "
+                                 f"{len(boards)} boards of {width} moves")
+        finite_outputs(logits, None, answer.model_name, answer.model_version)
+        return logits
 
     def score(self, order: Sequence[int]) -> Scored | None:
         """The cost of `order` from scratch (one call for all its prefixes); None when the
