@@ -222,6 +222,17 @@ def test_renju_forbidden_last_stone_is_refused_and_the_greedy_backs_up() -> None
     assert greedy.order[-1] != planted[-1]
 
 
+def test_the_greedy_backs_up_only_within_its_budget() -> None:
+    problem, planted = renju_problem()
+    evaluator = PlantedEvaluator(planted, 225)
+    with pytest.raises(NoLegalOrder, match="none of black's remaining stones \\(h8\\)"):
+        greedy_order(PrefixScorer(problem, evaluator), max_extra=0)
+    evaluator.calls.clear()
+    greedy = greedy_order(PrefixScorer(problem, evaluator), max_extra=3)
+    assert legal_in_every_prefix(problem, greedy.order)
+    assert len(evaluator.calls) <= 9 + 3
+
+
 def test_every_accepted_order_is_legal_in_every_prefix() -> None:
     problem, planted = renju_problem()
     evaluator = PlantedEvaluator(planted, 225)
