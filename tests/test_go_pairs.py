@@ -7,7 +7,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from services.dataset.go_pairs import canonicalize, game_pairs, pairs_table
+from services.dataset.go_pairs import (
+    canonicalize,
+    game_pairs,
+    pack_planes,
+    packed_width,
+    pairs_table,
+    unpack_planes,
+)
+from services.games.go import MAX_SIZE, MIN_SIZE
 from services.games.symmetry import N_SYMMETRIES, point_table
 from services.records.sgf import SgfGame, read_sgf
 
@@ -66,3 +74,16 @@ def test_pairs_table_has_one_row_per_move() -> None:
     assert table.num_rows == len(game.moves)
     assert len(table["board"][0].as_py()) == 4 * game.size**2
     assert set(table["game"].to_pylist()) == {"go"}
+
+
+@pytest.mark.parametrize("size", range(MIN_SIZE, MAX_SIZE + 1))
+def test_packing_round_trips_on_every_board_size(size: int) -> None:
+    """Each size leaves its own partial last byte per plane (cells mod 5, 3, 8): random
+    planes at every value of their range pack and unpack to themselves."""
+    area = size * size
+    rng = np.random.default_rng(size)
+    bounds = [[3] * area + [5] * area + [5] * area + [2] * area]
+    boards = rng.integers(0, bounds, (50, 4 * area), dtype=np.uint8)
+    packed = pack_planes(boards, size)
+    assert packed.shape == (50, packed_width(size))
+    assert (unpack_planes(packed, size) == boards).all()

@@ -283,7 +283,11 @@ def _merged(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 def _merge_runs(table: pa.Table, keys: list) -> Iterator[pa.RecordBatch]:
     """`table` (whole runs of equal (split, hash, move); `keys`: those columns as arrays)
     with the rows of equal board in a run merged (`_merge_groups`) and each run in board
-    byte order, as record batches without `split_code`."""
+    byte order, as record batches without `split_code`.
+
+    The merged rows go back where their run stood: each output row is placed by the index
+    of its run's first row (the rows outside runs by their own), a stable integer sort
+    that keeps a run's merged rows in their board order (no sort on the board bytes)."""
     import numpy as np
 
     same = np.ones(table.num_rows - 1, bool)
@@ -293,9 +297,16 @@ def _merge_runs(table: pa.Table, keys: list) -> Iterator[pa.RecordBatch]:
         in_run = np.zeros(table.num_rows, bool)
         in_run[1:] |= same
         in_run[:-1] |= same
-        runs = _merge_groups(table.filter(in_run))
-        table = pa.concat_tables([table.filter(~in_run), runs.cast(table.schema)]).sort_by(
-            [(k, "ascending") for k in (*_SORT_KEYS, "board")])
+        starts = np.flatnonzero(in_run & np.r_[True, ~same])  # each run's first row
+        runs = _merge_groups(table.filter(in_run)).sort_by(
+            [(k, "ascending") for k in _GROUP_KEYS])
+        run_keys = [runs[k].to_numpy() for k in _SORT_KEYS]
+        new_run = np.ones(runs.num_rows, bool)
+        if runs.num_rows > 1:
+            new_run[1:] = ~np.logical_and.reduce([k[1:] == k[:-1] for k in run_keys])
+        at = np.concatenate([np.flatnonzero(~in_run), starts[np.cumsum(new_run) - 1]])
+        table = pa.concat_tables([table.filter(~in_run), runs.cast(table.schema)]).take(
+            np.argsort(at, kind="stable"))
     yield from table.drop_columns(["split_code"]).to_batches()
 
 
@@ -309,8 +320,8 @@ _AGGREGATES = (("count", "sum"), ("ply", "min"), ("result", "mean"), ("mover_ran
 
 
 def _merge_groups(rows: pa.Table) -> pa.Table:
-    """The rows of equal (split, hash, move, board) merged into one pair each, ordered by
-    (split, hash, move, board); the columns of `rows`."""
+    """The rows of equal (split, hash, move, board) merged into one pair each (in no
+    particular order); the columns of `rows`."""
     import pyarrow.compute as pc
 
     result = rows["result"]

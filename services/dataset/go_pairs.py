@@ -82,15 +82,18 @@ def pairs_of(game: SgfGame, inputs: np.ndarray, moves: np.ndarray, to_move: np.n
 
 def _results_and_ranks(game: SgfGame, to_move: np.ndarray) -> tuple[np.ndarray, list[str]]:
     """Each position's result from its mover's side and the mover's rank."""
+    ranks = [game.black_rank if c == BLACK else game.white_rank for c in to_move.tolist()]
+    return _results(game, to_move), ranks
+
+
+def _results(game: SgfGame, to_move: np.ndarray) -> np.ndarray:
+    """float32 [n]: 1 the mover won, 0 lost, 0.5 draw, NaN unknown."""
     n = len(to_move)
     if game.winner in (BLACK, WHITE):
-        results = np.where(to_move == game.winner, 1.0, 0.0).astype(np.float32)
-    elif game.winner == 0:
-        results = np.full(n, 0.5, dtype=np.float32)
-    else:
-        results = np.full(n, np.nan, dtype=np.float32)
-    ranks = [game.black_rank if c == BLACK else game.white_rank for c in to_move.tolist()]
-    return results, ranks
+        return np.where(to_move == game.winner, 1.0, 0.0).astype(np.float32)
+    if game.winner == 0:
+        return np.full(n, 0.5, dtype=np.float32)
+    return np.full(n, np.nan, dtype=np.float32)
 
 
 def canonicalize(inputs: np.ndarray, moves: np.ndarray,
@@ -286,32 +289,47 @@ def _pack_images(boards, best, table, inverse, out, maxima):
 @njit(cache=True)
 def _unpack_rows(packed, area, base3, base5, base2, out):
     """`_pack_images` of the identity undone: out[i] (uint8 [4 * area]) from packed[i];
-    `baseR`: the digits of each byte value in base R, first most significant."""
+    `baseR`: the digits of each byte value in base R, first most significant. The whole
+    bytes of a plane are spread with constant digit counts (unrolled stores), a plane's
+    last, partial byte digit by digit."""
     w3, w5, w8 = -(-area // 3), -(-area // 5), -(-area // 8)
+    f3, f5, f8 = area // 3, area // 5, area // 8
     for i in range(packed.shape[0]):
         src = packed[i]
         dst = out[i]
-        for b in range(w5):
-            _spread(base3, src[b], 5, dst, 5 * b, area)
+        for b in range(f5):  # stones: 5 cells of base 3
+            t = base3[src[b]]
+            at = 5 * b
+            dst[at] = t[0]
+            dst[at + 1] = t[1]
+            dst[at + 2] = t[2]
+            dst[at + 3] = t[3]
+            dst[at + 4] = t[4]
+        for b in range(f5, w5):
+            for d in range(area - 5 * b):
+                dst[5 * b + d] = base3[src[b], d]
         at = w5
-        for c in range(1, 3):
-            for b in range(w3):
-                _spread(base5, src[at + b], 3, dst, c * area + 3 * b, (c + 1) * area)
+        for c in range(1, 3):  # liberties, move ages: 3 cells of base 5
+            plane = c * area
+            for b in range(f3):
+                t = base5[src[at + b]]
+                o = plane + 3 * b
+                dst[o] = t[0]
+                dst[o + 1] = t[1]
+                dst[o + 2] = t[2]
+            for b in range(f3, w3):
+                for d in range(area - 3 * b):
+                    dst[plane + 3 * b + d] = base5[src[at + b], d]
             at += w3
-        for b in range(w8):
-            _spread(base2, src[at + b], 8, dst, 3 * area + 8 * b, 4 * area)
-
-
-@njit(cache=True, inline="always")
-def _spread(table, code, digits, dst, at, end):
-    """dst[at:at + digits] = the digits of `code` (only those before `end`: a plane's last
-    byte may hold fewer cells)."""
-    if at + digits <= end:
-        for d in range(digits):
-            dst[at + d] = table[code, d]
-    else:
-        for d in range(end - at):
-            dst[at + d] = table[code, d]
+        plane = 3 * area
+        for b in range(f8):  # ko: 8 cells of base 2
+            t = base2[src[at + b]]
+            o = plane + 8 * b
+            for d in range(8):
+                dst[o + d] = t[d]
+        for b in range(f8, w8):
+            for d in range(area - 8 * b):
+                dst[plane + 8 * b + d] = base2[src[at + b], d]
 
 
 def _packed_images(boards: np.ndarray, best: np.ndarray, size: int) -> np.ndarray:
@@ -371,9 +389,14 @@ class PackedPairs:
     to_move: np.ndarray  # int8 [n]
     plies: np.ndarray  # int16 [n]
     results: np.ndarray  # float32 [n]
-    ranks: list[str]
+    rank_pair: tuple[str, str]  # (Black's, White's) rank as the record gives them
     error: str | None
     size: int
+
+    @property
+    def ranks(self) -> list[str]:
+        """The mover's rank of each position (`GoPairs.ranks`)."""
+        return [self.rank_pair[c == WHITE] for c in self.to_move.tolist()]
 
 
 def game_packed_pairs(game: SgfGame) -> PackedPairs:
@@ -403,9 +426,10 @@ def game_packed_pairs(game: SgfGame) -> PackedPairs:
 def _packed_pairs(game: SgfGame, boards: np.ndarray, moves: np.ndarray,
                   position_hash: np.ndarray, to_move: np.ndarray, error: str | None,
                   size: int) -> PackedPairs:
-    results, ranks = _results_and_ranks(game, to_move)
+    results = _results(game, to_move)
     return PackedPairs(boards, moves, position_hash, to_move,
-                       np.arange(len(moves), dtype=np.int16), results, ranks, error, size)
+                       np.arange(len(moves), dtype=np.int16), results,
+                       (game.black_rank, game.white_rank), error, size)
 
 
 if _PLANE_RADIX[1] <= MAX_LIBERTIES or _PLANE_RADIX[2] <= RECENT_MOVES:
@@ -600,14 +624,19 @@ def _pairs_columns(games: Sequence[GoPairs | PackedPairs], game_ids: Sequence[st
     n = len(moves)
     lengths = np.array([len(g.moves) for g in games], dtype=np.int64)
     game_of_row = np.repeat(np.arange(len(games)), lengths)
-    ranks = pa.array([r for g in games for r in g.ranks], pa.string())
+    to_move = np.concatenate([g.to_move for g in games]).astype(np.int8)
+    if all(isinstance(g, PackedPairs) for g in games):  # two ranks a game: taken per row
+        pair_values = pa.array([r for g in games for r in g.rank_pair], pa.string())
+        ranks = pair_values.take(2 * game_of_row + (to_move == WHITE))
+    else:
+        ranks = pa.array([r for g in games for r in g.ranks], pa.string())
     return pa.table({
         "game": pa.array([GO.name], pa.string()).take(np.zeros(n, np.int32)),
         "rule": pa.array(list(rules), pa.string()).take(game_of_row),
         "board_size": pa.array(np.full(n, size, np.int8)),
         board_name: board,
         "move": pa.array(moves, pa.int16()),
-        "to_move": pa.array(np.concatenate([g.to_move for g in games]).astype(np.int8)),
+        "to_move": pa.array(to_move),
         "ply": pa.array(np.concatenate([g.plies for g in games]).astype(np.int16)),
         "count": pa.array(np.ones(n, np.int32)),
         "position_hash": pa.array(position_hash, pa.uint64()),
