@@ -265,7 +265,7 @@ def _merged(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     for batch in batches:
         table = pa.Table.from_batches([batch])
         if carry is not None:
-            table = pa.concat_tables([carry, table]).combine_chunks()
+            table = pa.concat_tables([carry, table])  # (no copy: the keys are taken below)
         n = table.num_rows
         if n == 0:
             continue
@@ -304,9 +304,11 @@ def _merge_runs(table: pa.Table, keys: list) -> Iterator[pa.RecordBatch]:
         new_run = np.ones(runs.num_rows, bool)
         if runs.num_rows > 1:
             new_run[1:] = ~np.logical_and.reduce([k[1:] == k[:-1] for k in run_keys])
-        at = np.concatenate([np.flatnonzero(~in_run), starts[np.cumsum(new_run) - 1]])
-        table = pa.concat_tables([table.filter(~in_run), runs.cast(table.schema)]).take(
-            np.argsort(at, kind="stable"))
+        single = np.flatnonzero(~in_run)
+        at = np.concatenate([single, starts[np.cumsum(new_run) - 1]])
+        rows = np.concatenate([single, table.num_rows + np.arange(runs.num_rows)])
+        table = pa.concat_tables([table, runs.cast(table.schema)]).take(
+            rows[np.argsort(at, kind="stable")])
     yield from table.drop_columns(["split_code"]).to_batches()
 
 
