@@ -459,11 +459,10 @@ def _replay_packed(cells0, colours, points, nbrs, keys, table, inverse, out, can
     gained = np.empty(area, np.int32)
     ko = np.array([-1, 0], np.int64)
     board = np.zeros(COMPACT_CHANNELS * area, np.uint8)  # a position's planes, for ties
-    pad = -(-area // _PAD) * _PAD
-    image = np.zeros(2 * pad, np.uint8)
     ages = np.zeros(area, np.uint8)
     view = np.zeros(3, np.uint8)
     w3, w5, w8 = -(-area // 3), -(-area // 5), -(-area // 8)
+    f3, f5 = area // 3, area // 5
     set_up(cells, root, nxt, gsize, libp, mark, clock, nbrs, keys, hashes, gained)
     for j in range(n):
         colour = colours[j]
@@ -492,18 +491,26 @@ def _replay_packed(cells0, colours, points, nbrs, keys, table, inverse, out, can
         position_hash[j] = hashes[half + chosen]
         view[1] = 1 if colour == BLACK else 2
         view[2] = 3 - view[1]
-        for q in range(area):
-            p = inverse[chosen, q]
-            image[q] = view[cells[p]]
-            image[pad + q] = libp[p]
+        inv = inverse[chosen]  # image point q shows the board's point inv[q]
         row = out[j]
-        for b in range(w5):  # stones: 5 cells of base 3
+        for b in range(f5):  # stones: 5 cells of base 3, gathered straight from the board
             i = 5 * b
-            row[b] = (((image[i] * 3 + image[i + 1]) * 3 + image[i + 2]) * 3
-                      + image[i + 3]) * 3 + image[i + 4]
-        for b in range(w3):  # liberties: 3 cells of base 5
-            i = pad + 3 * b
-            row[w5 + b] = (image[i] * 5 + image[i + 1]) * 5 + image[i + 2]
+            row[b] = (((view[cells[inv[i]]] * 3 + view[cells[inv[i + 1]]]) * 3
+                       + view[cells[inv[i + 2]]]) * 3 + view[cells[inv[i + 3]]]) * 3 \
+                + view[cells[inv[i + 4]]]
+        for b in range(f5, w5):  # the partial last byte: zero cells past the board
+            code = 0
+            for q in range(5 * b, 5 * b + 5):
+                code = code * 3 + (view[cells[inv[q]]] if q < area else 0)
+            row[b] = code
+        for b in range(f3):  # liberties: 3 cells of base 5
+            i = 3 * b
+            row[w5 + b] = (libp[inv[i]] * 5 + libp[inv[i + 1]]) * 5 + libp[inv[i + 2]]
+        for b in range(f3, w3):
+            code = 0
+            for q in range(3 * b, 3 * b + 3):
+                code = code * 5 + (libp[inv[q]] if q < area else 0)
+            row[w5 + b] = code
         at_ages, at_ko = w5 + w3, w5 + 2 * w3
         row[at_ages:at_ko + w8] = 0
         for age in range(RECENT_MOVES, 0, -1):  # oldest first: the newest wins on a point
