@@ -16,6 +16,7 @@ import pytest
 
 import flows  # noqa: F401  (Prefect defaults before Prefect is imported)
 from services import settings
+from services.games.registry import default_game, get_game, registered_games
 from services.search import server
 from services.search.server import ServiceConfig
 from services.trainer import distributed
@@ -162,7 +163,27 @@ def test_make_targets_restate_no_default(target: str, module: str) -> None:
 def _server_parser() -> argparse.ArgumentParser:
     """The search service's parser without its post-parse checks (for defaults only)."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("--model")
-    parser.add_argument("--go-model")
+    for game in registered_games():
+        parser.add_argument(server.model_flag(game), dest=server.model_dest(game))
     settings.add_arguments(parser, ServiceConfig)
     return parser
+
+
+def test_every_registered_game_has_its_model_flag() -> None:
+    """A game registered anywhere (here the test suite's tic-tac-toe) gets `--<name>-model`
+    with no edit to the server; an empty flag leaves that game unserved."""
+    from tests.tictactoe_game import TICTACTOE
+
+    args = server._parse_args(["--tictactoe-model", "ttt_v2", "--go-model", ""])
+    served = {game.name: model for game, model in server.served_models(args).items()}
+    assert served == {default_game().name: default_game().default_model,
+                      TICTACTOE.name: "ttt_v2"}
+    assert server.model_flag(default_game()) == "--model"
+    assert server.model_flag(get_game("go")) == "--go-model"
+
+
+def test_a_server_with_no_model_at_all_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    empty = [arg for game in registered_games() for arg in (server.model_flag(game), "")]
+    with pytest.raises(SystemExit):
+        server._parse_args(empty)
+    assert "name at least one model to serve" in capsys.readouterr().err

@@ -32,6 +32,3 @@ def point_table(size: int) -> np.ndarray:
         table[k, moved.reshape(-1)] = np.arange(size * size, dtype=np.int32)
     return table
 
-
-def transform_point(point: int, k: int, size: int) -> int:
-    return int(point_table(size)[k, point])

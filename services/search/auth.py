@@ -327,12 +327,6 @@ def search_client_factory(args: argparse.Namespace,
     return lambda: SearchClient(address, auth=client_auth, wait_for_ready=wait)
 
 
-def search_client_from(args: argparse.Namespace, target: str | None = None) -> Any:
-    """A `SearchClient` from the options of `add_client_arguments` (see
-    `search_client_factory`)."""
-    return search_client_factory(args, target)()
-
-
 # ------------------------------------------------------------------- throwaway certificates
 @dataclass(frozen=True)
 class Pki:

@@ -71,7 +71,8 @@ from grpc_reflection.v1alpha import reflection
 
 from services import logs, settings
 from services.api.movepred.v1 import search_pb2, search_pb2_grpc
-from services.games.registry import default_game, game_for_proto
+from services.games.base import Game
+from services.games.registry import default_game, registered_games
 from services.search import auth, mcts
 from services.search.batcher import DEFAULT_MAX_BOARDS, DEFAULT_WINDOW_S
 from services.search.metrics import Metrics, MetricsServer
@@ -83,7 +84,6 @@ from services.triton.server import free_port
 
 SERVICE_NAME = search_pb2.DESCRIPTOR.services_by_name["SearchService"].full_name
 DEFAULT_PORT = 50051
-DEFAULT_GO_MODEL = game_for_proto(search_pb2.GO).default_model
 # RPC threads. A Predict holds its thread while it waits for its Triton batch, so this also caps
 # how many concurrent Predicts one process can merge into a batch: with 16, 64 concurrent
 # Predicts of the paper's network travelled in batches of <= 16 and cost 1.7x a direct call on
@@ -311,19 +311,39 @@ def build_server(evaluator: mcts.PolicyEvaluator, config: ServiceConfig | None =
     return WatchedServer(service.server, service.watcher), service.port
 
 
+def model_flag(game: Game) -> str:
+    """The flag naming `game`'s Triton model: ``--model`` for the default game (the one a
+    request that names no game plays), ``--<name>-model`` for every other registered game
+    (``--go-model``), so a newly registered game gets its flag without an edit here."""
+    return "--model" if game is default_game() else f"--{game.name}-model"
+
+
+def model_dest(game: Game) -> str:
+    return model_flag(game).removeprefix("--").replace("-", "_")
+
+
+def served_models(args: argparse.Namespace) -> dict[Game, str]:
+    """The games this server serves, with their model names (a game whose flag is empty is not
+    served: its requests get INVALID_ARGUMENT naming the game)."""
+    return {g: getattr(args, model_dest(g)) for g in registered_games()
+            if getattr(args, model_dest(g))}
+
+
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The command line: the models, one flag per `ServiceConfig` field (with the field's
     default), TLS and token (`services.search.auth`), logging."""
     p = argparse.ArgumentParser(prog="python -m services.search.server", description=__doc__)
-    p.add_argument("--model", default=default_game().default_model,
-                   help="policy model name on Triton")
-    p.add_argument("--go-model", default=DEFAULT_GO_MODEL,
-                   help=f"Go policy model name on Triton (default {DEFAULT_GO_MODEL}; "
-                        "empty: Go is not served)")
+    for game in registered_games():
+        p.add_argument(model_flag(game), dest=model_dest(game), default=game.default_model,
+                       help=f"{game.title} policy model name on Triton (default "
+                            f"{game.default_model}; empty: {game.title} is not served)")
     settings.add_arguments(p, ServiceConfig, title="service settings (ServiceConfig)")
     auth.add_server_arguments(p)
     logs.add_arguments(p)
     args = p.parse_args(argv)
+    if not served_models(args):
+        p.error("every game's model is empty: name at least one model to serve ("
+                + ", ".join(model_flag(g) for g in registered_games()) + ")")
     if args.processes < 1:
         p.error(f"--processes must be >= 1, got {args.processes}")
     if args.max_searches is not None and not 1 <= args.max_searches < args.max_workers:
@@ -392,21 +412,19 @@ def main(argv: list[str] | None = None) -> int:
     logs.configure_from(args)
     if args.processes > 1:
         return serve_processes(list(sys.argv[1:] if argv is None else argv), args)
-    client = PolicyClient(args.triton_url, model_name=args.model, timeout_s=args.triton_timeout)
-    go_client = (
-        PolicyClient(args.triton_url, model_name=args.go_model, timeout_s=args.triton_timeout,
-                     game=game_for_proto(search_pb2.GO))
-        if args.go_model
-        else None
-    )
+    models = served_models(args)
+    clients = {
+        game.name: PolicyClient(args.triton_url, model_name=model, timeout_s=args.triton_timeout,
+                                game=game)
+        for game, model in models.items()
+    }
     try:
-        service = build_service(client, settings.from_args(ServiceConfig, args),
-                                go_evaluator=go_client, tls=args.tls, token=args.token)
+        service = build_service(clients, settings.from_args(ServiceConfig, args),
+                                tls=args.tls, token=args.token)
     except (RuntimeError, OSError, ValueError) as exc:
         logger.error("cannot start the search service: %s", exc)
-        client.close()
-        if go_client is not None:
-            go_client.close()
+        for client in clients.values():
+            client.close()
         return 1
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -414,15 +432,15 @@ def main(argv: list[str] | None = None) -> int:
     service.start()
     host = f"[{args.host}]" if ":" in args.host else args.host
     metrics = f", metrics {service.metrics_server.url}" if service.metrics_server else ""
-    go = f", Go model {args.go_model}" if args.go_model else ", no Go"
+    served = ", ".join(f"{game.title} model {model}" for game, model in models.items())
     searches = service.servicer.max_searches
     logger.info(
-        "movepred search service listening on %s:%d (Triton %s, model %s%s%s; %d RPC threads, "
-        "%s searches at once)", host, service.port, args.triton_url, args.model, go, metrics,
+        "movepred search service listening on %s:%d (Triton %s, %s%s; %d RPC threads, "
+        "%s searches at once)", host, service.port, args.triton_url, served, metrics,
         args.max_workers, searches,
-        extra={"port": service.port, "triton_url": args.triton_url, "model": args.model,
-               "go_model": args.go_model, "max_workers": args.max_workers,
-               "max_searches": searches},
+        extra={"port": service.port, "triton_url": args.triton_url,
+               "models": {game.name: model for game, model in models.items()},
+               "max_workers": args.max_workers, "max_searches": searches},
     )
     while not stop.wait(0.5):  # short waits keep the main thread responsive to signals
         pass
@@ -430,9 +448,8 @@ def main(argv: list[str] | None = None) -> int:
                 SHUTDOWN_GRACE_S)
     started = time.monotonic()
     service.stop(SHUTDOWN_GRACE_S)
-    client.close()
-    if go_client is not None:
-        go_client.close()
+    for client in clients.values():
+        client.close()
     logger.info("stopped after %.1f s", time.monotonic() - started)
     return 0
 

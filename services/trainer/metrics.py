@@ -144,15 +144,3 @@ def _metrics(sums: list[float], stages: tuple[int, int], by_stage: bool) -> dict
             for s in range(len(labels)) if counts[0, s]
         }
     return out
-
-
-def value_metrics(values: np.ndarray, results: np.ndarray) -> dict:
-    """Value-head scores on the rows with a known result (see the module doc)."""
-    known = ~np.isnan(results)
-    target = value_target(results[known])
-    v = values[known]
-    decisive = target != 0
-    return {"value_n": int(known.sum()),
-            "value_mse": float(np.mean((v - target) ** 2)) if known.any() else float("nan"),
-            "value_sign": float(np.mean(np.sign(v[decisive]) == target[decisive]))
-            if decisive.any() else float("nan")}
