@@ -13,8 +13,8 @@ Bookkeeping, per source: `read = ingested + quarantined`.
 
 `write_go_source_pairs` does the same into a Parquet intermediate a batch at a time (what
 the ingest flow uses: memory does not grow with the archive); the intermediate holds the
-boards packed (column `packed_board`, `go_pairs.pack_planes`), and dedup unpacks them as it
-writes the shards.
+boards packed (column `packed_board`, `go_pairs.pack_planes`' layout, written by the replay
+itself: `go_pairs.game_packed_pairs`), and dedup unpacks them as it writes the shards.
 
 `go_deduplicate` merges identical canonical (board, move) pairs of in-memory Go tables with an
 Arrow group_by (count summed, smallest ply / position hash / rank / game id / source, result

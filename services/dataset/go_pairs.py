@@ -9,8 +9,10 @@ position hash is that smallest stones hash, so all images of a position share a 
 
 Speed: the 8 stones hashes of a replayed game's positions come from the compiled replay
 (`services.games.go_fast`: running XORs along the game); the choice of each position's image
-and the writing of it (whole, or packed as the Parquet intermediates hold it) are compiled
-loops (numba, cached on disk) that read each board once and materialise no other image.
+and the writing of it are compiled loops (numba, cached on disk) that read each board once
+and materialise no other image. The Parquet intermediates' path (`game_packed_pairs`) goes
+further: one kernel replays the game, chooses each position's image as it reaches it and
+packs that image straight from the replay's board, so no position's planes are written.
 """
 
 from __future__ import annotations

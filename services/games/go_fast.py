@@ -13,7 +13,9 @@ captures, suicide illegal, simple ko (captured one stone, capturing stone alone 
 liberty; the captured colour may not retake at once), passes always legal, two passes
 followed by a move resume play, set-up stones (via `GoState.add_stones`, so the same
 errors), and the same error strings. `game_compact` returns exactly what `replay` +
-`compact` build (tests/test_go_fast_replay.py compares them on the real archives).
+`compact` build (tests/test_go_fast_replay.py compares them on the real archives). The
+kernel's move and set-up steps (`play`, `set_up`) also drive the replay that packs canonical
+images for the Parquet intermediates (`services.dataset.go_pairs.game_packed_pairs`).
 """
 
 from __future__ import annotations
