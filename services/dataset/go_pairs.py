@@ -622,23 +622,24 @@ def pairs_tables(games: Sequence[GoPairs], game_ids: Sequence[str], source: str,
     del inputs
     board = fixed_binary(canon.reshape(n, packed_width(size) if packed else width).view(np.uint8))
     return _pairs_columns(games, game_ids, source, rules, size,
-                          PACKED_BOARD if packed else "board", board, moves, position_hash)
+                          PACKED_BOARD if packed else "board", board, moves, position_hash,
+                          pa.array([r for g in games for r in g.ranks], pa.string()))
 
 
 def _pairs_columns(games: Sequence[GoPairs | PackedPairs], game_ids: Sequence[str],
                    source: str, rules: Sequence[str], size: int, board_name: str,
-                   board: pa.Array, moves: np.ndarray, position_hash: np.ndarray) -> pa.Table:
+                   board: pa.Array, moves: np.ndarray, position_hash: np.ndarray,
+                   ranks: pa.Array | None = None) -> pa.Table:
     """The table of the games' rows (one after the other), around their canonical boards,
-    moves and position hashes."""
+    moves and position hashes; `ranks`: the mover rank column (None: from each game's
+    `rank_pair`)."""
     n = len(moves)
     lengths = np.array([len(g.moves) for g in games], dtype=np.int64)
     game_of_row = np.repeat(np.arange(len(games)), lengths)
     to_move = np.concatenate([g.to_move for g in games]).astype(np.int8)
-    if all(isinstance(g, PackedPairs) for g in games):  # two ranks a game: taken per row
+    if ranks is None:  # two ranks a game (`PackedPairs.rank_pair`): taken per row
         pair_values = pa.array([r for g in games for r in g.rank_pair], pa.string())
         ranks = pair_values.take(2 * game_of_row + (to_move == WHITE))
-    else:
-        ranks = pa.array([r for g in games for r in g.ranks], pa.string())
     return pa.table({
         "game": pa.array([GO.name], pa.string()).take(np.zeros(n, np.int32)),
         "rule": pa.array(list(rules), pa.string()).take(game_of_row),
