@@ -30,6 +30,7 @@ from services.games.go_game import DEFAULT_KOMI, GO_SIZE, parse_vertex
 from services.games.gomoku import DEFAULT_SIZE, Rule
 from services.games.registry import get_game
 from services.search.auth import ClientAuth
+from services.search.validation import MAX_TIME_MS  # an InferSequence's time limit
 
 MoveLike = str | tuple[int, int]
 GoMoveLike = str | tuple[int, int] | None  # "D4", "pass", (x, y), None (a pass)
@@ -253,6 +254,40 @@ class SearchClient:
         )
         return self._stub.Analyze(request,
                                   **self._call_options(_search_timeout(timeout, max_time_ms)))
+
+    def infer_sequence(
+        self,
+        black: Sequence[MoveLike],
+        white: Sequence[MoveLike],
+        game: str | Game = "gomoku",
+        rule: RuleLike = 0,
+        board_size: int = 0,
+        iterations: int = 0,
+        restarts: int = 0,
+        seed: int = 0,
+        max_time_ms: int = 0,
+        neighbour: str = "",
+        init: str = "",
+        timeout: float | None = None,
+    ) -> search_pb2.InferSequenceResponse:
+        """The most likely order of the stones: names in the game's notation ("h8", "D4") or
+        (x, y) pairs; 0 / "" leave a parameter to the server (the paper's recipe, its time
+        limit). timeout None: max_time_ms (0: the server's limit) plus 10 s."""
+        g = get_game(game) if isinstance(game, str) else game
+        size = board_size or g.default_size
+
+        def points(stones: Sequence[MoveLike]) -> list[search_pb2.Point]:
+            return [g.move_point(g.parse_move(m, size), size) if isinstance(m, str)
+                    else search_pb2.Point(x=int(m[0]), y=int(m[1])) for m in stones]
+
+        request = search_pb2.InferSequenceRequest(
+            game=g.proto_game, game_name=g.name, rule=proto_rule(rule), board_size=size,
+            black=points(black), white=points(white), iterations=iterations,
+            restarts=restarts, seed=seed, max_time_ms=max_time_ms, neighbour=neighbour,
+            init=init,
+        )
+        wait = _search_timeout(timeout, max_time_ms or MAX_TIME_MS)
+        return self._stub.InferSequence(request, **self._call_options(wait))
 
     def close(self) -> None:
         self._channel.close()

@@ -53,6 +53,15 @@ import numpy as np
 from services.api.movepred.v1 import search_pb2, search_pb2_grpc
 from services.games.base import BLACK
 from services.games.registry import UnknownGame, default_game, game_for_proto, get_game
+from services.move_order.annealing import (
+    AnnealingParams,
+    anneal,
+    default_iterations,
+    random_order,
+)
+from services.move_order.greedy import greedy_order
+from services.move_order.likelihood import PrefixScorer, Scored
+from services.move_order.problem import Problem, problem_from_stones
 from services.search import mcts, validation
 from services.search.batcher import DEFAULT_MAX_BOARDS, DEFAULT_WINDOW_S, BatchingEvaluator
 from services.search.metrics import Metrics
@@ -247,6 +256,13 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         # the call is also counted when gRPC drops the generator of a cancelled call
         with self._observed("Analyze", context) as call:
             yield from self._analyze(request, context, call)
+
+    def InferSequence(
+        self, request: search_pb2.InferSequenceRequest, context: grpc.ServicerContext
+    ) -> search_pb2.InferSequenceResponse:
+        return self._unary(
+            "InferSequence", context, lambda call: self._infer_sequence(request, context, call)
+        )
 
     # ------------------------------------------------------------------ plumbing
     def _unary(
@@ -478,6 +494,29 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         if not should_stop():
             yield analyze_response(a.state, search, a.candidates, final=True)
 
+    # ------------------------------------------------------------------ InferSequence
+    def _infer_sequence(
+        self, request: search_pb2.InferSequenceRequest, context: grpc.ServicerContext,
+        call: Call
+    ) -> search_pb2.InferSequenceResponse:
+        job = infer_sequence_request(request)
+        with top_level_fields("request."):
+            batcher = self.batcher_for(job.problem.start, "request")
+        with self._search_slot():
+            end, deadline = search_end(job.max_time_ms, context.time_remaining())
+            watched = WatchedEvaluator(batcher, end if deadline is None else min(end, deadline),
+                                       lambda: not context.is_active())
+            try:
+                with batcher.participant():
+                    inferred = run_inference(job.problem, job.params, watched,
+                                             batcher.max_boards)
+            except InferenceCancelled:
+                return search_pb2.InferSequenceResponse()  # nobody reads it: the call ended
+            finally:
+                if watched.model is not None:
+                    call.served_by(*watched.model)
+        return infer_sequence_response(job, inferred, watched)
+
 
 def served_evaluators(
     evaluator: mcts.PolicyEvaluator | Mapping[str, mcts.PolicyEvaluator],
@@ -574,4 +613,201 @@ def analyze_response(
         elapsed_ms=r.elapsed_s * 1000.0,
         model_name=r.model_name,
         model_version=r.model_version,
+    )
+
+
+# ---------------------------------------------------------------------- InferSequence
+# An inference is a search: it holds a search slot, and its work is bounded so that one request
+# cannot hold the service. restarts * iterations (evaluator calls, each of at most `stones`
+# boards) is at most MAX_INFER_STEPS: the paper's recipe for 40 stones (5 restarts of 20,000) is
+# 100,000. Unset iterations are the paper's default, lowered to fit the limit.
+DEFAULT_INFER_RESTARTS = 5
+MAX_INFER_RESTARTS = 64
+MAX_INFER_STEPS = 200_000
+# And its time: max_time_ms 0 means this much (an inference stops with its best order so far).
+MAX_INFER_TIME_MS = validation.MAX_TIME_MS
+
+
+@dataclass(frozen=True)
+class InferenceJob:
+    """A validated InferSequence request."""
+
+    problem: Problem
+    params: AnnealingParams
+    max_time_ms: int
+
+
+@dataclass(frozen=True)
+class Inference:
+    """What the annealing found: the best order, the greedy one, each restart's best (the
+    restarts that ran), and whether the time budget cut it short."""
+
+    best: Scored
+    greedy: Scored
+    restarts: tuple[Scored, ...]
+    iterations: int
+    calls: int
+    boards: int
+    stopped_early: bool
+
+
+class InferenceCancelled(Exception):
+    """The client cancelled the call (or its deadline passed) before an order was found."""
+
+
+class OutOfTime(Exception):
+    """The time budget ended: the annealing stops with the best order found so far."""
+
+
+class WatchedEvaluator:
+    """The batcher, asked only while the call is alive and the time budget lasts: a call the
+    client has left is `InferenceCancelled`; past `end` (a `time.monotonic()` instant), once
+    `armed`, `OutOfTime`. Remembers the model that answered."""
+
+    def __init__(self, inner: mcts.PolicyEvaluator, end: float,
+                 cancelled: Callable[[], bool]) -> None:
+        self.inner = inner
+        self.end = end
+        self.cancelled = cancelled
+        self.armed = False  # the greedy order is always finished: it is the answer's floor
+        self.model: tuple[str, str] | None = None
+
+    def infer(self, boards: np.ndarray) -> mcts.PolicyOutput:
+        if self.cancelled():
+            raise InferenceCancelled
+        if self.armed and time.monotonic() >= self.end:
+            raise OutOfTime
+        out = self.inner.infer(boards)
+        self.model = (str(out.model_name), str(out.model_version))
+        return out
+
+
+@contextlib.contextmanager
+def top_level_fields(prefix: str) -> Iterator[None]:
+    """InvalidRequest raised inside with `prefix` taken off its field: InferSequence's game,
+    rule and board size are fields of the request itself, not of a `position`."""
+    try:
+        yield
+    except validation.InvalidRequest as exc:
+        if not exc.field.startswith(prefix):
+            raise
+        raise type(exc)(exc.field.removeprefix(prefix), exc.message) from None
+
+
+def _stone_points(points: Any, size: int, field: str) -> list[int]:
+    """Flat points of request stones, each on the `size` board and not a pass."""
+    flat = []
+    for i, p in enumerate(points):
+        if p.is_pass:
+            raise validation.InvalidRequest(f"{field}[{i}]", "a pass is not a stone")
+        if not (0 <= p.x < size and 0 <= p.y < size):
+            raise validation.InvalidRequest(
+                f"{field}[{i}]", f"({p.x}, {p.y}) is off the {size}x{size} board")
+        flat.append(p.y * size + p.x)
+    return flat
+
+
+def infer_sequence_request(request: search_pb2.InferSequenceRequest) -> InferenceJob:
+    """An InferSequence request validated (before any inference): InvalidRequest naming the
+    field for a game or rule not known, stones off the board, given twice or in counts no
+    alternation reaches, and for a budget over the limits (which it names)."""
+    with top_level_fields("request."):
+        game = validation.game_of(search_pb2.Position(game=request.game,
+                                                      game_name=request.game_name), "request")
+    if request.iterations < 0:
+        raise validation.InvalidRequest("iterations", f"must be >= 0, got {request.iterations}")
+    if not 0 <= request.restarts <= MAX_INFER_RESTARTS:
+        raise validation.InvalidRequest(
+            "restarts", f"must be in 0..{MAX_INFER_RESTARTS}, got {request.restarts}")
+    if not 0 <= request.max_time_ms <= MAX_INFER_TIME_MS:
+        raise validation.InvalidRequest(
+            "max_time_ms", f"must be in 0..{MAX_INFER_TIME_MS}, got {request.max_time_ms}")
+    size = game.request_size(request.board_size)
+    with top_level_fields("position."):
+        black = _stone_points(request.black, size, "black")
+        white = _stone_points(request.white, size, "white")
+        problem = problem_from_stones(game, black, white, request.board_size, request.rule)
+    restarts = request.restarts or DEFAULT_INFER_RESTARTS
+    iterations = request.iterations or min(default_iterations(problem.n),
+                                           MAX_INFER_STEPS // restarts)
+    if restarts * iterations > MAX_INFER_STEPS:
+        raise validation.InvalidRequest(
+            "iterations", f"restarts * iterations must be at most {MAX_INFER_STEPS}, got "
+            f"{restarts} * {iterations} = {restarts * iterations}")
+    try:
+        params = AnnealingParams(iterations=iterations, restarts=restarts,
+                                 neighbour=request.neighbour or "mix",
+                                 init=request.init or "greedy", seed=request.seed)
+    except ValueError as exc:
+        field = "neighbour" if "neighbour" in str(exc) else "init"
+        raise validation.InvalidRequest(field, str(exc)) from None
+    return InferenceJob(problem, params, request.max_time_ms or MAX_INFER_TIME_MS)
+
+
+def run_inference(problem: Problem, params: AnnealingParams, evaluator: WatchedEvaluator,
+                  max_boards: int) -> Inference:
+    """The restarts of `services.move_order.annealing.infer_order` (the same seeds, so the
+    same answer), stopping with the best order so far when `evaluator` runs out of time."""
+    scorer = PrefixScorer(problem, evaluator, max_boards)
+    iterations = params.iterations_for(problem.n)
+    greedy = greedy_order(scorer)
+    evaluator.armed = True
+    bests: list[Scored] = []
+    stopped = False
+    for seed in np.random.SeedSequence(params.seed).spawn(params.restarts):
+        rng = np.random.default_rng(seed)
+        best = greedy
+        try:
+            if params.init == "random":
+                best = random_order(scorer, rng) or greedy
+            initial = best
+
+            def keep(order: Scored) -> None:
+                nonlocal best
+                if order.cost < best.cost:
+                    best = order
+
+            anneal(scorer, initial, iterations, rng, params, keep)
+        except OutOfTime:
+            stopped = True
+        bests.append(best)
+        if stopped:
+            break
+    winner = min(bests, key=lambda s: s.cost)
+    return Inference(winner, greedy, tuple(bests), iterations, scorer.calls, scorer.boards,
+                     stopped)
+
+
+def inferred_moves(problem: Problem, order: Scored) -> list[search_pb2.InferredMove]:
+    size = problem.size
+    return [
+        search_pb2.InferredMove(
+            point=problem.game.move_point(m, size),
+            name=problem.name(m),
+            color=_color(problem.color_at(i)),
+            probability=float(order.factors[i]),
+        )
+        for i, m in enumerate(order.order)
+    ]
+
+
+def infer_sequence_response(job: InferenceJob, inferred: Inference,
+                            watched: WatchedEvaluator) -> search_pb2.InferSequenceResponse:
+    means = [s.geometric_mean for s in inferred.restarts]
+    name, version = watched.model or ("", "")
+    return search_pb2.InferSequenceResponse(
+        moves=inferred_moves(job.problem, inferred.best),
+        geometric_mean=inferred.best.geometric_mean,
+        greedy_moves=inferred_moves(job.problem, inferred.greedy),
+        greedy_geometric_mean=inferred.greedy.geometric_mean,
+        restart_geometric_means=means,
+        restarts_min=min(means),
+        restarts_max=max(means),
+        restarts_std=float(np.std(means)),
+        iterations=inferred.iterations,
+        evaluator_calls=inferred.calls,
+        boards=inferred.boards,
+        stopped_early=inferred.stopped_early,
+        model_name=name,
+        model_version=version,
     )
