@@ -17,6 +17,8 @@ from services.games.base import InvalidRequest
 from services.games.registry import get_game
 from services.move_order.annealing import (
     AnnealingParams,
+    anneal,
+    anneal_lockstep,
     default_iterations,
     infer_order,
     temperature,
@@ -468,7 +470,123 @@ def test_the_papers_defaults() -> None:
     assert temperature(0, 100, 1.0, 0.1) == 1.0
     assert temperature(99, 100, 1.0, 0.1) == pytest.approx(0.1)
     assert temperature(50, 100, 1.0, 0.1) < temperature(49, 100, 1.0, 0.1)
+    assert params.lockstep and params.candidates == 1
     for bad in ({"restarts": 0}, {"t_end": 0.0}, {"neighbour": "swap"}, {"init": "beam"},
-                {"iterations": -1}):
+                {"iterations": -1}, {"candidates": 0}, {"candidates": 2, "lockstep": False}):
         with pytest.raises(ValueError):
             AnnealingParams(**bad)
+
+
+# ---- lock-step chains -------------------------------------------------------------------------
+
+def restart_summary(result) -> list[tuple]:
+    return [(r.initial.order, r.best.order, r.best.cost, r.proposals, r.accepted, r.illegal)
+            for r in result.restarts]
+
+
+@pytest.mark.parametrize("case", ["gomoku", "go", "renju"])
+def test_lockstep_restarts_are_the_sequential_chains_step_for_step(case: str) -> None:
+    if case == "renju":
+        problem, planted = renju_problem()
+    else:
+        game, size = (GOMOKU, 15) if case == "gomoku" else (GO, 9)
+        problem, planted = random_problem(game, size, 12, seed=5)
+    width = problem.game.policy_size(problem.size)
+    for init in ("random", "greedy"):
+        params = {"iterations": 250, "restarts": 3, "init": init, "seed": 4}
+        paper = infer_order(problem, PlantedEvaluator(planted, width, bonus=1.0),
+                            AnnealingParams(lockstep=False, **params))
+        lockstep = infer_order(problem, PlantedEvaluator(planted, width, bonus=1.0),
+                               AnnealingParams(lockstep=True, **params))
+        assert restart_summary(lockstep) == restart_summary(paper)
+        assert lockstep.best.order == paper.best.order
+        if init == "random":
+            assert sum(r.accepted for r in paper.restarts) > 3  # the chains did move
+        if case == "renju":
+            assert sum(r.illegal for r in paper.restarts) > 0
+
+
+def test_one_chain_in_lockstep_is_anneal_with_the_same_calls() -> None:
+    problem, planted = random_problem(GOMOKU, 15, 14, seed=6)
+    params = AnnealingParams(iterations=200, restarts=1, seed=2)
+    runs = []
+    for lockstep in (False, True):
+        evaluator = PlantedEvaluator(planted, 225, bonus=1.0)
+        scorer = PrefixScorer(problem, evaluator)
+        initial = greedy_order(scorer)
+        evaluator.calls.clear()
+        rng = np.random.default_rng(8)
+        if lockstep:
+            run = anneal_lockstep(scorer, [initial], 200, [rng], params)[0]
+        else:
+            run = anneal(scorer, initial, 200, rng, params)
+        runs.append((run.best.order, run.best.cost, run.accepted, run.proposals,
+                     evaluator.calls))
+    assert runs[0] == runs[1]
+
+
+class StepRecorder(PrefixScorer):
+    """A scorer that records, for each `rescore_many` (one lock step), how many distinct
+    network inputs its legal candidates' changed prefixes hold (a board two chains share
+    travels once)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.steps: list[int] = []
+
+    def rescore_many(self, candidates):
+        out = super().rescore_many(candidates)
+        inputs = {self.problem.game.network_input(state).tobytes()
+                  for (_, order, first), c in zip(candidates, out, strict=True)
+                  if c is not None for state in c.states[first + 1:len(order)]}
+        self.steps.append(len(inputs))
+        return out
+
+
+@pytest.mark.parametrize("chains,candidates", [(1, 1), (4, 1), (3, 4)])
+def test_one_evaluator_call_per_lock_step(chains: int, candidates: int) -> None:
+    problem, planted = renju_problem()
+    evaluator = PlantedEvaluator(planted, 225, bonus=1.0)
+    scorer = StepRecorder(problem, evaluator, cache_size=0)
+    greedy = greedy_order(scorer)
+    evaluator.calls.clear()
+    rngs = [np.random.default_rng(s) for s in range(chains)]
+    params = AnnealingParams(candidates=candidates)
+    runs = anneal_lockstep(scorer, [greedy] * chains, 120, rngs, params)
+    assert len(scorer.steps) == 120
+    # every step that has a legal candidate is one call carrying all their changed boards
+    assert evaluator.calls == [b for b in scorer.steps if b]
+    if chains * candidates > 1:
+        assert max(evaluator.calls) > 8  # more than one order's prefixes in a call
+    assert sum(r.proposals + r.illegal for r in runs) == 120 * chains * candidates
+    assert sum(r.illegal for r in runs) > 0
+
+
+def test_lockstep_candidates_accept_only_legal_orders_and_are_reproducible() -> None:
+    problem, planted = renju_problem()
+    params = AnnealingParams(iterations=200, restarts=4, candidates=3, init="random", seed=7)
+    accepted: list[tuple[int, ...]] = []
+    a = infer_order(problem, PlantedEvaluator(planted, 225, bonus=1.0), params,
+                    on_accept=lambda s: accepted.append(s.order))
+    assert accepted and sum(r.illegal for r in a.restarts) > 0
+    assert all(legal_in_every_prefix(problem, order) for order in accepted)
+    b = infer_order(problem, PlantedEvaluator(planted, 225, bonus=1.0), params)
+    assert restart_summary(a) == restart_summary(b)
+    c = infer_order(problem, PlantedEvaluator(planted, 225, bonus=1.0),
+                    AnnealingParams(iterations=200, restarts=4, candidates=3, init="random",
+                                    seed=8))
+    assert restart_summary(c) != restart_summary(a)
+
+
+@pytest.mark.parametrize("game,size,n", [(GOMOKU, 15, 14), (GO, 9, 12)])
+def test_many_lockstep_chains_with_candidates_recover_the_planted_order(game, size: int,
+                                                                        n: int) -> None:
+    problem, planted = random_problem(game, size, n, seed=11)
+    evaluator = PlantedEvaluator(planted, game.policy_size(size))
+    result = infer_order(problem, evaluator,
+                         AnnealingParams(iterations=600, restarts=8, candidates=2,
+                                         init="random", seed=1))
+    assert list(result.best.order) == planted
+    # one call per step (600) besides the greedy's n and the random initial orders' few:
+    # not one per chain or candidate (8 * 2 * 600)
+    assert result.calls == len(evaluator.calls) <= 600 + n + 50

@@ -148,3 +148,34 @@ class PrefixScorer:
         states = [*current.states[:first + 1], *new_states]
         fresh = self.policies(states[first + 1:len(order)])
         return scored(order, states, [*current.policies[:first + 1], *fresh])
+
+    def rescore_many(self, candidates: Sequence[tuple[Scored, Sequence[int], int]]
+                     ) -> list[Scored | None]:
+        """`rescore` of each (current, order, first), the changed prefixes of all of them in
+        ONE evaluator call (split only above `max_boards`; none when every input is cached
+        or every candidate breaks the rules). Lock-step annealing chains send their step
+        through here, so the network sees one large batch instead of one small one per
+        chain; each result is the one `rescore` would give."""
+        replayed: list[tuple[Scored, Sequence[int], int, list[Position]] | None] = []
+        pending: list[Position] = []
+        for current, order, first in candidates:
+            new_states = self.problem.replay(order, current.states[first], first)
+            if new_states is None:
+                replayed.append(None)
+                continue
+            states = [*current.states[:first + 1], *new_states]
+            replayed.append((current, order, first, states))
+            pending.extend(states[first + 1:len(order)])
+        fresh = self.policies(pending)
+        out: list[Scored | None] = []
+        at = 0
+        for item in replayed:
+            if item is None:
+                out.append(None)
+                continue
+            current, order, first, states = item
+            count = max(0, len(order) - first - 1)
+            out.append(scored(order, states,
+                              [*current.policies[:first + 1], *fresh[at:at + count]]))
+            at += count
+        return out
