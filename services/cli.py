@@ -9,6 +9,8 @@ all in one dict and dispatches; add a registrar to `REGISTRARS` to add commands.
     movepred genmove --visits 400 h8 h9 i8
     movepred analyze --visits 2000 --every 200 h8 h9 i8            (streams; Ctrl-C stops it)
     movepred gtp --target 127.0.0.1:50051 --visits 200             (a Go engine on stdin/out)
+    movepred infer --black h8 i9 --white h9 --out game.sgf         (the stones' likeliest order)
+    movepred infer --record games.rif --moves 20 --out game.sgf     (a record's position)
 
 Every client of the search service takes the same security options
 (`services.search.auth.add_client_arguments`): --tls-ca / --tls (TLS), --tls-client-cert and
@@ -19,8 +21,10 @@ set), --wait-for-ready.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -29,12 +33,18 @@ from rich.table import Table
 from rich.text import Text
 
 from services.api.movepred.v1 import search_pb2
-from services.games.base import InvalidRequest
+from services.games.base import BLACK, WHITE, Game, InvalidRequest
 from services.games.coords import CoordinateError
+from services.games.go import replay as go_replay
 from services.games.gomoku import Rule
-from services.games.registry import default_game, get_game, registered_games
-from services.protocols.gtp import add_gtp_command
-from services.protocols.sgf_export import add_play_command
+from services.games.registry import default_game, game_of_source, get_game, registered_games
+from services.move_order.annealing import INITS
+from services.move_order.neighbours import NAMES as NEIGHBOURS
+from services.move_order.problem import stones_from_board
+from services.protocols.gtp import add_gtp_command, go_sgf
+from services.protocols.sgf_export import add_play_command, game_to_sgf, write_sgf_text
+from services.records.rif import RIF_SUFFIXES, RifGame, read_rif
+from services.records.sgf import SgfGame, read_sgf
 from services.search import auth
 from services.search.client import game_position, proto_rule
 from services.triton.cli import add_rollout_commands
@@ -319,8 +329,161 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
                    "earlier request of this game")
 
 
+# ---------------------------------------------------------------------- infer
+def record_stones(path: Path, index: int, moves: int | None) -> tuple[Game, int, list[int],
+                                                                       list[int]]:
+    """(game, board size, black points, white points) of the position of game `index` of a
+    record file (.sgf: Go, .rif: Gomoku) after its first `moves` moves (None: all): the stones
+    on its board. ValueError naming what could not be read."""
+    game = game_of_source(str(path))
+    if game is None:
+        raise ValueError(f"{path}: not a record file of any game (.sgf, .rif)")
+    if str(path).lower().endswith(RIF_SUFFIXES):
+        records = [r for r in read_rif(path) if isinstance(r, RifGame)]
+        if index >= len(records):
+            raise ValueError(f"{path}: no game {index} ({len(records)} readable)")
+        played = list(records[index].moves[:moves])
+        return game, game.default_size, played[0::2], played[1::2]
+    sgf_games = [r for r in read_sgf(path) if isinstance(r, SgfGame)]
+    if index >= len(sgf_games):
+        raise ValueError(f"{path}: no game {index} ({len(sgf_games)} readable)")
+    record = sgf_games[index]
+    cut = dataclasses.replace(record, moves=record.moves[:moves])
+    replayed = go_replay(cut, keep_states=False)
+    if replayed.error:
+        raise ValueError(f"{path}: game {index}: {replayed.error}")
+    black, white = stones_from_board(replayed.states[-1].board)
+    return game, record.size, black, white
+
+
+def _go_sgf(size: int, rule: str | None, reply: search_pb2.InferSequenceResponse,
+            points: list[int], comments: list[str], summary: str) -> str:
+    moves = [(BLACK if m.color == search_pb2.BLACK else WHITE, p)
+             for m, p in zip(reply.moves, points, strict=True)]
+    return go_sgf(moves, size=size, comments=comments, event=summary)
+
+
+def _gomoku_sgf(size: int, rule: str | None, reply: search_pb2.InferSequenceResponse,
+                points: list[int], comments: list[str], summary: str) -> str:
+    return game_to_sgf(points, size=size, rule=rule or Rule.FREESTYLE,
+                       comments=dict(enumerate(comments)), game_comment=summary)
+
+
+# The SGF writer of each game `infer` writes records of, by the game's API value (GM[1] Go,
+# GM[4] Gomoku: the two SGF dialects differ in their root properties).
+SGF_WRITERS: dict[int, Callable[..., str]] = {search_pb2.GO: _go_sgf,
+                                              search_pb2.GOMOKU: _gomoku_sgf}
+
+
+def inferred_sgf(game: Game, size: int, rule: str | None,
+                 reply: search_pb2.InferSequenceResponse) -> str:
+    """The inferred order as an SGF game, each move's probability as its comment."""
+    writer = SGF_WRITERS.get(game.proto_game)
+    if writer is None:
+        raise ValueError(f"no SGF writer for {game.title}")
+    points = [game.parse_move(m.name, size) for m in reply.moves]
+    comments = [f"p={m.probability:.4g}" for m in reply.moves]
+    summary = (f"Move order inferred by {reply.model_name} v{reply.model_version}: geometric "
+               f"mean {reply.geometric_mean:.4g} (greedy {reply.greedy_geometric_mean:.4g})")
+    return writer(size, rule, reply, points, comments, summary)
+
+
+def _order_table(moves: Sequence) -> Table:
+    table = Table()
+    table.add_column("#", justify="right")
+    table.add_column("colour")
+    table.add_column("move")
+    table.add_column("probability", justify="right")
+    for i, m in enumerate(moves, 1):
+        table.add_row(str(i), search_pb2.Color.Name(m.color).lower(), m.name,
+                      f"{m.probability:.4f}")
+    return table
+
+
+def cmd_infer(args: argparse.Namespace) -> int:
+    console = _console()
+    make_client = _client_factory(console, args)
+    if make_client is None:
+        return EXIT_USAGE
+    if args.record:
+        try:
+            game, size, black, white = record_stones(args.record, args.game_index, args.moves)
+        except ValueError as exc:
+            console.print(f"error: {exc}")
+            return EXIT_USAGE
+        black_stones: list = [game.move_name(p, size) for p in black]
+        white_stones: list = [game.move_name(p, size) for p in white]
+    else:
+        game = get_game(args.game)
+        size = args.board_size or game.default_size
+        black_stones, white_stones = args.black, args.white
+    rule = 0 if args.rule is None else proto_rule(args.rule)
+    with make_client() as client:
+        try:
+            reply = client.infer_sequence(
+                black_stones, white_stones, game=game, rule=rule, board_size=size,
+                iterations=args.iterations, restarts=args.restarts, seed=args.seed,
+                max_time_ms=args.time_ms, neighbour=args.neighbour, init=args.init,
+                timeout=args.timeout)
+        except grpc.RpcError as exc:
+            return _rpc_error(console, exc)
+        except CoordinateError as exc:
+            console.print(f"error: {exc}")
+            return EXIT_USAGE
+    console.print(_order_table(reply.moves))
+    console.print(" ".join(m.name for m in reply.moves))
+    console.print(
+        f"geometric mean {reply.geometric_mean:.4f} (greedy {reply.greedy_geometric_mean:.4f});"
+        f" restarts {reply.restarts_min:.4f}..{reply.restarts_max:.4f} "
+        f"(std {reply.restarts_std:.4f}); {reply.iterations} iterations per restart"
+        f"{', stopped by the time budget' if reply.stopped_early else ''}; "
+        f"{reply.evaluator_calls} calls, {reply.boards} boards; model {reply.model_name} "
+        f"v{reply.model_version}")
+    if args.out:
+        write_sgf_text(args.out, inferred_sgf(game, size, args.rule, reply))
+        console.print(f"wrote {args.out}")
+    return 0
+
+
+def add_infer_command(subparsers: Subparsers) -> dict[str, Handler]:
+    """Register `infer` (InferSequence: the likeliest order of a position's stones)."""
+    p = subparsers.add_parser(
+        "infer",
+        help="the most likely order in which a position's stones were played",
+        epilog="The stones come from --black/--white (names in the game's notation) or from "
+        "a record (--record: .sgf Go, .rif Gomoku; its final position, or after --moves). "
+        "Unset budgets are the paper's recipe (5 restarts, 5000 * (stones/20)^2 iterations), "
+        "within the server's limits.")
+    p.add_argument("--target", default=DEFAULT_TARGET, help="search service host:port")
+    p.add_argument("--game", choices=[g.name for g in registered_games()],
+                   default=default_game().name,
+                   help="the game of --black/--white (default %(default)s)")
+    p.add_argument("--rule", choices=[r.value for r in Rule], default=None,
+                   help="Gomoku's rule (default: freestyle)")
+    p.add_argument("--board-size", type=int, default=0, help="0: the game's default")
+    p.add_argument("--black", nargs="*", default=[], metavar="POINT", help="black stones")
+    p.add_argument("--white", nargs="*", default=[], metavar="POINT", help="white stones")
+    p.add_argument("--record", type=Path, default=None, help="a .sgf or .rif record file")
+    p.add_argument("--game-index", type=int, default=0, help="which game of --record (0)")
+    p.add_argument("--moves", type=int, default=None,
+                   help="the position after this many moves of --record (default: all)")
+    p.add_argument("--iterations", type=int, default=0, help="per restart (0: the paper's)")
+    p.add_argument("--restarts", type=int, default=0, help="0: 5")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--time-ms", type=int, default=0,
+                   help="time budget (0: the server's limit); the best order so far is kept")
+    p.add_argument("--neighbour", choices=NEIGHBOURS, default="", help="default: mix")
+    p.add_argument("--init", choices=INITS, default="", help="default: greedy")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="seconds (default: time budget + 10 s)")
+    p.add_argument("--out", type=Path, default=None, help="write the inferred game as SGF")
+    auth.add_client_arguments(p)
+    return {"infer": cmd_infer}
+
+
 REGISTRARS: list[Registrar] = [
     add_search_commands,
+    add_infer_command,
     add_rollout_commands,
     add_play_command,
     add_gtp_command,
