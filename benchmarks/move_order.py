@@ -26,14 +26,28 @@ one. The two runs can part ways only where batched and single-board network outp
 their last bits; each line prints both final geometric means. Also printed: the time of the
 paper's recipe (greedy + 5 restarts of `default_iterations(stones)`) on one position at the
 fast rate measured here, as an estimate.
+
+Then (`--budget` > 0) the paper's schedule against lock-step chains, whole `infer_order` runs
+(greedy included) on the same positions with the same budget of candidate orders costed,
+`--budget` per position: the paper's recipe, 5 restarts of budget / 5 iterations one after
+another with one evaluator call per candidate (`lockstep=False`), and each `--variants` entry
+RxC, R chains of C candidates per step advanced in lock step for budget / (R * C) steps, one
+call per step. The budget is the paper's boards: a variant whose boards on a position differ
+from the paper's run by more than 3% is run again with its steps scaled by the ratio (the
+boards a candidate sends depend on how often its inputs were seen, which differs between
+schedules), and that run is the one reported. Printed: the ratios of wall time,
+boards/s, iterations/s (candidates costed per second: the paper's iterations) and the mean
+over positions of the final geometric mean, each variant against the paper's recipe. Variants
+run interleaved position by position, so load on a shared machine hits all alike.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +59,12 @@ sys.path.insert(0, str(ROOT))
 from services.games.base import Game, Position  # noqa: E402
 from services.games.registry import get_game  # noqa: E402
 from services.models import configs  # noqa: E402
-from services.move_order.annealing import AnnealingParams, anneal, default_iterations  # noqa: E402
+from services.move_order.annealing import (  # noqa: E402
+    AnnealingParams,
+    anneal,
+    default_iterations,
+    infer_order,
+)
 from services.move_order.greedy import greedy_order  # noqa: E402
 from services.move_order.likelihood import PrefixScorer, Scored, scored  # noqa: E402
 from services.move_order.problem import Problem, problem_from_stones  # noqa: E402
@@ -140,6 +159,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--config", default="", help="network config (default: the game's)")
+    parser.add_argument("--model", default="",
+                        help="a TorchScript policy (e.g. a published model.pt) instead of the "
+                             "config's network with random weights")
+    parser.add_argument("--naive", type=int, default=1,
+                        help="1: time the cached cost against the naive one; 0: skip")
+    parser.add_argument("--budget", type=int, default=0,
+                        help="candidates costed per position for the recipe against lock-step "
+                             "chains (0: skip; the paper's recipe: 5 x default_iterations)")
+    parser.add_argument("--variants", default="5x1,20x1,5x4,10x2",
+                        help="lock-step variants RxC: R chains, C candidates per chain per step")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -147,15 +176,81 @@ def main() -> None:
     game = get_game(args.game)
     size = args.size or game.default_size
     config = args.config or game.default_config
-    policy = TorchPolicy(configs.build(config), config)
+    if args.model:
+        config = f"{args.model} (TorchScript)"
+        policy = TorchPolicy(torch.jit.load(args.model), config)
+    else:
+        config = f"{config} (random weights)"
+        policy = TorchPolicy(configs.build(config.split()[0]), config)
     if game.record_formats and SAMPLE.suffix in game.record_formats:
         stone_sets = gomoku_positions(game, args.stones, args.positions)
     else:
         stone_sets = go_positions(game, size, args.stones, args.positions, args.seed)
-    params = AnnealingParams(restarts=1, seed=args.seed)
     print(f"{game.title} {size}x{size}, {args.stones} stones, {len(stone_sets)} positions, "
-          f"{args.iterations} iterations, network {config} (random weights), "
-          f"torch threads {torch.get_num_threads()}")
+          f"network {config}, torch threads {torch.get_num_threads()}, "
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if args.naive:
+        naive_against_fast(game, size, stone_sets, policy, args)
+    if args.budget:
+        recipe_against_chains(game, size, stone_sets, policy, args)
+    print(f"load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+def recipe_against_chains(game: Game, size: int, stone_sets: list[tuple[list[int], list[int]]],
+                          policy: TorchPolicy, args: argparse.Namespace) -> None:
+    variants: list[tuple[str, AnnealingParams]] = [
+        ("paper 5x1 sequential", AnnealingParams(iterations=max(1, args.budget // 5), restarts=5,
+                                                 seed=args.seed, lockstep=False))]
+    for spec in args.variants.split(","):
+        chains, candidates = (int(x) for x in spec.split("x"))
+        steps = max(1, args.budget // (chains * candidates))
+        variants.append((f"lockstep {chains}x{candidates}",
+                         AnnealingParams(iterations=steps, restarts=chains, candidates=candidates,
+                                         seed=args.seed)))
+    print(f"budget {args.budget} candidates per position: "
+          + "; ".join(f"{name}: {p.restarts} x {p.iterations} steps x {p.candidates}"
+                      for name, p in variants))
+    totals = {name: [0.0, 0, 0, 0, 0.0] for name, _ in variants}  # s calls boards cands gm
+    for i, (black, white) in enumerate(stone_sets):
+        problem: Problem = problem_from_stones(game, black, white, size=size)
+        line = [f"position {i}:"]
+        paper_boards = 0
+        for name, params in variants:
+            start = time.perf_counter()
+            result = infer_order(problem, policy, params)
+            elapsed = time.perf_counter() - start
+            if not paper_boards:
+                paper_boards = result.boards
+            elif abs(result.boards / paper_boards - 1) > 0.03:
+                steps = max(1, round(params.iterations * paper_boards / result.boards))
+                start = time.perf_counter()
+                result = infer_order(problem, policy, replace(params, iterations=steps))
+                elapsed = time.perf_counter() - start
+            costed = sum(r.proposals + r.illegal for r in result.restarts)
+            t = totals[name]
+            t[0] += elapsed
+            t[1] += result.calls
+            t[2] += result.boards
+            t[3] += costed
+            t[4] += result.best.geometric_mean
+            line.append(f"{name} {elapsed:6.2f} s {result.boards} boards "
+                        f"{result.iterations} steps gm {result.best.geometric_mean:.4f};")
+        print(" ".join(line))
+    paper = totals[variants[0][0]]
+    count = len(stone_sets)
+    for name, (elapsed, calls, boards, costed, gm) in totals.items():
+        print(f"{name:22s}: {elapsed / count:7.2f} s/position, {boards / elapsed:8.0f} boards/s, "
+              f"{costed / elapsed:8.1f} iterations/s, {calls:7d} calls, {boards:8d} boards "
+              f"({boards / count / max(1, calls / count):.1f}/call), mean gm {gm / count:.4f} | "
+              f"vs paper: time {elapsed / paper[0]:.3f}, boards {boards / paper[2]:.3f}, "
+              f"boards/s {boards / elapsed / (paper[2] / paper[0]):.2f}x, iterations/s "
+              f"{costed / elapsed / (paper[3] / paper[0]):.2f}x, mean gm {gm / paper[4]:.4f}")
+
+
+def naive_against_fast(game: Game, size: int, stone_sets: list[tuple[list[int], list[int]]],
+                       policy: TorchPolicy, args: argparse.Namespace) -> None:
+    params = AnnealingParams(restarts=1, seed=args.seed)
+    print(f"cached against naive cost: {args.iterations} iterations, one restart")
     totals = {"fast": [0.0, 0, 0], "naive": [0.0, 0, 0]}
     greedy_s = 0.0
     for i, (black, white) in enumerate(stone_sets):
