@@ -11,7 +11,8 @@ simulated annealing from a greedy order. One concept per module:
   changed prefixes of a candidate sent to the evaluator in one batch;
 * `greedy`: the greedy initial order;
 * `neighbours`: swp2, mov2, rot3 and mix;
-* `annealing`: the annealing loop with restarts and a seeded generator.
+* `annealing`: the annealing loop with restarts and a seeded generator, the restarts run
+  as chains in lock step (one evaluator call per step for all of them) or one after another.
 
 Everything runs on any `PolicyEvaluator` (services.search.mcts): the Triton client, the
 search's batcher, or an in-process network.

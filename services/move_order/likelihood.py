@@ -8,6 +8,8 @@ A candidate of the annealing differs from the current order from some ply k on: 
 s_0..s_k and their policies are the same, so `PrefixScorer.rescore` keeps them and sends only
 s_{k+1}..s_{n-1} to the evaluator, all in ONE `infer` call (split only above `max_boards`, the
 served model's batch limit). A candidate that breaks the rules of a prefix costs no call.
+`rescore_many` does the same for the candidates of several annealing chains at once: all
+their changed prefixes in one call, so the network sees one large batch per step.
 
 The network is a function of its input, so its logits are also kept by input bytes
 (`cache_size` of them): a position whose input was evaluated before is not sent again. After a
