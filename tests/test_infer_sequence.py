@@ -9,14 +9,19 @@ Second part (skipped without a ``tritonserver`` binary): one Triton serving the 
 policy and an untrained Go network; a Gomoku and a 9x9 Go position are answered with a legal
 order of exactly their stones whose per-move probabilities are the served policy's (checked
 against Predict) and whose geometric mean is at least the greedy order's; a Go group without
-liberties has no legal order (INVALID_ARGUMENT); the CLI writes an SGF that the project's SGF
+liberties has no legal order (INVALID_ARGUMENT); a time budget answers the best order so far
+while the call holds a search slot, and a second call then gets RESOURCE_EXHAUSTED (both
+counted in the metrics); the CLI writes an SGF that the project's SGF
 reader reads back to the same stones, and reads such a record as its input.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import socket
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,7 +36,7 @@ from services.games.registry import get_game
 from services.move_order.problem import stones_from_board
 from services.records.sgf import SgfGame, read_sgf
 from services.search.client import SearchClient
-from services.search.server import build_service
+from services.search.server import Service, build_service
 from services.search.servicer import MAX_INFER_RESTARTS, MAX_INFER_STEPS, MAX_INFER_TIME_MS
 from services.triton.client import PolicyClient
 from tests.triton_fixtures import go_triton_setup, require_tritonserver
@@ -133,19 +138,31 @@ def test_without_the_token_is_unauthenticated() -> None:
 
 # --------------------------------------------------------------------------- Triton up
 @pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def triton_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The gRPC address of a Triton serving gomoku_policy and go_policy v1."""
     require_tritonserver()
     server, _ = go_triton_setup(tmp_path_factory.mktemp("infer-triton"))
     with server:
-        gomoku = PolicyClient(server.grpc_url, "gomoku_policy", timeout_s=30.0)
-        go = PolicyClient(server.grpc_url, "go_policy", timeout_s=30.0)
-        service = build_service(gomoku, go_evaluator=go).start()
-        try:
-            yield f"127.0.0.1:{service.port}"
-        finally:
-            service.stop()
-            gomoku.close()
-            go.close()
+        yield server.grpc_url
+
+
+@contextlib.contextmanager
+def search_service(triton_url: str, **overrides: object) -> Iterator[Service]:
+    gomoku = PolicyClient(triton_url, "gomoku_policy", timeout_s=30.0)
+    go = PolicyClient(triton_url, "go_policy", timeout_s=30.0)
+    service = build_service(gomoku, go_evaluator=go, **overrides).start()
+    try:
+        yield service
+    finally:
+        service.stop()
+        gomoku.close()
+        go.close()
+
+
+@pytest.fixture(scope="module")
+def live(triton_url: str) -> Iterator[str]:
+    with search_service(triton_url) as service:
+        yield f"127.0.0.1:{service.port}"
 
 
 def check_order(reply: search_pb2.InferSequenceResponse, game_name: str, size: int,
@@ -218,6 +235,43 @@ def test_go_group_without_liberties_has_no_legal_order(live: str) -> None:
                           board_size=GO_SIZE, timeout=120, **SMALL)
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
     assert "no legal order found" in error.details()
+
+
+def test_a_time_budget_answers_the_best_order_so_far_holding_a_search_slot(
+        triton_url: str) -> None:
+    budget = dict(iterations=40_000, restarts=1, seed=3, max_time_ms=1500)
+    with search_service(triton_url, max_searches=1) as service:
+        target = f"127.0.0.1:{service.port}"
+        replies: list[search_pb2.InferSequenceResponse] = []
+
+        def long_inference() -> None:
+            with SearchClient(target) as client:
+                replies.append(client.infer_sequence(GO_BLACK, GO_WHITE, game="go",
+                                                     board_size=GO_SIZE, timeout=60, **budget))
+
+        thread = threading.Thread(target=long_inference)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while service.metrics.value("movepred_searches_active") < 1:
+            assert time.monotonic() < deadline and thread.is_alive(), "never started"
+            time.sleep(0.01)
+        with SearchClient(target) as client:  # the only search slot is taken
+            error = rpc_error(client.infer_sequence, GOMOKU_BLACK, GOMOKU_WHITE, timeout=10,
+                              **SMALL)
+        assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, error.details()
+        assert "at most 1 searches" in error.details()
+        thread.join(timeout=60)
+        m = service.metrics
+        assert m.value("movepred_requests_total", rpc="InferSequence", code="OK") == 1
+        assert m.value("movepred_requests_total", rpc="InferSequence",
+                       code="RESOURCE_EXHAUSTED") == 1
+    (reply,) = replies
+    assert reply.stopped_early and reply.iterations == budget["iterations"]
+    check_order(reply, "go", GO_SIZE, GO_BLACK, GO_WHITE)
+    assert reply.geometric_mean >= reply.greedy_geometric_mean
+    assert len(reply.restart_geometric_means) == 1
+    # far fewer calls than the 40,000 asked for: the budget stopped it
+    assert reply.evaluator_calls < budget["iterations"]
 
 
 def record_stones(path: Path) -> tuple[set[int], set[int], int]:
