@@ -11,8 +11,9 @@ order of exactly their stones whose per-move probabilities are the served policy
 against Predict) and whose geometric mean is at least the greedy order's; a Go group without
 liberties has no legal order (INVALID_ARGUMENT); a time budget answers the best order so far
 while the call holds a search slot, and a second call then gets RESOURCE_EXHAUSTED (both
-counted in the metrics); the CLI writes an SGF that the project's SGF
-reader reads back to the same stones, and reads such a record as its input.
+counted in the metrics); a cancelled call gives its slot back at once; the CLI writes an SGF
+that the project's SGF reader reads back to the same stones, and reads such a record, or a RIF
+game cut after some moves, as its input.
 """
 
 from __future__ import annotations
@@ -30,10 +31,12 @@ import numpy as np
 import pytest
 
 from services import cli
-from services.api.movepred.v1 import search_pb2
+from services.api.movepred.v1 import search_pb2, search_pb2_grpc
 from services.games.go import replay as go_replay
 from services.games.registry import get_game
 from services.move_order.problem import stones_from_board
+from services.records.rif import RifGame
+from services.records.rif_writer import write_rif
 from services.records.sgf import SgfGame, read_sgf
 from services.search.client import SearchClient
 from services.search.server import Service, build_service
@@ -274,6 +277,32 @@ def test_a_time_budget_answers_the_best_order_so_far_holding_a_search_slot(
     assert reply.evaluator_calls < budget["iterations"]
 
 
+def test_a_cancelled_inference_gives_its_search_slot_back(triton_url: str) -> None:
+    with search_service(triton_url, max_searches=1) as service:
+        target = f"127.0.0.1:{service.port}"
+        m = service.metrics
+        with grpc.insecure_channel(target) as channel:
+            stub = search_pb2_grpc.SearchServiceStub(channel)
+            request = search_pb2.InferSequenceRequest(
+                game=search_pb2.GO, board_size=GO_SIZE, iterations=40_000, restarts=1,
+                black=[get_game("go").move_point(get_game("go").parse_move(v, GO_SIZE),
+                                                 GO_SIZE) for v in GO_BLACK],
+                white=[get_game("go").move_point(get_game("go").parse_move(v, GO_SIZE),
+                                                 GO_SIZE) for v in GO_WHITE])
+            future = stub.InferSequence.future(request, timeout=60)
+            deadline = time.monotonic() + 30
+            while m.value("movepred_searches_active") < 1:
+                assert time.monotonic() < deadline and not future.done(), "never started"
+                time.sleep(0.01)
+            future.cancel()
+            cancelled = time.monotonic()
+            # the annealing stops at its next evaluator call, not at the 60 s time limit
+            while m.value("movepred_searches_active") > 0:
+                assert time.monotonic() < cancelled + 10, "the slot was not given back"
+                time.sleep(0.01)
+        assert m.value("movepred_requests_total", rpc="InferSequence", code="CANCELLED") == 1
+
+
 def record_stones(path: Path) -> tuple[set[int], set[int], int]:
     """(black, white, size) of a written Go SGF's final position, by the project's reader."""
     (game,) = read_sgf(path)
@@ -325,3 +354,20 @@ def test_cli_writes_the_inferred_gomoku_game_as_sgf(live: str, tmp_path: Path,
                                                     for m in GOMOKU_WHITE}
     order = " ".join(gomoku.move_name(p, 15) for _, p in game.moves)
     assert order in " ".join(printed.split())  # the printed order is the written one
+
+
+def test_cli_reads_a_rif_position_after_some_moves(live: str, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    gomoku = get_game("gomoku")
+    played = [gomoku.parse_move(m, 15) for m in
+              ["h8", "h9", "i9", "i8", "g9", "g8", "j7", "j9", "h10", "k10", "k6"]]
+    record = write_rif([RifGame(source="t", game_id="1", moves=tuple(played))],
+                       tmp_path / "games.rif")
+    out = tmp_path / "inferred.sgf"
+    code = cli.main(["infer", "--target", live, "--record", str(record), "--moves", "9",
+                     "--iterations", "20", "--restarts", "1", "--out", str(out)])
+    assert code == 0, capsys.readouterr().out
+    (game,) = read_sgf(out.read_text(encoding="utf-8").replace("GM[4]", "GM[1]"))
+    assert isinstance(game, SgfGame), game
+    assert {p for c, p in game.moves if c == 1} == set(played[:9:2])  # the first 9 moves
+    assert {p for c, p in game.moves if c == 2} == set(played[1:9:2])

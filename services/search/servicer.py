@@ -5,7 +5,8 @@ field, even while Triton is down). Error mapping:
 
 * `RequestTooLarge` (over a limit: budget, positions, moves, replay work per request)
   -> RESOURCE_EXHAUSTED "<field>: ..."
-* `SearchLimitExceeded` (`max_searches` GenMove/Analyze already running) -> RESOURCE_EXHAUSTED
+* `SearchLimitExceeded` (`max_searches` GenMove/Analyze/InferSequence already running)
+  -> RESOURCE_EXHAUSTED
   at once, never queued: a waiting search would hold an RPC thread that health and Predict need
 * `InvalidRequest` (and a finished game)          -> INVALID_ARGUMENT "<field>: <message>"
 * `TritonUnavailableError` (refused, down, late)  -> UNAVAILABLE "Triton is unreachable: ..."
@@ -33,6 +34,11 @@ no evaluator for gets INVALID_ARGUMENT ("position.game: GO is not served ...").
 GenMove and Analyze continue the cached tree of an earlier request of the same game when there
 is one (`TreeCache`), stop between batches when the client cancels or the deadline comes near,
 and then store their tree for the next move.
+
+InferSequence (the most likely order of a position's stones, `services.move_order`) is a search
+too: it takes a slot, sends its positions through its game's batcher, and its work is bounded
+by MAX_INFER_STEPS annealing steps and MAX_INFER_TIME_MS (over them: INVALID_ARGUMENT naming
+the limit); its time budget or the call's deadline ends the annealing with the best order found.
 """
 
 from __future__ import annotations
@@ -128,12 +134,13 @@ def search_end(max_time_ms: int, time_remaining: float | None) -> tuple[float, f
 
 
 class SearchLimitExceeded(RuntimeError):
-    """Every search slot is taken (`max_searches` GenMove/Analyze searches already run)."""
+    """Every search slot is taken (`max_searches` GenMove/Analyze/InferSequence searches
+    already run)."""
 
     def __init__(self, limit: int) -> None:
         super().__init__(
-            f"the server runs at most {limit} searches (GenMove, Analyze) at once and all are "
-            "busy: retry later, or start the server with a larger --max-searches"
+            f"the server runs at most {limit} searches (GenMove, Analyze, InferSequence) at "
+            "once and all are busy: retry later, or start the server with a larger --max-searches"
         )
         self.limit = limit
 
