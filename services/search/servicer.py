@@ -59,12 +59,7 @@ import numpy as np
 from services.api.movepred.v1 import search_pb2, search_pb2_grpc
 from services.games.base import BLACK
 from services.games.registry import UnknownGame, default_game, game_for_proto, get_game
-from services.move_order.annealing import (
-    AnnealingParams,
-    anneal,
-    default_iterations,
-    random_order,
-)
+from services.move_order.annealing import AnnealingParams, default_iterations, infer_order
 from services.move_order.greedy import greedy_order
 from services.move_order.likelihood import PrefixScorer, Scored
 from services.move_order.problem import Problem, problem_from_stones
@@ -646,8 +641,8 @@ class InferenceJob:
 
 @dataclass(frozen=True)
 class Inference:
-    """What the annealing found: the best order, the greedy one, each restart's best (the
-    restarts that ran), and whether the time budget cut it short."""
+    """What the annealing found: the best order, the greedy one, each restart's best (none
+    when the time budget cut the annealing short: `stopped_early`), the evaluator's work."""
 
     best: Scored
     greedy: Scored
@@ -668,23 +663,26 @@ class OutOfTime(Exception):
 
 class WatchedEvaluator:
     """The batcher, asked only while the call is alive and the time budget lasts: a call the
-    client has left is `InferenceCancelled`; past `end` (a `time.monotonic()` instant), once
-    `armed`, `OutOfTime`. Remembers the model that answered."""
+    client has left is `InferenceCancelled`; past `end` (a `time.monotonic()` instant),
+    `OutOfTime`. Counts its calls and boards, and remembers the model that answered."""
 
     def __init__(self, inner: mcts.PolicyEvaluator, end: float,
                  cancelled: Callable[[], bool]) -> None:
         self.inner = inner
         self.end = end
         self.cancelled = cancelled
-        self.armed = False  # the greedy order is always finished: it is the answer's floor
+        self.calls = 0
+        self.boards = 0
         self.model: tuple[str, str] | None = None
 
     def infer(self, boards: np.ndarray) -> mcts.PolicyOutput:
         if self.cancelled():
             raise InferenceCancelled
-        if self.armed and time.monotonic() >= self.end:
+        if time.monotonic() >= self.end:
             raise OutOfTime
         out = self.inner.infer(boards)
+        self.calls += 1
+        self.boards += len(boards)
         self.model = (str(out.model_name), str(out.model_version))
         return out
 
@@ -753,36 +751,25 @@ def infer_sequence_request(request: search_pb2.InferSequenceRequest) -> Inferenc
 
 def run_inference(problem: Problem, params: AnnealingParams, evaluator: WatchedEvaluator,
                   max_boards: int) -> Inference:
-    """The restarts of `services.move_order.annealing.infer_order` (the same seeds, so the
-    same answer), stopping with the best order so far when `evaluator` runs out of time."""
-    scorer = PrefixScorer(problem, evaluator, max_boards)
-    iterations = params.iterations_for(problem.n)
-    greedy = greedy_order(scorer)
-    evaluator.armed = True
-    bests: list[Scored] = []
-    stopped = False
-    for seed in np.random.SeedSequence(params.seed).spawn(params.restarts):
-        rng = np.random.default_rng(seed)
-        best = greedy
-        try:
-            if params.init == "random":
-                best = random_order(scorer, rng) or greedy
-            initial = best
+    """`infer_order` on `evaluator`. When the time budget ends it, the answer is the best order
+    it had accepted, or the greedy order when that is better (costed afresh, past the budget:
+    it is every answer's floor); the restarts did not finish, so none is reported."""
+    accepted: list[Scored] = []
 
-            def keep(order: Scored) -> None:
-                nonlocal best
-                if order.cost < best.cost:
-                    best = order
+    def keep(order: Scored) -> None:
+        if not accepted or order.cost < accepted[0].cost:
+            accepted[:] = [order]
 
-            anneal(scorer, initial, iterations, rng, params, keep)
-        except OutOfTime:
-            stopped = True
-        bests.append(best)
-        if stopped:
-            break
-    winner = min(bests, key=lambda s: s.cost)
-    return Inference(winner, greedy, tuple(bests), iterations, scorer.calls, scorer.boards,
-                     stopped)
+    try:
+        result = infer_order(problem, evaluator, params, max_boards=max_boards, on_accept=keep)
+    except OutOfTime:
+        evaluator.end = math.inf
+        greedy = greedy_order(PrefixScorer(problem, evaluator, max_boards))
+        best = min([greedy, *accepted], key=lambda s: s.cost)
+        return Inference(best, greedy, (), params.iterations_for(problem.n), evaluator.calls,
+                         evaluator.boards, stopped_early=True)
+    return Inference(result.best, result.greedy, tuple(r.best for r in result.restarts),
+                     result.iterations, evaluator.calls, evaluator.boards, stopped_early=False)
 
 
 def inferred_moves(problem: Problem, order: Scored) -> list[search_pb2.InferredMove]:
@@ -801,6 +788,8 @@ def inferred_moves(problem: Problem, order: Scored) -> list[search_pb2.InferredM
 def infer_sequence_response(job: InferenceJob, inferred: Inference,
                             watched: WatchedEvaluator) -> search_pb2.InferSequenceResponse:
     means = [s.geometric_mean for s in inferred.restarts]
+    spread = dict(restarts_min=min(means), restarts_max=max(means),
+                  restarts_std=float(np.std(means))) if means else {}
     name, version = watched.model or ("", "")
     return search_pb2.InferSequenceResponse(
         moves=inferred_moves(job.problem, inferred.best),
@@ -808,9 +797,7 @@ def infer_sequence_response(job: InferenceJob, inferred: Inference,
         greedy_moves=inferred_moves(job.problem, inferred.greedy),
         greedy_geometric_mean=inferred.greedy.geometric_mean,
         restart_geometric_means=means,
-        restarts_min=min(means),
-        restarts_max=max(means),
-        restarts_std=float(np.std(means)),
+        **spread,
         iterations=inferred.iterations,
         evaluator_calls=inferred.calls,
         boards=inferred.boards,
