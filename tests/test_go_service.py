@@ -40,6 +40,7 @@ from services.search import mcts
 from services.search.client import SearchClient, go_position
 from services.search.server import build_service
 from services.triton.client import PolicyClient
+from tests.triton_fixtures import go_triton_setup, require_tritonserver
 
 KO = ["D4", "E4", "C5", "F5", "D6", "E6", "A1", "D5", "E5"]  # black E5 takes the ko at D5
 
@@ -336,7 +337,6 @@ class Live:
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
-    from tests.triton_fixtures import go_triton_setup, require_tritonserver
 
     require_tritonserver()
     server, setup = go_triton_setup(tmp_path_factory.mktemp("go-triton"))
