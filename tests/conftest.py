@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import importlib
 import inspect
 import json
 import os
@@ -122,12 +123,29 @@ def _code_objects(code: types.CodeType) -> Iterator[types.CodeType]:
             yield from _code_objects(const)
 
 
+PROJECT_PACKAGES = ("tests.", "services.", "flows.", "benchmarks.")
+
+
+def _project_module(name: str) -> types.ModuleType | None:
+    """The module called `name`, imported now if it is one of the project's (a test's local
+    `from tests.triton_fixtures import ...` must classify it whether or not another collected
+    file imported that module first); None for any other name."""
+    if name in sys.modules:
+        return sys.modules[name]
+    if not name.startswith(PROJECT_PACKAGES):
+        return None
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
 def _referenced(func: types.FunctionType) -> Iterator[object]:
     """The objects `func` (nested functions included) names: its globals, the attributes it
     names of the modules it names (`mp.spawn`), and what it imports inside its body
     (`from m import x` leaves both `m` and `x` among the code's names)."""
     names = [name for code in _code_objects(func.__code__) for name in code.co_names]
-    modules = [sys.modules[name] for name in names if name in sys.modules]
+    modules = [m for m in map(_project_module, names) if m is not None]
     for name in names:
         if name in func.__globals__:
             value = func.__globals__[name]

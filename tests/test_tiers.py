@@ -102,3 +102,17 @@ def test_the_make_targets_run_the_tiers() -> None:
     assert "-m pytest -q -m unit --durations=25" in commands("test-fast")
     whole = commands("test")
     assert "-m pytest -q --durations=25" in whole and "-m unit" not in whole
+
+
+
+@pytest.mark.integration  # runs pytest's collection in a subprocess
+def test_a_local_import_classifies_a_test_whatever_was_collected_before() -> None:
+    """A test that imports the suite's Triton helpers inside its body
+    (test_deploy_configs.py's stock-config test) is integration even when its file is collected
+    alone, so that nothing else imported those helpers first."""
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "--collect-only", "-m", "unit", "-p",
+         "no:cacheprovider", "tests/test_deploy_configs.py"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert "test_embedded_and_stock_configs_agree" in out.stdout, out.stdout + out.stderr
+    assert "test_triton_core_accepts_the_stock_config" not in out.stdout, out.stdout
