@@ -337,6 +337,35 @@ def test_prefix_cache_gives_exactly_the_from_scratch_costs(game, size: int,
             current = candidate
 
 
+def test_a_move_sequence_seen_before_is_neither_replayed_nor_evaluated() -> None:
+    problem, planted = renju_problem()
+    evaluator = PlantedEvaluator(planted, 225)
+    scorer = PrefixScorer(problem, evaluator)
+    current = greedy_order(scorer)
+    played: list[int] = []
+    inner = problem.play
+
+    def counting(state, move):
+        played.append(move)
+        return inner(state, move)
+
+    object.__setattr__(problem, "play", counting)  # the frozen Problem, for this test only
+    rng = np.random.default_rng(2)
+    moves = [propose("mix", current.order, rng, it) for it in range(30)]
+    moves.append((tuple(planted), 0))  # h8 last: the double three, forbidden
+    first_pass = [scorer.rescore(current, order, first) for order, first in moves]
+    assert played and first_pass[-1] is None
+    played.clear()
+    evaluator.calls.clear()
+    again = [scorer.rescore(current, order, first) for order, first in moves]
+    assert played == [] and evaluator.calls == []
+    for a, b in zip(first_pass, again, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert b.order == a.order and np.array_equal(b.factors, a.factors)
+            assert b.states == a.states
+
+
 def test_one_batched_call_per_candidate_for_the_changed_prefixes() -> None:
     problem, planted = random_problem(GOMOKU, 15, 14, seed=2)
     evaluator = PlantedEvaluator(planted, 225)

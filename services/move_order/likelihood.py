@@ -16,6 +16,12 @@ The network is a function of its input, so its logits are also kept by input byt
 swap of plies a < b, the Gomoku boards from b on hold the same stones as before, so only
 s_a+1..s_b travel (Go's input also holds the last moves' ages, so a few more do). The legal
 mask is still asked of each position, which keeps the cost exact whatever the game's input.
+
+A position is a function of the moves that led to it, so the scorer also keeps, by the move
+sequence itself (`cache_size` of them), the position it reaches (or that it breaks the rules)
+and that position's masked policy: an annealing chain near its end proposes the same few
+neighbours of the same order again and again, and replaying their moves through the rules
+would otherwise cost as much as the network.
 """
 
 from __future__ import annotations
@@ -87,6 +93,10 @@ class PrefixScorer:
         self.calls = 0  # evaluator `infer` calls
         self.boards = 0  # positions sent in them
         self._logits: dict[bytes, np.ndarray] = {}  # network input bytes -> logits row
+        # moves played -> the position they reach (None: a move broke the rules)
+        self._states: dict[tuple[int, ...], Position | None] = {}
+        self._policies: dict[tuple[int, ...], np.ndarray] = {}  # moves -> masked policy
+        self._colours = (frozenset(problem.black), frozenset(problem.white))
 
     def policies(self, states: Sequence[Position]) -> list[np.ndarray]:
         """The masked policy of each state; the inputs not in the cache are sent in one
@@ -144,12 +154,32 @@ class PrefixScorer:
         """The cost of `order`, equal to `current.order` before ply `first`: the positions
         s_0..s_first and their policies are `current`'s, s_first+1..s_n-1 are evaluated in
         one call. None (and no call) when a move from `first` on breaks the rules."""
-        new_states = self.problem.replay(order, current.states[first], first)
-        if new_states is None:
-            return None
-        states = [*current.states[:first + 1], *new_states]
-        fresh = self.policies(states[first + 1:len(order)])
-        return scored(order, states, [*current.policies[:first + 1], *fresh])
+        return self.rescore_many([(current, order, first)])[0]
+
+    def _replay(self, order: Sequence[int], start: Position, first: int
+                ) -> list[Position] | None:
+        """`Problem.replay(order, start, first)`, each position looked up by its moves first
+        and kept after it is played (the whole cache is dropped when full)."""
+        if not self.cache_size:
+            return self.problem.replay(order, start, first)
+        moves = tuple(int(m) for m in order)
+        states: list[Position] = []
+        state = start
+        for ply in range(first, len(moves)):
+            key = moves[:ply + 1]
+            if key in self._states:
+                nxt = self._states[key]
+            else:
+                nxt = (self.problem.play(state, moves[ply])
+                       if moves[ply] in self._colours[ply % 2] else None)
+                if len(self._states) >= self.cache_size:
+                    self._states.clear()
+                self._states[key] = nxt
+            if nxt is None:
+                return None
+            states.append(nxt)
+            state = nxt
+        return states
 
     def rescore_many(self, candidates: Sequence[tuple[Scored, Sequence[int], int]]
                      ) -> list[Scored | None]:
@@ -159,25 +189,37 @@ class PrefixScorer:
         through here, so the network sees one large batch instead of one small one per
         chain; each result is the one `rescore` would give."""
         replayed: list[tuple[Scored, Sequence[int], int, list[Position]] | None] = []
-        pending: list[Position] = []
+        known: dict[tuple[int, ...], np.ndarray] = {}
+        pending: dict[tuple[int, ...], Position] = {}  # moves -> a position to evaluate
         for current, order, first in candidates:
-            new_states = self.problem.replay(order, current.states[first], first)
+            new_states = self._replay(order, current.states[first], first)
             if new_states is None:
                 replayed.append(None)
                 continue
             states = [*current.states[:first + 1], *new_states]
             replayed.append((current, order, first, states))
-            pending.extend(states[first + 1:len(order)])
-        fresh = self.policies(pending)
+            moves = tuple(int(m) for m in order)
+            for ply in range(first + 1, len(moves)):
+                key = moves[:ply]
+                row = self._policies.get(key)
+                if row is not None:
+                    known[key] = row
+                elif key not in known:
+                    pending[key] = states[ply]
+        fresh = self.policies(list(pending.values()))
+        known.update(zip(pending, fresh, strict=True))
+        if self.cache_size:
+            if len(self._policies) + len(pending) > self.cache_size:
+                self._policies.clear()
+            self._policies.update(zip(pending, fresh, strict=True))
         out: list[Scored | None] = []
-        at = 0
         for item in replayed:
             if item is None:
                 out.append(None)
                 continue
             current, order, first, states = item
-            count = max(0, len(order) - first - 1)
+            moves = tuple(int(m) for m in order)
             out.append(scored(order, states,
-                              [*current.policies[:first + 1], *fresh[at:at + count]]))
-            at += count
+                              [*current.policies[:first + 1],
+                               *(known[moves[:ply]] for ply in range(first + 1, len(moves)))]))
         return out
