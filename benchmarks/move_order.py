@@ -2,12 +2,18 @@
 
     .venv/bin/python benchmarks/move_order.py [--game gomoku|go] [--size S] [--stones 20]
         [--positions 3] [--iterations 300] [--threads 1] [--seed 0] [--config NAME]
+        [--model model.pt | --triton MODEL_REPOSITORY] [--naive 1] [--budget 0]
+        [--variants 5x1,20x1,5x4,10x2]
 
 The policy is the game's demo network (`Game.default_config`: shao_f32_n2_v for Gomoku,
 go_res_b2c32_v for Go) with random weights, in this process (torch, `--threads` threads, set
-explicitly): the speed of a network call does not depend on its weights. Positions: Gomoku,
-the first `--stones` moves of the shipped self-play games (data/sample/selfplay.rif); Go,
-`--stones` uniformly random moves from the empty board that capture nothing (seeded).
+explicitly): the speed of a network call does not depend on its weights. `--model` runs a
+TorchScript policy instead (a published model.pt: trained weights, so the final geometric
+means mean something); `--triton` starts Triton on a model repository and evaluates through
+the project's gRPC client, the served path, where a call also pays its round trip.
+Positions: Gomoku, the first `--stones` moves of the shipped self-play games
+(data/sample/selfplay.rif); Go, `--stones` uniformly random moves from the empty board that
+capture nothing (seeded).
 
 For each position the greedy order is computed once, then the same annealing run (the
 production loop, `services.move_order.annealing.anneal`, same seed, same iterations, one
@@ -69,6 +75,9 @@ from services.move_order.greedy import greedy_order  # noqa: E402
 from services.move_order.likelihood import PrefixScorer, Scored, scored  # noqa: E402
 from services.move_order.problem import Problem, problem_from_stones  # noqa: E402
 from services.records.rif import RifGame, read_rif  # noqa: E402
+from services.search.mcts import PolicyEvaluator  # noqa: E402
+from services.triton.client import PolicyClient  # noqa: E402
+from services.triton.server import TritonServer  # noqa: E402
 
 SAMPLE = ROOT / "data" / "sample" / "selfplay.rif"
 RERUNS = 3  # runs of a variant with its steps rescaled toward the paper's boards
@@ -163,6 +172,9 @@ def main() -> None:
     parser.add_argument("--model", default="",
                         help="a TorchScript policy (e.g. a published model.pt) instead of the "
                              "config's network with random weights")
+    parser.add_argument("--triton", default="",
+                        help="a model repository: start Triton on it and evaluate through its "
+                             "gRPC client (the served path) instead of in this process")
     parser.add_argument("--naive", type=int, default=1,
                         help="1: time the cached cost against the naive one; 0: skip")
     parser.add_argument("--budget", type=int, default=0,
@@ -177,12 +189,25 @@ def main() -> None:
     game = get_game(args.game)
     size = args.size or game.default_size
     config = args.config or game.default_config
+    if args.triton:
+        with TritonServer(Path(args.triton)) as triton:
+            client = PolicyClient(triton.grpc_url, game=game, timeout_s=60.0)
+            try:
+                run(game, size, f"Triton {game.default_model} from {args.triton}", client, args)
+            finally:
+                client.close()
+        return
     if args.model:
         config = f"{args.model} (TorchScript)"
         policy = TorchPolicy(torch.jit.load(args.model), config)
     else:
         config = f"{config} (random weights)"
         policy = TorchPolicy(configs.build(config.split()[0]), config)
+    run(game, size, config, policy, args)
+
+
+def run(game: Game, size: int, config: str, policy: PolicyEvaluator,
+        args: argparse.Namespace) -> None:
     if game.record_formats and SAMPLE.suffix in game.record_formats:
         stone_sets = gomoku_positions(game, args.stones, args.positions)
     else:
@@ -198,7 +223,7 @@ def main() -> None:
 
 
 def recipe_against_chains(game: Game, size: int, stone_sets: list[tuple[list[int], list[int]]],
-                          policy: TorchPolicy, args: argparse.Namespace) -> None:
+                          policy: PolicyEvaluator, args: argparse.Namespace) -> None:
     variants: list[tuple[str, AnnealingParams]] = [
         ("paper 5x1 sequential", AnnealingParams(iterations=max(1, args.budget // 5), restarts=5,
                                                  seed=args.seed, lockstep=False))]
@@ -251,7 +276,7 @@ def recipe_against_chains(game: Game, size: int, stone_sets: list[tuple[list[int
 
 
 def naive_against_fast(game: Game, size: int, stone_sets: list[tuple[list[int], list[int]]],
-                       policy: TorchPolicy, args: argparse.Namespace) -> None:
+                       policy: PolicyEvaluator, args: argparse.Namespace) -> None:
     params = AnnealingParams(restarts=1, seed=args.seed)
     print(f"cached against naive cost: {args.iterations} iterations, one restart")
     totals = {"fast": [0.0, 0, 0], "naive": [0.0, 0, 0]}
