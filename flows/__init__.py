@@ -1,5 +1,11 @@
 """Prefect flows: `ingest` (records -> shards) and `train` (shards -> published model).
 
+Modules:
+    ingest     records -> deduplicated Parquet shards + manifest, one cached task per source
+    train      shards -> trained policy -> gate -> TorchScript -> next Triton version
+    rollout    `rollout` and `rollback`: change the version a running Triton serves
+    schedules  the nightly `ingest` (and `train`) deployments, served until interrupted
+
 Prefect settings that make local runs quiet and robust are defaulted here, before Prefect is
 imported by any flow module: a project-local PREFECT_HOME, no telemetry, and a longer timeout
 for the ephemeral API server's first start (its database migration takes a while on 2 cores).

@@ -1,1 +1,15 @@
-"""Training data: (position, next move) pairs, canonical dedup, Parquet shards and loading."""
+"""Training data: (position, next move) pairs, canonical dedup, Parquet shards and loading.
+
+Modules:
+    pairs       a Gomoku/Renju game's moves -> (position, next move) pairs, replayed under its rule
+    go_pairs    Go records -> compact pairs, canonical under the 8 symmetries (packed boards)
+    canonical   symmetry-canonical positions, their 64-bit hashes and the split of a hash
+    build       .rif records -> raw pairs per source; the in-memory dedup of pair tables
+    go_build    Go sources (.sgf files, archives) -> raw pairs and quarantine per source
+    dedup       dedup, split and shard writing out of core: one DuckDB query over the sources
+    shards      the Parquet shards, their schema and writer options, and the manifest
+    row_groups  a split's row groups on disk (the loader's units) and reading one
+    shuffle     one loader worker's shuffle buffer and the tensors batches are gathered into
+    augment     the loader's augmentation: an independent uniform D4 symmetry per row
+    loader      the streaming, resumable training loader
+"""

@@ -1,5 +1,8 @@
 """Adapters between the search service and the outside world.
 
-`gomocup`: a Gomocup / Piskvork protocol brain (stdin/stdout) that asks the search service for
-its moves. `sgf_export`: SGF records of Gomoku games and the `movepred play` self-play command.
+Modules:
+    frontend    what the text-protocol front-ends share: one search client, the stdin/stdout loop
+    gomocup     a Gomocup / Piskvork protocol brain that asks the search service for its moves
+    gtp         a GTP engine for Go (`movepred gtp`) driving the search service
+    sgf_export  SGF records of played games and `movepred play` (the service playing itself)
 """

@@ -1,11 +1,15 @@
 """Move search service: PUCT tree search over the policy network, served over gRPC.
 
-`mcts` holds the search (independent of Triton: it talks to any `PolicyEvaluator`),
-`validation` turns proto requests into game states (each game's own `position_from_request`,
-`services.games`; it names the field that is wrong or over a limit), `batcher` merges the
-evaluation requests of concurrent searches and Predict calls into shared Triton calls,
-`tree_cache` keeps searched trees for the next move of the same game, `metrics` holds the
-Prometheus metrics, `servicer`/`server` expose the public API of
-`proto/movepred/v1/search.proto` (Predict, GenMove, Analyze), and `client` is the Python client
-used by the `movepred` CLI.
+Modules:
+    mcts        PUCT search for any registered game (talks to any `PolicyEvaluator`, not Triton)
+    batcher     merges the evaluations of concurrent searches and Predicts into shared Triton calls
+    tree_cache  searched trees kept for the next move of the same game (bounded LRU)
+    validation  proto requests -> game states and budgets, or the field that is wrong or too large
+    servicer    `movepred.v1.SearchService` (Predict, GenMove, Analyze) of
+                `proto/movepred/v1/search.proto`
+    server      the gRPC server: the service, health and reflection; `--processes N`
+    readiness   health that follows the models' readiness on Triton
+    auth        TLS (optionally mutual) and the bearer token
+    metrics     Prometheus metrics of the service
+    client      the Python client (the `movepred` CLI, tests)
 """

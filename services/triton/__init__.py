@@ -1,11 +1,19 @@
 """Serving the policy network with a real Triton Inference Server.
 
-* `server`: start/stop ``tritonserver`` (from nvidia-pytriton) on a model repository.
-* `publisher`: publish a TorchScript model as the next version, atomically.
-* `client`: `PolicyClient` (gRPC) for policy logits; a model's shapes come from its game
-  (`services.games.registry`).
-* `policy_model`: the python-backend ``model.py`` copied into each version (runs inside Triton,
-  not imported here).
+Modules:
+    server         start/stop ``tritonserver`` (from nvidia-pytriton) on a model repository
+    publisher      publish a TorchScript model as the next version, atomically
+    version_files  the files of one published version, checked before anything loads them
+    client         `PolicyClient` (gRPC) for policy logits; a model's shapes come from its game
+                   (`services.games.registry`)
+    rollout        roll a published version in (smoke-tested first) and roll it back
+    rollout_state  the serving record (``<model>/rollout.json``) and the rollout lock
+    smoke          the smoke test a version passes before it serves
+    quarantine     where a version refused for its own fault goes
+    go_model       TorchScript export and publication of the Go networks
+    cli            `movepred rollout`, `rollback` and `serving`
+    policy_model   the python-backend ``model.py`` copied into each version (runs inside
+                   Triton, not imported here)
 
 Submodules are imported explicitly (``from services.triton.client import PolicyClient``) so that
 importing this package needs neither torch nor tritonclient.
