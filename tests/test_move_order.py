@@ -320,7 +320,8 @@ def test_prefix_cache_gives_exactly_the_from_scratch_costs(game, size: int,
                                                            cache_size: int) -> None:
     problem, planted = random_problem(game, size, 12, seed=size)
     evaluator = PlantedEvaluator(planted, game.policy_size(size))
-    scorer = PrefixScorer(problem, evaluator, cache_size=cache_size)
+    scorer = PrefixScorer(problem, evaluator, cache_size=cache_size,
+                          prefix_cache_size=cache_size)
     current = scorer.score(planted)
     assert current is not None
     cost, factors = naive_cost(problem, evaluator, planted)

@@ -18,7 +18,7 @@ s_a+1..s_b travel (Go's input also holds the last moves' ages, so a few more do)
 mask is still asked of each position, which keeps the cost exact whatever the game's input.
 
 A position is a function of the moves that led to it, so the scorer also keeps, by the move
-sequence itself (`cache_size` of them), the position it reaches (or that it breaks the rules)
+sequence itself (`prefix_cache_size` of them), the position it reaches (or that it breaks the rules)
 and that position's masked policy: an annealing chain near its end proposes the same few
 neighbours of the same order again and again, and replaying their moves through the rules
 would otherwise cost as much as the network.
@@ -39,6 +39,9 @@ from services.search.mcts import EvaluatorError, PolicyEvaluator, finite_outputs
 
 DEFAULT_MAX_BOARDS = 256  # max_batch_size of the served models' config.pbtxt
 DEFAULT_CACHE_SIZE = 50_000  # logits rows kept by input (a 15x15 row: 900 bytes)
+# move sequences kept with their position (~0.5-1 KB) and masked policy (float64: 1.8 KB on
+# 15x15, 2.9 KB on 19x19): ~40 MB at most; a chain's repeats are of its recent proposals
+DEFAULT_PREFIX_CACHE_SIZE = 10_000
 # a factor below this counts as this: a legal move the network gives 0 keeps a finite cost
 MIN_PROBABILITY = 1e-300
 
@@ -82,14 +85,19 @@ class PrefixScorer:
 
     def __init__(self, problem: Problem, evaluator: PolicyEvaluator,
                  max_boards: int = DEFAULT_MAX_BOARDS,
-                 cache_size: int = DEFAULT_CACHE_SIZE) -> None:
-        if max_boards < 1 or cache_size < 0:
-            raise ValueError(f"need max_boards >= 1 and cache_size >= 0, got {max_boards} "
-                             f"{cache_size}")
+                 cache_size: int = DEFAULT_CACHE_SIZE,
+                 prefix_cache_size: int = DEFAULT_PREFIX_CACHE_SIZE) -> None:
+        """`cache_size` logits rows kept by network input, `prefix_cache_size` positions and
+        policies kept by move sequence (both off when `cache_size` is 0: every changed prefix
+        replayed and sent)."""
+        if max_boards < 1 or cache_size < 0 or prefix_cache_size < 0:
+            raise ValueError(f"need max_boards >= 1 and cache sizes >= 0, got {max_boards} "
+                             f"{cache_size} {prefix_cache_size}")
         self.problem = problem
         self.evaluator = evaluator
         self.max_boards = max_boards
         self.cache_size = cache_size
+        self.prefix_cache_size = prefix_cache_size if cache_size else 0
         self.calls = 0  # evaluator `infer` calls
         self.boards = 0  # positions sent in them
         self._logits: dict[bytes, np.ndarray] = {}  # network input bytes -> logits row
@@ -160,7 +168,7 @@ class PrefixScorer:
                 ) -> list[Position] | None:
         """`Problem.replay(order, start, first)`, each position looked up by its moves first
         and kept after it is played (the whole cache is dropped when full)."""
-        if not self.cache_size:
+        if not self.prefix_cache_size:
             return self.problem.replay(order, start, first)
         moves = tuple(int(m) for m in order)
         states: list[Position] = []
@@ -172,7 +180,7 @@ class PrefixScorer:
             else:
                 nxt = (self.problem.play(state, moves[ply])
                        if moves[ply] in self._colours[ply % 2] else None)
-                if len(self._states) >= self.cache_size:
+                if len(self._states) >= self.prefix_cache_size:
                     self._states.clear()
                 self._states[key] = nxt
             if nxt is None:
@@ -208,8 +216,8 @@ class PrefixScorer:
                     pending[key] = states[ply]
         fresh = self.policies(list(pending.values()))
         known.update(zip(pending, fresh, strict=True))
-        if self.cache_size:
-            if len(self._policies) + len(pending) > self.cache_size:
+        if self.prefix_cache_size:
+            if len(self._policies) + len(pending) > self.prefix_cache_size:
                 self._policies.clear()
             self._policies.update(zip(pending, fresh, strict=True))
         out: list[Scored | None] = []
