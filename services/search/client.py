@@ -28,7 +28,7 @@ from services.games.base import Game
 from services.games.coords import parse_point
 from services.games.go_game import DEFAULT_KOMI, GO_SIZE, parse_vertex
 from services.games.gomoku import DEFAULT_SIZE, Rule
-from services.games.registry import get_game
+from services.games.registry import default_game, get_game
 from services.search.auth import ClientAuth
 from services.search.validation import MAX_TIME_MS  # an InferSequence's time limit
 
@@ -259,7 +259,7 @@ class SearchClient:
         self,
         black: Sequence[MoveLike],
         white: Sequence[MoveLike],
-        game: str | Game = "gomoku",
+        game: str | Game | None = None,
         rule: RuleLike = 0,
         board_size: int = 0,
         iterations: int = 0,
@@ -272,8 +272,9 @@ class SearchClient:
     ) -> search_pb2.InferSequenceResponse:
         """The most likely order of the stones: names in the game's notation ("h8", "D4") or
         (x, y) pairs; 0 / "" leave a parameter to the server (the paper's recipe, its time
-        limit). timeout None: max_time_ms (0: the server's limit) plus 10 s."""
-        g = get_game(game) if isinstance(game, str) else game
+        limit); game None: the default game. timeout None: max_time_ms (0: the server's limit)
+        plus 10 s."""
+        g = default_game() if game is None else get_game(game) if isinstance(game, str) else game
         size = board_size or g.default_size
 
         def points(stones: Sequence[MoveLike]) -> list[search_pb2.Point]:
