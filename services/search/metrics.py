@@ -19,8 +19,9 @@ Series (all prefixed `movepred_`):
 * `nonfinite_outputs_total{model}`: requests failed with INTERNAL because the model answered
   NaN/Inf logits or a non-finite value (found by the service, or refused by the model inside
   Triton). Anything above 0 means a broken model is serving: roll it back.
-* `searches_active`: GenMove/Analyze searches running now; `searches_rejected_total`: searches
-  refused with RESOURCE_EXHAUSTED because `--max-searches` were already running.
+* `searches_active`: searches (GenMove, Analyze, InferSequence) running now;
+  `searches_rejected_total`: searches refused with RESOURCE_EXHAUSTED because `--max-searches`
+  were already running.
 * `model_ready{game}`: 1 while the game's model is ready on Triton (the health watcher's last
   poll), else 0.
 """
@@ -120,7 +121,8 @@ class Metrics:
             ["model"], registry=r,
         )
         self.searches_active = Gauge(
-            "movepred_searches_active", "GenMove/Analyze searches running now", registry=r
+            "movepred_searches_active", "GenMove/Analyze/InferSequence searches running now",
+            registry=r
         )
         self.searches_rejected = Counter(
             "movepred_searches_rejected",

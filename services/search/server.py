@@ -119,9 +119,9 @@ class ServiceConfig:
     triton_timeout: float = settings.setting(5.0, "seconds per inference")
     max_workers: int = settings.setting(DEFAULT_MAX_WORKERS, "RPC threads")
     max_searches: int | None = settings.setting(
-        None, "GenMove/Analyze searches at once; more get RESOURCE_EXHAUSTED at once (default: "
-              "half of --max-workers, which leaves the other half to health checks and "
-              "Predict)")
+        None, "searches (GenMove, Analyze, InferSequence) at once; more get RESOURCE_EXHAUSTED "
+              "at once (default: half of --max-workers, which leaves the other half to health "
+              "checks and Predict)")
     batch_size: int = settings.setting(mcts.DEFAULT_BATCH_SIZE,
                                        "leaves per evaluation request of one search")
     batch_window_ms: float = settings.setting(
@@ -212,10 +212,11 @@ def build_service(
     unless `insecure`. `health_port`: also serve the health service alone, in plaintext, on
     that port (0 picks one): Kubernetes' gRPC probes speak neither TLS nor tokens.
 
-    `max_searches`: GenMove/Analyze searches at once (None: `default_max_searches`, half of
-    `max_workers`); more are refused with RESOURCE_EXHAUSTED at once, so health and Predict
-    always find a free RPC thread. Health (see the module docstring) is polled from the
-    evaluators every `health_interval_s` once the service is started."""
+    `max_searches`: searches (GenMove, Analyze, InferSequence) at once (None:
+    `default_max_searches`, half of `max_workers`); more are refused with RESOURCE_EXHAUSTED at
+    once, so health and Predict always find a free RPC thread. Health (see the module
+    docstring) is polled from the evaluators every `health_interval_s` once the service is
+    started."""
     c = replace(config or LIBRARY_CONFIG, **overrides)
     host, port, max_workers, health_port = c.host, c.port, c.max_workers, c.health_port
     auth.check_exposure(host, tls, token, c.insecure)
