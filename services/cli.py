@@ -25,7 +25,7 @@ import dataclasses
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from rich.console import Console
@@ -33,7 +33,7 @@ from rich.table import Table
 from rich.text import Text
 
 from services.api.movepred.v1 import search_pb2
-from services.games.base import BLACK, WHITE, Game, InvalidRequest
+from services.games.base import Game, InvalidRequest
 from services.games.coords import CoordinateError
 from services.games.go import replay as go_replay
 from services.games.gomoku import Rule
@@ -41,8 +41,8 @@ from services.games.registry import default_game, game_of_source, get_game, regi
 from services.move_order.annealing import INITS
 from services.move_order.neighbours import NAMES as NEIGHBOURS
 from services.move_order.problem import stones_from_board
-from services.protocols.gtp import add_gtp_command, go_sgf
-from services.protocols.sgf_export import add_play_command, game_to_sgf, write_sgf_text
+from services.protocols.gtp import add_gtp_command
+from services.protocols.sgf_export import add_play_command
 from services.records.rif import RIF_SUFFIXES, RifGame, read_rif
 from services.records.sgf import SgfGame, read_sgf
 from services.search import auth
@@ -129,6 +129,21 @@ def _rpc_error(console: Console, exc: grpc.RpcError) -> int:
     return EXIT_RPC_ERROR
 
 
+Reply = TypeVar("Reply")
+
+
+def _unary(console: Console, make_client: Callable[[], Any],
+           call: Callable[[Any], Reply]) -> Reply | None:
+    """`call(client)` on a fresh client: its reply, or None after printing the failed call's
+    status and what to do about it."""
+    try:
+        with make_client() as client:
+            return call(client)
+    except grpc.RpcError as exc:
+        _rpc_error(console, exc)
+        return None
+
+
 def _policy_table(top_moves: Sequence) -> Table:
     table = Table()
     table.add_column("#", justify="right")
@@ -154,15 +169,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
             if position is None:
                 return EXIT_USAGE
             positions.append(position)
-        try:
-            with make_client() as client:
-                r = client.predict_many(positions, top_k=args.top_k, timeout=args.timeout)
-        except grpc.RpcError as exc:
-            return _rpc_error(console, exc)
-        for moves, result in zip(games, r.results, strict=True):
+        many = _unary(console, make_client, lambda client: client.predict_many(
+            positions, top_k=args.top_k, timeout=args.timeout))
+        if many is None:
+            return EXIT_RPC_ERROR
+        for moves, result in zip(games, many.results, strict=True):
             color = "black" if result.to_move == 1 else "white"
             console.print(f"{' '.join(moves) or '(empty board)'}: {color} to move; "
-                          f"policy of {r.model_name} v{r.model_version}:")
+                          f"policy of {many.model_name} v{many.model_version}:")
             console.print(_policy_table(result.top_moves))
             if result.HasField("value"):  # only from a network with a value head
                 console.print(f"value {result.value:+.3f} for {color}")
@@ -170,11 +184,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
     position = _position(console, args, args.moves)
     if position is None:
         return EXIT_USAGE
-    try:
-        with make_client() as client:
-            r = client.predict(position, top_k=args.top_k, timeout=args.timeout)
-    except grpc.RpcError as exc:
-        return _rpc_error(console, exc)
+    r = _unary(console, make_client,
+               lambda client: client.predict(position, top_k=args.top_k, timeout=args.timeout))
+    if r is None:
+        return EXIT_RPC_ERROR
     color = "black" if r.to_move == 1 else "white"
     console.print(f"{color} to move; policy of {r.model_name} v{r.model_version}:")
     console.print(_policy_table(r.top_moves))
@@ -204,18 +217,16 @@ def cmd_genmove(args: argparse.Namespace) -> int:
     position = _position(console, args, args.moves)
     if position is None:
         return EXIT_USAGE
-    try:
-        with make_client() as client:
-            r = client.genmove(
-                position,
-                max_visits=args.visits,
-                max_time_ms=args.time_ms,
-                timeout=args.timeout,
-                max_candidates=args.candidates,
-                reuse_tree=not args.no_reuse,
-            )
-    except grpc.RpcError as exc:
-        return _rpc_error(console, exc)
+    r = _unary(console, make_client, lambda client: client.genmove(
+        position,
+        max_visits=args.visits,
+        max_time_ms=args.time_ms,
+        timeout=args.timeout,
+        max_candidates=args.candidates,
+        reuse_tree=not args.no_reuse,
+    ))
+    if r is None:
+        return EXIT_RPC_ERROR
     color = "black" if r.color == 1 else "white"
     table = Table(title=f"{color} plays {r.name}", show_header=False)
     table.add_column("field")
@@ -356,36 +367,15 @@ def record_stones(path: Path, index: int, moves: int | None) -> tuple[Game, int,
     return game, record.size, black, white
 
 
-def _go_sgf(size: int, rule: str | None, reply: search_pb2.InferSequenceResponse,
-            points: list[int], comments: list[str], summary: str) -> str:
-    moves = [(BLACK if m.color == search_pb2.BLACK else WHITE, p)
-             for m, p in zip(reply.moves, points, strict=True)]
-    return go_sgf(moves, size=size, comments=comments, event=summary)
-
-
-def _gomoku_sgf(size: int, rule: str | None, reply: search_pb2.InferSequenceResponse,
-                points: list[int], comments: list[str], summary: str) -> str:
-    return game_to_sgf(points, size=size, rule=rule or Rule.FREESTYLE,
-                       comments=dict(enumerate(comments)), game_comment=summary)
-
-
-# The SGF writer of each game `infer` writes records of, by the game's API value (GM[1] Go,
-# GM[4] Gomoku: the two SGF dialects differ in their root properties).
-SGF_WRITERS: dict[int, Callable[..., str]] = {search_pb2.GO: _go_sgf,
-                                              search_pb2.GOMOKU: _gomoku_sgf}
-
-
-def inferred_sgf(game: Game, size: int, rule: str | None,
-                 reply: search_pb2.InferSequenceResponse) -> str:
-    """The inferred order as an SGF game, each move's probability as its comment."""
-    writer = SGF_WRITERS.get(game.proto_game)
-    if writer is None:
-        raise ValueError(f"no SGF writer for {game.title}")
+def write_inferred(game: Game, path: Path, size: int, rule: str | None,
+                   reply: search_pb2.InferSequenceResponse) -> Path:
+    """The inferred order as a record file of the format `path`'s suffix names (the game's
+    `written_formats`), each move's probability as its comment."""
     points = [game.parse_move(m.name, size) for m in reply.moves]
     comments = [f"p={m.probability:.4g}" for m in reply.moves]
     summary = (f"Move order inferred by {reply.model_name} v{reply.model_version}: geometric "
                f"mean {reply.geometric_mean:.4g} (greedy {reply.greedy_geometric_mean:.4g})")
-    return writer(size, rule, reply, points, comments, summary)
+    return game.write_record(path, points, size, rule=rule, comments=comments, summary=summary)
 
 
 def _order_table(moves: Sequence) -> Table:
@@ -417,19 +407,22 @@ def cmd_infer(args: argparse.Namespace) -> int:
         game = get_game(args.game)
         size = args.board_size or game.default_size
         black_stones, white_stones = args.black, args.white
+    if args.out and args.out.suffix.lower() not in game.written_formats:
+        console.print(f"error: --out {args.out}: {game.title} games are written as "
+                      f"{', '.join(game.written_formats)}")
+        return EXIT_USAGE
     rule = 0 if args.rule is None else proto_rule(args.rule)
-    with make_client() as client:
-        try:
-            reply = client.infer_sequence(
-                black_stones, white_stones, game=game, rule=rule, board_size=size,
-                iterations=args.iterations, restarts=args.restarts, seed=args.seed,
-                max_time_ms=args.time_ms, neighbour=args.neighbour, init=args.init,
-                timeout=args.timeout)
-        except grpc.RpcError as exc:
-            return _rpc_error(console, exc)
-        except CoordinateError as exc:
-            console.print(f"error: {exc}")
-            return EXIT_USAGE
+    try:
+        reply = _unary(console, make_client, lambda client: client.infer_sequence(
+            black_stones, white_stones, game=game, rule=rule, board_size=size,
+            iterations=args.iterations, restarts=args.restarts, seed=args.seed,
+            max_time_ms=args.time_ms, neighbour=args.neighbour, init=args.init,
+            timeout=args.timeout))
+    except CoordinateError as exc:
+        console.print(f"error: {exc}")
+        return EXIT_USAGE
+    if reply is None:
+        return EXIT_RPC_ERROR
     console.print(_order_table(reply.moves))
     console.print(" ".join(m.name for m in reply.moves))
     console.print(
@@ -440,7 +433,7 @@ def cmd_infer(args: argparse.Namespace) -> int:
         f"{reply.evaluator_calls} calls, {reply.boards} boards; model {reply.model_name} "
         f"v{reply.model_version}")
     if args.out:
-        write_sgf_text(args.out, inferred_sgf(game, size, args.rule, reply))
+        write_inferred(game, args.out, size, args.rule, reply)
         console.print(f"wrote {args.out}")
     return 0
 
@@ -476,7 +469,8 @@ def add_infer_command(subparsers: Subparsers) -> dict[str, Handler]:
     p.add_argument("--init", choices=INITS, default="", help="default: greedy")
     p.add_argument("--timeout", type=float, default=None,
                    help="seconds (default: time budget + 10 s)")
-    p.add_argument("--out", type=Path, default=None, help="write the inferred game as SGF")
+    p.add_argument("--out", type=Path, default=None,
+                   help="write the inferred game: .sgf (any game) or .rif (Gomoku)")
     auth.add_client_arguments(p)
     return {"infer": cmd_infer}
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, NamedTuple, Protocol
 
 import numpy as np
@@ -146,6 +147,7 @@ class Game(ABC):
     default_model: ClassVar[str]  # Triton model name
     default_config: ClassVar[str] = ""  # network config trained by default
     record_formats: ClassVar[tuple[str, ...]] = ()  # file suffixes of its game records (lower case)
+    written_formats: ClassVar[tuple[str, ...]] = ()  # suffixes `write_record` writes
     # move-number bands of the trainer's per-stage metrics: (band width, last band start)
     stages: ClassVar[tuple[int, int]] = (10, 60)
 
@@ -243,6 +245,29 @@ class Game(ABC):
     def replay_cost(self, position: search_pb2.Position) -> int:
         """The replay work of a request's position, in moves (moves and set-up stones)."""
         return len(position.moves) + len(position.setup_black) + len(position.setup_white)
+
+    # ---- records --------------------------------------------------------------------------
+    def write_record(self, path: str | Path, moves: Sequence[int], size: int, *,
+                     rule: str | None = None, comments: Sequence[str] = (),
+                     summary: str = "") -> Path:
+        """Write one game (`moves` from the empty board, black first, alternating) as a record
+        file whose suffix names the format (one of `written_formats`), each move's comment
+        from `comments` and `summary` as the game comment. ValueError for another suffix."""
+        suffix = Path(path).suffix.lower()
+        if suffix not in self.written_formats:
+            raise ValueError(f"{path}: {self.title} games are written as "
+                             f"{', '.join(self.written_formats) or 'no record format'}")
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.record_text(suffix, moves, size, rule=rule, comments=comments,
+                                         summary=summary), encoding="utf-8")
+        return path
+
+    def record_text(self, suffix: str, moves: Sequence[int], size: int, *,
+                    rule: str | None = None, comments: Sequence[str] = (),
+                    summary: str = "") -> str:
+        """The text of `write_record`'s file for `suffix` (one of `written_formats`)."""
+        raise ValueError(f"{self.title} games have no {suffix} writer")
 
     # ---- new positions and the rollout smoke test ----------------------------------------
     @abstractmethod

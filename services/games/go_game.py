@@ -27,6 +27,7 @@ game); this module adds the bookkeeping and `GoGame`, what the services ask of G
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
@@ -231,7 +232,21 @@ class GoGame(Game):
     default_model = "go_policy"
     default_config = "go_res_b2c32_v"
     record_formats = (".sgf", *ARCHIVE_SUFFIXES)  # SGF files and archives of them
+    written_formats = (".sgf",)
     stages = (50, 300)  # Go games run to 200-300 moves
+
+    def record_text(self, suffix: str, moves: Sequence[int], size: int, *,
+                    rule: str | None = None, comments: Sequence[str] = (),
+                    summary: str = "") -> str:
+        """SGF (GM[1]); `rule` is not used: Go records here are scored with the Chinese
+        rules the GTP front-end plays."""
+        if suffix != ".sgf":
+            return super().record_text(suffix, moves, size)
+        from services.protocols.gtp import go_sgf  # the writer lives with the GTP front-end
+
+        colours = (BLACK, WHITE)
+        return go_sgf([(colours[i % 2], p) for i, p in enumerate(moves)], size=size,
+                      comments=list(comments), event=summary or None)
 
     def random_inputs(self, n: int, size: int | None = None, seed: int = 0) -> np.ndarray:
         """Random compact planes every feature plane is exercised by: stones 0..2, liberties

@@ -9,7 +9,7 @@ blocks) and the tree cache's key.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -41,7 +41,7 @@ from services.games.gomoku import (
     window_sums,
 )
 from services.games.registry import register
-from services.records.rif import RIF_SUFFIXES
+from services.records.rif import RIF_SUFFIXES, RifGame
 
 # API rule values -> rules (RULE_UNSPECIFIED: freestyle)
 RULES = {
@@ -82,7 +82,27 @@ class GomokuGame(Game):
     default_model = "gomoku_policy"
     default_config = "shao_f32_n2_v"
     record_formats = RIF_SUFFIXES
+    written_formats = (".sgf", ".rif")
     stages = (10, 100)  # 10-move bands, every ply past 100 in one
+
+    def record_text(self, suffix: str, moves: Sequence[int], size: int, *,
+                    rule: str | None = None, comments: Sequence[str] = (),
+                    summary: str = "") -> str:
+        """SGF (GM[4], the rule in RU) or RenjuNet RIF (the move comments, which RIF has no
+        place for, go into the database comment after `summary`)."""
+        if suffix == ".sgf":
+            from services.protocols.sgf_export import game_to_sgf
+
+            return game_to_sgf(moves, size=size, rule=rule or Rule.FREESTYLE,
+                               comments=dict(enumerate(comments)), game_comment=summary or None)
+        if suffix == ".rif":
+            from services.records.rif_writer import rif_text
+
+            comment = "; ".join(x for x in (summary, " ".join(comments)) if x)
+            game = RifGame(source="", game_id="1", moves=tuple(int(p) for p in moves),
+                           rule=Rule(rule or Rule.FREESTYLE).value)
+            return rif_text([game], comment=comment or None)
+        return super().record_text(suffix, moves, size)
 
     def expand(self, state: Position) -> Expansion:
         """Proven outcomes from the rules: a five made (+1 to its maker), a full board (0), a

@@ -90,6 +90,28 @@ def write_rif(
 
     `moves_per_line` > 0 wraps `<move>` text over indented lines, as some exports do.
     """
+    rows, tables = _rows(games)
+    path = Path(path)
+    if path.suffix == ".gz":
+        with gzip.GzipFile(path, "wb", mtime=0) as raw, _text_io(raw) as out:
+            _write(out, rows, tables, date, comment, moves_per_line)
+    else:
+        with path.open("w", encoding="utf-8", newline="\n") as out:
+            _write(out, rows, tables, date, comment, moves_per_line)
+    return path
+
+
+def rif_text(games: Iterable[RifGameLike], *, date: str | None = None,
+             comment: str | None = None, moves_per_line: int = 0) -> str:
+    """What `write_rif` writes to a plain .rif file, as text."""
+    rows, tables = _rows(games)
+    out = io.StringIO(newline="\n")
+    _write(out, rows, tables, date, comment, moves_per_line)
+    return out.getvalue()
+
+
+def _rows(games: Iterable[RifGameLike]) -> tuple[list[_Row], dict[str, _Table]]:
+    """The games' rows with their table references, and the tables they fill."""
     games = list(games)  # the tables come first, so all games must be seen before writing
     tables = {tag: _Table() for tag in ("rule", "opening", "player", "tournament")}
     rows: list[_Row] = []
@@ -102,15 +124,7 @@ def write_rif(
             "tournament": tables["tournament"].ref(_field(game, "tournament")),
         }
         rows.append((_field(game, "game_id") or str(number), refs, game))
-
-    path = Path(path)
-    if path.suffix == ".gz":
-        with gzip.GzipFile(path, "wb", mtime=0) as raw, _text_io(raw) as out:
-            _write(out, rows, tables, date, comment, moves_per_line)
-    else:
-        with path.open("w", encoding="utf-8", newline="\n") as out:
-            _write(out, rows, tables, date, comment, moves_per_line)
-    return path
+    return rows, tables
 
 
 def _text_io(raw: IO[bytes]) -> IO[str]:
