@@ -37,7 +37,7 @@ from services.games.go_fast import (
     move_error,
     neighbour_table,
     play,
-    set_up,
+    start_state,
 )
 from services.games.go_features import COMPACT_CHANNELS, MAX_LIBERTIES, RECENT_MOVES
 from services.games.go_game import GO
@@ -448,24 +448,13 @@ def _replay_packed(cells0, colours, points, nbrs, keys, table, inverse, out, can
     (moves applied, why the replay stopped)."""
     area = cells0.shape[0]
     n = colours.shape[0]
-    cells = cells0.copy()
-    root = np.full(area, -1, np.int32)
-    nxt = np.empty(area, np.int32)
-    gsize = np.zeros(area, np.int32)
-    libp = np.zeros(area, np.int8)
-    mark = np.zeros(area, np.int64)
-    seen = np.zeros(area, np.int64)
-    clock = np.zeros(1, np.int64)
-    hashes = np.zeros(2 * N_SYMMETRIES, np.uint64)
-    scratch = np.empty((3, 4), np.int32)
-    gained = np.empty(area, np.int32)
-    ko = np.array([-1, 0], np.int64)
+    cells, root, nxt, gsize, libp, mark, seen, clock, hashes, scratch, gained, ko = \
+        start_state(cells0, nbrs, keys)
     board = np.zeros(COMPACT_CHANNELS * area, np.uint8)  # a position's planes, for ties
     ages = np.zeros(area, np.uint8)
     view = np.zeros(3, np.uint8)
     w3, w5, w8 = -(-area // 3), -(-area // 5), -(-area // 8)
     f3, f5 = area // 3, area // 5
-    set_up(cells, root, nxt, gsize, libp, mark, clock, nbrs, keys, hashes, gained)
     for j in range(n):
         colour = colours[j]
         point = points[j]

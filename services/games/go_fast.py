@@ -14,8 +14,8 @@ liberty; the captured colour may not retake at once), passes always legal, two p
 followed by a move resume play, set-up stones (via `GoState.add_stones`, so the same
 errors), and the same error strings. `game_compact` returns exactly what `replay` +
 `compact` build (tests/test_go_fast_replay.py compares them on the real archives). The
-kernel's move and set-up steps (`play`, `set_up`) also drive the replay that packs canonical
-images for the Parquet intermediates (`services.dataset.go_pairs.game_packed_pairs`).
+kernel's state set-up and move step (`start_state`, `play`) also drive the replay that packs
+canonical images for the Parquet intermediates (`services.dataset.go_pairs.game_packed_pairs`).
 """
 
 from __future__ import annotations
@@ -300,6 +300,29 @@ def play(point, colour, cells, root, nxt, gsize, libp, mark, seen, clock, nbrs, 
     return LEGAL
 
 
+@njit(cache=True)
+def start_state(cells0, nbrs, keys):
+    """A replay's state at the set-up position `cells0` (copied), as `play` takes it:
+    (cells, root, nxt, gsize, libp, mark, seen, clock, hashes, scratch, gained, ko), the
+    groups, liberties and stones hashes of the set-up stones already in place. Every kernel
+    that replays a game starts from here, so they all start from the same state."""
+    area = cells0.shape[0]
+    cells = cells0.copy()
+    root = np.full(area, -1, np.int32)
+    nxt = np.empty(area, np.int32)
+    gsize = np.zeros(area, np.int32)
+    libp = np.zeros(area, np.int8)
+    mark = np.zeros(area, np.int64)
+    seen = np.zeros(area, np.int64)
+    clock = np.zeros(1, np.int64)
+    hashes = np.zeros(2 * _N_IMAGES, np.uint64)
+    scratch = np.empty((3, 4), np.int32)
+    gained = np.empty(area, np.int32)
+    ko = np.array([-1, 0], np.int64)
+    set_up(cells, root, nxt, gsize, libp, mark, clock, nbrs, keys, hashes, gained)
+    return cells, root, nxt, gsize, libp, mark, seen, clock, hashes, scratch, gained, ko
+
+
 # ---- the kernel: planes -----------------------------------------------------------------
 @njit(cache=True)
 def _write_position(j, colour, points, cells, libp, ko, hashes, planes, image_hashes):
@@ -329,21 +352,10 @@ def _replay(cells0, colours, points, nbrs, keys):
     stopped) for the moves (`colours`, `points`: int64, `PASS` a pass) from `cells0`."""
     area = cells0.shape[0]
     n = colours.shape[0]
-    cells = cells0.copy()
-    root = np.full(area, -1, np.int32)
-    nxt = np.empty(area, np.int32)
-    gsize = np.zeros(area, np.int32)
-    libp = np.zeros(area, np.int8)
-    mark = np.zeros(area, np.int64)
-    seen = np.zeros(area, np.int64)
-    clock = np.zeros(1, np.int64)
-    hashes = np.zeros(2 * _N_IMAGES, np.uint64)
-    scratch = np.empty((3, 4), np.int32)
-    gained = np.empty(area, np.int32)
-    ko = np.array([-1, 0], np.int64)
+    cells, root, nxt, gsize, libp, mark, seen, clock, hashes, scratch, gained, ko = \
+        start_state(cells0, nbrs, keys)
     planes = np.zeros((n, COMPACT_CHANNELS, area), np.int8)
     image_hashes = np.empty((n, _N_IMAGES), np.uint64)
-    set_up(cells, root, nxt, gsize, libp, mark, clock, nbrs, keys, hashes, gained)
     for j in range(n):
         _write_position(j, colours[j], points, cells, libp, ko, hashes, planes, image_hashes)
         if points[j] == PASS:
@@ -438,4 +450,5 @@ def _no_pairs(size: int, error: str) -> CompactGame:
 
 
 __all__ = ["LEGAL", "OFF_BOARD_MOVE", "PASS", "CompactGame", "game_compact", "game_start",
-           "move_arrays", "move_error", "neighbour_table", "play", "replay_planes", "set_up"]
+           "move_arrays", "move_error", "neighbour_table", "play", "replay_planes", "set_up",
+           "start_state"]
