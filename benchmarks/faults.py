@@ -79,6 +79,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 from benchmarks.doc_sections import write_doc_section  # noqa: E402
 from services import logs  # noqa: E402
 from services.api.movepred.v1 import search_pb2  # noqa: E402
+from services.games.registry import get_game  # noqa: E402
 from services.search.client import DEFAULT_PREDICT_TIMEOUT_S, SearchClient  # noqa: E402
 from services.triton.client import PolicyClient  # noqa: E402
 from services.triton.publisher import list_versions, publish  # noqa: E402
@@ -86,7 +87,7 @@ from services.triton.server import TritonServer, free_port  # noqa: E402
 
 logger = logging.getLogger("faults")
 
-MODEL = "gomoku_policy"
+MODEL = get_game("gomoku").default_model  # the model the scenarios publish and serve
 SERVICE_NAME = "movepred.v1.SearchService"
 SIZE = 15
 DOC_BEGIN = "<!-- faults:begin -->"

@@ -48,6 +48,7 @@ from services.games.go_game import (  # noqa: E402
     parse_vertex,
     vertex,
 )
+from services.games.registry import get_game  # noqa: E402
 from services.protocols.gtp import (  # noqa: E402
     GtpEngine,
     color_name,
@@ -254,35 +255,37 @@ def search_service(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
     from services.triton.publisher import latest_version
     from services.triton.server import TritonServer
 
+    go_model = get_game("go").default_model
+    gomoku_model = get_game("gomoku").default_model
     with ExitStack() as stack:
         if args.repository:
             from services.triton.publisher import dims_accept, model_io
 
             repository = Path(args.repository)
-            version = latest_version(repository, "go_policy")
+            version = latest_version(repository, go_model)
             if version is None:
-                raise SystemExit(f"no published go_policy version in {repository}")
-            dims = model_io(repository, "go_policy")[0]
+                raise SystemExit(f"no published {go_model} version in {repository}")
+            dims = model_io(repository, go_model)[0]
             if not dims_accept(dims, (4, args.size, args.size)):
                 raise SystemExit(
-                    f"{repository}/go_policy/config.pbtxt takes boards {list(dims)}, not "
-                    f"{args.size}x{args.size}: copy model_repository/go_policy/config.pbtxt "
+                    f"{repository}/{go_model}/config.pbtxt takes boards {list(dims)}, not "
+                    f"{args.size}x{args.size}: copy model_repository/{go_model}/config.pbtxt "
                     "(dims [4, -1, -1]) over it")
-            what = f"{repository}/go_policy v{version}"
+            what = f"{repository}/{go_model} v{version}"
         else:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="go-match-")))
             repository = tmp / "model_repository"
-            (repository / "go_policy").mkdir(parents=True)
-            shutil.copyfile(ROOT / "model_repository" / "go_policy" / "config.pbtxt",
-                            repository / "go_policy" / "config.pbtxt")
+            (repository / go_model).mkdir(parents=True)
+            shutil.copyfile(ROOT / "model_repository" / go_model / "config.pbtxt",
+                            repository / go_model / "config.pbtxt")
             version = publish_go_model(repository, args.config, args.seed, args.checkpoint)
             weights = f"checkpoint {args.checkpoint}" if args.checkpoint else \
                 f"untrained, seed {args.seed}"
-            what = f"{args.config} ({weights}) as go_policy v{version}"
-        triton = stack.enter_context(TritonServer(repository, models=("go_policy",),
+            what = f"{args.config} ({weights}) as {go_model} v{version}"
+        triton = stack.enter_context(TritonServer(repository, models=(go_model,),
                                                   startup_timeout_s=180))
-        go = PolicyClient(triton.grpc_url, "go_policy", timeout_s=30.0)
-        gomoku = PolicyClient(triton.grpc_url, "gomoku_policy")  # never asked: Go games only
+        go = PolicyClient(triton.grpc_url, go_model, timeout_s=30.0)
+        gomoku = PolicyClient(triton.grpc_url, gomoku_model)  # never asked: Go games only
         service = build_service(gomoku, go_evaluator=go).start()
         stack.callback(service.stop)
         stack.callback(go.close)

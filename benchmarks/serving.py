@@ -61,6 +61,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from services.games.registry import get_game  # noqa: E402
 from services.models.configs import build  # noqa: E402
 from services.models.export import export_torchscript  # noqa: E402
 from services.search.client import SearchClient  # noqa: E402
@@ -412,7 +413,8 @@ def main(argv: list[str] | None = None) -> None:
         repo = Path(tmp) / "repo"
         export_torchscript(build(args.model), Path(tmp) / "model.pt")
         publish(Path(tmp) / "model.pt", repo)
-        print("triton model config: " + tune_config(repo, "gomoku_policy", args.instances,
+        model = get_game("gomoku").default_model
+        print("triton model config: " + tune_config(repo, model, args.instances,
                                                      args.kind, args.queue_delay_us), flush=True)
         saved = {key: os.environ.get(key) for key in triton_env}
 
