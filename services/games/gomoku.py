@@ -102,10 +102,11 @@ def opponent(color: int) -> int:
 def line_length(board: np.ndarray, x: int, y: int, color: int, dx: int, dy: int) -> int:
     """Length of the run of `color` through (x, y) along (dx, dy), counting (x, y) itself."""
     size = board.shape[0]
+    cells = np.asarray(board, dtype=np.int8).tobytes()  # row-major; an item is a plain int
     n = 1
     for sign in (1, -1):
         cx, cy = x + sign * dx, y + sign * dy
-        while 0 <= cx < size and 0 <= cy < size and board[cy, cx] == color:
+        while 0 <= cx < size and 0 <= cy < size and cells[cy * size + cx] == color:
             n += 1
             cx += sign * dx
             cy += sign * dy
