@@ -1,0 +1,337 @@
+"""Move-order inference on real games, figures as Hsueh & Ikeda (2023): sets, runs, report.
+
+    # 1. training sources without the evaluation games (then ingest and train on them)
+    .venv/bin/python scripts/infer_eval.py prepare --game gomoku --out runs/infer_eval/gomoku
+    .venv/bin/python scripts/infer_eval.py prepare --game go --out runs/infer_eval/go
+    # 2. inference on a set, one JSON line per position appended to --results (resumable)
+    .venv/bin/python scripts/infer_eval.py run --game gomoku --prepared runs/infer_eval/gomoku \
+        --dataset runs/infer_eval/gomoku/dataset --model runs/infer_eval/gomoku/strong/model.pt \
+        --stones 20 --limit 100 [--restarts 5] [--iterations N | --budget B] \
+        [--neighbour mix] [--init greedy] --results runs/infer_eval/results/X.jsonl
+    # 3. figures of every results file, scatter plots
+    .venv/bin/python scripts/infer_eval.py report --results-dir runs/infer_eval/results \
+        --png-prefix docs/infer_sequence_
+
+Sets (`services.move_order.evaluation`): the first `--stones` moves of real games the network
+never trained on. Gomoku/Renju: the RenjuNet-derived games of ../shared; Go: the 19x19 games of
+the ../shared archives with no handicap and no pass or capture in the first 50 moves.
+`prepare` chooses `--keep-out` qualifying games by a hash of their ids and writes the training
+sources without them (a .rif file; Go: copies of the archives without their members); the
+ingest of those sources holds out 5% of the games more (`game_test`), and a set takes those
+first, then the kept-out ones.
+
+The network is a TorchScript policy run in this process with `--threads` torch threads (set
+explicitly). The annealing is the production `infer_order` with `AnnealingParams`: the paper's
+recipe by default (greedy initial order, mix, T 1.0 -> 0.1, 5 restarts of 5,000 iterations at
+20 stones, 20,000 at 40); `--iterations` per restart or `--budget` candidates per position in
+all (budget / restarts per restart) set a smaller one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import logging
+import os
+import sys
+import tarfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from services.api.movepred.v1 import search_pb2  # noqa: E402
+from services.games.coords import parse_point  # noqa: E402
+from services.games.registry import get_game  # noqa: E402
+from services.move_order.annealing import AnnealingParams  # noqa: E402
+from services.move_order.evaluation import (  # noqa: E402
+    GO_CLEAN_MOVES,
+    RecordedGame,
+    build_set,
+    evaluate_position,
+    exclusion,
+    figures,
+    held_out_ids,
+    kept_out,
+)
+from services.records.rif_writer import write_rif  # noqa: E402
+from services.records.sgf import SgfGame, read_archive  # noqa: E402
+
+log = logging.getLogger("infer_eval")
+
+SHARED = ROOT.parent / "shared" / "data"
+RENJU_TSV = SHARED / "renjunet" / "renjunet-derived-games-dev.tsv"
+GO_ARCHIVES = (SHARED / "kgs" / "kgs-games-dev.tar.gz",
+               SHARED / "go-other" / "go-games-other-dev.tar.gz")
+GO_SIZE = 19
+LONGEST_SET = 40  # a kept-out game qualifies for the longest set, so for every set
+KEEP_OUT = 100
+PAPER = {  # Hsueh & Ikeda 2023: share >= actual, slope, exact match
+    "Pro20m": (1.00, 1.023, 0.51), "Pro40m": (0.65, 0.988, 0.02),
+    "Ama20m": (0.93, 1.093, 0.11), "Ama40m": (0.82, 1.125, 0.00),
+}
+
+
+@dataclass(frozen=True)
+class RenjuRow:
+    """A TSV game as `write_rif` takes it."""
+
+    game_id: str
+    moves: tuple[int, ...]
+    bresult: float
+    rule: str = "RIF"
+
+
+# ------------------------------------------------------------------------------ games
+def renju_rows(tsv: Path = RENJU_TSV) -> list[RenjuRow]:
+    rows = []
+    with tsv.open(encoding="utf-8") as f:
+        for row in csv.DictReader(f, delimiter="\t"):
+            pts = [parse_point(t, 15) for t in row["moves"].split()]
+            rows.append(RenjuRow(row["game_no"], tuple(y * 15 + x for x, y in pts),
+                                 float(row["bresult"])))
+    return rows
+
+
+def renju_games(tsv: Path = RENJU_TSV) -> list[RecordedGame]:
+    return [RecordedGame(r.game_id, 15, r.moves) for r in renju_rows(tsv)]
+
+
+def recorded_go_game(record: SgfGame) -> RecordedGame:
+    """An SGF game as a `RecordedGame` under the ingest's id (`<archive>:<member>#<n>`); the
+    moves stop where the colours stop alternating from black."""
+    moves: list[int | None] = []
+    for ply, (colour, point) in enumerate(record.moves):
+        if colour != (1 if ply % 2 == 0 else 2):
+            break
+        moves.append(point)
+    setup = max(record.handicap, 0) + len(record.setup_black) + len(record.setup_white)
+    return RecordedGame(f"{record.source}#{record.game_index}", record.size, tuple(moves), setup)
+
+
+def go_games(archives: tuple[Path, ...] = GO_ARCHIVES) -> Iterator[RecordedGame]:
+    for archive in archives:
+        for record in read_archive(archive):
+            if isinstance(record, SgfGame) and record.size == GO_SIZE:
+                yield recorded_go_game(record)
+
+
+@dataclass(frozen=True)
+class Collection:
+    """Where a game's evaluation games come from and how they qualify."""
+
+    read: Callable[[], list[RecordedGame]]
+    rule: int  # the API rule they were played under
+    clean: int  # moves from the start with no pass and no capture
+
+
+COLLECTIONS = {
+    "gomoku": Collection(renju_games, search_pb2.RENJU, 0),  # RenjuNet: renju rules
+    "go": Collection(lambda: list(go_games()), search_pb2.RULE_UNSPECIFIED, GO_CLEAN_MOVES),
+}
+
+
+# ------------------------------------------------------------------------------ prepare
+def prepare(name: str, out: Path, count: int) -> dict:
+    """Choose the kept-out games and write the training sources without them."""
+    game = get_game(name)
+    out.mkdir(parents=True, exist_ok=True)
+    collection = COLLECTIONS[name]
+    records = collection.read()
+    eligible = [r.game_id for r in records
+                if exclusion(game, r, LONGEST_SET, collection.clean) is None]
+    kept = kept_out(eligible, count)
+    sources: list[str] = []
+    (out / "sources").mkdir(exist_ok=True)
+    if name == "gomoku":  # the collection's own format: a .rif file of the TSV's games
+        rows = [r for r in renju_rows() if r.game_id not in kept]
+        sources.append(str(write_rif(rows, out / "sources" / "renjunet-train.rif")))
+    else:  # the same archives without the kept-out members
+        members = {g.split(":", 1)[1].rsplit("#", 1)[0] for g in kept}
+        for archive in GO_ARCHIVES:
+            sources.append(str(filter_archive(archive, out / "sources" / archive.name,
+                                              members)))
+    info = {"game": name, "games": len(records), "qualifying_for_longest_set": len(eligible),
+            "kept_out": sorted(kept), "sources": sources}
+    (out / "kept_out.json").write_text(json.dumps(info, indent=1))
+    return info
+
+
+def filter_archive(src: Path, dst: Path, drop: set[str]) -> Path:
+    """A copy of a tar archive without the members named in `drop` (same member names, so
+    the games keep their ids)."""
+    with tarfile.open(src, "r:*") as inp, tarfile.open(dst, "w:gz") as outp:
+        for member in inp:
+            if member.isfile() and member.name in drop:
+                continue
+            outp.addfile(member, inp.extractfile(member) if member.isfile() else None)
+    return dst
+
+
+# ------------------------------------------------------------------------------ run
+@dataclass(frozen=True)
+class Output:
+    logits: np.ndarray
+    model_name: str
+    model_version: str = "torchscript"
+
+
+class TorchScriptPolicy:
+    """A TorchScript policy in this process as a `PolicyEvaluator` (value output dropped)."""
+
+    def __init__(self, path: Path) -> None:
+        self.model = torch.jit.load(str(path)).eval()
+        self.name = str(path)
+
+    def infer(self, boards: np.ndarray) -> Output:
+        x = torch.from_numpy(np.ascontiguousarray(boards, dtype=np.int8))
+        with torch.inference_mode():
+            out = self.model(x)
+        logits = out[0] if isinstance(out, tuple) else out
+        return Output(logits.to(torch.float32).numpy(), self.name)
+
+
+def annealing_params(args: argparse.Namespace, stones: int) -> AnnealingParams:
+    iterations = args.iterations or None
+    if args.budget:
+        iterations = max(1, args.budget // args.restarts)
+    return AnnealingParams(iterations=iterations, restarts=args.restarts,
+                           neighbour=args.neighbour, init=args.init, seed=args.seed)
+
+
+def done_keys(results: Path) -> set[str]:
+    if not results.exists():
+        return set()
+    keys = set()
+    for line in results.read_text().splitlines():
+        if line.strip():
+            keys.add(json.loads(line)["key"])
+    return keys
+
+
+def run(args: argparse.Namespace) -> None:
+    torch.set_num_threads(args.threads)
+    game = get_game(args.game)
+    kept = set(json.loads((args.prepared / "kept_out.json").read_text())["kept_out"])
+    held = held_out_ids(args.dataset)
+    collection = COLLECTIONS[args.game]
+    positions = build_set(game, collection.read(), args.stones, held, kept, args.limit,
+                          collection.clean)
+    params = annealing_params(args, args.stones)
+    policy = TorchScriptPolicy(args.model)
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    done = done_keys(args.results)
+    log.info("%s %d-move set: %d positions (%d done), %s, network %s, torch threads %d, "
+             "load %s", args.game, args.stones, len(positions), len(done & {p.key for p in
+                                                                           positions}),
+             params, args.model, torch.get_num_threads(), os.getloadavg())
+    for i, position in enumerate(positions):
+        if position.key in done:
+            continue
+        row = evaluate_position(game, position, policy, params, collection.rule)
+        row |= {"set": f"{args.game}{args.stones}", "model": str(args.model),
+                "label": args.label, "neighbour": params.neighbour, "init": params.init,
+                "load": os.getloadavg()[0], "time": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                   time.gmtime())}
+        with args.results.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        log.info("%d/%d %s: actual %.4f inferred %.4f greedy %.4f exact %s match %.2f "
+                 "%.1f s", i + 1, len(positions), position.key, row["actual_gm"],
+                 row["inferred_gm"], row["greedy_gm"], row["exact"], row["move_match"],
+                 row["seconds"])
+
+
+# ------------------------------------------------------------------------------ report
+def load_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def report(args: argparse.Namespace) -> None:
+    out = []
+    for path in sorted(args.results_dir.glob("*.jsonl")):
+        rows = load_rows(path)
+        fig = figures(rows)
+        fig["name"] = path.stem
+        out.append(fig)
+        print(json.dumps({k: round(v, 4) if isinstance(v, float) else v
+                          for k, v in fig.items()}))
+        if args.png_prefix and rows:
+            scatter(rows, Path(f"{args.png_prefix}{path.stem}.png"), path.stem)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+
+
+def scatter(rows: list[dict], png: Path, title: str) -> None:
+    """The paper's Fig. 3: actual geometric mean on x, inferred on y, the diagonal drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x = [r["actual_gm"] for r in rows]
+    y = [r["inferred_gm"] for r in rows]
+    top = max(max(x), max(y)) * 1.05
+    fig, ax = plt.subplots(figsize=(4.2, 4.2))
+    ax.scatter(x, y, s=10, alpha=0.7)
+    ax.plot([0, top], [0, top], color="grey", lw=1)
+    ax.set_xlim(0, top)
+    ax.set_ylim(0, top)
+    ax.set_xlabel("actual order: geometric mean")
+    ax.set_ylabel("inferred order: geometric mean")
+    ax.set_title(f"{title} ({len(rows)} positions)", fontsize=9)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("prepare", help="kept-out games and the training sources without them")
+    p.add_argument("--game", choices=sorted(COLLECTIONS), required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--keep-out", type=int, default=KEEP_OUT)
+    r = sub.add_parser("run", help="inference on one set, appended to --results")
+    r.add_argument("--game", choices=sorted(COLLECTIONS), required=True)
+    r.add_argument("--prepared", type=Path, required=True, help="prepare's --out")
+    r.add_argument("--dataset", type=Path, required=True, help="the training dataset")
+    r.add_argument("--model", type=Path, required=True, help="a TorchScript policy")
+    r.add_argument("--stones", type=int, default=20)
+    r.add_argument("--limit", type=int, default=100, help="positions (0: every one)")
+    r.add_argument("--restarts", type=int, default=5)
+    r.add_argument("--iterations", type=int, default=0,
+                   help="per restart (0: the paper's, 5,000 * (stones / 20)^2)")
+    r.add_argument("--budget", type=int, default=0,
+                   help="candidates per position in all (overrides --iterations)")
+    r.add_argument("--neighbour", default="mix")
+    r.add_argument("--init", default="greedy")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--threads", type=int, default=1)
+    r.add_argument("--label", default="")
+    r.add_argument("--results", type=Path, required=True)
+    s = sub.add_parser("report", help="figures of every results file")
+    s.add_argument("--results-dir", type=Path, required=True)
+    s.add_argument("--png-prefix", default="")
+    s.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if args.command == "prepare":
+        info = prepare(args.game, args.out, args.keep_out)
+        print(json.dumps({k: v for k, v in info.items() if k != "kept_out"}
+                         | {"kept_out": len(info["kept_out"])}))
+    elif args.command == "run":
+        run(args)
+    else:
+        report(args)
+
+
+if __name__ == "__main__":
+    main()
