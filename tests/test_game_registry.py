@@ -168,7 +168,7 @@ def game_dispatch(roots: tuple[str, ...] = ("services", "flows"),
     game or its default model in a string, or asks `isinstance` about a game's position class:
     "path:line: what". Docstrings may name games."""
     games = registered_games()
-    names = {g.name for g in games} | {g.default_model for g in games}
+    names = {g.name for g in games} | {g.default_model for g in games if g.default_model}
     classes = {type(g.start()).__name__ for g in games} | {"GoState"}
     found = []
     for root in roots:

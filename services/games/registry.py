@@ -1,8 +1,9 @@
 """The registered games, by name: where every service finds a `Game` (services.games.base).
 
-The built-in games (Gomoku/Renju, Go) register themselves when their modules are imported;
-`get_game` and `registered_games` import them on first use. Another game registers itself with
-`register(game)` when its module is imported (a test game does so from `tests/`).
+The built-in games (Gomoku/Renju, Go, the Capture Game) register themselves when their modules
+are imported; `get_game` and `registered_games` import them on first use. Another game
+registers itself with `register(game)` when its module is imported (a test game does so from
+`tests/`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from services.api.movepred.v1 import search_pb2
 from services.games.base import Game, Position
 
 # The modules of the built-in games, imported on first lookup (each calls `register`).
-BUILTIN_MODULES = ("services.games.gomoku_game", "services.games.go_game")
+BUILTIN_MODULES = ("services.games.gomoku_game", "services.games.go_game",
+                   "services.games.capture_game")
 # What a request's GAME_UNSPECIFIED means (the API's documented default).
 DEFAULT_PROTO_GAME = search_pb2.GOMOKU
 

@@ -1,0 +1,221 @@
+"""The Capture Game (Atari-Go) as a `Game` (services.games.base), on 5x5 to 9x9 boards.
+
+The rules, as PyBrain's ``CaptureGame`` (the implementation Grüttner et al. trained and
+evaluated with, default ``suicideenabled=True``):
+
+* Go stones and liberties on an empty S x S board, black first, the players alternate; there
+  is no pass and no set-up.
+* The first capture wins: a stone that leaves an opponent group without liberties ends the
+  game, won by its player.
+* Suicide is a legal move that loses at once: a stone that captures nothing and leaves its own
+  group without liberties ends the game, won by the opponent. PyBrain's network player chooses
+  among all empty points (``getLegals``) and loses by its own suicide; forbidding suicide
+  instead would change the game the paper's fitness numbers were measured on, and hand a
+  trained network a rule it never saw.
+* So every empty point is a legal move, and the side to move always has one: in a game that
+  goes on every group has a liberty, and when one empty point is left every group touches it,
+  so a stone there captures the opponent's (which exist once both have moved). A game ends
+  within S*S moves, by a capture or a suicide; there is no draw and no "no legal move". No
+  ko arises either (the first capture ends the game).
+* A finished game's board shows the last stone as played; nothing is removed.
+
+What the services ask: the network input is the int8 board [S, S] (0 empty, 1 black, 2
+white; the side to move is black exactly when both have as many stones); the policy has S*S
+entries (no pass); moves are named as Gomoku's (``c3``: column letter, row from the bottom).
+Requests (`position_from_request`) must name a served size (5..9), no rule, komi, set-up
+stones or first mover, and moves on empty points of a game that goes on; a move that is
+suicide is refused naming it (it would end the game), and a position whose game is over (a
+capture) is refused by `require_playable`, so Predict and GenMove get INVALID_ARGUMENT for
+both. The search (`expand`) sees a capture as a proven win and leaves suicide out of the
+candidates unless nothing else is left.
+
+Not served yet: `default_model` is empty, so the search service serves the Capture Game only
+when a model is named (``--capture-model``), and `default_config` is empty, so the supervised
+trainer has no network for it (its networks are trained by direct policy search, not on game
+records). The rules themselves are `services.games.capture_batch`'s kernels, the ones
+training play runs on, imported when a position is first played (the registry imports this
+module in every process; numba is loaded only where the game is played).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from services.api.movepred.v1 import search_pb2
+from services.games.base import (
+    BLACK,
+    COLOR_NAMES,
+    WHITE,
+    Expansion,
+    Game,
+    InvalidRequest,
+    Position,
+    check_size,
+    simple_position,
+)
+from services.games.registry import register
+
+EMPTY = 0
+MIN_SIZE, MAX_SIZE = 5, 9  # the sizes served: the paper's 5x5 and 7x7, and up to 9x9
+DEFAULT_SIZE = 5
+# the last move's effect (`capture_batch.play`'s values)
+GOES_ON, CAPTURED, SUICIDE = 0, 1, -1
+
+
+@cache
+def _engine() -> ModuleType:
+    """`services.games.capture_batch`, imported on first use (see the module docstring)."""
+    from services.games import capture_batch
+
+    return capture_batch
+
+
+class CaptureState:
+    """An immutable Capture Game position: the flat board, the moves, the last move's effect."""
+
+    __slots__ = ("_cells", "moves", "result", "size")
+
+    def __init__(self, size: int, cells: np.ndarray | None = None, moves: tuple[int, ...] = (),
+                 result: int = GOES_ON) -> None:
+        self.size = size
+        if cells is None:
+            cells = np.zeros(size * size, np.int8)
+        cells.flags.writeable = False
+        self._cells = cells
+        self.moves = moves
+        self.result = result
+
+    @property
+    def game(self) -> CaptureGame:
+        return CAPTURE
+
+    @property
+    def to_move(self) -> int:
+        return BLACK if len(self.moves) % 2 == 0 else WHITE
+
+    @property
+    def board(self) -> np.ndarray:
+        """int8 [S, S] indexed [y, x] (read-only)."""
+        return self._cells.reshape(self.size, self.size)
+
+    @property
+    def is_over(self) -> bool:
+        return self.result != GOES_ON
+
+    @property
+    def winner(self) -> int:
+        """BLACK or WHITE once the game is over, EMPTY while it goes on."""
+        if self.result == GOES_ON:
+            return EMPTY
+        last = WHITE if self.to_move == BLACK else BLACK
+        return last if self.result == CAPTURED else self.to_move
+
+    def play(self, move: int) -> CaptureState:
+        """Place the side to move's stone on flat point `move`; ValueError when the game is
+        over or the point is off the board or taken. A suicide is played (and loses)."""
+        if self.is_over:
+            raise ValueError("the game is over")
+        if not 0 <= move < self.size * self.size:
+            raise ValueError(f"point {move} is off the {self.size}x{self.size} board")
+        if self._cells[move] != EMPTY:
+            raise ValueError("occupied")
+        cells = self._cells.copy().reshape(1, -1)
+        result = int(_engine().play(cells, self.to_move, np.array([move]))[0])
+        return CaptureState(self.size, cells.reshape(-1), (*self.moves, int(move)), result)
+
+    def legal_mask(self) -> np.ndarray:
+        """Boolean [S*S]: every empty point (none once the game is over)."""
+        if self.is_over:
+            return np.zeros(self.size * self.size, bool)
+        return self._cells == EMPTY
+
+    def move_kinds(self) -> tuple[list[int], list[int]]:
+        """(the capturing moves, the suicides) of the side to move, ascending."""
+        engine = _engine()
+        n = self.size * self.size
+        libs = engine.liberties(self._cells.reshape(1, -1))[0]
+        nbrs = engine.neighbour_table(self.size)
+        me, cells = self.to_move, self._cells
+        captures, suicides = [], []
+        for p in range(n):
+            if cells[p] != EMPTY:
+                continue
+            around = [q for q in nbrs[p] if q >= 0]
+            if any(cells[q] not in (EMPTY, me) and libs[q] == 1 for q in around):
+                captures.append(p)
+            elif not any(cells[q] == EMPTY or (cells[q] == me and libs[q] > 1) for q in around):
+                suicides.append(p)
+        return captures, suicides
+
+    def __repr__(self) -> str:
+        return (f"CaptureState(size={self.size}, moves={len(self.moves)}, "
+                f"to_move={COLOR_NAMES[self.to_move]}, result={self.result})")
+
+
+class CaptureGame(Game):
+    name = "capture"
+    title = "Capture Game"
+    default_size = DEFAULT_SIZE
+    sizes = tuple(range(MIN_SIZE, MAX_SIZE + 1))
+    default_model = ""  # no trained network is published (see the module docstring)
+    default_config = ""
+    stages = (4, 16)  # 5x5 games last about 15 moves
+
+    def start(self, size: int | None = None) -> CaptureState:
+        return CaptureState(size or DEFAULT_SIZE)
+
+    def terminal_value(self, state: Position) -> float:
+        """+1 to the player who captured, -1 to the one whose stone was suicide."""
+        s: Any = state
+        return 1.0 if s.result == CAPTURED else -1.0
+
+    def expand(self, state: Position) -> Expansion:
+        """Over: its value to the last mover. A capture available: a proven win, searched
+        alone. Otherwise every move but the suicides (all of them when nothing else is left)."""
+        s: Any = state
+        if s.is_over:
+            return Expansion(terminal_value=self.terminal_value(s))
+        legal = s.legal_mask()
+        captures, suicides = s.move_kinds()
+        if captures:
+            return Expansion(candidates=captures, proven_win=True)
+        quiet = legal.copy()
+        quiet[suicides] = False
+        return Expansion(candidates=np.flatnonzero(quiet if quiet.any() else legal).tolist(),
+                         legal=legal)
+
+    def tactical_positions(self) -> dict[str, tuple[np.ndarray, tuple[int, ...]]]:
+        """Black to move captures the white stone in atari at b2 by playing b3."""
+        s = self.start()
+        for name in ("b1", "b2", "a2", "e5", "c2", "e4"):  # black b1, white b2, black a2, ...
+            s = s.play(self.parse_move(name, s.size))
+        return {"capture in one": (s.board.copy(), (self.parse_move("b3", s.size),))}
+
+    def require_playable(self, state: Position, field: str) -> None:
+        s: Any = state
+        if s.is_over:
+            how = "captured" if s.result == CAPTURED else "committed suicide"
+            raise InvalidRequest(field, f"the game is over: {COLOR_NAMES[s.winner]} won "
+                                        f"({COLOR_NAMES[3 - s.to_move]} {how} at "
+                                        f"{self.move_name(s.moves[-1], s.size)})")
+
+    def position_from_request(self, position: search_pb2.Position,
+                              field: str) -> CaptureState:
+        """A validated position (which may be a game won by a capture); a suicide among the
+        moves is refused, naming it."""
+        size = check_size(self, position, field)
+        state: Any = simple_position(self, position, field, self.start(size))
+        if state.result == SUICIDE:
+            move = state.moves[-1]
+            raise InvalidRequest(
+                f"{field}.moves[{len(state.moves) - 1}]",
+                f"{self.move_name(move, size)} is suicide for {COLOR_NAMES[3 - state.to_move]} "
+                "(it leaves its own group without liberties, which loses the Capture Game)")
+        return state
+
+
+CAPTURE = register(CaptureGame())
