@@ -1,0 +1,231 @@
+"""Multi-dimensional recurrent networks for the Capture Game (Grüttner et al., after Schaul &
+Schmidhuber's scalable board-game networks): MDRNN and MDLSTM.
+
+Four hidden layers sweep the board diagonally, one from each corner. The sweep from the top
+left computes, at every point (i, j),
+
+    h(i, j) = f(W_in x(i, j) + W_h h(i-1, j) + W_h h(i, j-1))
+
+with f = tanh, no bias, and the border activations h(-1, j) = h(i, -1) = w_b. The other three
+sweeps are the same layer run on the board mirrored vertically, horizontally and both: the four
+directions share every weight, as in the paper's "four (identical) hidden layers". The output
+at each point is sigmoid(sum over the four directions of w_out . h_d(i, j)), a preference per
+point; the player moves to the legal point with the highest one. Nothing depends on the board
+size, so the same weights play 5x5, 7x7 or 9x9.
+
+Input per point: two values, (1, 0) for a stone of the player to move, (0, 1) for an opponent
+stone, (0, 0) for an empty point (the paper's two input weights per hidden neuron; PyBrain's
+CaptureGame board array, seen from the side to move). The batched input is float or int
+planes [B, 2, S, S], the output scores [B, S, S] in (0, 1).
+
+The weights, with k hidden neurons (the paper's count, Section 3.2):
+
+MDRNN, 4k + k^2 (12 for k = 2):
+    w_in   [k, 2]   input -> hidden                               2k
+    w_h    [k, k]   hidden -> hidden, the same for both predecessors k^2
+    w_out  [k]      hidden -> output, the same for all directions  k
+    w_b    [k]      the fixed border activation                    k
+
+MDLSTM, 16k + 5k^2 (52 for k = 2): each hidden neuron is a 2-D LSTM cell (Graves) with five
+units: the cell input z, the input gate, one forget gate per predecessor ((i-1, j) and
+(i, j-1)) and the output gate,
+    w_in   [5k, 2]  input -> the five units                       10k
+    w_h    [5k, k]  hidden -> the five units, both predecessors   5k^2
+    w_peep [4, k]   peepholes: input gate <- c(i-1,j) + c(i,j-1),
+                    forget gate 1 <- c(i-1,j), forget gate 2 <- c(i,j-1),
+                    output gate <- c(i,j)                          4k
+    w_out  [k]      hidden -> output                               k
+    w_b    [k]      the border activation (the border cell state is 0) k
+so that c = i * tanh(z) + f1 * c(i-1,j) + f2 * c(i,j-1) and h = o * tanh(c).
+
+The sweep is a loop over anti-diagonals: the points with i + j = d depend only on diagonal
+d - 1, so an S x S board takes 2S - 1 steps, each on all its points, all four directions and
+the whole batch at once. The weights may also come per board (`scores_per_board`), so one call
+plays a whole population of parameter vectors against its opponents. The optimisers of
+`services.policy_search` work on flat vectors (`get_flat` / `set_flat`, the order of
+`named_parameters`).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+IN_PLANES = 2  # own stones, opponent stones (an empty point is (0, 0))
+
+
+def _diagonals(size: int, device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor,
+                                                               torch.Tensor, torch.Tensor]]:
+    """Per anti-diagonal d = i + j: the flat index of its points in the S*S board, in the
+    (S+1)*(S+1) padded state (row 0 and column 0 are the border), and of their predecessors
+    (i-1, j) and (i, j-1) in the padded state."""
+    out: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    p = size + 1
+    for d in range(2 * size - 1):
+        lo = max(0, d - size + 1)
+        hi = min(d, size - 1)
+        i = torch.arange(lo, hi + 1, device=device)
+        j = d - i
+        cell = i * size + j
+        pos = (i + 1) * p + (j + 1)
+        out.append((cell, pos, pos - p, pos - 1))
+    return out
+
+
+def _four_ways(x: torch.Tensor) -> torch.Tensor:
+    """[N, C, S, S] -> [4N, C, S, S]: the board as seen by the sweeps from the top-left,
+    bottom-left, top-right and bottom-right corners (each then swept from the top left)."""
+    return torch.cat([x, x.flip([2]), x.flip([3]), x.flip([2, 3])])
+
+
+def _combine(h: torch.Tensor, w_out: torch.Tensor) -> torch.Tensor:
+    """Hidden activations [4N, k, S, S] of the four sweeps (in `_four_ways` order) and output
+    weights [N, k] -> scores [N, S, S] = sigmoid(sum_d w_out . h_d)."""
+    n = w_out.shape[0]
+    a, b, c, d = h[:n], h[n:2 * n], h[2 * n:3 * n], h[3 * n:]
+    total = a + b.flip([2]) + c.flip([3]) + d.flip([2, 3])
+    return torch.sigmoid((w_out[:, :, None, None] * total).sum(1))
+
+
+def mdrnn_scores(x: torch.Tensor, w_in: torch.Tensor, w_h: torch.Tensor, w_out: torch.Tensor,
+                 w_b: torch.Tensor) -> torch.Tensor:
+    """MDRNN scores [N, S, S] of input planes x [N, 2, S, S] with per-board weights w_in
+    [N, k, 2], w_h [N, k, k], w_out [N, k], w_b [N, k]."""
+    n, _, size, _ = x.shape
+    k = w_h.shape[1]
+    xs = _four_ways(x).reshape(4 * n, x.shape[1], size * size)
+    w_in4, w_h4 = w_in.repeat(4, 1, 1), w_h.repeat(4, 1, 1)
+    drive = torch.bmm(w_in4, xs)  # [4N, k, S*S]
+    p = size + 1
+    state = w_b.repeat(4, 1)[:, :, None].repeat(1, 1, p * p)
+    for cell, pos, up, left in _diagonals(size, x.device):
+        before = state.index_select(2, up) + state.index_select(2, left)
+        h = torch.tanh(drive.index_select(2, cell) + torch.bmm(w_h4, before))
+        state = state.index_copy(2, pos, h)
+    h = state.reshape(4 * n, k, p, p)[:, :, 1:, 1:]
+    return _combine(h, w_out)
+
+
+def mdlstm_scores(x: torch.Tensor, w_in: torch.Tensor, w_h: torch.Tensor,
+                  w_peep: torch.Tensor, w_out: torch.Tensor, w_b: torch.Tensor) -> torch.Tensor:
+    """MDLSTM scores [N, S, S] of input planes x [N, 2, S, S] with per-board weights w_in
+    [N, 5k, 2], w_h [N, 5k, k], w_peep [N, 4, k], w_out [N, k], w_b [N, k]."""
+    n, _, size, _ = x.shape
+    k = w_h.shape[2]
+    xs = _four_ways(x).reshape(4 * n, x.shape[1], size * size)
+    w_in4, w_h4 = w_in.repeat(4, 1, 1), w_h.repeat(4, 1, 1)
+    peep = w_peep.repeat(4, 1, 1)[:, :, :, None]  # [4N, 4, k, 1]
+    p_in, p_f1, p_f2, p_out = peep[:, 0], peep[:, 1], peep[:, 2], peep[:, 3]
+    drive = torch.bmm(w_in4, xs)  # [4N, 5k, S*S]
+    p = size + 1
+    hidden = w_b.repeat(4, 1)[:, :, None].repeat(1, 1, p * p)
+    cells = torch.zeros_like(hidden)
+    for cell, pos, up, left in _diagonals(size, x.device):
+        before = hidden.index_select(2, up) + hidden.index_select(2, left)
+        a = drive.index_select(2, cell) + torch.bmm(w_h4, before)
+        z, g_in, g_f1 = a[:, :k], a[:, k:2 * k], a[:, 2 * k:3 * k]
+        g_f2, g_out = a[:, 3 * k:4 * k], a[:, 4 * k:]
+        c_up, c_left = cells.index_select(2, up), cells.index_select(2, left)
+        c = (torch.sigmoid(g_in + p_in * (c_up + c_left)) * torch.tanh(z)
+             + torch.sigmoid(g_f1 + p_f1 * c_up) * c_up
+             + torch.sigmoid(g_f2 + p_f2 * c_left) * c_left)
+        h = torch.sigmoid(g_out + p_out * c) * torch.tanh(c)
+        cells = cells.index_copy(2, pos, c)
+        hidden = hidden.index_copy(2, pos, h)
+    h = hidden.reshape(4 * n, k, p, p)[:, :, 1:, 1:]
+    return _combine(h, w_out)
+
+
+class _Shape(NamedTuple):
+    name: str
+    shape: tuple[int, ...]
+
+
+class _SweepNet(nn.Module):
+    """Flat-vector access shared by both networks: the parameters in `named_parameters`
+    order, each flattened row-major."""
+
+    def _shapes(self) -> list[_Shape]:
+        return [_Shape(name, tuple(p.shape)) for name, p in self.named_parameters()]
+
+    def n_weights(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def get_flat(self) -> torch.Tensor:
+        return torch.cat([p.detach().reshape(-1) for p in self.parameters()])
+
+    def set_flat(self, flat: torch.Tensor) -> None:
+        flat = torch.as_tensor(flat, dtype=torch.float32)
+        if flat.shape != (self.n_weights(),):
+            raise ValueError(f"a flat vector of {self.n_weights()} weights, "
+                             f"got {tuple(flat.shape)}")
+        with torch.no_grad():
+            start = 0
+            for p in self.parameters():
+                p.copy_(flat[start:start + p.numel()].reshape(p.shape))
+                start += p.numel()
+
+    def unflatten(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        """Flat vectors [N, d] -> the weights, each with a leading N (in parameter order)."""
+        flat = torch.as_tensor(flat, dtype=torch.float32)
+        if flat.dim() != 2 or flat.shape[1] != self.n_weights():
+            raise ValueError(f"flat vectors [N, {self.n_weights()}], got {tuple(flat.shape)}")
+        out, start = [], 0
+        for _, shape in self._shapes():
+            size = 1
+            for s in shape:
+                size *= s
+            out.append(flat[:, start:start + size].reshape((flat.shape[0], *shape)))
+            start += size
+        return out
+
+
+class MDRNN(_SweepNet):
+    """The paper's MDRNN: planes [B, 2, S, S] (own, opponent) -> scores [B, S, S]."""
+
+    def __init__(self, hidden: int = 2, init_std: float = 1.0, seed: int = 0) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        k = hidden
+        self.w_in = nn.Parameter(torch.randn(k, IN_PLANES, generator=g) * init_std)
+        self.w_h = nn.Parameter(torch.randn(k, k, generator=g) * init_std)
+        self.w_out = nn.Parameter(torch.randn(k, generator=g) * init_std)
+        self.w_b = nn.Parameter(torch.randn(k, generator=g) * init_std)
+
+    def forward(self, boards: torch.Tensor) -> torch.Tensor:
+        n = boards.shape[0]
+        return mdrnn_scores(boards.float(), self.w_in.expand(n, -1, -1),
+                            self.w_h.expand(n, -1, -1), self.w_out.expand(n, -1),
+                            self.w_b.expand(n, -1))
+
+    def scores_per_board(self, boards: torch.Tensor, flat: torch.Tensor) -> torch.Tensor:
+        """Scores [B, S, S] of planes [B, 2, S, S], board b played by flat vector flat[b]."""
+        w_in, w_h, w_out, w_b = self.unflatten(flat)
+        return mdrnn_scores(boards.float(), w_in, w_h, w_out, w_b)
+
+
+class MDLSTM(_SweepNet):
+    """MDLSTM: the MDRNN with 2-D LSTM cells in the sweeps (planes [B, 2, S, S] -> scores)."""
+
+    def __init__(self, hidden: int = 2, init_std: float = 1.0, seed: int = 0) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        k = hidden
+        self.w_in = nn.Parameter(torch.randn(5 * k, IN_PLANES, generator=g) * init_std)
+        self.w_h = nn.Parameter(torch.randn(5 * k, k, generator=g) * init_std)
+        self.w_peep = nn.Parameter(torch.randn(4, k, generator=g) * init_std)
+        self.w_out = nn.Parameter(torch.randn(k, generator=g) * init_std)
+        self.w_b = nn.Parameter(torch.randn(k, generator=g) * init_std)
+
+    def forward(self, boards: torch.Tensor) -> torch.Tensor:
+        n = boards.shape[0]
+        return mdlstm_scores(boards.float(), self.w_in.expand(n, -1, -1),
+                             self.w_h.expand(n, -1, -1), self.w_peep.expand(n, -1, -1),
+                             self.w_out.expand(n, -1), self.w_b.expand(n, -1))
+
+    def scores_per_board(self, boards: torch.Tensor, flat: torch.Tensor) -> torch.Tensor:
+        """Scores [B, S, S] of planes [B, 2, S, S], board b played by flat vector flat[b]."""
+        w_in, w_h, w_peep, w_out, w_b = self.unflatten(flat)
+        return mdlstm_scores(boards.float(), w_in, w_h, w_peep, w_out, w_b)
