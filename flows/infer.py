@@ -348,7 +348,8 @@ def infer_position(position: dict, out_dir: str, target: str, client: dict,
                       server_name=client.get("tls_server_name"))
     started = time.perf_counter()
     try:
-        with SearchClient(target, auth=auth) as search:
+        with SearchClient(target, auth=auth,
+                          wait_for_ready=bool(client.get("wait_for_ready"))) as search:
             reply = search.infer_sequence(
                 list(p.black), list(p.white), game=game, rule=proto_rule(p.rule) if p.rule else 0,
                 board_size=p.board_size, **budget)
@@ -412,8 +413,8 @@ def infer_flow(sources: list[str], out: str, target: str, moves: int = DEFAULT_M
     RESOURCE_EXHAUSTED past its search slots, which is retried); `retries` and
     `retry_delay_s`: for UNAVAILABLE, RESOURCE_EXHAUSTED and DEADLINE_EXCEEDED; `client`: the
     security options of `services.search.auth.add_client_arguments` by name (tls, tls_ca,
-    tls_client_cert, tls_client_key, tls_server_name, token_file, token_env; a token itself is
-    never a flow parameter, so it stays out of the run's record).
+    tls_client_cert, tls_client_key, tls_server_name, token_file, token_env, wait_for_ready; a
+    token itself is never a flow parameter, so it stays out of the run's record).
     """
     logger = get_run_logger()
     out_dir = Path(out).resolve()
@@ -428,9 +429,9 @@ def infer_flow(sources: list[str], out: str, target: str, moves: int = DEFAULT_M
                 "run against %s", len(positions), len(sources), sum(found.skipped.values()),
                 dict(found.skipped) or "none", len(positions) - len(todo), len(todo), target)
 
-    total = max(len(positions), 1)
+    total = max(len(positions), 1)  # no positions: nothing left to do, 100 %
     progress_id = create_progress_artifact(
-        progress=100.0 * (len(positions) - len(todo)) / total, key="infer-progress",
+        progress=100.0 * (total - len(todo)) / total, key="infer-progress",
         description=f"positions answered of {len(positions)}")
     runner = infer_position.with_options(retries=retries, retry_delay_seconds=retry_delay_s)
     budget = _budget(iterations, restarts, seed, time_ms, neighbour, init, timeout_s)
@@ -446,7 +447,7 @@ def infer_flow(sources: list[str], out: str, target: str, moves: int = DEFAULT_M
 
     for _ in range(max(concurrency, 1)):
         submit()
-    finished = len(positions) - len(todo)
+    finished = total - len(todo)
     while pending:
         future = next(as_completed(list(pending)))
         p = pending.pop(future)
@@ -465,7 +466,8 @@ def infer_flow(sources: list[str], out: str, target: str, moves: int = DEFAULT_M
         submit()
 
     ordered = [rows[p.position_id] for p in positions if p.position_id in rows]
-    others = [row for i, row in rows.items() if i not in {p.position_id for p in positions}]
+    selected = {p.position_id for p in positions}
+    others = [row for i, row in rows.items() if i not in selected]  # earlier runs' other rows
     atomic_write_text(_csv_text([*ordered, *others], header=True), summary_path)
     result = {"positions": len(positions), "resumed": len(positions) - len(todo),
               "ran": len(todo), "ok": ran[OK], "invalid": ran[INVALID], "failed": ran[FAILED],
@@ -545,10 +547,17 @@ def main(argv: list[str] | None = None) -> dict:
     logs.add_arguments(parser)
     args = parser.parse_args(argv)
     configure_logging(args)
+    try:  # a missing token file or variable, an unreadable PEM: said now, not per position
+        client_auth = auth.client_auth_from(args)
+        if client_auth.tls:
+            client_auth.credentials()
+    except auth.AuthConfigError as exc:
+        parser.error(str(exc))
     client = {k: (str(v) if isinstance(v, Path) else v) for k, v in {
         "tls": args.tls, "tls_ca": args.tls_ca, "tls_client_cert": args.tls_client_cert,
         "tls_client_key": args.tls_client_key, "tls_server_name": args.tls_server_name,
-        "token_file": args.token_file, "token_env": args.token_env}.items() if v}
+        "token_file": args.token_file, "token_env": args.token_env,
+        "wait_for_ready": args.wait_for_ready}.items() if v}
     result = infer_flow(sources=args.sources, out=args.out, target=args.target,
                         moves=args.moves, game=args.game, iterations=args.iterations,
                         restarts=args.restarts, seed=args.seed, limit=args.limit,
