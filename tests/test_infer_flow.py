@@ -7,8 +7,8 @@ games that give none (too short, a handicap, a capture). The run orders two, rec
 invalid one with its message without failing, writes each game in its own format (RIF for
 Gomoku, SGF for Go) with exactly the position's stones, fills summary.csv consistently with
 the written orders and the actual ones, and attaches its progress and summary artifacts; a
-second run answers nothing again. With the service unreachable, every position fails after
-its retries, and so does the run.
+second run from the command line answers nothing again. With the service unreachable, every
+position fails after its retries, and so does the run.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.infer import SUMMARY, infer_flow
+from flows.infer import SUMMARY, infer_flow, main
 from services.games.registry import get_game
 from services.protocols.gtp import go_sgf
 from services.records.rif import RifGame, read_rif
@@ -133,9 +133,11 @@ def test_infer_flow_orders_a_collection_records_the_invalid_and_resumes(
     assert "| games.rif:1 | 10 | invalid |" in markdown
     assert float(Artifact.get("infer-progress").data) == pytest.approx(100.0)
 
-    # a second run answers nothing again: same rows, no file rewritten but the summary
+    # a second run (from the command line) answers nothing again: same rows, no file
+    # rewritten but the summary
     before = {f.name: f.stat().st_mtime_ns for f in out.iterdir() if f.name != SUMMARY}
-    again = infer_flow(sources=[rif, go], out=str(out), target=live, moves=MOVES, **BUDGET)
+    again = main([rif, go, "--out", str(out), "--target", live, "--moves", str(MOVES),
+                  *(a for k, v in BUDGET.items() for a in (f"--{k}", str(v)))])
     assert (again["ran"], again["resumed"], again["ok"], again["invalid"]) == (0, 3, 0, 0)
     assert summary_rows(out) == rows
     assert {f.name: f.stat().st_mtime_ns for f in out.iterdir() if f.name != SUMMARY} == before
