@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from services.games.capture_game import CAPTURE
+from services.models.configs import build, spec
 from services.models.mdrnn import MDLSTM, MDRNN, _diagonals
 
 
@@ -158,3 +160,10 @@ def test_flat_vector_round_trip_and_per_board_weights(cls) -> None:
         torch.testing.assert_close(got[1::2], other(x[1::2]))
     with pytest.raises(ValueError, match="flat vector"):
         net.set_flat(torch.zeros(net.n_weights() + 1))
+
+
+def test_capture_configs_build_the_papers_networks() -> None:
+    assert spec("capture_mdrnn_k2").game == CAPTURE.name
+    assert spec("capture_mdlstm_k2").game == CAPTURE.name
+    assert build("capture_mdrnn_k2").n_weights() == 12
+    assert build("capture_mdlstm_k2").n_weights() == 52

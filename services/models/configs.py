@@ -4,7 +4,9 @@
 connected top, `_bn`: with batch norm). `res_bBcC` is a residual network of B blocks of C
 channels; `go_` configurations take compact Go inputs (services/games/go_features.py) and
 predict a pass as well. A `_v` suffix adds a value head (services/models/value.py). Every built
-model takes compact int8 inputs and returns logits, or (logits, value) with a value head.
+model takes compact int8 inputs and returns logits, or (logits, value) with a value head, except
+the Capture Game's `capture_mdrnn_kK` / `capture_mdlstm_kK` (services/models/mdrnn.py, K hidden
+neurons per sweep): (own, opponent) planes [N, 2, S, S] -> move preferences [N, S, S] in (0, 1).
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from services.games.capture_game import CAPTURE
 from services.games.go_features import N_GO_PLANES
 from services.games.go_game import GO
 from services.games.gomoku_game import GOMOKU
+from services.models.mdrnn import MDLSTM, MDRNN
 from services.models.resnet import GoPolicy, ResidualPolicyNet
 from services.models.shao import BoardPolicy, ShaoPolicyNet
 from services.models.value import PolicyValue
@@ -57,6 +61,8 @@ _POLICIES: dict[str, ModelSpec] = {
     "go_res_b6c96": _go(6, 96),
     "go_res_b10c128": _go(10, 128),
     "go_res_b2c32": _go(2, 32),  # small Go network for tests
+    "capture_mdrnn_k2": ModelSpec(CAPTURE.name, lambda: MDRNN(2)),  # 12 weights (the paper's)
+    "capture_mdlstm_k2": ModelSpec(CAPTURE.name, lambda: MDLSTM(2)),  # 52 weights
 }
 # with a value head: the served search uses it at leaves that are not finished games
 _WITH_VALUE = ("shao_f32_n2", "shao_f128_n2", "shao_f128_n4", "res_b2c32", "res_b6c96",
