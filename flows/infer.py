@@ -245,6 +245,9 @@ def read_positions(sources: Sequence[str], moves: int, game: str | None = None) 
     """Every position of the sources (records: after `moves` moves; JSONL: as given; `game`:
     the game of JSONL lines that name none), and the games that gave none, by reason.
     ValueError for a source of an unknown type, two sources of one name or a repeated id."""
+    if moves < 1:
+        raise ValueError(f"moves must be at least 1 (got {moves}): a record's position after "
+                         "no moves has no stones to order")
     default = get_game(game) if game else default_game()
     found = Collection()
     paths = [Path(s) for s in sources]
