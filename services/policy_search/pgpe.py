@@ -1,0 +1,69 @@
+"""PGPE (Sehnke et al. 2010): policy gradients with parameter-based exploration, with symmetric
+sampling and reward normalisation, as the Capture Game paper used it (PyBrain's PGPE).
+
+Each parameter theta_i is drawn from N(mu_i, sigma_i^2). A generation draws `pairs`
+perturbations eps ~ N(0, sigma^2) and evaluates mu + eps and mu - eps (symmetric sampling: the
+difference of the two fitnesses estimates the gradient along eps with the baseline cancelled).
+With r+ and r- the pair's fitnesses, m the best fitness seen so far and b a moving-average
+baseline of the pairs' mean fitness r = (r+ + r-) / 2:
+
+    mu    += alpha_mu    * (r+ - r-) / (2m - r+ - r-) * eps
+    sigma += alpha_sigma * (r - b) / (m - b) * (eps^2 - sigma^2) / sigma   (only where r > b)
+    b      = 0.9 b + 0.1 r
+
+Dividing by the distance to the best fitness seen is the reward normalisation: the steps do not
+depend on the fitness's scale, and shrink as the pair nears the best. Sigma follows only
+positive sigma gradients (a pair better than the baseline), which keeps it positive. The first
+generation only sets the baseline (no update), as in PyBrain. With more than one pair the
+updates are averaged over the pairs (one pair is PyBrain's and the paper's setting).
+alpha_mu = 0.2, alpha_sigma = 0.1 and sigma_0 = 2.0 are the paper's and PyBrain's defaults.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from services.policy_search.base import Optimizer
+
+
+class PGPE(Optimizer):
+    def __init__(self, x0: np.ndarray, sigma0: float = 2.0, alpha_mu: float = 0.2,
+                 alpha_sigma: float = 0.1, pairs: int = 1, seed: int = 0) -> None:
+        x0 = np.asarray(x0, dtype=np.float64).reshape(-1)
+        super().__init__(len(x0))
+        if pairs < 1 or sigma0 <= 0:
+            raise ValueError("pairs must be >= 1 and sigma0 > 0")
+        self._mu = x0.copy()
+        self.sigma = np.full(self.dim, float(sigma0))
+        self.alpha_mu, self.alpha_sigma, self.pairs = alpha_mu, alpha_sigma, pairs
+        self.baseline: float | None = None
+        self._rng = np.random.default_rng(seed)
+        self._eps = np.zeros((pairs, self.dim))
+
+    @property
+    def mean(self) -> np.ndarray:
+        return self._mu.copy()
+
+    def _propose(self) -> np.ndarray:
+        """[2 * pairs, d]: rows 2i and 2i + 1 are mu + eps_i and mu - eps_i."""
+        self._eps = self._rng.normal(0.0, self.sigma, size=(self.pairs, self.dim))
+        population = np.empty((2 * self.pairs, self.dim))
+        population[0::2] = self._mu + self._eps
+        population[1::2] = self._mu - self._eps
+        return population
+
+    def _update(self, population: np.ndarray, fitnesses: np.ndarray) -> None:
+        r_plus, r_minus = fitnesses[0::2], fitnesses[1::2]
+        r_mean = (r_plus + r_minus) / 2
+        if self.baseline is None:
+            self.baseline = float(r_mean.mean())
+            return
+        m, b, eps = self.best_fitness, self.baseline, self._eps
+        span = 2 * m - r_plus - r_minus  # > 0 wherever r+ != r- (one of them is below m)
+        step_mu = np.where(r_plus != r_minus, (r_plus - r_minus) / np.where(span > 0, span, 1), 0)
+        step_sigma = (r_mean - b) / (m - b) if m != b else np.zeros_like(r_mean)
+        step_sigma = np.maximum(step_sigma, 0.0)
+        self._mu = self._mu + self.alpha_mu * (step_mu[:, None] * eps).mean(0)
+        self.sigma = self.sigma + self.alpha_sigma * (
+            step_sigma[:, None] * (eps ** 2 - self.sigma ** 2) / self.sigma).mean(0)
+        self.baseline = 0.9 * b + 0.1 * float(r_mean.mean())

@@ -1,0 +1,140 @@
+"""The policy-search optimisers on cheap functions with known answers (the ask/tell contract,
+PGPE's update rule, the ES's selection, the CMA-ES adapter), and the Capture Game fitness:
+one candidate's games are `play_games`' games, and PGPE on a 5x5 MDRNN learns to beat the
+greedy player more often."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from services.policy_search.cmaes import CMAES
+from services.policy_search.es import MuCommaLambdaES
+from services.policy_search.pgpe import PGPE
+
+OPTIMISERS = {
+    "pgpe": lambda x0, seed: PGPE(x0, pairs=5, seed=seed),
+    "es": lambda x0, seed: MuCommaLambdaES(x0, seed=seed),
+    "cmaes": lambda x0, seed: CMAES(x0, seed=seed),
+}
+
+
+def _noisy_sphere(x: np.ndarray, rng: np.random.Generator, centre: np.ndarray) -> np.ndarray:
+    return -((x - centre) ** 2).sum(1) + rng.normal(0, 0.1, len(x))
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMISERS))
+def test_each_optimiser_approaches_a_noisy_spheres_centre(name: str) -> None:
+    centre = np.full(10, 2.0)
+    opt = OPTIMISERS[name](np.zeros(10), 0)
+    rng = np.random.default_rng(1)
+    start = ((opt.mean - centre) ** 2).sum()
+    while opt.evaluations < 600:
+        opt.tell(_noisy_sphere(opt.ask(), rng, centre))
+    assert ((opt.mean - centre) ** 2).sum() < 0.25 * start
+    assert opt.best_fitness > -start
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMISERS))
+def test_ask_tell_contract_and_seeding(name: str) -> None:
+    a, b, c = (OPTIMISERS[name](np.zeros(4), seed) for seed in (3, 3, 4))
+    pa, pb, pc = a.ask(), b.ask(), c.ask()
+    assert pa.shape[1] == 4 and pa.dtype == np.float64
+    np.testing.assert_array_equal(pa, pb)
+    assert not np.array_equal(pa, pc)
+    with pytest.raises(RuntimeError, match="tell"):
+        a.ask()
+    with pytest.raises(ValueError, match="fitnesses told"):
+        a.tell(np.zeros(len(pa) + 1))
+    with pytest.raises(ValueError, match="finite"):
+        a.tell(np.full(len(pa), np.nan))
+    a.tell(-(pa ** 2).sum(1))
+    assert a.evaluations == len(pa)
+    np.testing.assert_array_equal(a.best_x, pa[np.argmax(-(pa ** 2).sum(1))])
+    with pytest.raises(RuntimeError, match="without ask"):
+        a.tell(np.zeros(len(pa)))
+
+
+def test_pgpe_samples_symmetric_pairs_around_the_mean() -> None:
+    opt = PGPE(np.arange(6.0), pairs=3, seed=0)
+    pop = opt.ask()
+    assert pop.shape == (6, 6)
+    np.testing.assert_allclose((pop[0::2] + pop[1::2]) / 2, np.tile(opt.mean, (3, 1)))
+    eps = (pop[0::2] - pop[1::2]) / 2
+    assert not np.allclose(eps[0], eps[1])
+
+
+def test_pgpe_update_is_the_normalised_symmetric_rule() -> None:
+    """Hand-computed steps (alpha_mu 0.2, alpha_sigma 0.1): the first generation sets the
+    baseline; then mu moves by 0.2 (r+ - r-) / (2m - r+ - r-) eps, and sigma only where the
+    pair's mean beats the baseline."""
+    opt = PGPE(np.zeros(3), sigma0=2.0, seed=0)
+    opt.ask()
+    opt.tell(np.array([1.0, 0.0]))  # baseline 0.5, best m = 1; no step
+    np.testing.assert_array_equal(opt.mean, np.zeros(3))
+    assert opt.baseline == 0.5
+    pop = opt.ask()
+    eps = (pop[0] - pop[1]) / 2
+    opt.tell(np.array([0.5, -0.5]))  # mean 0 < baseline: sigma unchanged
+    np.testing.assert_allclose(opt.mean, 0.2 * (1.0 / 2.0) * eps)
+    np.testing.assert_array_equal(opt.sigma, np.full(3, 2.0))
+    assert opt.baseline == pytest.approx(0.45)
+    mu, pop = opt.mean, opt.ask()
+    eps = (pop[0] - pop[1]) / 2
+    opt.tell(np.array([0.9, 0.7]))  # mean 0.8 > baseline 0.45
+    np.testing.assert_allclose(opt.mean, mu + 0.2 * (0.2 / 0.4) * eps)
+    step = (0.8 - 0.45) / (1.0 - 0.45)
+    np.testing.assert_allclose(opt.sigma, 2.0 + 0.1 * step * (eps ** 2 - 4.0) / 2.0)
+
+
+def test_pgpe_steps_along_a_linear_functions_gradient() -> None:
+    slope = np.array([1.0, -2.0, 0.5, 3.0])
+    opt = PGPE(np.zeros(4), seed=2)
+    for _ in range(200):
+        before = opt.mean
+        opt.tell(opt.ask() @ slope)
+        assert (opt.mean - before) @ slope >= 0  # every step climbs (or stays)
+    assert np.array_equal(np.sign(opt.mean), np.sign(slope))
+    assert opt.mean @ slope > 50
+    # averaged over many symmetric pairs, one step is along the gradient: for a linear
+    # fitness the normalisation is the same for every pair, and E[(slope . eps) eps] is
+    # sigma^2 slope with equal sigmas
+    many = PGPE(np.zeros(4), pairs=4000, seed=3)
+    many.tell(many.ask() @ slope)  # sets the baseline
+    many.tell(many.ask() @ slope)
+    step = many.mean / np.linalg.norm(many.mean)
+    assert step @ (slope / np.linalg.norm(slope)) > 0.99
+
+
+def test_es_keeps_the_mu_best_of_lambda_offspring() -> None:
+    opt = MuCommaLambdaES(np.zeros(3), sigma0=0.5, seed=1)
+    assert (opt.mu, opt.lam) == (5, 30)
+    for _ in range(4):
+        pop = opt.ask()
+        assert pop.shape == (30, 3)
+        fitness = -np.abs(pop).sum(1)
+        opt.tell(fitness)
+        best = pop[np.argsort(-fitness)[:5]]
+        np.testing.assert_array_equal(opt.parents, best)  # comma: old parents are gone
+        np.testing.assert_allclose(opt.mean, best.mean(0))
+        assert opt.parent_sigmas.shape == (5, 3) and np.all(opt.parent_sigmas > 0)
+
+
+def test_es_step_sizes_shrink_near_an_optimum() -> None:
+    opt = MuCommaLambdaES(np.full(5, 0.1), sigma0=1.0, seed=0)
+    for _ in range(40):
+        pop = opt.ask()
+        opt.tell(-(pop ** 2).sum(1))
+    assert np.median(opt.parent_sigmas) < 0.1
+
+
+def test_cmaes_adapter_counts_evaluations_and_maximises() -> None:
+    opt = CMAES(np.zeros(6), sigma0=0.5, seed=0)
+    assert opt.popsize == 4 + int(3 * np.log(6))
+    for generation in range(1, 6):
+        pop = opt.ask()
+        assert pop.shape == (opt.popsize, 6)
+        opt.tell(pop.sum(1))  # a linear fitness: the mean must move along +1
+        assert opt.evaluations == generation * opt.popsize == opt.es.countevals
+    assert opt.mean.sum() > 0
+    assert CMAES(np.zeros(6), popsize=20, seed=0).ask().shape == (20, 6)
