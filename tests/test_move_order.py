@@ -20,7 +20,9 @@ from services.move_order.annealing import (
     anneal,
     anneal_lockstep,
     default_iterations,
+    exchange,
     infer_order,
+    ladder,
     temperature,
 )
 from services.move_order.greedy import greedy_order
@@ -547,7 +549,7 @@ def test_one_chain_in_lockstep_is_anneal_with_the_same_calls() -> None:
         evaluator.calls.clear()
         rng = np.random.default_rng(8)
         if lockstep:
-            run = anneal_lockstep(scorer, [initial], 200, [rng], params)[0]
+            run = anneal_lockstep(scorer, [initial], 200, [rng], params)[0][0]
         else:
             run = anneal(scorer, initial, 200, rng, params)
         runs.append((run.best.order, run.best.cost, run.accepted, run.proposals,
@@ -582,7 +584,7 @@ def test_one_evaluator_call_per_lock_step(chains: int, candidates: int) -> None:
     evaluator.calls.clear()
     rngs = [np.random.default_rng(s) for s in range(chains)]
     params = AnnealingParams(candidates=candidates)
-    runs = anneal_lockstep(scorer, [greedy] * chains, 120, rngs, params)
+    runs, _ = anneal_lockstep(scorer, [greedy] * chains, 120, rngs, params)
     assert len(scorer.steps) == 120
     # every step that has a legal candidate is one call carrying all their changed boards
     assert evaluator.calls == [b for b in scorer.steps if b]
@@ -620,3 +622,91 @@ def test_many_lockstep_chains_with_candidates_recover_the_planted_order(game, si
     # one call per step (600) besides the greedy's n and the random initial orders' few:
     # not one per chain or candidate (8 * 2 * 600)
     assert result.calls == len(evaluator.calls) <= 600 + n + 50
+
+
+class CallCounter:
+    """`should_stop` that answers True once the evaluator has made `limit` calls."""
+
+    def __init__(self, evaluator: PlantedEvaluator, limit: int) -> None:
+        self.evaluator = evaluator
+        self.limit = limit
+        self.asked = 0
+
+    def __call__(self) -> bool:
+        self.asked += 1
+        return len(self.evaluator.calls) >= self.limit
+
+
+@pytest.mark.parametrize("lockstep", [True, False])
+def test_should_stop_ends_the_annealing_with_the_best_order_so_far(lockstep: bool) -> None:
+    problem, planted = random_problem(GOMOKU, 15, 14, seed=3)
+    params = AnnealingParams(iterations=400, restarts=3, init="random", seed=5,
+                             lockstep=lockstep)
+    evaluator = PlantedEvaluator(planted, 225, bonus=1.0)
+    accepted: list[float] = []
+    stop = CallCounter(evaluator, 60)
+    result = infer_order(problem, evaluator, params, should_stop=stop,
+                         on_accept=lambda s: accepted.append(s.cost))
+    assert result.stopped and any(r.stopped for r in result.restarts)
+    # stopped at the first check past the limit: no evaluator call after it
+    assert len(evaluator.calls) == stop.limit
+    assert stop.asked < 400 * 3
+    if not lockstep:  # the restarts after the stopped one never began
+        assert len(result.restarts) < 3
+    # the best so far: no accepted order and not the greedy one is better
+    assert result.best.cost <= min([result.greedy.cost, *accepted]) * (1 + 1e-12)
+    assert legal_in_every_prefix(problem, result.best.order)
+    full = infer_order(problem, PlantedEvaluator(planted, 225, bonus=1.0), params,
+                       should_stop=lambda: False)
+    assert not full.stopped and len(full.restarts) == 3
+    reference = infer_order(problem, PlantedEvaluator(planted, 225, bonus=1.0), params)
+    assert restart_summary(full) == restart_summary(reference)
+
+
+def test_a_stop_before_the_first_step_answers_the_greedy_order() -> None:
+    problem, planted = random_problem(GO, 9, 12, seed=4)
+    evaluator = PlantedEvaluator(planted, GO.policy_size(9))
+    result = infer_order(problem, evaluator, AnnealingParams(iterations=50, restarts=2),
+                         should_stop=lambda: True)
+    assert result.stopped and result.best.order == result.greedy.order
+    assert len(evaluator.calls) == result.calls == problem.n  # the greedy's calls alone
+
+
+def test_ladder_runs_from_the_coldest_to_the_hottest() -> None:
+    assert ladder(4, 1.0, 0.1) == pytest.approx([0.1, 0.1 * 10 ** (1 / 3), 0.1 * 10 ** (2 / 3),
+                                                 1.0])
+    assert ladder(1, 1.0, 0.1) == [0.1]
+
+
+def test_an_exchange_hands_the_better_order_to_the_colder_chain() -> None:
+    problem, planted = random_problem(GOMOKU, 15, 10, seed=2)
+    scorer = PrefixScorer(problem, PlantedEvaluator(planted, 225))
+    good = scorer.score(planted)
+    swapped = [planted[2], planted[1], planted[0], *planted[3:]]
+    other = scorer.score(swapped)
+    assert good is not None and other is not None and good.cost < other.cost
+    chains = [other, good]  # the cold chain (0) holds the worse order
+    made = exchange(chains, [0.1, 1.0], 0, np.random.default_rng(0))
+    assert made == 1 and chains == [good, other]  # always taken: the cold chain gains
+    # the other way round it is taken with probability exp(-(1/T0 - 1/T1) * dE): e^-1 here
+    cold = 1 / (1 + 1 / (other.cost - good.cost))
+    rng = np.random.default_rng(1)
+    taken = sum(exchange([good, other], [cold, 1.0], 0, rng) for _ in range(2000))
+    assert abs(taken - 2000 * math.exp(-1)) <= 4 * math.sqrt(2000 * 0.25)
+    # only the pairs of the step's parity are offered: (1, 2) here, of three chains
+    chains = [other, good, other]
+    assert exchange(chains, [0.1, 0.3, 1.0], 1, rng) == 0 and chains == [other, good, other]
+    chains = [good, other, good]
+    assert exchange(chains, [0.1, 0.3, 1.0], 1, rng) == 1 and chains == [good, good, other]
+
+
+def test_tempering_chains_exchange_orders_and_recover_the_planted_order() -> None:
+    problem, planted = random_problem(GOMOKU, 15, 14, seed=11)
+    params = AnnealingParams(iterations=500, restarts=5, init="random", seed=1,
+                             tempering=True)
+    result = infer_order(problem, PlantedEvaluator(planted, 225), params)
+    assert list(result.best.order) == planted and result.exchanges > 0
+    again = infer_order(problem, PlantedEvaluator(planted, 225), params)
+    assert restart_summary(again) == restart_summary(result)
+    with pytest.raises(ValueError, match="tempering"):
+        AnnealingParams(tempering=True, lockstep=False)

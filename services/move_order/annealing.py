@@ -24,6 +24,21 @@ paper's chain step for step: same proposals, same acceptances, same result, give
 whose outputs do not depend on the batch a board travels in. `candidates` > 1 lets a chain
 propose several neighbours per step (all in the same call) and take the cheapest of them
 through the acceptance test: more boards per step, fewer steps for the same boards.
+
+Parallel tempering (`AnnealingParams.tempering`, lock-step only). Beyond the paper: instead of
+each chain cooling from `t_start` to `t_end` on its own, chain c runs at the fixed temperature
+t_end * (t_start / t_end)^(c / (restarts - 1)) (chain 0 the coldest), and after every step
+neighbouring chains offer to exchange their orders, accepted with probability
+min(1, exp((1/T_c - 1/T_c+1) * (E_c - E_c+1))) (the replica-exchange rule, which keeps each
+chain's stationary distribution): an order found by a hot chain travels down to the cold one
+that refines it, and a cold chain stuck in a local optimum hands it up to be shaken loose. The
+exchanges cost no evaluation (both costs are known), so the boards per step are the same as
+independent chains'. The exchanges draw from one more child of the seed sequence.
+
+Stopping (`should_stop`). The annealing asks `should_stop()` before every step (lock-step) or
+iteration (one after another) and, when it answers True, stops there: the answer is the best
+order seen so far, or the greedy one when that is better, marked `stopped`. The greedy order
+itself always completes (it is every answer's floor, n evaluator calls).
 """
 
 from __future__ import annotations
@@ -63,6 +78,7 @@ class AnnealingParams:
     seed: int = 0
     lockstep: bool = True  # restarts advanced together, one evaluator call per step
     candidates: int = 1  # neighbours per chain per step (lockstep only)
+    tempering: bool = False  # chains at fixed temperatures exchanging orders (lockstep only)
 
     def __post_init__(self) -> None:
         if self.iterations is not None and self.iterations < 0:
@@ -78,6 +94,9 @@ class AnnealingParams:
         if self.candidates < 1 or (self.candidates > 1 and not self.lockstep):
             raise ValueError(f"candidates must be >= 1, and 1 without lockstep, got "
                              f"{self.candidates} (lockstep {self.lockstep})")
+        if self.tempering and not self.lockstep:
+            raise ValueError("tempering exchanges orders between lock-step chains: it needs "
+                             "lockstep")
 
     def iterations_for(self, n: int) -> int:
         return default_iterations(n) if self.iterations is None else self.iterations
@@ -90,6 +109,14 @@ def temperature(iteration: int, iterations: int, t_start: float, t_end: float) -
     return t_start * (t_end / t_start) ** (iteration / (iterations - 1))
 
 
+def ladder(chains: int, t_start: float, t_end: float) -> list[float]:
+    """The fixed temperatures of parallel tempering's chains, coldest first: t_end to t_start,
+    geometrically spaced (one chain: t_end)."""
+    if chains == 1:
+        return [t_end]
+    return [temperature(chains - 1 - c, chains, t_start, t_end) for c in range(chains)]
+
+
 @dataclass(frozen=True)
 class RestartResult:
     initial: Scored
@@ -97,6 +124,7 @@ class RestartResult:
     proposals: int  # neighbours costed (legal in every prefix)
     accepted: int
     illegal: int  # neighbours rejected by the rules, without a call
+    stopped: bool = False  # `should_stop` ended it before its iterations
 
 
 @dataclass(frozen=True)
@@ -106,7 +134,9 @@ class InferenceResult:
     restarts: tuple[RestartResult, ...]
     calls: int  # evaluator calls
     boards: int  # positions evaluated
-    iterations: int  # per restart
+    iterations: int  # per restart (asked for)
+    stopped: bool = False  # `should_stop` ended the annealing: `best` is the best so far
+    exchanges: int = 0  # orders exchanged between tempering chains
 
     @property
     def spread(self) -> float:
@@ -131,11 +161,15 @@ def random_order(scorer: PrefixScorer, rng: np.random.Generator) -> Scored | Non
 
 def anneal(scorer: PrefixScorer, initial: Scored, iterations: int, rng: np.random.Generator,
            params: AnnealingParams,
-           on_accept: Callable[[Scored], None] | None = None) -> RestartResult:
-    """One annealing run from `initial`; `on_accept` sees every accepted order."""
+           on_accept: Callable[[Scored], None] | None = None,
+           should_stop: Callable[[], bool] | None = None) -> RestartResult:
+    """One annealing run from `initial`; `on_accept` sees every accepted order; the run ends
+    early (`stopped`) when `should_stop()` answers True before an iteration."""
     current = best = initial
     proposals = accepted = illegal = 0
     for it in range(iterations):
+        if should_stop is not None and should_stop():
+            return RestartResult(initial, best, proposals, accepted, illegal, stopped=True)
         move = propose(params.neighbour, current.order, rng, it)
         if move is None:
             break  # too few stones for any neighbour
@@ -159,13 +193,18 @@ def anneal(scorer: PrefixScorer, initial: Scored, iterations: int, rng: np.rando
 
 def anneal_lockstep(scorer: PrefixScorer, initials: Sequence[Scored], iterations: int,
                     rngs: Sequence[np.random.Generator], params: AnnealingParams,
-                    on_accept: Callable[[Scored], None] | None = None
-                    ) -> list[RestartResult]:
+                    on_accept: Callable[[Scored], None] | None = None,
+                    should_stop: Callable[[], bool] | None = None,
+                    exchange_rng: np.random.Generator | None = None
+                    ) -> tuple[list[RestartResult], int]:
     """One annealing chain per initial order, advanced in lock step: at each iteration every
     running chain proposes `params.candidates` neighbours from its own generator, and all of
     them are costed in one `rescore_many` call; each chain then takes its cheapest legal
     candidate through the acceptance test, drawing from its generator exactly where `anneal`
-    would. A chain stops where `anneal` would (no neighbour applies)."""
+    would. A chain stops where `anneal` would (no neighbour applies); all stop (`stopped`)
+    when `should_stop()` answers True before a step. With `params.tempering` each chain keeps
+    its `ladder` temperature and neighbouring chains offer to exchange orders after every step
+    (drawing from `exchange_rng`). Returns the chains' results and the exchanges made."""
     if len(initials) != len(rngs):
         raise ValueError(f"{len(initials)} initial orders for {len(rngs)} generators")
     chains = len(initials)
@@ -175,7 +214,15 @@ def anneal_lockstep(scorer: PrefixScorer, initials: Sequence[Scored], iterations
     accepted = [0] * chains
     illegal = [0] * chains
     running = [True] * chains
+    stopped = False
+    exchanges = 0
+    temperatures = ladder(chains, params.t_start, params.t_end) if params.tempering else None
+    if temperatures is not None and exchange_rng is None:
+        raise ValueError("tempering needs an exchange_rng")
     for it in range(iterations):
+        if should_stop is not None and should_stop():
+            stopped = True
+            break
         batch: list[tuple[Scored, Sequence[int], int]] = []
         owner: list[int] = []
         for c in range(chains):
@@ -199,8 +246,9 @@ def anneal_lockstep(scorer: PrefixScorer, initials: Sequence[Scored], iterations
             proposals[c] += 1
             if c not in choice or candidate.cost < choice[c].cost:
                 choice[c] = candidate
-        t = temperature(it, iterations, params.t_start, params.t_end)
+        cooled = temperature(it, iterations, params.t_start, params.t_end)
         for c, candidate in sorted(choice.items()):
+            t = cooled if temperatures is None else temperatures[c]
             delta = candidate.cost - current[c].cost
             if delta <= 0 or rngs[c].random() < math.exp(-delta / t):
                 current[c] = candidate
@@ -209,21 +257,44 @@ def anneal_lockstep(scorer: PrefixScorer, initials: Sequence[Scored], iterations
                     on_accept(candidate)
                 if candidate.cost < best[c].cost:
                     best[c] = candidate
-    return [RestartResult(initials[c], best[c], proposals[c], accepted[c], illegal[c])
-            for c in range(chains)]
+        if temperatures is not None and exchange_rng is not None:
+            exchanges += exchange(current, temperatures, it % 2, exchange_rng)
+    results = [RestartResult(initials[c], best[c], proposals[c], accepted[c], illegal[c],
+                             stopped=stopped) for c in range(chains)]
+    return results, exchanges
+
+
+def exchange(current: list[Scored], temperatures: Sequence[float], parity: int,
+             rng: np.random.Generator) -> int:
+    """Replica exchange between the chains (c, c + 1) for c of `parity` (alternating pairs
+    per step, so every pair is offered every other step): swapped in place with probability
+    min(1, exp((1/T_c - 1/T_c+1) * (E_c - E_c+1))); returns the exchanges made."""
+    made = 0
+    for c in range(parity, len(current) - 1, 2):
+        d = (1 / temperatures[c] - 1 / temperatures[c + 1]) * (current[c].cost
+                                                               - current[c + 1].cost)
+        if d >= 0 or rng.random() < math.exp(d):
+            current[c], current[c + 1] = current[c + 1], current[c]
+            made += 1
+    return made
 
 
 def infer_order(problem: Problem, evaluator: PolicyEvaluator,
                 params: AnnealingParams | None = None, *,
                 max_boards: int = DEFAULT_MAX_BOARDS,
-                on_accept: Callable[[Scored], None] | None = None) -> InferenceResult:
+                on_accept: Callable[[Scored], None] | None = None,
+                should_stop: Callable[[], bool] | None = None) -> InferenceResult:
     """The most likely order of `problem`'s stones found by `params.restarts` annealing runs,
     and the greedy order, computed first whatever the init (NoLegalOrder when it finds no
-    legal order)."""
+    legal order). `should_stop` is asked between annealing iterations: when it answers True
+    the annealing ends there and the result is the best order so far (the greedy order when
+    none is better), `stopped`; the restarts not begun are left out of `restarts`."""
     params = params or AnnealingParams()
     scorer = PrefixScorer(problem, evaluator, max_boards)
     iterations = params.iterations_for(problem.n)
-    seeds = np.random.SeedSequence(params.seed).spawn(params.restarts)
+    # child r seeds restart r; one more (child `restarts`) draws the tempering exchanges
+    seeds = np.random.SeedSequence(params.seed).spawn(params.restarts + 1)
+    exchange_rng = np.random.default_rng(seeds.pop())
     greedy = greedy_order(scorer)
     rngs = [np.random.default_rng(seed) for seed in seeds]
     initials: list[Scored] = []
@@ -234,14 +305,26 @@ def infer_order(problem: Problem, evaluator: PolicyEvaluator,
                         "greedy order", RANDOM_INIT_TRIES, r)
             initial = greedy
         initials.append(initial)
+    exchanges = 0
     if params.lockstep:
-        runs = anneal_lockstep(scorer, initials, iterations, rngs, params, on_accept)
+        runs, exchanges = anneal_lockstep(scorer, initials, iterations, rngs, params, on_accept,
+                                          should_stop, exchange_rng)
     else:
-        runs = [anneal(scorer, initial, iterations, rng, params, on_accept)
-                for initial, rng in zip(initials, rngs, strict=True)]
+        runs = []
+        for initial, rng in zip(initials, rngs, strict=True):
+            runs.append(anneal(scorer, initial, iterations, rng, params, on_accept,
+                               should_stop))
+            if runs[-1].stopped:
+                break
+    stopped = any(run.stopped for run in runs)
     for r, run in enumerate(runs):
         log.debug("restart %d: geometric mean %.4f (from %.4f), %d/%d accepted", r,
                   run.best.geometric_mean, run.initial.geometric_mean, run.accepted,
                   run.proposals)
-    best = min((run.best for run in runs), key=lambda s: s.cost)
-    return InferenceResult(best, greedy, tuple(runs), scorer.calls, scorer.boards, iterations)
+    finished = [run.best for run in runs]
+    best = min([greedy, *finished] if stopped else finished, key=lambda s: s.cost)
+    if stopped:
+        log.debug("stopped after %d evaluator calls: geometric mean %.4f", scorer.calls,
+                  best.geometric_mean)
+    return InferenceResult(best, greedy, tuple(runs), scorer.calls, scorer.boards, iterations,
+                           stopped, exchanges)

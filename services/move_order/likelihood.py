@@ -15,7 +15,9 @@ The network is a function of its input, so its logits are also kept by input byt
 (`cache_size` of them): a position whose input was evaluated before is not sent again. After a
 swap of plies a < b, the Gomoku boards from b on hold the same stones as before, so only
 s_a+1..s_b travel (Go's input also holds the last moves' ages, so a few more do). The legal
-mask is still asked of each position, which keeps the cost exact whatever the game's input.
+mask is still asked of each position, which keeps the cost exact whatever the game's input,
+and the masked policy is kept by input and mask together (`prefix_cache_size` of them), so
+the softmax of a row is taken once.
 
 A position is a function of the moves that led to it, so the scorer also keeps, by the move
 sequence itself (`prefix_cache_size` of them), the position it reaches (or that it breaks the rules)
@@ -29,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -40,7 +43,9 @@ from services.search.mcts import EvaluatorError, PolicyEvaluator, finite_outputs
 DEFAULT_MAX_BOARDS = 256  # max_batch_size of the served models' config.pbtxt
 DEFAULT_CACHE_SIZE = 50_000  # logits rows kept by input (a 15x15 row: 900 bytes)
 # move sequences kept with their position (~0.5-1 KB) and masked policy (float64: 1.8 KB on
-# 15x15, 2.9 KB on 19x19): ~40 MB at most; a chain's repeats are of its recent proposals
+# 15x15, 2.9 KB on 19x19), and as many masked policies by input and legal mask (the same
+# arrays, plus a key of twice the board): ~60 MB at most; a chain's repeats are of its recent
+# proposals
 DEFAULT_PREFIX_CACHE_SIZE = 10_000
 # a factor below this counts as this: a legal move the network gives 0 keeps a finite cost
 MIN_PROBABILITY = 1e-300
@@ -50,24 +55,26 @@ MIN_PROBABILITY = 1e-300
 class Scored:
     """An order with what its cost was computed from: `states[i]` is the position after `i`
     moves (n + 1 of them), `policies[i]` the masked policy at `states[i]` (n of them, float64
-    rows over the game's policy entries), `factors[i]` the probability of move `i`."""
+    rows over the game's policy entries), `factors[i]` the probability of move `i`. The
+    likelihood figures are computed once, when first asked (the annealing compares a cost
+    several times per step)."""
 
     order: tuple[int, ...]
     states: tuple[Position, ...]
     policies: tuple[np.ndarray, ...]
     factors: np.ndarray
 
-    @property
+    @cached_property
     def log_likelihood(self) -> float:
         return float(np.log(np.maximum(self.factors, MIN_PROBABILITY)).sum())
 
-    @property
+    @cached_property
     def geometric_mean(self) -> float:
         """The geometric mean of the factors (1 for an empty order)."""
         n = len(self.order)
         return math.exp(self.log_likelihood / n) if n else 1.0
 
-    @property
+    @cached_property
     def cost(self) -> float:
         """1 / geometric mean: lower is more likely."""
         return 1.0 / self.geometric_mean
@@ -104,22 +111,60 @@ class PrefixScorer:
         # moves played -> the position they reach (None: a move broke the rules)
         self._states: dict[tuple[int, ...], Position | None] = {}
         self._policies: dict[tuple[int, ...], np.ndarray] = {}  # moves -> masked policy
+        # network input + legal mask bytes -> masked policy (the same arrays as `_policies`)
+        self._masked: dict[bytes, np.ndarray] = {}
         self._colours = (frozenset(problem.black), frozenset(problem.white))
 
     def policies(self, states: Sequence[Position]) -> list[np.ndarray]:
-        """The masked policy of each state; the inputs not in the cache are sent in one
-        `infer` call per `max_boards` of them."""
+        """The masked policy of each state. A masked policy is a function of the network input
+        and the legal mask, so it is kept by both (`prefix_cache_size` of them): a softmax is
+        taken only of the rows not kept, and of those only the inputs whose logits are not
+        kept either are sent, in one `infer` call per `max_boards` of them."""
         game = self.problem.game
-        inputs = [np.ascontiguousarray(game.network_input(s)) for s in states]
-        keys = [x.tobytes() for x in inputs]
+        found: dict[bytes, np.ndarray] = {}
+        # policy key -> (input key, input, legal mask) of the rows to compute
+        wanted: dict[bytes, tuple[bytes, np.ndarray, np.ndarray]] = {}
+        keys: list[bytes] = []
+        for state in states:
+            x = np.ascontiguousarray(game.network_input(state))
+            legal = state.legal_mask()
+            key = x.tobytes()
+            pkey = key + legal.tobytes()
+            keys.append(pkey)
+            row = self._masked.get(pkey)
+            if row is not None:
+                found[pkey] = row
+            elif pkey not in wanted:
+                wanted[pkey] = (key, x, legal)
+        if wanted:
+            found.update(self._masked_rows(wanted))
+        return [found[k] for k in keys]
+
+    def _masked_rows(self, wanted: dict[bytes, tuple[bytes, np.ndarray, np.ndarray]]
+                     ) -> dict[bytes, np.ndarray]:
+        """The masked policies of `wanted` (policy key -> (input key, input, legal mask)),
+        kept after."""
+        logits = self._logits_of([(key, x) for key, x, _ in wanted.values()])
+        rows = numerics.masked_softmax(np.stack(logits),
+                                       np.stack([legal for _, _, legal in wanted.values()]))
+        fresh = dict(zip(wanted, rows, strict=True))
+        if self.prefix_cache_size:
+            if len(self._masked) + len(fresh) > self.prefix_cache_size:
+                self._masked.clear()
+            self._masked.update(fresh)
+        return fresh
+
+    def _logits_of(self, inputs: Sequence[tuple[bytes, np.ndarray]]) -> list[np.ndarray]:
+        """The logits row of each (input key, input): the kept ones from the cache, the others
+        from one `infer` call per `max_boards` of them (kept after, `cache_size` at most)."""
         rows: dict[bytes, np.ndarray] = {}
         missing: dict[bytes, np.ndarray] = {}
-        for key, x in zip(keys, inputs, strict=True):
+        for key, x in inputs:
             row = self._logits.get(key)
-            if row is None:
-                missing[key] = x
-            else:
+            if row is not None:
                 rows[key] = row
+            elif key not in missing:
+                missing[key] = x
         todo = list(missing)
         for lo in range(0, len(todo), self.max_boards):
             chunk = todo[lo:lo + self.max_boards]
@@ -130,11 +175,7 @@ class PrefixScorer:
                 self._logits.clear()
             for key in todo[-self.cache_size:]:
                 self._logits[key] = rows[key]
-        if not states:
-            return []
-        logits = np.stack([rows[k] for k in keys])
-        legal = np.stack([s.legal_mask() for s in states])
-        return list(numerics.masked_softmax(logits, legal))
+        return [rows[key] for key, _ in inputs]
 
     def _infer(self, boards: np.ndarray) -> np.ndarray:
         """The checked logits [N, policy size] of one evaluator call."""
