@@ -46,7 +46,7 @@ from services.search.servicer import (
     MAX_INFER_RESTARTS,
     MAX_INFER_STEPS,
     MAX_INFER_TIME_MS,
-    InferenceCancelled,
+    StopWhen,
     WatchedEvaluator,
     run_inference,
 )
@@ -176,25 +176,30 @@ def test_a_budget_spent_before_any_step_answers_the_greedy_order() -> None:
     evaluator = HashedEvaluator(game.policy_size(15))
     params = AnnealingParams(iterations=40, restarts=3, seed=11)
     reference = infer_order(problem, evaluator, params)
-    watched = WatchedEvaluator(evaluator, time.monotonic(), lambda: False)  # already over
-    stopped = run_inference(problem, params, watched, 256)
-    assert stopped.stopped_early and stopped.restarts == ()
+    watched = WatchedEvaluator(evaluator)
+    stop = StopWhen(time.monotonic(), lambda: False)  # the budget is already spent
+    stopped = run_inference(problem, params, watched, 256, stop)
+    assert stopped.stopped_early and stopped.restarts == () and stop.stopped
     assert stopped.best.order == stopped.greedy.order == reference.greedy.order
-    assert stopped.calls == watched.calls > 0
-    running = run_inference(problem, params, WatchedEvaluator(evaluator, math.inf,
-                                                              lambda: False), 256)
-    assert not running.stopped_early
+    assert stopped.calls == watched.calls == problem.n  # the greedy order's calls alone
+    never = StopWhen(math.inf, lambda: False)
+    running = run_inference(problem, params, WatchedEvaluator(evaluator), 256, never)
+    assert not running.stopped_early and not never.stopped
     assert running.best.order == reference.best.order
     assert [r.order for r in running.restarts] == [r.best.order for r in reference.restarts]
 
 
-def test_a_cancelled_call_stops_at_the_next_evaluator_call() -> None:
+def test_a_cancelled_call_stops_before_the_first_annealing_step() -> None:
     game = get_game("gomoku")
-    problem = problem_from_stones(game, [game.parse_move("h8", 15)], [])
-    watched = WatchedEvaluator(HashedEvaluator(game.policy_size(15)), math.inf, lambda: True)
-    with pytest.raises(InferenceCancelled):
-        run_inference(problem, AnnealingParams(iterations=5, restarts=1), watched, 256)
-    assert watched.calls == 0
+    black = [game.parse_move(m, 15) for m in GOMOKU_BLACK]
+    white = [game.parse_move(m, 15) for m in GOMOKU_WHITE]
+    problem = problem_from_stones(game, black, white)
+    watched = WatchedEvaluator(HashedEvaluator(game.policy_size(15)))
+    cancelled = StopWhen(math.inf, lambda: True)
+    result = run_inference(problem, AnnealingParams(iterations=500, restarts=2), watched, 256,
+                           cancelled)
+    assert result.stopped_early and cancelled.stopped
+    assert watched.calls == problem.n  # the greedy order's, none of the 1,000 steps
 
 
 # --------------------------------------------------------------------------- Triton up
@@ -335,6 +340,21 @@ def test_a_time_budget_answers_the_best_order_so_far_holding_a_search_slot(
     assert reply.evaluator_calls < budget["iterations"]
 
 
+def test_a_deadline_shorter_than_the_run_answers_the_best_order_so_far(live: str) -> None:
+    budget = dict(iterations=40_000, restarts=2, seed=5)  # minutes of work
+    timeout = 2.0
+    with SearchClient(live) as client:
+        started = time.monotonic()
+        reply = client.infer_sequence(GOMOKU_BLACK, GOMOKU_WHITE, timeout=timeout, **budget)
+        elapsed = time.monotonic() - started
+    # answered before the deadline, with the margin kept for the reply
+    assert elapsed < timeout
+    assert reply.stopped_early and not reply.restart_geometric_means
+    check_order(reply, "gomoku", 15, GOMOKU_BLACK, GOMOKU_WHITE)
+    assert reply.geometric_mean >= reply.greedy_geometric_mean
+    assert 0 < reply.evaluator_calls < budget["iterations"]
+
+
 def test_a_cancelled_inference_gives_its_search_slot_back(triton_url: str) -> None:
     with search_service(triton_url, max_searches=1) as service:
         target = f"127.0.0.1:{service.port}"
@@ -354,7 +374,7 @@ def test_a_cancelled_inference_gives_its_search_slot_back(triton_url: str) -> No
                 time.sleep(0.01)
             future.cancel()
             cancelled = time.monotonic()
-            # the annealing stops at its next evaluator call, not at the 60 s time limit
+            # the annealing stops before its next step, not at the 60 s time limit
             while m.value("movepred_searches_active") > 0:
                 assert time.monotonic() < cancelled + 10, "the slot was not given back"
                 time.sleep(0.01)

@@ -38,7 +38,9 @@ and then store their tree for the next move.
 InferSequence (the most likely order of a position's stones, `services.move_order`) is a search
 too: it takes a slot, sends its positions through its game's batcher, and its work is bounded
 by MAX_INFER_STEPS annealing steps and MAX_INFER_TIME_MS (over them: INVALID_ARGUMENT naming
-the limit); its time budget or the call's deadline ends the annealing with the best order found.
+the limit). The annealing asks between its steps whether to stop (`infer_order`'s
+`should_stop`): its time budget or the call's deadline (less the reply's margin) ends it with
+the best order found (`stopped_early`), and a cancelled call ends it without an answer.
 """
 
 from __future__ import annotations
@@ -60,8 +62,7 @@ from services.api.movepred.v1 import search_pb2, search_pb2_grpc
 from services.games.base import BLACK
 from services.games.registry import UnknownGame, default_game, game_for_proto, get_game
 from services.move_order.annealing import AnnealingParams, default_iterations, infer_order
-from services.move_order.greedy import greedy_order
-from services.move_order.likelihood import PrefixScorer, Scored
+from services.move_order.likelihood import Scored
 from services.move_order.problem import Problem, problem_from_stones
 from services.search import mcts, validation
 from services.search.batcher import DEFAULT_MAX_BOARDS, DEFAULT_WINDOW_S, BatchingEvaluator
@@ -506,17 +507,18 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             batcher = self.batcher_for(job.problem.start, "request")
         with self._search_slot():
             end, deadline = search_end(job.max_time_ms, context.time_remaining())
-            watched = WatchedEvaluator(batcher, end if deadline is None else min(end, deadline),
-                                       lambda: not context.is_active())
+            watched = WatchedEvaluator(batcher)
+            stop = StopWhen(end if deadline is None else min(end, deadline),
+                            lambda: not context.is_active())
             try:
                 with batcher.participant():
                     inferred = run_inference(job.problem, job.params, watched,
-                                             batcher.max_boards)
-            except InferenceCancelled:
-                return search_pb2.InferSequenceResponse()  # nobody reads it: the call ended
+                                             batcher.max_boards, stop)
             finally:
                 if watched.model is not None:
                     call.served_by(*watched.model)
+            if not context.is_active():
+                return search_pb2.InferSequenceResponse()  # nobody reads it: the call ended
         return infer_sequence_response(job, inferred, watched)
 
 
@@ -642,7 +644,8 @@ class InferenceJob:
 @dataclass(frozen=True)
 class Inference:
     """What the annealing found: the best order, the greedy one, each restart's best (none
-    when the time budget cut the annealing short: `stopped_early`), the evaluator's work."""
+    when the time budget, the deadline or a cancellation cut the annealing short:
+    `stopped_early`), the evaluator's work."""
 
     best: Scored
     greedy: Scored
@@ -653,33 +656,32 @@ class Inference:
     stopped_early: bool
 
 
-class InferenceCancelled(Exception):
-    """The client cancelled the call (or its deadline passed) before an order was found."""
+class StopWhen:
+    """An inference's `should_stop`: True once the call has ended (`cancelled()`: the client
+    cancelled it, or its deadline passed) or `end` (a `time.monotonic()` instant: the time
+    budget, or the deadline less the reply's margin) has come. Remembers whether it said so."""
 
+    def __init__(self, end: float, cancelled: Callable[[], bool]) -> None:
+        self.end = end
+        self.cancelled = cancelled
+        self.stopped = False
 
-class OutOfTime(Exception):
-    """The time budget ended: the annealing stops with the best order found so far."""
+    def __call__(self) -> bool:
+        if not self.stopped:
+            self.stopped = self.cancelled() or time.monotonic() >= self.end
+        return self.stopped
 
 
 class WatchedEvaluator:
-    """The batcher, asked only while the call is alive and the time budget lasts: a call the
-    client has left is `InferenceCancelled`; past `end` (a `time.monotonic()` instant),
-    `OutOfTime`. Counts its calls and boards, and remembers the model that answered."""
+    """The batcher, counting its calls and boards and remembering the model that answered."""
 
-    def __init__(self, inner: mcts.PolicyEvaluator, end: float,
-                 cancelled: Callable[[], bool]) -> None:
+    def __init__(self, inner: mcts.PolicyEvaluator) -> None:
         self.inner = inner
-        self.end = end
-        self.cancelled = cancelled
         self.calls = 0
         self.boards = 0
         self.model: tuple[str, str] | None = None
 
     def infer(self, boards: np.ndarray) -> mcts.PolicyOutput:
-        if self.cancelled():
-            raise InferenceCancelled
-        if time.monotonic() >= self.end:
-            raise OutOfTime
         out = self.inner.infer(boards)
         self.calls += 1
         self.boards += len(boards)
@@ -750,26 +752,16 @@ def infer_sequence_request(request: search_pb2.InferSequenceRequest) -> Inferenc
 
 
 def run_inference(problem: Problem, params: AnnealingParams, evaluator: WatchedEvaluator,
-                  max_boards: int) -> Inference:
-    """`infer_order` on `evaluator`. When the time budget ends it, the answer is the best order
-    it had accepted, or the greedy order when that is better (costed afresh, past the budget:
-    it is every answer's floor); the restarts did not finish, so none is reported."""
-    accepted: list[Scored] = []
-
-    def keep(order: Scored) -> None:
-        if not accepted or order.cost < accepted[0].cost:
-            accepted[:] = [order]
-
-    try:
-        result = infer_order(problem, evaluator, params, max_boards=max_boards, on_accept=keep)
-    except OutOfTime:
-        evaluator.end = math.inf
-        greedy = greedy_order(PrefixScorer(problem, evaluator, max_boards))
-        best = min([greedy, *accepted], key=lambda s: s.cost)
-        return Inference(best, greedy, (), params.iterations_for(problem.n), evaluator.calls,
-                         evaluator.boards, stopped_early=True)
-    return Inference(result.best, result.greedy, tuple(r.best for r in result.restarts),
-                     result.iterations, evaluator.calls, evaluator.boards, stopped_early=False)
+                  max_boards: int, should_stop: Callable[[], bool] | None = None) -> Inference:
+    """`infer_order` on `evaluator`, stopped between annealing steps when `should_stop` says
+    so: the answer is then the best order so far, or the greedy order (which always completes:
+    it is every answer's floor) when that is better; the restarts did not finish, so none is
+    reported."""
+    result = infer_order(problem, evaluator, params, max_boards=max_boards,
+                         should_stop=should_stop)
+    restarts = () if result.stopped else tuple(r.best for r in result.restarts)
+    return Inference(result.best, result.greedy, restarts, result.iterations, evaluator.calls,
+                     evaluator.boards, stopped_early=result.stopped)
 
 
 def inferred_moves(problem: Problem, order: Scored) -> list[search_pb2.InferredMove]:
