@@ -9,6 +9,8 @@ Modules:
     registry     the registered games, by name and by API value
     gomoku_game  Gomoku/Renju as a `Game`
     go_game      Go as a `Game`, and `GoSearchState`, the Go position the services play on
+    capture_game the Capture Game (Atari-Go, PyBrain's rules) as a `Game`, 5x5 to 9x9
+    capture_batch  the Capture Game on many boards at once: rules, greedy opponent, play_games
     coords       every coordinate system: flat index, RenjuNet names, GTP vertices, SGF letters
     gomoku       Gomoku rules on a square board (15x15 by default)
     renju        Renju forbidden points for black (overline, double-four, double-three)
