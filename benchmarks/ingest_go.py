@@ -85,8 +85,8 @@ def pipeline(sources: list[str], out: str, profile: bool = False) -> dict:
         stages.append((f"read {p.name} (parse, replay, features, canonicalise, "
                        "intermediate)", u2 - u, y2 - y, time.perf_counter() - w))
     u, y, w = *_cpu(), time.perf_counter()
-    files, splits = build_shards([Path(s["pairs_path"]) for s in summaries], Path(out), "go",
-                                 BuildSettings(temp_dir=work))
+    files, splits, *_ = build_shards([Path(s["pairs_path"]) for s in summaries], Path(out),
+                                     "go", BuildSettings(temp_dir=work))
     u2, y2 = _cpu()
     stages.append(("dedup + split + shards (DuckDB)", u2 - u, y2 - y, time.perf_counter() - w))
     u, y, w = *_cpu(), time.perf_counter()

@@ -210,8 +210,8 @@ def child_pipeline(sources: list[str], out: str) -> None:
         p = Path(s)
         summaries.append(read_source.fn(str(p), p.name, fingerprint(p), str(work),
                                         PIPELINE_VERSION))
-    files, splits = build_shards([Path(s["pairs_path"]) for s in summaries], Path(out), "go",
-                                 BuildSettings(temp_dir=work))
+    files, splits, *_ = build_shards([Path(s["pairs_path"]) for s in summaries], Path(out),
+                                     "go", BuildSettings(temp_dir=work))
     quarantine = [row for s in summaries
                   for row in pq.read_table(s["quarantine_path"]).to_pylist()]
     entry = write_quarantine(quarantine, Path(out))

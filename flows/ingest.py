@@ -55,7 +55,7 @@ from prefect.tasks import exponential_backoff
 from flows import configure_logging
 from services import logs
 from services.dataset.build import source_pairs
-from services.dataset.dedup import BuildSettings, build_shards, count_unique_pairs
+from services.dataset.dedup import BuildSettings, build_shards
 from services.dataset.go_build import (
     DEFAULT_GO_SIZE,
     GO_SUFFIXES,
@@ -170,7 +170,6 @@ def read_source(path: str, name: str, fingerprint: str, work_dir: str,
         n_pairs = result.pairs.num_rows
         pairs_sha256 = write_table_atomic(result.pairs, pairs_path)
     quarantine = pa.Table.from_pylist(result.quarantine, schema=QUARANTINE_SCHEMA)
-    unique = count_unique_pairs(pairs_path, game, BuildSettings(temp_dir=work))
     reasons, examples = count_reasons(  # quarantined records only, not the kept games' notes
         q["reason"] for q in result.quarantine
         if not q["reason"].startswith((TRUNCATED, FORBIDDEN_CUT)))
@@ -186,7 +185,6 @@ def read_source(path: str, name: str, fingerprint: str, work_dir: str,
         "reasons": dict(sorted(reasons.items())),
         "reason_examples": dict(sorted(examples.items())),
         "pairs": n_pairs,
-        "unique_pairs": unique,
         "pairs_path": str(pairs_path),
         "pairs_sha256": pairs_sha256,
         "quarantine_path": str(quarantine_path),
@@ -320,8 +318,11 @@ def ingest(sources: list[str] | None = None, out_dir: str = DEFAULT_OUT,
     ordered = [summaries[p.name] for p in paths]
 
     # dedup, split and shards out of core (DuckDB, spilling into the work folder)
-    files, split_rows = build_shards([Path(s["pairs_path"]) for s in ordered], out, game,
-                                     BuildSettings(temp_dir=work))
+    built = build_shards([Path(s["pairs_path"]) for s in ordered], out, game,
+                         BuildSettings(temp_dir=work))
+    files, split_rows = built.files, built.rows
+    for s in ordered:  # counted by the build, where every source's rows merge anyway
+        s["unique_pairs"] = built.unique_pairs.get(s["source"], 0)
     quarantine = [row for s in ordered
                   for row in pq.read_table(s["quarantine_path"]).to_pylist()]
     quarantine_entry = write_quarantine(quarantine, out)
@@ -339,7 +340,8 @@ def ingest(sources: list[str] | None = None, out_dir: str = DEFAULT_OUT,
         "sources": [{"path": p.name, "sha256": fps[p]} for p in paths],
         "counts": counts,
         "writer": {"rows_per_shard": ROWS_PER_SHARD, "row_group_rows": ROW_GROUP_ROWS,
-                   "compression": COMPRESSION, "pyarrow": pa.__version__},
+                   "compression": COMPRESSION, "board_encoding": built.board_encoding,
+                   "pyarrow": pa.__version__},
     }
     removed = commit_manifest(manifest, out)
     logger.info("committed %s: %d unique pairs of %d, splits %s; %d record(s) quarantined",

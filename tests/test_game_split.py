@@ -43,10 +43,10 @@ def test_without_held_out_games_or_the_occurrence_rule_it_is_the_in_memory_dedup
 def test_a_tight_memory_limit_spills_and_gives_the_same_shards(intermediate,
                                                                tmp_path: Path) -> None:
     path, _ = intermediate
-    roomy, _ = build_shards([path], tmp_path / "a", "gomoku",
-                            BuildSettings(temp_dir=tmp_path, threads=1))
-    tight, _ = build_shards([path], tmp_path / "b", "gomoku",
-                            BuildSettings(temp_dir=tmp_path, threads=1, memory_limit="64MB"))
+    roomy = build_shards([path], tmp_path / "a", "gomoku",
+                         BuildSettings(temp_dir=tmp_path, threads=1)).files
+    tight = build_shards([path], tmp_path / "b", "gomoku",
+                         BuildSettings(temp_dir=tmp_path, threads=1, memory_limit="64MB")).files
     assert roomy == tight
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".duckdb-spill")]
 
@@ -56,7 +56,7 @@ def test_trainer_reports_top1_on_held_out_games_next_to_the_position_split(
         intermediate, tmp_path: Path) -> None:
     path, _ = intermediate
     out = tmp_path / "ds"
-    files, splits = build_shards([path], out, "gomoku", BuildSettings(temp_dir=tmp_path))
+    files, splits, *_ = build_shards([path], out, "gomoku", BuildSettings(temp_dir=tmp_path))
     assert splits[GAME_SPLIT] > 0
     atomic_write_json({"schema_version": SCHEMA_VERSION, "files": files, "splits": splits},
                       out / "manifest.json")

@@ -87,7 +87,12 @@ def test_rows_are_the_unique_pairs_with_go_columns(go_dataset) -> None:
         c["pairs"] for c in manifest["counts"])
     assert set(rows["game"].to_pylist()) == {"go"}
     assert set(rows["board_size"].to_pylist()) == {S}
-    assert {len(b) for b in rows["board"].to_pylist()} == {4 * S * S}
+    # the boards packed, as the build sorted them (a quarter of the bytes), and said so
+    assert manifest["writer"]["board_encoding"] == shards.PACKED_BOARDS
+    assert {len(b) for b in rows["board"].to_pylist()} == {packed_width(S)}
+    planes = unpack_planes(np.frombuffer(b"".join(rows["board"].to_pylist()), np.uint8)
+                           .reshape(rows.num_rows, -1), S).reshape(-1, 4, S, S)
+    assert set(np.unique(planes[:, 0]).tolist()) == {0, 1, 2}
     moves = np.asarray(rows["move"].to_pylist())
     assert (moves == S * S).any() and ((moves >= 0) & (moves <= S * S)).all()  # passes kept
     result = rows["result"].to_numpy(zero_copy_only=False)
@@ -162,9 +167,10 @@ def test_positions_met_in_many_games_train_and_positions_never_leak(go_dataset) 
     split = rows["split"].to_pylist()
     hashes = rows["position_hash"].to_pylist()
     counts = rows["count"].to_pylist()
-    empty = bytes(4 * S * S)
-    empty_splits = {sp for b, sp in zip(rows["board"].to_pylist(), split, strict=True)
-                    if b[:S * S] == empty[:S * S]}
+    stones = unpack_planes(np.frombuffer(b"".join(rows["board"].to_pylist()), np.uint8)
+                           .reshape(rows.num_rows, -1), S)[:, :S * S]
+    empty_splits = {sp for no_stone, sp in zip(~stones.any(axis=1), split, strict=True)
+                    if no_stone}
     assert "train" in empty_splits and not empty_splits & {"validation", "test"}
     assert shards.GAME_SPLIT in empty_splits  # the held-out games' openings are theirs too
     occurrences: dict[int, int] = {}
@@ -328,17 +334,23 @@ def test_sorted_raw_rows_merge_into_pairs_across_batches() -> None:
     assert got["split"].to_pylist() == [shards.SPLITS[0]] * 3 + [shards.SPLITS[2]]
 
 
-def test_unique_count_of_an_intermediate_is_the_rows_its_build_writes(tmp_path: Path) -> None:
-    """`dedup.count_unique_pairs` (keys met once counted, boards compared only for keys met
-    more than once) gives the number of pairs the build merges the same intermediate into,
-    on real games with repeated keys (the same stones and move, other ages or ko)."""
+def test_each_source_s_unique_count_is_the_rows_its_build_alone_writes(tmp_path: Path) -> None:
+    """`build_shards` counts each source's unique pairs in the merged stream of all sources:
+    the count is the number of rows a build of that source alone writes, on real games with
+    repeated keys (the same stones and move, other ages or ko) and pairs that two sources
+    share."""
     from services.dataset import dedup
 
-    path = tmp_path / "pairs.parquet"
-    write_go_source_pairs(kgs_sources()[-1], path)
+    paths = []
+    for source in kgs_sources()[-2:]:
+        paths.append(tmp_path / f"{source.name}.pairs.parquet")
+        write_go_source_pairs(source, paths[-1], source.name)
     settings = dedup.BuildSettings(temp_dir=tmp_path)
-    raw = pq.read_table(path, columns=["position_hash", "move"])
+    raw = pq.read_table(paths[-1], columns=["position_hash", "move"])
     keys = set(zip(raw["position_hash"].to_pylist(), raw["move"].to_pylist(), strict=True))
     assert len(keys) < raw.num_rows  # some keys repeat: the boards of those are compared
-    built = sum(b.num_rows for b in dedup.sorted_pairs([path], "go", settings))
-    assert dedup.count_unique_pairs(path, "go", settings) == built < raw.num_rows
+    built = dedup.build_shards(paths, tmp_path / "both", "go", settings)
+    alone = {p.name.removesuffix(".pairs.parquet"):
+             sum(b.num_rows for b in dedup.sorted_pairs([p], "go", settings)) for p in paths}
+    assert built.unique_pairs == alone
+    assert sum(alone.values()) > sum(built.rows.values())  # the sources share pairs

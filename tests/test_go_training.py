@@ -236,6 +236,68 @@ def test_manifest_game_must_match_the_shards(go_dataset: Path, tmp_path: Path) -
         ShardStream(ds)
 
 
+def packed_copy(plain: Path, out: Path) -> Path:
+    """The dataset at `plain` with its boards packed (`pack_planes`), as the ingest flow
+    writes Go shards, and the manifest saying so."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from services.dataset.go_pairs import pack_planes
+
+    out.mkdir()
+    manifest = json.loads((plain / "manifest.json").read_text())
+    for entry in manifest["files"]:
+        pf = pq.ParquetFile(plain / entry["path"])
+        with pq.ParquetWriter(out / entry["path"], shards.PAIR_SCHEMA) as writer:
+            for g in range(pf.metadata.num_row_groups):  # the same row groups
+                group = pf.read_row_group(g)
+                boards = np.frombuffer(b"".join(group["board"].to_pylist()), np.uint8)
+                packed = pack_planes(boards.reshape(group.num_rows, -1), S)
+                group = group.set_column(0, "board", pa.array(
+                    [row.tobytes() for row in packed], pa.binary()))
+                writer.write_table(group.cast(shards.PAIR_SCHEMA))
+    manifest["writer"] = {"board_encoding": shards.PACKED_BOARDS}
+    atomic_write_json(manifest, out / "manifest.json")
+    return out
+
+
+def test_packed_shards_read_as_the_plain_ones(go_dataset: Path, tmp_path: Path) -> None:
+    """Go shards whose boards are packed (the manifest's writer.board_encoding) give the
+    loader, `read_rows` and `read_split` the very planes the plain shards give."""
+    packed = packed_copy(go_dataset, tmp_path / "packed")
+    from services.dataset.go_pairs import packed_width
+
+    assert {len(board) for board, _ in split_rows(packed)} == {packed_width(S)}  # stored packed
+    for augment in (False, True):
+        kwargs = {"batch_size": 32, "seed": 3, "shuffle_buffer": 300, "augment": augment,
+                  "drop_last": False}
+        assert same(collect(ShardStream(packed, **kwargs)),
+                    collect(ShardStream(go_dataset, **kwargs)))
+    ids = np.array([0, 7, 200, 1000])
+    for got, want in zip(ShardStream(packed).read_rows(ids, results=True),
+                         ShardStream(go_dataset).read_rows(ids, results=True), strict=True):
+        np.testing.assert_array_equal(got, want)
+    for split in ("train", "validation"):
+        for got, want in zip(read_split(packed, split, results=True),
+                             read_split(go_dataset, split, results=True), strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_an_unknown_board_encoding_is_refused_by_name(go_dataset: Path,
+                                                      tmp_path: Path) -> None:
+    import shutil
+
+    ds = Path(shutil.copytree(go_dataset, tmp_path / "ds"))
+    manifest = json.loads((ds / "manifest.json").read_text())
+    manifest["writer"] = {"board_encoding": "zigzag"}
+    atomic_write_json(manifest, ds / "manifest.json")
+    match = r"manifest.json: board encoding 'zigzag' is not one this reader knows"
+    with pytest.raises(DatasetError, match=match):
+        ShardStream(ds)
+    with pytest.raises(DatasetError, match=match):
+        read_split(ds, "train")
+
+
 # ---------------------------------------------------------------------------- trainer
 
 

@@ -42,14 +42,22 @@ import os
 import shutil
 import tempfile
 import uuid
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import pyarrow as pa
 
 from services.dataset import canonical
-from services.dataset.shards import GAME_SPLIT, SPLITS, write_sorted_shards
+from services.dataset.shards import (
+    GAME_SPLIT,
+    PACKED_BOARDS,
+    PLAIN_BOARDS,
+    SPLITS,
+    write_sorted_shards,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -212,9 +220,11 @@ def sorted_pairs(paths: Sequence[Path], game: str,
         yield _unpacked(batch)
 
 
-def _sorted_batches(paths: list[Path], game: str,
-                    settings: BuildSettings) -> tuple[Iterator[pa.RecordBatch], bool]:
-    """(`sorted_pairs`' batches with Go boards still packed, whether they are packed)."""
+def _sorted_batches(paths: list[Path], game: str, settings: BuildSettings,
+                    unique: Counter[str] | None = None,
+                    ) -> tuple[Iterator[pa.RecordBatch], bool]:
+    """(`sorted_pairs`' batches with Go boards still packed, whether they are packed);
+    `unique`, when given, counts each source's unique pairs (`build_shards`)."""
     names = ", ".join(f"'{s}'" for s in SPLITS)
     games, raw = _source_sql(paths, game, settings)
     packed = _key_column(_columns(paths)) != "board"
@@ -239,7 +249,7 @@ def _sorted_batches(paths: list[Path], game: str,
         with _TempDir(settings.temp_dir) as temp:
             con = _connect(settings, temp)
             try:
-                yield from _merged(con.sql(query).to_arrow_reader(FETCH_ROWS))
+                yield from _merged(con.sql(query).to_arrow_reader(FETCH_ROWS), unique)
             finally:
                 con.close()
 
@@ -249,7 +259,8 @@ def _sorted_batches(paths: list[Path], game: str,
 _SORT_KEYS = ("split_code", "position_hash", "move")
 
 
-def _merged(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _merged(batches: Iterable[pa.RecordBatch],
+            unique: Counter[str] | None = None) -> Iterator[pa.RecordBatch]:
     """Raw rows (one per occurrence) sorted by (split, position hash, move) -> the merged
     pairs sorted by (split, position hash, move, board), without the `split_code` column.
 
@@ -260,7 +271,7 @@ def _merged(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     move with other ages or ko) and come in runs of a few. DuckDB's hash aggregate on the
     board bytes with string minimums cost more than its sort of all the raw rows. Each run
     of more than one row is grouped by board here (`_merge_runs`); the run at the end of a
-    batch is held back until the next batch shows where it ends."""
+    batch is held back until the next batch shows where it ends. `unique`: see `_merge_runs`."""
     carry: pa.Table | None = None
     for batch in batches:
         table = pa.Table.from_batches([batch])
@@ -275,29 +286,41 @@ def _merged(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             tail -= 1
         carry = table.slice(tail)
         if tail:
-            yield from _merge_runs(table.slice(0, tail), [k[:tail] for k in keys])
+            yield from _merge_runs(table.slice(0, tail), [k[:tail] for k in keys], unique)
     if carry is not None and carry.num_rows:
-        yield from _merge_runs(carry, [carry[k].to_numpy() for k in _SORT_KEYS])
+        yield from _merge_runs(carry, [carry[k].to_numpy() for k in _SORT_KEYS], unique)
 
 
-def _merge_runs(table: pa.Table, keys: list) -> Iterator[pa.RecordBatch]:
+def _merge_runs(table: pa.Table, keys: list,
+                unique: Counter[str] | None = None) -> Iterator[pa.RecordBatch]:
     """`table` (whole runs of equal (split, hash, move); `keys`: those columns as arrays)
     with the rows of equal board in a run merged (`_merge_groups`) and each run in board
     byte order, as record batches without `split_code`.
 
     The merged rows go back where their run stood: each output row is placed by the index
     of its run's first row (the rows outside runs by their own), a stable integer sort
-    that keeps a run's merged rows in their board order (no sort on the board bytes)."""
+    that keeps a run's merged rows in their board order (no sort on the board bytes).
+
+    `unique`, when given, gets +1 for each source in each output row that source has rows
+    in: a row outside runs counts for its source, a merged one for each distinct source of
+    the rows merged into it."""
     import numpy as np
 
     same = np.ones(table.num_rows - 1, bool)
     for k in keys:
         same &= k[1:] == k[:-1]
+    if unique is not None and not same.any():
+        _count_sources(table["source"], unique)
     if same.any():
         in_run = np.zeros(table.num_rows, bool)
         in_run[1:] |= same
         in_run[:-1] |= same
         starts = np.flatnonzero(in_run & np.r_[True, ~same])  # each run's first row
+        if unique is not None:
+            _count_sources(table.filter(~in_run)["source"], unique)
+            sources = table.filter(in_run).select([*_GROUP_KEYS, "source"])
+            _count_sources(sources.group_by(sources.column_names, use_threads=False)
+                           .aggregate([])["source"], unique)
         runs = _merge_groups(table.filter(in_run)).sort_by(
             [(k, "ascending") for k in _GROUP_KEYS])
         run_keys = [runs[k].to_numpy() for k in _SORT_KEYS]
@@ -310,6 +333,14 @@ def _merge_runs(table: pa.Table, keys: list) -> Iterator[pa.RecordBatch]:
         table = pa.concat_tables([table, runs.cast(table.schema)]).take(
             rows[np.argsort(at, kind="stable")])
     yield from table.drop_columns(["split_code"]).to_batches()
+
+
+def _count_sources(sources: pa.ChunkedArray | pa.Array, unique: Counter[str]) -> None:
+    """unique[s] += how many times s is in `sources`."""
+    import pyarrow.compute as pc
+
+    for pair in pc.value_counts(sources).to_pylist():
+        unique[pair["values"]] += pair["counts"]
 
 
 _GROUP_KEYS = [*_SORT_KEYS, "board"]
@@ -339,33 +370,8 @@ def _merge_groups(rows: pa.Table) -> pa.Table:
     return grouped.select(rows.column_names)
 
 
-class _GroupUnpacker:
-    """`_unpacked` of each row group (one chunk per column), into one buffer that is reused
-    from group to group.
-
-    Why: a row group's boards are ~94 MB; a fresh buffer for each comes as fresh pages from
-    the kernel (page faults: about a second of system time per GB on the VMs this runs on),
-    a reused one is faulted in once. Safe because the shard writer encodes each group before
-    it decodes the next (`shards.write_sorted_shards`' `decode`)."""
-
-    def __init__(self) -> None:
-        self._memory = None  # a writable uint8 numpy array over an Arrow-pool buffer
-
-    def __call__(self, group: pa.Table) -> pa.Table:
-        return pa.Table.from_batches([_unpacked(group.to_batches()[0], self._take)])
-
-    def _take(self, nbytes: int) -> pa.Buffer:
-        import numpy as np
-
-        if self._memory is None or len(self._memory) < nbytes:
-            self._memory = None  # (freed before the larger one is allocated)
-            self._memory = np.frombuffer(pa.allocate_buffer(nbytes), np.uint8)
-        return pa.py_buffer(self._memory[:nbytes])
-
-
-def _unpacked(batch: pa.RecordBatch, allocate=pa.allocate_buffer) -> pa.RecordBatch:
-    """`batch` with its packed Go boards (`go_pairs.pack_planes`) unpacked into a buffer of
-    `allocate(nbytes)`."""
+def _unpacked(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """`batch` with its packed Go boards (`go_pairs.pack_planes`) unpacked."""
     import numpy as np
 
     from services.dataset.go_pairs import packed_width, unpack_planes
@@ -381,7 +387,7 @@ def _unpacked(batch: pa.RecordBatch, allocate=pa.allocate_buffer) -> pa.RecordBa
     np.cumsum(widths, out=out_offsets[1:])
     if out_offsets[-1] >= 2**31:
         raise ValueError("a fetched batch of Go boards exceeds 2 GiB")
-    buffer = allocate(int(out_offsets[-1]))
+    buffer = pa.allocate_buffer(int(out_offsets[-1]))
     out = np.frombuffer(buffer, np.uint8)
     for size in np.unique(sizes).tolist():
         rows = np.flatnonzero(sizes == size)
@@ -400,48 +406,42 @@ def _unpacked(batch: pa.RecordBatch, allocate=pa.allocate_buffer) -> pa.RecordBa
     return batch.set_column(0, "board", column)
 
 
+class BuiltShards(NamedTuple):
+    """What `build_shards` wrote."""
+
+    files: list[dict]  # the shard entries, for the manifest
+    rows: dict[str, int]  # rows per split (the game split only when it has rows)
+    board_encoding: str  # what the board column holds (`shards.BOARD_ENCODINGS`)
+    unique_pairs: dict[str, int]  # per source: the rows it alone would give
+
+
 def build_shards(paths: Sequence[Path], out_dir: Path, game: str,
-                 settings: BuildSettings = BuildSettings()) -> tuple[list[dict], dict[str, int]]:
+                 settings: BuildSettings = BuildSettings()) -> BuiltShards:
     """Deduplicate, split and write the shards of the intermediates at `paths` into
-    `out_dir`; return the shard entries (for the manifest) and rows per split (the game
-    split only when it has rows). Nothing is committed: the manifest does that."""
+    `out_dir`. Nothing is committed: the manifest does that.
+
+    Go boards are written as the intermediates hold them, packed (`PACKED_BOARDS`): the
+    build sorts and merges them packed, and unpacking them only to encode four times the
+    bytes cost more than the rest of the writing (the loader unpacks them per row group).
+
+    Each source's unique pairs (the rows that source alone would give) are counted from the
+    merged stream: the rows of a source that merge are exactly the rows that would merge in
+    a build of that source alone (same board, move and held-out flag), so a source counts
+    once in each merged pair it has rows in."""
+    unique: Counter[str] = Counter()
+    packed = False
     if paths:
-        # Go boards stay packed until a whole row group is assembled: unpacked once into it
-        batches, packed = _sorted_batches(list(paths), game, settings)
-        files = write_sorted_shards(batches, Path(out_dir), _GroupUnpacker() if packed else None)
+        batches, packed = _sorted_batches(list(paths), game, settings, unique)
+        files = write_sorted_shards(batches, Path(out_dir))
     else:
         files = write_sorted_shards([], Path(out_dir))
     rows = {split: sum(f["rows"] for f in files if f["split"] == split) for split in SPLITS}
     if not rows[GAME_SPLIT]:
         del rows[GAME_SPLIT]
     logger.info("wrote %d shard(s): %s", len(files), rows)
-    return files, rows
-
-
-def count_unique_pairs(path: Path, game: str, settings: BuildSettings = BuildSettings()) -> int:
-    """How many rows the intermediate at `path` alone gives (its unique (board, move) pairs,
-    a pair of held-out games apart from the same pair of others).
-
-    Counted without a DISTINCT over every board: the position hash is a function of the
-    board, so a (holdout, position hash, move) key met once is one pair, and only the rows
-    of keys met more than once (a few per cent) have their boards compared. A DISTINCT over
-    all the board bytes spilled to disk past DuckDB's memory limit (at 10 million Go
-    positions it cost three times this)."""
-    with _TempDir(settings.temp_dir) as temp:
-        con = _connect(settings, temp)
-        try:
-            games, raw = _source_sql([Path(path)], game, settings)
-            query = f"""
-            WITH {games}, rows AS NOT MATERIALIZED ({raw}),
-            keys AS (SELECT holdout, position_hash, move, count(*) AS n FROM rows GROUP BY ALL)
-            SELECT (SELECT count(*) FROM keys WHERE n = 1) + (SELECT count(*) FROM (
-                SELECT DISTINCT r.holdout, r.board, r.move FROM rows r
-                SEMI JOIN (SELECT * FROM keys WHERE n > 1) k
-                USING (holdout, position_hash, move)))"""
-            return int(con.execute(query).fetchone()[0])
-        finally:
-            con.close()
+    return BuiltShards(files, rows, PACKED_BOARDS if packed else PLAIN_BOARDS,
+                       dict(sorted(unique.items())))
 
 
 __all__ = ["DEFAULT_MEMORY_LIMIT", "HOLDOUT_GAMES", "MIN_TRAIN_OCCURRENCES", "BuildSettings",
-           "build_shards", "count_unique_pairs", "sorted_pairs"]
+           "BuiltShards", "build_shards", "sorted_pairs"]

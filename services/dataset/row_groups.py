@@ -3,8 +3,9 @@
 `plan_split` checks a split's shards against the manifest (presence, schema version, columns,
 row counts, one board size and one game) and lists its units, the non-empty (file, row group)
 pairs; `split_for_ranks` cuts row groups into parts when ranks would otherwise get too few;
-`read_unit` reads one unit's boards, moves (and results) as numpy arrays, checked. A
-`SplitPlan` is small and picklable (no open files), so loader workers get a copy of it.
+`read_unit` reads one unit's boards (unpacked where the shards store them packed), moves
+(and results) as numpy arrays, checked. A `SplitPlan` is small and picklable (no open
+files), so loader workers get a copy of it.
 """
 
 from __future__ import annotations
@@ -19,9 +20,13 @@ import pyarrow.parquet as pq
 
 from services.dataset.shards import (
     GAMES,
+    PLAIN_BOARDS,
     SCHEMA_KEY,
     SCHEMA_VERSION,
     DatasetError,
+    board_bytes,
+    board_encoding,
+    decoded_boards,
     read_manifest,
 )
 from services.games.registry import default_game, get_game
@@ -44,6 +49,9 @@ class SplitPlan:
     # group, and the group's rows; None: every unit is a whole row group
     unit_offset: np.ndarray | None = None
     unit_group_rows: np.ndarray | None = None
+    # what the board column's bytes are (`shards.BOARD_ENCODINGS`, the manifest's): packed
+    # boards are unpacked as each row group is read
+    board_encoding: str = PLAIN_BOARDS
 
     @property
     def rows(self) -> int:
@@ -56,7 +64,13 @@ class SplitPlan:
 
     @property
     def row_bytes(self) -> int:
+        """Bytes of one board as the loader delivers it (every plane, unpacked)."""
         return self.channels * self.board_size * self.board_size
+
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes of one board as the shards store it (`board_encoding`)."""
+        return board_bytes(self.board_encoding, self.channels, self.board_size)
 
     @property
     def n_moves(self) -> int:
@@ -160,7 +174,8 @@ def plan_split(dataset_dir: Path, split: str) -> SplitPlan:
     return SplitPlan(paths=tuple(paths), unit_file=np.asarray(unit_file, dtype=np.int64),
                  unit_group=np.asarray(unit_group, dtype=np.int64), unit_rows=rows,
                  unit_start=np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64),
-                 board_size=next(iter(sizes)), game=game)
+                 board_size=next(iter(sizes)), game=game,
+                 board_encoding=board_encoding(manifest, manifest_path))
 
 
 # a multi-rank plan has at least this many units per rank (row groups cut into parts if need be)
@@ -194,7 +209,8 @@ def split_for_ranks(plan: SplitPlan, world_size: int) -> SplitPlan:
                  unit_start=np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64),
                  board_size=plan.board_size, game=plan.game,
                  unit_offset=np.asarray(unit_offset, dtype=np.int64),
-                 unit_group_rows=np.asarray(group_rows, dtype=np.int64))
+                 unit_group_rows=np.asarray(group_rows, dtype=np.int64),
+                 board_encoding=plan.board_encoding)
 
 
 def dataset_game(dataset_dir: str | Path, split: str = "train") -> tuple[str, int]:
@@ -259,7 +275,8 @@ def read_unit(plan: SplitPlan, unit: int, results: bool = False) -> list[np.ndar
                            "(file changed since the loader was created?)")
     if plan.unit_offset is not None:  # a part of the row group
         table = table.slice(int(plan.unit_offset[unit]), int(plan.unit_rows[unit]))
-    boards = board_matrix(table.column("board"), plan.row_bytes, where)
+    boards = decoded_boards(board_matrix(table.column("board"), plan.stored_bytes, where),
+                            plan.board_encoding, plan.board_size)
     move_col = table.column("move")
     if move_col.null_count:
         raise DatasetError(f"{where}: {move_col.null_count} null move(s)")

@@ -42,7 +42,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -73,6 +73,16 @@ BOARD_CODEC = "lz4"
 OTHER_CODEC = "zstd"
 # what the manifest's writer.compression says: the codec of each column as written
 COMPRESSION = {"board": BOARD_CODEC, "other columns": OTHER_CODEC}
+# What the board column's bytes are (the manifest's writer.board_encoding). PLAIN: the int8
+# cells or compact planes themselves (Gomoku). PACKED: Go's compact planes packed
+# (`services.dataset.go_pairs.pack_planes`: each plane's cells as digits, 5 / 3 / 3 / 8 to a
+# byte, 361 bytes at 19x19 against 1,444), unpacked by the readers here and in the loader.
+# Why packed: the build sorts and merges packed boards anyway, and writing them as they are
+# spares unpacking (~0.5 CPU-s a million positions) and LZ4 of four times the bytes (~1 CPU-s);
+# the loader unpacks a row group per read. A manifest without the field holds PLAIN boards.
+PLAIN_BOARDS = "plain"
+PACKED_BOARDS = "packed"
+BOARD_ENCODINGS = (PLAIN_BOARDS, PACKED_BOARDS)
 MANIFEST = "manifest.json"
 # files this module writes into a dataset folder (fixed names of older versions included):
 # the only ones `remove_unlisted` may delete
@@ -87,7 +97,8 @@ GO_CHANNELS = COMPACT_CHANNELS
 PAIR_SCHEMA = pa.schema(
     [
         # canonical position, int8 bytes: Gomoku size*size cells (0 empty, 1 black, 2 white);
-        # Go the compact [4, size, size] planes of services/games/go_features.py
+        # Go the compact [4, size, size] planes of services/games/go_features.py, packed
+        # where the manifest's writer.board_encoding says so (`PACKED_BOARDS`)
         ("board", pa.binary()),
         ("move", pa.int16()),  # canonical next move, y * size + x; Go: size*size = pass
         ("game", pa.string()),  # the registered game name (services.games.registry)
@@ -287,14 +298,10 @@ class _ShardFile:
         options.pop("row_group_size")
         self.writer = pq.ParquetWriter(self.tmp, PAIR_SCHEMA, **options)
 
-    def write(self, group: pa.Table,
-              decode: Callable[[pa.Table], pa.Table] | None = None) -> None:
+    def write(self, group: pa.Table) -> None:
         """One row group (one chunk per column, as `shard_piece` gives a whole shard: the
-        pages, hence the bytes, do not depend on how the input was chunked); `decode`, when
-        given, turns the combined group into the rows to write."""
+        pages, hence the bytes, do not depend on how the input was chunked)."""
         group = group.combine_chunks()
-        if decode is not None and group.num_rows:
-            group = decode(group)
         self.writer.write_table(group, row_group_size=ROW_GROUP_ROWS)
         self.rows += group.num_rows
 
@@ -317,16 +324,10 @@ class _ShardFile:
             self.tmp.unlink(missing_ok=True)
 
 
-def write_sorted_shards(parts: Iterable[pa.Table | pa.RecordBatch], out_dir: Path,
-                        decode: Callable[[pa.Table], pa.Table] | None = None) -> list[dict]:
+def write_sorted_shards(parts: Iterable[pa.Table | pa.RecordBatch], out_dir: Path) -> list[dict]:
     """Stream rows into shards: `parts` (tables or record batches with every PAIR_SCHEMA
     column) come grouped by split in SPLITS order and sorted inside each split by (position
     hash, move, board), as the shards store them. Memory: one row group and one input part.
-    `decode`: applied to each row group (one chunk per column) before it is written, e.g. to
-    unpack boards that travelled packed (the group is then assembled from the small packed
-    bytes, and the decoded boards are written from the one buffer they were decoded into).
-    Each decoded group is written before `decode` is called again, so it may reuse one
-    buffer for every group.
 
     Each split gets `ROWS_PER_SHARD`-row shards of `ROW_GROUP_ROWS`-row groups, and at least
     one (empty) shard for a position split without rows; the game split gets none then.
@@ -350,7 +351,7 @@ def write_sorted_shards(parts: Iterable[pa.Table | pa.RecordBatch], out_dir: Pat
         if state["shard"] is None:
             state["shard"] = _ShardFile(out_dir, f"{SPLITS[state['split']]}-{state['index']:05d}")
             state["index"] += 1
-        state["shard"].write(group, decode)
+        state["shard"].write(group)
         if state["shard"].rows >= ROWS_PER_SHARD:
             close_shard()
 
@@ -457,6 +458,8 @@ def commit_manifest(manifest: dict, out_dir: Path) -> list[str]:
 
 
 def read_manifest(dataset_dir: Path) -> dict:
+    """The dataset's manifest, checked: its schema version and board encoding are ones this
+    reader knows (DatasetError naming the file otherwise)."""
     path = Path(dataset_dir) / MANIFEST
     if not path.exists():
         raise DatasetError(f"{path}: no manifest; run the ingest flow first")
@@ -465,7 +468,43 @@ def read_manifest(dataset_dir: Path) -> dict:
         raise DatasetError(
             f"{path}: schema version {manifest.get('schema_version')}, expected {SCHEMA_VERSION}"
         )
+    board_encoding(manifest, path)
     return manifest
+
+
+def board_encoding(manifest: dict, where: Path | str = MANIFEST) -> str:
+    """What the shards' board bytes are (`BOARD_ENCODINGS`), as the manifest's
+    writer.board_encoding says; DatasetError for an encoding this reader does not know."""
+    encoding = manifest.get("writer", {}).get("board_encoding", PLAIN_BOARDS)
+    if encoding not in BOARD_ENCODINGS:
+        raise DatasetError(f"{where}: board encoding {encoding!r} is not one this reader "
+                           f"knows ({', '.join(BOARD_ENCODINGS)}); read it with the movepred "
+                           "version that wrote it, or ingest the sources again")
+    return encoding
+
+
+def board_bytes(encoding: str, channels: int, size: int) -> int:
+    """Bytes of one stored board: `channels` int8 planes of size x size, packed or not."""
+    if encoding == PACKED_BOARDS:
+        from services.dataset.go_pairs import packed_width
+
+        return packed_width(size)
+    return channels * size * size
+
+
+def decoded_boards(stored: np.ndarray, encoding: str, size: int) -> np.ndarray:
+    """int8 [n, channels * size * size] plane bytes of stored boards (uint8 or int8 [n, width],
+    as the board column holds them): PACKED ones unpacked into a buffer of Arrow's memory
+    pool (reused from read to read rather than faulted in afresh), PLAIN ones as they are."""
+    if encoding != PACKED_BOARDS:
+        return stored
+    from services.dataset.go_pairs import unpack_planes
+
+    n = len(stored)
+    width = COMPACT_CHANNELS * size * size
+    out = np.frombuffer(pa.allocate_buffer(n * width), np.uint8).reshape(n, width)
+    unpack_planes(stored.view(np.uint8), size, out)
+    return out.view(np.int8)
 
 
 def read_split(dataset_dir: Path, split: str,
@@ -511,8 +550,19 @@ def read_split(dataset_dir: Path, split: str,
     table = pa.concat_tables(parts)
     game, size, _ = kind
     shape = (-1, *get_game(game).input_shape(size))
-    flat = np.frombuffer(b"".join(table["board"].to_pylist()), dtype=np.int8)
-    boards = flat.reshape(shape).copy()  # writable, owned by the caller
+    encoding = board_encoding(manifest)
+    width = board_bytes(encoding, get_game(game).input_planes or 1, size)
+    stored = np.frombuffer(b"".join(table["board"].to_pylist()), dtype=np.uint8)
+    if len(stored) != table.num_rows * width:
+        raise DatasetError(f"{dataset_dir}: split {split!r}: boards are not all {width} bytes "
+                           f"({encoding} {game} {size}x{size} boards)")
+    stored = stored.reshape(table.num_rows, width)
+    if encoding == PACKED_BOARDS:
+        from services.dataset.go_pairs import unpack_planes
+
+        boards = unpack_planes(stored, size).view(np.int8).reshape(shape)
+    else:
+        boards = stored.view(np.int8).reshape(shape).copy()  # writable, owned by the caller
     moves = table["move"].to_numpy().astype(np.int64)
     plies = table["ply"].to_numpy().astype(np.int64)
     if not results:
