@@ -13,9 +13,12 @@ baseline of the pairs' mean fitness r = (r+ + r-) / 2:
 
 Dividing by the distance to the best fitness seen is the reward normalisation: the steps do not
 depend on the fitness's scale, and shrink as the pair nears the best. Sigma follows only
-positive sigma gradients (a pair better than the baseline), which keeps it positive. The first
+positive sigma gradients (a pair better than the baseline), which keeps one pair's step from
+taking sigma below 0.9 sigma (several pairs' steps add up: sigma is kept >= `min_sigma`). The first
 generation only sets the baseline (no update), as in PyBrain. With more than one pair the
-updates are averaged over the pairs (one pair is PyBrain's and the paper's setting).
+pairs' steps add up, so a generation of N pairs moves about as far as N one-pair generations
+would from the same point, and a budget of evaluations buys the same learning whatever N (one
+pair is PyBrain's and the paper's setting; more pairs batch more games per call).
 alpha_mu = 0.2, alpha_sigma = 0.1 and sigma_0 = 2.0 are the paper's and PyBrain's defaults.
 """
 
@@ -28,7 +31,8 @@ from services.policy_search.base import Optimizer
 
 class PGPE(Optimizer):
     def __init__(self, x0: np.ndarray, sigma0: float = 2.0, alpha_mu: float = 0.2,
-                 alpha_sigma: float = 0.1, pairs: int = 1, seed: int = 0) -> None:
+                 alpha_sigma: float = 0.1, pairs: int = 1, min_sigma: float = 1e-8,
+                 seed: int = 0) -> None:
         x0 = np.asarray(x0, dtype=np.float64).reshape(-1)
         super().__init__(len(x0))
         if pairs < 1 or sigma0 <= 0:
@@ -36,6 +40,7 @@ class PGPE(Optimizer):
         self._mu = x0.copy()
         self.sigma = np.full(self.dim, float(sigma0))
         self.alpha_mu, self.alpha_sigma, self.pairs = alpha_mu, alpha_sigma, pairs
+        self.min_sigma = min_sigma
         self.baseline: float | None = None
         self._rng = np.random.default_rng(seed)
         self._eps = np.zeros((pairs, self.dim))
@@ -63,7 +68,8 @@ class PGPE(Optimizer):
         step_mu = np.where(r_plus != r_minus, (r_plus - r_minus) / np.where(span > 0, span, 1), 0)
         step_sigma = (r_mean - b) / (m - b) if m != b else np.zeros_like(r_mean)
         step_sigma = np.maximum(step_sigma, 0.0)
-        self._mu = self._mu + self.alpha_mu * (step_mu[:, None] * eps).mean(0)
-        self.sigma = self.sigma + self.alpha_sigma * (
-            step_sigma[:, None] * (eps ** 2 - self.sigma ** 2) / self.sigma).mean(0)
+        self._mu = self._mu + self.alpha_mu * (step_mu[:, None] * eps).sum(0)
+        sigma = self.sigma + self.alpha_sigma * (
+            step_sigma[:, None] * (eps ** 2 - self.sigma ** 2) / self.sigma).sum(0)
+        self.sigma = np.maximum(sigma, self.min_sigma)
         self.baseline = 0.9 * b + 0.1 * float(r_mean.mean())
