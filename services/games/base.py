@@ -286,6 +286,12 @@ class Game(ABC):
         default."""
         return {}
 
+    def opponent(self, seed: int = 0) -> Callable[[Position], int] | None:
+        """A fixed reference player the served network plays against (`movepred play
+        --game`): state -> its move, ties drawn from `seed`. None: the game has none, and
+        the network plays itself."""
+        return None
+
     # ---- requests -----------------------------------------------------------------------
     @abstractmethod
     def position_from_request(self, position: search_pb2.Position, field: str) -> Position:

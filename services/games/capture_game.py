@@ -29,16 +29,19 @@ capture) is refused by `require_playable`, so Predict and GenMove get INVALID_AR
 both. The search (`expand`) sees a capture as a proven win and leaves suicide out of the
 candidates unless nothing else is left.
 
-Not served yet: `default_model` is empty, so the search service serves the Capture Game only
-when a model is named (``--capture-model``), and `default_config` is empty, so the supervised
-trainer has no network for it (its networks are trained by direct policy search, not on game
-records). The rules themselves are `services.games.capture_batch`'s kernels, the ones
-training play runs on, imported when a position is first played (the registry imports this
-module in every process; numba is loaded only where the game is played).
+Served as Triton's ``capture_policy`` (`default_model`; model_repository/capture_policy): an
+MDRNN or MDLSTM (`default_config` ``capture_mdlstm_k2``, the paper's 52-weight network; its
+weights come from direct policy search, not from game records) behind the int8 board, as
+`services.triton.capture_model` publishes it. Games are written as SGF (GM[1], SZ; `record_text`)
+and played against the paper's greedy player (`opponent`) by ``movepred play --game capture``.
+The rules themselves are `services.games.capture_batch`'s kernels, the ones training play runs
+on, imported when a position is first played (the registry imports this module in every
+process; numba is loaded only where the game is played).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from functools import cache
 from types import ModuleType
 from typing import Any
@@ -161,8 +164,9 @@ class CaptureGame(Game):
     title = "Capture Game"
     default_size = DEFAULT_SIZE
     sizes = tuple(range(MIN_SIZE, MAX_SIZE + 1))
-    default_model = ""  # no trained network is published (see the module docstring)
-    default_config = ""
+    default_model = "capture_policy"
+    default_config = "capture_mdlstm_k2"
+    written_formats = (".sgf",)
     stages = (4, 16)  # 5x5 games last about 15 moves
 
     def start(self, size: int | None = None) -> CaptureState:
@@ -194,6 +198,45 @@ class CaptureGame(Game):
         for name in ("b1", "b2", "a2", "e5", "c2", "e4"):  # black b1, white b2, black a2, ...
             s = s.play(self.parse_move(name, s.size))
         return {"capture in one": (s.board.copy(), (self.parse_move("b3", s.size),))}
+
+    def record_text(self, suffix: str, moves: Sequence[int], size: int, *,
+                    rule: str | None = None, comments: Sequence[str] = (),
+                    summary: str = "") -> str:
+        """SGF (GM[1]: Go stones; SZ; GN names the game, whose rules SGF has no RU value
+        for): the moves replayed here, RE the winner when the game ended (a capture or a
+        suicide), `summary` as GC. ValueError for a move the rules refuse."""
+        if suffix != ".sgf":
+            return super().record_text(suffix, moves, size)
+        from services.protocols.sgf_export import sgf_point
+        from services.records.sgf_writer import APP_NAME, app_version, sgf_record
+
+        state = self.start(size)
+        for i, move in enumerate(moves):
+            try:
+                state = state.play(int(move))
+            except ValueError as exc:
+                raise ValueError(f"moves[{i}]: {self.move_name(int(move), size)}: {exc}") from exc
+        root = [("FF", "4"), ("GM", "1"), ("CA", "UTF-8"), ("AP", f"{APP_NAME}:{app_version()}"),
+                ("SZ", str(size)), ("GN", f"{self.title} (the first capture wins)")]
+        if state.is_over:
+            root.append(("RE", "B+" if state.winner == BLACK else "W+"))
+        if summary:
+            root.append(("GC", summary))
+        return sgf_record(root, [("B" if i % 2 == 0 else "W", sgf_point(int(m), size),
+                                  comments[i] if i < len(comments) else None)
+                                 for i, m in enumerate(moves)])
+
+    def opponent(self, seed: int = 0) -> Callable[[Position], int]:
+        """The paper's greedy player (`capture_batch.greedy_moves`: capture, else save a
+        group in atari, else maximise p - q), its ties broken by a generator seeded `seed`."""
+        engine = _engine()
+        rng = np.random.default_rng(seed)
+
+        def move(state: Position) -> int:
+            cells = np.ascontiguousarray(state.board.reshape(1, -1), dtype=np.int8).copy()
+            return int(engine.greedy_moves(cells, state.to_move, rng.random(1))[0])
+
+        return move
 
     def require_playable(self, state: Position, field: str) -> None:
         s: Any = state
