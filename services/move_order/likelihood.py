@@ -49,6 +49,7 @@ DEFAULT_CACHE_SIZE = 50_000  # logits rows kept by input (a 15x15 row: 900 bytes
 DEFAULT_PREFIX_CACHE_SIZE = 10_000
 # a factor below this counts as this: a legal move the network gives 0 keeps a finite cost
 MIN_PROBABILITY = 1e-300
+_UNSEEN = object()  # a move sequence not in the position cache
 
 
 @dataclass(frozen=True)
@@ -205,25 +206,26 @@ class PrefixScorer:
         one call. None (and no call) when a move from `first` on breaks the rules."""
         return self.rescore_many([(current, order, first)])[0]
 
-    def _replay(self, order: Sequence[int], start: Position, first: int
+    def _replay(self, moves: tuple[int, ...], start: Position, first: int
                 ) -> list[Position] | None:
-        """`Problem.replay(order, start, first)`, each position looked up by its moves first
+        """`Problem.replay(moves, start, first)`, each position looked up by its moves first
         and kept after it is played (the whole cache is dropped when full)."""
         if not self.prefix_cache_size:
-            return self.problem.replay(order, start, first)
-        moves = tuple(int(m) for m in order)
+            return self.problem.replay(moves, start, first)
+        cache = self._states
+        play = self.problem.play
+        colours = self._colours
         states: list[Position] = []
         state = start
         for ply in range(first, len(moves)):
             key = moves[:ply + 1]
-            if key in self._states:
-                nxt = self._states[key]
-            else:
-                nxt = (self.problem.play(state, moves[ply])
-                       if moves[ply] in self._colours[ply % 2] else None)
-                if len(self._states) >= self.prefix_cache_size:
-                    self._states.clear()
-                self._states[key] = nxt
+            nxt = cache.get(key, _UNSEEN)
+            if nxt is _UNSEEN:
+                move = moves[ply]
+                nxt = play(state, move) if move in colours[ply % 2] else None
+                if len(cache) >= self.prefix_cache_size:
+                    cache.clear()
+                cache[key] = nxt
             if nxt is None:
                 return None
             states.append(nxt)
@@ -236,39 +238,45 @@ class PrefixScorer:
         ONE evaluator call (split only above `max_boards`; none when every input is cached
         or every candidate breaks the rules). Lock-step annealing chains send their step
         through here, so the network sees one large batch instead of one small one per
-        chain; each result is the one `rescore` would give."""
-        replayed: list[tuple[Scored, Sequence[int], int, list[Position]] | None] = []
+        chain; each result is the one `rescore` would give. The factors before ply `first`
+        are `current`'s (same positions, same moves): only the others are read off."""
+        # (current, moves, first, positions, the move sequences of the changed positions)
+        replayed: list[tuple[Scored, tuple[int, ...], int, tuple[Position, ...],
+                             list[tuple[int, ...]]] | None] = []
         known: dict[tuple[int, ...], np.ndarray] = {}
         pending: dict[tuple[int, ...], Position] = {}  # moves -> a position to evaluate
+        cached = self._policies
         for current, order, first in candidates:
-            new_states = self._replay(order, current.states[first], first)
+            moves = tuple(map(int, order))
+            new_states = self._replay(moves, current.states[first], first)
             if new_states is None:
                 replayed.append(None)
                 continue
-            states = [*current.states[:first + 1], *new_states]
-            replayed.append((current, order, first, states))
-            moves = tuple(int(m) for m in order)
-            for ply in range(first + 1, len(moves)):
-                key = moves[:ply]
-                row = self._policies.get(key)
+            n = len(moves)
+            states = current.states[:first + 1] + tuple(new_states)
+            keys = [moves[:ply] for ply in range(first + 1, n)]
+            replayed.append((current, moves, first, states, keys))
+            for key, state in zip(keys, states[first + 1:n], strict=True):
+                row = cached.get(key)
                 if row is not None:
                     known[key] = row
                 elif key not in known:
-                    pending[key] = states[ply]
+                    pending[key] = state
         fresh = self.policies(list(pending.values()))
         known.update(zip(pending, fresh, strict=True))
         if self.prefix_cache_size:
-            if len(self._policies) + len(pending) > self.prefix_cache_size:
-                self._policies.clear()
-            self._policies.update(zip(pending, fresh, strict=True))
+            if len(cached) + len(pending) > self.prefix_cache_size:
+                cached.clear()
+            cached.update(zip(pending, fresh, strict=True))
         out: list[Scored | None] = []
         for item in replayed:
             if item is None:
                 out.append(None)
                 continue
-            current, order, first, states = item
-            moves = tuple(int(m) for m in order)
-            out.append(scored(order, states,
-                              [*current.policies[:first + 1],
-                               *(known[moves[:ply]] for ply in range(first + 1, len(moves)))]))
+            current, moves, first, states, keys = item
+            policies = current.policies[:first + 1] + tuple(known[k] for k in keys)
+            changed = [policies[i][moves[i]] for i in range(first, len(moves))]
+            factors = np.concatenate((current.factors[:first],
+                                      np.array(changed, dtype=np.float64)))
+            out.append(Scored(moves, states, policies, factors))
         return out
