@@ -55,10 +55,12 @@ GO_MODEL_NAME = "go_policy"
 GO_EMBEDDED_CONFIG = ROOT / "model_repository" / GO_MODEL_NAME / "config.pbtxt"
 GO_STOCK_CONFIG = DEPLOY / "triton-stock" / GO_MODEL_NAME / "config.pbtxt"
 # per model: (input dims of one board, logits per board) at the model's default size
-MODEL_IO = {MODEL_NAME: ([15, 15], 225), GO_MODEL_NAME: ([4, 19, 19], 362)}
+CAPTURE_EMBEDDED_CONFIG = ROOT / "model_repository" / "capture_policy" / "config.pbtxt"
+MODEL_IO = {MODEL_NAME: ([15, 15], 225), GO_MODEL_NAME: ([4, 19, 19], 362),
+            "capture_policy": ([5, 5], 25)}
 # configs with variable dims (-1): the embedded go_policy takes every board size, its logits
 # follow the board (S * S + 1); the stock one stays 19x19
-VARIABLE_IO = {GO_EMBEDDED_CONFIG: ([4, -1, -1], -1)}
+VARIABLE_IO = {GO_EMBEDDED_CONFIG: ([4, -1, -1], -1), CAPTURE_EMBEDDED_CONFIG: ([-1, -1], -1)}
 CONFIG_FILES = sorted(
     [*(ROOT / "model_repository").rglob("config.pbtxt"), *DEPLOY.rglob("config.pbtxt")]
 )

@@ -174,7 +174,8 @@ def test_every_registered_game_has_its_model_flag() -> None:
     with no edit to the server; an empty flag leaves that game unserved."""
     from tests.tictactoe_game import TICTACTOE
 
-    args = server._parse_args(["--tictactoe-model", "ttt_v2", "--go-model", ""])
+    args = server._parse_args(["--tictactoe-model", "ttt_v2", "--go-model", "",
+                               "--capture-model", ""])
     served = {game.name: model for game, model in server.served_models(args).items()}
     assert served == {default_game().name: default_game().default_model,
                       TICTACTOE.name: "ttt_v2"}
