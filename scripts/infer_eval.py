@@ -198,12 +198,13 @@ class TorchScriptPolicy:
         return Output(logits.to(torch.float32).numpy(), self.name)
 
 
-def annealing_params(args: argparse.Namespace, stones: int) -> AnnealingParams:
+def annealing_params(args: argparse.Namespace) -> AnnealingParams:
     iterations = args.iterations or None
     if args.budget:
         iterations = max(1, args.budget // args.restarts)
     return AnnealingParams(iterations=iterations, restarts=args.restarts,
-                           neighbour=args.neighbour, init=args.init, seed=args.seed)
+                           neighbour=args.neighbour, init=args.init, seed=args.seed,
+                           tempering=args.tempering)
 
 
 def done_keys(results: Path) -> set[str]:
@@ -224,7 +225,7 @@ def run(args: argparse.Namespace) -> None:
     collection = COLLECTIONS[args.game]
     positions = build_set(game, collection.read(), args.stones, held, kept, args.limit,
                           collection.clean)
-    params = annealing_params(args, args.stones)
+    params = annealing_params(args)
     policy = TorchScriptPolicy(args.model)
     args.results.parent.mkdir(parents=True, exist_ok=True)
     done = done_keys(args.results)
@@ -238,6 +239,7 @@ def run(args: argparse.Namespace) -> None:
         row = evaluate_position(game, position, policy, params, collection.rule)
         row |= {"set": f"{args.game}{args.stones}", "model": str(args.model),
                 "label": args.label, "neighbour": params.neighbour, "init": params.init,
+                "tempering": params.tempering,
                 "load": os.getloadavg()[0], "time": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                    time.gmtime())}
         with args.results.open("a") as f:
@@ -313,6 +315,9 @@ def main(argv: list[str] | None = None) -> None:
                    help="candidates per position in all (overrides --iterations)")
     r.add_argument("--neighbour", default="mix")
     r.add_argument("--init", default="greedy")
+    r.add_argument("--tempering", action="store_true",
+                   help="parallel tempering instead of the paper's annealing schedule (the "
+                        "restarts are the chains of a temperature ladder)")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--threads", type=int, default=1)
     r.add_argument("--label", default="")
