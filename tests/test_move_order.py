@@ -5,7 +5,7 @@ evaluator calls per candidate, and the annealing recovering a planted order."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -23,11 +23,12 @@ from services.move_order.annealing import (
     exchange,
     infer_order,
     ladder,
+    polish,
     temperature,
 )
 from services.move_order.greedy import greedy_order
 from services.move_order.likelihood import PrefixScorer
-from services.move_order.neighbours import NAMES, propose
+from services.move_order.neighbours import NAMES, every_neighbour, propose
 from services.move_order.problem import (
     InvalidStones,
     NoLegalOrder,
@@ -710,3 +711,50 @@ def test_tempering_chains_exchange_orders_and_recover_the_planted_order() -> Non
     assert restart_summary(again) == restart_summary(result)
     with pytest.raises(ValueError, match="tempering"):
         AnnealingParams(tempering=True, lockstep=False)
+
+
+@pytest.mark.parametrize("n", [2, 3, 6, 9])
+def test_every_neighbour_is_each_distinct_swp2_and_mov2_neighbour(n: int) -> None:
+    order = tuple(range(100, 100 + n))
+    listed = every_neighbour(order)
+    orders = [o for o, _ in listed]
+    assert len(set(orders)) == len(orders) and order not in orders
+    rng = np.random.default_rng(0)
+    drawn = set()
+    for name in ("swp2", "mov2"):
+        for it in range(3000):
+            move = propose(name, order, rng, it)
+            if move is not None:
+                drawn.add(move)
+    # the random neighbours are exactly the listed ones, with the same first changed ply
+    assert drawn - {(order, 0)} == set(listed)
+    for new, first in listed:
+        assert new[:first] == order[:first] and new[first] != order[first]
+        assert sorted(new[0::2]) == sorted(order[0::2])
+
+
+def test_polish_descends_to_an_order_no_neighbour_improves() -> None:
+    problem, planted = random_problem(GOMOKU, 15, 12, seed=9)
+    evaluator = PlantedEvaluator(planted, 225, bonus=1.0)
+    scorer = PrefixScorer(problem, evaluator)
+    start = scorer.score([*planted[2:4], *planted[0:2], *planted[4:]])  # a pair moved
+    assert start is not None
+    calls = len(evaluator.calls)
+    best, sweeps, stopped = polish(scorer, start)
+    assert not stopped and sweeps >= 2 and best.cost < start.cost
+    assert len(evaluator.calls) - calls <= sweeps * 2  # a sweep is one call (two above 256)
+    for order, first in every_neighbour(best.order):
+        other = scorer.rescore(best, order, first)
+        assert other is None or other.cost >= best.cost
+    assert polish(scorer, start, should_stop=lambda: True) == (start, 0, True)
+
+
+def test_infer_order_polishes_the_best_order() -> None:
+    problem, planted = random_problem(GO, 9, 12, seed=13)
+    params = AnnealingParams(iterations=30, restarts=2, init="random", seed=3)
+    plain = infer_order(problem, PlantedEvaluator(planted, GO.policy_size(9), bonus=1.0), params)
+    polished = infer_order(problem, PlantedEvaluator(planted, GO.policy_size(9), bonus=1.0),
+                           replace(params, polish=True))
+    assert restart_summary(plain) == restart_summary(polished)  # the same annealing
+    assert polished.sweeps >= 1 and polished.best.cost <= plain.best.cost
+    assert legal_in_every_prefix(problem, polished.best.order)

@@ -35,6 +35,13 @@ that refines it, and a cold chain stuck in a local optimum hands it up to be sha
 exchanges cost no evaluation (both costs are known), so the boards per step are the same as
 independent chains'. The exchanges draw from one more child of the seed sequence.
 
+Final descent (`AnnealingParams.polish`). Beyond the paper: the best order of the annealing
+ends in a steepest descent over every swp2 and mov2 neighbour (`neighbours.every_neighbour`):
+each sweep costs all of them in one `rescore_many` call (large batches, which the network runs
+faster per board than the chains' steps) and moves to the best one that is cheaper, until none
+is. The annealing's last stretch at t_end still accepts small losses, so the best order it saw
+is often a neighbour or two away from a local optimum that it never visited.
+
 Stopping (`should_stop`). The annealing asks `should_stop()` before every step (lock-step) or
 iteration (one after another) and, when it answers True, stops there: the answer is the best
 order seen so far, or the greedy one when that is better, marked `stopped`. The greedy order
@@ -52,7 +59,7 @@ import numpy as np
 
 from services.move_order.greedy import greedy_order
 from services.move_order.likelihood import DEFAULT_MAX_BOARDS, PrefixScorer, Scored
-from services.move_order.neighbours import NAMES, propose
+from services.move_order.neighbours import NAMES, every_neighbour, propose
 from services.move_order.problem import Problem
 from services.search.mcts import PolicyEvaluator
 
@@ -79,6 +86,7 @@ class AnnealingParams:
     lockstep: bool = True  # restarts advanced together, one evaluator call per step
     candidates: int = 1  # neighbours per chain per step (lockstep only)
     tempering: bool = False  # chains at fixed temperatures exchanging orders (lockstep only)
+    polish: bool = False  # the best order ends in a steepest descent over its neighbours
 
     def __post_init__(self) -> None:
         if self.iterations is not None and self.iterations < 0:
@@ -137,6 +145,7 @@ class InferenceResult:
     iterations: int  # per restart (asked for)
     stopped: bool = False  # `should_stop` ended the annealing: `best` is the best so far
     exchanges: int = 0  # orders exchanged between tempering chains
+    sweeps: int = 0  # sweeps of the final descent (`polish`)
 
     @property
     def spread(self) -> float:
@@ -279,6 +288,26 @@ def exchange(current: list[Scored], temperatures: Sequence[float], parity: int,
     return made
 
 
+def polish(scorer: PrefixScorer, start: Scored,
+           should_stop: Callable[[], bool] | None = None) -> tuple[Scored, int, bool]:
+    """Steepest descent from `start`: each sweep costs every swp2 and mov2 neighbour of the
+    current order in one `rescore_many` call and moves to the cheapest when it is cheaper;
+    ends at an order none of whose neighbours is, or when `should_stop()` answers True
+    before a sweep. Returns the order, the sweeps made and whether it was stopped."""
+    current = start
+    sweeps = 0
+    while True:
+        if should_stop is not None and should_stop():
+            return current, sweeps, True
+        neighbours = every_neighbour(current.order)
+        costed = scorer.rescore_many([(current, order, first) for order, first in neighbours])
+        sweeps += 1
+        better = [c for c in costed if c is not None and c.cost < current.cost]
+        if not better:
+            return current, sweeps, False
+        current = min(better, key=lambda s: s.cost)
+
+
 def infer_order(problem: Problem, evaluator: PolicyEvaluator,
                 params: AnnealingParams | None = None, *,
                 max_boards: int = DEFAULT_MAX_BOARDS,
@@ -323,8 +352,11 @@ def infer_order(problem: Problem, evaluator: PolicyEvaluator,
                   run.proposals)
     finished = [run.best for run in runs]
     best = min([greedy, *finished] if stopped else finished, key=lambda s: s.cost)
+    sweeps = 0
+    if params.polish and not stopped:
+        best, sweeps, stopped = polish(scorer, best, should_stop)
     if stopped:
         log.debug("stopped after %d evaluator calls: geometric mean %.4f", scorer.calls,
                   best.geometric_mean)
     return InferenceResult(best, greedy, tuple(runs), scorer.calls, scorer.boards, iterations,
-                           stopped, exchanges)
+                           stopped, exchanges, sweeps)
