@@ -268,6 +268,24 @@ def report(args: argparse.Namespace) -> None:
             scatter(rows, Path(f"{args.png_prefix}{path.stem}.png"), path.stem)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
+    print(markdown_table(out))
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """One line per results file: the paper's figures, the greedy order's, time and boards."""
+    lines = ["| run | positions | inferred >= actual | slope | exact | per-move match | "
+             "restarts' SD | greedy >= actual | greedy slope | greedy per-move | "
+             "s/position | boards/position |", "|---|" + "---:|" * 11]
+    for f in rows:
+        if not f["positions"]:
+            continue
+        lines.append(
+            f"| {f['name']} | {f['positions']} | {f['share_at_least_actual']:.0%} | "
+            f"{f['slope']:.3f} | {f['exact']:.0%} | {f['move_match']:.1%} | "
+            f"{f['spread']:.4f} | {f['greedy_share_at_least_actual']:.0%} | "
+            f"{f['greedy_slope']:.3f} | {f['greedy_move_match']:.1%} | {f['seconds']:.1f} | "
+            f"{f['boards']:.0f} |")
+    return "\n".join(lines)
 
 
 def scatter(rows: list[dict], png: Path, title: str) -> None:
