@@ -232,11 +232,11 @@ class CaptureGame(Game):
         engine = _engine()
         rng = np.random.default_rng(seed)
 
-        def move(state: Position) -> int:
+        def greedy_player(state: Position) -> int:
             cells = np.ascontiguousarray(state.board.reshape(1, -1), dtype=np.int8).copy()
             return int(engine.greedy_moves(cells, state.to_move, rng.random(1))[0])
 
-        return move
+        return greedy_player
 
     def require_playable(self, state: Position, field: str) -> None:
         s: Any = state

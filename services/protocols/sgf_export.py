@@ -13,6 +13,12 @@ no RE at all.
 `movepred play --target HOST:PORT --visits N --out game.sgf` asks GenMove for both sides until
 somebody makes five, the board is full or `--max-moves` is reached, and writes the game with
 each move's search statistics as a comment.
+
+`movepred play --game NAME [--size S] [--games N] [--seed K] [--out DIR]`, for a game with a
+reference player (`Game.opponent`: the Capture Game's greedy player), plays the served network
+(GenMove) against that player instead, colours alternated (the network is black in the odd-
+numbered games), writes each game where the Game writes records (`Game.write_record`, its first
+`written_formats`: SGF) and prints the network's wins and losses.
 """
 
 from __future__ import annotations
@@ -24,7 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from services.games.base import Game, Position
 from services.games.gomoku import BLACK, DEFAULT_SIZE, WHITE, GomokuState, Rule
+from services.games.registry import default_game, get_game, registered_games
 from services.records.sgf_writer import APP_NAME, app_version, sgf_record
 
 SGF_LETTERS = "abcdefghijklmnopqrstuvwxyz"
@@ -178,6 +186,138 @@ def play_game(
     return PlayedGame(list(state.moves), rule, result if result else "?", comments, player)
 
 
+# ---- the served network against a game's reference player ------------------------------------
+@dataclass
+class MatchGame:
+    """One game of `play_match`: the moves, the network's colour, who won (BLACK, WHITE, or
+    0 for a draw or a game cut short) and the file it was written to."""
+
+    moves: list[int]
+    network: int
+    winner: int
+    path: Path
+
+
+def winner_of(game: Game, state: Position) -> int:
+    """BLACK or WHITE once `state` is over (asked of the game's `terminal_value`, worth to
+    the last mover), 0 for a draw or a game that goes on."""
+    if not state.is_over or not state.moves:
+        return 0
+    value = game.terminal_value(state)
+    last = BLACK if len(state.moves) % 2 == 1 else WHITE
+    if value == 0:
+        return 0
+    return last if value > 0 else BLACK + WHITE - last
+
+
+def play_match(
+    client: Any,
+    game: Game,
+    opponent: Callable[[Position], int],
+    out_dir: Path,
+    *,
+    size: int | None = None,
+    games: int = 2,
+    max_visits: int = DEFAULT_PLAY_VISITS,
+    max_time_ms: int = 0,
+    opponent_name: str = "reference player",
+    on_game: Callable[[int, MatchGame], None] | None = None,
+) -> list[MatchGame]:
+    """`games` games of the served network (GenMove of `client`, a `SearchClient`) against
+    `opponent` (state -> move) on `size` boards, the network black in the even games (from
+    0), each written to ``out_dir/game-NNN<suffix>`` (the game's first `written_formats`).
+    Every move goes through the game's rules (`Position.play`)."""
+    from services.api.movepred.v1 import search_pb2
+
+    size = size or game.default_size
+    if not game.written_formats:
+        raise ValueError(f"{game.title} games cannot be written (no record format)")
+    suffix = game.written_formats[0]
+    played: list[MatchGame] = []
+    for index in range(games):
+        network = BLACK if index % 2 == 0 else WHITE
+        state: Position = game.start(size)
+        comments: list[str] = []
+        player = APP_NAME
+        while not state.is_over and len(state.moves) < game.policy_size(size):
+            if state.to_move == network:
+                position = search_pb2.Position(
+                    game=game.proto_game, game_name=game.name, board_size=size,
+                    moves=[game.move_point(m, size) for m in state.moves])
+                r = client.genmove(position, max_visits=max_visits, max_time_ms=max_time_ms)
+                move = game.parse_move(r.name, size)
+                comments.append(f"{r.name}: visits {r.visits}/{r.total_visits}, "
+                                f"value {r.value:+.3f}, prior {r.prior:.3f}")
+                budget = f"{max_visits} visits" if max_visits else f"{max_time_ms} ms"
+                player = f"{APP_NAME} ({r.model_name} v{r.model_version}, {budget})"
+            else:
+                move = opponent(state)
+                comments.append(opponent_name)
+            state = state.play(move)
+        winner = winner_of(game, state)
+        colour = "black" if network == BLACK else "white"
+        outcome = ("the network won" if winner == network else
+                   "a draw" if winner == 0 else f"the {opponent_name} won")
+        summary = (f"{player} as {colour} against the {opponent_name}, {size}x{size}: "
+                   f"{outcome} after {len(state.moves)} moves")
+        path = game.write_record(Path(out_dir) / f"game-{index + 1:03d}{suffix}",
+                                 list(state.moves), size, comments=comments, summary=summary)
+        result = MatchGame(list(state.moves), network, winner, path)
+        played.append(result)
+        if on_game is not None:
+            on_game(index, result)
+    return played
+
+
+def player_name(opponent: Callable[[Position], int]) -> str:
+    """The reference player's name for people: its function's name ("greedy_player" ->
+    "greedy player")."""
+    return getattr(opponent, "__name__", "reference_player").replace("_", " ")
+
+
+def cmd_match(args: argparse.Namespace, game: Game,
+              opponent: Callable[[Position], int]) -> int:
+    """`movepred play --game NAME` for a game with a reference player (see the docstring)."""
+    import grpc
+
+    from services.search import auth
+
+    size = args.size or game.default_size
+    if size not in game.sizes or args.games < 1:
+        print(f"error: --size must be one of {list(game.sizes)} and --games >= 1")
+        return 2
+    out_dir = args.out or Path("runs") / "play" / game.name
+
+    def show(index: int, g: MatchGame) -> None:
+        if not args.quiet:
+            colour = "black" if g.network == BLACK else "white"
+            who = "win" if g.winner == g.network else "draw" if g.winner == 0 else "loss"
+            print(f"game {index + 1}: network {colour}, {len(g.moves)} moves, {who}: {g.path}")
+
+    try:
+        make_client = auth.search_client_factory(args)
+    except auth.AuthConfigError as exc:
+        print(f"error: {exc}")
+        return 2
+    try:
+        with make_client() as client:
+            played = play_match(client, game, opponent, out_dir, size=size, games=args.games,
+                                max_visits=args.visits, max_time_ms=args.time_ms,
+                                opponent_name=f"{player_name(opponent)} (seed {args.seed})",
+                                on_game=show)
+    except grpc.RpcError as exc:
+        code = exc.code() if hasattr(exc, "code") else None
+        details = exc.details() if hasattr(exc, "details") else str(exc)
+        print(f"error: {code.name if code else 'RPC failed'}: {details}")
+        return 1
+    wins = sum(g.winner == g.network for g in played)
+    draws = sum(g.winner == 0 for g in played)
+    print(f"{game.title} {size}x{size}, network vs {player_name(opponent)}: {wins} wins, "
+          f"{len(played) - wins - draws} losses, {draws} draws in {len(played)} games "
+          f"(written to {out_dir})")
+    return 0
+
+
 def cmd_play(args: argparse.Namespace) -> int:
     import grpc
 
@@ -185,6 +325,17 @@ def cmd_play(args: argparse.Namespace) -> int:
 
     if args.visits < 0 or args.time_ms < 0 or args.max_moves < 1:
         print("error: --visits and --time-ms must be >= 0 and --max-moves >= 1")
+        return 2
+    game = get_game(args.game)
+    opponent = game.opponent(args.seed)
+    if opponent is not None:
+        return cmd_match(args, game, opponent)
+    if game is not default_game():
+        print(f"error: {game.title} has no reference player to play against; self-play is "
+              f"{default_game().title} only")
+        return 2
+    if args.out is None:
+        print("error: --out (the SGF file to write) is required for self-play")
         return 2
     rule = Rule(args.rule)
 
@@ -240,6 +391,15 @@ def add_play_command(subparsers: Any) -> dict[str, Callable[[argparse.Namespace]
         default=DEFAULT_SIZE * DEFAULT_SIZE,
         help="stop after this many moves (result '?'; default 225, the whole board)",
     )
-    p.add_argument("--out", required=True, type=Path, help="SGF file to write")
+    p.add_argument("--out", type=Path, default=None,
+                   help="SGF file to write (self-play); with a reference player, the folder "
+                        "of the games (default runs/play/<game>)")
+    p.add_argument("--game", choices=[g.name for g in registered_games()],
+                   default=default_game().name,
+                   help="the game; one with a reference player (the Capture Game's greedy "
+                        "player) plays the network against it, colours alternated")
+    p.add_argument("--size", type=int, default=0, help="board size (0: the game's default)")
+    p.add_argument("--games", type=int, default=2, help="games against the reference player")
+    p.add_argument("--seed", type=int, default=0, help="the reference player's tie-break seed")
     p.add_argument("--quiet", action="store_true", help="do not print every move")
     return {"play": cmd_play}

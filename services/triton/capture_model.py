@@ -87,19 +87,19 @@ def load_weights(net: nn.Module, path: Path) -> None:
     ValueError for a file that holds no weights of `net`'s shape."""
     path = Path(path)
     suffix = path.suffix.lower()
-    if suffix in (".npy", ".npz"):
+    if suffix == ".npy":
+        flat = np.load(path, allow_pickle=False)
+    elif suffix == ".npz":
         with np.load(path, allow_pickle=False) as data:
-            if suffix == ".npy":
-                flat = np.asarray(data)
+            names = list(data.keys())
+            if "weights" in names:
+                flat = data["weights"]
+            elif len(names) == 1:
+                flat = data[names[0]]
             else:
-                names = list(data.keys())
-                if "weights" in names:
-                    flat = data["weights"]
-                elif len(names) == 1:
-                    flat = data[names[0]]
-                else:
-                    raise ValueError(f"{path} holds {names}: one array, or one called "
-                                     "'weights', is the flat weight vector")
+                raise ValueError(f"{path} holds {names}: one array, or one called "
+                                 "'weights', is the flat weight vector")
+    if suffix in (".npy", ".npz"):
         net.set_flat(torch.as_tensor(np.asarray(flat, dtype=np.float32).reshape(-1)))
         return
     state = torch.load(path, map_location="cpu", weights_only=True)
