@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -295,7 +296,9 @@ def test_sorted_raw_rows_merge_into_pairs_across_batches() -> None:
     """`dedup._merged`: raw rows sorted by (split, hash, move) become one pair per (split,
     hash, move, board), in board order inside equal keys, also when a run of equal keys
     straddles batches: count summed, smallest ply / rank / game id / source, the rule of the
-    smallest game id, the mean of the known results (NaN when none is known)."""
+    smallest game id, the mean of the known results (NaN when none is known). Game ids and
+    sources travel as the ranks of their strings (`game_no`, `source_no`) and are named
+    back after the merge (`dedup._named`)."""
     from services.dataset import dedup
 
     rows = [  # (split_code, hash, move, board, ply, count, result, rank, game_id, rule)
@@ -315,19 +318,25 @@ def test_sorted_raw_rows_merge_into_pairs_across_batches() -> None:
         "ply": pa.array(cols[4], pa.int16()), "count": pa.array(cols[5], pa.int32()),
         "position_hash": pa.array(cols[1], pa.uint64()),
         "result": pa.array(cols[6], pa.float32()), "mover_rank": pa.array(cols[7]),
-        "game_id": pa.array(cols[8]), "source": pa.array(["s"] * n),
+        "game_no": pa.array([int(g[1:]) - 1 for g in cols[8]], pa.int32()),
+        "source_no": pa.array([0] * n, pa.int32()),
         "split": pa.array([shards.SPLITS[c] for c in cols[0]]),
         "split_code": pa.array(cols[0], pa.int32()),
     })
     batches = [table.slice(0, 2).to_batches()[0], table.slice(2, 3).to_batches()[0],
                table.slice(5).to_batches()[0]]  # the run of hash 5 spans two batches
-    got = pa.Table.from_batches(list(dedup._merged(batches)))
+    unique: Counter = Counter()
+    game_ids, sources = pa.array([f"g{i}" for i in range(1, 6)]), pa.array(["s"])
+    got = pa.Table.from_batches([dedup._named(b, game_ids, sources)
+                                 for b in dedup._merged(batches, unique)])
+    assert unique == {0: 4}  # source 0 is in each of the 4 pairs
     assert "split_code" not in got.column_names
     assert got["board"].to_pylist() == [b"a", b"b", b"z", b"c"]
     assert got["count"].to_pylist() == [1, 4, 1, 1]
     assert got["ply"].to_pylist() == [7, 4, 3, 1]
     assert got["mover_rank"].to_pylist() == ["1k", "1d", "5k", ""]
     assert got["game_id"].to_pylist() == ["g2", "g1", "g4", "g5"]
+    assert got["source"].to_pylist() == ["s"] * 4
     assert got["rule"].to_pylist() == ["Chinese", "AGA", "", ""]  # g1's smallest rule
     result = got["result"].to_numpy()
     assert np.isnan(result[0]) and result[1] == 0.5 and np.isnan(result[2]) and result[3] == 0.5

@@ -126,8 +126,15 @@ def _key_column(present: set[str]) -> str:
 
 
 def _source_sql(paths: Sequence[Path], game: str, settings: BuildSettings) -> tuple[str, str]:
-    """(the `games` CTE, a SELECT of every raw row with its game's `holdout` flag), both over
-    the given intermediates."""
+    """(a SELECT of the games for the `games` table, a SELECT of every raw row with its
+    game's `holdout` flag, game number and source number), both over the given
+    intermediates.
+
+    Each game (source, game id) gets `game_no`, the rank of its game id among all game ids,
+    and `source_no`, the rank of its source name: the sort carries these integers instead
+    of the strings (a game id is tens of bytes, most of a row after the packed board: the
+    sort of every raw row took half again as long with them), and as ranks they keep the
+    strings' order, so the smallest number is the smallest string when rows merge."""
     files = _sql_list(paths)
     held = _below(settings.holdout_games)
     # intermediates of either game: Gomoku ones carry no game / mover rank column
@@ -139,14 +146,16 @@ def _source_sql(paths: Sequence[Path], game: str, settings: BuildSettings) -> tu
 
     game_col, rank_col = column("game", f"'{game}'"), column("mover_rank", "''")
     rule_col, result_col = column("rule", "''"), column("result", "'NaN'::FLOAT")
-    games = f"""games AS (
-        SELECT source, game_id, {_mixed('bit_xor(position_hash)')} < {held} AS holdout
-        FROM {source} GROUP BY source, game_id
-    )"""
+    games = f"""
+        SELECT source, game_id, holdout,
+               (dense_rank() OVER (ORDER BY game_id) - 1)::INTEGER AS game_no,
+               (dense_rank() OVER (ORDER BY source) - 1)::INTEGER AS source_no
+        FROM (SELECT source, game_id, {_mixed('bit_xor(position_hash)')} < {held} AS holdout
+              FROM {source} GROUP BY source, game_id)"""
     raw = f"""
         SELECT r.{_key_column(present)} AS board, r.move, r.board_size, r.to_move, r.ply,
                r.count, r.position_hash, {result_col} AS result,
-               coalesce({rank_col}, '') AS mover_rank, r.game_id, r.source,
+               coalesce({rank_col}, '') AS mover_rank, g.game_no, g.source_no,
                coalesce({game_col}, '{game}') AS game, coalesce({rule_col}, '') AS rule,
                g.holdout
         FROM {source} r JOIN games g USING (source, game_id)"""
@@ -229,8 +238,7 @@ def _sorted_batches(paths: list[Path], game: str, settings: BuildSettings,
     games, raw = _source_sql(paths, game, settings)
     packed = _key_column(_columns(paths)) != "board"
     query = f"""
-    WITH {games},
-    occurrences AS (
+    WITH occurrences AS (
         SELECT r.position_hash, sum(r.count) AS occurrences
         FROM read_parquet({_sql_list(paths)}, union_by_name = true) r
         JOIN games g USING (source, game_id)
@@ -241,7 +249,7 @@ def _sorted_batches(paths: list[Path], game: str, settings: BuildSettings,
         FROM ({raw}) p LEFT JOIN occurrences o USING (position_hash)
     )
     SELECT board, move, game, rule, board_size, to_move, ply, count, position_hash, result,
-           mover_rank, game_id, source, ([{names}])[split_code + 1] AS split, split_code
+           mover_rank, game_no, source_no, ([{names}])[split_code + 1] AS split, split_code
     FROM split ORDER BY split_code, position_hash, move
     """
 
@@ -249,11 +257,31 @@ def _sorted_batches(paths: list[Path], game: str, settings: BuildSettings,
         with _TempDir(settings.temp_dir) as temp:
             con = _connect(settings, temp)
             try:
-                yield from _merged(con.sql(query).to_arrow_reader(FETCH_ROWS), unique)
+                con.execute(f"CREATE TEMP TABLE games AS {games}")
+                game_ids, sources = (con.sql(
+                    f"SELECT any_value({name}) FROM games GROUP BY {no} ORDER BY {no}"
+                ).to_arrow_table().column(0).combine_chunks()
+                    for name, no in (("game_id", "game_no"), ("source", "source_no")))
+                numbered: Counter[int] = Counter()
+                for batch in _merged(con.sql(query).to_arrow_reader(FETCH_ROWS),
+                                     None if unique is None else numbered):
+                    yield _named(batch, game_ids, sources)
+                if unique is not None:
+                    unique.update({sources[no].as_py(): n for no, n in numbered.items()})
             finally:
                 con.close()
 
     return batches(), packed
+
+
+def _named(batch: pa.RecordBatch, game_ids: pa.Array, sources: pa.Array) -> pa.RecordBatch:
+    """`batch` with its game and source numbers (`_source_sql`) turned back into the game id
+    and source strings."""
+    for number, name, values in (("game_no", "game_id", game_ids),
+                                 ("source_no", "source", sources)):
+        at = batch.schema.get_field_index(number)
+        batch = batch.set_column(at, name, values.take(batch.column(at)))
+    return batch
 
 
 _SORT_KEYS = ("split_code", "position_hash", "move")
@@ -310,17 +338,17 @@ def _merge_runs(table: pa.Table, keys: list,
     for k in keys:
         same &= k[1:] == k[:-1]
     if unique is not None and not same.any():
-        _count_sources(table["source"], unique)
+        _count_sources(table["source_no"], unique)
     if same.any():
         in_run = np.zeros(table.num_rows, bool)
         in_run[1:] |= same
         in_run[:-1] |= same
         starts = np.flatnonzero(in_run & np.r_[True, ~same])  # each run's first row
         if unique is not None:
-            _count_sources(table.filter(~in_run)["source"], unique)
-            sources = table.filter(in_run).select([*_GROUP_KEYS, "source"])
+            _count_sources(table.filter(~in_run)["source_no"], unique)
+            sources = table.filter(in_run).select([*_GROUP_KEYS, "source_no"])
             _count_sources(sources.group_by(sources.column_names, use_threads=False)
-                           .aggregate([])["source"], unique)
+                           .aggregate([])["source_no"], unique)
         runs = _merge_groups(table.filter(in_run)).sort_by(
             [(k, "ascending") for k in _GROUP_KEYS])
         run_keys = [runs[k].to_numpy() for k in _SORT_KEYS]
@@ -335,7 +363,7 @@ def _merge_runs(table: pa.Table, keys: list,
     yield from table.drop_columns(["split_code"]).to_batches()
 
 
-def _count_sources(sources: pa.ChunkedArray | pa.Array, unique: Counter[str]) -> None:
+def _count_sources(sources: pa.ChunkedArray | pa.Array, unique: Counter) -> None:
     """unique[s] += how many times s is in `sources`."""
     import pyarrow.compute as pc
 
@@ -348,7 +376,7 @@ _GROUP_KEYS = [*_SORT_KEYS, "board"]
 # source / game, the mean of the known results, the rule of the smallest game id (rows
 # come ordered by game id and rule, and "first" keeps that order)
 _AGGREGATES = (("count", "sum"), ("ply", "min"), ("result", "mean"), ("mover_rank", "min"),
-               ("game_id", "min"), ("source", "min"), ("game", "min"), ("board_size", "min"),
+               ("game_no", "min"), ("source_no", "min"), ("game", "min"), ("board_size", "min"),
                ("to_move", "min"), ("rule", "first"), ("split", "first"))
 
 
@@ -360,7 +388,7 @@ def _merge_groups(rows: pa.Table) -> pa.Table:
     result = rows["result"]
     rows = rows.set_column(rows.column_names.index("result"), "result", pc.if_else(
         pc.is_nan(result), pa.scalar(None, result.type), result))
-    rows = rows.sort_by([(k, "ascending") for k in (*_GROUP_KEYS, "game_id", "rule")])
+    rows = rows.sort_by([(k, "ascending") for k in (*_GROUP_KEYS, "game_no", "rule")])
     grouped = rows.group_by(_GROUP_KEYS, use_threads=False).aggregate(list(_AGGREGATES))
     grouped = grouped.rename_columns([c.rsplit("_", 1)[0] if c.endswith(
         tuple(f"_{agg}" for _, agg in _AGGREGATES)) else c for c in grouped.column_names])
