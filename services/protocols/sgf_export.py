@@ -248,7 +248,8 @@ def play_match(
                 move = game.parse_move(r.name, size)
                 comments.append(f"{r.name}: visits {r.visits}/{r.total_visits}, "
                                 f"value {r.value:+.3f}, prior {r.prior:.3f}")
-                budget = f"{max_visits} visits" if max_visits else f"{max_time_ms} ms"
+                plural = "" if max_visits == 1 else "s"
+                budget = f"{max_visits} visit{plural}" if max_visits else f"{max_time_ms} ms"
                 player = f"{APP_NAME} ({r.model_name} v{r.model_version}, {budget})"
             else:
                 move = opponent(state)
