@@ -127,6 +127,39 @@ def test_weights_from_a_flat_vector_or_a_state_dict(tmp_path: Path) -> None:
         build_capture_model("go_res_b2c32")
 
 
+class BigBoardsOnly(torch.nn.Module):
+    """Logits of the right shape for boards of 6x6 and up; refuses a smaller board."""
+
+    def forward(self, boards: torch.Tensor) -> torch.Tensor:
+        if boards.shape[-1] < 6:
+            raise ValueError("board too small")
+        return torch.zeros(boards.shape[0], boards.shape[-1] * boards.shape[-2])
+
+
+def test_publishing_runs_the_model_at_the_games_sizes(tmp_path: Path) -> None:
+    """A free-size model is test-run at its game's largest, smallest and default size: a
+    Capture Game model that cannot answer 5x5 boards is refused (19x19 and 9x9 alone would
+    pass it)."""
+    from services.triton.publisher import (
+        CHECK_SIZES,
+        check_sizes_for,
+        list_versions,
+        publish,
+        validate_model_file,
+    )
+
+    assert check_sizes_for(CAPTURE.default_model) == (9, 5)
+    assert check_sizes_for("go_policy") == (19, 9) == CHECK_SIZES
+    assert check_sizes_for("no_such_model") == CHECK_SIZES
+    path = tmp_path / "big.pt"
+    torch.jit.script(BigBoardsOnly()).save(str(path))
+    assert validate_model_file(path, (-1, -1), -1) is False  # at 19x19 and 9x9 it answers
+    repository = make_repository(tmp_path, CAPTURE.default_model)
+    with pytest.raises(ValueError, match=r"int8 \[2,5,5\]"):
+        publish(path, repository, CAPTURE.default_model)
+    assert list_versions(repository, CAPTURE.default_model) == []
+
+
 # --------------------------------------------------------------------------- records, opponent
 def test_games_are_written_as_sgf(tmp_path: Path) -> None:
     moves = [CAPTURE.parse_move(m, 5) for m in [*CAPTURE_IN_ONE, "b3"]]
@@ -309,3 +342,31 @@ def test_play_against_the_greedy_player_writes_sgf(live: Live, tmp_path: Path,
         assert f"as {colour} against the greedy player (seed 4)" in text
     assert f"network vs greedy player: {wins} wins, {3 - wins} losses, 0 draws in 3 games" \
         in printed
+
+
+def tactics_rank(model: torch.nn.Module) -> int:
+    """The rank of the capture in one (b3) among the legal points of the tactical position."""
+    ((board, (answer,)),) = CAPTURE.tactical_positions().values()
+    with torch.no_grad():
+        row = model(torch.from_numpy(board[None].copy()))[0].numpy().astype(np.float64)
+    order = np.argsort(-np.where(board.reshape(-1) == 0, row, -np.inf), kind="stable")
+    return int(np.flatnonzero(order == answer)[0]) + 1
+
+
+@pytest.mark.timeout(600)
+def test_rollout_serves_a_network_that_sees_the_capture(live: Live) -> None:
+    """Runs last: the first seed whose network ranks the capture in one within the smoke
+    test's top 5 is published as v2 and rolled out; the service then answers with it."""
+    from services.triton.rollout import rollout
+    from services.triton.smoke import TACTICAL_TOP_K
+
+    seed = next(s for s in range(100)
+                if tactics_rank(build_capture_model(CONFIG, seed=s)) <= TACTICAL_TOP_K)
+    version = publish_capture_model(live.repository, CONFIG, seed=seed)
+    with PolicyClient(live.triton_url, CAPTURE.default_model, timeout_s=30.0) as client:
+        report = rollout(client, live.repository, version, CAPTURE.default_model)
+    assert report.current == version == 2 and report.smoke_passed, report.to_markdown()
+    assert {"shape", "finite", "masked policy", "tactics"} <= {c.name for c in report.smoke}
+    with SearchClient(live.target) as client:
+        r = client.predict(game_position(CAPTURE, ["c3"]))
+    assert r.model_version == "2"

@@ -15,7 +15,9 @@ The test run before publishing feeds the input shape of the model's ``config.pbt
 the repository, else the tracked template): int8 [2, 15, 15] -> [2, 225] for ``gomoku_policy``;
 for ``go_policy``, whose spatial dims are -1 (any board size), int8 [2, 4, 19, 19] -> [2, 362]
 and int8 [2, 4, 9, 9] -> [2, 82] (`CHECK_SIZES`: the largest and the smallest served size; a
-free logits width is the board's points, plus the pass for Go); a network with a value head
+free logits width is the board's points, plus the pass for Go; a model of a registered game is
+run at its game's largest, smallest and default served size instead, `check_sizes_for`: the
+Capture Game's ``capture_policy`` [-1, -1] at 9x9 and 5x5); a network with a value head
 answers the tuple (logits, value [2]) and both shapes are checked. Besides zeros the model runs
 on real boards: the rollout's known smoke positions of its game and, when given, the stored
 positions; NaN or Inf in the logits, or in the value of a network with a value head, refuses the
@@ -42,7 +44,7 @@ import numpy as np
 
 from services.atomic_files import atomic_path, fsync_dir, fsync_file, locked
 from services.checksums import sha256_file
-from services.games.registry import default_game
+from services.games.registry import default_game, game_for_model
 
 POLICY_MODEL_PY = Path(__file__).with_name("policy_model.py")
 CONFIG_TEMPLATES = Path(__file__).resolve().parents[2] / "model_repository"
@@ -176,6 +178,15 @@ def check_shapes(
     return out
 
 
+def check_sizes_for(model_name: str) -> tuple[int, ...]:
+    """The sizes a free (-1) spatial dim of `model_name` is test-run at: the largest, the
+    smallest and the default size its game serves (`game_for_model`), else `CHECK_SIZES`."""
+    game = game_for_model(model_name)
+    if game is None:
+        return CHECK_SIZES
+    return tuple(dict.fromkeys((game.sizes[-1], game.sizes[0], game.default_size)))
+
+
 def write_smoke_positions(path: Path, boards: np.ndarray, moves: np.ndarray) -> None:
     """Store `boards` (as the network input takes them: int8 [N, 15, 15], Go [N, 4, S, S]) and
     the `moves` played there (int64 [N]) as ``smoke_positions.npz``."""
@@ -225,11 +236,12 @@ def validate_model_file(
     board_shape: tuple[int, ...] = DEFAULT_BOARD_SHAPE,
     n_moves: int = default_game().policy_size(),
     positions: np.ndarray | None = None,
+    sizes: tuple[int, ...] = CHECK_SIZES,
 ) -> bool:
     """Load the TorchScript file on CPU and check int8 [2, *board_shape] -> float32
     [2, n_moves] (default: the Gomoku policy, [2,15,15] -> [2,225]), or, for a network with a
     value head, the tuple (logits float32 [2, n_moves], value float32 [2]). Dims of -1 (a
-    config's variable sizes) are checked at each of `CHECK_SIZES` (`check_shapes`: Go
+    config's variable sizes) are checked at each of `sizes` (`check_shapes`: Go
     [4,-1,-1] -> -1 runs [2,4,19,19] -> [2,362] and [2,4,9,9] -> [2,82]).
 
     Then the model runs on real boards of each checked shape (the rollout's known smoke
@@ -244,7 +256,7 @@ def validate_model_file(
     except Exception as exc:
         raise ValueError(f"{model_file} is not a usable TorchScript policy: {exc}") from exc
     runs: list[tuple[str, list[str] | None, np.ndarray, int]] = []
-    for shape, width in check_shapes(tuple(board_shape), n_moves):
+    for shape, width in check_shapes(tuple(board_shape), n_moves, sizes):
         shape_text = ",".join(str(d) for d in (2, *shape))
         runs.append((f"int8 [{shape_text}]", None, np.zeros((2, *shape), np.int8), width))
         real = _real_boards(shape)
@@ -370,7 +382,8 @@ def publish(
         positions = (read_smoke_positions(extras[SMOKE_POSITIONS_FILE])[0]
                      if SMOKE_POSITIONS_FILE in extras else None)
         info["value_head"] = validate_model_file(model_file, *model_io(repository, model_name),
-                                                 positions=positions)
+                                                 positions=positions,
+                                                 sizes=check_sizes_for(model_name))
     ensure_model_config(repository, model_name)
     model_dir = repository / model_name
     json.dumps(info)  # fail before touching the repository
