@@ -93,13 +93,13 @@ def test_batched_sweep_matches_the_point_by_point_reference(cls, size: int) -> N
 def test_the_sweep_is_one_step_per_anti_diagonal() -> None:
     size, p = 5, 6
     steps = _diagonals(size, torch.device("cpu"))
-    assert len(steps) == 2 * size - 1
+    assert len(steps) == 2 * size - 1  # 9 steps on 5x5, not 25
     seen: set[int] = set()
     for cell, pos, up, left in steps:
         i, j = cell // size, cell % size
         assert torch.equal(pos, (i + 1) * p + j + 1)
         assert set((i + j).tolist()) == {int(i[0] + j[0])}  # one anti-diagonal
-        for pred in (up, left):  # border, or a point of the previous diagonal
+        for pred in (up, left):  # the border, or a point of the previous diagonal
             pi, pj = pred // p - 1, pred % p - 1
             inner = (pi >= 0) & (pj >= 0)
             assert torch.all((pi + pj)[inner] == i[inner] + j[inner] - 1)
