@@ -1,0 +1,386 @@
+"""Prefect flow `capture-train`: the Capture Game policy-search grid of Grüttner et al. (Fig. 3),
+{MDRNN, MDLSTM} x {5x5, 7x7} x {PGPE, ES, CMA-ES} x runs, each run a task spread over Dask.
+
+Run: python -m flows.capture_train --out runs/capture/grid [--runs 10 --evaluations 12000]
+         [--networks mdrnn,mdlstm --sizes 5,7 --optimisers pgpe,es,cmaes --games 40]
+         [--workers 2 | --address tcp://scheduler:8786] [--lazy 10:70] [--seed 0]
+
+One task is one run (`services.policy_search.runs.run`: ask/tell until the budget of fitness
+evaluations is spent, one evaluation = one candidate's 40 games against the greedy player). The
+tasks go to a local Dask cluster of `--workers` processes (one thread each), or to an existing
+cluster at `--address`; `--workers 0` runs them in the flow's own process, one after another. A
+task is retried, and every run checkpoints itself under `OUT/runs/` every `--checkpoint-every`
+generations: rerunning the same command reads the finished runs back and continues the others
+from their last checkpoint, with the result an uninterrupted run would have had. The longest
+cells are submitted first, so that the workers finish together.
+
+`--lazy FIRST:LAST` adds, next to every cell, the same cell with lazy evaluation (FIRST games
+per fitness at the start growing to LAST at the end, the same games in all; see runs.py).
+
+What it leaves under `--out`:
+    runs/<run>.pkl          each run's checkpoint (optimiser, history; the finished result)
+    results.json            per run: its spec, final fitness, learning curve, final weights
+    curves.png              Fig. 3: the mean's fitness per episode, mean over runs, a band of
+                            one standard deviation and the min/max over runs, a panel per cell
+    table.md                per cell: final fitness (mean, std over runs), best single run
+    generalisation.md       the best 5x5 network of each 5x5 cell, asked on bigger boards
+    best_network.pt         the best run's network ({"config", "model" state_dict,
+                            "board_size", "fitness"}), loadable with torch.load(weights_only)
+and the table, a summary and a progress bar as Prefect artifacts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+from prefect import Flow, flow, get_run_logger, task
+from prefect.artifacts import (
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
+from prefect.futures import as_completed
+from prefect.tasks import exponential_backoff
+
+from flows import configure_logging
+from services import logs
+from services.atomic_files import atomic_path, atomic_write_text
+from services.policy_search.fitness import GAMES
+from services.policy_search.runs import (
+    NETWORKS,
+    OPTIMISERS,
+    RunSpec,
+    network_with,
+    run,
+    weights_fitness,
+)
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_OUT = "runs/capture/grid"
+DEFAULT_WORKERS = 2
+RETRIES = 2
+SIZES = (5, 7)
+GENERALISE_SIZES = (7, 9)
+# the relative cost of a run per episode (measured: MDLSTM 7x7 about 5x MDRNN 5x5; PGPE's
+# populations of two batch the fewest games per call): the order tasks are submitted in
+_NET_COST = {"mdrnn": 1.0, "mdlstm": 2.5}
+_OPT_COST = {"pgpe": 2.5, "es": 1.0, "cmaes": 1.2}
+
+
+def _cost(spec: RunSpec) -> float:
+    return _NET_COST[spec.network] * _OPT_COST[spec.optimiser] * spec.size ** 2
+
+
+@task(name="search-run", task_run_name="{spec[network]}-{spec[size]}-{spec[optimiser]}"
+      "-run{spec[run]}", retries=RETRIES,
+      retry_delay_seconds=exponential_backoff(backoff_factor=1), retry_jitter_factor=0.5)
+def search_run(spec: dict, checkpoint: str, checkpoint_every: int) -> dict:
+    """One run to its end (or read back when finished); returns its summary."""
+    import torch
+
+    torch.set_num_threads(1)  # one core per worker: the workers are the parallelism
+    lazy = tuple(spec["lazy"]) if spec.get("lazy") else None
+    result = run(RunSpec(**{**spec, "lazy": lazy}), Path(checkpoint), checkpoint_every)
+    assert result is not None  # no stop_after: a run returns only when finished
+    return result.summary()
+
+
+@task(name="generalise", task_run_name="{name} on {size}x{size}", retries=RETRIES)
+def generalise(name: str, network: str, weights: list[float], size: int, games: int,
+               seed: int) -> dict:
+    """A trained network's fitness on another board size, with no retraining."""
+    import torch
+
+    torch.set_num_threads(1)
+    return {"name": name, "size": size,
+            "fitness": weights_fitness(network, np.asarray(weights), size, games, seed)}
+
+
+def grid_specs(networks: list[str], sizes: list[int], optimisers: list[str], runs: int,
+               evaluations: int, games: int, seed: int, lazy: tuple[int, int] | None,
+               final_games: int) -> list[RunSpec]:
+    specs = []
+    for network in networks:
+        for size in sizes:
+            for optimiser in optimisers:
+                for variant in [None] + ([lazy] if lazy else []):
+                    specs += [RunSpec(network, size, optimiser, r, seed, evaluations, games,
+                                      variant, final_games=final_games) for r in range(runs)]
+    return specs
+
+
+@flow(name="capture-train")
+def capture_train(out_dir: str = DEFAULT_OUT, networks: list[str] | None = None,
+                  sizes: list[int] | None = None, optimisers: list[str] | None = None,
+                  runs: int = 10, evaluations: int = 12_000, games: int = GAMES, seed: int = 0,
+                  lazy: tuple[int, int] | None = None, checkpoint_every: int = 10,
+                  final_games: int = 400,
+                  generalise_sizes: list[int] | None = None) -> dict:
+    """Run the grid (see the module docstring) into `out_dir`; return the per-cell table."""
+    log = get_run_logger()
+    out = Path(out_dir).resolve()
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    specs = grid_specs(networks or list(NETWORKS), sizes or list(SIZES),
+                       optimisers or list(OPTIMISERS), runs, evaluations, games, seed,
+                       lazy, final_games)
+    specs.sort(key=_cost, reverse=True)
+    progress = create_progress_artifact(progress=0.0, key="capture-train-progress",
+                                        description=f"runs finished of {len(specs)}")
+    futures = [search_run.submit(_spec_dict(s), str(out / "runs" / f"{s.name}.pkl"),
+                                 checkpoint_every) for s in specs]
+    results: list[dict] = []
+    for future in as_completed(futures):
+        summary = future.result()
+        results.append(summary)
+        log.info("%s: final fitness %.3f (%d of %d runs)", summary["name"],
+                 summary["final_fitness"], len(results), len(specs))
+        update_progress_artifact(progress, 100.0 * len(results) / len(specs))
+    order = {s.name: i for i, s in enumerate(sorted(specs, key=_grid_order))}
+    results.sort(key=lambda r: order[r["name"]])
+    atomic_write_text(json.dumps(results, indent=1), out / "results.json")
+
+    table = cell_table(results)
+    best = max(results, key=lambda r: r["final_fitness"])
+    save_network(best, out / "best_network.pt")
+    sizes_out = generalise_sizes if generalise_sizes is not None else list(GENERALISE_SIZES)
+    gen = _generalise(table, results, sizes_out, final_games, seed)
+    plot_curves(results, out / "curves.png")
+    atomic_write_text(table_markdown(table), out / "table.md")
+    atomic_write_text(generalisation_markdown(gen), out / "generalisation.md")
+    create_table_artifact(key="capture-train-table", table=table,
+                          description="Final fitness of the mean network per cell (mean and "
+                                      "standard deviation over runs, best single run)")
+    create_markdown_artifact(key="capture-train-summary", markdown="\n\n".join([
+        f"# Capture Game policy search\n\n{len(specs)} runs of {evaluations} episodes "
+        f"({games} games each) into `{out}`; best run `{best['name']}` "
+        f"({best['final_fitness']:.3f}), saved as `best_network.pt`.",
+        table_markdown(table), generalisation_markdown(gen)]))
+    return {"cells": table, "generalisation": gen, "best": best["name"], "runs": len(results)}
+
+
+def _spec_dict(spec: RunSpec) -> dict:
+    from dataclasses import asdict
+
+    return asdict(spec)
+
+
+def _grid_order(spec: RunSpec) -> tuple:
+    return (list(NETWORKS).index(spec.network), spec.size, OPTIMISERS.index(spec.optimiser),
+            spec.lazy or (), spec.run)
+
+
+def cell_table(results: list[dict]) -> list[dict]:
+    """Per cell, in grid order: runs, final fitness mean and std, the best run and its
+    fitness, episodes run."""
+    cells: dict[str, list[dict]] = {}
+    for r in results:
+        cells.setdefault(r["cell"], []).append(r)
+    rows = []
+    for cell, rs in cells.items():
+        f = np.array([r["final_fitness"] for r in rs])
+        best = rs[int(np.argmax(f))]
+        rows.append({"cell": cell, "network": rs[0]["spec"]["network"],
+                     "size": rs[0]["spec"]["size"], "optimiser": rs[0]["spec"]["optimiser"],
+                     "runs": len(rs), "final_mean": round(float(f.mean()), 4),
+                     "final_std": round(float(f.std()), 4), "best": round(float(f.max()), 4),
+                     "best_run": best["name"], "episodes": round(float(best["episodes"]))})
+    return rows
+
+
+def table_markdown(table: list[dict]) -> str:
+    lines = ["| cell | runs | episodes | final fitness, mean ± std | best run |",
+             "|---|---:|---:|---:|---:|"]
+    lines += [f"| {r['cell']} | {r['runs']} | {r['episodes']} | {r['final_mean']:+.3f} ± "
+              f"{r['final_std']:.3f} | {r['best']:+.3f} |" for r in table]
+    return "\n".join(lines) + "\n"
+
+
+def generalisation_markdown(gen: list[dict]) -> str:
+    if not gen:
+        return ""
+    sizes = sorted({s for g in gen for s in g["fitness"]})
+    lines = ["| network (best run) | " + " | ".join(f"{s}x{s}" for s in sizes) + " |",
+             "|---|" + "---:|" * len(sizes)]
+    lines += [f"| {g['name']} | " + " | ".join(f"{g['fitness'][s]:+.3f}" for s in sizes)
+              + " |" for g in gen]
+    return "\n".join(lines) + "\n"
+
+
+def _generalise(table: list[dict], results: list[dict], sizes: list[int], games: int,
+                seed: int) -> list[dict]:
+    """The best run of every cell trained on the smallest board, played on `sizes` too."""
+    by_name = {r["name"]: r for r in results}
+    if not table or not sizes:
+        return []
+    smallest = min(r["size"] for r in table)
+    best = [by_name[row["best_run"]] for row in table if row["size"] == smallest]
+    futures = [(r, s, generalise.submit(r["name"], r["spec"]["network"], r["mean"], s, games,
+                                        seed)) for r in best for s in sizes]
+    out: dict[str, dict] = {}
+    for r, s, future in futures:
+        entry = out.setdefault(r["name"], {"name": r["name"],
+                                           "fitness": {smallest: r["final_fitness"]}})
+        entry["fitness"][s] = future.result()["fitness"]
+    return list(out.values())
+
+
+def save_network(result: dict, path: Path) -> None:
+    """The run's final mean network as a state_dict checkpoint (tensors and plain values
+    only, so `torch.load(..., weights_only=True)` reads it)."""
+    import torch
+
+    spec = result["spec"]
+    net = network_with(spec["network"], np.asarray(result["mean"]))
+    with atomic_path(path) as tmp:
+        torch.save({"config": NETWORKS[spec["network"]], "model": net.state_dict(),
+                    "board_size": spec["size"], "fitness": result["final_fitness"],
+                    "run": result["name"]}, tmp)
+
+
+def plot_curves(results: list[dict], path: Path) -> None:
+    """Fig. 3: per cell, the mean network's fitness against episodes: the mean over runs, one
+    standard deviation either side, and the min and max over runs (each run's curve
+    interpolated onto a common grid of episodes)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells: dict[str, list[dict]] = {}
+    for r in results:
+        cells.setdefault(r["cell"], []).append(r)
+    rows = sorted({(r["spec"]["network"], r["spec"]["size"]) for r in results},
+                  key=lambda k: (list(NETWORKS).index(k[0]), k[1]))
+    columns = sorted({r["cell"].split("-", 2)[2] for r in results},
+                     key=lambda c: (OPTIMISERS.index(c.split("-")[0]), c))
+    fig, axes = plt.subplots(len(rows), len(columns), figsize=(3.2 * len(columns),
+                             2.4 * len(rows)), sharex=True, sharey=True, squeeze=False)
+    for i, (network, size) in enumerate(rows):
+        for j, column in enumerate(columns):
+            ax = axes[i][j]
+            rs = cells.get(f"{network}-{size}x{size}-{column}", [])
+            ax.set_title(f"{network.upper()} {size}x{size} {column.upper()}", fontsize=9)
+            ax.axhline(0, color="0.8", lw=0.6)
+            ax.grid(alpha=0.3)
+            if not rs:
+                continue
+            end = min(r["curve_episodes"][-1] for r in rs)
+            x = np.linspace(0, end, 200)
+            y = np.array([np.interp(x, [0.0, *r["curve_episodes"]],
+                                    [r["curve_fitness"][0], *r["curve_fitness"]]) for r in rs])
+            m, s = y.mean(0), y.std(0)
+            ax.fill_between(x, m - s, m + s, color="C0", alpha=0.25, lw=0)
+            ax.plot(x, y.min(0), color="C0", lw=0.6, ls=":")
+            ax.plot(x, y.max(0), color="C0", lw=0.6, ls=":")
+            ax.plot(x, m, color="C0", lw=1.2)
+            ax.set_ylim(-1.05, 1.05)
+            if i == len(rows) - 1:
+                ax.set_xlabel("episodes (fitness evaluations)")
+            if j == 0:
+                ax.set_ylabel("fitness of the mean")
+    n_runs = sorted({len(v) for v in cells.values()})
+    fig.suptitle(f"Capture Game: the mean network's fitness (40 games) over "
+                 f"{'/'.join(map(str, n_runs))} runs: mean, ±1 std, min/max", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+
+
+def capture_train_on(address: str | None = None, workers: int = 0) -> Flow:
+    """The flow on a Dask cluster: an existing one at `address`, or a local one of `workers`
+    processes (one thread each) started for the run; with neither, the flow's own process."""
+    if not address and not workers:
+        return capture_train
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
+    logging.getLogger("distributed").setLevel(logging.WARNING)
+    from prefect_dask import DaskTaskRunner
+
+    if address:
+        runner = DaskTaskRunner(address=address)
+    else:
+        runner = DaskTaskRunner(cluster_kwargs={"n_workers": workers, "threads_per_worker": 1,
+                                                "processes": True, "dashboard_address": None})
+    return capture_train.with_options(task_runner=runner)
+
+
+def _csv(kind: type, choices: tuple | None = None):
+    def parse(text: str) -> list:
+        values = [kind(v) for v in text.split(",") if v]
+        bad = [v for v in values if choices is not None and v not in choices]
+        if not values or bad:
+            raise argparse.ArgumentTypeError(
+                f"comma-separated values{f' of {choices}' if choices else ''}: {text!r}")
+        return values
+    return parse
+
+
+def _lazy(text: str) -> tuple[int, int]:
+    try:
+        first, last = (int(v) for v in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"FIRST:LAST games, e.g. 10:70: {text!r}") from None
+    if first < 1 or last < 1:
+        raise argparse.ArgumentTypeError(f"games must be >= 1: {text!r}")
+    return first, last
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(prog="python -m flows.capture_train", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=DEFAULT_OUT, help="folder for runs and results")
+    parser.add_argument("--networks", type=_csv(str, tuple(NETWORKS)),
+                        default=list(NETWORKS), help="comma-separated: mdrnn,mdlstm")
+    parser.add_argument("--sizes", type=_csv(int), default=list(SIZES),
+                        help="board sizes trained on, comma-separated (default 5,7)")
+    parser.add_argument("--optimisers", type=_csv(str, OPTIMISERS), default=list(OPTIMISERS),
+                        help="comma-separated: pgpe,es,cmaes")
+    parser.add_argument("--runs", type=int, default=10, help="independent runs per cell")
+    parser.add_argument("--evaluations", type=int, default=12_000,
+                        help="episodes (fitness evaluations) per run")
+    parser.add_argument("--games", type=int, default=GAMES, help="games per fitness evaluation")
+    parser.add_argument("--final-games", type=int, default=400,
+                        help="games that score a run's final network")
+    parser.add_argument("--lazy", type=_lazy, default=None, metavar="FIRST:LAST",
+                        help="also run every cell with lazy evaluation, FIRST growing to LAST "
+                             "games per fitness (same games in all)")
+    parser.add_argument("--generalise", type=_csv(int), default=list(GENERALISE_SIZES),
+                        help="board sizes the best small-board networks are also asked on")
+    parser.add_argument("--checkpoint-every", type=int, default=10,
+                        help="generations between a run's checkpoints")
+    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS,
+                        help="local Dask worker processes (0: run in the flow's process)")
+    parser.add_argument("--address", default=None,
+                        help="an existing Dask scheduler (tcp://host:8786) instead")
+    parser.add_argument("--seed", type=int, default=0, help="the grid's seed")
+    logs.add_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.runs < 1 or args.evaluations < 1 or args.games < 1:
+        parser.error("--runs, --evaluations and --games must be >= 1")
+    configure_logging(args)
+    # `python -m flows.capture_train` runs this file as __main__: take the flow from the
+    # importable module so that Dask workers unpickle its tasks by reference
+    from flows.capture_train import capture_train_on as importable
+
+    flow_ = importable(address=args.address, workers=args.workers)
+    result = flow_(out_dir=args.out, networks=args.networks, sizes=args.sizes,
+                   optimisers=args.optimisers, runs=args.runs, evaluations=args.evaluations,
+                   games=args.games, seed=args.seed, lazy=args.lazy,
+                   checkpoint_every=args.checkpoint_every, final_games=args.final_games,
+                   generalise_sizes=args.generalise)
+    print(table_markdown(result["cells"]))
+    print(generalisation_markdown(result["generalisation"]))
+    print(f"best run: {result['best']} -> {Path(args.out) / 'best_network.pt'}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

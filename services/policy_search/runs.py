@@ -1,0 +1,284 @@
+"""One policy-search run of the Capture Game: a network, a board size, an optimiser, a seed and
+a budget, asked and told until the budget is spent, checkpointed so that a killed run resumes
+where it stopped and ends exactly as an uninterrupted one would.
+
+The budget. The paper counts "episodes"; one episode here is one fitness evaluation, that is one
+candidate network's `games` games (40) against the greedy player (`fitness.population_fitness`).
+A run of `evaluations` episodes plays `evaluations * games` games. Internally the budget is that
+number of games, so that a run with lazy evaluation (below) spends the same games as a plain one;
+the curves' x axis is games spent / `games`, the episodes a plain run would have had by then. The
+last generation is played whole, so a run may end up to one population past its budget.
+
+What is recorded. Per generation: the episodes spent after it, every candidate's fitness, and the
+best fitness told so far. Every `curve_step` episodes (at the end of the generation that crosses
+a multiple of it, and after the first and last generation) the fitness of the optimiser's mean,
+the network it would deploy, over `games` fresh games: the learning curve of the paper's Fig. 3.
+The mean's games come from their own random stream, so how often the curve is sampled does not
+change the run. At the end the mean plays `final_games` games (its final fitness, from a third
+stream).
+
+Lazy evaluation (an option beyond the paper): `lazy=(first, last)` gives each fitness `first`
+games at the start and `last` at the end, the number growing linearly with the games spent; early
+generations are many and noisy, late ones few and precise, for the same games in all.
+
+Seeds. The start point x0 (the network's random initial weights) depends only on the grid seed
+and the run index, so the three optimisers of a run start from the same network; the optimiser's
+and the games' random streams also depend on the run's cell, so that no two cells share games.
+
+Checkpoints. Every `checkpoint_every` generations the whole state (the optimiser object with its
+random generator, pickled with cloudpickle because the CMA-ES adapter holds a closure; the two
+game generators' states; the history) is written atomically (`services.atomic_files`), and once
+more when the run is finished, with `done` set. Starting a run whose file exists continues from
+it; a finished one is only read.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import zlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import numpy as np
+import torch
+
+from services.atomic_files import atomic_write_bytes
+from services.models.configs import build
+from services.policy_search.base import Optimizer
+from services.policy_search.cmaes import CMAES
+from services.policy_search.es import MuCommaLambdaES
+from services.policy_search.fitness import GAMES, population_fitness
+from services.policy_search.pgpe import PGPE
+
+logger = logging.getLogger(__name__)
+
+# the paper's two networks, k = 2 hidden neurons per sweep (services/models/configs.py)
+NETWORKS = {"mdrnn": "capture_mdrnn_k2", "mdlstm": "capture_mdlstm_k2"}
+OPTIMISERS = ("pgpe", "es", "cmaes")
+CHECKPOINT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of the grid. `evaluations`: the budget in episodes of `games` games each."""
+
+    network: str
+    size: int
+    optimiser: str
+    run: int = 0
+    seed: int = 0
+    evaluations: int = 12_000
+    games: int = GAMES
+    lazy: tuple[int, int] | None = None
+    curve_step: int = 20
+    final_games: int = 400
+
+    def __post_init__(self) -> None:
+        if self.network not in NETWORKS:
+            raise ValueError(f"network {self.network!r}: one of {', '.join(NETWORKS)}")
+        if self.optimiser not in OPTIMISERS:
+            raise ValueError(f"optimiser {self.optimiser!r}: one of {', '.join(OPTIMISERS)}")
+        if self.evaluations < 1 or self.games < 1 or self.curve_step < 1 or self.final_games < 1:
+            raise ValueError("evaluations, games, curve_step and final_games must be >= 1")
+        if self.lazy is not None and (len(self.lazy) != 2 or min(self.lazy) < 1):
+            raise ValueError(f"lazy must be (games first, games last), both >= 1: {self.lazy}")
+
+    @property
+    def cell(self) -> str:
+        """The grid cell: network, board, optimiser (and the lazy schedule where there is one)."""
+        lazy = f"-lazy{self.lazy[0]}to{self.lazy[1]}" if self.lazy else ""
+        return f"{self.network}-{self.size}x{self.size}-{self.optimiser}{lazy}"
+
+    @property
+    def name(self) -> str:
+        return f"{self.cell}-run{self.run:02d}"
+
+    @property
+    def budget_games(self) -> int:
+        return self.evaluations * self.games
+
+    def games_now(self, spent: int) -> int:
+        """Games per fitness evaluation once `spent` games of the budget are spent."""
+        if self.lazy is None:
+            return self.games
+        first, last = self.lazy
+        return max(1, round(first + (last - first) * min(spent / self.budget_games, 1.0)))
+
+
+@dataclass
+class History:
+    """What a run recorded (see the module docstring); lists so that a checkpoint appends."""
+
+    generation_episodes: list[float] = field(default_factory=list)  # after each generation
+    generation_games: list[int] = field(default_factory=list)  # games per fitness in it
+    fitness: list[np.ndarray] = field(default_factory=list)  # each candidate's, per generation
+    best_so_far: list[float] = field(default_factory=list)
+    curve_episodes: list[float] = field(default_factory=list)
+    curve_fitness: list[float] = field(default_factory=list)  # the mean's, at those episodes
+
+
+@dataclass
+class RunResult:
+    spec: RunSpec
+    history: History
+    mean: np.ndarray  # the final mean weights
+    final_fitness: float  # the mean's fitness over spec.final_games games
+    generations: int
+
+    def summary(self) -> dict[str, Any]:
+        """A small, picklable, JSON-able digest (what a flow task returns)."""
+        h = self.history
+        return {"name": self.spec.name, "cell": self.spec.cell, "spec": asdict(self.spec),
+                "final_fitness": self.final_fitness, "generations": self.generations,
+                "episodes": h.generation_episodes[-1] if h.generation_episodes else 0.0,
+                "curve_episodes": list(h.curve_episodes),
+                "curve_fitness": list(h.curve_fitness),
+                "mean": [float(v) for v in self.mean]}
+
+
+def _streams(spec: RunSpec) -> tuple[np.random.SeedSequence, np.random.SeedSequence]:
+    """(the run's start-point stream, the cell's stream) from the grid seed."""
+    start = np.random.SeedSequence(spec.seed, spawn_key=(spec.run,))
+    cell = np.random.SeedSequence(spec.seed, spawn_key=(spec.run, zlib.crc32(spec.cell.encode())))
+    return start, cell
+
+
+def network_for(spec: RunSpec) -> torch.nn.Module:
+    return build(NETWORKS[spec.network])
+
+
+def start_point(spec: RunSpec, net: torch.nn.Module) -> np.ndarray:
+    """x0: N(0, 1) initial weights (the networks' own init), the same for every optimiser."""
+    rng = np.random.default_rng(_streams(spec)[0])
+    return rng.standard_normal(net.n_weights())
+
+
+def make_optimiser(spec: RunSpec, x0: np.ndarray, seed: int) -> Optimizer:
+    """The paper's settings: PGPE one symmetric pair per generation (alpha_mu 0.2, alpha_sigma
+    0.1, sigma_0 2.0); the (5, 30)-ES; CMA-ES with the library's default population."""
+    if spec.optimiser == "pgpe":
+        return PGPE(x0, seed=seed)
+    if spec.optimiser == "es":
+        return MuCommaLambdaES(x0, seed=seed)
+    return CMAES(x0, seed=seed)
+
+
+def _fresh_state(spec: RunSpec, net: torch.nn.Module) -> dict[str, Any]:
+    cell = _streams(spec)[1]
+    opt_seed, games_seq, curve_seq, final_seq = cell.spawn(4)
+    opt = make_optimiser(spec, start_point(spec, net), int(opt_seed.generate_state(1)[0]))
+    return {"version": CHECKPOINT_VERSION, "spec": asdict(spec), "optimiser": opt,
+            "games_rng": np.random.default_rng(games_seq).bit_generator.state,
+            "curve_rng": np.random.default_rng(curve_seq).bit_generator.state,
+            "final_seed": int(final_seq.generate_state(1)[0]),
+            "spent": 0, "generations": 0, "history": History(), "done": False,
+            "final_fitness": None}
+
+
+def _generator(state: dict) -> np.random.Generator:
+    rng = np.random.default_rng()
+    rng.bit_generator.state = state
+    return rng
+
+
+def load_state(path: Path) -> dict[str, Any] | None:
+    """A checkpoint's state, or None where there is none."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    with path.open("rb") as f:
+        state = pickle.load(f)
+    if state.get("version") != CHECKPOINT_VERSION:
+        raise ValueError(f"{path}: checkpoint version {state.get('version')}, "
+                         f"this code reads {CHECKPOINT_VERSION}")
+    return state
+
+
+def _save(state: dict, path: Path) -> None:
+    atomic_write_bytes(cloudpickle.dumps(state), path)
+
+
+def _result(spec: RunSpec, state: dict) -> RunResult:
+    return RunResult(spec, state["history"], state["optimiser"].mean,
+                     float(state["final_fitness"]), state["generations"])
+
+
+def run(spec: RunSpec, checkpoint: Path, checkpoint_every: int = 10,
+        stop_after: int | None = None) -> RunResult | None:
+    """Run `spec` to the end of its budget, continuing from `checkpoint` where it exists, and
+    return its result. `stop_after`: stop after that many generations of this call without
+    writing anything more (what a kill between two checkpoints leaves behind); returns None."""
+    checkpoint = Path(checkpoint)
+    checkpoint.parent.mkdir(parents=True, exist_ok=True)
+    net = network_for(spec)
+    state = load_state(checkpoint)
+    if state is not None and state["spec"] != asdict(spec):
+        raise ValueError(f"{checkpoint} holds another run: {state['spec']}")
+    if state is None:
+        state = _fresh_state(spec, net)
+    elif state["done"]:
+        return _result(spec, state)
+    else:
+        logger.info("%s: resuming after generation %d (%d of %d games)", spec.name,
+                    state["generations"], state["spent"], spec.budget_games)
+    opt: Optimizer = state["optimiser"]
+    games_rng, curve_rng = _generator(state["games_rng"]), _generator(state["curve_rng"])
+    h: History = state["history"]
+    step = 0
+    while state["spent"] < spec.budget_games:
+        if stop_after is not None and step >= stop_after:
+            return None
+        games = spec.games_now(state["spent"])
+        population = opt.ask()
+        fitness = population_fitness(net, population, spec.size, games_rng, games=games)
+        opt.tell(fitness)
+        before = state["spent"] / spec.games
+        state["spent"] += len(population) * games
+        state["generations"] += 1
+        step += 1
+        episodes = state["spent"] / spec.games
+        h.generation_episodes.append(episodes)
+        h.generation_games.append(games)
+        h.fitness.append(fitness.astype(np.float32))
+        h.best_so_far.append(float(opt.best_fitness))
+        finished = state["spent"] >= spec.budget_games
+        if (state["generations"] == 1 or finished
+                or int(episodes // spec.curve_step) > int(before // spec.curve_step)):
+            mean_fit = population_fitness(net, opt.mean[None], spec.size, curve_rng,
+                                          games=spec.games)
+            h.curve_episodes.append(episodes)
+            h.curve_fitness.append(float(mean_fit[0]))
+        state["games_rng"] = games_rng.bit_generator.state
+        state["curve_rng"] = curve_rng.bit_generator.state
+        if finished:
+            final_rng = np.random.default_rng(state["final_seed"])
+            state["final_fitness"] = float(population_fitness(
+                net, opt.mean[None], spec.size, final_rng, games=spec.final_games)[0])
+            state["done"] = True
+            _save(state, checkpoint)
+        elif state["generations"] % checkpoint_every == 0:
+            _save(state, checkpoint)
+    result = _result(spec, state)
+    logger.info("%s: %d generations, %.0f episodes, final fitness %.3f", spec.name,
+                result.generations, h.generation_episodes[-1], result.final_fitness)
+    return result
+
+
+def weights_fitness(network: str, weights: np.ndarray, size: int, games: int,
+                    seed: int = 0) -> float:
+    """The fitness of one weight vector of `network` on `size` boards over `games` games
+    (the same weights play any board size: a trained 5x5 network asked on 7x7 or 9x9)."""
+    net = build(NETWORKS[network])
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(size, games)))
+    return float(population_fitness(net, np.asarray(weights, np.float64)[None], size, rng,
+                                    games=games)[0])
+
+
+def network_with(network: str, weights: np.ndarray) -> torch.nn.Module:
+    """The `network` module holding `weights` (a flat vector), ready to save or export."""
+    net = build(NETWORKS[network])
+    net.set_flat(torch.as_tensor(np.asarray(weights), dtype=torch.float32))
+    return net.eval()

@@ -1,0 +1,185 @@
+"""The Capture Game policy search: one run's budget, history and checkpoints (a run stopped
+between checkpoints and continued ends exactly as an uninterrupted one), lazy evaluation, and
+the `capture-train` flow on a reduced grid: in the flow's own process (Prefect's thread runner)
+and on a Dask cluster of one worker process through the command line, with the same results."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from services.models.mdrnn import MDRNN
+from services.policy_search.runs import RunSpec, load_state, run, weights_fitness
+
+
+def _same(a, b) -> None:
+    ha, hb = a.history, b.history
+    assert ha.generation_episodes == hb.generation_episodes
+    assert ha.curve_episodes == hb.curve_episodes and ha.curve_fitness == hb.curve_fitness
+    assert len(ha.fitness) == len(hb.fitness)
+    assert all(np.array_equal(x, y) for x, y in zip(ha.fitness, hb.fitness, strict=True))
+    assert np.array_equal(a.mean, b.mean) and a.final_fitness == b.final_fitness
+
+
+@pytest.mark.parametrize("optimiser", ["pgpe", "es", "cmaes"])
+def test_a_stopped_run_continued_from_its_checkpoint_ends_as_a_straight_run(
+        tmp_path: Path, optimiser: str) -> None:
+    spec = RunSpec("mdrnn", 5, optimiser, run=1, evaluations=200, games=6, curve_step=10,
+                   final_games=20)
+    straight = run(spec, tmp_path / "straight.pkl", checkpoint_every=2)
+    generations = straight.generations
+    assert generations >= 6
+    # stopped after 5 generations of which 4 were checkpointed: the fifth is lost, as in a kill
+    path = tmp_path / "stopped.pkl"
+    assert run(spec, path, checkpoint_every=2, stop_after=5) is None
+    saved = load_state(path)
+    assert saved["generations"] == 4 and not saved["done"]
+    assert len(saved["history"].fitness) == 4
+    resumed = run(spec, path, checkpoint_every=2)
+    _same(straight, resumed)
+    assert resumed.generations == generations
+    # the budget is spent, and by at most one population more
+    spent = straight.history.generation_episodes[-1]
+    population = len(straight.history.fitness[-1])
+    assert spec.evaluations <= spent < spec.evaluations + population
+    # a finished run is read back, not played again
+    before = path.stat().st_mtime_ns
+    _same(straight, run(spec, path))
+    assert path.stat().st_mtime_ns == before
+
+
+def test_a_checkpoint_of_another_run_is_refused(tmp_path: Path) -> None:
+    spec = RunSpec("mdrnn", 5, "pgpe", evaluations=8, games=2, final_games=2)
+    run(spec, tmp_path / "a.pkl")
+    other = RunSpec("mdrnn", 5, "pgpe", seed=1, evaluations=8, games=2, final_games=2)
+    with pytest.raises(ValueError, match="another run"):
+        run(other, tmp_path / "a.pkl")
+
+
+def test_runs_differ_by_seed_and_share_the_start_point_across_optimisers(tmp_path: Path) -> None:
+    a = run(RunSpec("mdrnn", 5, "pgpe", run=0, evaluations=40, games=4, final_games=4),
+            tmp_path / "a.pkl")
+    b = run(RunSpec("mdrnn", 5, "pgpe", run=1, evaluations=40, games=4, final_games=4),
+            tmp_path / "b.pkl")
+    assert not np.array_equal(a.mean, b.mean)
+    from services.policy_search.runs import network_for, start_point
+
+    specs = [RunSpec("mdlstm", 7, o, run=3) for o in ("pgpe", "es", "cmaes")]
+    x0 = [start_point(s, network_for(s)) for s in specs]
+    assert x0[0].shape == (52,) and np.array_equal(x0[0], x0[1]) and np.array_equal(x0[0], x0[2])
+
+
+def test_lazy_evaluation_grows_the_games_and_spends_the_same_budget(tmp_path: Path) -> None:
+    spec = RunSpec("mdlstm", 5, "pgpe", evaluations=60, games=20, lazy=(4, 36),
+                   curve_step=10, final_games=10)
+    result = run(spec, tmp_path / "lazy.pkl")
+    games = result.history.generation_games
+    assert games[0] == 4 and games == sorted(games) and 30 <= games[-1] <= 36
+    # more generations than a plain run of the same games (2 candidates of 20 games each)
+    assert result.generations > spec.evaluations // 2
+    spent_games = sum(2 * g for g in games)
+    assert spec.budget_games <= spent_games < spec.budget_games + 2 * 36
+    assert result.history.generation_episodes[-1] == spent_games / spec.games
+    # the curve is sampled at least once per curve_step episodes
+    assert np.diff(result.history.curve_episodes).max() < spec.curve_step + 2 * 36 / 20
+    assert result.spec.cell == "mdlstm-5x5-pgpe-lazy4to36"
+
+
+def test_weights_fitness_plays_any_board_size() -> None:
+    weights = MDRNN(2, seed=3).get_flat().numpy()
+    for size in (5, 7, 9):
+        f = weights_fitness("mdrnn", weights, size, games=8)
+        assert -1.0 <= f <= 1.0 and (f * 8) % 2 == 0  # 8 games of +-1
+
+
+GRID = dict(networks=["mdrnn"], sizes=[5], optimisers=["pgpe", "cmaes"], runs=2,
+            evaluations=24, games=4, seed=5, lazy=(2, 6), checkpoint_every=3, final_games=8)
+
+
+def _results(out: Path) -> dict:
+    return {r["name"]: r for r in json.loads((out / "results.json").read_text())}
+
+
+def test_the_flow_runs_the_grid_writes_its_outputs_and_resumes(tmp_path: Path,
+                                                               prefect_harness) -> None:
+    """The flow in its own process (Prefect's default thread runner): files, artifacts, table,
+    the best network, the generalisation; a rerun reads every run back; a run left half done
+    is continued from its checkpoint to the result it would have had."""
+    from prefect.artifacts import Artifact
+
+    from flows.capture_train import capture_train
+
+    out = tmp_path / "grid"
+    first = capture_train(out_dir=str(out), generalise_sizes=[7], **GRID)
+    cells = ["mdrnn-5x5-pgpe", "mdrnn-5x5-pgpe-lazy2to6", "mdrnn-5x5-cmaes",
+             "mdrnn-5x5-cmaes-lazy2to6"]
+    assert [row["cell"] for row in first["cells"]] == cells and first["runs"] == 8
+    results = _results(out)
+    assert len(results) == 8 and len(list((out / "runs").glob("*.pkl"))) == 8
+    for row in first["cells"]:
+        finals = [r["final_fitness"] for r in results.values() if r["cell"] == row["cell"]]
+        assert row["runs"] == 2 and row["best"] == round(max(finals), 4)
+        assert row["final_mean"] == round(float(np.mean(finals)), 4)
+        assert f"| {row['cell']} | 2 |" in (out / "table.md").read_text()
+    table = json.loads(Artifact.get("capture-train-table").data)
+    assert [r["cell"] for r in table] == cells
+    assert "best_network.pt" in Artifact.get("capture-train-summary").data
+    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    best = max(results.values(), key=lambda r: r["final_fitness"])
+    saved = torch.load(out / "best_network.pt", weights_only=True)
+    assert saved["config"] == "capture_mdrnn_k2" and saved["run"] == best["name"]
+    net = MDRNN(2)
+    net.load_state_dict(saved["model"])
+    assert np.allclose(net.get_flat().numpy(), best["mean"], atol=1e-6)
+    # the best run of every 5x5 cell, on 5x5 (its final fitness) and on 7x7
+    generalised = {g["name"]: g["fitness"] for g in first["generalisation"]}
+    assert set(generalised) == {row["best_run"] for row in first["cells"]}
+    assert all(set(f) == {5, 7} for f in generalised.values())
+    assert generalised[best["name"]][5] == best["final_fitness"]
+
+    # a rerun plays nothing: every run is read back from its finished checkpoint
+    stamps = {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.pkl")}
+    again = capture_train(out_dir=str(out), generalise_sizes=[7], **GRID)
+    assert again["cells"] == first["cells"] and _results(out) == results
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.pkl")} == stamps
+
+    # a run stopped between checkpoints (as by a kill) is continued by the flow
+    other = tmp_path / "other"
+    name = "mdrnn-5x5-pgpe-run01"
+    spec = RunSpec(**{**results[name]["spec"], "lazy": None})
+    assert run(spec, other / "runs" / f"{name}.pkl", checkpoint_every=3, stop_after=7) is None
+    assert load_state(other / "runs" / f"{name}.pkl")["generations"] == 6
+    capture_train(out_dir=str(other), generalise_sizes=[], **GRID)
+    assert _results(other) == results
+
+
+def test_the_command_line_on_a_dask_cluster_gives_the_same_results(tmp_path: Path,
+                                                                   prefect_harness,
+                                                                   capsys) -> None:
+    """`python -m flows.capture_train --address`: the runs on a Dask worker process (tasks and
+    results cross a process boundary) give the results the flow's own process gives."""
+    from distributed import LocalCluster
+
+    from flows.capture_train import capture_train, capture_train_on, main
+
+    grid = {**GRID, "optimisers": ["es"], "runs": 1, "lazy": None}
+    local = tmp_path / "local"
+    capture_train(out_dir=str(local), generalise_sizes=[], **grid)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster:
+        out = tmp_path / "dask"
+        main(["--out", str(out), "--networks", "mdrnn", "--sizes", "5", "--optimisers", "es",
+              "--runs", "1", "--evaluations", "24", "--games", "4", "--seed", "5",
+              "--final-games", "8", "--checkpoint-every", "3", "--generalise", "7",
+              "--address", cluster.scheduler_address])
+    printed = capsys.readouterr().out
+    assert "| mdrnn-5x5-es | 1 |" in printed and "best run: mdrnn-5x5-es-run00" in printed
+    assert _results(out) == _results(local)
+    # --workers N starts a local cluster of N processes for the run
+    runner = capture_train_on(workers=2).task_runner
+    assert runner.cluster_kwargs["n_workers"] == 2 and runner.cluster_kwargs["processes"]
