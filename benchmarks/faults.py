@@ -453,6 +453,7 @@ class Stack:
         self.stop_service()
         cmd = [sys.executable, "-m", "services.search.server", "--port", str(self.service_port),
                "--triton-url", self.triton_url, "--model", MODEL, "--go-model", "",
+               "--capture-model", "",
                "--triton-timeout", "2"]
         log = open(self.service_log, "ab")  # noqa: SIM115 - the child keeps it
         self.service = subprocess.Popen(cmd, cwd=ROOT, env=child_env(), stdin=subprocess.DEVNULL,
