@@ -205,7 +205,9 @@ class _SweepNet(nn.Module):
 
 
 class MDRNN(_SweepNet):
-    """The paper's MDRNN: planes [B, 2, S, S] (own, opponent) -> scores [B, S, S]."""
+    """The paper's MDRNN: planes [B, 2, S, S] (own, opponent) -> scores [B, S, S]. The
+    weights start N(0, init_std^2) from `seed`, a reproducible starting point; training
+    replaces them (`set_flat`)."""
 
     def __init__(self, hidden: int = 2, init_std: float = 1.0, seed: int = 0) -> None:
         super().__init__()
@@ -229,7 +231,8 @@ class MDRNN(_SweepNet):
 
 
 class MDLSTM(_SweepNet):
-    """MDLSTM: the MDRNN with 2-D LSTM cells in the sweeps (planes [B, 2, S, S] -> scores)."""
+    """MDLSTM: the MDRNN with 2-D LSTM cells in the sweeps (planes [B, 2, S, S] -> scores),
+    weights started as the MDRNN's."""
 
     def __init__(self, hidden: int = 2, init_std: float = 1.0, seed: int = 0) -> None:
         super().__init__()
