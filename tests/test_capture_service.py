@@ -116,6 +116,9 @@ def test_weights_from_a_flat_vector_or_a_state_dict(tmp_path: Path) -> None:
         reference.set_flat(torch.from_numpy(flat))
         torch.save(reference.state_dict(), tmp_path / "best.pt")
         answers.append(build_capture_model(CONFIG, weights=tmp_path / "best.pt")(boards))
+        checkpoint = {"config": CONFIG, "model": reference.state_dict(), "fitness": 0.4}
+        torch.save(checkpoint, tmp_path / "best_network.pt")  # the policy search's
+        answers.append(build_capture_model(weights=tmp_path / "best_network.pt")(boards))
         other = build_capture_model(CONFIG, seed=9)(boards)
     for a in answers[1:]:
         assert torch.equal(a, answers[0])
@@ -125,6 +128,10 @@ def test_weights_from_a_flat_vector_or_a_state_dict(tmp_path: Path) -> None:
         load_weights(build(CONFIG), tmp_path / "short.npy")
     with pytest.raises(ValueError, match="not a Capture Game one"):
         build_capture_model("go_res_b2c32")
+    with pytest.raises(ValueError, match=f"holds a {CONFIG} network, not capture_mdlstm_k2"):
+        build_capture_model("capture_mdlstm_k2", weights=tmp_path / "best_network.pt")
+    with pytest.raises(ValueError, match="w_peep"):  # an MDRNN state_dict for the MDLSTM
+        build_capture_model("capture_mdlstm_k2", weights=tmp_path / "best.pt")
 
 
 class BigBoardsOnly(torch.nn.Module):

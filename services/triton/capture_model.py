@@ -21,15 +21,17 @@ to move and answer a preference in (0, 1) per point; `CapturePolicy` puts the tw
 served size (`CAPTURE.sizes`), with the logits' shape per size; `publish_capture_model`
 publishes the file as the next version of the game's model.
 
-Weights (`load_weights`): a flat vector in the order of `get_flat` (``.npy`` holding the vector,
-``.npz`` holding one array or one called ``weights``: what the policy search keeps of its best
-network), or a state_dict of the network (``.pt``, loaded with ``weights_only``). Without a file
-the network's seeded random weights are published (tests, demonstrations).
+Weights (`read_weights`): a flat vector in the order of `get_flat` (``.npy`` holding the vector,
+``.npz`` holding one array or one called ``weights``), or a ``.pt`` file loaded with
+``weights_only``: a state_dict, or a checkpoint ``{"config", "model": state_dict, ...}`` such as
+the policy search's ``best_network.pt`` (flows/capture_train.py), whose config is then the
+network built. Without a file the network's seeded random weights are published (tests,
+demonstrations).
 
 CLI::
 
     python -m services.triton.capture_model --repository model_repository \
-        [--config capture_mdlstm_k2] [--seed 0] [--weights runs/capture/best.npy]
+        [--weights runs/capture/grid/best_network.pt | --config capture_mdrnn_k2 --seed 0]
 """
 
 from __future__ import annotations
@@ -82,42 +84,66 @@ class CapturePolicy(nn.Module):
         return (torch.log(p) - torch.log1p(-p)).reshape(n, -1)
 
 
-def load_weights(net: nn.Module, path: Path) -> None:
-    """Load `path` into the sweep network `net` (see the module docstring for the formats);
-    ValueError for a file that holds no weights of `net`'s shape."""
+def read_weights(path: Path) -> tuple[str | None, np.ndarray | dict]:
+    """(the network config the file names, None when it names none; its flat weight vector or
+    state_dict); see the module docstring for the formats."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix == ".npy":
-        flat = np.load(path, allow_pickle=False)
-    elif suffix == ".npz":
+        return None, np.load(path, allow_pickle=False)
+    if suffix == ".npz":
         with np.load(path, allow_pickle=False) as data:
             names = list(data.keys())
             if "weights" in names:
-                flat = data["weights"]
-            elif len(names) == 1:
-                flat = data[names[0]]
-            else:
-                raise ValueError(f"{path} holds {names}: one array, or one called "
-                                 "'weights', is the flat weight vector")
-    if suffix in (".npy", ".npz"):
-        net.set_flat(torch.as_tensor(np.asarray(flat, dtype=np.float32).reshape(-1)))
-        return
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    if isinstance(state, dict) and "model" in state:
-        state = state["model"]
-    if isinstance(state, torch.Tensor):  # a flat vector saved with torch.save
-        net.set_flat(state.reshape(-1))
-        return
-    net.load_state_dict(state)
+                return None, data["weights"]
+            if len(names) == 1:
+                return None, data[names[0]]
+        raise ValueError(f"{path} holds {names}: one array, or one called 'weights', is the "
+                         "flat weight vector")
+    held = torch.load(path, map_location="cpu", weights_only=True)
+    config = None
+    if isinstance(held, dict) and "model" in held:  # a checkpoint: {"config", "model", ...}
+        config = held.get("config") if isinstance(held.get("config"), str) else None
+        held = held["model"]
+    if isinstance(held, torch.Tensor):  # a flat vector saved with torch.save
+        return config, held.numpy()
+    if not isinstance(held, dict):
+        raise ValueError(f"{path} holds a {type(held).__name__}, not weights")
+    return config, held
 
 
-def build_capture_model(config: str = DEFAULT_CONFIG, seed: int = 0,
-                        weights: Path | None = None) -> CapturePolicy:
-    """The served module around a `config` network: seeded random weights, or `weights`."""
+def load_weights(net: nn.Module, path: Path) -> None:
+    """Load `path` into the sweep network `net`; ValueError for a file that holds no weights
+    of `net`'s shape."""
+    _, held = read_weights(path)
+    if isinstance(held, dict):
+        try:
+            net.load_state_dict(held)
+        except RuntimeError as exc:
+            raise ValueError(f"{path}: {exc}") from exc
+        return
+    net.set_flat(torch.as_tensor(np.asarray(held, dtype=np.float32).reshape(-1)))
+
+
+def resolve_config(config: str | None, weights: Path | None) -> str:
+    """The network config to build: `config`, else the one the weights file names, else
+    `DEFAULT_CONFIG`; ValueError when both name one and they differ, or it is not a Capture
+    Game configuration."""
+    named = read_weights(weights)[0] if weights is not None else None
+    if config and named and config != named:
+        raise ValueError(f"{weights} holds a {named} network, not {config}")
+    config = config or named or DEFAULT_CONFIG
     if spec(config).game != CAPTURE.name:
         raise ValueError(f"{config!r} is a {spec(config).game} configuration, not a "
                          f"{CAPTURE.title} one")
-    net = build(config)
+    return config
+
+
+def build_capture_model(config: str | None = None, seed: int = 0,
+                        weights: Path | None = None) -> CapturePolicy:
+    """The served module around a `config` network (`resolve_config`): seeded random
+    weights, or `weights`."""
+    net = build(resolve_config(config, weights))
     if weights is None:
         with torch.no_grad():  # the configs build from one fixed seed: `seed` draws anew
             net.set_flat(torch.randn(net.n_weights(), generator=torch.Generator()
@@ -139,13 +165,14 @@ def export_capture_torchscript(model: nn.Module, path: Path, n_check: int = 32,
     return diff
 
 
-def publish_capture_model(repository: Path, config: str = DEFAULT_CONFIG, seed: int = 0,
+def publish_capture_model(repository: Path, config: str | None = None, seed: int = 0,
                           weights: Path | None = None,
                           model_name: str = DEFAULT_MODEL_NAME) -> int:
-    """Export a Capture Game network (`config` with `weights`, else seeded random weights) and
-    publish it as the next version of `model_name`; returns the version."""
+    """Export a Capture Game network (`config` with `weights`, else seeded random weights;
+    `resolve_config`) and publish it as the next version of `model_name`; returns it."""
     from services.triton.publisher import publish
 
+    config = resolve_config(config, weights)
     model = build_capture_model(config, seed, weights)
     with tempfile.TemporaryDirectory(prefix="capture-export-") as tmp:
         path = Path(tmp) / "model.pt"
@@ -164,7 +191,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m services.triton.capture_model",
         description=f"Publish a {CAPTURE.title} network as a {DEFAULT_MODEL_NAME} version.")
     p.add_argument("--repository", type=Path, required=True, help="Triton model repository")
-    p.add_argument("--config", default=DEFAULT_CONFIG, help=f"default {DEFAULT_CONFIG}")
+    p.add_argument("--config", default=None,
+                   help=f"network config (default: the one the weights file names, else "
+                        f"{DEFAULT_CONFIG})")
     p.add_argument("--seed", type=int, default=0, help="weights seed (without --weights)")
     p.add_argument("--weights", type=Path, default=None,
                    help="flat weight vector (.npy, .npz) or state_dict (.pt) of the network")
