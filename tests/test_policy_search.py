@@ -5,6 +5,8 @@ greedy player more often."""
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 import torch
@@ -235,3 +237,20 @@ def test_pgpe_on_a_5x5_mdrnn_moves_only_on_pairs_that_played_differently() -> No
         moved += differ
     assert moved > 0
     assert opt.evaluations == 6 * 20
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMISERS))
+def test_an_optimiser_pickled_mid_run_goes_on_as_the_original(name: str) -> None:
+    """A checkpoint is the pickled optimiser: restored, it asks what the original asks."""
+    opt = OPTIMISERS[name](np.zeros(5), 7)
+    for _ in range(3):
+        pop = opt.ask()
+        opt.tell(-(pop ** 2).sum(1))
+    restored = pickle.loads(pickle.dumps(opt))
+    for _ in range(2):
+        a, b = opt.ask(), restored.ask()
+        np.testing.assert_array_equal(a, b)
+        opt.tell(-(a ** 2).sum(1))
+        restored.tell(-(b ** 2).sum(1))
+    np.testing.assert_array_equal(opt.mean, restored.mean)
+    assert opt.evaluations == restored.evaluations

@@ -16,13 +16,23 @@ import numpy as np
 from services.policy_search.base import Optimizer
 
 
+class _Normals:
+    """The library's `randn` option: standard normals [lam, n] from a seeded Generator (an
+    object rather than a closure, so that the optimiser pickles for a checkpoint)."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self.rng = rng
+
+    def __call__(self, lam: int, n: int) -> np.ndarray:
+        return self.rng.standard_normal((lam, n))
+
+
 class CMAES(Optimizer):
     def __init__(self, x0: np.ndarray, sigma0: float = 1.0, popsize: int | None = None,
                  seed: int = 0) -> None:
         x0 = np.asarray(x0, dtype=np.float64).reshape(-1)
         super().__init__(len(x0))
-        rng = np.random.default_rng(seed)
-        options: dict = {"randn": lambda lam, n: rng.standard_normal((lam, n)),
+        options: dict = {"randn": _Normals(np.random.default_rng(seed)),
                          "seed": np.nan, "verbose": -9, "verb_log": 0, "verb_disp": 0}
         if popsize is not None:
             options["popsize"] = popsize
