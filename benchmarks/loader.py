@@ -2,11 +2,14 @@
 reading the same shards with `pyarrow.parquet.read_table` (the baseline, measured in the same run).
 
     .venv/bin/python benchmarks/loader.py [--rows 2000000] [--batch-size 256] [--workers 0 1 2]
+                                          [--dataset DIR]
 
 The dataset is synthetic but has the shards' exact schema and writer options (LZ4 boards, row groups
 of `ROW_GROUP_ROWS`, `ROWS_PER_SHARD` per file): positions of a geometric number of stones
 (mean ~37, like the shipped sample) clustered around a random centre. It is written once to
---data (default /tmp/movepred-loader-bench-<rows>-<board codec>) and reused.
+--data (default /tmp/movepred-loader-bench-<rows>-<board codec>) and reused. `--dataset DIR`
+times the train split of an existing dataset instead (e.g. a Go dataset from the ingest flow,
+whose boards are stored packed and unpacked by the loader).
 
 For each configuration the loader runs two epochs; the second is timed (persistent workers
 already started; the shuffle buffer's fill at the start of the epoch is included). Figures:
@@ -35,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from services.dataset import shards  # noqa: E402
-from services.dataset.loader import make_loader  # noqa: E402
+from services.dataset.loader import dataset_game, make_loader  # noqa: E402
 
 SIZE = 15
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -159,9 +162,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2],
                         help="num_workers values to run with augmentation (0 also runs without)")
     parser.add_argument("--data", type=Path, default=None)
+    parser.add_argument("--dataset", type=Path, default=None,
+                        help="an existing dataset folder: its train split, nothing generated")
     args = parser.parse_args(argv)
-    out = args.data or Path(f"/tmp/movepred-loader-bench-{args.rows}-{shards.BOARD_CODEC}")
-    make_dataset(out, args.rows)
+    if args.dataset:
+        out = args.dataset
+        manifest = shards.read_manifest(out)
+        args.rows = manifest["splits"]["train"]
+        game, size = dataset_game(out)
+        print(f"dataset {out}: {game} {size}x{size}, board encoding "
+              f"{shards.board_encoding(manifest)}")
+    else:
+        out = args.data or Path(f"/tmp/movepred-loader-bench-{args.rows}-{shards.BOARD_CODEC}")
+        make_dataset(out, args.rows)
     size_mb = sum(p.stat().st_size for p in out.glob("train-*.parquet")) / 1e6
     print(f"{platform.machine()}, {os.cpu_count()} CPUs, load average "
           f"{os.getloadavg()[0]:.2f} at start; torch {torch.__version__}, "
