@@ -200,6 +200,19 @@ def test_greedy_opponent_is_seeded_and_captures() -> None:
     assert len({tuple(game(seed)) for seed in range(6)}) > 1  # ties are drawn from the seed
 
 
+def test_play_refuses_what_it_cannot_play(capsys: pytest.CaptureFixture[str]) -> None:
+    """Go has no reference player and self-play is Gomoku's; Gomoku self-play needs --out;
+    a size the game does not serve is refused before any call."""
+    from services.cli import main
+
+    assert main(["play", "--game", "go", "--target", "127.0.0.1:1"]) == 2
+    assert "Go has no reference player" in capsys.readouterr().out
+    assert main(["play", "--target", "127.0.0.1:1"]) == 2
+    assert "--out (the SGF file to write) is required" in capsys.readouterr().out
+    assert main(["play", "--game", CAPTURE.name, "--size", "10", "--target", "127.0.0.1:1"]) == 2
+    assert "--size must be one of [5, 6, 7, 8, 9]" in capsys.readouterr().out
+
+
 # --------------------------------------------------------------------------- over Triton
 @dataclass
 class Live:
