@@ -27,7 +27,9 @@ stones or first mover, and moves on empty points of a game that goes on; a move 
 suicide is refused naming it (it would end the game), and a position whose game is over (a
 capture) is refused by `require_playable`, so Predict and GenMove get INVALID_ARGUMENT for
 both. The search (`expand`) sees a capture as a proven win and leaves suicide out of the
-candidates unless nothing else is left.
+candidates unless nothing else is left. So Predict's policy covers every empty point, a suicide
+included (legal, and losing: the network is asked about it as PyBrain's player was), while
+GenMove plays a capture when there is one and a suicide only when nothing else is left.
 
 Served as Triton's ``capture_policy`` (`default_model`; model_repository/capture_policy): an
 MDRNN or MDLSTM (`default_config` ``capture_mdlstm_k2``, the paper's 52-weight network; its
