@@ -417,7 +417,7 @@ def cmd_infer(args: argparse.Namespace) -> int:
             black_stones, white_stones, game=game, rule=rule, board_size=size,
             iterations=args.iterations, restarts=args.restarts, seed=args.seed,
             max_time_ms=args.time_ms, neighbour=args.neighbour, init=args.init,
-            timeout=args.timeout))
+            timeout=args.timeout, tempering=args.tempering, polish=args.polish))
     except CoordinateError as exc:
         console.print(f"error: {exc}")
         return EXIT_USAGE
@@ -467,6 +467,10 @@ def add_infer_command(subparsers: Subparsers) -> dict[str, Handler]:
                    help="time budget (0: the server's limit); the best order so far is kept")
     p.add_argument("--neighbour", choices=NEIGHBOURS, default="", help="default: mix")
     p.add_argument("--init", choices=INITS, default="", help="default: greedy")
+    p.add_argument("--tempering", action="store_true",
+                   help="restarts as parallel-tempering chains (beyond the paper)")
+    p.add_argument("--polish", action="store_true",
+                   help="end with a descent over every swp2/mov2 neighbour (beyond the paper)")
     p.add_argument("--timeout", type=float, default=None,
                    help="seconds (default: time budget + 10 s)")
     p.add_argument("--out", type=Path, default=None,

@@ -294,6 +294,25 @@ def test_go_order_is_legal_and_at_least_the_greedy(live: str) -> None:
     assert (reply.model_name, reply.model_version) == ("go_policy", "1")
 
 
+def test_tempering_and_polish_are_request_options(live: str) -> None:
+    with SearchClient(live) as client:
+        plain = client.infer_sequence(GOMOKU_BLACK, GOMOKU_WHITE, timeout=120, **SMALL)
+        tempered = client.infer_sequence(GOMOKU_BLACK, GOMOKU_WHITE, timeout=120,
+                                         tempering=True, **SMALL)
+        polished = client.infer_sequence(GOMOKU_BLACK, GOMOKU_WHITE, timeout=120, polish=True,
+                                         **SMALL)
+    check_order(tempered, "gomoku", 15, GOMOKU_BLACK, GOMOKU_WHITE)
+    check_likelihoods(tempered)
+    # other chains (fixed temperatures, exchanges): another search of the same orders
+    assert [m.name for m in tempered.moves] != [m.name for m in plain.moves] \
+        or tempered.boards != plain.boards
+    check_order(polished, "gomoku", 15, GOMOKU_BLACK, GOMOKU_WHITE)
+    # the same annealing, then a descent from its best: never less likely, more boards
+    assert list(polished.restart_geometric_means) == list(plain.restart_geometric_means)
+    assert polished.geometric_mean >= plain.geometric_mean * (1 - 1e-6)
+    assert polished.boards > plain.boards
+
+
 def test_go_group_without_liberties_has_no_legal_order(live: str) -> None:
     # A1 is black, surrounded by white A2 and B1: whichever comes last captures or is suicide
     with SearchClient(live) as client:
@@ -443,7 +462,8 @@ def test_cli_reads_a_rif_position_after_some_moves(live: str, tmp_path: Path,
                        tmp_path / "games.rif")
     out = tmp_path / "inferred.sgf"
     code = cli.main(["infer", "--target", live, "--record", str(record), "--moves", "9",
-                     "--iterations", "20", "--restarts", "1", "--out", str(out)])
+                     "--iterations", "20", "--restarts", "2", "--tempering", "--polish",
+                     "--out", str(out)])
     assert code == 0, capsys.readouterr().out
     (game,) = read_sgf(out.read_text(encoding="utf-8").replace("GM[4]", "GM[1]"))
     assert isinstance(game, SgfGame), game

@@ -269,11 +269,14 @@ class SearchClient:
         neighbour: str = "",
         init: str = "",
         timeout: float | None = None,
+        tempering: bool = False,
+        polish: bool = False,
     ) -> search_pb2.InferSequenceResponse:
         """The most likely order of the stones: names in the game's notation ("h8", "D4") or
         (x, y) pairs; 0 / "" leave a parameter to the server (the paper's recipe, its time
         limit); game None: the default game. timeout None: max_time_ms (0: the server's limit)
-        plus 10 s."""
+        plus 10 s. `tempering` / `polish`: the optimiser's options beyond the paper (see
+        `InferSequenceRequest`)."""
         g = default_game() if game is None else get_game(game) if isinstance(game, str) else game
         size = board_size or g.default_size
 
@@ -285,7 +288,7 @@ class SearchClient:
             game=g.proto_game, game_name=g.name, rule=proto_rule(rule), board_size=size,
             black=points(black), white=points(white), iterations=iterations,
             restarts=restarts, seed=seed, max_time_ms=max_time_ms, neighbour=neighbour,
-            init=init,
+            init=init, tempering=tempering, polish=polish,
         )
         wait = _search_timeout(timeout, max_time_ms or MAX_TIME_MS)
         return self._stub.InferSequence(request, **self._call_options(wait))

@@ -744,7 +744,8 @@ def infer_sequence_request(request: search_pb2.InferSequenceRequest) -> Inferenc
     try:
         params = AnnealingParams(iterations=iterations, restarts=restarts,
                                  neighbour=request.neighbour or "mix",
-                                 init=request.init or "greedy", seed=request.seed)
+                                 init=request.init or "greedy", seed=request.seed,
+                                 tempering=request.tempering, polish=request.polish)
     except ValueError as exc:
         field = "neighbour" if "neighbour" in str(exc) else "init"
         raise validation.InvalidRequest(field, str(exc)) from None
