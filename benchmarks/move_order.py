@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/move_order.py [--game gomoku|go] [--size S] [--stones 20]
         [--positions 3] [--iterations 300] [--threads 1] [--seed 0] [--config NAME]
         [--model model.pt | --triton MODEL_REPOSITORY] [--naive 1] [--budget 0]
-        [--variants 5x1,20x1,5x4,10x2]
+        [--variants 5x1,20x1,5x4,10x2] [--recipe] [--profile]
 
 The policy is the game's demo network (`Game.default_config`: shao_f32_n2_v for Gomoku,
 go_res_b2c32_v for Go) with random weights, in this process (torch, `--threads` threads, set
@@ -45,12 +45,24 @@ differs between schedules), and the last run is the one reported. Printed: the r
 time, boards/s, iterations/s (candidates costed per second: the paper's iterations) and the
 mean over positions of the final geometric mean, each variant against the paper's recipe.
 Variants run interleaved position by position, so load on a shared machine hits all alike.
+A variant's options follow its shape: `5x1+polish` (the final descent), `5x1+tempering`
+(parallel tempering); the positions where its final geometric mean is above / below the
+paper's recipe's are counted.
+
+`--recipe` times the production default, `infer_order` with `AnnealingParams()` (the greedy
+order, then 5 lock-step restarts of `default_iterations(stones)`: the paper's recipe, the
+schedule InferSequence runs), on each position: wall and CPU seconds of this process (on a
+shared machine the CPU seconds are the steadier figure; through Triton the server's work is
+in the wall time only). `--profile` prints where one such run's time goes (cProfile, the 25
+functions with the most time of their own).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
+import pstats
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -186,7 +198,12 @@ def main() -> None:
                         help="candidates costed per position for the recipe against lock-step "
                              "chains (0: skip; the paper's recipe: 5 x default_iterations)")
     parser.add_argument("--variants", default="5x1,20x1,5x4,10x2",
-                        help="lock-step variants RxC: R chains, C candidates per chain per step")
+                        help="lock-step variants RxC[+option...]: R chains, C candidates per "
+                             "chain per step, options polish / tempering")
+    parser.add_argument("--recipe", action="store_true",
+                        help="time the production default (the paper's recipe) per position")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile one run of the production default (first position)")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -220,11 +237,38 @@ def run(game: Game, size: int, config: str, policy: PolicyEvaluator,
     print(f"{game.title} {size}x{size}, {args.stones} stones, {len(stone_sets)} positions, "
           f"network {config}, torch threads {torch.get_num_threads()}, "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if args.recipe:
+        time_recipe(game, size, stone_sets, policy)
+    if args.profile:
+        problem = problem_from_stones(game, *stone_sets[0], size=size)
+        profiler = cProfile.Profile()
+        profiler.runcall(infer_order, problem, policy, AnnealingParams(seed=args.seed))
+        pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(25)
     if args.naive:
         naive_against_fast(game, size, stone_sets, policy, args)
     if args.budget:
         recipe_against_chains(game, size, stone_sets, policy, args)
     print(f"load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+def time_recipe(game: Game, size: int, stone_sets: list[tuple[list[int], list[int]]],
+                policy: PolicyEvaluator) -> None:
+    """Wall and CPU seconds of `infer_order` with the production defaults, per position."""
+    print("the paper's recipe as served (AnnealingParams(): greedy + 5 lock-step restarts of "
+          "default_iterations):")
+    walls, cpus = [], []
+    for i, (black, white) in enumerate(stone_sets):
+        problem = problem_from_stones(game, black, white, size=size)
+        wall, cpu = time.perf_counter(), time.process_time()
+        result = infer_order(problem, policy, AnnealingParams())
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+        print(f"position {i}: {walls[-1]:6.2f} s wall {cpus[-1]:6.2f} s CPU, "
+              f"{result.calls} calls {result.boards} boards, "
+              f"{result.iterations * len(result.restarts) / walls[-1]:7.0f} iterations/s, "
+              f"{result.boards / walls[-1]:7.0f} boards/s, gm {result.best.geometric_mean:.5f}")
+    print(f"recipe: mean {np.mean(walls):.2f} s wall, {np.mean(cpus):.2f} s CPU per position "
+          f"(min {min(walls):.2f} / {min(cpus):.2f})")
 
 
 def recipe_against_chains(game: Game, size: int, stone_sets: list[tuple[list[int], list[int]]],

@@ -20,8 +20,10 @@ per fitness at the start growing to LAST at the end, the same games in all; see 
 What it leaves under `--out`:
     runs/<run>.pkl          each run's checkpoint (optimiser, history; the finished result)
     results.json            per run: its spec, final fitness, learning curve, final weights
-    curves.png              Fig. 3: the mean's fitness per episode, mean over runs, a band of
-                            one standard deviation and the min/max over runs, a panel per cell
+    curves.png              Fig. 3: the candidates' average fitness per episode (as the paper
+                            plots it), mean over runs, a band of one standard deviation and
+                            the min/max over runs, and the mean network's fitness (dashed), a
+                            panel per cell
     table.md                per cell: final fitness (mean, std over runs), best single run
     generalisation.md       the best 5x5 network of each 5x5 cell, asked on bigger boards
     best_network.pt         the best run's network ({"config", "model" state_dict,
@@ -245,9 +247,10 @@ def save_network(result: dict, path: Path) -> None:
 
 
 def plot_curves(results: list[dict], path: Path) -> None:
-    """Fig. 3: per cell, the mean network's fitness against episodes: the mean over runs, one
-    standard deviation either side, and the min and max over runs (each run's curve
-    interpolated onto a common grid of episodes)."""
+    """Fig. 3: per cell, the average fitness of the evaluated candidates per `curve_step`
+    episodes (the paper's "average fitness of a generation"): the mean over runs, one standard
+    deviation either side, the min and max over runs; and, dashed, the mean over runs of the
+    optimiser's mean network's fitness (interpolated onto a common grid of episodes)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -271,23 +274,29 @@ def plot_curves(results: list[dict], path: Path) -> None:
             ax.grid(alpha=0.3)
             if not rs:
                 continue
-            end = min(r["curve_episodes"][-1] for r in rs)
-            x = np.linspace(0, end, 200)
-            y = np.array([np.interp(x, [0.0, *r["curve_episodes"]],
-                                    [r["curve_fitness"][0], *r["curve_fitness"]]) for r in rs])
+            n = min(len(r["population_episodes"]) for r in rs)
+            x = np.asarray(rs[0]["population_episodes"][:n])
+            y = np.array([r["population_fitness"][:n] for r in rs])
             m, s = y.mean(0), y.std(0)
             ax.fill_between(x, m - s, m + s, color="C0", alpha=0.25, lw=0)
             ax.plot(x, y.min(0), color="C0", lw=0.6, ls=":")
             ax.plot(x, y.max(0), color="C0", lw=0.6, ls=":")
-            ax.plot(x, m, color="C0", lw=1.2)
+            ax.plot(x, m, color="C0", lw=1.2, label="candidates (paper)")
+            end = min(r["curve_episodes"][-1] for r in rs)
+            xm = np.linspace(rs[0]["curve_episodes"][0], end, 100)
+            ym = np.array([np.interp(xm, r["curve_episodes"], r["curve_fitness"]) for r in rs])
+            ax.plot(xm, ym.mean(0), color="C3", lw=1.0, ls="--", label="mean network")
             ax.set_ylim(-1.05, 1.05)
+            if i == 0 and j == 0:
+                ax.legend(fontsize=7, loc="upper left")
             if i == len(rows) - 1:
                 ax.set_xlabel("episodes (fitness evaluations)")
             if j == 0:
                 ax.set_ylabel("fitness of the mean")
     n_runs = sorted({len(v) for v in cells.values()})
-    fig.suptitle(f"Capture Game: the mean network's fitness (40 games) over "
-                 f"{'/'.join(map(str, n_runs))} runs: mean, ±1 std, min/max", fontsize=10)
+    fig.suptitle(f"Capture Game: fitness of the evaluated candidates over "
+                 f"{'/'.join(map(str, n_runs))} runs (mean, ±1 std, min/max) and of the mean "
+                 f"network (dashed)", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:

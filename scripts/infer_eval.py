@@ -257,15 +257,20 @@ def load_rows(path: Path) -> list[dict]:
 
 def report(args: argparse.Namespace) -> None:
     out = []
+    runs: dict[str, list[dict]] = {}
     for path in sorted(args.results_dir.glob("*.jsonl")):
         rows = load_rows(path)
+        runs[path.stem] = rows
         fig = figures(rows)
         fig["name"] = path.stem
         out.append(fig)
         print(json.dumps({k: round(v, 4) if isinstance(v, float) else v
                           for k, v in fig.items()}))
-        if args.png_prefix and rows:
-            scatter(rows, Path(f"{args.png_prefix}{path.stem}.png"), path.stem)
+        if args.png_prefix and rows and not path.stem.startswith(args.no_plot_prefix):
+            scatter([(path.stem, rows)], Path(f"{args.png_prefix}{path.stem}.png"))
+    if args.panels:
+        stems = [s for s in args.panels.split(",") if runs.get(s)]
+        scatter([(s, runs[s]) for s in stems], args.panels_png)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
     print(markdown_table(out))
@@ -288,27 +293,30 @@ def markdown_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def scatter(rows: list[dict], png: Path, title: str) -> None:
-    """The paper's Fig. 3: actual geometric mean on x, inferred on y, the diagonal drawn."""
+def scatter(panels: list[tuple[str, list[dict]]], png: Path) -> None:
+    """The paper's Fig. 3, one panel per run: actual geometric mean on x, inferred on y, the
+    diagonal drawn (a point above it: the inferred order is the more likely)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    x = [r["actual_gm"] for r in rows]
-    y = [r["inferred_gm"] for r in rows]
-    top = max(max(x), max(y)) * 1.05
-    fig, ax = plt.subplots(figsize=(4.2, 4.2))
-    ax.scatter(x, y, s=10, alpha=0.7)
-    ax.plot([0, top], [0, top], color="grey", lw=1)
-    ax.set_xlim(0, top)
-    ax.set_ylim(0, top)
-    ax.set_xlabel("actual order: geometric mean")
-    ax.set_ylabel("inferred order: geometric mean")
-    ax.set_title(f"{title} ({len(rows)} positions)", fontsize=9)
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.8), squeeze=False)
+    for ax, (title, rows) in zip(axes[0], panels, strict=True):
+        x = [r["actual_gm"] for r in rows]
+        y = [r["inferred_gm"] for r in rows]
+        top = max(max(x), max(y)) * 1.05
+        ax.scatter(x, y, s=9, alpha=0.7)
+        ax.plot([0, top], [0, top], color="grey", lw=1)
+        ax.set_xlim(0, top)
+        ax.set_ylim(0, top)
+        ax.set_aspect("equal")
+        ax.set_xlabel("actual order: geometric mean")
+        ax.set_ylabel("inferred order: geometric mean")
+        ax.set_title(f"{title} ({len(rows)})", fontsize=8)
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=100)
+    fig.savefig(png, dpi=90)
     plt.close(fig)
 
 
@@ -344,6 +352,11 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--results-dir", type=Path, required=True)
     s.add_argument("--png-prefix", default="")
     s.add_argument("--json", type=Path, default=None)
+    s.add_argument("--no-plot-prefix", default="ablation-",
+                   help="results files whose name starts so get no plot of their own")
+    s.add_argument("--panels", default="", help="results names (comma-separated) drawn side "
+                   "by side in --panels-png")
+    s.add_argument("--panels-png", type=Path, default=ROOT / "docs" / "infer_sequence_fig3.png")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if args.command == "prepare":

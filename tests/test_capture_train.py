@@ -46,6 +46,11 @@ def test_a_stopped_run_continued_from_its_checkpoint_ends_as_a_straight_run(
     spent = straight.history.generation_episodes[-1]
     population = len(straight.history.fitness[-1])
     assert spec.evaluations <= spent < spec.evaluations + population
+    # the paper's curve: the candidates' average fitness per 10 episodes, in order
+    x, y = straight.population_curve()
+    told = np.concatenate(straight.history.fitness)
+    assert x[0] == 10 and len(x) == len(y) == int(np.ceil(len(told) / 10))
+    assert np.isclose(y[0], told[:10].mean()) and np.isclose(y[-1], told[(len(x) - 1) * 10:].mean())
     # a finished run is read back, not played again
     before = path.stat().st_mtime_ns
     _same(straight, run(spec, path))

@@ -54,6 +54,6 @@ def test_gomoku_writes_sgf_with_its_rule(tmp_path: Path) -> None:
 def test_a_format_the_game_does_not_write_is_refused_naming_the_ones_it_does(
         tmp_path: Path, game: str, suffix: str) -> None:
     g = get_game(game)
-    with pytest.raises(ValueError, match="written as .sgf"):
+    with pytest.raises(ValueError, match=r"written as \.sgf"):
         g.write_record(tmp_path / f"game{suffix}", GO_MOVES, g.default_size)
     assert not list(tmp_path.iterdir())  # nothing written

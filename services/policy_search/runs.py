@@ -128,14 +128,35 @@ class RunResult:
     final_fitness: float  # the mean's fitness over spec.final_games games
     generations: int
 
+    def population_curve(self) -> tuple[np.ndarray, np.ndarray]:
+        """The paper's Fig. 3 quantity, the average fitness of the evaluated candidates, per
+        `curve_step` episodes: (the episodes at each bin's end, the bin's average fitness).
+        Within a generation the candidates take their episodes in order."""
+        h, step = self.history, self.spec.curve_step
+        if not h.fitness:
+            return np.zeros(0), np.zeros(0)
+        starts = np.concatenate([[0.0], h.generation_episodes[:-1]])
+        position = np.concatenate([
+            start + np.arange(1, len(f) + 1) * games / self.spec.games
+            for start, f, games in zip(starts, h.fitness, h.generation_games, strict=True)])
+        fitness = np.concatenate(h.fitness).astype(np.float64)
+        bins = np.maximum(np.ceil(position / step).astype(np.int64) - 1, 0)
+        counts = np.bincount(bins)
+        used = counts > 0
+        means = np.bincount(bins, weights=fitness)[used] / counts[used]
+        return (np.flatnonzero(used) + 1.0) * step, means
+
     def summary(self) -> dict[str, Any]:
         """A small, picklable, JSON-able digest (what a flow task returns)."""
         h = self.history
+        x, y = self.population_curve()
         return {"name": self.spec.name, "cell": self.spec.cell, "spec": asdict(self.spec),
                 "final_fitness": self.final_fitness, "generations": self.generations,
                 "episodes": h.generation_episodes[-1] if h.generation_episodes else 0.0,
                 "curve_episodes": list(h.curve_episodes),
                 "curve_fitness": list(h.curve_fitness),
+                "population_episodes": [float(v) for v in x],
+                "population_fitness": [round(float(v), 4) for v in y],
                 "mean": [float(v) for v in self.mean]}
 
 
