@@ -33,7 +33,8 @@ GenMove: C concurrent searches (each thread its own channel, `disable_tree_reuse
 opening per thread), `--genmove-rounds` searches per thread; playouts/s = all visits / wall time.
 `--services K` starts K search-service processes on the one Triton (horizontal scaling, as the
 Kubernetes manifests deploy it: a search's tree work is Python and holds one core) and spreads
-the GenMove threads over them round-robin; Predict goes to the first.
+the GenMove threads over them round-robin; Predict goes to the first, or with `--predict-spread`
+its client threads are spread over them in turn (each thread keeps its one connection).
 
 `--instances N`, `--queue-delay-us D` and `--kind KIND_CPU|KIND_GPU` rewrite the published
 copy of the model's config.pbtxt (instance_group count and kind, dynamic_batching's
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import os
 import platform
 import subprocess
@@ -377,6 +379,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--triton-log", type=Path, help="keep Triton's log here")
     parser.add_argument("--services", type=int, default=1,
                         help="search-service processes; GenMove threads go round-robin")
+    parser.add_argument("--predict-spread", action="store_true",
+                        help="spread the Predict client threads over the --services processes "
+                             "in turn (as a load balancer spreads connections over replicas); "
+                             "default: every Predict goes to the first")
     parser.add_argument("--instances", type=int, help="Triton model instances (config)")
     parser.add_argument("--kind", choices=["KIND_CPU", "KIND_GPU"], help="instance kind")
     parser.add_argument("--queue-delay-us", type=int,
@@ -460,13 +466,17 @@ def main(argv: list[str] | None = None) -> None:
                     client = PolicyClient(triton.grpc_url)
                     return (lambda: client.infer(board)), client.close
 
-                def predict_call(address: str):
+                def predict_call(*addresses: str):
+                    """One client per thread, the threads spread over `addresses` in turn."""
+                    turn = itertools.count()
+
                     def make():
-                        client = SearchClient(address)
+                        client = SearchClient(addresses[next(turn) % len(addresses)])
                         return (lambda: client.predict(PREDICT_MOVES)), client.close
                     return make
 
-                makes = {"direct": direct_call, "service": predict_call(target)}
+                service_targets = targets if args.predict_spread else [target]
+                makes = {"direct": direct_call, "service": predict_call(*service_targets)}
                 if measure_floor:
                     makes["floor"] = predict_call(floor.target)
                 for c in args.concurrency:
@@ -498,8 +508,10 @@ def main(argv: list[str] | None = None) -> None:
                 for server in servers:
                     server.wait(timeout=30)
     print()
-    print(f"Predict (1 position, top 5) via search service vs direct Triton infer (batch 1); "
-          f"{args.requests} requests per level or {args.level_seconds:g} s")
+    spread = args.services if args.predict_spread else 1
+    print(f"Predict (1 position, top 5) via search service ({spread} process(es)) vs direct "
+          f"Triton infer (batch 1); {args.requests} requests per level or "
+          f"{args.level_seconds:g} s")
     print(f"{'C':>3} | {'direct p50':>10} {'p99':>8} {'req/s':>7} | {'service p50':>11} "
           f"{'p99':>8} {'req/s':>7} | {'ratio p50':>9} {'p99':>6} {'req/s':>6}")
     for c, together, levels in rows:
