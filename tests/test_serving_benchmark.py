@@ -8,6 +8,7 @@ import sys
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from services.api.movepred.v1 import search_pb2
@@ -86,3 +87,31 @@ def test_level_gives_one_timed_level_per_target(targets: int) -> None:
                                warmup=0, pids={"bench": 1})
     assert [len(lv.latencies) for lv in levels] == [5] * targets
     assert all(lv.throughput > 0 for lv in levels)
+
+
+@pytest.mark.integration
+def test_triton_throughput_measures_both_sides_against_real_triton(tmp_path: Path) -> None:
+    """The throughput benchmark's figures come from real answers: a rate for raw torch, one per
+    (instances, concurrency) level from a real Triton, and the ratio of each to the baseline."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    bench = _load("triton_throughput")
+    out = tmp_path / "figures.json"
+    bench.main(["--model", "shao_f32_n2", "--batch", "8", "--concurrency", "1,2",
+                "--instances", "1", "--seconds", "0.5", "--json", str(out)])
+    import json
+
+    figures = json.loads(out.read_text())
+    assert figures["torch_host"] > 0 and figures["torch_device"] > 0
+    levels = [(r["instances"], r["concurrency"]) for r in figures["triton"]]
+    assert levels == [(1, 1), (1, 2)]
+    for row in figures["triton"]:
+        assert row["boards_per_s"] > 0
+        assert row["ratio"] == pytest.approx(row["boards_per_s"] / figures["torch_host"])
+    assert figures["best"] in figures["triton"]
+
+
+def test_triton_throughput_boards_are_positions_of_the_game() -> None:
+    bench = _load("triton_throughput")
+    boards = bench.random_boards(64, 15)
+    assert boards.shape == (64, 15, 15) and boards.dtype.name == "int8"
+    assert set(np.unique(boards)) <= {0, 1, 2} and (boards == 0).mean() > 0.5
