@@ -9,14 +9,21 @@ it imported before, and counts imports made inside functions (run only on some i
 A project module is one whose file is under `root` (`a/b.py` or `a/b/__init__.py` for
 `a.b`); imports of anything else (the standard library, installed packages) are not followed.
 Importing `a.b.c` runs `a/__init__.py` and `a/b/__init__.py` as well, so those count. Imports
-made by name at run time (`importlib.import_module(name)`) are not seen.
+made by name at run time (`importlib.import_module(name)`) are seen where the name is written
+out in the source: every string literal that names a project module counts as an import of it
+(the game registry imports its built-in games that way). A literal that merely mentions a
+module (a subprocess's `-m` argument, say) is counted too: the closure may be larger than
+needed, never smaller, which for a cache key errs on the safe side.
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
+import re
 from pathlib import Path
+
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")  # 'a.b', 'a.b.c': a module name
 
 
 def module_file(name: str, root: Path) -> Path | None:
@@ -54,6 +61,9 @@ def _imported_names(path: Path, name: str) -> set[str]:
                 names.add(base)
             names.update(f"{base}.{alias.name}" if base else alias.name for alias in node.names
                          if alias.name != "*")
+        elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
+              and _DOTTED.fullmatch(node.value)):
+            names.add(node.value)  # a module imported by name; followed only if it is ours
     return names
 
 

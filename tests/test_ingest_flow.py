@@ -427,3 +427,20 @@ def test_import_closure_holds_every_project_module_the_import_loads() -> None:
                             env={**os.environ, "OMP_NUM_THREADS": "1"}).stdout.split()
     assert "services.games.go_fast" in loaded
     assert set(loaded) <= set(import_closure(ingest_mod.PIPELINE_ENTRY, ingest_mod.ROOT))
+
+
+def test_import_closure_follows_modules_imported_by_name(tmp_path: Path) -> None:
+    """A module imported with importlib by a name written in the source (as the game registry
+    imports its built-in games) is in the closure; a dotted literal that is not a project
+    module is not."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "registry.py").write_text(
+        "import importlib\nBUILTIN = ('pkg.game_a',)\nOTHER = 'numpy.linalg'\n"
+        "def load():\n    for m in BUILTIN:\n        importlib.import_module(m)\n")
+    (pkg / "game_a.py").write_text("from pkg import helper\n")
+    (pkg / "helper.py").write_text("")
+    (pkg / "unused.py").write_text("")
+    closure = import_closure("pkg.registry", tmp_path)
+    assert set(closure) == {"pkg", "pkg.registry", "pkg.game_a", "pkg.helper"}

@@ -47,7 +47,7 @@ def server(triton_server: TritonSetup, tmp_path_factory) -> Iterator[str]:  # no
     with log.open("w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "services.search.server", "--port", str(port),
-             "--triton-url", triton_server.server.grpc_url, "--go-model", "",
+             "--triton-url", triton_server.server.grpc_url, "--go-model", "", "--capture-model", "",
              "--max-workers", str(MAX_WORKERS), "--max-searches", str(MAX_SEARCHES),
              "--log-format", "json"],
             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
