@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple, Protocol
 
@@ -96,6 +96,20 @@ class Expansion(NamedTuple):
 
 
 @dataclass(frozen=True)
+class BoardNotes:
+    """What a board GUI marks on a position besides its stones (`Game.board_notes`).
+
+    `forbidden`: empty points a rule forbids to one side, with the reason (renju's forbidden
+    points for black); `captures`: stones each colour has taken
+    (None for a game without captures); `result`: "" while the game goes on, else why it
+    ended, in words."""
+
+    forbidden: dict[int, str] = field(default_factory=dict)
+    captures: dict[int, int] | None = None
+    result: str = ""
+
+
+@dataclass(frozen=True)
 class ModelIO:
     """What one board of a game's network input and one row of its output look like.
 
@@ -150,6 +164,10 @@ class Game(ABC):
     written_formats: ClassVar[tuple[str, ...]] = ()  # suffixes `write_record` writes
     # move-number bands of the trainer's per-stage metrics: (band width, last band start)
     stages: ClassVar[tuple[int, int]] = (10, 60)
+    # what a board GUI offers besides the size (the web board asks, never a game's name):
+    rule_names: ClassVar[tuple[str, ...]] = ()  # rule options a request may name, default first
+    default_komi: ClassVar[float | None] = None  # None: the game has no komi
+    sgf_game_type: ClassVar[str] = "1"  # its SGF GM[] value (1: Go stones)
 
     # ---- shapes -------------------------------------------------------------------------
     def policy_size(self, size: int | None = None) -> int:
@@ -218,6 +236,29 @@ class Game(ABC):
             lines.append(f"{y + 1:>2} " + " ".join(cells))
         lines.append("   " + " ".join(coords.LETTERS[:size]))
         return "\n".join(lines)
+
+    # ---- what a board GUI asks -----------------------------------------------------------
+    def proto_rule(self, name: str) -> int:
+        """The API `Rule` of one of `rule_names` ("" : RULE_UNSPECIFIED, the game's
+        default); InvalidRequest naming `rule` for another name."""
+        if not name:
+            return search_pb2.RULE_UNSPECIFIED
+        raise InvalidRequest("rule", f"{self.title} has no rule {name!r}"
+                             + (f" (rules: {', '.join(self.rule_names)})"
+                                if self.rule_names else ""))
+
+    def board_notes(self, state: Position) -> BoardNotes:
+        """What a board shows besides the stones: by default the game's end, in words (why
+        `require_playable` refuses it)."""
+        return BoardNotes(result=self.result_text(state))
+
+    def result_text(self, state: Position) -> str:
+        """"" while the game goes on, else why it is over (`require_playable`'s words)."""
+        try:
+            self.require_playable(state, "position")
+        except InvalidRequest as exc:
+            return exc.message
+        return ""
 
     # ---- what the search asks -----------------------------------------------------------
     def network_input(self, state: Position) -> np.ndarray:
