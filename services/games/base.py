@@ -306,8 +306,9 @@ class Game(ABC):
 
     def record_text(self, suffix: str, moves: Sequence[int], size: int, *,
                     rule: str | None = None, comments: Sequence[str] = (),
-                    summary: str = "") -> str:
-        """The text of `write_record`'s file for `suffix` (one of `written_formats`)."""
+                    summary: str = "", komi: float | None = None) -> str:
+        """The text of `write_record`'s file for `suffix` (one of `written_formats`);
+        `komi` for a game that has one (None: its default)."""
         raise ValueError(f"{self.title} games have no {suffix} writer")
 
     # ---- new positions and the rollout smoke test ----------------------------------------

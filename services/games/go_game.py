@@ -239,16 +239,17 @@ class GoGame(Game):
 
     def record_text(self, suffix: str, moves: Sequence[int], size: int, *,
                     rule: str | None = None, comments: Sequence[str] = (),
-                    summary: str = "") -> str:
-        """SGF (GM[1]); `rule` is not used: Go records here are scored with the Chinese
-        rules the GTP front-end plays."""
+                    summary: str = "", komi: float | None = None) -> str:
+        """SGF (GM[1], KM the komi); `rule` is not used: Go records here are scored with the
+        Chinese rules the GTP front-end plays. A pass (`size * size`) is written B[] / W[]."""
         if suffix != ".sgf":
             return super().record_text(suffix, moves, size)
         from services.protocols.gtp import go_sgf  # the writer lives with the GTP front-end
 
         colours = (BLACK, WHITE)
-        return go_sgf([(colours[i % 2], p) for i, p in enumerate(moves)], size=size,
-                      comments=list(comments), event=summary or None)
+        return go_sgf([(colours[i % 2], None if p == size * size else p)
+                       for i, p in enumerate(moves)], size=size, comments=list(comments),
+                      event=summary or None, komi=DEFAULT_KOMI if komi is None else komi)
 
     def board_notes(self, state: Position) -> BoardNotes:
         """The stones each side has captured, and after two passes the area score with komi

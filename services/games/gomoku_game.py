@@ -90,7 +90,7 @@ class GomokuGame(Game):
 
     def record_text(self, suffix: str, moves: Sequence[int], size: int, *,
                     rule: str | None = None, comments: Sequence[str] = (),
-                    summary: str = "") -> str:
+                    summary: str = "", komi: float | None = None) -> str:
         """SGF (GM[4], the rule in RU) or RenjuNet RIF (the move comments, which RIF has no
         place for, go into the database comment after `summary`)."""
         if suffix == ".sgf":

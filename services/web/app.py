@@ -201,9 +201,9 @@ def create_app(client: SearchClient, *, target: str = "") -> FastAPI:
     @app.get("/api/analyze")
     async def analyze(board: str, visits: int = 0, time_ms: int = 0,
                       every: int = 0) -> StreamingResponse:
-        return StreamingResponse(_analysis(board, visits, time_ms, every),
-                                 media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-store"})
+        return ClosingStream(_analysis(board, visits, time_ms, every),
+                             media_type="text/event-stream",
+                             headers={"Cache-Control": "no-store"})
 
     async def _analysis(board_text: str, visits: int, time_ms: int,
                         every: int) -> AsyncIterator[str]:
@@ -273,6 +273,18 @@ def create_app(client: SearchClient, *, target: str = "") -> FastAPI:
                     "analyses_cancelled": counts.cancelled}
 
     return app
+
+
+class ClosingStream(StreamingResponse):
+    """A streaming response that closes its generator however the response ends: a browser
+    that goes away shows only as a failed send, which leaves the generator suspended (and
+    its gRPC call running) until it is garbage-collected; closing it runs its `finally`."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.body_iterator.aclose()  # type: ignore[attr-defined]
 
 
 def _event(name: str, data: dict[str, Any]) -> str:

@@ -134,7 +134,7 @@ def candidates_json(game: Game, candidates: Sequence[search_pb2.MoveCandidate],
 def save_sgf(game: Game, state: Position, board: Board) -> str:
     """The game so far as SGF, written by the game's own record writer."""
     return game.record_text(".sgf", list(state.moves), state.size, rule=board.rule or None,
-                            summary="played on the movepred web board")
+                            summary="played on the movepred web board", komi=board.komi)
 
 
 def load_sgf(text: str, preferred: str) -> Board:
