@@ -1,11 +1,12 @@
 """The web board (services/web): its JSON API, and the page in real headless Chromium over real
 Triton and the search service (with a bearer token).
 
-One Triton (the tiny Gomoku policy and the untrained Go network) and one search service are
-started for the module; three web apps run on loopback in this process: one with the right
-token, one with a wrong token, one pointed at a closed port. The browser is Debian's
-`chromium` (/usr/bin/chromium) driven by Playwright; without it the browser tests skip and say
-how to install it. Screenshots go to runs/test-artifacts/web/ (printed).
+One Triton (a scripted Gomoku policy that takes fives and blocks fours, with a value head, and
+the untrained Go network) and one search service are started for the module; three web apps
+run on loopback in this process: one with the right token, one with a wrong token, one pointed
+at a closed port. The browser is Debian's `chromium` (/usr/bin/chromium) driven by Playwright;
+without it the browser tests skip and say how to install it. Screenshots go to
+runs/test-artifacts/web/ (printed).
 """
 
 from __future__ import annotations
@@ -29,8 +30,17 @@ from services.games.registry import default_game, get_game, registered_games
 from services.search.client import SearchClient, game_position
 from services.search.server import build_service
 from services.triton.client import PolicyClient
+from services.triton.publisher import publish
+from services.triton.server import TritonServer
 from services.web.app import create_app
-from tests.triton_fixtures import go_triton_setup, require_tritonserver
+from tests.triton_fixtures import (
+    GO_MODEL_NAME,
+    MODEL_NAME,
+    add_go_model,
+    build_tactical_policy,
+    make_repository,
+    require_tritonserver,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTEFACTS = ROOT / "runs" / "test-artifacts" / "web"
@@ -40,6 +50,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 # a renju position where black's j8 is a double-three (black h8 i8 j9 j10, white elsewhere)
+LABEL_FROM = 0.005  # board.js writes the heatmap's probabilities from 0.5 % up
 RENJU_MOVES = ["h8", "a1", "i8", "a2", "j9", "a3", "j10", "b1"]
 
 
@@ -170,7 +181,12 @@ class Stack:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     require_tritonserver()
-    triton, _ = go_triton_setup(tmp_path_factory.mktemp("web-triton"))
+    root = tmp_path_factory.mktemp("web-triton")
+    repository = make_repository(root)  # a Gomoku policy that sees threats, with a value head
+    publish(build_tactical_policy(root / "tactical.pt"), repository, MODEL_NAME)
+    add_go_model(repository)
+    triton = TritonServer(repository, models=(MODEL_NAME, GO_MODEL_NAME),
+                          log_path=root / "tritonserver.log", startup_timeout_s=120)
     with triton:
         gomoku = PolicyClient(triton.grpc_url, "gomoku_policy", timeout_s=30.0)
         go = PolicyClient(triton.grpc_url, "go_policy", timeout_s=30.0)
@@ -321,11 +337,11 @@ def test_browser_plays_gomoku_and_shows_the_policy_heatmap(stack: Stack, browser
              for e in page.locator("text.heat-label").all()}
     with SearchClient(stack.target, token=TOKEN) as client:
         direct = client.predict([m.split(".")[1] for m in moves], top_k=1)
-    expected = {i: p for i, p in enumerate(direct.policy) if p >= 0.001}
+    expected = {i: p for i, p in enumerate(direct.policy) if p >= LABEL_FROM}
     assert shown.keys() == expected.keys()
     assert all(abs(shown[i] - p) < 1e-6 for i, p in expected.items())
     best = max(expected, key=expected.get)
-    label = page.locator(f"text.heat-label[data-point='{best}']").inner_text()
+    label = page.locator(f"text.heat-label[data-point='{best}']").text_content()
     assert float(label) == pytest.approx(100 * expected[best], abs=0.51)
     screenshot(page, "web-heatmap.png")
 

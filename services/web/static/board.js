@@ -3,6 +3,7 @@
 const SVG = "http://www.w3.org/2000/svg";
 const CELL = 36;
 const MARGIN = 34;
+const LABEL_FROM = 0.005;  // the heatmap writes the probabilities from 0.5 % up
 
 const $ = (id) => document.getElementById(id);
 const page = {
@@ -133,7 +134,7 @@ function drawHeat(svg, size) {
     const [cx, cy] = xy(i, size);
     el("circle", {cx, cy, r: CELL * 0.45, class: "heat", fill: heatColour(p, top),
                   "data-point": i}, layer);
-    if (p >= 0.001) {
+    if (p >= LABEL_FROM) {
       const label = el("text", {x: cx, y: cy, class: "heat-label", "data-point": i,
                                 "data-p": p}, layer);
       label.textContent = percent(p);
@@ -307,7 +308,7 @@ async function newGame() {
   try {
     await setPosition(await api("/api/state", page.board));
   } catch (err) { showError(err); return; }
-  refreshModel();
+  await refreshModel();
   await engineTurn();
 }
 
@@ -367,7 +368,7 @@ async function loadSgf(file) {
     $("engine").value = "none";   // a loaded game is studied, not answered
     page.board = reply.board;
     await setPosition(reply.state);
-    refreshModel();
+    await refreshModel();
   } catch (err) { showError(err); }
 }
 
