@@ -319,6 +319,12 @@ def stones(page: Any) -> int:
     return page.locator("circle.stone").count()
 
 
+def wait_moves(page: Any, n: int) -> None:
+    """Until the page's move list has `n` moves."""
+    page.wait_for_function("document.querySelector('#moves').textContent.split(' ')"
+                           f".filter(Boolean).length === {n}")
+
+
 def test_browser_plays_gomoku_and_shows_the_policy_heatmap(stack: Stack, browser: Any) -> None:
     page = open_board(browser, stack.url)
     assert page.locator("#model").inner_text() == "gomoku_policy v1"
@@ -331,12 +337,20 @@ def test_browser_plays_gomoku_and_shows_the_policy_heatmap(stack: Stack, browser
     assert moves[0] == "1.h8" and len(moves) == 2
     assert page.locator("#status").inner_text().startswith("black to move")
 
+    page.click("#undo")  # takes back the engine's answer and the player's move
+    page.wait_for_function("document.querySelectorAll('circle.stone').length === 0")
+
+    page.select_option("#engine", "none")  # black's open three, white to move
+    moves = ["h8", "h9", "i8", "i9", "j8"]
+    for n, name in enumerate(moves, 1):
+        click(page, point(name))
+        page.wait_for_function(f"document.querySelectorAll('circle.stone').length === {n}")
     page.check("#heatmap")
     page.wait_for_selector("text.heat-label")
     shown = {int(e.get_attribute("data-point")): float(e.get_attribute("data-p"))
              for e in page.locator("text.heat-label").all()}
     with SearchClient(stack.target, token=TOKEN) as client:
-        direct = client.predict([m.split(".")[1] for m in moves], top_k=1)
+        direct = client.predict(moves, top_k=1)
     expected = {i: p for i, p in enumerate(direct.policy) if p >= LABEL_FROM}
     assert shown.keys() == expected.keys()
     assert all(abs(shown[i] - p) < 1e-6 for i, p in expected.items())
@@ -344,16 +358,13 @@ def test_browser_plays_gomoku_and_shows_the_policy_heatmap(stack: Stack, browser
     label = page.locator(f"text.heat-label[data-point='{best}']").text_content()
     assert float(label) == pytest.approx(100 * expected[best], abs=0.51)
     screenshot(page, "web-heatmap.png")
-
-    page.click("#undo")  # takes back the engine's answer and the player's move
-    page.wait_for_function("document.querySelectorAll('circle.stone').length === 0")
     page.close()
 
 
 def test_browser_live_analysis_updates_and_is_cancelled(stack: Stack, browser: Any) -> None:
     page = open_board(browser, stack.url)
     page.select_option("#engine", "none")
-    for n, name in enumerate(("h8", "i9", "h9"), 1):
+    for n, name in enumerate(("h8", "h9", "i8", "i9", "j8"), 1):
         click(page, point(name))
         page.wait_for_function(f"document.querySelectorAll('circle.stone').length === {n}")
     before = status(stack.url)
@@ -367,7 +378,7 @@ def test_browser_live_analysis_updates_and_is_cancelled(stack: Stack, browser: A
     assert page.locator("circle.cand.best").count() == 1
     screenshot(page, "web-analysis.png")
 
-    click(page, point("h10"))  # the position changes: that search is cancelled, a new one runs
+    click(page, point("g8"))  # the position changes: that search is cancelled, a new one runs
     wait_for(lambda: status(stack.url)["analyses_cancelled"] >= before["analyses_cancelled"] + 1,
              what="the first analysis to be cancelled")
     page.wait_for_function("document.querySelector('#analysis-summary') && "
@@ -393,15 +404,13 @@ def test_browser_go_9x9_captures_komi_pass_and_sgf(stack: Stack, browser: Any,
     moves = ["E4", "E5", "D5", "A1", "F5", "A2", "E6"]  # black captures E5
     for n, name in enumerate(moves, 1):
         click(page, point(name, "go", 9))
-        page.wait_for_function(f"document.querySelector('#moves').textContent.split(' ')"
-                               f".length === {n}")
+        wait_moves(page, n)
     assert "captures: black 1, white 0" in page.locator("#notes").inner_text()
     assert "komi 7.5" in page.locator("#notes").inner_text()
     assert page.locator("#model").inner_text() == "go_policy v1"
     page.fill("#budget", "40")
     page.click("#engine-move")
-    page.wait_for_function("document.querySelector('#moves').textContent.split(' ')"
-                           ".length === 8")
+    wait_moves(page, 8)
     with page.expect_download() as download:
         page.click("#save")
     saved = tmp_path / "game.sgf"
@@ -410,8 +419,7 @@ def test_browser_go_9x9_captures_komi_pass_and_sgf(stack: Stack, browser: Any,
     page.click("#pass")
     page.wait_for_function("document.querySelector('#moves').textContent.endsWith('pass')")
     page.set_input_files("#load", str(saved))  # back to the saved game
-    page.wait_for_function("document.querySelector('#moves').textContent.split(' ')"
-                           ".length === 8")
+    wait_moves(page, 8)
     engine_passed = page.locator("#moves").inner_text().endswith("pass")
     assert stones(page) == 6 + (not engine_passed)  # 7 moves, one stone captured, the engine's
     screenshot(page, "web-go-9x9.png")

@@ -15,7 +15,10 @@ const page = {
   stream: null,      // the EventSource of the running analysis
   busy: false,
   generation: 0,     // bumps on every position change: late answers for older ones are dropped
+  ticket: 0,         // bumps on every action: an older action's late answer is dropped
 };
+
+function claim() { page.ticket += 1; return page.ticket; }
 
 // ---------------------------------------------------------------------------- talking
 async function api(path, body) {
@@ -68,9 +71,9 @@ function xy(index, size) {
 }
 
 function heatColour(p, top) {
-  const t = top > 0 ? Math.sqrt(p / top) : 0;   // sqrt: small probabilities stay visible
-  const hue = 220 - 220 * t;                     // blue (cold) to red (hot)
-  return `hsla(${hue.toFixed(0)}, 85%, 50%, ${(0.25 + 0.6 * t).toFixed(2)})`;
+  const t = top > 0 ? p / top : 0;   // the most likely move is the hottest
+  const hue = 220 - 220 * t;         // blue (cold) to red (hot)
+  return `hsla(${hue.toFixed(0)}, 85%, 50%, ${(0.15 + 0.7 * t).toFixed(2)})`;
 }
 
 function percent(p) {
@@ -130,7 +133,7 @@ function drawHeat(svg, size) {
   const policy = page.policy.policy;
   const top = Math.max(...policy);
   policy.forEach((p, i) => {
-    if (page.state.cells[i] || p <= 0) return;
+    if (page.state.cells[i] || p <= 0 || (p < LABEL_FROM && p < 0.01 * top)) return;
     const [cx, cy] = xy(i, size);
     el("circle", {cx, cy, r: CELL * 0.45, class: "heat", fill: heatColour(p, top),
                   "data-point": i}, layer);
@@ -207,7 +210,8 @@ function drawAnalysisTable() {
 async function setPosition(state) {
   page.generation += 1;
   page.state = state;
-  page.board.moves = state.moves;
+  page.board = {game: state.game, size: state.size, rule: state.rule, komi: state.komi,
+                moves: state.moves};
   page.policy = null;
   page.analysis = null;
   stopAnalysis();
@@ -236,11 +240,13 @@ async function refreshHeat() {
 async function play(name) {
   if (page.busy || !page.state || page.state.over) return;
   showError(null);
+  const ticket = claim();
   const board = {...page.board, moves: [...page.board.moves, name]};
   let state;
   try {
     state = await api("/api/state", board);
-  } catch (err) { showError(err); return; }
+  } catch (err) { if (ticket === page.ticket) showError(err); return; }
+  if (ticket !== page.ticket) return;
   await setPosition(state);
   await engineTurn();
 }
@@ -251,12 +257,14 @@ async function engineTurn(force = false) {
   const kind = $("budget-kind").value;
   const amount = Math.max(1, Number($("budget").value) || 0);
   page.busy = true;
+  const ticket = claim();
   describe();
   try {
     const reply = await api("/api/genmove", {board: page.board, visits: kind === "visits" ? amount : 0,
                                              time_ms: kind === "time_ms" ? amount : 0});
-    setModel(reply.model);
     page.busy = false;
+    if (ticket !== page.ticket) return;   // a new game or a loaded one meanwhile
+    setModel(reply.model);
     await setPosition(reply.state);
   } catch (err) {
     page.busy = false;
@@ -302,12 +310,16 @@ function stopAnalysis() {
 async function newGame() {
   const game = page.info.games.find((g) => g.name === $("game").value);
   const komi = game.default_komi === null ? null : Number($("komi").value);
-  page.board = {game: game.name, size: Number($("size").value), rule: $("rule").value,
-                komi, moves: []};
+  const board = {game: game.name, size: Number($("size").value), rule: $("rule").value,
+                 komi, moves: []};
   showError(null);
+  const ticket = claim();
+  let state;
   try {
-    await setPosition(await api("/api/state", page.board));
+    state = await api("/api/state", board);
   } catch (err) { showError(err); return; }
+  if (ticket !== page.ticket) return;
+  await setPosition(state);
   await refreshModel();
   await engineTurn();
 }
@@ -330,8 +342,10 @@ async function undo() {
   const mover = moves.length % 2 === 0 ? "black" : "white";
   if (engine === mover && moves.length) moves = moves.slice(0, -1);
   showError(null);
+  const ticket = claim();
   try {
-    await setPosition(await api("/api/state", {...page.board, moves}));
+    const state = await api("/api/state", {...page.board, moves});
+    if (ticket === page.ticket) await setPosition(state);
   } catch (err) { showError(err); }
 }
 
@@ -358,15 +372,16 @@ async function saveSgf() {
 
 async function loadSgf(file) {
   showError(null);
+  const ticket = claim();
   try {
     const reply = await api("/api/sgf/load", {text: await file.text(), game: page.board.game});
+    if (ticket !== page.ticket) return;
     $("game").value = reply.board.game;
     fillGameOptions();
     $("size").value = reply.board.size;
     if (reply.board.rule) $("rule").value = reply.board.rule;
     if (reply.board.komi !== null) $("komi").value = reply.board.komi;
     $("engine").value = "none";   // a loaded game is studied, not answered
-    page.board = reply.board;
     await setPosition(reply.state);
     await refreshModel();
   } catch (err) { showError(err); }
