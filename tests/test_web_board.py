@@ -118,7 +118,9 @@ def test_sgf_saved_loads_back_into_its_game() -> None:
     boards = [{"game": "gomoku", "size": 15, "rule": "renju", "komi": None,
                "moves": RENJU_MOVES},
               {"game": "go", "size": 9, "rule": "", "komi": 6.5,
-               "moves": ["E4", "E5", "pass", "D5"]}]
+               "moves": ["E4", "E5", "pass", "D5"]},
+              # GM[1] as Go, but on a board Go is not served on: the game that takes it
+              {"game": "capture", "size": 5, "rule": "", "komi": None, "moves": ["b1", "b2"]}]
     with offline_client() as web:
         for board in boards:
             saved = web.post("/api/sgf/save", json=board).json()

@@ -138,10 +138,11 @@ def save_sgf(game: Game, state: Position, board: Board) -> str:
 
 
 def load_sgf(text: str, preferred: str) -> Board:
-    """The first game of an SGF text as a page's board. Its game is the one whose SGF game
-    type (GM) the file has, `preferred` (the page's game) first when it has that type.
-    InvalidRequest naming `sgf` for what the board cannot show: a file it cannot read,
-    set-up stones, colours that do not alternate from black."""
+    """The first game of an SGF text as a page's board. Its game is the first one that has
+    the file's SGF game type (GM) and whose rules take the moves, `preferred` (the page's
+    game) tried first. InvalidRequest naming `sgf` for what the board cannot show: a file it
+    cannot read, set-up stones, colours that do not alternate from black; else the first
+    candidate game's objection."""
     if len(text) > MAX_SGF_CHARS:
         raise InvalidRequest("sgf", f"over {MAX_SGF_CHARS} characters")
     record = next(iter(read_sgf(text, source="upload", game_types=None)), None)
@@ -151,15 +152,26 @@ def load_sgf(text: str, preferred: str) -> Board:
                    key=lambda g: g.name != preferred)
     if not games:
         raise InvalidRequest("sgf", f"no game here is played as SGF GM[{record.game_type}]")
-    game = games[0]
     if record.setup_black or record.setup_white:
         raise InvalidRequest("sgf", "set-up stones (AB/AW, e.g. a handicap) are not shown "
                                     "on this board")
-    names = []
-    for i, (color, point) in enumerate(record.moves):
+    for i, (color, _) in enumerate(record.moves):
         if color != (1 if i % 2 == 0 else 2):
             raise InvalidRequest("sgf", f"move {i + 1} is {COLOR_NAMES[color]}'s: the colours "
                                         "must alternate from black")
+    objections: list[InvalidRequest] = []
+    for game in games:
+        try:
+            return _record_board(game, record)
+        except InvalidRequest as exc:
+            objections.append(exc)
+    raise objections[0]
+
+
+def _record_board(game: Game, record: SgfGame) -> Board:
+    """`record` as a board of `game`, replayed by its rules (InvalidRequest if they refuse)."""
+    names = []
+    for i, (_, point) in enumerate(record.moves):
         if point is None and not game.has_pass:
             raise InvalidRequest("sgf", f"move {i + 1} is a pass, which {game.title} has not")
         names.append(game.move_name(record.size * record.size if point is None else point,
