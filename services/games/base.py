@@ -253,7 +253,7 @@ class Game(ABC):
         return BoardNotes(result=self.result_text(state))
 
     def result_text(self, state: Position) -> str:
-        """"" while the game goes on, else why it is over (`require_playable`'s words)."""
+        """Why the game is over (`require_playable`'s words), or an empty text while it goes on."""
         try:
             self.require_playable(state, "position")
         except InvalidRequest as exc:

@@ -108,7 +108,7 @@ class GomokuGame(Game):
         return super().record_text(suffix, moves, size)
 
     def proto_rule(self, name: str) -> int:
-        """"freestyle" -> search_pb2.FREESTYLE, ... ("" : RULE_UNSPECIFIED, freestyle)."""
+        """The API rule of a rule name: "freestyle" -> search_pb2.FREESTYLE, ... ("": unset)."""
         if name in self.rule_names:
             return next(value for value, rule in RULES.items() if rule.value == name and value)
         return super().proto_rule(name)
