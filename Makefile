@@ -10,7 +10,7 @@ TRITON_GRPC ?= 127.0.0.1:$(TRITON_GRPC_PORT)
 SEARCH      ?= 127.0.0.1:$(SEARCH_PORT)
 
 .PHONY: setup demo test test-fast lint sample ingest schedule prefect-server train triton serve predict genmove \
-        proto bench faults clean
+        web proto bench faults clean
 
 setup:            ## virtualenv with pinned dependencies + generated gRPC code
 	@bash scripts/setup_env.sh
@@ -61,6 +61,11 @@ serve: setup      ## start the gRPC search service (foreground)
 
 predict: setup    ## make predict MOVES="h8 h9 i8"
 	$(PY) -m services.cli predict --target $(SEARCH) $(MOVES)
+
+WEB_PORT ?= 8080
+
+web: setup        ## the web board on http://127.0.0.1:$(WEB_PORT) over the search service (foreground) [WEB_ARGS=--token-file FILE]
+	$(PY) -m services.web --port $(WEB_PORT) --target $(SEARCH) $(WEB_ARGS)
 
 genmove: setup    ## make genmove MOVES="h8 h9 i8" VISITS=400
 	$(PY) -m services.cli genmove --target $(SEARCH) --visits $(or $(VISITS),400) $(MOVES)

@@ -110,6 +110,8 @@ def next_steps(repository: Path) -> str:
             "--grpc-port 8001 --http-port 8000\n"
             "  terminal 2: make serve\n"
             "  terminal 3: make genmove MOVES=\"h8 h9\"\n"
+            "  terminal 4: make web, then open http://127.0.0.1:8080/ (play against the engine, "
+            "its policy heatmap and live analysis)\n"
             "To train and serve your own model: `make triton` (terminal 1), "
             "`make ingest && make train` (terminal 2), `make serve` (terminal 3), "
             "then `make genmove MOVES=\"h8 h9\"`.")

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple, Protocol
 
@@ -96,6 +96,20 @@ class Expansion(NamedTuple):
 
 
 @dataclass(frozen=True)
+class BoardNotes:
+    """What a board GUI marks on a position besides its stones (`Game.board_notes`).
+
+    `forbidden`: empty points a rule forbids to one side, with the reason (renju's forbidden
+    points for black); `captures`: stones each colour has taken
+    (None for a game without captures); `result`: "" while the game goes on, else why it
+    ended, in words."""
+
+    forbidden: dict[int, str] = field(default_factory=dict)
+    captures: dict[int, int] | None = None
+    result: str = ""
+
+
+@dataclass(frozen=True)
 class ModelIO:
     """What one board of a game's network input and one row of its output look like.
 
@@ -150,6 +164,10 @@ class Game(ABC):
     written_formats: ClassVar[tuple[str, ...]] = ()  # suffixes `write_record` writes
     # move-number bands of the trainer's per-stage metrics: (band width, last band start)
     stages: ClassVar[tuple[int, int]] = (10, 60)
+    # what a board GUI offers besides the size (the web board asks, never a game's name):
+    rule_names: ClassVar[tuple[str, ...]] = ()  # rule options a request may name, default first
+    default_komi: ClassVar[float | None] = None  # None: the game has no komi
+    sgf_game_type: ClassVar[str] = "1"  # its SGF GM[] value (1: Go stones)
 
     # ---- shapes -------------------------------------------------------------------------
     def policy_size(self, size: int | None = None) -> int:
@@ -219,6 +237,29 @@ class Game(ABC):
         lines.append("   " + " ".join(coords.LETTERS[:size]))
         return "\n".join(lines)
 
+    # ---- what a board GUI asks -----------------------------------------------------------
+    def proto_rule(self, name: str) -> int:
+        """The API `Rule` of one of `rule_names` ("" : RULE_UNSPECIFIED, the game's
+        default); InvalidRequest naming `rule` for another name."""
+        if not name:
+            return search_pb2.RULE_UNSPECIFIED
+        raise InvalidRequest("rule", f"{self.title} has no rule {name!r}"
+                             + (f" (rules: {', '.join(self.rule_names)})"
+                                if self.rule_names else ""))
+
+    def board_notes(self, state: Position) -> BoardNotes:
+        """What a board shows besides the stones: by default the game's end, in words (why
+        `require_playable` refuses it)."""
+        return BoardNotes(result=self.result_text(state))
+
+    def result_text(self, state: Position) -> str:
+        """Why the game is over (`require_playable`'s words), or an empty text while it goes on."""
+        try:
+            self.require_playable(state, "position")
+        except InvalidRequest as exc:
+            return exc.message
+        return ""
+
     # ---- what the search asks -----------------------------------------------------------
     def network_input(self, state: Position) -> np.ndarray:
         """The int8 network input of `state` (`input_shape(state.size)`)."""
@@ -265,8 +306,9 @@ class Game(ABC):
 
     def record_text(self, suffix: str, moves: Sequence[int], size: int, *,
                     rule: str | None = None, comments: Sequence[str] = (),
-                    summary: str = "") -> str:
-        """The text of `write_record`'s file for `suffix` (one of `written_formats`)."""
+                    summary: str = "", komi: float | None = None) -> str:
+        """The text of `write_record`'s file for `suffix` (one of `written_formats`);
+        `komi` for a game that has one (None: its default)."""
         raise ValueError(f"{self.title} games have no {suffix} writer")
 
     # ---- new positions and the rollout smoke test ----------------------------------------

@@ -203,7 +203,7 @@ class CaptureGame(Game):
 
     def record_text(self, suffix: str, moves: Sequence[int], size: int, *,
                     rule: str | None = None, comments: Sequence[str] = (),
-                    summary: str = "") -> str:
+                    summary: str = "", komi: float | None = None) -> str:
         """SGF (GM[1]: Go stones; SZ; GN names the game, whose rules SGF has no RU value
         for): the moves replayed here, RE the winner when the game ended (a capture or a
         suicide), `summary` as GC. ValueError for a move the rules refuse."""

@@ -37,6 +37,7 @@ from services.api.movepred.v1 import search_pb2
 from services.games import coords, go, go_features
 from services.games.base import (
     COLOR_NAMES,
+    BoardNotes,
     Expansion,
     Game,
     InvalidRequest,
@@ -234,19 +235,33 @@ class GoGame(Game):
     record_formats = (".sgf", *ARCHIVE_SUFFIXES)  # SGF files and archives of them
     written_formats = (".sgf",)
     stages = (50, 300)  # Go games run to 200-300 moves
+    default_komi = DEFAULT_KOMI
 
     def record_text(self, suffix: str, moves: Sequence[int], size: int, *,
                     rule: str | None = None, comments: Sequence[str] = (),
-                    summary: str = "") -> str:
-        """SGF (GM[1]); `rule` is not used: Go records here are scored with the Chinese
-        rules the GTP front-end plays."""
+                    summary: str = "", komi: float | None = None) -> str:
+        """SGF (GM[1], KM the komi); `rule` is not used: Go records here are scored with the
+        Chinese rules the GTP front-end plays. A pass (`size * size`) is written B[] / W[]."""
         if suffix != ".sgf":
             return super().record_text(suffix, moves, size)
         from services.protocols.gtp import go_sgf  # the writer lives with the GTP front-end
 
         colours = (BLACK, WHITE)
-        return go_sgf([(colours[i % 2], p) for i, p in enumerate(moves)], size=size,
-                      comments=list(comments), event=summary or None)
+        return go_sgf([(colours[i % 2], None if p == size * size else p)
+                       for i, p in enumerate(moves)], size=size, comments=list(comments),
+                      event=summary or None, komi=DEFAULT_KOMI if komi is None else komi)
+
+    def board_notes(self, state: Position) -> BoardNotes:
+        """The stones each side has captured, and after two passes the area score with komi
+        (dead stones are not removed, as the search scores it)."""
+        s: Any = state
+        captures = {BLACK: s.state.captures[BLACK], WHITE: s.state.captures[WHITE]}
+        result = ""
+        if s.is_over:
+            score = s.score()
+            result = (f"two passes: {'B' if score > 0 else 'W'}+{abs(score):g} by area "
+                      f"with komi {s.komi:g}" if score else "two passes: a tie (jigo)")
+        return BoardNotes(captures=captures, result=result)
 
     def random_inputs(self, n: int, size: int | None = None, seed: int = 0) -> np.ndarray:
         """Random compact planes every feature plane is exercised by: stones 0..2, liberties

@@ -15,9 +15,10 @@ from typing import Any
 import numpy as np
 
 from services.api.movepred.v1 import search_pb2
-from services.games import coords
+from services.games import coords, renju
 from services.games.base import (
     COLOR_NAMES,
+    BoardNotes,
     Expansion,
     Game,
     InvalidRequest,
@@ -84,10 +85,12 @@ class GomokuGame(Game):
     record_formats = RIF_SUFFIXES
     written_formats = (".sgf", ".rif")
     stages = (10, 100)  # 10-move bands, every ply past 100 in one
+    rule_names = tuple(r.value for r in Rule)  # freestyle (the default), standard, renju
+    sgf_game_type = "4"
 
     def record_text(self, suffix: str, moves: Sequence[int], size: int, *,
                     rule: str | None = None, comments: Sequence[str] = (),
-                    summary: str = "") -> str:
+                    summary: str = "", komi: float | None = None) -> str:
         """SGF (GM[4], the rule in RU) or RenjuNet RIF (the move comments, which RIF has no
         place for, go into the database comment after `summary`)."""
         if suffix == ".sgf":
@@ -103,6 +106,20 @@ class GomokuGame(Game):
                            rule=Rule(rule or Rule.FREESTYLE).value)
             return rif_text([game], comment=comment or None)
         return super().record_text(suffix, moves, size)
+
+    def proto_rule(self, name: str) -> int:
+        """The API rule of a rule name: "freestyle" -> search_pb2.FREESTYLE, ... ("": unset)."""
+        if name in self.rule_names:
+            return next(value for value, rule in RULES.items() if rule.value == name and value)
+        return super().proto_rule(name)
+
+    def board_notes(self, state: Position) -> BoardNotes:
+        """Under renju, black's forbidden points (marked whoever is to move: they are what
+        black must avoid), and the game's end."""
+        s: Any = state
+        forbidden = ({} if s.rule is not Rule.RENJU or s.is_over
+                     else dict(renju.forbidden_points(s.board)))
+        return BoardNotes(forbidden=forbidden, result=self.result_text(s))
 
     def expand(self, state: Position) -> Expansion:
         """Proven outcomes from the rules: a five made (+1 to its maker), a full board (0), a

@@ -99,6 +99,7 @@ class SgfGame:
     encoding: str = "utf-8"
     encoding_fallback: bool = False
     file_format: int | None = None  # FF, None when absent
+    game_type: str = "1"  # GM (1: Go; another only when `read_sgf` was asked to accept it)
 
     @property
     def passes(self) -> int:
@@ -116,17 +117,22 @@ class SgfRejected:
 
 
 # ---- public entry points ----------------------------------------------------------------------
+GO_GAME_TYPES = frozenset({"", "1"})  # GM values read as Go (no GM means Go)
+
+
 def read_sgf(
-    data: bytes | str | Path, source: str | None = None
+    data: bytes | str | Path, source: str | None = None,
+    game_types: frozenset[str] | None = GO_GAME_TYPES,
 ) -> Iterator[SgfGame | SgfRejected]:
     """Yield every game of one SGF file (or collection) as SgfGame or SgfRejected.
 
     `data`: the file's bytes, a Path to it, or a str: SGF text when it contains '[' or is not
     an existing file's name, otherwise a file name. `source` names the file in the records
-    (default: the file name, or '<bytes>' / '<text>').
+    (default: the file name, or '<bytes>' / '<text>'). `game_types`: the GM values accepted
+    (default Go's; None: any, e.g. Gomoku's GM[4], whose moves are points on the same grid).
     """
     if isinstance(data, str) and ("[" in data or not os.path.isfile(data)):
-        yield from _read_text_or_bytes(data, source or "<text>", None)
+        yield from _read_text_or_bytes(data, source or "<text>", None, game_types)
         return
     if isinstance(data, str | Path):
         path = Path(data)
@@ -144,9 +150,9 @@ def read_sgf(
         except OSError as exc:
             yield _file_reject(name, f"unreadable file: {exc.strerror or exc}", b"")
             return
-        yield from _read_text_or_bytes(raw, name, suffix)
+        yield from _read_text_or_bytes(raw, name, suffix, game_types)
         return
-    yield from _read_text_or_bytes(bytes(data), source or "<bytes>", None)
+    yield from _read_text_or_bytes(bytes(data), source or "<bytes>", None, game_types)
 
 
 def read_archive(path: Path | str) -> Iterator[SgfGame | SgfRejected]:
@@ -458,7 +464,8 @@ def _truncate(text: str, limit: int = SNIPPET_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _read_text_or_bytes(data: bytes | str, source: str, suffix: str | None) -> Iterator[
+def _read_text_or_bytes(data: bytes | str, source: str, suffix: str | None,
+                        game_types: frozenset[str] | None = GO_GAME_TYPES) -> Iterator[
         SgfGame | SgfRejected]:
     if isinstance(data, bytes):
         if len(data) > MAX_FILE_BYTES:
@@ -484,15 +491,17 @@ def _read_text_or_bytes(data: bytes | str, source: str, suffix: str | None) -> I
             "no SGF game tree '(;' found"
         yield _file_reject(source, what, text)
         return
-    yield from _Parser(text, source, codec, fallback).games(first.start())
+    yield from _Parser(text, source, codec, fallback, game_types).games(first.start())
 
 
 class _Parser:
-    def __init__(self, text: str, source: str, codec: str, fallback: bool) -> None:
+    def __init__(self, text: str, source: str, codec: str, fallback: bool,
+                 game_types: frozenset[str] | None = GO_GAME_TYPES) -> None:
         self.text = text
         self.source = source
         self.codec = codec
         self.fallback = fallback
+        self.game_types = game_types
 
     def games(self, start: int) -> Iterator[SgfGame | SgfRejected]:
         text = self.text
@@ -646,7 +655,7 @@ class _Parser:
     def _build(self, index: int, info: dict[str, str], setup: dict[str, list[str]],
                raw_moves: list, variations: int, pos: int) -> SgfGame:
         gm = info.get("GM", "1").strip()
-        if gm not in ("", "1"):
+        if self.game_types is not None and gm not in self.game_types:
             raise _BadGame(f"not a Go game (GM[{gm[:10]}])", pos)
         size = _parse_size(info.get("SZ"), pos)
         try:
@@ -689,6 +698,7 @@ class _Parser:
             encoding=self.codec,
             encoding_fallback=self.fallback,
             file_format=int(ff) if ff.isascii() and ff.isdigit() else None,
+            game_type=gm or "1",
         )
 
     @staticmethod

@@ -1,0 +1,1 @@
+"""The web board: play, see the policy and watch an analysis in a browser (`make web`)."""
