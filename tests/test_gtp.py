@@ -37,7 +37,12 @@ from services.games.go import BLACK, WHITE, GoState
 from services.games.go_game import parse_vertex, vertex
 from services.protocols.go_cleanup import capture_move, dead_chains
 from services.protocols.gtp import COMMANDS, GtpEngine, build_position, go_sgf, score_text
-from services.protocols.gtp_analysis import AnalyzeArgsError, parse_analyze_args
+from services.protocols.gtp_analysis import (
+    AnalysisStream,
+    AnalyzeArgsError,
+    kata_line,
+    parse_analyze_args,
+)
 from services.protocols.gtp_clock import GtpClock
 from services.search import validation
 
@@ -470,6 +475,32 @@ def test_analysis_streams_until_the_next_command(service: str, command: str,
         assert pipe.line() == "=" and pipe.proc.wait(30) == 0
     finally:
         pipe.close()
+
+
+@pytest.mark.timeout(120)
+def test_analysis_goes_on_past_one_call_with_the_tree(service: str) -> None:
+    """One Analyze call ends at its time limit (the service's 60 s; 0.2 s here): the stream
+    starts the next, which takes over the cached tree, so the visits keep growing."""
+    from services.search.client import SearchClient, go_position
+
+    with SearchClient(service) as client:
+        position = go_position(["D4"], board_size=9)
+
+        def start():  # a streaming gRPC call
+            return client.analyze(position, max_visits=validation.MAX_VISITS, max_time_ms=200,
+                                  report_every_visits=8, max_candidates=5)
+
+        stream = AnalysisStream(start, parse_analyze_args([]), kata_line, "=")
+        deadline = time.monotonic() + 60
+        while stream.calls < 3 and time.monotonic() < deadline and not stream.finished.is_set():
+            time.sleep(0.05)
+        time.sleep(0.3)
+        stream.stop()
+    assert stream.error is None or "CANCELLED" in str(stream.error)
+    assert stream.calls >= 3
+    latest = stream._latest
+    assert latest is not None and latest.reused_visits > 0  # the tree of the call before
+    assert latest.total_visits > latest.reused_visits
 
 
 @pytest.mark.timeout(300)

@@ -411,11 +411,15 @@ class GtpEngine(SearchClientOwner):
             raise GtpError(str(exc)) from exc
         color = parse_color(request.color) if request.color else self.state.to_move
         position = build_position(self.history, self.states, color, self.komi)
-        call = self._client_or_new().analyze(
-            position, max_visits=MAX_VISITS, max_time_ms=MAX_TIME_MS,
-            report_every_visits=REPORT_EVERY_VISITS, max_candidates=request.candidates,
-        )
-        stream = AnalysisStream(call, request, FORMATS[command], f"={ident}")
+        client = self._client_or_new()
+
+        def start() -> Any:
+            return client.analyze(
+                position, max_visits=MAX_VISITS, max_time_ms=MAX_TIME_MS,
+                report_every_visits=REPORT_EVERY_VISITS, max_candidates=request.candidates,
+            )
+
+        stream = AnalysisStream(start, request, FORMATS[command], f"={ident}")
         stream.started.wait(FIRST_REPORT_WAIT_S)
         if stream.error is not None and not stream.has_report:
             stream.stop()

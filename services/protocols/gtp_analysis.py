@@ -33,9 +33,10 @@ needs no variance (the service reports none): Hoeffding's at 95 %, winrate - sqr
 rank by visits (0 the best); ``pv`` the principal variation as GTP vertices. Moves without
 visits are left out unless ``minmoves`` asks for more than were visited.
 
-The search behind it is one Analyze call of the search service (time-limited to the service's
-maximum, 60 s, and its visit limit): when it ends the last line stays the answer's last until
-the controller sends a line (KataGo's documented behaviour: the command never ends by itself).
+The search behind it is the search service's Analyze (one call lasts up to the service's time
+limit, 60 s; the next call takes over its tree, so the analysis goes on up to the service's
+visit limit, 100,000); after that the last line stays the answer's last until the controller
+sends a line (KataGo's documented behaviour: the command never ends by itself).
 """
 
 from __future__ import annotations
@@ -201,18 +202,25 @@ FORMATS: dict[str, Callable[[Sequence[MoveStats]], str]] = {
 
 class AnalysisStream:
     """A running analysis: a thread reads the service's stream and keeps the latest report;
-    `line()` formats it. `stop()` cancels the call and waits for the thread."""
+    `line()` formats it. `stop()` cancels the call and waits for the thread.
 
-    def __init__(self, call: Any, args: AnalyzeArgs, formatter: Callable[[Sequence[MoveStats]],
-                 str], header: str) -> None:
-        self.call = call
+    `start()` makes an Analyze call. One call ends at the service's time limit; the analysis
+    then goes on with the next call, which takes over the cached tree (the service's tree
+    reuse), until a call adds no visits (the visit limit reached) or the stream is stopped."""
+
+    def __init__(self, start: Callable[[], Any], args: AnalyzeArgs,
+                 formatter: Callable[[Sequence[MoveStats]], str], header: str) -> None:
+        self._start = start
+        self.call = start()
         self.args = args
         self.header = header  # "=" or "=ID", written before the first info line
         self._format = formatter
         self._latest: search_pb2.AnalyzeResponse | None = None
         self._printed: search_pb2.AnalyzeResponse | None = None
         self._lock = threading.Lock()
+        self._stopping = threading.Event()
         self.error: Exception | None = None
+        self.calls = 1
         self.started = threading.Event()  # the first report came, or the call ended
         self.finished = threading.Event()
         self._thread = threading.Thread(target=self._pump, name="gtp-analyze", daemon=True)
@@ -220,10 +228,21 @@ class AnalysisStream:
 
     def _pump(self) -> None:
         try:
-            for report in self.call:
-                with self._lock:
-                    self._latest = report
-                self.started.set()
+            visits = -1
+            while True:
+                for report in self.call:
+                    with self._lock:
+                        self._latest = report
+                    self.started.set()
+                latest = self._latest
+                if self._stopping.is_set() or latest is None or latest.total_visits <= visits:
+                    break
+                visits = latest.total_visits
+                with self._lock:  # the next call, unless stop() came first
+                    if self._stopping.is_set():
+                        break
+                    self.call = self._start()
+                    self.calls += 1
         except Exception as exc:  # a cancelled call ends here too
             self.error = exc
             code = exc.code() if isinstance(exc, grpc.RpcError) and hasattr(exc, "code") else None
@@ -249,8 +268,11 @@ class AnalysisStream:
         return self._format(stats) if stats else None
 
     def stop(self) -> None:
+        with self._lock:
+            self._stopping.set()
+            call = self.call
         if not self.finished.is_set():
-            self.call.cancel()
+            call.cancel()
         self._thread.join(timeout=10)
 
 
