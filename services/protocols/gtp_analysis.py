@@ -17,6 +17,9 @@ Formats followed (read for this module):
 * kata-analyze fields: ``info move E4 visits 487 utility -0.04 winrate 0.48 prior 0.22 lcb 0.477
   utilityLcb -0.05 order 0 pv E4 E3 ...``: floats; KataGo tells consumers to be robust to field
   order and to fields missing or added.
+* Lizzie (github.com/featurecat/lizzie, analysis/MoveData.java: fromInfo, fromInfoKatago)
+  splits a line at `` info `` and reads each candidate's key/value pairs up to ``pv``; a key
+  that is not sent (scoreMean here) stays 0.
 * Sabaki, docs/guides/engine-analysis-integration.md (github.com/SabakiHQ/Sabaki): ``analyze
   <color> <interval>``, ``info <keyvalue>... pv <vertex>...`` repeated on one line; a winrate
   with a ``.`` is read as a float in [0, 1]; ``move``, ``visits`` and ``winrate`` are required,
