@@ -279,6 +279,10 @@ def test_yixin_board_and_forbidden_points_over_a_pipe(tmp_path: Path) -> None:
     pipe = Pipe(f"127.0.0.1:{closed_port()}", tmp_path / "brain.log")
     try:
         assert pipe.ask("START 15") == "OK"
+        assert re.fullmatch(r"MESSAGE movepred \S+", pipe.ask("YXSHOWINFO"))
+        assert [pipe.reply(), pipe.reply()] == ["MESSAGE INFO MAX_THREAD_NUM 1",
+                                                "MESSAGE INFO MAX_HASH_SIZE 0"]
+        assert pipe.ask("YXHASHCLEAR").startswith("MESSAGE ")
         pipe.send("INFO rule 4", "YXBOARD", *DOUBLE_THREE_BOARD, "DONE")  # no answer to these
         assert pipe.ask("YXSHOWFORBID") == "FORBID 0807."
         pipe.send("INFO rule 0")  # freestyle: nothing is forbidden

@@ -36,6 +36,12 @@ them: github.com/dhbloo/rapfi, Rapfi/command/gomocup.cpp and search/searchoutput
     YXSHOWFORBID                 ``FORBID xxyy...xxyy.``: black's forbidden points under renju
                                  (INFO rule 4) when black is to move, each as two-digit x and y
                                  (Piskvork coordinates), ``FORBID .`` when there are none
+    YXSHOWINFO                   ``MESSAGE movepred <version>`` and the limits Yixin-Board's
+                                 settings take, ``MESSAGE INFO MAX_THREAD_NUM 1`` and
+                                 ``MESSAGE INFO MAX_HASH_SIZE 0`` (threads and memory are the
+                                 search service's, not the brain's; their INFO keys are stored
+                                 and ignored)
+    YXHASHCLEAR                  ``MESSAGE ...``: the brain keeps no hash table to clear
 
 Coordinates: Piskvork's x is the column from the left and y the row from the TOP, both from 0;
 the service's Point has y from the BOTTOM, so (x, y) <-> (x, 14 - y) on 15x15 (`to_service`,
@@ -337,6 +343,15 @@ class Brain(SearchClientOwner):
             points = sorted(renju.forbidden_points(state.board))
         cells = "".join("{:02d}{:02d}".format(*from_index(p, size)) for p in points)
         return [f"FORBID {cells}."]
+
+    def _cmd_yxshowinfo(self, param: str) -> list[str]:
+        from services.protocols.sgf_export import app_version
+
+        return [f"MESSAGE {NAME} {app_version()}", "MESSAGE INFO MAX_THREAD_NUM 1",
+                "MESSAGE INFO MAX_HASH_SIZE 0"]
+
+    def _cmd_yxhashclear(self, param: str) -> list[str]:
+        return ["MESSAGE nothing to clear: the brain keeps no hash table"]
 
     def _cmd_info(self, param: str) -> list[str]:
         key, _, value = param.partition(" ")
