@@ -241,7 +241,8 @@ def test_time_commands_and_their_errors(engine: GtpEngine) -> None:
     assert fails(engine.handle("time_left green 1 0")).startswith("syntax error")
     assert fails(engine.handle("time_left b x 0")).startswith("syntax error")
     for name in ("time_settings", "time_left", "kgs-genmove_cleanup", "lz-analyze",
-                 "kata-analyze", "analyze"):
+                 "kata-analyze", "analyze", "lz-genmove_analyze", "kata-genmove_analyze",
+                 "genmove_analyze"):
         assert ok(engine.handle(f"known_command {name}")) == "true", name
 
 
@@ -473,6 +474,39 @@ def test_analysis_streams_until_the_next_command(service: str, command: str,
         assert pipe.answer("play b C3") == "="  # the game goes on after the analysis
         pipe.send("quit")
         assert pipe.line() == "=" and pipe.proc.wait(30) == 0
+    finally:
+        pipe.close()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("command, grammar", [
+    ("lz-genmove_analyze b 5", LZ_INFO),
+    ("kata-genmove_analyze b interval 5", KATA_INFO),
+])
+def test_genmove_analyze_streams_then_plays(service: str, command: str,
+                                            grammar: re.Pattern[str]) -> None:
+    pipe = GtpPipe(service, "--visits", "48")
+    try:
+        assert pipe.answer("boardsize 9") == "="
+        pipe.send(f"3 {command}")
+        pipe.send("name")  # not an interruption: answered after the move
+        assert pipe.line() == "=3"
+        lines = []
+        while (line := pipe.line()) != "":
+            lines.append(line)
+        *infos, last = lines
+        assert infos, lines  # the search reported while it ran (at least its last report)
+        for line in infos:
+            parse_info_line(line, grammar)
+        played = re.fullmatch(rf"play ({VERTEX})", last)
+        assert played, last
+        best = parse_info_line(infos[-1], grammar)[0]
+        assert played.group(1) == best["move"]  # the final report's best candidate
+        assert sum(int(c["visits"]) for c in parse_info_line(infos[-1], grammar)) <= 48
+        assert pipe.line() == "= movepred" and pipe.line() == ""
+        if played.group(1) != "pass":  # the move was played on the engine's board
+            assert pipe.answer(f"play w {played.group(1)}") == "? illegal move: " \
+                f"{played.group(1)} (occupied)"
     finally:
         pipe.close()
 

@@ -37,6 +37,9 @@ The controller writes commands to stdin, one a line; every answer is ``= result`
                             INTERVAL centiseconds until the next input line, which ends the
                             answer (empty line) and is then processed as a command; formats
                             and their sources in `services.protocols.gtp_analysis`
+    lz-genmove_analyze, kata-genmove_analyze, genmove_analyze COLOR [INTERVAL] [KEY VALUE...]
+                            the same lines while COLOR's move is searched with genmove's
+                            budget, then ``play VERTEX`` (played); input waits for its end
 
 The engine keeps the game as a list of (colour, vertex) and replays it with the rules engine
 (`services.games.go.GoState`: captures, suicide illegal, simple ko), so illegal moves are
@@ -59,6 +62,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, TextIO
 
 import grpc
@@ -77,11 +81,13 @@ from services.protocols.frontend import SearchClientOwner
 from services.protocols.go_cleanup import capture_move
 from services.protocols.gtp_analysis import (
     FORMATS,
+    GENMOVE_FORMATS,
     REPORT_EVERY_VISITS,
     AnalysisStream,
     AnalyzeArgsError,
     parse_analyze_args,
     run_stream,
+    run_to_end,
 )
 from services.protocols.gtp_clock import ClockError, GtpClock
 from services.search import auth
@@ -112,6 +118,9 @@ COMMANDS = (
     "lz-analyze",
     "kata-analyze",
     "analyze",
+    "lz-genmove_analyze",
+    "kata-genmove_analyze",
+    "genmove_analyze",
 )
 FIRST_REPORT_WAIT_S = 10.0  # an analysis that fails at once answers "?" instead of "="
 _COLORS = {"b": BLACK, "black": BLACK, "w": WHITE, "white": WHITE}
@@ -264,7 +273,7 @@ class GtpEngine(SearchClientOwner):
         try:
             if command not in COMMANDS:
                 raise GtpError("unknown command")
-            if command in FORMATS:
+            if command in FORMATS or command in GENMOVE_FORMATS:
                 return self._analyze(command, args, ident)
             result = getattr(self, f"cmd_{command.replace('-', '_')}")(args)
         except GtpError as exc:
@@ -405,6 +414,8 @@ class GtpEngine(SearchClientOwner):
         return vertex(point, self.size)
 
     def _analyze(self, command: str, args: list[str], ident: str) -> AnalysisStream:
+        """An analysis (until the next input line) or, for a genmove_analyze, the search of a
+        move with the genmove's budget (`genmove_move` then plays its result)."""
         try:
             request = parse_analyze_args(args)
         except AnalyzeArgsError as exc:
@@ -412,19 +423,40 @@ class GtpEngine(SearchClientOwner):
         color = parse_color(request.color) if request.color else self.state.to_move
         position = build_position(self.history, self.states, color, self.komi)
         client = self._client_or_new()
+        genmove = command in GENMOVE_FORMATS
+        visits, time_ms, timeout = (self.search_budget(color) if genmove
+                                    else (MAX_VISITS, MAX_TIME_MS, None))
 
         def start() -> Any:
             return client.analyze(
-                position, max_visits=MAX_VISITS, max_time_ms=MAX_TIME_MS,
+                position, max_visits=visits, max_time_ms=time_ms, timeout=timeout,
                 report_every_visits=REPORT_EVERY_VISITS, max_candidates=request.candidates,
             )
 
-        stream = AnalysisStream(start, request, FORMATS[command], f"={ident}")
+        formatter = GENMOVE_FORMATS[command] if genmove else FORMATS[command]
+        stream = AnalysisStream(start, request, formatter, f"={ident}", continued=not genmove,
+                                move_color=color if genmove else 0)
         stream.started.wait(FIRST_REPORT_WAIT_S)
         if stream.error is not None and not stream.has_report:
             stream.stop()
             raise GtpError(self._rpc_error(stream.error))
         return stream
+
+    def genmove_move(self, stream: AnalysisStream,
+                     report: search_pb2.AnalyzeResponse | None) -> str:
+        """The end of a genmove_analyze: play the final report's best candidate (a pass when
+        the search reported none) and answer its vertex."""
+        color = stream.move_color
+        self.clock.spent(color, time.monotonic() - stream.started_at)
+        best = report.candidates[0] if report is not None and report.candidates else None
+        point = (None if best is None or best.move.is_pass
+                 else best.move.y * self.size + best.move.x)
+        try:
+            self._play(color, point)
+        except GtpError:  # the position changed under the search: not expected; pass
+            self._play(color, None)
+            point = None
+        return vertex(point, self.size)
 
     def _clear(self) -> None:
         self.history = []
@@ -474,7 +506,9 @@ def serve(engine: GtpEngine, stdin: TextIO, stdout: TextIO) -> int:
             if line is None:
                 break
             answer = engine.handle(line)
-            if isinstance(answer, AnalysisStream):
+            if isinstance(answer, AnalysisStream) and answer.move_color:
+                run_to_end(answer, write, partial(engine.genmove_move, answer))
+            elif isinstance(answer, AnalysisStream):
                 carried.append(run_stream(answer, lines, write))
             elif answer:
                 write(answer)

@@ -20,6 +20,10 @@ Formats followed (read for this module):
 * Lizzie (github.com/featurecat/lizzie, analysis/MoveData.java: fromInfo, fromInfoKatago)
   splits a line at `` info `` and reads each candidate's key/value pairs up to ``pv``; a key
   that is not sent (scoreMean here) stays 0.
+* ``lz-genmove_analyze`` / ``kata-genmove_analyze`` / ``genmove_analyze`` (KataGo's doc and
+  Sabaki's): the same lines while the move is searched (the genmove's budget: visits or the
+  clock's time), then ``play <vertex>`` and the empty line; input does not stop it. The move
+  is the final report's best candidate (the most visited), and it is played.
 * Sabaki, docs/guides/engine-analysis-integration.md (github.com/SabakiHQ/Sabaki): ``analyze
   <color> <interval>``, ``info <keyvalue>... pv <vertex>...`` repeated on one line; a winrate
   with a ``.`` is read as a float in [0, 1]; ``move``, ``visits`` and ``winrate`` are required,
@@ -48,6 +52,7 @@ import logging
 import math
 import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -201,6 +206,13 @@ FORMATS: dict[str, Callable[[Sequence[MoveStats]], str]] = {
     "kata-analyze": kata_line,
     "analyze": kata_line,
 }
+# the same lines while a move is searched, then ``play <vertex>`` (KataGo's and Sabaki's
+# genmove_analyze; not stopped by input)
+GENMOVE_FORMATS: dict[str, Callable[[Sequence[MoveStats]], str]] = {
+    "lz-genmove_analyze": lz_line,
+    "kata-genmove_analyze": kata_line,
+    "genmove_analyze": kata_line,
+}
 
 
 class AnalysisStream:
@@ -212,8 +224,12 @@ class AnalysisStream:
     reuse), until a call adds no visits (the visit limit reached) or the stream is stopped."""
 
     def __init__(self, start: Callable[[], Any], args: AnalyzeArgs,
-                 formatter: Callable[[Sequence[MoveStats]], str], header: str) -> None:
+                 formatter: Callable[[Sequence[MoveStats]], str], header: str,
+                 continued: bool = True, move_color: int = 0) -> None:
         self._start = start
+        self._continued = continued  # False: one call (a genmove's search), no next
+        self.move_color = move_color  # genmove_analyze: the colour whose move is searched
+        self.started_at = time.monotonic()
         self.call = start()
         self.args = args
         self.header = header  # "=" or "=ID", written before the first info line
@@ -238,7 +254,8 @@ class AnalysisStream:
                         self._latest = report
                     self.started.set()
                 latest = self._latest
-                if self._stopping.is_set() or latest is None or latest.total_visits <= visits:
+                if (not self._continued or self._stopping.is_set() or latest is None
+                        or latest.total_visits <= visits):
                     break
                 visits = latest.total_visits
                 with self._lock:  # the next call, unless stop() came first
@@ -270,6 +287,11 @@ class AnalysisStream:
         stats = select(report, self.args)
         return self._format(stats) if stats else None
 
+    @property
+    def latest(self) -> search_pb2.AnalyzeResponse | None:
+        with self._lock:
+            return self._latest
+
     def stop(self) -> None:
         with self._lock:
             self._stopping.set()
@@ -296,6 +318,26 @@ def run_stream(stream: AnalysisStream, lines: queue.Queue[str | None],
                     write(text + "\n")
                 continue
             return incoming
+    finally:
+        stream.stop()
+        write("\n")
+
+
+def run_to_end(stream: AnalysisStream, write: Callable[[str], None],
+               finish: Callable[[search_pb2.AnalyzeResponse | None], str]) -> None:
+    """A genmove_analyze response: the header, an info line per interval while the search
+    runs (input lines wait in the queue: this response is not stopped by them), the last
+    report's line, then ``play <vertex>`` from `finish(last report)` and the empty line."""
+    write(f"{stream.header}\n")
+    try:
+        while not stream.finished.wait(stream.args.interval_s):
+            text = stream.line()
+            if text:
+                write(text + "\n")
+        text = stream.line()
+        if text:
+            write(text + "\n")
+        write(f"play {finish(stream.latest)}\n")
     finally:
         stream.stop()
         write("\n")
