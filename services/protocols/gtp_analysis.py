@@ -67,8 +67,6 @@ DEFAULT_MOVES = 10  # candidates reported unless maxmoves / minmoves say otherwi
 MAX_MOVES = 50
 REPORT_EVERY_VISITS = 8  # the service's reports: the lines show the latest at each interval
 LCB_LOG_TERM = math.log(20.0)  # Hoeffding at 95 %: ln(1 / 0.05)
-IGNORED_BOOL_KEYS = ("ownership", "ownershipstdev", "movesownership", "movesownershipstdev",
-                     "pvvisits", "pvedgevisits", "rootinfo")
 _COLORS = ("b", "black", "w", "white")
 
 
