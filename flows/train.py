@@ -6,8 +6,11 @@ Run: python -m flows.train --dataset artifacts/dataset --repository model_reposi
 
 A model is published only if it passes the gate (finite outputs; validation top-1 not below the
 published version's minus a tolerance); otherwise the serving version stays and the flow's
-result and artifact say why. Plots (learning curves, top-1 by game stage) are written as PNG
-next to the checkpoint and attached to the run as a markdown artifact.
+result and artifact say why. Plots (learning curves against the step: the training loss every
+`curve_every` steps and the splits' loss and top-1 at each evaluation; top-1 by game stage) are
+written as PNG next to the checkpoint, embedded in the ``train-summary`` markdown artifact and
+attached as image artifacts ``train-curves`` and ``train-stages`` (Prefect's
+`create_image_artifact`, the image as a data URI, so it shows wherever the run folder is).
 
 The dataset's game (from its shards) picks the default model configuration (`DEFAULT_MODELS`)
 and model name (`gomoku_policy`, `go_policy`); a configuration of the other game is refused. A
@@ -50,7 +53,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_markdown_artifact
+from prefect.artifacts import create_image_artifact, create_markdown_artifact
 
 from flows import configure_logging
 from services import logs, settings
@@ -257,15 +260,19 @@ def load_in_triton(triton_url: str, repository: str, model_name: str, version: i
             "next": None, "report": report.to_dict()}
 
 
+def _png_data_uri(path: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode()
+
+
 def _png_markdown(path: Path) -> str:
-    data = base64.b64encode(path.read_bytes()).decode()
-    return f"![{path.stem}](data:image/png;base64,{data})"
+    return f"![{path.stem}]({_png_data_uri(path)})"
 
 
 def _report(result: TrainResult, decision: gate.GateDecision, version: int | None,
             run_dir: Path, model_name: str, exported: str | None = None) -> str:
     m = result.metrics
-    curves = plot_curves(result.history, run_dir / "curves.png") if result.history else None
+    curves = (plot_curves(result.history, run_dir / "curves.png", result.curve)
+              if result.history or result.curve else None)
     stages = plot_stages(m["validation"].get("top1_by_stage", {}), run_dir / "stages.png",
                          "validation top-1 by game stage")
     splits = [s for s in ("train", "validation", "test", GAME_SPLIT) if m.get(s)]
@@ -353,6 +360,12 @@ def train_flow(
         report += f"\n\n{next_step}\n"
     (out_dir / "report.md").write_text(report)
     create_markdown_artifact(key="train-summary", markdown=report)
+    for name, description in (("curves", "loss every N steps, loss and top-1 at evaluations"),
+                              ("stages", "validation top-1 by game stage")):
+        png = out_dir / f"{name}.png"
+        if png.exists():  # the image itself, as a data URI: the run folder may be elsewhere
+            create_image_artifact(image_url=_png_data_uri(png), key=f"train-{name}",
+                                  description=description)
     logger.info("report in %s", out_dir / "report.md")
     if next_step and served is False:
         logger.warning(next_step)

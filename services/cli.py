@@ -8,6 +8,8 @@ all in one dict and dispatches; add a registrar to `REGISTRARS` to add commands.
     movepred predict --position "h8 h9" --position "h8 i9 j10"     (one request, one batch)
     movepred genmove --visits 400 h8 h9 i8
     movepred analyze --visits 2000 --every 200 h8 h9 i8            (streams; Ctrl-C stops it)
+    movepred predict --png heat.png h8 h9 i8                        (and the policy as a picture)
+    movepred genmove --game go --size 9 --visits 200 E5 C3          (Go, on any size 9..19)
     movepred gtp --target 127.0.0.1:50051 --visits 200             (a Go engine on stdin/out)
     movepred infer --black h8 i9 --white h9 --out game.sgf         (the stones' likeliest order)
     movepred infer --record games.rif --moves 20 --out game.sgf     (a record's position)
@@ -54,6 +56,7 @@ Subparsers = argparse._SubParsersAction  # what ArgumentParser.add_subparsers re
 Registrar = Callable[[Subparsers], dict[str, Handler]]
 
 DEFAULT_TARGET = "127.0.0.1:50051"
+PNG_CANDIDATES = 40  # analyze --png: candidates asked for when --candidates does not say
 EXIT_RPC_ERROR = 1
 EXIT_USAGE = 2
 
@@ -69,6 +72,9 @@ def _add_position_args(p: argparse.ArgumentParser) -> None:
                    help="the game (default %(default)s); moves are in its notation")
     p.add_argument("--rule", choices=[r.value for r in Rule], default=None,
                    help="Gomoku's rule (default: freestyle)")
+    p.add_argument("--size", type=int, default=0,
+                   help="board size (default: the game's, 15 for Gomoku, 19 for Go; Go takes "
+                        "9..19)")
     p.add_argument("moves", nargs="*",
                    help='moves in order, black first, e.g. h8 h9 i8 (Go: D4 Q16 pass)')
     auth.add_client_arguments(p)
@@ -89,7 +95,7 @@ def _position(console: Console, args: argparse.Namespace,
     """The request's position of `args.game` (with `args.rule`), its board printed; None
     (after printing why) when a move name is not a point of the board."""
     try:
-        position = game_position(args.game, moves)
+        position = game_position(args.game, moves, args.size)
     except CoordinateError as exc:
         console.print(f"error: {exc}")
         return None
@@ -103,6 +109,21 @@ def _position(console: Console, args: argparse.Namespace,
         return position
     console.print(Text(game.board_text(state)))
     return position
+
+
+def _write_png(console: Console, args: argparse.Namespace, position: search_pb2.Position,
+               values: Sequence[float], title: str, percent: bool) -> None:
+    """--png: the position with `values` as a heatmap (`services.board_image`)."""
+    from services.board_image import draw_board
+
+    game = get_game(args.game)
+    try:
+        state = game.position_from_request(position, "position")
+    except InvalidRequest as exc:  # the service accepted it, so this is not expected
+        console.print(f"error: no picture: {exc}")
+        return
+    path = draw_board(game, state, values, args.png, title=title, percent=percent)
+    console.print(f"wrote {path}")
 
 
 def next_step(code: grpc.StatusCode | None, details: str) -> str:
@@ -193,6 +214,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
     console.print(_policy_table(r.top_moves))
     if r.HasField("value"):  # only from a network with a value head
         console.print(f"value {r.value:+.3f} for {color}")
+    if args.png:
+        _write_png(console, args, position, list(r.policy),
+                   f"policy (%) of {r.model_name} v{r.model_version}, {color} to move",
+                   percent=True)
     return 0
 
 
@@ -252,18 +277,21 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     position = _position(console, args, args.moves)
     if position is None:
         return EXIT_USAGE
+    candidates = args.candidates or (PNG_CANDIDATES if args.png else 0)
+    last = None
     with make_client() as client:
         call = client.analyze(
             position,
             max_visits=args.visits,
             max_time_ms=args.time_ms,
             report_every_visits=args.every,
-            max_candidates=args.candidates,
+            max_candidates=candidates,
             timeout=args.timeout,
             reuse_tree=not args.no_reuse,
         )
         try:
             for r in call:
+                last = r
                 color = "black" if r.to_move == 1 else "white"
                 best = r.candidates[0] if r.candidates else None
                 head = "final" if r.final else "visits"
@@ -280,6 +308,15 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             return 130
         except grpc.RpcError as exc:
             return _rpc_error(console, exc)
+    if args.png and last is not None:
+        size = position.board_size or get_game(args.game).default_size
+        visits = [0.0] * get_game(args.game).policy_size(size)
+        for c in last.candidates:
+            visits[size * size if c.move.is_pass else c.move.y * size + c.move.x] = c.visits
+        color = "black" if last.to_move == 1 else "white"
+        _write_png(console, args, position, visits,
+                   f"visits of {last.total_visits} ({last.model_name} v{last.model_version}), "
+                   f"{color} to move", percent=False)
     return 0
 
 
@@ -296,6 +333,8 @@ def add_search_commands(subparsers: Subparsers) -> dict[str, Handler]:
         help='another position, quoted: "h8 h9 i8" (repeatable; all go in one request)',
     )
     p.add_argument("--timeout", type=float, default=10.0, help="seconds (default 10)")
+    p.add_argument("--png", type=Path, default=None,
+                   help="also draw the board with the policy as a heatmap into this PNG")
 
     g = subparsers.add_parser(
         "genmove",
@@ -324,6 +363,9 @@ def add_search_commands(subparsers: Subparsers) -> dict[str, Handler]:
     a.add_argument("--time-ms", type=int, default=0, help="time budget (0: limited by visits)")
     a.add_argument("--every", type=int, default=0, help="visits between reports (0: 100)")
     a.add_argument("--tables", action="store_true", help="print the candidates at every report")
+    a.add_argument("--png", type=Path, default=None,
+                   help="draw the final position with the candidates' visits as a heatmap "
+                        f"into this PNG (with --candidates 0: the {PNG_CANDIDATES} most visited)")
     a.add_argument(
         "--timeout",
         type=float,

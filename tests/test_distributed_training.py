@@ -308,13 +308,16 @@ def test_torchrun_entry_writes_on_rank_0_only(dataset: Path, tmp_path: Path) -> 
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(WORLD),
          "--master-port", str(free_port()), "-m", "services.trainer.distributed",
          "--dataset", str(dataset), "--run-dir", str(run_dir), "--model", "shao_f32_n2",
-         "--steps", "10", "--batch-size", "64", "--log-level", "WARNING"],
+         "--steps", "10", "--batch-size", "64", "--curve-every", "2", "--log-level",
+         "WARNING"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count('"world_size": 2') == 1, proc.stdout  # rank 0's summary only
-    assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoint.pt", "metrics.json",
-                                                         "model.pt"]
-    metrics = json.loads((run_dir / "metrics.json").read_text())["metrics"]
+    assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoint.pt", "curves.png",
+                                                         "metrics.json", "model.pt"]
+    summary = json.loads((run_dir / "metrics.json").read_text())
+    assert [c["step"] for c in summary["curve"]] == [2, 4, 6, 8, 10]  # rank 0's loss curve
+    metrics = summary["metrics"]
     assert metrics["world_size"] == WORLD and metrics["steps"] == 10
     assert metrics["validation"]["n"] == len(read_split(dataset, "validation")[1])
     scripted = torch.jit.load(str(run_dir / "model.pt"))

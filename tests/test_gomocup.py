@@ -268,6 +268,40 @@ def test_dead_service_gives_error_lines_and_the_brain_keeps_running(tmp_path: Pa
         pipe.close()
 
 
+# Black to move under renju with an open two on row 7 and one on column 8 (Piskvork
+# coordinates): 8,7 would make a double three, forbidden; white's stones are far away.
+DOUBLE_THREE_BOARD = ["6,7,1", "0,14,2", "7,7,1", "0,12,2", "8,9,1", "0,10,2", "8,8,1", "0,8,2"]
+
+
+def test_yixin_board_and_forbidden_points_over_a_pipe(tmp_path: Path) -> None:
+    """YXBOARD sets a position without a move; YXSHOWFORBID lists black's forbidden points as
+    Yixin-Board reads them (no search: the service may be down)."""
+    pipe = Pipe(f"127.0.0.1:{closed_port()}", tmp_path / "brain.log")
+    try:
+        assert pipe.ask("START 15") == "OK"
+        assert re.fullmatch(r"MESSAGE movepred \S+", pipe.ask("YXSHOWINFO"))
+        assert [pipe.reply(), pipe.reply()] == ["MESSAGE INFO MAX_THREAD_NUM 1",
+                                                "MESSAGE INFO MAX_HASH_SIZE 0"]
+        assert pipe.ask("YXHASHCLEAR").startswith("MESSAGE ")
+        pipe.send("INFO rule 4", "YXBOARD", *DOUBLE_THREE_BOARD, "DONE")  # no answer to these
+        assert pipe.ask("YXSHOWFORBID") == "FORBID 0807."
+        pipe.send("INFO rule 0")  # freestyle: nothing is forbidden
+        assert pipe.ask("YXSHOWFORBID") == "FORBID ."
+        # the records on YXBOARD's own line; white to move: nothing is forbidden for white
+        white_to_move = [r[:-1] + ("2" if r.endswith("1") else "1") for r in DOUBLE_THREE_BOARD]
+        pipe.send("INFO rule 4", "YXBOARD " + " ".join(white_to_move[:-1]) + " DONE")
+        assert pipe.ask("YXSHOWFORBID") == "FORBID ."
+        pipe.send("YXBOARD " + " ".join(DOUBLE_THREE_BOARD) + " DONE")
+        assert pipe.ask("YXSHOWFORBID") == "FORBID 0807."
+        assert pipe.ask("YXNBEST 0").startswith("ERROR YXNBEST takes")
+        assert pipe.ask("YXNBEST 2").startswith("ERROR search service unavailable")
+        assert pipe.ask("YXBOARD 7,7,5 DONE").startswith("ERROR x,y,field")
+        pipe.send("END")
+        assert pipe.proc.wait(10) == 0
+    finally:
+        pipe.close()
+
+
 # --------------------------------------------------------------------------- with real Triton
 
 
@@ -435,3 +469,31 @@ def test_sgf_dir_keeps_every_game(tmp_path: Path) -> None:
     assert game.get_root().get("PW") == "movepred" and game.get_root().get("PB") == "opponent"
     moves = [n.get_move() for n in game.get_main_sequence()[1:]]
     assert moves == [("b", (14, 0)), ("w", (14, 1))]  # Piskvork row 0 is the top row (14)
+
+
+NBEST = re.compile(r"^MESSAGE \((\d+)\) (\d+),(\d+) visits (\d+) winrate (\d+\.\d) "
+                   r"prior (\d+\.\d) \| (\d+,\d+(?: \d+,\d+)*)$")
+
+
+@pytest.mark.timeout(240)
+def test_yxnbest_reports_the_best_moves_then_plays_the_first(service: str, tmp_path: Path) -> None:
+    pipe = Pipe(service, tmp_path / "brain.log")
+    try:
+        assert pipe.ask("START 15") == "OK"
+        pipe.send("INFO timeout_turn 0", "YXBOARD", "7,7,2", "DONE")  # we are white
+        pipe.send("YXNBEST 3")
+        lines = [pipe.reply(60) for _ in range(4)]
+        found = [NBEST.match(line) for line in lines[:3]]
+        assert all(found), lines
+        assert [int(m.group(1)) for m in found if m] == [1, 2, 3]
+        points = [(int(m.group(2)), int(m.group(3))) for m in found if m]
+        assert len(set(points)) == 3 and (7, 7) not in points  # three empty points
+        visits = [int(m.group(4)) for m in found if m]
+        assert visits == sorted(visits, reverse=True) and visits[0] > 0
+        for m in found:
+            assert m is not None and m.group(7).split()[0] == f"{m.group(2)},{m.group(3)}"
+            assert 0.0 <= float(m.group(5)) <= 100.0 and 0.0 <= float(m.group(6)) <= 100.0
+        assert parse_move(lines[3]) == points[0]  # the answer: the best move, played
+        assert pipe.ask(f"TURN {points[0][0]},{points[0][1]}").startswith("ERROR")  # occupied
+    finally:
+        pipe.close()

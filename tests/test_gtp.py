@@ -4,6 +4,11 @@ First part (always runs): GTP framing (ids, comments, errors), board commands an
 (occupied, suicide, ko), undo, final_score, the Position sent for non-alternating histories,
 SGF output, and an engine whose search service is a closed port (it answers ``?`` and goes on).
 
+Analysis (lz-analyze, kata-analyze), the clock (time_settings, time_left) and cleanup are checked
+offline for their arguments and rules, and over a pipe as Lizzie and Sabaki drive them: the
+info lines parsed with a regex built from the documented grammar (KataGo's GTP_Extensions.md,
+Sabaki's engine-analysis-integration.md), stopped by the next command.
+
 Second part (skipped without a ``tritonserver`` binary): a real Triton serving an untrained
 ``go_res_b2c32`` as ``go_policy`` and a real search service in-process; the engine driven
 in-process (19x19 and 9x9) and as a ``movepred gtp`` subprocess over a pipe, and one short game
@@ -14,10 +19,13 @@ installed).
 from __future__ import annotations
 
 import importlib.util
+import queue
 import re
 import socket
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,8 +34,16 @@ import pytest
 from services import cli
 from services.api.movepred.v1 import search_pb2
 from services.games.go import BLACK, WHITE, GoState
-from services.games.go_game import parse_vertex
+from services.games.go_game import parse_vertex, vertex
+from services.protocols.go_cleanup import capture_move, dead_chains
 from services.protocols.gtp import COMMANDS, GtpEngine, build_position, go_sgf, score_text
+from services.protocols.gtp_analysis import (
+    AnalysisStream,
+    AnalyzeArgsError,
+    kata_line,
+    parse_analyze_args,
+)
+from services.protocols.gtp_clock import GtpClock
 from services.search import validation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -177,6 +193,95 @@ def test_dead_service_answers_errors_and_the_engine_goes_on(engine: GtpEngine) -
     assert ok(engine.handle("play b D4")) == ""
 
 
+# ------------------------------------------------------------------- analysis, clock, cleanup
+
+
+def test_analyze_arguments_as_katago_documents_them() -> None:
+    a = parse_analyze_args(["10"])
+    assert (a.color, a.interval_cs, a.min_moves, a.max_moves) == (None, 10, 0, 0)
+    a = parse_analyze_args(["B", "50"])
+    assert (a.color, a.interval_cs) == ("b", 50)
+    a = parse_analyze_args(["white", "interval", "20", "ownership", "true", "minmoves", "3",
+                            "maxmoves", "8", "avoid", "b", "D4,Q16", "1", "pvVisits", "true"])
+    assert (a.color, a.interval_cs, a.min_moves, a.max_moves) == ("white", 20, 3, 8)
+    assert a.ignored == ("ownership", "avoid", "pvvisits") and a.candidates == 8
+    assert parse_analyze_args([]).interval_cs == 100  # Leela Zero's default
+    for bad in (["interval"], ["x1"], ["interval", "-5"], ["avoid", "b", "D4"]):
+        with pytest.raises(AnalyzeArgsError):
+            parse_analyze_args(bad)
+
+
+def test_clock_budget_from_time_settings_and_time_left() -> None:
+    clock = GtpClock()
+    assert clock.search_ms(BLACK, 361) is None  # no time settings: search by visits
+    clock.settings(["600", "30", "5"])  # 10 min, then 5 stones in 30 s
+    assert clock.budget_s(BLACK, 361) == pytest.approx(600 / 90)  # a quarter of the empty points
+    assert clock.budget_s(BLACK, 20) == pytest.approx(60.0)  # at least 10 moves to come
+    clock.time_left(WHITE, ["12", "3"])  # white in byo-yomi: 3 stones in 12 s
+    assert clock.budget_s(WHITE, 300) == pytest.approx(4.0)
+    assert clock.search_ms(WHITE, 300) == int(4000 * 0.9 - 200)
+    clock.time_left(BLACK, ["0", "0"])  # main time over: a byo-yomi move's share
+    assert clock.budget_s(BLACK, 300) == pytest.approx(6.0)
+    clock.settings(["60", "0", "0"])  # absolute time, counted down by the engine itself
+    clock.spent(BLACK, 30.0)
+    assert clock.budget_s(BLACK, 361) == pytest.approx(30 / 90)
+    clock.settings(["0", "1", "0"])  # GTP: byo-yomi time without stones means no time limit
+    assert clock.search_ms(BLACK, 361) is None
+
+
+def test_time_commands_and_their_errors(engine: GtpEngine) -> None:
+    assert ok(engine.handle("time_settings 300 20 10")) == ""
+    assert ok(engine.handle("time_left black 500 0")) == ""
+    visits, time_ms, timeout = engine.search_budget(BLACK)  # 500 s over 90 moves
+    assert visits == 0 and time_ms == int(500 / 90 * 1000 * 0.9 - 200) and timeout == 5
+    assert engine.search_budget(WHITE)[1] == int(300 / 90 * 1000 * 0.9 - 200)  # main time
+    assert ok(engine.handle("time_left white 1 0")) == ""  # 1 s of main time: byo-yomi's share
+    assert engine.search_budget(WHITE)[1] == int(2000 * 0.9 - 200)
+    assert fails(engine.handle("time_settings 1 2")).startswith("syntax error")
+    assert fails(engine.handle("time_left green 1 0")).startswith("syntax error")
+    assert fails(engine.handle("time_left b x 0")).startswith("syntax error")
+    for name in ("time_settings", "time_left", "kgs-genmove_cleanup", "lz-analyze",
+                 "kata-analyze", "analyze", "lz-genmove_analyze", "kata-genmove_analyze",
+                 "genmove_analyze"):
+        assert ok(engine.handle(f"known_command {name}")) == "true", name
+
+
+DEAD_WHITE_STONE = """\
+. . . X . . . . .
+. . . X . . . . .
+. . . X . . O . .
+X X X X . . . . .
+. . . . . . . . .
+O O O O O O O O O
+. . . . . . . . .
+. . . . . . . . .
+. . . . . . . . .
+"""
+
+
+def test_cleanup_judges_dead_stones_and_captures_them() -> None:
+    state = GoState.from_ascii(DEAD_WHITE_STONE)
+    dead = dead_chains(state, WHITE)
+    g7 = parse_vertex("G7", 9)
+    assert [stones for stones, _ in dead] == [{g7}]  # the long wall has room for two eyes
+    assert dead_chains(state, BLACK) == []  # black's corner: 9 points, room for two eyes
+    move = capture_move(state, BLACK)
+    assert move in {parse_vertex(v, 9) for v in ("G8", "F7", "H7", "G6")}
+    # filling the liberties one by one ends with the capture, then nothing is left to take
+    for _ in range(4):
+        move = capture_move(state, BLACK)
+        if move is None:
+            break
+        state = state.play(move, BLACK).play(None, WHITE)
+    assert state.cells[g7] == 0 and capture_move(state, BLACK) is None
+
+
+def test_analysis_with_the_service_down_answers_an_error(engine: GtpEngine) -> None:
+    answer = fails(engine.handle("lz-analyze 10"))
+    assert answer.startswith("search service unavailable"), answer
+    assert ok(engine.handle("name")) == "movepred"  # and the engine goes on
+
+
 def test_cli_registers_gtp() -> None:
     parser, commands = cli.build_parser()
     assert "gtp" in commands
@@ -263,6 +368,200 @@ def test_gtp_subprocess_over_a_pipe(service: str) -> None:
     move = answers[4][4:]
     assert move == "pass" or (parse_vertex(move) is not None and move != "D4")
     assert answers[5].startswith("= ") and answers[6] == "="
+
+
+# GTP vertex, pass included; the grammar of one candidate in each format (fields in the order
+# the engines print them; KataGo allows others, which the GUIs skip)
+VERTEX = r"(?:[A-HJ-T](?:1[0-9]|[1-9])|pass)"
+LZ_INFO = re.compile(
+    rf"info move (?P<move>{VERTEX}) visits (?P<visits>\d+) winrate (?P<winrate>\d+) "
+    rf"prior (?P<prior>\d+) lcb (?P<lcb>-?\d+) order (?P<order>\d+) "
+    rf"pv (?P<pv>{VERTEX}(?: {VERTEX})*)")
+FLOAT = r"-?\d+\.\d+(?:e-?\d+)?"
+KATA_INFO = re.compile(
+    rf"info move (?P<move>{VERTEX}) visits (?P<visits>\d+) utility (?P<utility>{FLOAT}) "
+    rf"winrate (?P<winrate>{FLOAT}) prior (?P<prior>{FLOAT}) lcb (?P<lcb>{FLOAT}) "
+    rf"utilityLcb (?P<ulcb>{FLOAT}) order (?P<order>\d+) pv (?P<pv>{VERTEX}(?: {VERTEX})*)")
+
+
+def parse_info_line(line: str, grammar: re.Pattern[str]) -> list[dict[str, str]]:
+    """Every candidate of one line; the line must be nothing but candidates."""
+    parts = re.split(r" (?=info move )", line)
+    matches = [grammar.fullmatch(part) for part in parts]
+    assert all(matches), line
+    return [m.groupdict() for m in matches if m]
+
+
+class GtpPipe:
+    """`movepred gtp` as a GUI runs it: a subprocess spoken to through pipes."""
+
+    def __init__(self, target: str, *extra: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "services.cli", "gtp", "--target", target, *extra],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=ROOT)
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line.rstrip("\n"))
+        self._lines.put(None)
+
+    def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def line(self, timeout: float = 60.0) -> str:
+        got = self._lines.get(timeout=timeout)
+        assert got is not None, f"engine exited: {self.proc.poll()}"
+        return got
+
+    def answer(self, command: str) -> str:
+        """One whole response (through its empty line), its lines joined."""
+        self.send(command)
+        lines = []
+        while (line := self.line()) != "":
+            lines.append(line)
+        return "\n".join(lines)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("command, grammar", [
+    ("lz-analyze 10", LZ_INFO),
+    ("kata-analyze b interval 10 ownership true maxmoves 4", KATA_INFO),
+])
+def test_analysis_streams_until_the_next_command(service: str, command: str,
+                                                 grammar: re.Pattern[str]) -> None:
+    pipe = GtpPipe(service, "--visits", "8")
+    try:
+        assert pipe.answer("boardsize 19") == "="
+        assert pipe.answer("play b D4") == "=" and pipe.answer("play w Q16") == "="
+        pipe.send(f"7 {command}")
+        assert pipe.line() == "=7"  # the response starts at once
+        infos = []
+        started = time.monotonic()
+        while len(infos) < 3:
+            infos.append(parse_info_line(pipe.line(timeout=30), grammar))
+        elapsed = time.monotonic() - started
+        pipe.send("name")  # any command ends the analysis...
+        rest = []
+        while (line := pipe.line()) != "":  # ...after at most the line in flight
+            rest.append(line)
+        assert len(rest) <= 1
+        assert pipe.line() == "= movepred" and pipe.line() == ""  # ...and is then answered
+        assert elapsed < 20  # lines come every interval (0.1 s) while the search runs
+        visits = [sum(int(c["visits"]) for c in line) for line in infos]
+        assert visits == sorted(visits) and visits[-1] > 0
+        for line in infos:
+            assert [int(c["order"]) for c in line] == list(range(len(line)))
+            assert all(c["pv"].split()[0] == c["move"] for c in line)
+            assert not {c["move"] for c in line} & {"D4", "Q16"}  # occupied points
+            if grammar is KATA_INFO:
+                assert len(line) <= 4  # maxmoves
+                assert all(0.0 <= float(c["winrate"]) <= 1.0 for c in line)
+                assert all(float(c["lcb"]) <= float(c["winrate"]) for c in line)
+            else:
+                assert all(0 <= int(c["winrate"]) <= 10000 for c in line)
+                assert all(0 <= int(c["prior"]) <= 10000 for c in line)
+        assert pipe.answer("play b C3") == "="  # the game goes on after the analysis
+        pipe.send("quit")
+        assert pipe.line() == "=" and pipe.proc.wait(30) == 0
+    finally:
+        pipe.close()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("command, grammar", [
+    ("lz-genmove_analyze b 5", LZ_INFO),
+    ("kata-genmove_analyze b interval 5", KATA_INFO),
+])
+def test_genmove_analyze_streams_then_plays(service: str, command: str,
+                                            grammar: re.Pattern[str]) -> None:
+    pipe = GtpPipe(service, "--visits", "48")
+    try:
+        assert pipe.answer("boardsize 9") == "="
+        pipe.send(f"3 {command}")
+        pipe.send("name")  # not an interruption: answered after the move
+        assert pipe.line() == "=3"
+        lines = []
+        while (line := pipe.line()) != "":
+            lines.append(line)
+        *infos, last = lines
+        assert infos, lines  # the search reported while it ran (at least its last report)
+        for line in infos:
+            parse_info_line(line, grammar)
+        played = re.fullmatch(rf"play ({VERTEX})", last)
+        assert played, last
+        best = parse_info_line(infos[-1], grammar)[0]
+        assert played.group(1) == best["move"]  # the final report's best candidate
+        assert sum(int(c["visits"]) for c in parse_info_line(infos[-1], grammar)) <= 48
+        assert pipe.line() == "= movepred" and pipe.line() == ""
+        if played.group(1) != "pass":  # the move was played on the engine's board
+            assert pipe.answer(f"play w {played.group(1)}") == "? illegal move: " \
+                f"{played.group(1)} (occupied)"
+    finally:
+        pipe.close()
+
+
+@pytest.mark.timeout(120)
+def test_analysis_goes_on_past_one_call_with_the_tree(service: str) -> None:
+    """One Analyze call ends at its time limit (the service's 60 s; 0.2 s here): the stream
+    starts the next, which takes over the cached tree, so the visits keep growing."""
+    from services.search.client import SearchClient, go_position
+
+    with SearchClient(service) as client:
+        position = go_position(["D4"], board_size=9)
+
+        def start():  # a streaming gRPC call
+            return client.analyze(position, max_visits=validation.MAX_VISITS, max_time_ms=200,
+                                  report_every_visits=8, max_candidates=5)
+
+        stream = AnalysisStream(start, parse_analyze_args([]), kata_line, "=")
+        deadline = time.monotonic() + 60
+        while stream.calls < 3 and time.monotonic() < deadline and not stream.finished.is_set():
+            time.sleep(0.05)
+        time.sleep(0.3)
+        stream.stop()
+    assert stream.error is None or "CANCELLED" in str(stream.error)
+    assert stream.calls >= 3
+    latest = stream._latest
+    assert latest is not None and latest.reused_visits > 0  # the tree of the call before
+    assert latest.total_visits > latest.reused_visits
+
+
+@pytest.mark.timeout(300)
+def test_genmove_searches_the_clock_budget_and_cleanup_never_passes(service: str) -> None:
+    e = GtpEngine(service, visits=4)
+    try:
+        assert ok(e.handle("boardsize 9")) == ""
+        assert ok(e.handle("time_settings 0 4 1")) == ""  # 4 s a move: the search gets 3.4 s
+        first = ok(e.handle("genmove b"))
+        assert parse_vertex(first, 9) is not None or first == "pass"
+        assert e.last_genmove is not None and e.last_genmove.total_visits > 4  # not --visits
+        assert ok(e.handle("time_settings 0 1 0")) == ""  # no time limit: back to visits
+        assert ok(e.handle("clear_board")) == ""
+        rows = DEAD_WHITE_STONE.splitlines()
+        for y, row in enumerate(reversed(rows)):  # set the position up, alternating with passes
+            for x, glyph in enumerate(row.split()):
+                if glyph != ".":
+                    color = "b" if glyph == "X" else "w"
+                    assert ok(e.handle(f"play {color} {vertex(y * 9 + x, 9)}")) == ""
+        for _ in range(6):
+            move = ok(e.handle("kgs-genmove_cleanup b"))
+            assert move != "pass" or not dead_chains(e.state, WHITE)
+            if not dead_chains(e.state, WHITE):
+                break
+            ok(e.handle("play w pass"))
+    finally:
+        e.close()
 
 
 def _go_match():

@@ -132,7 +132,7 @@ def test_flow_runs_show_their_info_logs_in_prefect(dataset: Path, tmp_path: Path
     assert all(any(w in m for m in messages) for w in wanted), messages
 
     state = train_flow(dataset_dir=str(dataset), repository=str(tmp_path / "repo"),
-                       config=TrainConfig(max_steps=8, batch_size=64),
+                       config=TrainConfig(max_steps=8, batch_size=64, curve_every=2),
                        run_dir=str(tmp_path / "run"),
                        return_state=True)
     # the flow's own lines and the trainer's progress (standard logging, services.*)
@@ -140,3 +140,26 @@ def test_flow_runs_show_their_info_logs_in_prefect(dataset: Path, tmp_path: Path
               "gate passed", "published gomoku_policy v1"]
     messages = _wait_for_logs(state.state_details.flow_run_id, wanted)
     assert all(any(w in m for m in messages) for w in wanted), messages
+    _check_curve_artifacts(tmp_path / "run")
+
+
+def _check_curve_artifacts(run_dir: Path) -> None:
+    """The short run's curve has a point every 2 steps (more than the one evaluation at its
+    end), drawn as a line, and both charts are the run's image artifacts."""
+    import base64
+    import io
+
+    import torch
+    from matplotlib import image
+    from prefect.artifacts import Artifact
+
+    state = torch.load(run_dir / "checkpoint.pt", weights_only=True)["state"]
+    assert [c["step"] for c in state["curve"]] == [2, 4, 6, 8]
+    for key in ("train-curves", "train-stages"):
+        artifact = Artifact.get(key)
+        assert artifact is not None and artifact.type == "image", key
+        assert artifact.data.startswith("data:image/png;base64,")
+        png = base64.b64decode(artifact.data.split(",", 1)[1])
+        assert png == (run_dir / f"{key.split('-')[1]}.png").read_bytes()
+    curves = image.imread(io.BytesIO((run_dir / "curves.png").read_bytes()))
+    assert curves.shape[:2] == (400, 1000)  # 10 x 4 inches at 100 dpi

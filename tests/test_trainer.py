@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import numpy as np
@@ -65,6 +66,10 @@ def test_training_learns_and_reports_metrics(dataset: Path) -> None:
     assert result.history and all({"train", "validation", "test"} <= set(h)
                                   for h in result.history)
     assert m["test"] == result.history[-1]["test"] and m["game"] == "gomoku"
+    # the training-loss curve: a point every curve_every (10) steps, not only per epoch
+    assert [c["step"] for c in result.curve] == list(range(10, 151, 10))
+    losses = [c["loss"] for c in result.curve]
+    assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]
 
 
 @pytest.mark.integration  # trains a network for seconds: too heavy for the unit tier
@@ -76,6 +81,8 @@ def test_killed_run_resumes_to_the_same_result(dataset: Path, tmp_path: Path, mo
     train(dataset, small(model=model, max_steps=25), progress=False, checkpoint=ckpt)
     resumed = train(dataset, small(model=model, max_steps=60), progress=False, checkpoint=ckpt)
     assert resumed.metrics["steps"] == 60
+    # the curve goes on where it stopped: the point at step 30 averages steps 21-30 of both runs
+    assert resumed.curve == straight.curve and len(straight.curve) == 6
     for a, b in zip(straight.model.state_dict().values(), resumed.model.state_dict().values(),
                     strict=True):
         assert torch.equal(a, b)

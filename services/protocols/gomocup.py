@@ -22,6 +22,27 @@ per answer (protocol: https://plastovicka.github.io/protocl2en.htm). Supported:
     END                          exit without an answer
     anything else                UNKNOWN ...
 
+Yixin-Board's analysis extensions (as Rapfi, the open-source brain Yixin-Board drives, answers
+them: github.com/dhbloo/rapfi, Rapfi/command/gomocup.cpp and search/searchoutput.cpp):
+
+    YXBOARD / x,y,field ... / DONE   set the position as BOARD does, without a move; the
+                                 records may also follow YXBOARD on its line
+    YXNBEST n                    search the position and report the n best moves: one
+                                 ``MESSAGE (i) x,y visits V winrate W prior P | x,y x,y ...``
+                                 line per candidate (most visited first; winrate and prior in
+                                 percent, for the side to move; the principal variation after
+                                 the bar), then the best move ``x,y``, which is played as after
+                                 TURN (as Rapfi does; Yixin-Board sends YXBOARD before each)
+    YXSHOWFORBID                 ``FORBID xxyy...xxyy.``: black's forbidden points under renju
+                                 (INFO rule 4) when black is to move, each as two-digit x and y
+                                 (Piskvork coordinates), ``FORBID .`` when there are none
+    YXSHOWINFO                   ``MESSAGE movepred <version>`` and the limits Yixin-Board's
+                                 settings take, ``MESSAGE INFO MAX_THREAD_NUM 1`` and
+                                 ``MESSAGE INFO MAX_HASH_SIZE 0`` (threads and memory are the
+                                 search service's, not the brain's; their INFO keys are stored
+                                 and ignored)
+    YXHASHCLEAR                  ``MESSAGE ...``: the brain keeps no hash table to clear
+
 Coordinates: Piskvork's x is the column from the left and y the row from the TOP, both from 0;
 the service's Point has y from the BOTTOM, so (x, y) <-> (x, 14 - y) on 15x15 (`to_service`,
 `from_service`; the mapping is its own inverse). Only 15x15 is served.
@@ -62,6 +83,7 @@ from typing import Any, TextIO
 
 import grpc
 
+from services.games import renju
 from services.games.coords import index_name
 from services.games.gomoku import BLACK, DEFAULT_SIZE, WHITE, GomokuState, Rule
 from services.protocols.frontend import SearchClientOwner, serve_lines
@@ -78,6 +100,7 @@ MIN_SEARCH_MS = 20
 MAX_SEARCH_MS = 60_000  # the search service's limit
 MAX_RESERVE_MS = 1_000
 MOVES_LEFT_ESTIMATE = 15  # a timed match spends at most time_left / 15 on one move
+MAX_NBEST = 20  # YXNBEST n: at most this many candidates
 
 # INFO rule bits read here; the protocol's others (2 continuous game, 8 Caro) play freestyle
 RULE_EXACT_FIVE, RULE_RENJU = 1, 4
@@ -199,6 +222,7 @@ class Brain(SearchClientOwner):
         self.info: dict[str, str] = {}
         self.finished = False
         self._board: list[tuple[int, int, int]] | None = None  # BOARD records until DONE
+        self._board_moves = True  # BOARD answers a move at DONE, YXBOARD does not
         self._received = time.monotonic()  # when the command being answered came in
         self._games_written = 0
 
@@ -293,7 +317,41 @@ class Brain(SearchClientOwner):
     def _cmd_board(self, param: str) -> list[str]:
         self._require_start()
         self._board = []
+        self._board_moves = True
         return []
+
+    def _cmd_yxboard(self, param: str) -> list[str]:
+        self._require_start()
+        self._board = []
+        self._board_moves = False
+        return self._board_line(param) if param else []
+
+    def _cmd_yxnbest(self, param: str) -> list[str]:
+        self._require_start()
+        values = _parse_ints(param, 1)
+        if values is None or values[0] < 1:
+            raise ProtocolError(f"YXNBEST takes a number of moves >= 1, got {param[:40]!r}")
+        return self._genmove(nbest=min(values[0], MAX_NBEST))
+
+    def _cmd_yxshowforbid(self, param: str) -> list[str]:
+        size = self._require_start()
+        points: list[int] = []
+        if self.rule is Rule.RENJU and len(self.moves) % 2 == 0:  # black to move
+            state = GomokuState.from_moves([], size=size, rule=self.rule,
+                                           setup_black=tuple(self.moves[0::2]),
+                                           setup_white=tuple(self.moves[1::2]))
+            points = sorted(renju.forbidden_points(state.board))
+        cells = "".join("{:02d}{:02d}".format(*from_index(p, size)) for p in points)
+        return [f"FORBID {cells}."]
+
+    def _cmd_yxshowinfo(self, param: str) -> list[str]:
+        from services.protocols.sgf_export import app_version
+
+        return [f"MESSAGE {NAME} {app_version()}", "MESSAGE INFO MAX_THREAD_NUM 1",
+                "MESSAGE INFO MAX_HASH_SIZE 0"]
+
+    def _cmd_yxhashclear(self, param: str) -> list[str]:
+        return ["MESSAGE nothing to clear: the brain keeps no hash table"]
 
     def _cmd_info(self, param: str) -> list[str]:
         key, _, value = param.partition(" ")
@@ -328,17 +386,17 @@ class Brain(SearchClientOwner):
 
     # -- BOARD --
     def _board_line(self, line: str) -> list[str]:
+        """BOARD records: one a line (YXBOARD: several on a line allowed), DONE at the end."""
         assert self._board is not None
-        if not line:
-            return []
-        if line.upper() == "DONE":
-            records, self._board = self._board, None
-            return self._set_board(records)
-        values = _parse_ints(line, 3)
-        if values is None or values[2] not in (OWN, OPPONENT, WINNING_LINE):
-            self._board = None
-            raise ProtocolError(f"x,y,field or DONE expected after BOARD, got {line[:40]!r}")
-        self._board.append((values[0], values[1], values[2]))
+        for word in line.split():
+            if word.upper() == "DONE":
+                records, self._board = self._board, None
+                return self._set_board(records)
+            values = _parse_ints(word, 3)
+            if values is None or values[2] not in (OWN, OPPONENT, WINNING_LINE):
+                self._board = None
+                raise ProtocolError(f"x,y,field or DONE expected after BOARD, got {word[:40]!r}")
+            self._board.append((values[0], values[1], values[2]))
         return []
 
     def _set_board(self, records: list[tuple[int, int, int]]) -> list[str]:
@@ -373,7 +431,7 @@ class Brain(SearchClientOwner):
                 moves.append(white[i])
         self.moves = moves
         self.blocked = blocked
-        return self._genmove()
+        return self._genmove() if self._board_moves else []
 
     # -- helpers --
     def _point(self, param: str) -> int:
@@ -400,7 +458,9 @@ class Brain(SearchClientOwner):
         self.own_color = None
         self._board = None
 
-    def _genmove(self) -> list[str]:
+    def _genmove(self, nbest: int = 0) -> list[str]:
+        """Search and play our move; `nbest` > 0 (YXNBEST) first reports that many
+        candidates as MESSAGE lines."""
         size = self._require_start()
         if len(self.moves) + len(self.blocked) >= size * size:
             raise ProtocolError("the board is full")
@@ -414,6 +474,8 @@ class Brain(SearchClientOwner):
                 max_visits=budget.max_visits,
                 max_time_ms=budget.max_time_ms,
                 timeout=budget.timeout_s,
+                **({"max_candidates": min(size * size, nbest + len(self.blocked))}
+                   if nbest else {}),
             )
         except grpc.RpcError as exc:
             return [self._rpc_error(exc)]
@@ -428,7 +490,7 @@ class Brain(SearchClientOwner):
         self.own_color = BLACK if len(self.moves) % 2 == 0 else WHITE
         self.moves.append(point)
         px, py = from_index(point, size)
-        out = []
+        out = self._nbest_lines(r, nbest) if nbest else []
         if self.debug:
             out.append(
                 f"DEBUG {index_name(point, size)} visits {r.visits}/{r.total_visits} "
@@ -436,6 +498,23 @@ class Brain(SearchClientOwner):
             )
         out.append(f"{px},{py}")
         return out
+
+    def _nbest_lines(self, r: Any, nbest: int) -> list[str]:
+        """YXNBEST's MESSAGE lines: the search's candidates off the winning-line squares."""
+        size = SIZE
+        lines = []
+        for c in r.candidates:
+            if c.move.y * size + c.move.x in self.blocked:
+                continue
+            x, y = from_service(c.move.x, c.move.y, size)
+            pv = " ".join("{},{}".format(*from_service(m.x, m.y, size))
+                          for m in c.principal_variation)
+            winrate = 50.0 * (1.0 + c.value)
+            lines.append(f"MESSAGE ({len(lines) + 1}) {x},{y} visits {c.visits} "
+                         f"winrate {winrate:.1f} prior {100.0 * c.prior:.1f} | {pv}")
+            if len(lines) == nbest:
+                break
+        return lines
 
     def _unblocked_choice(self, r: Any, history: list[tuple[int, int]]) -> int:
         """The most visited candidate off the winning-line squares, else the policy's best."""

@@ -24,6 +24,22 @@ The controller writes commands to stdin, one a line; every answer is ``= result`
     final_score             area score of the current position with komi: B+3.5, W+0.5 or 0;
                             stones are all counted alive (no dead-stone removal), so score
                             finished games (or ask an engine that removes dead stones)
+    time_settings M B S     main time, byo-yomi time and stones (seconds; GTP's Canadian
+                            byo-yomi); genmove then searches for a time budget derived from
+                            them and time_left (`services.protocols.gtp_clock`) instead of
+                            --visits; time_settings 0 1 0 (no time limit) goes back to visits
+    time_left COLOR T S     the time (and byo-yomi stones) COLOR has left
+    kgs-genmove_cleanup C   genmove that never passes while opponent stones it judges dead
+                            remain (`services.protocols.go_cleanup`): KGS's clean-up phase
+    lz-analyze, kata-analyze, analyze [COLOR] [INTERVAL] [KEY VALUE...]
+                            live analysis for Lizzie and Sabaki: ``=`` and then one ``info
+                            move ... visits ... winrate ... prior ... pv ...`` line every
+                            INTERVAL centiseconds until the next input line, which ends the
+                            answer (empty line) and is then processed as a command; formats
+                            and their sources in `services.protocols.gtp_analysis`
+    lz-genmove_analyze, kata-genmove_analyze, genmove_analyze COLOR [INTERVAL] [KEY VALUE...]
+                            the same lines while COLOR's move is searched with genmove's
+                            budget, then ``play VERTEX`` (played); input waits for its end
 
 The engine keeps the game as a list of (colour, vertex) and replays it with the rules engine
 (`services.games.go.GoState`: captures, suicide illegal, simple ko), so illegal moves are
@@ -41,8 +57,12 @@ Failures never end the engine: an unreachable service answers
 from __future__ import annotations
 
 import argparse
+import queue
 import sys
+import threading
+import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, TextIO
 
 import grpc
@@ -57,8 +77,21 @@ from services.games.go_game import (
     parse_vertex,
     vertex,
 )
-from services.protocols.frontend import SearchClientOwner, serve_lines
+from services.protocols.frontend import SearchClientOwner
+from services.protocols.go_cleanup import capture_move
+from services.protocols.gtp_analysis import (
+    FORMATS,
+    GENMOVE_FORMATS,
+    REPORT_EVERY_VISITS,
+    AnalysisStream,
+    AnalyzeArgsError,
+    parse_analyze_args,
+    run_stream,
+    run_to_end,
+)
+from services.protocols.gtp_clock import ClockError, GtpClock
 from services.search import auth
+from services.search.validation import MAX_TIME_MS, MAX_VISITS
 
 NAME = "movepred"
 DEFAULT_TARGET = "127.0.0.1:50051"
@@ -79,7 +112,17 @@ COMMANDS = (
     "undo",
     "showboard",
     "final_score",
+    "time_settings",
+    "time_left",
+    "kgs-genmove_cleanup",
+    "lz-analyze",
+    "kata-analyze",
+    "analyze",
+    "lz-genmove_analyze",
+    "kata-genmove_analyze",
+    "genmove_analyze",
 )
+FIRST_REPORT_WAIT_S = 10.0  # an analysis that fails at once answers "?" instead of "="
 _COLORS = {"b": BLACK, "black": BLACK, "w": WHITE, "white": WHITE}
 
 Move = tuple[int, int | None]  # (colour, point or None for a pass)
@@ -207,14 +250,16 @@ class GtpEngine(SearchClientOwner):
         self.states: list[GoState] = [GoState(self.size)]
         self.finished = False
         self.last_genmove: search_pb2.GenMoveResponse | None = None
+        self.clock = GtpClock()
 
     @property
     def state(self) -> GoState:
         return self.states[-1]
 
     # -- dispatch --
-    def handle(self, line: str) -> str | None:
-        """Answer one input line; never raises."""
+    def handle(self, line: str) -> str | AnalysisStream | None:
+        """Answer one input line; never raises. An analysis command answers a running
+        `AnalysisStream` (see `serve` and `gtp_analysis.run_stream` for its response)."""
         text = _preprocess(line)
         if not text:
             return None
@@ -228,7 +273,9 @@ class GtpEngine(SearchClientOwner):
         try:
             if command not in COMMANDS:
                 raise GtpError("unknown command")
-            result = getattr(self, f"cmd_{command}")(args)
+            if command in FORMATS or command in GENMOVE_FORMATS:
+                return self._analyze(command, args, ident)
+            result = getattr(self, f"cmd_{command.replace('-', '_')}")(args)
         except GtpError as exc:
             return f"?{ident} {_one_line(exc)}\n\n"
         except Exception as exc:  # the engine must outlive anything
@@ -298,19 +345,28 @@ class GtpEngine(SearchClientOwner):
     def cmd_genmove(self, args: list[str]) -> str:
         if len(args) != 1:
             raise GtpError("syntax error: genmove takes a colour")
-        color = parse_color(args[0])
-        position = build_position(self.history, self.states, color, self.komi)
+        return self._genmove(parse_color(args[0]), cleanup=False)
+
+    def cmd_kgs_genmove_cleanup(self, args: list[str]) -> str:
+        if len(args) != 1:
+            raise GtpError("syntax error: kgs-genmove_cleanup takes a colour")
+        return self._genmove(parse_color(args[0]), cleanup=True)
+
+    def cmd_time_settings(self, args: list[str]) -> str:
         try:
-            reply = self._client_or_new().genmove(
-                position, max_visits=self.visits, max_time_ms=self.time_ms,
-                timeout=self.timeout_s,
-            )
-        except grpc.RpcError as exc:
-            raise GtpError(self._rpc_error(exc)) from exc
-        point = None if reply.move.is_pass else reply.move.y * self.size + reply.move.x
-        self._play(color, point)
-        self.last_genmove = reply
-        return vertex(point, self.size)
+            self.clock.settings(args)
+        except ClockError as exc:
+            raise GtpError(str(exc)) from exc
+        return ""
+
+    def cmd_time_left(self, args: list[str]) -> str:
+        if not args:
+            raise GtpError("syntax error: time_left takes a colour, a time and stones")
+        try:
+            self.clock.time_left(parse_color(args[0]), args[1:])
+        except ClockError as exc:
+            raise GtpError(str(exc)) from exc
+        return ""
 
     def cmd_undo(self, args: list[str]) -> str:
         if not self.history:
@@ -329,6 +385,79 @@ class GtpEngine(SearchClientOwner):
         return score_text(self.state.score(self.komi))
 
     # -- helpers --
+    def search_budget(self, color: int) -> tuple[int, int, float | None]:
+        """(max_visits, max_time_ms, timeout) of `color`'s next genmove: the clock's time
+        budget when time_settings set a limit, else the engine's visits / time."""
+        empty = self.state.cells.count(0)
+        ms = self.clock.search_ms(color, empty)
+        if ms is None:
+            return self.visits, self.time_ms, self.timeout_s
+        return 0, ms, self.timeout_s if self.timeout_s is not None else ms / 1000 + 10
+
+    def _genmove(self, color: int, *, cleanup: bool) -> str:
+        position = build_position(self.history, self.states, color, self.komi)
+        visits, time_ms, timeout = self.search_budget(color)
+        started = time.monotonic()
+        try:
+            reply = self._client_or_new().genmove(
+                position, max_visits=visits, max_time_ms=time_ms, timeout=timeout,
+            )
+        except grpc.RpcError as exc:
+            raise GtpError(self._rpc_error(exc)) from exc
+        finally:
+            self.clock.spent(color, time.monotonic() - started)
+        point = None if reply.move.is_pass else reply.move.y * self.size + reply.move.x
+        if cleanup and point is None:
+            point = capture_move(self.state, color)
+        self._play(color, point)
+        self.last_genmove = reply
+        return vertex(point, self.size)
+
+    def _analyze(self, command: str, args: list[str], ident: str) -> AnalysisStream:
+        """An analysis (until the next input line) or, for a genmove_analyze, the search of a
+        move with the genmove's budget (`genmove_move` then plays its result)."""
+        try:
+            request = parse_analyze_args(args)
+        except AnalyzeArgsError as exc:
+            raise GtpError(str(exc)) from exc
+        color = parse_color(request.color) if request.color else self.state.to_move
+        position = build_position(self.history, self.states, color, self.komi)
+        client = self._client_or_new()
+        genmove = command in GENMOVE_FORMATS
+        visits, time_ms, timeout = (self.search_budget(color) if genmove
+                                    else (MAX_VISITS, MAX_TIME_MS, None))
+
+        def start() -> Any:
+            return client.analyze(
+                position, max_visits=visits, max_time_ms=time_ms, timeout=timeout,
+                report_every_visits=REPORT_EVERY_VISITS, max_candidates=request.candidates,
+            )
+
+        formatter = GENMOVE_FORMATS[command] if genmove else FORMATS[command]
+        stream = AnalysisStream(start, request, formatter, f"={ident}", continued=not genmove,
+                                move_color=color if genmove else 0)
+        stream.started.wait(FIRST_REPORT_WAIT_S)
+        if stream.error is not None and not stream.has_report:
+            stream.stop()
+            raise GtpError(self._rpc_error(stream.error))
+        return stream
+
+    def genmove_move(self, stream: AnalysisStream,
+                     report: search_pb2.AnalyzeResponse | None) -> str:
+        """The end of a genmove_analyze: play the final report's best candidate (a pass when
+        the search reported none) and answer its vertex."""
+        color = stream.move_color
+        self.clock.spent(color, time.monotonic() - stream.started_at)
+        best = report.candidates[0] if report is not None and report.candidates else None
+        point = (None if best is None or best.move.is_pass
+                 else best.move.y * self.size + best.move.x)
+        try:
+            self._play(color, point)
+        except GtpError:  # the position changed under the search: not expected; pass
+            self._play(color, None)
+            point = None
+        return vertex(point, self.size)
+
     def _clear(self) -> None:
         self.history = []
         self.states = [GoState(self.size)]
@@ -354,13 +483,38 @@ class GtpEngine(SearchClientOwner):
 
 
 def serve(engine: GtpEngine, stdin: TextIO, stdout: TextIO) -> int:
-    """Answer commands until `quit` or the end of input; every answer is flushed at once."""
+    """Answer commands until `quit` or the end of input; every answer is flushed at once.
 
-    def answers(line: str) -> list[str]:
-        answer = engine.handle(line)
-        return [] if answer is None else [answer]
+    A thread reads stdin into a queue, so that a running analysis can be stopped by whatever
+    line comes next (that line is then answered as a command)."""
+    lines: queue.Queue[str | None] = queue.Queue()
 
-    return serve_lines(engine, stdin, stdout, answers)
+    def read() -> None:
+        for line in iter(stdin.readline, ""):
+            lines.put(line)
+        lines.put(None)
+
+    def write(text: str) -> None:
+        stdout.write(text)
+        stdout.flush()
+
+    threading.Thread(target=read, name="gtp-stdin", daemon=True).start()
+    carried: list[str | None] = []  # the line that ended an analysis, answered next
+    try:
+        while not engine.finished:
+            line = carried.pop() if carried else lines.get()
+            if line is None:
+                break
+            answer = engine.handle(line)
+            if isinstance(answer, AnalysisStream) and answer.move_color:
+                run_to_end(answer, write, partial(engine.genmove_move, answer))
+            elif isinstance(answer, AnalysisStream):
+                carried.append(run_stream(answer, lines, write))
+            elif answer:
+                write(answer)
+    finally:
+        engine.close()
+    return 0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -103,17 +103,21 @@ def init_process_group(device: str, rank: int, world: int, timeout_s: float) -> 
 
 
 def write_outputs(result: TrainResult, dataset_dir: Path, run_dir: Path) -> dict:
-    """Rank 0's files: metrics.json and the TorchScript export checked against the eager model
-    on random inputs and real validation positions."""
+    """Rank 0's files: metrics.json (with the training-loss curve), curves.png and the
+    TorchScript export checked against the eager model on random inputs and real validation
+    positions."""
     from services.dataset.shards import read_split
     from services.models.export import export_torchscript
+    from services.trainer.plots import plot_curves
 
     game, size = dataset_game(dataset_dir, "validation")
     boards = read_split(dataset_dir, "validation")[0][:CHECK_ROWS]
     diff = export_torchscript(result.model, run_dir / MODEL_FILE, board_size=size, game=game,
                               boards=boards)
-    summary = {**result.summary(), "export_max_abs_diff": diff, "history": result.history}
+    summary = {**result.summary(), "export_max_abs_diff": diff, "history": result.history,
+               "curve": result.curve}
     (run_dir / METRICS).write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    plot_curves(result.history, run_dir / "curves.png", result.curve)
     return summary
 
 

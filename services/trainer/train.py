@@ -107,6 +107,8 @@ class TrainConfig:
     train_eval_rows: int = setting(4096, "train metrics on a fixed sample of this many rows")
     checkpoint_every: int = setting(0, "steps between mid-epoch checkpoints (0: only at epoch "
                                        "ends)")
+    curve_every: int = setting(10, "steps between points of the training-loss curve (each the "
+                                   "mean mini-batch loss since the last; 0: no curve)")
     shuffle_buffer: int = setting(65536, "rows held by the streaming loader's shuffle buffer")
     num_threads: int = setting(
         DEFAULT_THREADS, f"torch intra-op threads (default {DEFAULT_THREADS}: one thread per "
@@ -136,6 +138,8 @@ class TrainResult:
     config: TrainConfig
     metrics: dict = field(default_factory=dict)
     history: list[dict] = field(default_factory=list)
+    # {"step", "loss"} every `curve_every` steps: the mean mini-batch loss since the last point
+    curve: list[dict] = field(default_factory=list)
 
     def summary(self) -> dict:
         return {"config": asdict(self.config), "metrics": self.metrics}
@@ -379,7 +383,10 @@ class _Run:
                 self.model, device_ids=[torch.device(config.device).index] if cuda else None)
         self.step = make_step(stepped, self.optimizer, self.scheduler, config)
         self.state: dict = {"epoch": 0, "step": 0, "best_val_loss": float("inf"),
-                            "bad_epochs": 0, "stopped": "", "loader": None}
+                            "bad_epochs": 0, "stopped": "", "loader": None, "curve": []}
+        # the losses since the last curve point, summed on the device (no host sync a step)
+        self._curve_sum: torch.Tensor | None = None
+        self._curve_steps = 0
         self.history: list[dict] = []
         self.report = log.info if progress and rank == 0 else log.debug
         self.batches: ShardStream | ShardLoader = stream
@@ -396,6 +403,12 @@ class _Run:
                                                        self.optimizer, self.scheduler,
                                                        self.config)
             self.state["stopped"] = ""  # a budget that stopped the last run may have been raised
+            self.state.setdefault("curve", [])  # a checkpoint of a version without the curve
+            partial, steps = self.state.get("curve_partial", [0.0, 0])
+            if steps:
+                self._curve_sum = torch.tensor(partial, dtype=torch.float32,
+                                               device=self.config.device)
+                self._curve_steps = steps
             loader_state = _restore_loader(self.state, self.rank, self.world, self.stream)
         self.batches = batch_source(self.stream, self.config)
         if loader_state:
@@ -437,6 +450,9 @@ class _Run:
         if self.checkpoint is None:
             return
         state = self.state
+        # the losses since the last curve point, so a resumed run draws the same curve
+        state["curve_partial"] = [0.0 if self._curve_sum is None else float(self._curve_sum),
+                                  self._curve_steps]
         if self.world == 1:
             state["loader"] = self.batches.state_dict()
             state.pop("rank_loaders", None)  # of a distributed run this one resumed
@@ -492,6 +508,20 @@ class _Run:
                     f"/{self.limit}" if self.limit else "", state["epoch"], loss.item(),
                     self.seen * self.world / max(elapsed, 1e-9))
 
+    def _curve_point(self, loss: torch.Tensor) -> None:
+        """Add the step's loss to the running sum; every `curve_every` steps append the mean
+        since the last point to the curve (one host sync per point, none per step)."""
+        every = self.config.curve_every
+        if not every:
+            return
+        loss = loss.detach()
+        self._curve_sum = loss if self._curve_sum is None else self._curve_sum + loss
+        self._curve_steps += 1
+        if self.state["step"] % every == 0:
+            self.state["curve"].append({"step": self.state["step"],
+                                        "loss": float(self._curve_sum) / self._curve_steps})
+            self._curve_sum, self._curve_steps = None, 0
+
     def run_epoch(self) -> bool:
         """Step through one epoch, or its rest; True when it ended (not stopped by a budget)."""
         config, state = self.config, self.state
@@ -505,6 +535,7 @@ class _Run:
             self.done += 1
             self.seen += len(m_t)
             self._progress(loss)
+            self._curve_point(loss)
             if config.checkpoint_every and state["step"] % config.checkpoint_every == 0:
                 self.save()
             state["stopped"] = self._over_budget()
@@ -571,7 +602,8 @@ class _Run:
                     metrics["samples_per_s"])
         self.model.eval()
         return TrainResult(model=self.model.to(memory_format=torch.contiguous_format),
-                           config=self.config, metrics=metrics, history=self.history)
+                           config=self.config, metrics=metrics, history=self.history,
+                           curve=list(state["curve"]))
 
 
 def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
