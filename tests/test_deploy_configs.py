@@ -1173,3 +1173,74 @@ def test_deployments_restate_no_setting_default(monkeypatch: pytest.MonkeyPatch)
             if field.name != "port" and settings.flag_of(field) in search_argv:
                 assert getattr(args, field.name) != field.default, (
                     f"{where} restates the default of {settings.flag_of(field)}")
+
+
+# ------------------------------------------------------------- Prefect server and worker
+def _schedules_args(argv: list[str], where: str) -> Any:
+    """The worker's command line, parsed by flows.schedules' own parser (a shell's glob stands
+    for archive names)."""
+    from flows.schedules import build_parser
+
+    if argv[:2] == ["sh", "-c"]:
+        argv = shlex.split(argv[2].replace("/data/archives/*", "/data/archives/a.tar.gz"))
+        argv = argv[1:] if argv[0] == "exec" else argv
+    assert argv[:3] == ["python", "-m", "flows.schedules"], where
+    argv = [a.replace('"$DASK_ADDRESS"', "tcp://dask-scheduler:8786").replace(
+        "$DASK_ADDRESS", "tcp://dask-scheduler:8786") for a in argv[3:]]
+    return build_parser().parse_args(argv)
+
+
+def test_compose_prefect_server_and_schedules_worker() -> None:
+    services = compose()["services"]
+    prefect, worker = services["prefect"], services["schedules"]
+    assert prefect["command"][:3] == ["prefect", "server", "start"]
+    args = _schedules_args(worker["command"], "compose schedules")
+    assert args.train_cron and args.out == "/data/dataset" and args.repository == "/models"
+    assert worker["environment"]["PREFECT_API_URL"] == "http://prefect:4200/api"
+    assert worker["depends_on"]["prefect"]["condition"] == "service_healthy"
+    assert worker["image"] == services["search"]["image"]  # the movepred image
+    targets = {v["target"] for v in worker["volumes"]}
+    assert {args.out, args.repository} <= targets
+    assert not worker.get("ports")
+
+
+def test_k8s_prefect_server_and_schedules_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    server = k8s_object("Deployment", "prefect")
+    container = only_container(server)
+    assert container["command"][:3] == ["prefect", "server", "start"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/api/health"
+    service = k8s_object("Service", "prefect")
+    assert _selects({"matchLabels": service["spec"]["selector"]},
+                    server["spec"]["template"]["metadata"]["labels"])
+    assert [p["port"] for p in service["spec"]["ports"]] == [4200]
+    k8s_object("PersistentVolumeClaim", "prefect-data")
+
+    worker = k8s_object("Deployment", "movepred-schedules")
+    assert worker["spec"]["replicas"] == 1
+    container = only_container(worker)
+    args = _schedules_args(container["command"], "k8s movepred-schedules")
+    assert args.train_cron and args.dask_address == "tcp://dask-scheduler:8786"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["PREFECT_API_URL"] == "http://prefect:4200/api"
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"]
+              for v in worker["spec"]["template"]["spec"]["volumes"]}
+    assert claims[mounts["/data"]] == "movepred-data"
+    assert claims[mounts[args.repository]] == "model-repository"
+    assert args.out.startswith("/data/")
+    # the CronJob doing the same ingest is suspended: never two ingests into one dataset
+    assert k8s_object("CronJob", "movepred-ingest")["spec"]["suspend"] is True
+    labels = worker["spec"]["template"]["metadata"]["labels"]
+    assert labels.get("movepred.io/dask-client") == "true"
+
+
+def test_servicemonitors_select_the_metrics_ports() -> None:
+    monitors = load_yaml_docs(K8S / "monitoring" / "servicemonitors.yaml")
+    assert {m["metadata"]["name"] for m in monitors} == {"triton", "movepred-search"}
+    for monitor in monitors:
+        assert monitor["kind"] == "ServiceMonitor"
+        service = k8s_object("Service", monitor["metadata"]["name"])
+        assert _selects(monitor["spec"]["selector"], service["metadata"]["labels"])
+        names = {p["name"] for p in service["spec"]["ports"]}
+        assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["metrics"]
+        assert "metrics" in names

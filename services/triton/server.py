@@ -995,11 +995,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         replace_orphan=args.replace_orphan,
         metrics_port=args.metrics_port,
     )
+    def interrupt_start(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    # SIGTERM while the models load (`movepred stop`, docker stop) must stop the server too:
+    # the default action would end this process and leave its tritonserver orphaned
+    starting = {sig: signal.signal(sig, interrupt_start) for sig in (signal.SIGINT,
+                                                                     signal.SIGTERM)}
     try:
         server.start()
     except (TritonServerError, FileNotFoundError) as exc:
         log.error("%s", exc)
         return 1
+    except KeyboardInterrupt as exc:
+        server.stop(grace_s=3.0)  # start() stopped it already; idempotent
+        log.info("stopped during start-up (%s)", exc or "SIGINT")
+        return 1
+    finally:
+        for sig, handler in starting.items():
+            signal.signal(sig, handler)
     log.info("tritonserver ready in %.2f s (pid %s, process group %s): gRPC %s, HTTP "
              "http://%s, metrics %s, log %s", server.startup_time_s or 0.0, server.pid,
              server.pid, server.grpc_url, server.http_url, server.metrics_url, server.log_path)
