@@ -211,7 +211,7 @@ def export_and_publish(result: TrainResult, repository: str, model_name: str,
             metadata["smoke_positions"] = {"file": SMOKE_POSITIONS_FILE, "rows": len(moves),
                                            "top1": top1}
             extra_files[SMOKE_POSITIONS_FILE] = positions
-        source = f"train run {Path(run_dir).resolve()}" if run_dir else "train flow"
+        source = f"train run {Path(run_dir).resolve()}" if run_dir else "trainer"
         return publish(model_file, Path(repository), model_name, metadata=metadata,
                        extra_files=extra_files, source=source)
 

@@ -139,6 +139,12 @@ def _num(value: Any, digits: int = 3) -> str:
     return f"{value:.{digits}f}" if isinstance(value, (int, float)) else "-"
 
 
+def _stage_start(label: str) -> int:
+    """The first ply of a stage label ("0-9", "100+"), for ordering (JSON keys are sorted)."""
+    digits = label.split("-")[0].rstrip("+")
+    return int(digits) if digits.isdigit() else 1 << 30
+
+
 def render(meta: dict[str, Any]) -> list[str]:
     """The card of one version's metadata as text lines (fields it lacks say so)."""
     lines = [f"model card: {meta.get('model_name', '?')} v{meta.get('version', '?')}, "
@@ -153,7 +159,9 @@ def render(meta: dict[str, Any]) -> list[str]:
         lines.append(f"  model config: {(meta.get('config') or {}).get('model', 'not recorded')}")
     data = meta.get("dataset")
     if data:
-        rows = ", ".join(f"{s} {n:,}" for s, n in data.get("rows", {}).items())
+        counts = data.get("rows", {})
+        order = [s for s in _splits() if s in counts] + sorted(set(counts) - set(_splits()))
+        rows = ", ".join(f"{s} {counts[s]:,}" for s in order)
         lines.append(f"  dataset: {data.get('path')} ({data.get('game')}), manifest sha256 "
                      f"{str(data.get('manifest_sha256'))[:12]}, rows: {rows}")
     else:
@@ -163,8 +171,8 @@ def render(meta: dict[str, Any]) -> list[str]:
                  + (" (uncommitted changes)" if code.get("dirty") else ""))
     recipe = meta.get("config")
     if isinstance(recipe, dict):
-        keys = ("model", "batch_size", "lr", "lr_schedule", "max_steps", "max_epochs",
-                "max_seconds", "seed", "augment", "value_weight")
+        keys = ("model", "batch_size", "learning_rate", "lr_schedule", "max_steps",
+                "max_epochs", "max_seconds", "seed", "augment", "value_weight")
         shown = ", ".join(f"{k} {recipe[k]}" for k in keys if recipe.get(k) not in (None, ""))
         lines.append(f"  recipe (TrainConfig): {shown}")
     else:
@@ -185,8 +193,9 @@ def render(meta: dict[str, Any]) -> list[str]:
                          f"{m.get('n', '-')}{value}")
             stages = m.get("top1_by_stage") or {}
             if stages:
-                lines.append("      top-1 by stage: " + ", ".join(
-                    f"{stage} {_pct(s.get('top1'))}" for stage, s in stages.items()))
+                lines.append("      top-1 by stage (plies): " + ", ".join(
+                    f"{stage} {_pct(stages[stage].get('top1'))}"
+                    for stage in sorted(stages, key=_stage_start)))
         for key in others:
             lines.append(f"    {key}: " + ", ".join(f"{k} {v}" for k, v in metrics[key].items()))
     else:
