@@ -1,6 +1,12 @@
 """The monitoring pieces in deploy/: Prometheus scrape configs, Grafana provisioning and the
 dashboard JSON.
 
+* the dashboard loads into Grafana's own typed model of the dashboard schema (the
+  grafana-foundation-sdk generated from Grafana 11.3's schema, the Grafana version compose runs,
+  with its panel and datasource plugins registered: timeseries and table options, Prometheus
+  queries) and encodes back with every field and value it had: a field the schema does not
+  know, at any level, would be dropped on the way and fail the comparison (a control checks
+  that);
 * the dashboard passes the checks of Grafana's dashboard JSON model (the "Dashboard kind"
   schema reference, grafana/grafana docs/sources/developers/kinds/core/dashboard/
   schema-reference.md): `schemaVersion` present; panels with a non-empty `type` among the core
@@ -67,6 +73,59 @@ def provisioned_datasource() -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------- schema
+def grafana_round_trip(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` decoded into grafana-foundation-sdk's Dashboard (Grafana's schema, with the core
+    panel and datasource plugins) and encoded back to JSON."""
+    from grafana_foundation_sdk.cog import plugins
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.models.dashboard import Dashboard
+
+    plugins.register_default_plugins()
+    return json.loads(json.dumps(Dashboard.from_json(data), cls=JSONEncoder))
+
+
+def lost(original: Any, decoded: Any, path: str = "") -> list[str]:
+    """Paths of `original` that `decoded` lacks or holds differently (the schema's defaults it
+    adds, e.g. a panel's ``transparent: false``, are not losses)."""
+    if isinstance(original, dict):
+        if not isinstance(decoded, dict):
+            return [path or "/"]
+        return [p for k, v in original.items()
+                for p in ([f"{path}/{k}"] if k not in decoded else lost(v, decoded[k],
+                                                                         f"{path}/{k}"))]
+    if isinstance(original, list):
+        if not isinstance(decoded, list) or len(decoded) != len(original):
+            return [path]
+        return [p for i, (a, b) in enumerate(zip(original, decoded, strict=True))
+                for p in lost(a, b, f"{path}[{i}]")]
+    return [] if original == decoded else [path]
+
+
+def test_dashboard_loads_in_grafanas_schema_unchanged() -> None:
+    from importlib.metadata import version
+
+    import grafana_foundation_sdk.models.prometheus as prometheus
+    import grafana_foundation_sdk.models.timeseries as timeseries
+    from grafana_foundation_sdk.models.dashboard import Dashboard
+
+    assert version("grafana-foundation-sdk").endswith("!11.3.0")  # compose's Grafana 11.3.0
+    compose = yaml.safe_load(COMPOSE.read_text())["services"]
+    assert compose["grafana"]["image"].endswith(":11.3.0}")
+    data = dashboard()
+    assert lost(data, grafana_round_trip(data)) == []
+    typed = Dashboard.from_json(data)
+    graphs = [p for p in typed.panels or [] if getattr(p, "type_val", "") == "timeseries"]
+    assert graphs and all(isinstance(p.options, timeseries.Options) for p in graphs)
+    assert all(isinstance(t, prometheus.Dataquery) for p in graphs for t in p.targets or [])
+    # control: a misspelt field anywhere is not part of the schema and does not come back
+    for where in ("dashboard", "panel", "target", "options"):
+        broken = json.loads(json.dumps(data))
+        graph = next(p for p in broken["panels"] if p["type"] == "timeseries")
+        {"dashboard": broken, "panel": graph, "target": graph["targets"][0],
+         "options": graph["options"]}[where]["refreshh"] = "1s"
+        assert lost(broken, grafana_round_trip(broken)) != [], where
+
+
 def test_dashboard_follows_grafanas_dashboard_model() -> None:
     dash = dashboard()
     assert isinstance(dash["schemaVersion"], int) and 36 <= dash["schemaVersion"] < 2 ** 16
