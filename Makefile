@@ -6,10 +6,13 @@ export PREFECT_HOME ?= $(CURDIR)/.prefect
 TRITON_GRPC_PORT ?= 8001
 TRITON_HTTP_PORT ?= 8000
 SEARCH_PORT      ?= 50051
+# Prometheus metrics, on 127.0.0.1 (deploy/prometheus/prometheus-local.yml scrapes these)
+TRITON_METRICS_PORT ?= 8002
+SEARCH_METRICS_PORT ?= 50053
 TRITON_GRPC ?= 127.0.0.1:$(TRITON_GRPC_PORT)
 SEARCH      ?= 127.0.0.1:$(SEARCH_PORT)
 
-.PHONY: setup demo test test-fast lint sample ingest schedule prefect-server train triton serve predict genmove \
+.PHONY: setup demo test test-fast lint sample ingest schedule prefect-server train triton serve predict genmove status stop \
         web proto bench faults clean
 
 setup:            ## virtualenv with pinned dependencies + generated gRPC code
@@ -42,11 +45,14 @@ ingest: setup     ## run the ingest flow: make ingest SOURCES="a.rif b.rif" [DAS
 
 schedule: setup   ## serve the ingest flow on CRON (default nightly 03:00 UTC), foreground
 	PREFECT_API_URL=$${PREFECT_API_URL:-http://127.0.0.1:$(PREFECT_PORT)/api} \
+	    $(PY) -m services.processes exec --name schedules -- \
 	    $(PY) -m flows.schedules $(SOURCES) $(if $(CRON),--cron "$(CRON)") \
 	    $(if $(DASK),--dask-address $(DASK))
 
 prefect-server: setup  ## Prefect API + UI on http://127.0.0.1:$(PREFECT_PORT), state in .prefect/, foreground
-	$(VENV)/bin/prefect server start --host 127.0.0.1 --port $(PREFECT_PORT)
+	$(PY) -m services.processes exec --name prefect --port api=$(PREFECT_PORT) \
+	    --health http://127.0.0.1:$(PREFECT_PORT)/api/health -- \
+	    $(VENV)/bin/prefect server start --host 127.0.0.1 --port $(PREFECT_PORT)
 
 train: setup      ## train, publish the next version into model_repository/, roll it out on Triton [STEPS=N TRAIN_SECONDS=S THREADS=N]
 	$(PY) -m flows.train --triton-url $(TRITON_GRPC) $(if $(STEPS),--steps $(STEPS)) \
@@ -54,10 +60,11 @@ train: setup      ## train, publish the next version into model_repository/, rol
 
 triton: setup     ## start Triton on model_repository/ (foreground): every model on its rolled-out version [TRITON_ARGS=--replace-orphan]
 	$(PY) -m services.triton.server --repository model_repository --grpc-port $(TRITON_GRPC_PORT) \
-	    --http-port $(TRITON_HTTP_PORT) $(TRITON_ARGS)
+	    --http-port $(TRITON_HTTP_PORT) --metrics-port $(TRITON_METRICS_PORT) $(TRITON_ARGS)
 
 serve: setup      ## start the gRPC search service (foreground)
-	$(PY) -m services.search.server --port $(SEARCH_PORT) --triton-url $(TRITON_GRPC)
+	$(PY) -m services.search.server --port $(SEARCH_PORT) --triton-url $(TRITON_GRPC) \
+	    --metrics-port $(SEARCH_METRICS_PORT)
 
 predict: setup    ## make predict MOVES="h8 h9 i8"
 	$(PY) -m services.cli predict --target $(SEARCH) $(MOVES)
@@ -65,10 +72,18 @@ predict: setup    ## make predict MOVES="h8 h9 i8"
 WEB_PORT ?= 8080
 
 web: setup        ## the web board on http://127.0.0.1:$(WEB_PORT) over the search service (foreground) [WEB_ARGS=--token-file FILE]
-	$(PY) -m services.web --port $(WEB_PORT) --target $(SEARCH) $(WEB_ARGS)
+	$(PY) -m services.processes exec --name web --port web=$(WEB_PORT) \
+	    --health http://127.0.0.1:$(WEB_PORT)/api/status -- \
+	    $(PY) -m services.web --port $(WEB_PORT) --target $(SEARCH) $(WEB_ARGS)
 
 genmove: setup    ## make genmove MOVES="h8 h9 i8" VISITS=400
 	$(PY) -m services.cli genmove --target $(SEARCH) --visits $(or $(VISITS),400) $(MOVES)
+
+status: setup     ## what runs here (Triton, search service, Prefect, ...): pid, ports, uptime, health
+	$(PY) -m services.cli status
+
+stop: setup       ## stop what runs here: SIGTERM, then SIGKILL after 10 s [NAMES="search triton"]
+	$(PY) -m services.cli stop $(NAMES)
 
 bench: setup      ## benchmarks; figures go into docs/benchmarks.md by hand, with the machine
 	$(PY) benchmarks/serving.py --triton-env OMP_WAIT_POLICY=PASSIVE

@@ -185,18 +185,24 @@ def smoke_rows(dataset_dir: str, rows: int = SMOKE_ROWS) -> tuple | None:
 
 @task
 def export_and_publish(result: TrainResult, repository: str, model_name: str,
-                       dataset_dir: str) -> int:
+                       dataset_dir: str, decision: gate.GateDecision | None = None,
+                       run_dir: str | None = None) -> int:
     """Export, verify against the eager model, then publish atomically as the next version,
     with real validation positions (``smoke_positions.npz``) and the model's top-1 on them,
-    for the rollout's smoke test."""
+    for the rollout's smoke test, and the model card (`services.triton.model_card`: dataset
+    manifest hash and rows, code commit, recipe, metrics, the gate's `decision`)."""
     import torch
 
     from services.trainer.metrics import evaluate
+    from services.triton.model_card import build_card
 
+    card = build_card(config_name=result.config.model, model=result.model,
+                      dataset_dir=dataset_dir, recipe=result.config, metrics=result.metrics,
+                      metrics_source="the training run's final evaluation", gate=decision)
     with tempfile.TemporaryDirectory() as tmp:
         model_file = Path(tmp) / "model.pt"
         diff = _export(result, model_file, dataset_dir)
-        metadata = {**result.summary(), "export_max_abs_diff": diff}
+        metadata = {**result.summary(), **card, "export_max_abs_diff": diff}
         extra_files = {}
         rows = smoke_rows(dataset_dir)
         if rows is not None:
@@ -208,8 +214,9 @@ def export_and_publish(result: TrainResult, repository: str, model_name: str,
             metadata["smoke_positions"] = {"file": SMOKE_POSITIONS_FILE, "rows": len(moves),
                                            "top1": top1}
             extra_files[SMOKE_POSITIONS_FILE] = positions
+        source = f"train run {Path(run_dir).resolve()}" if run_dir else "trainer"
         return publish(model_file, Path(repository), model_name, metadata=metadata,
-                       extra_files=extra_files)
+                       extra_files=extra_files, source=source)
 
 
 @task
@@ -335,7 +342,8 @@ def train_flow(
     reason = decision.reason
     unservable = unservable_reason(repository, model_name, dataset_dir)
     if decision.passed and unservable is None:
-        version = export_and_publish(result, repository, model_name, dataset_dir)
+        version = export_and_publish(result, repository, model_name, dataset_dir, decision,
+                                     str(out_dir))
         logger.info("published %s v%s in %s", model_name, version, repository)
         unreachable = triton_unreachable(triton_url) if triton_url else None
         if unreachable:  # published but not served: the run ends with the next command to run

@@ -13,6 +13,8 @@ all in one dict and dispatches; add a registrar to `REGISTRARS` to add commands.
     movepred gtp --target 127.0.0.1:50051 --visits 200             (a Go engine on stdin/out)
     movepred infer --black h8 i9 --white h9 --out game.sgf         (the stones' likeliest order)
     movepred infer --record games.rif --moves 20 --out game.sgf     (a record's position)
+    movepred status                                                (what runs: pid, ports, health)
+    movepred stop [search triton prefect ...]                      (SIGTERM, then SIGKILL)
 
 Every client of the search service takes the same security options
 (`services.search.auth.add_client_arguments`): --tls-ca / --tls (TLS), --tls-client-cert and
@@ -43,6 +45,7 @@ from services.games.registry import default_game, game_of_source, get_game, regi
 from services.move_order.annealing import INITS
 from services.move_order.neighbours import NAMES as NEIGHBOURS
 from services.move_order.problem import stones_from_board
+from services.processes import add_process_commands
 from services.protocols.gtp import add_gtp_command
 from services.protocols.sgf_export import add_play_command
 from services.records.rif import RIF_SUFFIXES, RifGame, read_rif
@@ -523,6 +526,7 @@ def add_infer_command(subparsers: Subparsers) -> dict[str, Handler]:
 
 REGISTRARS: list[Registrar] = [
     add_search_commands,
+    add_process_commands,
     add_infer_command,
     add_rollout_commands,
     add_play_command,

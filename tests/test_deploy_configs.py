@@ -6,8 +6,9 @@ No Docker engine or cluster is needed. What is checked:
   ``ModelConfig`` protobuf and describes the policy the trainer exports (int8 boards [15,15] ->
   fp32 logits [225], batching up to 256, newest version only; for ``go_policy``: compact Go
   inputs int8 [4,-1,-1] -> fp32 logits [-1], any board size, in the embedded config, and
-  [4,19,19] -> [362] in the stock one); the embedded (python backend) configs declare the
-  value head's output too (fp32 ``value`` [1]), the stock ones the logits only; the embedded
+  [4,19,19] -> [362] in the stock one); every config declares the value head's output too
+  (fp32 ``value`` [1]: the default networks have one; the stock ones reshape the model's [N]),
+  and a policy-only variant of the stock ones parses; the embedded
   and stock (PyTorch backend) configs of each model otherwise agree (the stock dims being one
   of the sizes the embedded -1 dims take);
 * the stock config's tensor names bind to the exported TorchScript the way the PyTorch backend
@@ -70,6 +71,7 @@ BOARD_SIZE = 15
 MAX_BATCH_SIZE = 256
 SEARCH_PORT = 50051
 SEARCH_HEALTH_PORT = 50052
+SEARCH_METRICS_PORT = 50053
 SEARCH_SERVICE_NAME = "movepred.v1.SearchService"
 TOKEN_ENV = "MOVEPRED_TOKEN"
 TRITON_CLIENT_LABEL = ("movepred.io/triton-client", "true")
@@ -201,6 +203,29 @@ def dockerfile_instructions(path: Path) -> list[tuple[str, str]]:
     return instructions
 
 
+def dockerignore_admits(ignore: Path, relative: str) -> bool:
+    """Whether the build context keeps `relative` (a file path) under the dockerignore rules:
+    the last pattern matching the file or one of its parent folders decides, ``!`` keeps
+    (Docker's rules: ``**`` any number of folders, ``*`` within one)."""
+
+    def matches(pattern: str, path: str) -> bool:
+        regex = "".join(
+            ".*" if part == "**" else "[^/]*" if part == "*" else re.escape(part)
+            for part in re.split(r"(\*\*|\*)", pattern.strip("/")))
+        parts = path.split("/")
+        return any(re.fullmatch(regex, "/".join(parts[:i])) for i in range(1, len(parts) + 1))
+
+    keep = True
+    for line in ignore.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        negated = line.startswith("!")
+        if matches(line[1:] if negated else line, relative):
+            keep = negated
+    return keep
+
+
 def compose() -> dict:
     return load_yaml_docs(COMPOSE)[0]
 
@@ -238,8 +263,8 @@ def test_every_config_parses_and_describes_the_policy(path: Path) -> None:
     assert boards.name == "boards"
     assert boards.data_type == model_config_pb2.TYPE_INT8
     assert list(boards.dims) == dims
-    # embedded (python backend): logits and value; stock (PyTorch backend): logits only
-    assert len(config.output) == (2 if config.backend == "python" else 1)
+    # both servers declare logits and value: the default networks have a value head
+    assert [o.name for o in config.output] == ["logits", "value"]
     logits = config.output[0]
     assert logits.name == "logits"
     assert logits.data_type == model_config_pb2.TYPE_FP32
@@ -275,8 +300,13 @@ def test_embedded_and_stock_configs_agree(embedded_path: Path, stock_path: Path)
     assert embedded.name == stock.name
     assert embedded.max_batch_size == stock.max_batch_size
     assert agree(list(embedded.input), list(stock.input))  # names, dtypes, dims
-    assert agree(list(embedded.output)[:1], list(stock.output))  # the stock one: logits only
     assert [o.name for o in embedded.output] == ["logits", "value"]
+    # the stock value output reshapes the model's [N] into the API's [N, 1]
+    stock_value = stock.output[1]
+    assert stock_value.HasField("reshape") and list(stock_value.reshape.shape) == []
+    stock_value.ClearField("reshape")
+    assert agree(list(embedded.output), list(stock.output))
+    assert embedded.output[1] == stock_value
     # the same batching but for the queue delay, which was measured per device: 500 us for the
     # embedded server on CPU, 100 us for the stock GPU server (docs/benchmarks.md)
     delays = [c.dynamic_batching.max_queue_delay_microseconds for c in (embedded, stock)]
@@ -310,18 +340,24 @@ def test_stock_tensor_names_bind_to_the_exported_torchscript(tmp_path: Path) -> 
     """The PyTorch backend binds inputs named like forward()'s arguments, and outputs without
     the <name>__<index> form by config order; clients use the same names on both servers."""
     torch = pytest.importorskip("torch")
+    from services.games.registry import game_for_model
+    from services.models.configs import build
     from services.models.export import export_torchscript
-    from services.models.shao import BoardPolicy, ShaoPolicyNet
     from services.triton import client
 
     path = tmp_path / "model.pt"
-    export_torchscript(BoardPolicy(ShaoPolicyNet(filters=4, n_convs=1)), path, n_check=4)
+    game = game_for_model(MODEL_NAME)
+    assert game is not None
+    export_torchscript(build(game.default_config), path, n_check=4)  # the default network
     scripted = torch.jit.load(str(path))
     arguments = [a.name for a in scripted.forward.schema.arguments][1:]  # drop self
     config = parse_config(STOCK_CONFIG)
     assert [i.name for i in config.input] == arguments == [client.INPUT_NAME]
-    assert [o.name for o in config.output] == [client.OUTPUT_NAME]
-    assert "__" not in client.OUTPUT_NAME  # single output -> strict config ordering
+    assert [o.name for o in config.output] == [client.OUTPUT_NAME, client.VALUE_NAME]
+    assert all("__" not in o.name for o in config.output)  # no index form: config order binds
+    # the tuple it returns has one tensor per declared output, in config order
+    logits, value = scripted(torch.zeros((3, *MODEL_IO[MODEL_NAME][0]), dtype=torch.int8))
+    assert tuple(logits.shape) == (3, MODEL_IO[MODEL_NAME][1]) and tuple(value.shape) == (3,)
 
 
 def test_go_stock_tensor_names_bind_to_the_exported_go_torchscript(tmp_path: Path) -> None:
@@ -330,12 +366,12 @@ def test_go_stock_tensor_names_bind_to_the_exported_go_torchscript(tmp_path: Pat
     from services.triton.go_model import build_go_model, export_go_torchscript
 
     path = tmp_path / "model.pt"
-    export_go_torchscript(build_go_model("go_res_b2c32"), path, n_check=2)
+    export_go_torchscript(build_go_model("go_res_b2c32"), path, n_check=2)  # policy-only
     scripted = torch.jit.load(str(path))
     arguments = [a.name for a in scripted.forward.schema.arguments][1:]
     config = parse_config(GO_STOCK_CONFIG)
     assert [i.name for i in config.input] == arguments == ["boards"]
-    assert [o.name for o in config.output] == ["logits"]
+    assert [o.name for o in config.output] == ["logits", "value"]  # the default: value head
     y = scripted(torch.zeros((3, *MODEL_IO[GO_MODEL_NAME][0]), dtype=torch.int8))
     assert tuple(y.shape) == (3, MODEL_IO[GO_MODEL_NAME][1])
 
@@ -368,14 +404,17 @@ def _stock_repository(root: Path, config_text: str) -> Path:
     return repository
 
 
-def stock_config_with_value(path: Path) -> str:
-    """The stock config with the `value` output its comment describes, inserted after the
-    logits (for a network with a value head)."""
+def stock_config_without_value(path: Path) -> str:
+    """The stock config for a policy-only network: its value output deleted, as its comment
+    says."""
     text = path.read_text()
-    snippet = next(line.lstrip("# ").strip() for line in text.splitlines()
-                   if line.startswith("#") and 'name: "value"' in line)
+    start = text.index("{", text.index('name: "logits"') - 40)
     logits_end = text.index("}", text.index('name: "logits"'))
-    return text[: logits_end + 1] + ",\n  " + snippet + text[logits_end + 1 :]
+    value_end = text.index("}", text.index("reshape", logits_end)) + 1
+    value_end = text.index("}", value_end)  # the value output's own brace
+    out = text[: logits_end + 1] + text[value_end + 1 :]
+    assert start < logits_end and 'name: "value"' not in out
+    return out
 
 
 @pytest.mark.parametrize(
@@ -383,15 +422,26 @@ def stock_config_with_value(path: Path) -> str:
     [(STOCK_CONFIG, EMBEDDED_CONFIG), (GO_STOCK_CONFIG, GO_EMBEDDED_CONFIG)],
     ids=[MODEL_NAME, GO_MODEL_NAME],
 )
-def test_stock_value_output_of_the_comment_parses(stock_path: Path, embedded_path: Path) -> None:
-    config = text_format.Parse(stock_config_with_value(stock_path),
+def test_stock_config_for_a_policy_only_network_parses(stock_path: Path,
+                                                       embedded_path: Path) -> None:
+    config = text_format.Parse(stock_config_without_value(stock_path),
                                model_config_pb2.ModelConfig())
-    assert [o.name for o in config.output] == ["logits", "value"]  # config order = tuple order
-    value = config.output[1]
-    embedded_value = parse_config(embedded_path).output[1]
-    assert value.HasField("reshape") and list(value.reshape.shape) == []  # the model's [N]
-    value.ClearField("reshape")
-    assert value == embedded_value  # the API shape [N, 1] as the embedded server answers
+    assert [o.name for o in config.output] == ["logits"]
+    assert config.output[0] == parse_config(stock_path).output[0]
+    assert config.output[0].name == parse_config(embedded_path).output[0].name
+
+
+def test_default_networks_have_the_value_head_the_stock_configs_declare() -> None:
+    """The value output is declared because the default configurations have a value head;
+    this fails if a default becomes policy-only and the stock configs were not changed."""
+    from services.games.registry import game_for_model
+    from services.models.configs import spec
+
+    for path in (STOCK_CONFIG, GO_STOCK_CONFIG):
+        game = game_for_model(parse_config(path).name)
+        assert game is not None
+        assert spec(game.default_config).value, (game.name, game.default_config)
+        assert [o.name for o in parse_config(path).output] == ["logits", "value"]
 
 
 def test_triton_core_accepts_the_stock_config(tmp_path: Path) -> None:
@@ -408,8 +458,8 @@ def test_triton_core_accepts_the_stock_config(tmp_path: Path) -> None:
     with pytest.raises(TritonServerError) as info:
         TritonServer(repository, models=[MODEL_NAME], startup_timeout_s=60).start()
     assert missing_backend in str(info.value)
-    # with the value output its comment describes (reshape included): just as far
-    repository = _stock_repository(tmp_path / "value", stock_config_with_value(STOCK_CONFIG))
+    # the policy-only variant (value output deleted, as its comment says): just as far
+    repository = _stock_repository(tmp_path / "logits", stock_config_without_value(STOCK_CONFIG))
     with pytest.raises(TritonServerError) as info:
         TritonServer(repository, models=[MODEL_NAME], startup_timeout_s=60).start()
     assert missing_backend in str(info.value)
@@ -508,18 +558,32 @@ def test_triton_deployment() -> None:
     k8s_object("PersistentVolumeClaim", claim)
     assert mounts[repository].get("readOnly") is True
 
-    # The init container installs the stock config (from the ConfigMap) into that volume.
+    # The init container installs the stock configs (from the ConfigMap) into that volume,
+    # one per model Triton loads: Gomoku and Go are both served.
+    loaded = [a.split("=", 1)[1] for a in argv if a.startswith("--load-model=")]
+    assert loaded == [MODEL_NAME, GO_MODEL_NAME]
     (init,) = pod["initContainers"]
     init_mounts = {m["name"]: m["mountPath"] for m in init["volumeMounts"]}
     assert init_mounts[repo_volume["name"]] == repository
     config_volume = next(v for v in pod["volumes"] if "configMap" in v)
     script = "\n".join(map(str, init["command"] + init.get("args", [])))
-    assert f"{init_mounts[config_volume['name']]}/config.pbtxt" in script
-    assert f"{repository}/{MODEL_NAME}" in script and "config.pbtxt" in script
     config_map = k8s_object("ConfigMap", config_volume["configMap"]["name"])
-    assert config_map["data"]["config.pbtxt"] == STOCK_CONFIG.read_text(), (
-        "deploy/k8s/triton-config.yaml has drifted from deploy/triton-stock/.../config.pbtxt"
-    )
+    stock = {MODEL_NAME: STOCK_CONFIG, GO_MODEL_NAME: GO_STOCK_CONFIG}
+    assert set(config_map["data"]) == {f"{m}.pbtxt" for m in loaded}
+    for model in loaded:
+        assert model in script.split("for model in", 1)[1].split(";", 1)[0]
+        assert config_map["data"][f"{model}.pbtxt"] == stock[model].read_text(), (
+            f"deploy/k8s/triton-config.yaml has drifted from {stock[model]}")
+    assert f'{init_mounts[config_volume["name"]]}/$model.pbtxt' in script
+    assert f"{repository}/$model" in script and "config.pbtxt" in script
+
+    # Metrics on, scraped through the pod's annotations (and the ServiceMonitor)
+    assert flag_value(argv, "--allow-metrics") == "true"
+    metrics_port = int(flag_value(argv, "--metrics-port") or 8002)
+    assert container_port(triton, "metrics") == metrics_port
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert int(annotations["prometheus.io/port"]) == metrics_port
 
 
 def test_search_deployment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -556,9 +620,17 @@ def test_search_deployment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert args.token_env == TOKEN_ENV
     env = {e["name"]: e for e in search["env"]}
     assert env[TOKEN_ENV]["valueFrom"]["secretKeyRef"]["name"]
-    # the Service exposes the API port, not the health port
+    # the Service exposes the API port and the metrics port, not the health port
     service = k8s_object("Service", "movepred-search")
-    assert [p["port"] for p in service["spec"]["ports"]] == [SEARCH_PORT]
+    assert [p["port"] for p in service["spec"]["ports"]] == [SEARCH_PORT, SEARCH_METRICS_PORT]
+    # metrics: on, on every interface of the pod (plaintext), named for the ServiceMonitor,
+    # announced to annotation-based scraping
+    assert args.metrics_port == SEARCH_METRICS_PORT and args.metrics_host == "0.0.0.0"
+    assert container_port(search, "metrics") == SEARCH_METRICS_PORT
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert int(annotations["prometheus.io/port"]) == SEARCH_METRICS_PORT
+    assert args.go_model == GO_MODEL_NAME  # Go is served
     assert flag_value(argv, "--host") == "0.0.0.0"
     assert int(flag_value(argv, "--port") or 0) == SEARCH_PORT
     assert container_port(search, "grpc") == SEARCH_PORT
@@ -695,6 +767,22 @@ def test_compose_services_and_files() -> None:
                 )
         (base,) = [args for op, args in instructions if op == "FROM"]
         assert base.startswith("python:3.11")  # pyproject: requires-python >=3.11,<3.12
+        # what the flows need inside the image: every model's config template (the publisher
+        # copies it into a fresh repository: Go publishing needs go_policy's) and the ingest
+        # flow's default source; generated code and caches stay out
+        from flows.ingest import DEFAULT_SOURCES
+
+        needed = [*(c.relative_to(ROOT) for c in (ROOT / "model_repository").glob(
+            "*/config.pbtxt")), *(Path(s).relative_to(ROOT) for s in DEFAULT_SOURCES)]
+        assert len(needed) >= 4
+        for path in needed:
+            assert (context / path).is_file(), path
+            assert dockerignore_admits(ignore, str(path)), f"{ignore.name} leaves out {path}"
+            assert any(str(path) == src or str(path).startswith(src.rstrip("/") + "/")
+                       for *sources, _ in copies for src in sources), f"no COPY takes {path}"
+        for left_out in ("services/api/movepred/v1/search_pb2.py", ".venv/bin/python",
+                         "model_repository/gomoku_policy/1/model.pt", "services/__pycache__/x.pyc"):
+            assert not dockerignore_admits(ignore, left_out), left_out
 
     # Bind mounts refer to files/folders that exist (with the variables at their defaults).
     for name, service in services.items():
@@ -744,7 +832,12 @@ def test_compose_triton_is_reachable_by_the_platform_only() -> None:
         assert networks[name].get("internal") is True, f"network {name} is not internal"
     peers = {other for other, service in services.items() if other != "triton"
              and set(service.get("networks", [])) & set(triton_networks)}
-    assert peers == {"search", "jobs"}
+    # Prometheus scrapes Triton's metrics port (8002): the only peer that is not the platform
+    assert peers == {"search", "jobs", "prometheus"}
+    scrape = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    triton_targets = [t for job in scrape["scrape_configs"] for c in job["static_configs"]
+                      for t in c["targets"] if t.startswith("triton:")]
+    assert triton_targets == ["triton:8002"]
     jobs = services["jobs"]
     assert jobs.get("profiles"), "the jobs run on demand, not with `up`"
     assert not jobs.get("ports")
@@ -773,7 +866,8 @@ def test_compose_publishes_on_loopback_only_by_default() -> None:
             host, number = _published(port)
             assert host and is_loopback(host), f"{name} publishes {port} beyond this host"
             published.append((name, int(number)))
-    assert sorted(published) == [("prefect", 4200), ("search", SEARCH_PORT)]
+    assert sorted(published) == [("grafana", 3000), ("prefect", 4200), ("prometheus", 9090),
+                                 ("search", SEARCH_PORT)]
     # ... and the address is one variable away (set it to publish further)
     search_port = compose()["services"]["search"]["ports"][0]
     assert re.match(r"\$\{MOVEPRED_PUBLISH_ADDRESS:-127\.0\.0\.1\}:", search_port)
@@ -1079,3 +1173,74 @@ def test_deployments_restate_no_setting_default(monkeypatch: pytest.MonkeyPatch)
             if field.name != "port" and settings.flag_of(field) in search_argv:
                 assert getattr(args, field.name) != field.default, (
                     f"{where} restates the default of {settings.flag_of(field)}")
+
+
+# ------------------------------------------------------------- Prefect server and worker
+def _schedules_args(argv: list[str], where: str) -> Any:
+    """The worker's command line, parsed by flows.schedules' own parser (a shell's glob stands
+    for archive names)."""
+    from flows.schedules import build_parser
+
+    if argv[:2] == ["sh", "-c"]:
+        argv = shlex.split(argv[2].replace("/data/archives/*", "/data/archives/a.tar.gz"))
+        argv = argv[1:] if argv[0] == "exec" else argv
+    assert argv[:3] == ["python", "-m", "flows.schedules"], where
+    argv = [a.replace('"$DASK_ADDRESS"', "tcp://dask-scheduler:8786").replace(
+        "$DASK_ADDRESS", "tcp://dask-scheduler:8786") for a in argv[3:]]
+    return build_parser().parse_args(argv)
+
+
+def test_compose_prefect_server_and_schedules_worker() -> None:
+    services = compose()["services"]
+    prefect, worker = services["prefect"], services["schedules"]
+    assert prefect["command"][:3] == ["prefect", "server", "start"]
+    args = _schedules_args(worker["command"], "compose schedules")
+    assert args.train_cron and args.out == "/data/dataset" and args.repository == "/models"
+    assert worker["environment"]["PREFECT_API_URL"] == "http://prefect:4200/api"
+    assert worker["depends_on"]["prefect"]["condition"] == "service_healthy"
+    assert worker["image"] == services["search"]["image"]  # the movepred image
+    targets = {v["target"] for v in worker["volumes"]}
+    assert {args.out, args.repository} <= targets
+    assert not worker.get("ports")
+
+
+def test_k8s_prefect_server_and_schedules_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    server = k8s_object("Deployment", "prefect")
+    container = only_container(server)
+    assert container["command"][:3] == ["prefect", "server", "start"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/api/health"
+    service = k8s_object("Service", "prefect")
+    assert _selects({"matchLabels": service["spec"]["selector"]},
+                    server["spec"]["template"]["metadata"]["labels"])
+    assert [p["port"] for p in service["spec"]["ports"]] == [4200]
+    k8s_object("PersistentVolumeClaim", "prefect-data")
+
+    worker = k8s_object("Deployment", "movepred-schedules")
+    assert worker["spec"]["replicas"] == 1
+    container = only_container(worker)
+    args = _schedules_args(container["command"], "k8s movepred-schedules")
+    assert args.train_cron and args.dask_address == "tcp://dask-scheduler:8786"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["PREFECT_API_URL"] == "http://prefect:4200/api"
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"]
+              for v in worker["spec"]["template"]["spec"]["volumes"]}
+    assert claims[mounts["/data"]] == "movepred-data"
+    assert claims[mounts[args.repository]] == "model-repository"
+    assert args.out.startswith("/data/")
+    # the CronJob doing the same ingest is suspended: never two ingests into one dataset
+    assert k8s_object("CronJob", "movepred-ingest")["spec"]["suspend"] is True
+    labels = worker["spec"]["template"]["metadata"]["labels"]
+    assert labels.get("movepred.io/dask-client") == "true"
+
+
+def test_servicemonitors_select_the_metrics_ports() -> None:
+    monitors = load_yaml_docs(K8S / "monitoring" / "servicemonitors.yaml")
+    assert {m["metadata"]["name"] for m in monitors} == {"triton", "movepred-search"}
+    for monitor in monitors:
+        assert monitor["kind"] == "ServiceMonitor"
+        service = k8s_object("Service", monitor["metadata"]["name"])
+        assert _selects(monitor["spec"]["selector"], service["metadata"]["labels"])
+        names = {p["name"] for p in service["spec"]["ports"]}
+        assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["metrics"]
+        assert "metrics" in names

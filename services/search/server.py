@@ -57,19 +57,21 @@ from __future__ import annotations
 import argparse
 import logging
 import multiprocessing
+import os
 import signal
 import sys
 import threading
 import time
 from concurrent import futures
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from services import logs, settings
+from services import logs, processes, settings
 from services.api.movepred.v1 import search_pb2, search_pb2_grpc
 from services.games.base import Game
 from services.games.registry import default_game, registered_games
@@ -379,6 +381,7 @@ def serve_processes(argv: list[str], args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     children = [start(i) for i in range(args.processes)]
+    pid_file = _write_pid_file(args, port)
     logger.info("movepred search service: %d processes on %s:%d", args.processes, args.host,
                 port, extra={"processes": args.processes, "port": port})
     code = 0
@@ -403,7 +406,34 @@ def serve_processes(argv: list[str], args: argparse.Namespace) -> int:
         if child.is_alive():
             child.kill()
             child.join()
+    processes.remove_entry(pid_file)
     return code
+
+
+def _write_pid_file(args: argparse.Namespace, port: int, metrics_port: int | None = None,
+                    health_port: int | None = None) -> Path | None:
+    """``search-<port>.pid`` for `movepred status/stop` (`services.processes`): this process,
+    its ports and how to ask its health (the plaintext health port, else the service port when
+    it speaks plaintext)."""
+    ports = {"grpc": port}
+    if metrics_port or args.metrics_port:
+        ports["metrics"] = metrics_port or args.metrics_port
+    health_port = health_port or args.health_port
+    if health_port:
+        ports["health"] = health_port
+    connect = "127.0.0.1" if args.host in ("", "0.0.0.0", "::") else args.host
+    check = ({"grpc": f"{connect}:{health_port}", "service": SERVICE_NAME} if health_port else
+             {"tcp": str(port)} if args.tls else
+             {"grpc": f"{connect}:{port}", "service": SERVICE_NAME})
+    details = {"metrics_url": f"http://{args.metrics_host}:{ports['metrics']}/metrics"
+               } if "metrics" in ports else {}
+    try:
+        return processes.write_entry("search", os.getpid(), ports, check,
+                                     triton_url=args.triton_url, processes=args.processes,
+                                     **details)
+    except OSError as exc:
+        logger.warning("cannot write the pid file: %s", exc)
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -431,6 +461,11 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     service.start()
+    pid_file = None
+    if multiprocessing.parent_process() is None:  # a --processes child: the parent has it
+        pid_file = _write_pid_file(
+            args, service.port, service.metrics_server.port if service.metrics_server else None,
+            service.health_port)
     host = f"[{args.host}]" if ":" in args.host else args.host
     metrics = f", metrics {service.metrics_server.url}" if service.metrics_server else ""
     served = ", ".join(f"{game.title} model {model}" for game, model in models.items())
@@ -451,6 +486,7 @@ def main(argv: list[str] | None = None) -> int:
     service.stop(SHUTDOWN_GRACE_S)
     for client in clients.values():
         client.close()
+    processes.remove_entry(pid_file)
     logger.info("stopped after %.1f s", time.monotonic() - started)
     return 0
 

@@ -122,7 +122,8 @@ def write_outputs(result: TrainResult, dataset_dir: Path, run_dir: Path) -> dict
 
 
 def publish_version(result: TrainResult, dataset_dir: Path, repository: str,
-                    model_name: str | None, tolerance: float) -> dict:
+                    model_name: str | None, tolerance: float,
+                    run_dir: Path | None = None) -> dict:
     """The train flow's gate and publication (no rollout: `movepred rollout` does that), run
     by rank 0 outside a Prefect flow."""
     from flows.train import MODEL_NAMES, export_and_publish, unservable_reason
@@ -136,7 +137,8 @@ def publish_version(result: TrainResult, dataset_dir: Path, repository: str,
     if why_not:
         return {"published": False, "model_name": name, "gate": decision.reason,
                 "reason": why_not}
-    version = export_and_publish.fn(result, repository, name, str(dataset_dir))
+    version = export_and_publish.fn(result, repository, name, str(dataset_dir), decision,
+                                    str(run_dir) if run_dir else None)
     return {"published": True, "model_name": name, "version": version, "gate": decision.reason}
 
 
@@ -195,7 +197,8 @@ def run(args: argparse.Namespace) -> dict | None:
             summary = write_outputs(result, dataset, run_dir)
             if args.repository:
                 summary["publish"] = publish_version(result, dataset, args.repository,
-                                                     args.model_name, args.gate_tolerance)
+                                                     args.model_name, args.gate_tolerance,
+                                                     run_dir)
         if backend:
             dist.barrier()  # rank 0's files are written when the launcher sees every rank end
         return summary

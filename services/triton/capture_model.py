@@ -165,22 +165,41 @@ def export_capture_torchscript(model: nn.Module, path: Path, n_check: int = 32,
     return diff
 
 
+def policy_search_record(weights: Path | None) -> dict | None:
+    """The policy search's figures stored with a ``best_network.pt`` (flows/capture_train.py:
+    fitness, board size, run), as the card's metrics; None for other weight files. The
+    Capture Game's networks are trained by fitness, not on a dataset: no top-1 applies."""
+    if weights is None or Path(weights).suffix != ".pt":
+        return None
+    held = torch.load(weights, map_location="cpu", weights_only=True)
+    if not isinstance(held, dict) or "fitness" not in held:
+        return None
+    return {"policy_search": {k: held[k] for k in ("fitness", "board_size", "run") if k in held}}
+
+
 def publish_capture_model(repository: Path, config: str | None = None, seed: int = 0,
                           weights: Path | None = None,
                           model_name: str = DEFAULT_MODEL_NAME) -> int:
     """Export a Capture Game network (`config` with `weights`, else seeded random weights;
     `resolve_config`) and publish it as the next version of `model_name`; returns it."""
+    from services.triton.model_card import build_card
     from services.triton.publisher import publish
 
     config = resolve_config(config, weights)
     model = build_capture_model(config, seed, weights)
+    metrics = policy_search_record(weights)
+    card = build_card(
+        config_name=config, model=model.net, metrics=metrics,
+        metrics_source=("the policy search's final fitness (its best_network.pt)" if metrics
+                        else "none: random weights, or a weights file without its fitness"))
+    source = str(Path(weights).resolve()) if weights else f"random {config} weights, seed {seed}"
     with tempfile.TemporaryDirectory(prefix="capture-export-") as tmp:
         path = Path(tmp) / "model.pt"
         diff = export_capture_torchscript(model, path)
-        metadata = {"game": CAPTURE.name, "config": config, "seed": seed,
-                    "weights": str(weights) if weights else None,
+        metadata = {**card, "game": CAPTURE.name, "seed": seed,
+                    "weights": str(Path(weights).resolve()) if weights else None,
                     "export_max_abs_diff": diff}
-        version = publish(path, Path(repository), model_name, metadata=metadata)
+        version = publish(path, Path(repository), model_name, metadata=metadata, source=source)
     log.info("published %s v%d (%s, %s)", model_name, version, config,
              weights or f"random weights, seed {seed}")
     return version

@@ -8,8 +8,12 @@ Exit codes: 0 done (or already serving), 1 refused or Triton unreachable (the se
 keeps serving), 2 usage (no published version).
 
 `serving` prints what Triton serves next to the rollout record (``rollout.json``, the truth the
-launcher starts Triton from), the published and quarantined versions, and the recent history in
-words ("v7 replaced v6", "v8 refused (reason), v7 kept serving", "rolled back v8 -> v7").
+launcher starts Triton from), the published and quarantined versions, the recent history in
+words ("v7 replaced v6", "v8 refused (reason), v7 kept serving", "rolled back v8 -> v7"), and
+the model card of the version that serves (else the recorded one, else the newest published):
+model config, dataset manifest hash and rows, code commit, training recipe, metrics by split
+and stage, gate result, created time (`services.triton.model_card`; ``--json``: under
+``model_card``).
 """
 
 from __future__ import annotations
@@ -93,7 +97,7 @@ def _listed(versions: list[int]) -> str:
 
 def cmd_serving(args: argparse.Namespace) -> int:
     from services.triton.client import PolicyClient, TritonError
-    from services.triton.publisher import list_versions, quarantined_versions
+    from services.triton.publisher import latest_version, list_versions, quarantined_versions
     from services.triton.rollout import current_version
     from services.triton.rollout_state import describe_event, read_state
 
@@ -108,11 +112,15 @@ def cmd_serving(args: argparse.Namespace) -> int:
             serving = current_version(client, args.model_name)
         except TritonError as exc:
             serving, unreachable = None, str(exc)
+    carded = next((v for v in (serving, state["current"]) if v is not None),
+                  None) or latest_version(args.repository, args.model_name)
+    card = _version_metadata(args.repository, args.model_name, carded)
     out = {"model_name": args.model_name, "serving": serving, "recorded_current": state["current"],
            "recorded_previous": state["previous"],
            "published": list_versions(args.repository, args.model_name),
            "quarantined": quarantined_versions(args.repository, args.model_name),
-           "history": state["history"][-5:], "triton_error": unreachable}
+           "history": state["history"][-5:], "triton_error": unreachable,
+           "model_card": card}
     if args.json:
         print(json.dumps(out, indent=2))
     else:
@@ -133,7 +141,25 @@ def cmd_serving(args: argparse.Namespace) -> int:
                 print("  " + describe_event(event))
         else:
             print("history: none recorded")
+        if carded is None:
+            print("model card: nothing published")
+        else:
+            from services.triton.model_card import render
+
+            print("\n".join(render({"model_name": args.model_name, "version": carded, **card})))
     return EXIT_REFUSED if unreachable else 0
+
+
+def _version_metadata(repository: Path, model_name: str, version: int | None) -> dict:
+    """A published version's metadata.json ({} when there is none or it is not JSON)."""
+    if version is None:
+        return {}
+    path = Path(repository) / model_name / str(version) / "metadata.json"
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
 
 
 def add_rollout_commands(subparsers: argparse._SubParsersAction) -> dict:

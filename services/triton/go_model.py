@@ -23,7 +23,9 @@ CLI::
         [--config go_res_b2c32] [--seed 0] [--checkpoint runs/go/train/checkpoint.pt]
 
 publishes an untrained (seeded) network, or the weights of a trainer checkpoint, and prints the
-version.
+version. The version's ``metadata.json`` carries the model card (`services.triton.model_card`):
+with ``--dataset DIR`` the network's top-1/top-5 (by stage) on each split of that Go dataset,
+else the checkpoint's last evaluation.
 """
 
 from __future__ import annotations
@@ -92,6 +94,23 @@ def export_go_torchscript(model: nn.Module, path: Path, n_check: int = 16,
                               boards=sample_inputs(n_check, seed=seed), n_moves=GO_N_MOVES)
 
 
+def checkpoint_record(checkpoint: Path | None) -> tuple[dict | None, dict | None]:
+    """(training recipe, metrics of its last evaluation) stored in a trainer checkpoint
+    (`services.trainer.train.save_checkpoint`: ``config`` and ``history``); (None, None)
+    without one or for a bare state_dict."""
+    if checkpoint is None:
+        return None, None
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    if not isinstance(state, dict) or "model" not in state:
+        return None, None
+    history = state.get("history") or []
+    last = history[-1] if history else {}
+    metrics = {k: v for k, v in last.items() if isinstance(v, dict)} or None
+    if metrics is not None:
+        metrics.update(steps=last.get("step"), epochs=last.get("epoch"))
+    return state.get("config"), metrics
+
+
 def publish_go_model(
     repository: Path,
     config: str = DEFAULT_CONFIG,
@@ -99,19 +118,37 @@ def publish_go_model(
     checkpoint: Path | None = None,
     model_name: str = DEFAULT_GO_MODEL_NAME,
     model: nn.Module | None = None,
+    dataset: Path | None = None,
 ) -> int:
     """Export a Go network (given, or built per `config`/`seed`/`checkpoint`) and publish it
-    as the next version of `model_name`; returns the version."""
+    as the next version of `model_name` with its model card; returns the version.
+
+    The card's metrics: with `dataset`, the network evaluated on each of its splits now (as
+    the trainer measures them); else those of the checkpoint's last evaluation; else none (an
+    untrained network, said as such). Its ``source`` is the checkpoint, or the config and seed,
+    never the temporary export folder."""
+    from services.triton.model_card import build_card, evaluate_dataset
     from services.triton.publisher import publish
 
     net = model if model is not None else build_go_model(config, seed, checkpoint)
+    recipe, metrics = checkpoint_record(checkpoint)
+    source_of_metrics = "the training run's last evaluation (checkpoint)" if metrics else None
+    if dataset is not None:
+        metrics = evaluate_dataset(net.eval(), dataset)
+        source_of_metrics = f"evaluated at publish time on {Path(dataset).resolve()}"
+    if metrics is None:
+        source_of_metrics = "none: an untrained network and no --dataset to evaluate it on"
+    card = build_card(config_name=config, model=net, dataset_dir=dataset, recipe=recipe,
+                      metrics=metrics, metrics_source=source_of_metrics)
+    source = (str(Path(checkpoint).resolve()) if checkpoint else
+              "given network" if model is not None else f"untrained {config}, seed {seed}")
     with tempfile.TemporaryDirectory(prefix="go-export-") as tmp:
         path = Path(tmp) / "model.pt"
         diff = export_go_torchscript(net, path)
-        metadata = {"game": GO.name, "config": config, "seed": seed,
-                    "checkpoint": str(checkpoint) if checkpoint else None,
+        metadata = {**card, "game": GO.name, "seed": seed,
+                    "checkpoint": str(Path(checkpoint).resolve()) if checkpoint else None,
                     "export_max_abs_diff": diff}
-        return publish(path, Path(repository), model_name, metadata=metadata)
+        return publish(path, Path(repository), model_name, metadata=metadata, source=source)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -122,10 +159,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="weights seed (untrained network)")
     p.add_argument("--checkpoint", type=Path, default=None, help="trainer checkpoint to load")
     p.add_argument("--model-name", default=DEFAULT_GO_MODEL_NAME)
+    p.add_argument("--dataset", type=Path, default=None,
+                   help="Go dataset to evaluate the network on for its model card (top-1, "
+                        "top-5, by stage, per split)")
     args = p.parse_args(argv)
     try:
         version = publish_go_model(args.repository, args.config, args.seed, args.checkpoint,
-                                   args.model_name)
+                                   args.model_name, dataset=args.dataset)
     except (ValueError, ExportError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

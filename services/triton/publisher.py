@@ -362,6 +362,7 @@ def publish(
     *,
     validate: bool = True,
     extra_files: dict[str, Path | bytes] | None = None,
+    source: str | None = None,
 ) -> int:
     """Publish `model_file` (TorchScript) as the next version of `model_name`; return it.
 
@@ -371,6 +372,10 @@ def publish(
     the model is test-run on CPU first (`validate_model_file`, on the stored positions too when
     `extra_files` holds ``smoke_positions.npz``). `extra_files` ({file name: path or bytes})
     are written into the version folder with the model, in the same atomic rename.
+    `source` (recorded as ``source``) says what the model was made from; by default the model
+    file's path, which a caller exporting into a temporary folder must replace (the path would
+    name nothing once the folder is gone). The model card (`services.triton.model_card`) comes
+    in `metadata`.
     """
     model_file = Path(model_file)
     if not model_file.is_file():
@@ -404,7 +409,7 @@ def publish(
                     "model_name": model_name,
                     "version": version,
                     "sha256": sha,
-                    "source": str(model_file.resolve()),
+                    "source": source if source is not None else str(model_file.resolve()),
                     "published_at": datetime.now(UTC).isoformat(timespec="seconds"),
                 }
                 meta_path = staging / "metadata.json"

@@ -29,6 +29,13 @@ repository) while its server runs. A server whose launcher was killed (an orphan
 ports is named with the command that stops it (``kill -- -<pgid>``), or stopped first with
 ``--replace-orphan``; pid files of dead servers are removed silently.
 
+Triton's Prometheus metrics (``nv_inference_*``, ``nv_cpu_*``; ``nv_gpu_*`` on a GPU; and the
+latency summaries ``nv_inference_request_summary_us`` and friends, quantiles 0.5/0.9/0.95/0.99)
+are on, on ``http://127.0.0.1:<metrics port>/metrics`` (loopback whatever `host` is: the
+endpoint has no authentication; `metrics_url`). The port is picked free unless given
+(``--metrics-port``; ``make triton`` uses 8002, Triton's own default, which
+``deploy/prometheus/prometheus.yml`` scrapes).
+
 CLI (foreground until Ctrl-C)::
 
     python -m services.triton.server --repository model_repository \
@@ -64,6 +71,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from services.atomic_files import atomic_path, atomic_write_text
+from services.processes import proc_start_ticks
 
 log = logging.getLogger(__name__)
 
@@ -345,6 +353,21 @@ def _check_files(repository: Path, model: str, version: int) -> None:
     check_version_files(repository, model, version)
 
 
+# --------------------------------------------------------------------------- metrics
+
+METRICS_HOST = "127.0.0.1"  # Triton's metrics endpoint has no authentication: loopback only
+# Triton's latency summaries (nv_inference_request_summary_us{quantile=...} and the queue and
+# compute ones), quantiles 0.5/0.9/0.95/0.99 over its sliding window: the dashboard's latency
+# quantiles on the Triton side
+METRICS_CONFIG = ("summary_latencies=true",)
+
+
+def metrics_flags(host: str, port: int | None) -> list[str]:
+    """tritonserver's flags turning its Prometheus metrics on, bound to `host`:`port`."""
+    return ["--allow-metrics=true", f"--metrics-address={host}", f"--metrics-port={port}",
+            *(f"--metrics-config={setting}" for setting in METRICS_CONFIG)]
+
+
 # --------------------------------------------------------------------------- processes, pid files
 
 
@@ -507,6 +530,8 @@ class TritonServer:
         log_path: Path | None = None,
         startup_timeout_s: float = 60.0,
         replace_orphan: bool = False,
+        metrics_port: int | None = None,
+        metrics_host: str = METRICS_HOST,
     ) -> None:
         self.repository = Path(repository).resolve()
         self.requested_models = None if models is None else tuple(models)
@@ -516,7 +541,9 @@ class TritonServer:
         self._fixed_grpc_port = grpc_port
         self.http_port = http_port
         self.grpc_port = grpc_port
-        self.metrics_port: int | None = None
+        self._fixed_metrics_port = metrics_port
+        self.metrics_port: int | None = metrics_port
+        self.metrics_host = metrics_host
         self._requested_log_path = Path(log_path) if log_path is not None else None
         self.log_path: Path | None = self._requested_log_path
         self.startup_timeout_s = float(startup_timeout_s)
@@ -544,6 +571,13 @@ class TritonServer:
         if self.http_port is None:
             raise TritonServerError("server not started: no HTTP port yet")
         return f"{_connect_host(self.host)}:{self.http_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        """Triton's Prometheus endpoint (loopback by default)."""
+        if self.metrics_port is None:
+            raise TritonServerError("server not started: no metrics port yet")
+        return f"http://{_connect_host(self.metrics_host)}:{self.metrics_port}/metrics"
 
     @property
     def pid(self) -> int | None:
@@ -577,8 +611,7 @@ class TritonServer:
             f"--grpc-address={self.host}",
             f"--http-port={self.http_port}",
             f"--grpc-port={self.grpc_port}",
-            f"--metrics-port={self.metrics_port}",
-            "--allow-metrics=false",
+            *metrics_flags(self.metrics_host, self.metrics_port),
             "--disable-auto-complete-config",
             "--exit-timeout-secs=5",
             "--strict-readiness=true",
@@ -600,14 +633,15 @@ class TritonServer:
 
         self.http_port = pick(self._fixed_http_port)
         self.grpc_port = pick(self._fixed_grpc_port)
-        self.metrics_port = pick(None)
+        self.metrics_port = pick(self._fixed_metrics_port)
 
     def _check_ports(self) -> None:
         """Refuse fixed ports somebody holds, naming the holder when it is one of our servers.
 
         Without this a server answering on the port (an orphan, a second ``make triton``) would
         pass our readiness checks while our own child fails to bind and exits."""
-        fixed = [p for p in (self._fixed_grpc_port, self._fixed_http_port) if p is not None]
+        fixed = [p for p in (self._fixed_grpc_port, self._fixed_http_port,
+                             self._fixed_metrics_port) if p is not None]
         for record in read_pid_records():
             if not record.server_alive:
                 with contextlib.suppress(OSError):
@@ -633,12 +667,14 @@ class TritonServer:
                 f"port {' and '.join(map(str, clash))} on {self.host} is in use by "
                 f"{record.describe()}{hint}")
         connect = self.host or "0.0.0.0"
-        for name, port in (("gRPC", self._fixed_grpc_port), ("HTTP", self._fixed_http_port)):
-            if port is not None and port_in_use(connect, port):
+        for name, port, where in (("gRPC", self._fixed_grpc_port, connect),
+                                  ("HTTP", self._fixed_http_port, connect),
+                                  ("metrics", self._fixed_metrics_port, self.metrics_host)):
+            if port is not None and port_in_use(where, port):
                 raise TritonServerError(
                     f"{name} port {port} on {self.host} is already in use by another process "
                     f"(see `ss -ltnp 'sport = :{port}'`); stop it or pick another port "
-                    "(--grpc-port / --http-port)")
+                    "(--grpc-port / --http-port / --metrics-port)")
 
     def _spawn(self, env: dict[str, str]) -> None:
         self._pick_ports()
@@ -670,8 +706,10 @@ class TritonServer:
         assert self._proc is not None
         path = pid_dir() / f"tritonserver-{self.grpc_port}.pid"
         record = {"pid": self._proc.pid, "pgid": self._proc.pid, "launcher_pid": os.getpid(),
+                  "start_ticks": proc_start_ticks(self._proc.pid),
                   "ports": [self.grpc_port, self.http_port, self.metrics_port],
                   "host": self.host, "repository": str(self.repository),
+                  "metrics_url": self.metrics_url,
                   "log": str(self.log_path), "started_at": time.time()}
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -723,7 +761,8 @@ class TritonServer:
 
     def _spawn_ready(self, env: dict[str, str]) -> None:
         """Spawn the server (no model loaded) and wait until it answers ready."""
-        auto_ports = self._fixed_http_port is None or self._fixed_grpc_port is None
+        auto_ports = None in (self._fixed_http_port, self._fixed_grpc_port,
+                              self._fixed_metrics_port)
         attempts = 3 if auto_ports else 1
         for attempt in range(1, attempts + 1):
             self._spawn(env)
@@ -934,6 +973,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--grpc-port", type=int, default=None)
     parser.add_argument("--http-port", type=int, default=None)
+    parser.add_argument("--metrics-port", type=int, default=None,
+                        help="Prometheus metrics port, on 127.0.0.1 (default: a free one)")
     parser.add_argument("--log-path", type=Path, default=None, help="tritonserver's own log")
     parser.add_argument("--startup-timeout", type=float, default=60.0)
     parser.add_argument(
@@ -952,15 +993,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         log_path=args.log_path,
         startup_timeout_s=args.startup_timeout,
         replace_orphan=args.replace_orphan,
+        metrics_port=args.metrics_port,
     )
+    def interrupt_start(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    # SIGTERM while the models load (`movepred stop`, docker stop) must stop the server too:
+    # the default action would end this process and leave its tritonserver orphaned
+    starting = {sig: signal.signal(sig, interrupt_start) for sig in (signal.SIGINT,
+                                                                     signal.SIGTERM)}
     try:
         server.start()
     except (TritonServerError, FileNotFoundError) as exc:
         log.error("%s", exc)
         return 1
+    except KeyboardInterrupt as exc:
+        server.stop(grace_s=3.0)  # start() stopped it already; idempotent
+        log.info("stopped during start-up (%s)", exc or "SIGINT")
+        return 1
+    finally:
+        for sig, handler in starting.items():
+            signal.signal(sig, handler)
     log.info("tritonserver ready in %.2f s (pid %s, process group %s): gRPC %s, HTTP "
-             "http://%s, log %s", server.startup_time_s or 0.0, server.pid, server.pid,
-             server.grpc_url, server.http_url, server.log_path)
+             "http://%s, metrics %s, log %s", server.startup_time_s or 0.0, server.pid,
+             server.pid, server.grpc_url, server.http_url, server.metrics_url, server.log_path)
     for model, version in server.served.items():
         log.info("serving %s v%s", model, version)
     for skipped in server.skipped:
