@@ -234,7 +234,6 @@ def _sorted_batches(paths: list[Path], game: str, settings: BuildSettings,
                     ) -> tuple[Iterator[pa.RecordBatch], bool]:
     """(`sorted_pairs`' batches with Go boards still packed, whether they are packed);
     `unique`, when given, counts each source's unique pairs (`build_shards`)."""
-    names = ", ".join(f"'{s}'" for s in SPLITS)
     games, raw = _source_sql(paths, game, settings)
     packed = _key_column(_columns(paths)) != "board"
     query = f"""
@@ -249,7 +248,7 @@ def _sorted_batches(paths: list[Path], game: str, settings: BuildSettings,
         FROM ({raw}) p LEFT JOIN occurrences o USING (position_hash)
     )
     SELECT board, move, game, rule, board_size, to_move, ply, count, position_hash, result,
-           mover_rank, game_no, source_no, ([{names}])[split_code + 1] AS split, split_code
+           mover_rank, game_no, source_no, split_code
     FROM split ORDER BY split_code, position_hash, move
     """
 
@@ -290,7 +289,8 @@ _SORT_KEYS = ("split_code", "position_hash", "move")
 def _merged(batches: Iterable[pa.RecordBatch],
             unique: Counter[str] | None = None) -> Iterator[pa.RecordBatch]:
     """Raw rows (one per occurrence) sorted by (split, position hash, move) -> the merged
-    pairs sorted by (split, position hash, move, board), without the `split_code` column.
+    pairs sorted by (split, position hash, move, board), with the `split` names in place of
+    the `split_code` column (named here, after the merge: the sort carries only the codes).
 
     Why the merge is done here and not by a GROUP BY in the query: rows that merge share
     their (split, hash, move) (the hash and split are functions of the board, the holdout
@@ -303,6 +303,8 @@ def _merged(batches: Iterable[pa.RecordBatch],
     carry: pa.Table | None = None
     for batch in batches:
         table = pa.Table.from_batches([batch])
+        if "split" in table.column_names:  # named from the codes at the end
+            table = table.drop_columns(["split"])
         if carry is not None:
             table = pa.concat_tables([carry, table])  # (no copy: the keys are taken below)
         n = table.num_rows
@@ -323,7 +325,7 @@ def _merge_runs(table: pa.Table, keys: list,
                 unique: Counter[str] | None = None) -> Iterator[pa.RecordBatch]:
     """`table` (whole runs of equal (split, hash, move); `keys`: those columns as arrays)
     with the rows of equal board in a run merged (`_merge_groups`) and each run in board
-    byte order, as record batches without `split_code`.
+    byte order, as record batches with the split names (`split`) in place of `split_code`.
 
     The merged rows go back where their run stood: each output row is placed by the index
     of its run's first row (the rows outside runs by their own), a stable integer sort
@@ -360,7 +362,9 @@ def _merge_runs(table: pa.Table, keys: list,
         rows = np.concatenate([single, table.num_rows + np.arange(runs.num_rows)])
         table = pa.concat_tables([table, runs.cast(table.schema)]).take(
             rows[np.argsort(at, kind="stable")])
-    yield from table.drop_columns(["split_code"]).to_batches()
+    codes = table["split_code"]
+    yield from table.drop_columns(["split_code"]).append_column(
+        "split", _SPLIT_NAMES.take(codes)).to_batches()
 
 
 def _count_sources(sources: pa.ChunkedArray | pa.Array, unique: Counter) -> None:
@@ -377,7 +381,8 @@ _GROUP_KEYS = [*_SORT_KEYS, "board"]
 # come ordered by game id and rule, and "first" keeps that order)
 _AGGREGATES = (("count", "sum"), ("ply", "min"), ("result", "mean"), ("mover_rank", "min"),
                ("game_no", "min"), ("source_no", "min"), ("game", "min"), ("board_size", "min"),
-               ("to_move", "min"), ("rule", "first"), ("split", "first"))
+               ("to_move", "min"), ("rule", "first"))
+_SPLIT_NAMES = pa.array(SPLITS, pa.string())  # by split code
 
 
 def _merge_groups(rows: pa.Table) -> pa.Table:

@@ -123,7 +123,7 @@ def write_go_source_pairs(path: str | Path, out: Path, name: str | None = None,
     batch: list[pa.Table] = []
     held = 0
     with atomic_path(out) as tmp:
-        with pq.ParquetWriter(tmp, schema, compression=BOARD_CODEC) as writer:
+        with pq.ParquetWriter(tmp, schema, **_intermediate_options(schema)) as writer:
             for table in _game_tables(path, result, board_size, packed=True):
                 batch.append(table)
                 held += table.num_rows
@@ -139,6 +139,17 @@ def write_go_source_pairs(path: str | Path, out: Path, name: str | None = None,
                 result.rows += held
         result.sha256 = sha256_file(tmp)
     return result
+
+
+def _intermediate_options(schema: pa.Schema) -> dict:
+    """ParquetWriter options of an intermediate: LZ4 (`BOARD_CODEC`: cheap to write and to
+    read back), no dictionary for the packed boards and position hashes (nearly every value
+    distinct: Parquet would build a dictionary for each column chunk's first page and then
+    fall back to plain values) and no statistics for the boards (nobody prunes on them)."""
+    names = schema.names
+    return {"compression": BOARD_CODEC,
+            "use_dictionary": [c for c in names if c not in (PACKED_BOARD, "position_hash")],
+            "write_statistics": [c for c in names if c != PACKED_BOARD]}
 
 
 def _game_tables(path: Path, result: GoSourceResult, board_size: int | None,
