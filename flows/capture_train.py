@@ -4,6 +4,7 @@
 Run: python -m flows.capture_train --out runs/capture/grid [--runs 10 --evaluations 12000]
          [--networks mdrnn,mdlstm --sizes 5,7 --optimisers pgpe,es,cmaes --games 40]
          [--workers 2 | --address tcp://scheduler:8786] [--lazy 10:70] [--seed 0]
+     python -m flows.capture_train --out runs/capture/grid --replot docs/fig.png [--dpi 90]
 
 One task is one run (`services.policy_search.runs.run`: ask/tell until the budget of fitness
 evaluations is spent, one evaluation = one candidate's 40 games against the greedy player). The
@@ -246,11 +247,13 @@ def save_network(result: dict, path: Path) -> None:
                     "run": result["name"]}, tmp)
 
 
-def plot_curves(results: list[dict], path: Path) -> None:
+def plot_curves(results: list[dict], path: Path, dpi: int = 110) -> None:
     """Fig. 3: per cell, the average fitness of the evaluated candidates per `curve_step`
     episodes (the paper's "average fitness of a generation"): the mean over runs, one standard
     deviation either side, the min and max over runs; and, dashed, the mean over runs of the
-    optimiser's mean network's fitness (interpolated onto a common grid of episodes)."""
+    optimiser's mean network's fitness (interpolated onto a common grid of episodes). `dpi`
+    lower for the docs' copy, re-plotted from results.json (`python -m flows.capture_train
+    --replot`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -300,7 +303,7 @@ def plot_curves(results: list[dict], path: Path) -> None:
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
+        fig.savefig(tmp, dpi=dpi, format="png")
     plt.close(fig)
 
 
@@ -370,8 +373,18 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--address", default=None,
                         help="an existing Dask scheduler (tcp://host:8786) instead")
     parser.add_argument("--seed", type=int, default=0, help="the grid's seed")
+    parser.add_argument("--replot", type=Path, default=None, metavar="PNG",
+                        help="run nothing: plot --out's results.json as Fig. 3 into PNG")
+    parser.add_argument("--dpi", type=int, default=90, help="the --replot figure's dpi")
     logs.add_arguments(parser)
     args = parser.parse_args(argv)
+    if args.replot is not None:
+        results_json = Path(args.out) / "results.json"
+        if not results_json.exists():
+            parser.error(f"--replot: no {results_json} (a finished grid writes it)")
+        plot_curves(json.loads(results_json.read_text()), args.replot, dpi=args.dpi)
+        print(f"{args.replot}: Fig. 3 of {results_json}")
+        return {"replot": str(args.replot)}
     if args.runs < 1 or args.evaluations < 1 or args.games < 1:
         parser.error("--runs, --evaluations and --games must be >= 1")
     configure_logging(args)

@@ -185,6 +185,16 @@ def test_the_command_line_on_a_dask_cluster_gives_the_same_results(tmp_path: Pat
     printed = capsys.readouterr().out
     assert "| mdrnn-5x5-es | 1 |" in printed and "best run: mdrnn-5x5-es-run00" in printed
     assert _results(out) == _results(local)
+    # --replot draws a finished grid's Fig. 3 again (at the docs' dpi) and runs nothing
+    stamps = {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.pkl")}
+    small, big = tmp_path / "small.png", tmp_path / "big.png"
+    main(["--out", str(out), "--replot", str(small), "--dpi", "45"])
+    main(["--out", str(out), "--replot", str(big), "--dpi", "90"])
+    assert small.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert small.stat().st_size < big.stat().st_size
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.pkl")} == stamps
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path / "nothing"), "--replot", str(small)])
     # --workers N starts a local cluster of N processes for the run
     runner = capture_train_on(workers=2).task_runner
     assert runner.cluster_kwargs["n_workers"] == 2 and runner.cluster_kwargs["processes"]
