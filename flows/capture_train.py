@@ -295,11 +295,11 @@ def plot_curves(results: list[dict], path: Path, dpi: int = 110) -> None:
             if i == len(rows) - 1:
                 ax.set_xlabel("episodes (fitness evaluations)")
             if j == 0:
-                ax.set_ylabel("fitness of the mean")
+                ax.set_ylabel("fitness")
     n_runs = sorted({len(v) for v in cells.values()})
     fig.suptitle(f"Capture Game: fitness of the evaluated candidates over "
-                 f"{'/'.join(map(str, n_runs))} runs (mean, ±1 std, min/max) and of the mean "
-                 f"network (dashed)", fontsize=10)
+                 f"{'/'.join(map(str, n_runs))} runs\n(mean, ±1 std, min/max) and of the mean "
+                 f"network (dashed)", fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
