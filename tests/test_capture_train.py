@@ -94,6 +94,52 @@ def test_lazy_evaluation_grows_the_games_and_spends_the_same_budget(tmp_path: Pa
     assert result.spec.cell == "mdlstm-5x5-pgpe-lazy4to36"
 
 
+def test_smaller_pgpe_step_sizes_reach_the_optimiser_and_name_their_cell(tmp_path: Path) -> None:
+    from flows.capture_train import _spec, grid_specs
+    from services.policy_search.runs import make_optimiser
+
+    spec = RunSpec("mdrnn", 5, "pgpe", evaluations=8, games=2, final_games=2,
+                   pgpe_steps=(0.1, 0.05))
+    opt = make_optimiser(spec, np.zeros(12), seed=0)
+    assert (opt.alpha_mu, opt.alpha_sigma) == (0.1, 0.05)
+    paper = make_optimiser(RunSpec("mdrnn", 5, "pgpe"), np.zeros(12), seed=0)
+    assert (paper.alpha_mu, paper.alpha_sigma) == (0.2, 0.1)
+    assert spec.cell == "mdrnn-5x5-pgpe-steps0.1x0.05"
+    for bad in [dict(optimiser="es", pgpe_steps=(0.1, 0.05)),
+                dict(optimiser="pgpe", pgpe_steps=(0.0, 0.05))]:
+        with pytest.raises(ValueError, match="pgpe_steps"):
+            RunSpec("mdrnn", 5, **bad)
+    # the same samples and fitnesses: the mean moves half as far with alpha_mu 0.1
+    for o in (opt, paper):
+        for fitness in ([-1.0, -1.0], [0.5, -0.5]):  # the first generation sets the baseline
+            o.ask()
+            o.tell(np.array(fitness))
+    assert np.allclose(opt.mean, paper.mean / 2) and np.abs(paper.mean).max() > 0
+    small = run(spec, tmp_path / "small.pkl")
+    # the flow adds the variant to PGPE cells only; a JSON round trip gives the spec back
+    specs = grid_specs(["mdrnn"], [5], ["pgpe", "es"], 2, 8, 2, 0, None, 2, (0.1, 0.05))
+    assert sorted({s.cell for s in specs}) == ["mdrnn-5x5-es", "mdrnn-5x5-pgpe",
+                                               "mdrnn-5x5-pgpe-steps0.1x0.05"]
+    assert len(specs) == 6
+    assert _spec(json.loads(json.dumps(small.summary()["spec"]))) == spec
+
+
+def test_a_checkpoint_older_than_a_spec_field_is_read_back(tmp_path: Path) -> None:
+    """A finished run whose checkpoint was written before `pgpe_steps` existed is still the
+    same run: read back, not refused and not replayed."""
+    import pickle
+
+    spec = RunSpec("mdrnn", 5, "pgpe", evaluations=8, games=2, final_games=2)
+    path = tmp_path / "old.pkl"
+    first = run(spec, path)
+    state = load_state(path)
+    del state["spec"]["pgpe_steps"]
+    path.write_bytes(pickle.dumps(state))
+    before = path.stat().st_mtime_ns
+    _same(first, run(spec, path))
+    assert path.stat().st_mtime_ns == before
+
+
 def test_weights_fitness_plays_any_board_size() -> None:
     weights = MDRNN(2, seed=3).get_flat().numpy()
     for size in (5, 7, 9):
