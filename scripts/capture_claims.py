@@ -9,7 +9,11 @@ seconds it took (`--cpu-seconds`, measured outside, e.g. from /proc of the flow'
 games per CPU-second and the CPU time the paper's budget would take at that rate.
 
     .venv/bin/python scripts/capture_claims.py runs/capture/grid [--cpu-seconds 1850]
-        [--paper-evaluations 12000]
+        [--paper-evaluations 12000] [--at 500,1000,2000]
+
+`--at`: also the candidates' average per cell around those episodes (the 100 episodes up to
+each, mean over runs): where along its curve each optimiser is, e.g. PGPE's slow start and
+later take-over against ES's early rise and saturation.
 
 Why a script and not the flow: these are read-outs for one document, computed from what the
 flow leaves behind (results.json and the runs' checkpoints), and not needed to train.
@@ -64,6 +68,24 @@ def cell_rows(out: Path, tail: float, floor: float) -> list[dict]:
     return rows
 
 
+def curve_at(out: Path, episodes: list[int], window: float = 100.0) -> str:
+    """Per cell, the candidates' average fitness (mean over runs) over the `window` episodes
+    up to each of `episodes`, as a markdown table."""
+    results = json.loads((out / "results.json").read_text())
+    lines = ["| cell | " + " | ".join(f"{e}" for e in episodes) + " |",
+             "|---|" + "---:|" * len(episodes)]
+    for cell, rs in _cells(results).items():
+        n = min(len(r["population_fitness"]) for r in rs)
+        x = np.asarray(rs[0]["population_episodes"][:n])
+        y = np.array([r["population_fitness"][:n] for r in rs]).mean(0)
+        values = []
+        for e in episodes:
+            near = (x > e - window) & (x <= e)
+            values.append(f"{y[near].mean():+.3f}" if near.any() else "")
+        lines.append(f"| {cell} | " + " | ".join(values) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def markdown(rows: list[dict], tail: float, floor: float) -> str:
     lines = [f"| cell | runs | final fitness, mean ± std | best run | candidates, last {tail:g} "
              f"episodes | first episode at ≥ {floor:g} | CMA-ES final σ (σ0 = 1) |",
@@ -89,11 +111,14 @@ def main(argv: list[str] | None = None) -> None:
                         help="CPU seconds the grid took (its whole process tree)")
     parser.add_argument("--paper-evaluations", type=int, default=12_000,
                         help="the paper's episodes per run, for the full-size estimate")
+    parser.add_argument("--at", default="", help="comma-separated episodes for the curve table")
     args = parser.parse_args(argv)
     if not (args.grid / "results.json").exists():
         parser.error(f"no {args.grid / 'results.json'}: the grid has not finished")
     rows = cell_rows(args.grid, args.tail, args.floor)
     print(markdown(rows, args.tail, args.floor))
+    if args.at:
+        print(curve_at(args.grid, [int(v) for v in args.at.split(",") if v]))
     games = sum(r["games"] for r in rows)
     runs = sum(r["runs"] for r in rows)
     results = json.loads((args.grid / "results.json").read_text())
