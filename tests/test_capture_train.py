@@ -241,6 +241,19 @@ def test_the_command_line_on_a_dask_cluster_gives_the_same_results(tmp_path: Pat
     assert {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.pkl")} == stamps
     with pytest.raises(SystemExit):
         main(["--out", str(tmp_path / "nothing"), "--replot", str(small)])
+    # the docs' read-out of a finished grid: its cell, the games it played, the CPU estimate
+    import subprocess
+    import sys
+
+    (result,) = _results(out).values()
+    games = (round(result["episodes"] * 4) + 4 * len(result["curve_fitness"]) + 8)
+    claims = subprocess.run([sys.executable, "scripts/capture_claims.py", str(out),
+                             "--cpu-seconds", "2", "--at", "12,24"], capture_output=True,
+                            text=True, check=True, cwd=Path(__file__).resolve().parents[1])
+    text = claims.stdout
+    assert f"| mdrnn-5x5-es | 1 | {result['final_fitness']:+.3f} ± 0.000 |" in text
+    assert f"1 runs of 24 episodes: {games:,} games played" in text
+    assert f"{games / 2:,.0f} games per CPU-s" in text and "| cell | 12 | 24 |" in text
     # --workers N starts a local cluster of N processes for the run
     runner = capture_train_on(workers=2).task_runner
     assert runner.cluster_kwargs["n_workers"] == 2 and runner.cluster_kwargs["processes"]
