@@ -3,7 +3,9 @@
 
 Run: python -m flows.capture_train --out runs/capture/grid [--runs 10 --evaluations 12000]
          [--networks mdrnn,mdlstm --sizes 5,7 --optimisers pgpe,es,cmaes --games 40]
-         [--workers 2 | --address tcp://scheduler:8786] [--lazy 10:70] [--seed 0]
+         [--workers 2 | --address tcp://scheduler:8786] [--lazy 10:70]
+         [--pgpe-steps 0.1:0.05] [--seed 0]
+     python -m flows.capture_train --out runs/capture/grid --replot docs/fig.png [--dpi 90]
 
 One task is one run (`services.policy_search.runs.run`: ask/tell until the budget of fitness
 evaluations is spent, one evaluation = one candidate's 40 games against the greedy player). The
@@ -16,6 +18,8 @@ cells are submitted first, so that the workers finish together.
 
 `--lazy FIRST:LAST` adds, next to every cell, the same cell with lazy evaluation (FIRST games
 per fitness at the start growing to LAST at the end, the same games in all; see runs.py).
+`--pgpe-steps A:S` adds, next to every PGPE cell, the same cell with PGPE's step sizes alpha_mu
+= A and alpha_sigma = S instead of the paper's 0.2 and 0.1.
 
 What it leaves under `--out`:
     runs/<run>.pkl          each run's checkpoint (optimiser, history; the finished result)
@@ -88,10 +92,15 @@ def search_run(spec: dict, checkpoint: str, checkpoint_every: int) -> dict:
     import torch
 
     torch.set_num_threads(1)  # one core per worker: the workers are the parallelism
-    lazy = tuple(spec["lazy"]) if spec.get("lazy") else None
-    result = run(RunSpec(**{**spec, "lazy": lazy}), Path(checkpoint), checkpoint_every)
+    result = run(_spec(spec), Path(checkpoint), checkpoint_every)
     assert result is not None  # no stop_after: a run returns only when finished
     return result.summary()
+
+
+def _spec(spec: dict) -> RunSpec:
+    """A RunSpec from its dict (a JSON round trip turns its tuples into lists)."""
+    tuples = {k: tuple(spec[k]) if spec.get(k) else None for k in ("lazy", "pgpe_steps")}
+    return RunSpec(**{**spec, **tuples})
 
 
 @task(name="generalise", task_run_name="{name} on {size}x{size}", retries=RETRIES)
@@ -107,14 +116,20 @@ def generalise(name: str, network: str, weights: list[float], size: int, games: 
 
 def grid_specs(networks: list[str], sizes: list[int], optimisers: list[str], runs: int,
                evaluations: int, games: int, seed: int, lazy: tuple[int, int] | None,
-               final_games: int) -> list[RunSpec]:
+               final_games: int, pgpe_steps: tuple[float, float] | None = None
+               ) -> list[RunSpec]:
+    """Every run of the grid: each cell, then its lazy variant where `lazy` is given and, for
+    PGPE, its variant with `pgpe_steps` where given."""
     specs = []
     for network in networks:
         for size in sizes:
             for optimiser in optimisers:
-                for variant in [None] + ([lazy] if lazy else []):
-                    specs += [RunSpec(network, size, optimiser, r, seed, evaluations, games,
-                                      variant, final_games=final_games) for r in range(runs)]
+                variants: list[dict] = [{}] + ([{"lazy": lazy}] if lazy else [])
+                if pgpe_steps and optimiser == "pgpe":
+                    variants.append({"pgpe_steps": tuple(pgpe_steps)})
+                specs += [RunSpec(network, size, optimiser, r, seed, evaluations, games,
+                                  final_games=final_games, **variant)
+                          for variant in variants for r in range(runs)]
     return specs
 
 
@@ -124,14 +139,15 @@ def capture_train(out_dir: str = DEFAULT_OUT, networks: list[str] | None = None,
                   runs: int = 10, evaluations: int = 12_000, games: int = GAMES, seed: int = 0,
                   lazy: tuple[int, int] | None = None, checkpoint_every: int = 10,
                   final_games: int = 400,
-                  generalise_sizes: list[int] | None = None) -> dict:
+                  generalise_sizes: list[int] | None = None,
+                  pgpe_steps: tuple[float, float] | None = None) -> dict:
     """Run the grid (see the module docstring) into `out_dir`; return the per-cell table."""
     log = get_run_logger()
     out = Path(out_dir).resolve()
     (out / "runs").mkdir(parents=True, exist_ok=True)
     specs = grid_specs(networks or list(NETWORKS), sizes or list(SIZES),
                        optimisers or list(OPTIMISERS), runs, evaluations, games, seed,
-                       lazy, final_games)
+                       lazy, final_games, pgpe_steps)
     specs.sort(key=_cost, reverse=True)
     progress = create_progress_artifact(progress=0.0, key="capture-train-progress",
                                         description=f"runs finished of {len(specs)}")
@@ -175,7 +191,7 @@ def _spec_dict(spec: RunSpec) -> dict:
 
 def _grid_order(spec: RunSpec) -> tuple:
     return (list(NETWORKS).index(spec.network), spec.size, OPTIMISERS.index(spec.optimiser),
-            spec.lazy or (), spec.run)
+            spec.lazy or (), spec.pgpe_steps or (), spec.run)
 
 
 def cell_table(results: list[dict]) -> list[dict]:
@@ -246,11 +262,13 @@ def save_network(result: dict, path: Path) -> None:
                     "run": result["name"]}, tmp)
 
 
-def plot_curves(results: list[dict], path: Path) -> None:
+def plot_curves(results: list[dict], path: Path, dpi: int = 110) -> None:
     """Fig. 3: per cell, the average fitness of the evaluated candidates per `curve_step`
     episodes (the paper's "average fitness of a generation"): the mean over runs, one standard
     deviation either side, the min and max over runs; and, dashed, the mean over runs of the
-    optimiser's mean network's fitness (interpolated onto a common grid of episodes)."""
+    optimiser's mean network's fitness (interpolated onto a common grid of episodes). `dpi`
+    lower for the docs' copy, re-plotted from results.json (`python -m flows.capture_train
+    --replot`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -292,15 +310,15 @@ def plot_curves(results: list[dict], path: Path) -> None:
             if i == len(rows) - 1:
                 ax.set_xlabel("episodes (fitness evaluations)")
             if j == 0:
-                ax.set_ylabel("fitness of the mean")
+                ax.set_ylabel("fitness")
     n_runs = sorted({len(v) for v in cells.values()})
     fig.suptitle(f"Capture Game: fitness of the evaluated candidates over "
-                 f"{'/'.join(map(str, n_runs))} runs (mean, ±1 std, min/max) and of the mean "
-                 f"network (dashed)", fontsize=10)
+                 f"{'/'.join(map(str, n_runs))} runs\n(mean, ±1 std, min/max) and of the mean "
+                 f"network (dashed)", fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
+        fig.savefig(tmp, dpi=dpi, format="png")
     plt.close(fig)
 
 
@@ -332,6 +350,16 @@ def _csv(kind: type, choices: tuple | None = None):
     return parse
 
 
+def _steps(text: str) -> tuple[float, float]:
+    try:
+        alpha_mu, alpha_sigma = (float(v) for v in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"ALPHA_MU:ALPHA_SIGMA, e.g. 0.1:0.05: {text!r}") from None
+    if not (alpha_mu > 0 and alpha_sigma > 0):
+        raise argparse.ArgumentTypeError(f"step sizes must be > 0: {text!r}")
+    return alpha_mu, alpha_sigma
+
+
 def _lazy(text: str) -> tuple[int, int]:
     try:
         first, last = (int(v) for v in text.split(":"))
@@ -361,6 +389,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--lazy", type=_lazy, default=None, metavar="FIRST:LAST",
                         help="also run every cell with lazy evaluation, FIRST growing to LAST "
                              "games per fitness (same games in all)")
+    parser.add_argument("--pgpe-steps", type=_steps, default=None,
+                        metavar="ALPHA_MU:ALPHA_SIGMA",
+                        help="also run every PGPE cell with these step sizes (the paper's: "
+                             "0.2:0.1)")
     parser.add_argument("--generalise", type=_csv(int), default=list(GENERALISE_SIZES),
                         help="board sizes the best small-board networks are also asked on")
     parser.add_argument("--checkpoint-every", type=int, default=10,
@@ -370,8 +402,18 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--address", default=None,
                         help="an existing Dask scheduler (tcp://host:8786) instead")
     parser.add_argument("--seed", type=int, default=0, help="the grid's seed")
+    parser.add_argument("--replot", type=Path, default=None, metavar="PNG",
+                        help="run nothing: plot --out's results.json as Fig. 3 into PNG")
+    parser.add_argument("--dpi", type=int, default=90, help="the --replot figure's dpi")
     logs.add_arguments(parser)
     args = parser.parse_args(argv)
+    if args.replot is not None:
+        results_json = Path(args.out) / "results.json"
+        if not results_json.exists():
+            parser.error(f"--replot: no {results_json} (a finished grid writes it)")
+        plot_curves(json.loads(results_json.read_text()), args.replot, dpi=args.dpi)
+        print(f"{args.replot}: Fig. 3 of {results_json}")
+        return {"replot": str(args.replot)}
     if args.runs < 1 or args.evaluations < 1 or args.games < 1:
         parser.error("--runs, --evaluations and --games must be >= 1")
     configure_logging(args)
@@ -384,7 +426,7 @@ def main(argv: list[str] | None = None) -> dict:
                    optimisers=args.optimisers, runs=args.runs, evaluations=args.evaluations,
                    games=args.games, seed=args.seed, lazy=args.lazy,
                    checkpoint_every=args.checkpoint_every, final_games=args.final_games,
-                   generalise_sizes=args.generalise)
+                   generalise_sizes=args.generalise, pgpe_steps=args.pgpe_steps)
     print(table_markdown(result["cells"]))
     print(generalisation_markdown(result["generalisation"]))
     print(f"best run: {result['best']} -> {Path(args.out) / 'best_network.pt'}")

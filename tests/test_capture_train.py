@@ -94,6 +94,52 @@ def test_lazy_evaluation_grows_the_games_and_spends_the_same_budget(tmp_path: Pa
     assert result.spec.cell == "mdlstm-5x5-pgpe-lazy4to36"
 
 
+def test_smaller_pgpe_step_sizes_reach_the_optimiser_and_name_their_cell(tmp_path: Path) -> None:
+    from flows.capture_train import _spec, grid_specs
+    from services.policy_search.runs import make_optimiser
+
+    spec = RunSpec("mdrnn", 5, "pgpe", evaluations=8, games=2, final_games=2,
+                   pgpe_steps=(0.1, 0.05))
+    opt = make_optimiser(spec, np.zeros(12), seed=0)
+    assert (opt.alpha_mu, opt.alpha_sigma) == (0.1, 0.05)
+    paper = make_optimiser(RunSpec("mdrnn", 5, "pgpe"), np.zeros(12), seed=0)
+    assert (paper.alpha_mu, paper.alpha_sigma) == (0.2, 0.1)
+    assert spec.cell == "mdrnn-5x5-pgpe-steps0.1x0.05"
+    for bad in [dict(optimiser="es", pgpe_steps=(0.1, 0.05)),
+                dict(optimiser="pgpe", pgpe_steps=(0.0, 0.05))]:
+        with pytest.raises(ValueError, match="pgpe_steps"):
+            RunSpec("mdrnn", 5, **bad)
+    # the same samples and fitnesses: the mean moves half as far with alpha_mu 0.1
+    for o in (opt, paper):
+        for fitness in ([-1.0, -1.0], [0.5, -0.5]):  # the first generation sets the baseline
+            o.ask()
+            o.tell(np.array(fitness))
+    assert np.allclose(opt.mean, paper.mean / 2) and np.abs(paper.mean).max() > 0
+    small = run(spec, tmp_path / "small.pkl")
+    # the flow adds the variant to PGPE cells only; a JSON round trip gives the spec back
+    specs = grid_specs(["mdrnn"], [5], ["pgpe", "es"], 2, 8, 2, 0, None, 2, (0.1, 0.05))
+    assert sorted({s.cell for s in specs}) == ["mdrnn-5x5-es", "mdrnn-5x5-pgpe",
+                                               "mdrnn-5x5-pgpe-steps0.1x0.05"]
+    assert len(specs) == 6
+    assert _spec(json.loads(json.dumps(small.summary()["spec"]))) == spec
+
+
+def test_a_checkpoint_older_than_a_spec_field_is_read_back(tmp_path: Path) -> None:
+    """A finished run whose checkpoint was written before `pgpe_steps` existed is still the
+    same run: read back, not refused and not replayed."""
+    import pickle
+
+    spec = RunSpec("mdrnn", 5, "pgpe", evaluations=8, games=2, final_games=2)
+    path = tmp_path / "old.pkl"
+    first = run(spec, path)
+    state = load_state(path)
+    del state["spec"]["pgpe_steps"]
+    path.write_bytes(pickle.dumps(state))
+    before = path.stat().st_mtime_ns
+    _same(first, run(spec, path))
+    assert path.stat().st_mtime_ns == before
+
+
 def test_weights_fitness_plays_any_board_size() -> None:
     weights = MDRNN(2, seed=3).get_flat().numpy()
     for size in (5, 7, 9):
@@ -185,6 +231,29 @@ def test_the_command_line_on_a_dask_cluster_gives_the_same_results(tmp_path: Pat
     printed = capsys.readouterr().out
     assert "| mdrnn-5x5-es | 1 |" in printed and "best run: mdrnn-5x5-es-run00" in printed
     assert _results(out) == _results(local)
+    # --replot draws a finished grid's Fig. 3 again (at the docs' dpi) and runs nothing
+    stamps = {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.pkl")}
+    small, big = tmp_path / "small.png", tmp_path / "big.png"
+    main(["--out", str(out), "--replot", str(small), "--dpi", "45"])
+    main(["--out", str(out), "--replot", str(big), "--dpi", "90"])
+    assert small.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert small.stat().st_size < big.stat().st_size
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.pkl")} == stamps
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path / "nothing"), "--replot", str(small)])
+    # the docs' read-out of a finished grid: its cell, the games it played, the CPU estimate
+    import subprocess
+    import sys
+
+    (result,) = _results(out).values()
+    games = (round(result["episodes"] * 4) + 4 * len(result["curve_fitness"]) + 8)
+    claims = subprocess.run([sys.executable, "scripts/capture_claims.py", str(out),
+                             "--cpu-seconds", "2", "--at", "12,24"], capture_output=True,
+                            text=True, check=True, cwd=Path(__file__).resolve().parents[1])
+    text = claims.stdout
+    assert f"| mdrnn-5x5-es | 1 | {result['final_fitness']:+.3f} ± 0.000 |" in text
+    assert f"1 runs of 24 episodes: {games:,} games played" in text
+    assert f"{games / 2:,.0f} games per CPU-s" in text and "| cell | 12 | 24 |" in text
     # --workers N starts a local cluster of N processes for the run
     runner = capture_train_on(workers=2).task_runner
     assert runner.cluster_kwargs["n_workers"] == 2 and runner.cluster_kwargs["processes"]

@@ -21,6 +21,9 @@ Lazy evaluation (an option beyond the paper): `lazy=(first, last)` gives each fi
 games at the start and `last` at the end, the number growing linearly with the games spent; early
 generations are many and noisy, late ones few and precise, for the same games in all.
 
+Smaller step sizes (an option beyond the paper, which proposes it for "more thorough
+exploration"): `pgpe_steps=(alpha_mu, alpha_sigma)` replaces PGPE's 0.2 and 0.1.
+
 Seeds. The start point x0 (the network's random initial weights) depends only on the grid seed
 and the run index, so the three optimisers of a run start from the same network; the optimiser's
 and the games' random streams also depend on the run's cell, so that no two cells share games.
@@ -37,7 +40,7 @@ from __future__ import annotations
 import logging
 import pickle
 import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +78,7 @@ class RunSpec:
     lazy: tuple[int, int] | None = None
     curve_step: int = 20
     final_games: int = 400
+    pgpe_steps: tuple[float, float] | None = None  # PGPE's (alpha_mu, alpha_sigma); None: 0.2, 0.1
 
     def __post_init__(self) -> None:
         if self.network not in NETWORKS:
@@ -85,12 +89,18 @@ class RunSpec:
             raise ValueError("evaluations, games, curve_step and final_games must be >= 1")
         if self.lazy is not None and (len(self.lazy) != 2 or min(self.lazy) < 1):
             raise ValueError(f"lazy must be (games first, games last), both >= 1: {self.lazy}")
+        if self.pgpe_steps is not None and (self.optimiser != "pgpe" or len(self.pgpe_steps) != 2
+                                            or min(self.pgpe_steps) <= 0):
+            raise ValueError(f"pgpe_steps must be (alpha_mu, alpha_sigma), both > 0, and only "
+                             f"for pgpe: {self.pgpe_steps} with {self.optimiser}")
 
     @property
     def cell(self) -> str:
-        """The grid cell: network, board, optimiser (and the lazy schedule where there is one)."""
+        """The grid cell: network, board, optimiser (and the lazy schedule and PGPE's step sizes
+        where they are not the paper's)."""
         lazy = f"-lazy{self.lazy[0]}to{self.lazy[1]}" if self.lazy else ""
-        return f"{self.network}-{self.size}x{self.size}-{self.optimiser}{lazy}"
+        steps = f"-steps{self.pgpe_steps[0]:g}x{self.pgpe_steps[1]:g}" if self.pgpe_steps else ""
+        return f"{self.network}-{self.size}x{self.size}-{self.optimiser}{lazy}{steps}"
 
     @property
     def name(self) -> str:
@@ -179,8 +189,12 @@ def start_point(spec: RunSpec, net: torch.nn.Module) -> np.ndarray:
 
 def make_optimiser(spec: RunSpec, x0: np.ndarray, seed: int) -> Optimizer:
     """The paper's settings: PGPE one symmetric pair per generation (alpha_mu 0.2, alpha_sigma
-    0.1, sigma_0 2.0); the (5, 30)-ES; CMA-ES with the library's default population."""
+    0.1, sigma_0 2.0, or the spec's `pgpe_steps`); the (5, 30)-ES; CMA-ES with the library's
+    default population."""
     if spec.optimiser == "pgpe":
+        if spec.pgpe_steps:
+            return PGPE(x0, alpha_mu=spec.pgpe_steps[0], alpha_sigma=spec.pgpe_steps[1],
+                        seed=seed)
         return PGPE(x0, seed=seed)
     if spec.optimiser == "es":
         return MuCommaLambdaES(x0, seed=seed)
@@ -218,6 +232,13 @@ def load_state(path: Path) -> dict[str, Any] | None:
     return state
 
 
+def saved_spec(state: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's spec with the defaults of the fields added to RunSpec after it was
+    written, so that older checkpoints are still read back as the runs they are."""
+    defaults = {f.name: f.default for f in fields(RunSpec) if f.default is not MISSING}
+    return {**defaults, **state["spec"]}
+
+
 def _save(state: dict, path: Path) -> None:
     atomic_write_bytes(cloudpickle.dumps(state), path)
 
@@ -236,7 +257,7 @@ def run(spec: RunSpec, checkpoint: Path, checkpoint_every: int = 10,
     checkpoint.parent.mkdir(parents=True, exist_ok=True)
     net = network_for(spec)
     state = load_state(checkpoint)
-    if state is not None and state["spec"] != asdict(spec):
+    if state is not None and saved_spec(state) != asdict(spec):
         raise ValueError(f"{checkpoint} holds another run: {state['spec']}")
     if state is None:
         state = _fresh_state(spec, net)
