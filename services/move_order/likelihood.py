@@ -19,6 +19,14 @@ mask is still asked of each position, which keeps the cost exact whatever the ga
 and the masked policy is kept by input and mask together (`prefix_cache_size` of them), so
 the softmax of a row is taken once.
 
+A game may say when two orders of the same moves reach one position (`Game.transposition_key`:
+a Gomoku position is its board, whatever the order). Then a candidate is replayed only up to
+the last ply where it differs from the current order: from there on both have played the
+same moves, so its positions, policies and factors are the current order's (`states[i]` may
+then be a position reached by another order of the same moves: the same to the rules and to
+the network). The masked policies are also kept by that key, which spares the network input
+and the legal mask of a position reached before by another order.
+
 A position is a function of the moves that led to it, so the scorer also keeps, by the move
 sequence itself (`prefix_cache_size` of them), the position it reaches (or that it breaks the rules)
 and that position's masked policy: an annealing chain near its end proposes the same few
@@ -32,6 +40,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -55,8 +64,10 @@ _UNSEEN = object()  # a move sequence not in the position cache
 @dataclass(frozen=True)
 class Scored:
     """An order with what its cost was computed from: `states[i]` is the position after `i`
-    moves (n + 1 of them), `policies[i]` the masked policy at `states[i]` (n of them, float64
-    rows over the game's policy entries), `factors[i]` the probability of move `i`. The
+    moves (n + 1 of them; for a game with a `transposition_key`, possibly the same position
+    reached by another order of those moves), `policies[i]` the masked policy at
+    `states[i]` (n of them, float64 rows over the game's policy entries), `factors[i]` the
+    probability of move `i`. The
     likelihood figures are computed once, when first asked (the annealing compares a cost
     several times per step)."""
 
@@ -115,31 +126,59 @@ class PrefixScorer:
         # network input + legal mask bytes -> masked policy (the same arrays as `_policies`)
         self._masked: dict[bytes, np.ndarray] = {}
         self._colours = (frozenset(problem.black), frozenset(problem.white))
+        self._transposable: bool | None = None  # whether the game has a transposition_key
+        # (moves played, transposition key) -> masked policy (the same arrays as `_masked`)
+        self._by_position: dict[tuple[int, Any], np.ndarray] = {}
 
     def policies(self, states: Sequence[Position]) -> list[np.ndarray]:
         """The masked policy of each state. A masked policy is a function of the network input
         and the legal mask, so it is kept by both (`prefix_cache_size` of them): a softmax is
         taken only of the rows not kept, and of those only the inputs whose logits are not
-        kept either are sent, in one `infer` call per `max_boards` of them."""
+        kept either are sent, in one `infer` call per `max_boards` of them. For a game with a
+        `transposition_key` the rows are also kept by that key and the number of moves, which
+        spares the input and the legal mask of a position reached before by another order."""
         game = self.problem.game
-        found: dict[bytes, np.ndarray] = {}
+        by_position = self._by_position if self._is_transposable() else None
+        out: list[np.ndarray | None] = []
         # policy key -> (input key, input, legal mask) of the rows to compute
         wanted: dict[bytes, tuple[bytes, np.ndarray, np.ndarray]] = {}
-        keys: list[bytes] = []
+        # (index in out, policy key, position key) of the rows not kept by position
+        todo: list[tuple[int, bytes, tuple[int, Any] | None]] = []
         for state in states:
+            tkey = None
+            if by_position is not None:
+                tkey = (len(state.moves), game.transposition_key(state))
+                row = by_position.get(tkey)
+                if row is not None:
+                    out.append(row)
+                    continue
             x = np.ascontiguousarray(game.network_input(state))
             legal = state.legal_mask()
             key = x.tobytes()
             pkey = key + legal.tobytes()
-            keys.append(pkey)
             row = self._masked.get(pkey)
-            if row is not None:
-                found[pkey] = row
-            elif pkey not in wanted:
+            if row is None and pkey not in wanted:
                 wanted[pkey] = (key, x, legal)
-        if wanted:
-            found.update(self._masked_rows(wanted))
-        return [found[k] for k in keys]
+            todo.append((len(out), pkey, tkey))
+            out.append(row)
+        fresh = self._masked_rows(wanted) if wanted else {}
+        if by_position is not None and len(by_position) + len(todo) > self.prefix_cache_size:
+            by_position.clear()
+        for i, pkey, tkey in todo:
+            row = out[i]
+            if row is None:
+                row = out[i] = fresh[pkey]
+            if by_position is not None and self.prefix_cache_size:
+                by_position[tkey] = row
+        return out  # type: ignore[return-value]
+
+    def _is_transposable(self) -> bool:
+        """Whether the game has a `transposition_key` (asked once, of the empty position) and
+        the caches are on (with `cache_size` 0 every changed prefix is replayed and sent)."""
+        if self._transposable is None:
+            self._transposable = bool(self.prefix_cache_size) and (
+                self.problem.game.transposition_key(self.problem.start) is not None)
+        return self._transposable
 
     def _masked_rows(self, wanted: dict[bytes, tuple[bytes, np.ndarray, np.ndarray]]
                      ) -> dict[bytes, np.ndarray]:
@@ -240,23 +279,34 @@ class PrefixScorer:
         through here, so the network sees one large batch instead of one small one per
         chain; each result is the one `rescore` would give. The factors before ply `first`
         are `current`'s (same positions, same moves): only the others are read off."""
-        # (current, moves, first, positions, the move sequences of the changed positions)
+        # (current, moves, first, positions, the move sequences of the changed positions,
+        # the first ply from which the factors are current's)
         replayed: list[tuple[Scored, tuple[int, ...], int, tuple[Position, ...],
-                             list[tuple[int, ...]]] | None] = []
+                             list[tuple[int, ...]], int] | None] = []
         known: dict[tuple[int, ...], np.ndarray] = {}
         pending: dict[tuple[int, ...], Position] = {}  # moves -> a position to evaluate
         cached = self._policies
         for current, order, first in candidates:
             moves = tuple(map(int, order))
-            new_states = self._replay(moves, current.states[first], first)
+            n = len(moves)
+            end = self._transposed_from(current, moves, first)
+            new_states = self._replay(moves[:end], current.states[first], first)
             if new_states is None:
                 replayed.append(None)
                 continue
-            n = len(moves)
-            states = current.states[:first + 1] + tuple(new_states)
-            keys = [moves[:ply] for ply in range(first + 1, n)]
-            replayed.append((current, moves, first, states, keys))
-            for key, state in zip(keys, states[first + 1:n], strict=True):
+            if end < n and not self._same_position(new_states[-1], current.states[end]):
+                rest = self._replay(moves, new_states[-1], end)
+                if rest is None:
+                    replayed.append(None)
+                    continue
+                new_states += rest
+                end = n
+            # from ply `end` on the positions are current's (the same, or transposed)
+            states = (current.states[:first + 1] + tuple(new_states)
+                      + current.states[end + 1:])
+            keys = [moves[:ply] for ply in range(first + 1, end)]
+            replayed.append((current, moves, first, states, keys, end))
+            for key, state in zip(keys, states[first + 1:end], strict=True):
                 row = cached.get(key)
                 if row is not None:
                     known[key] = row
@@ -273,10 +323,34 @@ class PrefixScorer:
             if item is None:
                 out.append(None)
                 continue
-            current, moves, first, states, keys = item
-            policies = current.policies[:first + 1] + tuple(known[k] for k in keys)
-            changed = [policies[i][moves[i]] for i in range(first, len(moves))]
+            current, moves, first, states, keys, end = item
+            policies = (current.policies[:first + 1] + tuple(known[k] for k in keys)
+                        + current.policies[end:])
+            changed = [policies[i][moves[i]] for i in range(first, end)]
             factors = np.concatenate((current.factors[:first],
-                                      np.array(changed, dtype=np.float64)))
+                                      np.array(changed, dtype=np.float64),
+                                      current.factors[end:]))
             out.append(Scored(moves, states, policies, factors))
         return out
+
+    def _transposed_from(self, current: Scored, moves: tuple[int, ...], first: int) -> int:
+        """Where `moves` may rejoin `current.order` as a transposition: one past the last ply
+        where the two differ, when the game has a `transposition_key` (after that ply both
+        orders have played the same moves, so for such a game the positions are the same and
+        only the plies before it need replaying); else the length of the order."""
+        n = len(moves)
+        if not self._is_transposable():
+            return n
+        old = current.order
+        end = n
+        while end > first and moves[end - 1] == old[end - 1]:
+            end -= 1
+        return max(end, first + 1)
+
+    def _same_position(self, a: Position, b: Position) -> bool:
+        """Whether the game says `a` and `b` (after the same number of moves) are one position."""
+        if a is b:
+            return True
+        game = self.problem.game
+        key = game.transposition_key(a)
+        return key is not None and key == game.transposition_key(b)

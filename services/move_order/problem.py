@@ -73,7 +73,7 @@ class Problem:
         ply = len(after.moves)
         if np.count_nonzero(after.board) != ply:  # a capture
             return None
-        if after.is_over and ply < self.n:
+        if ply < self.n and after.is_over:
             return None
         return after
 
