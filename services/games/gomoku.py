@@ -175,7 +175,7 @@ class GomokuState:
 
     @property
     def is_over(self) -> bool:
-        return self.winner != EMPTY or not (self.board == EMPTY).any()
+        return self.winner != EMPTY or bool(self.board.all())  # five, or no empty point
 
     def _check_on_board_and_empty(self, point: int, what: str) -> None:
         if not 0 <= point < self.size * self.size:

@@ -56,6 +56,9 @@ DEFAULT_CACHE_SIZE = 50_000  # logits rows kept by input (a 15x15 row: 900 bytes
 # arrays, plus a key of twice the board): ~60 MB at most; a chain's repeats are of its recent
 # proposals
 DEFAULT_PREFIX_CACHE_SIZE = 10_000
+# positions kept by the position and move they were played from (a game with a
+# transposition_key): ~1 KB each (a Gomoku state), ~30 MB at most
+DEFAULT_TRANSITION_CACHE_SIZE = 30_000
 # a factor below this counts as this: a legal move the network gives 0 keeps a finite cost
 MIN_PROBABILITY = 1e-300
 _UNSEEN = object()  # a move sequence not in the position cache
@@ -105,7 +108,8 @@ class PrefixScorer:
     def __init__(self, problem: Problem, evaluator: PolicyEvaluator,
                  max_boards: int = DEFAULT_MAX_BOARDS,
                  cache_size: int = DEFAULT_CACHE_SIZE,
-                 prefix_cache_size: int = DEFAULT_PREFIX_CACHE_SIZE) -> None:
+                 prefix_cache_size: int = DEFAULT_PREFIX_CACHE_SIZE,
+                 transition_cache_size: int = DEFAULT_TRANSITION_CACHE_SIZE) -> None:
         """`cache_size` logits rows kept by network input, `prefix_cache_size` positions and
         policies kept by move sequence (both off when `cache_size` is 0: every changed prefix
         replayed and sent)."""
@@ -117,6 +121,7 @@ class PrefixScorer:
         self.max_boards = max_boards
         self.cache_size = cache_size
         self.prefix_cache_size = prefix_cache_size if cache_size else 0
+        self.transition_cache_size = max(1, transition_cache_size)
         self.calls = 0  # evaluator `infer` calls
         self.boards = 0  # positions sent in them
         self._logits: dict[bytes, np.ndarray] = {}  # network input bytes -> logits row
@@ -127,6 +132,8 @@ class PrefixScorer:
         self._masked: dict[bytes, np.ndarray] = {}
         self._colours = (frozenset(problem.black), frozenset(problem.white))
         self._transposable: bool | None = None  # whether the game has a transposition_key
+        # (ply, transposition key, move) -> the position it reaches (None: against the rules)
+        self._transitions: dict[tuple[int, Any, int], Position | None] = {}
         # (moves played, transposition key) -> masked policy (the same arrays as `_masked`)
         self._by_position: dict[tuple[int, Any], np.ndarray] = {}
 
@@ -248,9 +255,14 @@ class PrefixScorer:
     def _replay(self, moves: tuple[int, ...], start: Position, first: int
                 ) -> list[Position] | None:
         """`Problem.replay(moves, start, first)`, each position looked up by its moves first
-        and kept after it is played (the whole cache is dropped when full)."""
+        and kept after it is played (the whole cache is dropped when full). For a game with a
+        `transposition_key` a move is looked up by the position it is played from instead
+        (`transition_cache_size` of them): the changed plies of a candidate often reach, by
+        another order, positions that were played from before."""
         if not self.prefix_cache_size:
             return self.problem.replay(moves, start, first)
+        if self._is_transposable():
+            return self._replay_by_position(moves, start, first)
         cache = self._states
         play = self.problem.play
         colours = self._colours
@@ -263,6 +275,34 @@ class PrefixScorer:
                 move = moves[ply]
                 nxt = play(state, move) if move in colours[ply % 2] else None
                 if len(cache) >= self.prefix_cache_size:
+                    cache.clear()
+                cache[key] = nxt
+            if nxt is None:
+                return None
+            states.append(nxt)
+            state = nxt
+        return states
+
+    def _replay_by_position(self, moves: tuple[int, ...], start: Position, first: int
+                            ) -> list[Position] | None:
+        """`_replay` for a game with a `transposition_key`: each move looked up by (ply, the
+        key of the position it is played from, move), the position it reaches kept there (or
+        None: the move breaks the rules; the same there whatever the order that led to it)."""
+        cache = self._transitions
+        key_of = self.problem.game.transposition_key
+        play = self.problem.play
+        colours = self._colours
+        states: list[Position] = []
+        state = start
+        for ply in range(first, len(moves)):
+            move = moves[ply]
+            if move not in colours[ply % 2]:
+                return None
+            key = (ply, key_of(state), move)
+            nxt = cache.get(key, _UNSEEN)
+            if nxt is _UNSEEN:
+                nxt = play(state, move)
+                if len(cache) >= self.transition_cache_size:
                     cache.clear()
                 cache[key] = nxt
             if nxt is None:
