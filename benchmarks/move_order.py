@@ -53,7 +53,8 @@ paper's recipe's are counted.
 order, then 5 lock-step restarts of `default_iterations(stones)`: the paper's recipe, the
 schedule InferSequence runs), on each position: wall and CPU seconds of this process (on a
 shared machine the CPU seconds are the steadier figure; through Triton the server's work is
-in the wall time only). `--profile` prints where one such run's time goes (cProfile, the 25
+in the wall time only). `--profile` prints where one such run's time goes (cProfile timed
+in this process's CPU seconds, so the other jobs of a shared machine do not show; the 25
 functions with the most time of their own).
 """
 
@@ -241,7 +242,7 @@ def run(game: Game, size: int, config: str, policy: PolicyEvaluator,
         time_recipe(game, size, stone_sets, policy)
     if args.profile:
         problem = problem_from_stones(game, *stone_sets[0], size=size)
-        profiler = cProfile.Profile()
+        profiler = cProfile.Profile(time.process_time)  # CPU seconds: other jobs do not count
         profiler.runcall(infer_order, problem, policy, AnnealingParams(seed=args.seed))
         pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(25)
     if args.naive:

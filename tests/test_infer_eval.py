@@ -159,10 +159,10 @@ def test_figures_of_hand_made_rows():
     rows = [
         {"actual_gm": 0.2, "inferred_gm": 0.3, "greedy_gm": 0.1, "exact": False,
          "move_match": 0.5, "greedy_move_match": 0.25, "spread": 0.01, "seconds": 1.0,
-         "boards": 10},
+         "cpu_seconds": 0.5, "boards": 10},
         {"actual_gm": 0.4, "inferred_gm": 0.4, "greedy_gm": 0.4, "exact": True,
          "move_match": 1.0, "greedy_move_match": 1.0, "spread": 0.03, "seconds": 3.0,
-         "boards": 30},
+         "cpu_seconds": 1.5, "boards": 30},
     ]
     f = figures(rows)
     assert f["positions"] == 2
@@ -172,6 +172,7 @@ def test_figures_of_hand_made_rows():
     assert f["exact"] == 0.5
     assert f["move_match"] == pytest.approx(0.75)
     assert f["spread"] == pytest.approx(0.02)
+    assert f["cpu_seconds"] == pytest.approx(1.0)
 
 
 def test_evaluate_position_scores_the_actual_order_and_keeps_the_best_of_greedy_and_annealing():

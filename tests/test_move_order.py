@@ -423,6 +423,50 @@ def test_inputs_evaluated_before_are_not_sent_again() -> None:
     assert candidate.cost == naive_cost(problem, fresh, swapped)[0]
 
 
+def test_only_gomoku_says_when_two_orders_reach_one_position() -> None:
+    problem, planted = random_problem(GOMOKU, 15, 10, seed=3)
+    transposed = (planted[2], planted[1], planted[0], *planted[3:])
+    a, b = problem.replay(planted), problem.replay(transposed)
+    assert a is not None and b is not None
+    assert GOMOKU.transposition_key(a[2]) == GOMOKU.transposition_key(b[2])
+    assert GOMOKU.transposition_key(a[0]) != GOMOKU.transposition_key(b[0])
+    go_problem, go_planted = random_problem(GO, 9, 6, seed=3)
+    assert GO.transposition_key(go_problem.replay(go_planted)[-1]) is None
+
+
+@pytest.mark.parametrize("game,size,replayed", [(GOMOKU, 15, 3), (GO, 9, 14)])
+def test_a_transposed_tail_is_neither_replayed_nor_evaluated(game, size: int,
+                                                             replayed: int) -> None:
+    """A swap of plies 0 and 2: from ply 3 on both orders have played the same stones, which
+    a Gomoku position is all of (its key), so only plies 0-2 are played and s_1, s_2 sent;
+    Go's input holds the last moves, so every ply from 0 on is played."""
+    problem, planted = random_problem(game, size, 14, seed=2)
+    evaluator = PlantedEvaluator(planted, game.policy_size(size))
+    scorer = PrefixScorer(problem, evaluator)
+    current = scorer.score(planted)
+    played: list[int] = []
+    inner = problem.play
+
+    def counting(state, move):
+        played.append(move)
+        return inner(state, move)
+
+    object.__setattr__(problem, "play", counting)  # the frozen Problem, for this test only
+    swapped = (planted[2], planted[1], planted[0], *planted[3:])
+    evaluator.calls.clear()
+    candidate = scorer.rescore(current, swapped, 0)
+    assert candidate is not None and len(played) == replayed
+    # Go: s_3.. hold the same stones but not the same last moves, so a few more are sent
+    assert evaluator.calls == [2] if game is GOMOKU else evaluator.calls[0] > 2
+    if game is GOMOKU:  # s_3 is current's position by its key, the later ones are kept
+        key = GOMOKU.transposition_key
+        assert key(candidate.states[3]) == key(current.states[3])
+        assert all(a is b for a, b in zip(candidate.states[4:], current.states[4:],
+                                          strict=True))
+    cost, factors = naive_cost(problem, evaluator, swapped)
+    assert candidate.cost == cost and np.array_equal(candidate.factors, factors)
+
+
 def test_changed_prefixes_over_max_boards_are_split() -> None:
     problem, planted = random_problem(GOMOKU, 15, 12, seed=4)
     evaluator = PlantedEvaluator(planted, 225)

@@ -276,6 +276,15 @@ class Game(ABC):
         """A finished game's worth to the player who made the last move (+1, -1, 0)."""
         return 0.0
 
+    def transposition_key(self, state: Position) -> Any:
+        """A key under which positions reached by different orders of the same moves are one
+        position: two states after the same number of moves with equal keys have the same
+        legal moves, the same outcome of every move from there on and the same network input,
+        so what follows them (legality, policies) is computed once. None (the default): the
+        game does not say so, and every order of the moves is its own position (Go's network
+        input holds the last moves, say)."""
+        return None
+
     def base_key(self, state: Position) -> tuple[Any, ...]:
         """What a game is besides its moves (the tree cache's key, with `moves`): by default
         the size and the board without the moves (set-up stones)."""

@@ -101,8 +101,12 @@ def opponent(color: int) -> int:
 
 def line_length(board: np.ndarray, x: int, y: int, color: int, dx: int, dy: int) -> int:
     """Length of the run of `color` through (x, y) along (dx, dy), counting (x, y) itself."""
-    size = board.shape[0]
     cells = np.asarray(board, dtype=np.int8).tobytes()  # row-major; an item is a plain int
+    return _run_length(cells, board.shape[0], x, y, color, dx, dy)
+
+
+def _run_length(cells: bytes, size: int, x: int, y: int, color: int, dx: int, dy: int) -> int:
+    """`line_length` on the board's bytes (taken once for the four directions of a move)."""
     n = 1
     for sign in (1, -1):
         cx, cy = x + sign * dx, y + sign * dy
@@ -116,8 +120,10 @@ def line_length(board: np.ndarray, x: int, y: int, color: int, dx: int, dy: int)
 def makes_five(board: np.ndarray, x: int, y: int, color: int, rule: Rule) -> bool:
     """Whether a stone of `color` at (x, y) (placed or hypothetical) completes a winning line."""
     exact = rule is Rule.STANDARD or (rule is Rule.RENJU and color == BLACK)
+    cells = np.asarray(board, dtype=np.int8).tobytes()
+    size = board.shape[0]
     for dx, dy in DIRECTIONS:
-        n = line_length(board, x, y, color, dx, dy)
+        n = _run_length(cells, size, x, y, color, dx, dy)
         if n == 5 or (n > 5 and not exact):
             return True
     return False
@@ -169,7 +175,7 @@ class GomokuState:
 
     @property
     def is_over(self) -> bool:
-        return self.winner != EMPTY or not (self.board == EMPTY).any()
+        return self.winner != EMPTY or bool(self.board.all())  # five, or no empty point
 
     def _check_on_board_and_empty(self, point: int, what: str) -> None:
         if not 0 <= point < self.size * self.size:

@@ -148,6 +148,12 @@ class GomokuGame(Game):
     def tactical_positions(self) -> dict[str, tuple[np.ndarray, tuple[int, ...]]]:
         return tactical_positions()
 
+    def transposition_key(self, state: Position) -> tuple[bytes, int]:
+        """The board and the winner: the rules (with the side to move, the number of moves)
+        and the network input see nothing else of the history."""
+        s: Any = state
+        return (s.board.tobytes(), s.winner)
+
     def base_key(self, state: Position) -> tuple[Any, ...]:
         """Rule, size and the set-up stones (the board without the moves)."""
         s: Any = state

@@ -19,6 +19,14 @@ mask is still asked of each position, which keeps the cost exact whatever the ga
 and the masked policy is kept by input and mask together (`prefix_cache_size` of them), so
 the softmax of a row is taken once.
 
+A game may say when two orders of the same moves reach one position (`Game.transposition_key`:
+a Gomoku position is its board, whatever the order). Then a candidate is replayed only up to
+the last ply where it differs from the current order: from there on both have played the
+same moves, so its positions, policies and factors are the current order's (`states[i]` may
+then be a position reached by another order of the same moves: the same to the rules and to
+the network). The masked policies are also kept by that key, which spares the network input
+and the legal mask of a position reached before by another order.
+
 A position is a function of the moves that led to it, so the scorer also keeps, by the move
 sequence itself (`prefix_cache_size` of them), the position it reaches (or that it breaks the rules)
 and that position's masked policy: an annealing chain near its end proposes the same few
@@ -32,6 +40,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -47,6 +56,9 @@ DEFAULT_CACHE_SIZE = 50_000  # logits rows kept by input (a 15x15 row: 900 bytes
 # arrays, plus a key of twice the board): ~60 MB at most; a chain's repeats are of its recent
 # proposals
 DEFAULT_PREFIX_CACHE_SIZE = 10_000
+# positions kept by the position and move they were played from (a game with a
+# transposition_key): ~1 KB each (a Gomoku state), ~30 MB at most
+DEFAULT_TRANSITION_CACHE_SIZE = 30_000
 # a factor below this counts as this: a legal move the network gives 0 keeps a finite cost
 MIN_PROBABILITY = 1e-300
 _UNSEEN = object()  # a move sequence not in the position cache
@@ -55,8 +67,10 @@ _UNSEEN = object()  # a move sequence not in the position cache
 @dataclass(frozen=True)
 class Scored:
     """An order with what its cost was computed from: `states[i]` is the position after `i`
-    moves (n + 1 of them), `policies[i]` the masked policy at `states[i]` (n of them, float64
-    rows over the game's policy entries), `factors[i]` the probability of move `i`. The
+    moves (n + 1 of them; for a game with a `transposition_key`, possibly the same position
+    reached by another order of those moves), `policies[i]` the masked policy at
+    `states[i]` (n of them, float64 rows over the game's policy entries), `factors[i]` the
+    probability of move `i`. The
     likelihood figures are computed once, when first asked (the annealing compares a cost
     several times per step)."""
 
@@ -94,7 +108,8 @@ class PrefixScorer:
     def __init__(self, problem: Problem, evaluator: PolicyEvaluator,
                  max_boards: int = DEFAULT_MAX_BOARDS,
                  cache_size: int = DEFAULT_CACHE_SIZE,
-                 prefix_cache_size: int = DEFAULT_PREFIX_CACHE_SIZE) -> None:
+                 prefix_cache_size: int = DEFAULT_PREFIX_CACHE_SIZE,
+                 transition_cache_size: int = DEFAULT_TRANSITION_CACHE_SIZE) -> None:
         """`cache_size` logits rows kept by network input, `prefix_cache_size` positions and
         policies kept by move sequence (both off when `cache_size` is 0: every changed prefix
         replayed and sent)."""
@@ -106,6 +121,7 @@ class PrefixScorer:
         self.max_boards = max_boards
         self.cache_size = cache_size
         self.prefix_cache_size = prefix_cache_size if cache_size else 0
+        self.transition_cache_size = max(1, transition_cache_size)
         self.calls = 0  # evaluator `infer` calls
         self.boards = 0  # positions sent in them
         self._logits: dict[bytes, np.ndarray] = {}  # network input bytes -> logits row
@@ -115,31 +131,61 @@ class PrefixScorer:
         # network input + legal mask bytes -> masked policy (the same arrays as `_policies`)
         self._masked: dict[bytes, np.ndarray] = {}
         self._colours = (frozenset(problem.black), frozenset(problem.white))
+        self._transposable: bool | None = None  # whether the game has a transposition_key
+        # (ply, transposition key, move) -> the position it reaches (None: against the rules)
+        self._transitions: dict[tuple[int, Any, int], Position | None] = {}
+        # (moves played, transposition key) -> masked policy (the same arrays as `_masked`)
+        self._by_position: dict[tuple[int, Any], np.ndarray] = {}
 
     def policies(self, states: Sequence[Position]) -> list[np.ndarray]:
         """The masked policy of each state. A masked policy is a function of the network input
         and the legal mask, so it is kept by both (`prefix_cache_size` of them): a softmax is
         taken only of the rows not kept, and of those only the inputs whose logits are not
-        kept either are sent, in one `infer` call per `max_boards` of them."""
+        kept either are sent, in one `infer` call per `max_boards` of them. For a game with a
+        `transposition_key` the rows are also kept by that key and the number of moves, which
+        spares the input and the legal mask of a position reached before by another order."""
         game = self.problem.game
-        found: dict[bytes, np.ndarray] = {}
+        by_position = self._by_position if self._is_transposable() else None
+        out: list[np.ndarray | None] = []
         # policy key -> (input key, input, legal mask) of the rows to compute
         wanted: dict[bytes, tuple[bytes, np.ndarray, np.ndarray]] = {}
-        keys: list[bytes] = []
+        # (index in out, policy key, position key) of the rows not kept by position
+        todo: list[tuple[int, bytes, tuple[int, Any] | None]] = []
         for state in states:
+            tkey = None
+            if by_position is not None:
+                tkey = (len(state.moves), game.transposition_key(state))
+                row = by_position.get(tkey)
+                if row is not None:
+                    out.append(row)
+                    continue
             x = np.ascontiguousarray(game.network_input(state))
             legal = state.legal_mask()
             key = x.tobytes()
             pkey = key + legal.tobytes()
-            keys.append(pkey)
             row = self._masked.get(pkey)
-            if row is not None:
-                found[pkey] = row
-            elif pkey not in wanted:
+            if row is None and pkey not in wanted:
                 wanted[pkey] = (key, x, legal)
-        if wanted:
-            found.update(self._masked_rows(wanted))
-        return [found[k] for k in keys]
+            todo.append((len(out), pkey, tkey))
+            out.append(row)
+        fresh = self._masked_rows(wanted) if wanted else {}
+        if by_position is not None and len(by_position) + len(todo) > self.prefix_cache_size:
+            by_position.clear()
+        for i, pkey, tkey in todo:
+            row = out[i]
+            if row is None:
+                row = out[i] = fresh[pkey]
+            if by_position is not None and self.prefix_cache_size:
+                by_position[tkey] = row
+        return out  # type: ignore[return-value]
+
+    def _is_transposable(self) -> bool:
+        """Whether the game has a `transposition_key` (asked once, of the empty position) and
+        the caches are on (with `cache_size` 0 every changed prefix is replayed and sent)."""
+        if self._transposable is None:
+            self._transposable = bool(self.prefix_cache_size) and (
+                self.problem.game.transposition_key(self.problem.start) is not None)
+        return self._transposable
 
     def _masked_rows(self, wanted: dict[bytes, tuple[bytes, np.ndarray, np.ndarray]]
                      ) -> dict[bytes, np.ndarray]:
@@ -209,9 +255,14 @@ class PrefixScorer:
     def _replay(self, moves: tuple[int, ...], start: Position, first: int
                 ) -> list[Position] | None:
         """`Problem.replay(moves, start, first)`, each position looked up by its moves first
-        and kept after it is played (the whole cache is dropped when full)."""
+        and kept after it is played (the whole cache is dropped when full). For a game with a
+        `transposition_key` a move is looked up by the position it is played from instead
+        (`transition_cache_size` of them): the changed plies of a candidate often reach, by
+        another order, positions that were played from before."""
         if not self.prefix_cache_size:
             return self.problem.replay(moves, start, first)
+        if self._is_transposable():
+            return self._replay_by_position(moves, start, first)
         cache = self._states
         play = self.problem.play
         colours = self._colours
@@ -232,6 +283,34 @@ class PrefixScorer:
             state = nxt
         return states
 
+    def _replay_by_position(self, moves: tuple[int, ...], start: Position, first: int
+                            ) -> list[Position] | None:
+        """`_replay` for a game with a `transposition_key`: each move looked up by (ply, the
+        key of the position it is played from, move), the position it reaches kept there (or
+        None: the move breaks the rules; the same there whatever the order that led to it)."""
+        cache = self._transitions
+        key_of = self.problem.game.transposition_key
+        play = self.problem.play
+        colours = self._colours
+        states: list[Position] = []
+        state = start
+        for ply in range(first, len(moves)):
+            move = moves[ply]
+            if move not in colours[ply % 2]:
+                return None
+            key = (ply, key_of(state), move)
+            nxt = cache.get(key, _UNSEEN)
+            if nxt is _UNSEEN:
+                nxt = play(state, move)
+                if len(cache) >= self.transition_cache_size:
+                    cache.clear()
+                cache[key] = nxt
+            if nxt is None:
+                return None
+            states.append(nxt)
+            state = nxt
+        return states
+
     def rescore_many(self, candidates: Sequence[tuple[Scored, Sequence[int], int]]
                      ) -> list[Scored | None]:
         """`rescore` of each (current, order, first), the changed prefixes of all of them in
@@ -240,23 +319,34 @@ class PrefixScorer:
         through here, so the network sees one large batch instead of one small one per
         chain; each result is the one `rescore` would give. The factors before ply `first`
         are `current`'s (same positions, same moves): only the others are read off."""
-        # (current, moves, first, positions, the move sequences of the changed positions)
+        # (current, moves, first, positions, the move sequences of the changed positions,
+        # the first ply from which the factors are current's)
         replayed: list[tuple[Scored, tuple[int, ...], int, tuple[Position, ...],
-                             list[tuple[int, ...]]] | None] = []
+                             list[tuple[int, ...]], int] | None] = []
         known: dict[tuple[int, ...], np.ndarray] = {}
         pending: dict[tuple[int, ...], Position] = {}  # moves -> a position to evaluate
         cached = self._policies
         for current, order, first in candidates:
             moves = tuple(map(int, order))
-            new_states = self._replay(moves, current.states[first], first)
+            n = len(moves)
+            end = self._transposed_from(current, moves, first)
+            new_states = self._replay(moves[:end], current.states[first], first)
             if new_states is None:
                 replayed.append(None)
                 continue
-            n = len(moves)
-            states = current.states[:first + 1] + tuple(new_states)
-            keys = [moves[:ply] for ply in range(first + 1, n)]
-            replayed.append((current, moves, first, states, keys))
-            for key, state in zip(keys, states[first + 1:n], strict=True):
+            if end < n and not self._same_position(new_states[-1], current.states[end]):
+                rest = self._replay(moves, new_states[-1], end)
+                if rest is None:
+                    replayed.append(None)
+                    continue
+                new_states += rest
+                end = n
+            # from ply `end` on the positions are current's (the same, or transposed)
+            states = (current.states[:first + 1] + tuple(new_states)
+                      + current.states[end + 1:])
+            keys = [moves[:ply] for ply in range(first + 1, end)]
+            replayed.append((current, moves, first, states, keys, end))
+            for key, state in zip(keys, states[first + 1:end], strict=True):
                 row = cached.get(key)
                 if row is not None:
                     known[key] = row
@@ -273,10 +363,34 @@ class PrefixScorer:
             if item is None:
                 out.append(None)
                 continue
-            current, moves, first, states, keys = item
-            policies = current.policies[:first + 1] + tuple(known[k] for k in keys)
-            changed = [policies[i][moves[i]] for i in range(first, len(moves))]
+            current, moves, first, states, keys, end = item
+            policies = (current.policies[:first + 1] + tuple(known[k] for k in keys)
+                        + current.policies[end:])
+            changed = [policies[i][moves[i]] for i in range(first, end)]
             factors = np.concatenate((current.factors[:first],
-                                      np.array(changed, dtype=np.float64)))
+                                      np.array(changed, dtype=np.float64),
+                                      current.factors[end:]))
             out.append(Scored(moves, states, policies, factors))
         return out
+
+    def _transposed_from(self, current: Scored, moves: tuple[int, ...], first: int) -> int:
+        """Where `moves` may rejoin `current.order` as a transposition: one past the last ply
+        where the two differ, when the game has a `transposition_key` (after that ply both
+        orders have played the same moves, so for such a game the positions are the same and
+        only the plies before it need replaying); else the length of the order."""
+        n = len(moves)
+        if not self._is_transposable():
+            return n
+        old = current.order
+        end = n
+        while end > first and moves[end - 1] == old[end - 1]:
+            end -= 1
+        return max(end, first + 1)
+
+    def _same_position(self, a: Position, b: Position) -> bool:
+        """Whether the game says `a` and `b` (after the same number of moves) are one position."""
+        if a is b:
+            return True
+        game = self.problem.game
+        key = game.transposition_key(a)
+        return key is not None and key == game.transposition_key(b)

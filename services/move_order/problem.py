@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -50,9 +51,9 @@ class Problem:
     def size(self) -> int:
         return self.start.size
 
-    @property
+    @cached_property
     def n(self) -> int:
-        """Stones, i.e. moves of an order."""
+        """Stones, i.e. moves of an order (asked at every move played: kept)."""
         return len(self.black) + len(self.white)
 
     def color_at(self, ply: int) -> int:
@@ -73,7 +74,7 @@ class Problem:
         ply = len(after.moves)
         if np.count_nonzero(after.board) != ply:  # a capture
             return None
-        if after.is_over and ply < self.n:
+        if ply < self.n and after.is_over:
             return None
         return after
 
