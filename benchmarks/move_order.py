@@ -30,8 +30,9 @@ Printed: per position and in total, iterations/s and boards/s (positions evaluat
 network per second) of each, evaluator calls, and the ratio of the fast run time to the naive
 one. The two runs can part ways only where batched and single-board network outputs differ in
 their last bits; each line prints both final geometric means. Also printed: the time of the
-paper's recipe (greedy + 5 restarts of `default_iterations(stones)`) on one position at the
-fast rate measured here, as an estimate.
+paper's recipe (greedy + 5 restarts of `default_iterations(stones)`, one after another) on one
+position at the single-chain rate measured here, as a wall-time estimate: an upper bound for the
+served default, which `--recipe` measures.
 
 Then (`--budget` > 0) the paper's schedule against lock-step chains, whole `infer_order` runs
 (greedy included) on the same positions with the same budget of boards evaluated: the paper's
@@ -371,8 +372,10 @@ def naive_against_fast(game: Game, size: int, stone_sets: list[tuple[list[int], 
     per_it = totals["fast"][0] / n_it
     recipe = default_iterations(args.stones) * 5
     print(f"paper's recipe on one position (greedy + 5 x {default_iterations(args.stones)} "
-          f"iterations) at the fast rate: {greedy_s / len(stone_sets) + recipe * per_it:.1f} s "
-          "(estimate)")
+          f"iterations) with the restarts one after another (lockstep=False) at this run's "
+          f"single-chain rate: {greedy_s / len(stone_sets) + recipe * per_it:.1f} s (an "
+          "estimate, wall time; the served default runs the restarts in lock step and reuses "
+          "transposed positions: `--recipe` measures it)")
 
 
 if __name__ == "__main__":
