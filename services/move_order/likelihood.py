@@ -254,42 +254,26 @@ class PrefixScorer:
 
     def _replay(self, moves: tuple[int, ...], start: Position, first: int
                 ) -> list[Position] | None:
-        """`Problem.replay(moves, start, first)`, each position looked up by its moves first
-        and kept after it is played (the whole cache is dropped when full). For a game with a
-        `transposition_key` a move is looked up by the position it is played from instead
-        (`transition_cache_size` of them): the changed plies of a candidate often reach, by
-        another order, positions that were played from before."""
+        """`Problem.replay(moves, start, first)`, each position looked up first and kept after
+        it is played (the whole cache is dropped when full; a move that breaks the rules is kept
+        as None). The key is the move sequence itself (`prefix_cache_size` of them), or, for a
+        game with a `transposition_key`, (ply, the key of the position the move is played from,
+        the move) (`transition_cache_size` of them): the changed plies of a candidate often
+        reach, by another order, positions that were played from before, and what a move does
+        there is the same whatever the order that led to it."""
         if not self.prefix_cache_size:
             return self.problem.replay(moves, start, first)
         if self._is_transposable():
-            return self._replay_by_position(moves, start, first)
-        cache = self._states
-        play = self.problem.play
-        colours = self._colours
-        states: list[Position] = []
-        state = start
-        for ply in range(first, len(moves)):
-            key = moves[:ply + 1]
-            nxt = cache.get(key, _UNSEEN)
-            if nxt is _UNSEEN:
-                move = moves[ply]
-                nxt = play(state, move) if move in colours[ply % 2] else None
-                if len(cache) >= self.prefix_cache_size:
-                    cache.clear()
-                cache[key] = nxt
-            if nxt is None:
-                return None
-            states.append(nxt)
-            state = nxt
-        return states
+            cache, limit = self._transitions, self.transition_cache_size
+            key_of = self.problem.game.transposition_key
 
-    def _replay_by_position(self, moves: tuple[int, ...], start: Position, first: int
-                            ) -> list[Position] | None:
-        """`_replay` for a game with a `transposition_key`: each move looked up by (ply, the
-        key of the position it is played from, move), the position it reaches kept there (or
-        None: the move breaks the rules; the same there whatever the order that led to it)."""
-        cache = self._transitions
-        key_of = self.problem.game.transposition_key
+            def key(ply: int, state: Position) -> Any:
+                return (ply, key_of(state), moves[ply])
+        else:
+            cache, limit = self._states, self.prefix_cache_size
+
+            def key(ply: int, state: Position) -> Any:
+                return moves[:ply + 1]
         play = self.problem.play
         colours = self._colours
         states: list[Position] = []
@@ -298,13 +282,13 @@ class PrefixScorer:
             move = moves[ply]
             if move not in colours[ply % 2]:
                 return None
-            key = (ply, key_of(state), move)
-            nxt = cache.get(key, _UNSEEN)
+            k = key(ply, state)
+            nxt = cache.get(k, _UNSEEN)
             if nxt is _UNSEEN:
                 nxt = play(state, move)
-                if len(cache) >= self.transition_cache_size:
+                if len(cache) >= limit:
                     cache.clear()
-                cache[key] = nxt
+                cache[k] = nxt
             if nxt is None:
                 return None
             states.append(nxt)
