@@ -328,9 +328,9 @@ def _restoring(restore: Callable[[], None]) -> Iterator[None]:
 
 
 def tune_config(repo: Path, model_name: str, instances: int | None, kind: str | None,
-                queue_delay_us: int | None) -> str:
-    """Rewrite the published config.pbtxt's instance group and batching delay; returns a
-    one-line summary of the settings Triton will run with."""
+                queue_delay_us: int | None, max_batch_size: int | None = None) -> str:
+    """Rewrite the published config.pbtxt's instance group, batching delay and largest batch;
+    returns a one-line summary of the settings Triton will run with."""
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2
 
@@ -342,6 +342,8 @@ def tune_config(repo: Path, model_name: str, instances: int | None, kind: str | 
         group.kind = model_config_pb2.ModelInstanceGroup.Kind.Value(kind)
     if queue_delay_us is not None:
         config.dynamic_batching.max_queue_delay_microseconds = queue_delay_us
+    if max_batch_size is not None:
+        config.max_batch_size = max_batch_size
     (repo / model_name / "config.pbtxt").write_text(text_format.MessageToString(config))
     return (f"instances {group.count} x "
             f"{model_config_pb2.ModelInstanceGroup.Kind.Name(group.kind)}, "

@@ -24,7 +24,6 @@ import contextlib
 import json
 import os
 import platform
-import re
 import sys
 import tempfile
 import threading
@@ -38,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from serving import tune_config  # noqa: E402
+from serving import _ints, tune_config  # noqa: E402
 
 from services.games.registry import get_game  # noqa: E402
 from services.models.configs import build  # noqa: E402
@@ -127,10 +126,6 @@ def triton_rate(url: str, boards: np.ndarray, concurrency: int, seconds: float) 
     return sum(counts) / (time.perf_counter() - start)
 
 
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x]
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -169,13 +164,7 @@ def main(argv: list[str] | None = None) -> None:
         kind = "KIND_GPU" if device.type == "cuda" else "KIND_CPU"
         for instances in args.instances:
             settings = tune_config(repo, game.default_model, instances, kind,
-                                   args.queue_delay_us)
-            if args.max_batch_size:
-                config = repo / game.default_model / "config.pbtxt"
-                text = config.read_text()
-                config.write_text(re.sub(r"max_batch_size: \d+",
-                                         f"max_batch_size: {args.max_batch_size}", text))
-                settings += f" (rewritten to {args.max_batch_size})"
+                                   args.queue_delay_us, args.max_batch_size)
             print(f"triton: {settings}", flush=True)
             with TritonServer(repo, log_path=Path(tmp) / f"triton-{instances}.log") as triton:
                 for c in args.concurrency:

@@ -4,6 +4,7 @@ stored bytes, and interleaved levels measure every target in every round, in rot
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 import threading
 from pathlib import Path
@@ -90,16 +91,17 @@ def test_level_gives_one_timed_level_per_target(targets: int) -> None:
 
 
 @pytest.mark.integration
-def test_triton_throughput_measures_both_sides_against_real_triton(tmp_path: Path) -> None:
+def test_triton_throughput_measures_both_sides_against_real_triton(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The throughput benchmark's figures come from real answers: a rate for raw torch, one per
     (instances, concurrency) level from a real Triton, and the ratio of each to the baseline."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     bench = _load("triton_throughput")
     out = tmp_path / "figures.json"
     bench.main(["--model", "shao_f32_n2", "--batch", "8", "--concurrency", "1,2",
-                "--instances", "1", "--seconds", "0.5", "--json", str(out)])
-    import json
-
+                "--instances", "1", "--seconds", "0.5", "--max-batch-size", "64",
+                "--json", str(out)])
+    assert "max_batch_size 64" in capsys.readouterr().out  # the config Triton ran with
     figures = json.loads(out.read_text())
     assert figures["torch_host"] > 0 and figures["torch_device"] > 0
     levels = [(r["instances"], r["concurrency"]) for r in figures["triton"]]
