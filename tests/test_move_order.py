@@ -341,11 +341,9 @@ def test_prefix_cache_gives_exactly_the_from_scratch_costs(game, size: int,
             current = candidate
 
 
-def test_a_move_sequence_seen_before_is_neither_replayed_nor_evaluated() -> None:
-    problem, planted = renju_problem()
-    evaluator = PlantedEvaluator(planted, 225)
-    scorer = PrefixScorer(problem, evaluator)
-    current = greedy_order(scorer)
+def count_plays(problem) -> list[int]:
+    """Make `problem.play` record each move it plays (the frozen Problem, for one test only);
+    returns the list it appends to."""
     played: list[int] = []
     inner = problem.play
 
@@ -353,7 +351,16 @@ def test_a_move_sequence_seen_before_is_neither_replayed_nor_evaluated() -> None
         played.append(move)
         return inner(state, move)
 
-    object.__setattr__(problem, "play", counting)  # the frozen Problem, for this test only
+    object.__setattr__(problem, "play", counting)
+    return played
+
+
+def test_a_move_sequence_seen_before_is_neither_replayed_nor_evaluated() -> None:
+    problem, planted = renju_problem()
+    evaluator = PlantedEvaluator(planted, 225)
+    scorer = PrefixScorer(problem, evaluator)
+    current = greedy_order(scorer)
+    played = count_plays(problem)
     rng = np.random.default_rng(2)
     moves = [propose("mix", current.order, rng, it) for it in range(30)]
     moves.append((tuple(planted), 0))  # h8 last: the double three, forbidden
@@ -444,14 +451,7 @@ def test_a_transposed_tail_is_neither_replayed_nor_evaluated(game, size: int,
     evaluator = PlantedEvaluator(planted, game.policy_size(size))
     scorer = PrefixScorer(problem, evaluator)
     current = scorer.score(planted)
-    played: list[int] = []
-    inner = problem.play
-
-    def counting(state, move):
-        played.append(move)
-        return inner(state, move)
-
-    object.__setattr__(problem, "play", counting)  # the frozen Problem, for this test only
+    played = count_plays(problem)
     swapped = (planted[2], planted[1], planted[0], *planted[3:])
     evaluator.calls.clear()
     candidate = scorer.rescore(current, swapped, 0)

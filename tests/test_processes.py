@@ -145,9 +145,8 @@ def test_dead_process_is_reported_stale_and_cleaned(run_home: Path) -> None:
     assert not path.exists()
 
 
-def test_triton_launcher_shows_in_status_and_stops(run_home: Path,
-                                                   started: list[subprocess.Popen],
-                                                   tmp_path: Path) -> None:
+def tiny_repository(tmp_path: Path) -> Path:
+    """A model repository holding one published tiny policy (skips without tritonserver)."""
     from tests.triton_fixtures import (
         MODEL_NAME,
         build_tiny_policy,
@@ -159,6 +158,15 @@ def test_triton_launcher_shows_in_status_and_stops(run_home: Path,
     require_tritonserver()
     repository = make_repository(tmp_path)
     publish(build_tiny_policy(tmp_path / "tiny.pt"), repository, MODEL_NAME)
+    return repository
+
+
+def test_triton_launcher_shows_in_status_and_stops(run_home: Path,
+                                                   started: list[subprocess.Popen],
+                                                   tmp_path: Path) -> None:
+    from tests.triton_fixtures import MODEL_NAME
+
+    repository = tiny_repository(tmp_path)
     grpc_port, http_port, metrics_port = (free_port("127.0.0.1") for _ in range(3))
     launcher = subprocess.Popen(
         [PYTHON, "-m", "services.triton.server", "--repository", str(repository),
@@ -193,17 +201,7 @@ def test_triton_launcher_stopped_while_starting_takes_its_server_down(
         run_home: Path, started: list[subprocess.Popen], tmp_path: Path) -> None:
     """SIGTERM before the launcher is ready (models still loading) stops the server too,
     instead of ending the launcher and orphaning tritonserver."""
-    from tests.triton_fixtures import (
-        MODEL_NAME,
-        build_tiny_policy,
-        make_repository,
-        publish,
-        require_tritonserver,
-    )
-
-    require_tritonserver()
-    repository = make_repository(tmp_path)
-    publish(build_tiny_policy(tmp_path / "tiny.pt"), repository, MODEL_NAME)
+    repository = tiny_repository(tmp_path)
     launcher = subprocess.Popen(
         [PYTHON, "-m", "services.triton.server", "--repository", str(repository)],
         cwd=ROOT, env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
