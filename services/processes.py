@@ -73,17 +73,23 @@ def proc_start_ticks(pid: int) -> int | None:
     return int(fields[19])  # fields after "(comm)" start at field 3
 
 
-def _state(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
-    except (OSError, IndexError):
-        return None
-
-
 def alive(pid: int) -> bool:
-    """A running (not zombie) process with this pid exists."""
-    state = _state(pid)
-    return state is not None and state not in ("Z", "X")
+    """A running (not zombie) process with this pid exists (where /proc cannot be read, a
+    signal 0 answers)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    state = stat.rsplit(")", 1)[-1].split()[:1]  # the state follows "(comm)"
+    return bool(state) and state[0] not in ("Z", "X")
 
 
 def _boot_time() -> float:

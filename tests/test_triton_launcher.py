@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 import services.triton.server as server_mod
+from services import processes
 from services.triton.client import PolicyClient
 from services.triton.publisher import publish
 from services.triton.server import TritonServer, TritonServerError
@@ -335,7 +336,7 @@ def test_orphan_of_a_killed_launcher_is_named_and_can_be_replaced(
         server = TritonServer(repository, grpc_port=grpc_port, http_port=http_port,
                               log_path=tmp_path / "triton.log", replace_orphan=True)
         with server:
-            assert not server_mod._process_alive(orphan_pid)
+            assert not processes.alive(orphan_pid)
             assert server.pid != orphan_pid and _http_ready(http_port)
             assert json.loads(pid_file.read_text())["pid"] == server.pid
         assert not pid_file.exists()

@@ -71,7 +71,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from services.atomic_files import atomic_path, atomic_write_text
-from services.processes import proc_start_ticks
+from services.processes import alive, cmdline, proc_start_ticks
 
 log = logging.getLogger(__name__)
 
@@ -387,29 +387,9 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
-def _process_alive(pid: int) -> bool:
-    """A running (not zombie) process with this pid exists."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")  # state after "(comm)"
-
-
 def _is_tritonserver(pid: int) -> bool:
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return bool(argv) and os.path.basename(argv[0]) == b"tritonserver" and _process_alive(pid)
+    argv = cmdline(pid)
+    return bool(argv) and os.path.basename(argv[0]) == "tritonserver" and alive(pid)
 
 
 def pid_dir() -> Path:
@@ -436,7 +416,7 @@ class PidRecord:
     @property
     def orphaned(self) -> bool:
         """The server runs but the launcher that started it is gone (killed)."""
-        return self.server_alive and not _process_alive(self.launcher_pid)
+        return self.server_alive and not alive(self.launcher_pid)
 
     @property
     def stop_command(self) -> str:
@@ -473,9 +453,9 @@ def stop_process_group(pgid: int, pid: int, grace_s: float = 10.0) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, sig)
         deadline = time.monotonic() + wait_s
-        while _process_alive(pid) and time.monotonic() < deadline:
+        while alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        if not _process_alive(pid):
+        if not alive(pid):
             return
     raise TritonServerError(f"tritonserver pid {pid} (group {pgid}) does not stop")
 
