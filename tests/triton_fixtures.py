@@ -259,6 +259,10 @@ def search_service(triton_server: TritonSetup) -> Iterator[str]:
                     if time.monotonic() > deadline:
                         raise
                     time.sleep(0.2)
+            # one untimed search first: the model's first batches of leaves (new batch shapes
+            # for TorchScript, first calls through the batcher) are not paid by a test that
+            # times its first move, as the Gomocup session does within its turn
+            client.genmove([], max_visits=64, reuse_tree=False, timeout=120)
         yield target
     finally:
         server.stop(0).wait()
