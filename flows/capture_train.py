@@ -1,17 +1,20 @@
 """Prefect flow `capture-train`: the Capture Game policy-search grid of Grüttner et al. (Fig. 3),
-{MDRNN, MDLSTM} x {5x5, 7x7} x {PGPE, ES, CMA-ES} x runs, each run a task spread over Dask.
+{MDRNN, MDLSTM} x {5x5, 7x7} x {PGPE, ES, CMA-ES} x runs, each cell's runs a task spread over
+Dask.
 
 Run: python -m flows.capture_train --out runs/capture/grid [--runs 10 --evaluations 12000]
          [--networks mdrnn,mdlstm --sizes 5,7 --optimisers pgpe,es,cmaes --games 40]
          [--workers 2 | --address tcp://scheduler:8786] [--lazy 10:70]
-         [--pgpe-steps 0.1:0.05] [--seed 0]
+         [--pgpe-steps 0.1:0.05] [--seed 0] [--together 10]
      python -m flows.capture_train --out runs/capture/grid --replot docs/fig.png [--dpi 90]
 
-One task is one run (`services.policy_search.runs.run`: ask/tell until the budget of fitness
-evaluations is spent, one evaluation = one candidate's 40 games against the greedy player). The
-tasks go to a local Dask cluster of `--workers` processes (one thread each), or to an existing
-cluster at `--address`; `--workers 0` runs them in the flow's own process, one after another. A
-task is retried, and every run checkpoints itself under `OUT/runs/` every `--checkpoint-every`
+One task is up to `--together` runs of one cell (`services.policy_search.runs.run_together`:
+each run asks and tells until its budget of fitness evaluations is spent, one evaluation = one
+candidate's 40 games against the greedy player; the runs go in lock step, all their candidates'
+games of a generation played as one batch, and each ends as it would alone). The tasks go
+to a local Dask cluster of `--workers` processes (one thread each), or to an existing cluster
+at `--address`; `--workers 0` runs them in the flow's own process, one after another. A task
+is retried, and every run checkpoints itself under `OUT/runs/` every `--checkpoint-every`
 generations: rerunning the same command reads the finished runs back and continues the others
 from their last checkpoint, with the result an uninterrupted run would have had. The longest
 cells are submitted first, so that the workers finish together.
@@ -63,7 +66,7 @@ from services.policy_search.runs import (
     OPTIMISERS,
     RunSpec,
     network_with,
-    run,
+    run_together,
     weights_fitness,
 )
 
@@ -84,17 +87,33 @@ def _cost(spec: RunSpec) -> float:
     return _NET_COST[spec.network] * _OPT_COST[spec.optimiser] * spec.size ** 2
 
 
-@task(name="search-run", task_run_name="{spec[network]}-{spec[size]}-{spec[optimiser]}"
-      "-run{spec[run]}", retries=RETRIES,
+@task(name="search-runs", task_run_name="{label}", retries=RETRIES,
       retry_delay_seconds=exponential_backoff(backoff_factor=1), retry_jitter_factor=0.5)
-def search_run(spec: dict, checkpoint: str, checkpoint_every: int) -> dict:
-    """One run to its end (or read back when finished); returns its summary."""
+def search_runs(label: str, specs: list[dict], checkpoints: list[str],
+                checkpoint_every: int) -> list[dict]:
+    """Runs of one cell to their end in lock step (`runs.run_together`: one batch of games per
+    generation for all of them), or read back where finished; returns their summaries."""
     import torch
 
     torch.set_num_threads(1)  # one core per worker: the workers are the parallelism
-    result = run(_spec(spec), Path(checkpoint), checkpoint_every)
-    assert result is not None  # no stop_after: a run returns only when finished
-    return result.summary()
+    results = run_together([_spec(s) for s in specs], [Path(c) for c in checkpoints],
+                           checkpoint_every)
+    assert all(r is not None for r in results)  # no stop_after: all finished
+    return [r.summary() for r in results]
+
+
+def batches(specs: list[RunSpec], together: int) -> list[list[RunSpec]]:
+    """The runs of each cell in groups of at most `together` (a cell's runs share network and
+    board, so they play in lock step), costliest cells first so that the workers end together;
+    within a cell the runs keep their order."""
+    if together < 1:
+        raise ValueError(f"runs played together must be >= 1, got {together}")
+    cells: dict[str, list[RunSpec]] = {}
+    for spec in specs:
+        cells.setdefault(spec.cell, []).append(spec)
+    groups = [runs[i:i + together] for runs in cells.values()
+              for i in range(0, len(runs), together)]
+    return sorted(groups, key=lambda g: _cost(g[0]) * len(g), reverse=True)
 
 
 def _spec(spec: dict) -> RunSpec:
@@ -140,7 +159,7 @@ def capture_train(out_dir: str = DEFAULT_OUT, networks: list[str] | None = None,
                   lazy: tuple[int, int] | None = None, checkpoint_every: int = 10,
                   final_games: int = 400,
                   generalise_sizes: list[int] | None = None,
-                  pgpe_steps: tuple[float, float] | None = None) -> dict:
+                  pgpe_steps: tuple[float, float] | None = None, together: int = 10) -> dict:
     """Run the grid (see the module docstring) into `out_dir`; return the per-cell table."""
     log = get_run_logger()
     out = Path(out_dir).resolve()
@@ -148,17 +167,18 @@ def capture_train(out_dir: str = DEFAULT_OUT, networks: list[str] | None = None,
     specs = grid_specs(networks or list(NETWORKS), sizes or list(SIZES),
                        optimisers or list(OPTIMISERS), runs, evaluations, games, seed,
                        lazy, final_games, pgpe_steps)
-    specs.sort(key=_cost, reverse=True)
     progress = create_progress_artifact(progress=0.0, key="capture-train-progress",
                                         description=f"runs finished of {len(specs)}")
-    futures = [search_run.submit(_spec_dict(s), str(out / "runs" / f"{s.name}.pkl"),
-                                 checkpoint_every) for s in specs]
+    futures = [search_runs.submit(
+        f"{group[0].cell}-runs{group[0].run}-{group[-1].run}", [_spec_dict(s) for s in group],
+        [str(out / "runs" / f"{s.name}.pkl") for s in group], checkpoint_every)
+        for group in batches(specs, together)]
     results: list[dict] = []
     for future in as_completed(futures):
-        summary = future.result()
-        results.append(summary)
-        log.info("%s: final fitness %.3f (%d of %d runs)", summary["name"],
-                 summary["final_fitness"], len(results), len(specs))
+        for summary in future.result():
+            results.append(summary)
+            log.info("%s: final fitness %.3f (%d of %d runs)", summary["name"],
+                     summary["final_fitness"], len(results), len(specs))
         update_progress_artifact(progress, 100.0 * len(results) / len(specs))
     order = {s.name: i for i, s in enumerate(sorted(specs, key=_grid_order))}
     results.sort(key=lambda r: order[r["name"]])
@@ -395,6 +415,9 @@ def main(argv: list[str] | None = None) -> dict:
                              "0.2:0.1)")
     parser.add_argument("--generalise", type=_csv(int), default=list(GENERALISE_SIZES),
                         help="board sizes the best small-board networks are also asked on")
+    parser.add_argument("--together", type=int, default=10,
+                        help="runs of a cell played in lock step in one task (one batch of "
+                             "games per generation; 1: every run its own task)")
     parser.add_argument("--checkpoint-every", type=int, default=10,
                         help="generations between a run's checkpoints")
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS,
@@ -414,8 +437,8 @@ def main(argv: list[str] | None = None) -> dict:
         plot_curves(json.loads(results_json.read_text()), args.replot, dpi=args.dpi)
         print(f"{args.replot}: Fig. 3 of {results_json}")
         return {"replot": str(args.replot)}
-    if args.runs < 1 or args.evaluations < 1 or args.games < 1:
-        parser.error("--runs, --evaluations and --games must be >= 1")
+    if min(args.runs, args.evaluations, args.games, args.together) < 1:
+        parser.error("--runs, --evaluations, --games and --together must be >= 1")
     configure_logging(args)
     # `python -m flows.capture_train` runs this file as __main__: take the flow from the
     # importable module so that Dask workers unpickle its tasks by reference
@@ -426,7 +449,8 @@ def main(argv: list[str] | None = None) -> dict:
                    optimisers=args.optimisers, runs=args.runs, evaluations=args.evaluations,
                    games=args.games, seed=args.seed, lazy=args.lazy,
                    checkpoint_every=args.checkpoint_every, final_games=args.final_games,
-                   generalise_sizes=args.generalise, pgpe_steps=args.pgpe_steps)
+                   generalise_sizes=args.generalise, pgpe_steps=args.pgpe_steps,
+                   together=args.together)
     print(table_markdown(result["cells"]))
     print(generalisation_markdown(result["generalisation"]))
     print(f"best run: {result['best']} -> {Path(args.out) / 'best_network.pt'}")

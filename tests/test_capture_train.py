@@ -57,6 +57,53 @@ def test_a_stopped_run_continued_from_its_checkpoint_ends_as_a_straight_run(
     assert path.stat().st_mtime_ns == before
 
 
+def test_runs_played_together_end_as_each_alone_even_after_a_kill(tmp_path: Path) -> None:
+    """Lock step: several runs (different optimisers, budgets and a lazy schedule, so their
+    populations, games per candidate and ends differ) share one batch per generation and
+    still end exactly as each run alone; a batch killed between checkpoints, with one run
+    already further on than the others, resumes to the same ends."""
+    from services.policy_search.runs import run_together
+
+    specs = [RunSpec("mdlstm", 5, "pgpe", run=0, evaluations=60, games=4, curve_step=10,
+                     final_games=8),
+             RunSpec("mdlstm", 5, "pgpe", run=1, evaluations=60, games=4, curve_step=10,
+                     final_games=8),
+             RunSpec("mdlstm", 5, "es", run=0, evaluations=180, games=4, curve_step=10,
+                     final_games=8),
+             RunSpec("mdlstm", 5, "cmaes", run=2, evaluations=100, games=3, lazy=(2, 5),
+                     curve_step=10, final_games=8)]
+    alone = [run(s, tmp_path / "alone" / f"{s.name}.pkl", checkpoint_every=2) for s in specs]
+    paths = [tmp_path / "together" / f"{s.name}.pkl" for s in specs]
+    # one run goes ahead alone first, then the batch is killed after 3 generations of its own
+    assert run(specs[1], paths[1], checkpoint_every=2, stop_after=5) is None
+    assert run_together(specs, paths, checkpoint_every=2, stop_after=3) == [None] * 4
+    generations = [load_state(p)["generations"] for p in paths]
+    assert generations == [2, 6, 2, 2]
+    together = run_together(specs, paths, checkpoint_every=2)
+    for a, b in zip(alone, together, strict=True):
+        _same(a, b)
+        assert a.generations == b.generations
+    assert len({r.generations for r in together}) > 1  # the runs ended at different generations
+    with pytest.raises(ValueError, match="one network and board size"):
+        run_together([specs[0], RunSpec("mdlstm", 7, "pgpe")], [paths[0], tmp_path / "x.pkl"])
+    with pytest.raises(ValueError, match="the same run twice"):
+        run_together([specs[0], specs[0]], [paths[0], tmp_path / "y.pkl"])
+
+
+def test_batches_group_a_cells_runs_costliest_first() -> None:
+    from flows.capture_train import batches, grid_specs
+
+    specs = grid_specs(["mdrnn", "mdlstm"], [5], ["pgpe", "es"], 5, 8, 2, 0, None, 2)
+    groups = batches(specs, 2)
+    assert [len(g) for g in groups].count(2) == 8 and [len(g) for g in groups].count(1) == 4
+    assert all(len({s.cell for s in g}) == 1 for g in groups)
+    assert sorted(s.name for g in groups for s in g) == sorted(s.name for s in specs)
+    assert groups[0][0].cell == "mdlstm-5x5-pgpe" and groups[-1][0].cell == "mdrnn-5x5-es"
+    assert [s.run for g in batches(specs, 10) for s in g][:5] == [0, 1, 2, 3, 4]
+    with pytest.raises(ValueError, match=">= 1"):
+        batches(specs, 0)
+
+
 def test_a_checkpoint_of_another_run_is_refused(tmp_path: Path) -> None:
     spec = RunSpec("mdrnn", 5, "pgpe", evaluations=8, games=2, final_games=2)
     run(spec, tmp_path / "a.pkl")
@@ -218,18 +265,19 @@ def test_the_command_line_on_a_dask_cluster_gives_the_same_results(tmp_path: Pat
 
     from flows.capture_train import capture_train, capture_train_on, main
 
-    grid = {**GRID, "optimisers": ["es"], "runs": 1, "lazy": None}
+    grid = {**GRID, "optimisers": ["es"], "runs": 2, "lazy": None}
     local = tmp_path / "local"
-    capture_train(out_dir=str(local), generalise_sizes=[], **grid)
+    capture_train(out_dir=str(local), generalise_sizes=[], **grid)  # the two runs together
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster:
         out = tmp_path / "dask"
         main(["--out", str(out), "--networks", "mdrnn", "--sizes", "5", "--optimisers", "es",
-              "--runs", "1", "--evaluations", "24", "--games", "4", "--seed", "5",
+              "--runs", "2", "--evaluations", "24", "--games", "4", "--seed", "5",
               "--final-games", "8", "--checkpoint-every", "3", "--generalise", "7",
-              "--address", cluster.scheduler_address])
+              "--together", "1", "--address", cluster.scheduler_address])
     printed = capsys.readouterr().out
-    assert "| mdrnn-5x5-es | 1 |" in printed and "best run: mdrnn-5x5-es-run00" in printed
+    assert "| mdrnn-5x5-es | 2 |" in printed and "best run: mdrnn-5x5-es-run0" in printed
+    # each run its own task on the worker: the same results as the two in lock step
     assert _results(out) == _results(local)
     # --replot draws a finished grid's Fig. 3 again (at the docs' dpi) and runs nothing
     stamps = {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.pkl")}
@@ -245,14 +293,15 @@ def test_the_command_line_on_a_dask_cluster_gives_the_same_results(tmp_path: Pat
     import subprocess
     import sys
 
-    (result,) = _results(out).values()
-    games = (round(result["episodes"] * 4) + 4 * len(result["curve_fitness"]) + 8)
+    both = list(_results(out).values())
+    games = sum(round(r["episodes"] * 4) + 4 * len(r["curve_fitness"]) + 8 for r in both)
     claims = subprocess.run([sys.executable, "scripts/capture_claims.py", str(out),
                              "--cpu-seconds", "2", "--at", "12,24"], capture_output=True,
                             text=True, check=True, cwd=Path(__file__).resolve().parents[1])
     text = claims.stdout
-    assert f"| mdrnn-5x5-es | 1 | {result['final_fitness']:+.3f} ± 0.000 |" in text
-    assert f"1 runs of 24 episodes: {games:,} games played" in text
+    finals = np.array([r["final_fitness"] for r in both])
+    assert f"| mdrnn-5x5-es | 2 | {finals.mean():+.3f} ± {finals.std():.3f} |" in text
+    assert f"2 runs of 24 episodes: {games:,} games played" in text
     assert f"{games / 2:,.0f} games per CPU-s" in text and "| cell | 12 | 24 |" in text
     # --workers N starts a local cluster of N processes for the run
     runner = capture_train_on(workers=2).task_runner

@@ -53,7 +53,7 @@ from services.models.configs import build
 from services.policy_search.base import Optimizer
 from services.policy_search.cmaes import CMAES
 from services.policy_search.es import MuCommaLambdaES
-from services.policy_search.fitness import GAMES, population_fitness
+from services.policy_search.fitness import GAMES, population_fitness, populations_fitness
 from services.policy_search.pgpe import PGPE
 
 logger = logging.getLogger(__name__)
@@ -253,60 +253,125 @@ def run(spec: RunSpec, checkpoint: Path, checkpoint_every: int = 10,
     """Run `spec` to the end of its budget, continuing from `checkpoint` where it exists, and
     return its result. `stop_after`: stop after that many generations of this call without
     writing anything more (what a kill between two checkpoints leaves behind); returns None."""
-    checkpoint = Path(checkpoint)
+    return run_together([spec], [checkpoint], checkpoint_every, stop_after)[0]
+
+
+@dataclass
+class _LiveRun:
+    """One run of a lock-step batch between two generations: its spec, checkpoint path,
+    state (what is saved) and the generators restored from that state."""
+
+    spec: RunSpec
+    checkpoint: Path
+    state: dict[str, Any]
+    games_rng: np.random.Generator
+    curve_rng: np.random.Generator
+
+    @property
+    def opt(self) -> Optimizer:
+        return self.state["optimiser"]
+
+    def save(self) -> None:
+        self.state["games_rng"] = self.games_rng.bit_generator.state
+        self.state["curve_rng"] = self.curve_rng.bit_generator.state
+        _save(self.state, self.checkpoint)
+
+
+def _open(spec: RunSpec, checkpoint: Path, net: torch.nn.Module) -> dict[str, Any]:
+    """The run's state: read back from `checkpoint`, or fresh where there is none."""
     checkpoint.parent.mkdir(parents=True, exist_ok=True)
-    net = network_for(spec)
     state = load_state(checkpoint)
     if state is not None and saved_spec(state) != asdict(spec):
         raise ValueError(f"{checkpoint} holds another run: {state['spec']}")
     if state is None:
-        state = _fresh_state(spec, net)
-    elif state["done"]:
-        return _result(spec, state)
-    else:
+        return _fresh_state(spec, net)
+    if not state["done"]:
         logger.info("%s: resuming after generation %d (%d of %d games)", spec.name,
                     state["generations"], state["spent"], spec.budget_games)
-    opt: Optimizer = state["optimiser"]
-    games_rng, curve_rng = _generator(state["games_rng"]), _generator(state["curve_rng"])
-    h: History = state["history"]
+    return state
+
+
+def run_together(specs: list[RunSpec], checkpoints: list[Path], checkpoint_every: int = 10,
+                 stop_after: int | None = None) -> list[RunResult | None]:
+    """Several runs of one network on one board size (a cell's runs, typically) in lock step:
+    at every generation each unfinished run asks its optimiser, and all their populations play
+    as one batch (`fitness.populations_fitness`), as do their mean networks' curve points and
+    final games. Each run keeps its own optimiser, generators and checkpoint, so each ends
+    exactly as it would alone (`run`), whatever it is batched with and wherever a kill stopped
+    it; the batch only saves per-call cost. Returns the results in the order of `specs`, None
+    for a run not finished because `stop_after` generations of this call were reached."""
+    if len(specs) != len(checkpoints):
+        raise ValueError(f"{len(specs)} specs and {len(checkpoints)} checkpoints")
+    if not specs:
+        return []
+    if len({(s.network, s.size) for s in specs}) != 1:
+        raise ValueError("runs played together share one network and board size: "
+                         + ", ".join(sorted({f"{s.network} {s.size}x{s.size}" for s in specs})))
+    if len({s.name for s in specs}) != len(specs):
+        raise ValueError("the same run twice in one batch")
+    net = network_for(specs[0])
+    size = specs[0].size
+    results: list[RunResult | None] = [None] * len(specs)
+    live: list[tuple[int, _LiveRun]] = []
+    for i, (spec, checkpoint) in enumerate(zip(specs, checkpoints, strict=True)):
+        state = _open(spec, Path(checkpoint), net)
+        if state["done"]:
+            results[i] = _result(spec, state)
+        else:
+            live.append((i, _LiveRun(spec, Path(checkpoint), state,
+                                     _generator(state["games_rng"]),
+                                     _generator(state["curve_rng"]))))
     step = 0
-    while state["spent"] < spec.budget_games:
+    while live:
         if stop_after is not None and step >= stop_after:
-            return None
-        games = spec.games_now(state["spent"])
-        population = opt.ask()
-        fitness = population_fitness(net, population, spec.size, games_rng, games=games)
-        opt.tell(fitness)
-        before = state["spent"] / spec.games
-        state["spent"] += len(population) * games
-        state["generations"] += 1
+            return results
+        games = [r.spec.games_now(r.state["spent"]) for _, r in live]
+        populations = [r.opt.ask() for _, r in live]
+        fitnesses = populations_fitness(net, populations, size, [r.games_rng for _, r in live],
+                                        games)
+        curve_due = []
+        for (_, r), population, fitness, g in zip(live, populations, fitnesses, games,
+                                                   strict=True):
+            r.opt.tell(fitness)
+            state, h = r.state, r.state["history"]
+            before = state["spent"] / r.spec.games
+            state["spent"] += len(population) * g
+            state["generations"] += 1
+            episodes = state["spent"] / r.spec.games
+            h.generation_episodes.append(episodes)
+            h.generation_games.append(g)
+            h.fitness.append(fitness.astype(np.float32))
+            h.best_so_far.append(float(r.opt.best_fitness))
+            if (state["generations"] == 1 or state["spent"] >= r.spec.budget_games
+                    or int(episodes // r.spec.curve_step) > int(before // r.spec.curve_step)):
+                curve_due.append((r, episodes))
+        if curve_due:
+            curve = populations_fitness(net, [r.opt.mean[None] for r, _ in curve_due], size,
+                                        [r.curve_rng for r, _ in curve_due],
+                                        [r.spec.games for r, _ in curve_due])
+            for (r, episodes), mean_fit in zip(curve_due, curve, strict=True):
+                r.state["history"].curve_episodes.append(episodes)
+                r.state["history"].curve_fitness.append(float(mean_fit[0]))
         step += 1
-        episodes = state["spent"] / spec.games
-        h.generation_episodes.append(episodes)
-        h.generation_games.append(games)
-        h.fitness.append(fitness.astype(np.float32))
-        h.best_so_far.append(float(opt.best_fitness))
-        finished = state["spent"] >= spec.budget_games
-        if (state["generations"] == 1 or finished
-                or int(episodes // spec.curve_step) > int(before // spec.curve_step)):
-            mean_fit = population_fitness(net, opt.mean[None], spec.size, curve_rng,
-                                          games=spec.games)
-            h.curve_episodes.append(episodes)
-            h.curve_fitness.append(float(mean_fit[0]))
-        state["games_rng"] = games_rng.bit_generator.state
-        state["curve_rng"] = curve_rng.bit_generator.state
+        finished = [(i, r) for i, r in live if r.state["spent"] >= r.spec.budget_games]
         if finished:
-            final_rng = np.random.default_rng(state["final_seed"])
-            state["final_fitness"] = float(population_fitness(
-                net, opt.mean[None], spec.size, final_rng, games=spec.final_games)[0])
-            state["done"] = True
-            _save(state, checkpoint)
-        elif state["generations"] % checkpoint_every == 0:
-            _save(state, checkpoint)
-    result = _result(spec, state)
-    logger.info("%s: %d generations, %.0f episodes, final fitness %.3f", spec.name,
-                result.generations, h.generation_episodes[-1], result.final_fitness)
-    return result
+            final = populations_fitness(
+                net, [r.opt.mean[None] for _, r in finished], size,
+                [np.random.default_rng(r.state["final_seed"]) for _, r in finished],
+                [r.spec.final_games for _, r in finished])
+            for (i, r), final_fit in zip(finished, final, strict=True):
+                r.state["final_fitness"] = float(final_fit[0])
+                r.state["done"] = True
+                r.save()
+                results[i] = result = _result(r.spec, r.state)
+                logger.info("%s: %d generations, %.0f episodes, final fitness %.3f",
+                            r.spec.name, result.generations,
+                            r.state["history"].generation_episodes[-1], result.final_fitness)
+        live = [(i, r) for i, r in live if not r.state["done"]]
+        for _, r in live:
+            if r.state["generations"] % checkpoint_every == 0:
+                r.save()
+    return results
 
 
 def weights_fitness(network: str, weights: np.ndarray, size: int, games: int,
