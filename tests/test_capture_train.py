@@ -306,3 +306,15 @@ def test_the_command_line_on_a_dask_cluster_gives_the_same_results(tmp_path: Pat
     # --workers N starts a local cluster of N processes for the run
     runner = capture_train_on(workers=2).task_runner
     assert runner.cluster_kwargs["n_workers"] == 2 and runner.cluster_kwargs["processes"]
+
+
+def test_the_grid_benchmark_checks_lock_step_against_one_run_at_a_time() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "benchmarks/capture_grid.py", "--network", "mdrnn",
+                           "--runs", "2", "--evaluations", "12"], capture_output=True, text=True,
+                          timeout=300, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    assert "results identical: yes" in done.stdout
+    assert "x one after another" in done.stdout and "games per CPU-s" in done.stdout
