@@ -104,6 +104,31 @@ def test_batches_group_a_cells_runs_costliest_first() -> None:
         batches(specs, 0)
 
 
+def test_a_co_evolving_run_counts_its_games_keeps_the_greedy_fitness_and_resumes(
+        tmp_path: Path) -> None:
+    from services.policy_search.runs import run_together
+
+    spec = RunSpec("mdlstm", 5, "pgpe", run=3, evaluations=60, games=4, curve_step=10,
+                   final_games=8, coevolution=True)
+    assert spec.cell == "mdlstm-5x5-pgpe-coev"
+    straight = run(spec, tmp_path / "straight.pkl", checkpoint_every=2)
+    h = straight.history
+    # the first generation plays the mean only (no best candidate yet), the others both
+    assert h.generation_games[0] == 4 + 2 and set(h.generation_games[1:]) == {4 + 4}
+    assert h.generation_episodes[-1] * 4 == sum(2 * g for g in h.generation_games)
+    assert spec.budget_games <= h.generation_episodes[-1] * 4 < spec.budget_games + 16
+    # what the history keeps is the fitness against the greedy player: quarters of 4 games
+    assert all(set(np.round(f * 4) / 4) <= set(np.arange(-1, 1.25, 0.5)) for f in h.fitness)
+    plain = run(RunSpec("mdlstm", 5, "pgpe", run=3, evaluations=60, games=4, curve_step=10,
+                        final_games=8), tmp_path / "plain.pkl")
+    assert plain.generations > straight.generations  # the same games buy fewer generations
+    # killed between checkpoints and resumed in a batch: the same run
+    path = tmp_path / "resumed.pkl"
+    assert run(spec, path, checkpoint_every=2, stop_after=5) is None
+    (resumed,) = run_together([spec], [path], checkpoint_every=2)
+    _same(straight, resumed)
+
+
 def test_a_checkpoint_of_another_run_is_refused(tmp_path: Path) -> None:
     spec = RunSpec("mdrnn", 5, "pgpe", evaluations=8, games=2, final_games=2)
     run(spec, tmp_path / "a.pkl")

@@ -254,3 +254,34 @@ def test_an_optimiser_pickled_mid_run_goes_on_as_the_original(name: str) -> None
         restored.tell(-(b ** 2).sum(1))
     np.testing.assert_array_equal(opt.mean, restored.mean)
     assert opt.evaluations == restored.evaluations
+
+
+def test_a_candidate_against_itself_scores_zero_and_versus_games_match_play_matches() -> None:
+    """Co-evolution's games: two per opponent network, one per colour. A network against
+    itself plays the same game twice with the colours swapped, so its mean outcome is 0; the
+    outcomes are the ones `play_matches` gives for the same pairings; the fitness against the
+    greedy player is unchanged by the extra games in the batch."""
+    from services.policy_search.fitness import GREEDY, generation_fitness, play_matches
+
+    net = MDLSTM(2)
+    rng = np.random.default_rng(3)
+    population = rng.standard_normal((3, net.n_weights()))
+    opponents = np.stack([population[0], rng.standard_normal(net.n_weights())])
+    (greedy, versus), (alone, none) = generation_fitness(
+        net, [population, population[:1]], 5, [np.random.default_rng(7),
+                                               np.random.default_rng(8)], [6, 4],
+        [opponents, None])
+    assert none is None and versus.shape == (3,)
+    assert versus[0] == (0.0 + play_matches(net, opponents, [0], [1], 5, np.zeros((25, 1)))[0]
+                         - play_matches(net, opponents, [1], [0], 5, np.zeros((25, 1)))[0]) / 4
+    table = np.concatenate([population, opponents])
+    for i in range(3):
+        won = play_matches(net, table, [i, i, 3, 4], [3, 4, i, i], 5, np.zeros((25, 4)))
+        assert versus[i] == np.concatenate([won[:2], -won[2:]]).mean()
+    assert np.array_equal(greedy, population_fitness(net, population, 5,
+                                                     np.random.default_rng(7), games=6))
+    assert np.array_equal(alone, population_fitness(net, population[:1], 5,
+                                                    np.random.default_rng(8), games=4))
+    # both sides greedy: the engine's greedy player against itself, black wins or loses
+    assert set(play_matches(net, table, [GREEDY] * 4, [GREEDY] * 4, 5,
+                            rng.random((25, 4)))) <= {-1, 1}

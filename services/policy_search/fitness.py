@@ -61,6 +61,9 @@ def population_fitness(net: torch.nn.Module, population: np.ndarray, size: int,
     return populations_fitness(net, [population], size, [rng], [games])[0]
 
 
+GREEDY = -1  # a player index in `play_matches`: the greedy opponent
+
+
 def populations_fitness(net: torch.nn.Module, populations: list[np.ndarray], size: int,
                         rngs: list[np.random.Generator], games: list[int]) -> list[np.ndarray]:
     """`population_fitness` of several populations (several runs' generations) played as one
@@ -70,40 +73,111 @@ def populations_fitness(net: torch.nn.Module, populations: list[np.ndarray], siz
     with broadcast multiply-adds, the rules board by board), in one network call per ply for
     all of them. Why: a PGPE generation is 80 games, too few for a batch to pay for the
     per-call cost; ten runs in lock step make it 800."""
+    return [greedy for greedy, _ in generation_fitness(net, populations, size, rngs, games)]
+
+
+def generation_fitness(net: torch.nn.Module, populations: list[np.ndarray], size: int,
+                       rngs: list[np.random.Generator], games: list[int],
+                       opponents: list[np.ndarray | None] | None = None,
+                       ) -> list[tuple[np.ndarray, np.ndarray | None]]:
+    """Per population: (each candidate's fitness against the greedy player, as in
+    `populations_fitness`; its mean outcome against the networks of `opponents[j]` [m, d], or
+    None where it has none). Against a network a candidate plays two games per opponent, one
+    with each colour: the networks move deterministically, so more games would repeat these.
+    Every game of every population is in one batch."""
     if not (len(populations) == len(rngs) == len(games)):
         raise ValueError(f"{len(populations)} populations, {len(rngs)} generators and "
                          f"{len(games)} game counts: one of each per population")
     if any(g < 1 for g in games):
         raise ValueError(f"games per candidate must be >= 1: {games}")
+    opponents = opponents if opponents is not None else [None] * len(populations)
+    if len(opponents) != len(populations):
+        raise ValueError(f"{len(opponents)} opponent sets for {len(populations)} populations")
     populations = [np.asarray(p, dtype=np.float64).reshape(len(p), -1) for p in populations]
     counts = [len(p) for p in populations]
-    if sum(counts) == 0:
-        return [np.zeros(0) for _ in populations]
-    per_candidate = np.concatenate([np.full(n, g, np.int64)
-                                    for n, g in zip(counts, games, strict=True)])
-    owner = np.repeat(np.arange(len(per_candidate)), per_candidate)
-    colour_of = np.concatenate([network_colours(int(g)) for g in per_candidate])
-    uniforms = np.concatenate([tie_uniforms(rng, size, g)
-                               for rng, n, g in zip(rngs, counts, games, strict=True)
-                               for _ in range(n)], axis=1)
-    weights = torch.as_tensor(np.concatenate(populations), dtype=torch.float32)
-    n_games = len(owner)
+    table = [*populations]
+    first = np.cumsum([0, *counts])  # population j's candidates are table rows first[j]...
+    black, white, uniforms = [], [], []
+    for j, (n, g, rng) in enumerate(zip(counts, games, rngs, strict=True)):
+        colours = network_colours(g)
+        for i in range(n):
+            row = first[j] + i
+            black.append(np.where(colours == BLACK, row, GREEDY))
+            white.append(np.where(colours == WHITE, row, GREEDY))
+            uniforms.append(tie_uniforms(rng, size, g))
+    greedy_games = sum(len(b) for b in black)
+    n_candidates = int(first[-1])
+    next_row = n_candidates
+    versus_of = np.full(n_candidates, -1, np.int64)  # candidate -> its first versus game
+    versus_games = []
+    for j, opp in enumerate(opponents):
+        if opp is None or len(opp) == 0:
+            continue
+        opp = np.asarray(opp, dtype=np.float64).reshape(len(opp), -1)
+        rows = np.arange(next_row, next_row + len(opp))
+        table.append(opp)
+        next_row += len(opp)
+        for i in range(counts[j]):
+            row = first[j] + i
+            versus_of[row] = greedy_games + sum(len(v) for v in versus_games)
+            black.append(np.concatenate([[row] * len(rows), rows]))
+            white.append(np.concatenate([rows, [row] * len(rows)]))
+            versus_games.append(black[-1])
+    black_all = np.concatenate(black) if black else np.zeros(0, np.int64)
+    white_all = np.concatenate(white) if white else np.zeros(0, np.int64)
+    if n_candidates == 0:
+        return [(np.zeros(0), None) for _ in populations]
+    uniforms_all = np.concatenate(
+        [*uniforms, np.zeros((size * size, len(black_all) - greedy_games))], axis=1)
+    black_won = play_matches(net, np.concatenate(table), black_all, white_all, size,
+                             uniforms_all)
+    # the greedy games: candidate per game and the candidate's colour
+    owner = np.where(black_all[:greedy_games] >= 0, black_all[:greedy_games],
+                     white_all[:greedy_games])
+    won = np.where(black_all[:greedy_games] >= 0, black_won[:greedy_games],
+                   -black_won[:greedy_games])
+    per_candidate = np.bincount(owner, minlength=n_candidates)
+    greedy_fitness = np.bincount(owner, weights=won, minlength=n_candidates) / per_candidate
+    out = []
+    for j in range(len(populations)):
+        rows = slice(first[j], first[j + 1])
+        versus = None
+        if opponents[j] is not None and len(opponents[j]):
+            m = len(opponents[j])
+            versus = np.array([np.concatenate([black_won[v:v + m], -black_won[v + m:v + 2 * m]])
+                               .mean() for v in versus_of[rows]], dtype=np.float64)
+        out.append((greedy_fitness[rows].astype(np.float64), versus))
+    return out
+
+
+def play_matches(net: torch.nn.Module, table: np.ndarray, black: np.ndarray, white: np.ndarray,
+                 size: int, uniforms: np.ndarray) -> np.ndarray:
+    """Games from the empty `size` board, one per entry of `black` / `white`: each side is a
+    row of `table` [P, d] (a network's flat weights) or GREEDY. Returns int8 per game, +1
+    where black won and -1 where white won. `uniforms` [S*S, games]: the greedy player's
+    tie-break numbers of each game (unused where no side is greedy). At every ply one network
+    call scores every board whose side to move is a network, each with that side's weights,
+    and one call moves the greedy player on the others."""
+    black = np.asarray(black, np.int64)
+    white = np.asarray(white, np.int64)
+    n_games = len(black)
+    weights = torch.as_tensor(np.asarray(table), dtype=torch.float32)
     cells = empty_boards(n_games, size)
-    outcomes = np.zeros(n_games, np.int8)
+    black_won = np.zeros(n_games, np.int8)
     active = np.ones(n_games, bool)
     colour = BLACK
     for ply in range(size * size):
         live = np.flatnonzero(active)
         if live.size == 0:
             break
-        mine = colour_of[live] == colour
-        net_rows, greedy_rows = live[mine], live[~mine]
+        player = (black if colour == BLACK else white)[live]
+        net_rows, greedy_rows = live[player != GREEDY], live[player == GREEDY]
         moves = []
         if net_rows.size:
             boards = cells[net_rows].reshape(-1, size, size)
             with torch.no_grad():
                 scores = net.scores_per_board(planes(boards, colour),
-                                              weights[torch.as_tensor(owner[net_rows])])
+                                              weights[torch.as_tensor(player[player != GREEDY])])
             moves.append(network_moves(cells, scores, net_rows))
         if greedy_rows.size:
             moves.append(greedy_moves(cells, colour, uniforms[ply, greedy_rows], greedy_rows))
@@ -112,11 +186,9 @@ def populations_fitness(net: torch.nn.Module, populations: list[np.ndarray], siz
         ended = result != GOES_ON
         done = rows[ended]
         mover_won = result[ended] == CAPTURED
-        outcomes[done] = np.where(mover_won == (colour_of[done] == colour), 1, -1)
+        black_won[done] = np.where(mover_won == (colour == BLACK), 1, -1)
         active[done] = False
         colour = WHITE if colour == BLACK else BLACK
     if active.any():
         raise RuntimeError(f"{int(active.sum())} games undecided after {size * size} plies")
-    per_owner = np.bincount(owner, weights=outcomes, minlength=len(per_candidate))
-    fitness = per_owner / per_candidate
-    return [part.astype(np.float64) for part in np.split(fitness, np.cumsum(counts)[:-1])]
+    return black_won

@@ -24,6 +24,16 @@ generations are many and noisy, late ones few and precise, for the same games in
 Smaller step sizes (an option beyond the paper, which proposes it for "more thorough
 exploration"): `pgpe_steps=(alpha_mu, alpha_sigma)` replaces PGPE's 0.2 and 0.1.
 
+Co-evolution (an option beyond the paper, its first proposal: "co-evolution against the
+best-so-far and the current mean"): `coevolution=True` has every candidate also play the run's
+current mean network and its best-so-far candidate (by fitness against the greedy player), two
+games each, one per colour (`fitness.generation_fitness`). The optimiser is told the mean outcome
+of all the candidate's games; the history keeps the fitness against the greedy player, the
+paper's, and the budget counts every game, so a co-evolving run has fewer generations for the
+same games. Why: early on every candidate loses all its games to the greedy player, every
+fitness is -1 and PGPE gets no step (its slow phase); games against networks of its own level
+still rank the candidates.
+
 Seeds. The start point x0 (the network's random initial weights) depends only on the grid seed
 and the run index, so the three optimisers of a run start from the same network; the optimiser's
 and the games' random streams also depend on the run's cell, so that no two cells share games.
@@ -53,7 +63,12 @@ from services.models.configs import build
 from services.policy_search.base import Optimizer
 from services.policy_search.cmaes import CMAES
 from services.policy_search.es import MuCommaLambdaES
-from services.policy_search.fitness import GAMES, population_fitness, populations_fitness
+from services.policy_search.fitness import (
+    GAMES,
+    generation_fitness,
+    population_fitness,
+    populations_fitness,
+)
 from services.policy_search.pgpe import PGPE
 
 logger = logging.getLogger(__name__)
@@ -79,6 +94,7 @@ class RunSpec:
     curve_step: int = 20
     final_games: int = 400
     pgpe_steps: tuple[float, float] | None = None  # PGPE's (alpha_mu, alpha_sigma); None: 0.2, 0.1
+    coevolution: bool = False  # also play the run's mean and best-so-far network (see above)
 
     def __post_init__(self) -> None:
         if self.network not in NETWORKS:
@@ -100,7 +116,9 @@ class RunSpec:
         where they are not the paper's)."""
         lazy = f"-lazy{self.lazy[0]}to{self.lazy[1]}" if self.lazy else ""
         steps = f"-steps{self.pgpe_steps[0]:g}x{self.pgpe_steps[1]:g}" if self.pgpe_steps else ""
-        return f"{self.network}-{self.size}x{self.size}-{self.optimiser}{lazy}{steps}"
+        coevolution = "-coev" if self.coevolution else ""
+        return (f"{self.network}-{self.size}x{self.size}-{self.optimiser}{lazy}{steps}"
+                f"{coevolution}")
 
     @property
     def name(self) -> str:
@@ -266,10 +284,36 @@ class _LiveRun:
     state: dict[str, Any]
     games_rng: np.random.Generator
     curve_rng: np.random.Generator
+    opponents_told: np.ndarray | None = None  # the networks of the generation being played
 
     @property
     def opt(self) -> Optimizer:
         return self.state["optimiser"]
+
+    def opponents(self) -> np.ndarray | None:
+        """The networks a co-evolving run's candidates also play: its mean, and its best
+        candidate so far against the greedy player once there is one; None without
+        co-evolution."""
+        if not self.spec.coevolution:
+            return None
+        best = self.state.get("best_greedy_x")
+        self.opponents_told = np.stack([self.opt.mean] + ([best] if best is not None else []))
+        return self.opponents_told
+
+    def tell(self, population: np.ndarray, greedy: np.ndarray, versus: np.ndarray | None,
+             games: int) -> None:
+        """Tell the optimiser the generation's fitnesses: against the greedy player, or, when
+        co-evolving, the mean outcome of all of a candidate's games; keep the best candidate
+        against the greedy player."""
+        if versus is None:
+            self.opt.tell(greedy)
+            return
+        extra = 2 * len(self.opponents_told)
+        self.opt.tell((greedy * games + versus * extra) / (games + extra))
+        i = int(np.argmax(greedy))
+        if greedy[i] > self.state.get("best_greedy", -np.inf):
+            self.state["best_greedy"], self.state["best_greedy_x"] = float(greedy[i]), \
+                population[i].copy()
 
     def save(self) -> None:
         self.state["games_rng"] = self.games_rng.bit_generator.state
@@ -327,13 +371,16 @@ def run_together(specs: list[RunSpec], checkpoints: list[Path], checkpoint_every
             return results
         games = [r.spec.games_now(r.state["spent"]) for _, r in live]
         populations = [r.opt.ask() for _, r in live]
-        fitnesses = populations_fitness(net, populations, size, [r.games_rng for _, r in live],
-                                        games)
+        opponents = [r.opponents() for _, r in live]
+        parts = generation_fitness(net, populations, size, [r.games_rng for _, r in live],
+                                   games, opponents)
         curve_due = []
-        for (_, r), population, fitness, g in zip(live, populations, fitnesses, games,
-                                                   strict=True):
-            r.opt.tell(fitness)
+        for (_, r), population, (fitness, versus), g in zip(live, populations, parts, games,
+                                                             strict=True):
+            r.tell(population, fitness, versus, g)
             state, h = r.state, r.state["history"]
+            if versus is not None:
+                g += 2 * len(r.opponents_told)  # the games against the networks
             before = state["spent"] / r.spec.games
             state["spent"] += len(population) * g
             state["generations"] += 1
