@@ -138,6 +138,34 @@ def test_start_sizes_and_commands_before_start(offline: Brain) -> None:
     assert b.handle("") == [] and b.handle("   ") == []
 
 
+def test_start_warms_the_service_with_a_short_search_and_answers_ok_if_it_fails() -> None:
+    """START searches the empty board briefly (its answer unused): a cold service pays its
+    first batches there, not in the first timed turn; an error there still answers OK."""
+    import grpc
+
+    class Recording:
+        def __init__(self, fail: bool) -> None:
+            self.calls: list[tuple] = []
+            self.fail = fail
+
+        def genmove(self, moves, **kwargs):
+            self.calls.append((list(moves), kwargs))
+            if self.fail:
+                error = grpc.RpcError("unavailable")
+                error.code = lambda: grpc.StatusCode.UNAVAILABLE
+                error.details = lambda: "connection refused"
+                raise error
+
+    for fail in (False, True):
+        client = Recording(fail)
+        brain = Brain("127.0.0.1:1", client_factory=lambda c=client: c)
+        assert brain.handle("START 15") == ["OK"]
+        ((moves, kwargs),) = client.calls
+        assert moves == [] and 0 < kwargs["max_time_ms"] <= 1000
+        assert kwargs["timeout"] <= 5 and kwargs["reuse_tree"] is False
+        assert brain.handle("RESTART") == ["OK"] and len(client.calls) == 1
+
+
 def test_info_is_silent_and_stored(offline: Brain) -> None:
     b = offline
     assert b.handle("START 15") == ["OK"]

@@ -74,6 +74,7 @@ bad input `ERROR ...`.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from collections.abc import Sequence
@@ -89,6 +90,8 @@ from services.games.gomoku import BLACK, DEFAULT_SIZE, WHITE, GomokuState, Rule
 from services.protocols.frontend import SearchClientOwner, serve_lines
 from services.search import auth
 
+logger = logging.getLogger(__name__)
+
 SIZE = DEFAULT_SIZE
 NAME = "movepred"
 AUTHOR = "movepred developers"
@@ -99,6 +102,10 @@ FAST_VISITS = 32  # INFO timeout_turn 0: play as fast as possible
 MIN_SEARCH_MS = 20
 MAX_SEARCH_MS = 60_000  # the search service's limit
 MAX_RESERVE_MS = 1_000
+# START's short search of the empty board: a cold search service pays its first leaf batches
+# (Triton's first calls of a model's shapes) there, not in the first timed turn
+WARM_UP_MS = 300
+WARM_UP_TIMEOUT_S = 2.0
 MOVES_LEFT_ESTIMATE = 15  # a timed match spends at most time_left / 15 on one move
 MAX_NBEST = 20  # YXNBEST n: at most this many candidates
 
@@ -281,8 +288,20 @@ class Brain(SearchClientOwner):
             raise ProtocolError(f"unsupported size {shape}: {NAME} plays on {SIZE}x{SIZE} only")
         self.size = SIZE
         self._reset()
-        self._client_or_new()  # the channel connects in the background, before the first move
+        self._warm_up()
         return ["OK"]
+
+    def _warm_up(self) -> None:
+        """A short search of the empty board at START, its answer unused and an error only
+        logged (START answers OK either way): it connects the channel and warms a cold search
+        service, whose first leaf batches would otherwise eat the first timed turn."""
+        try:
+            self._client_or_new().genmove([], rule=self.rule, max_time_ms=WARM_UP_MS,
+                                          timeout=WARM_UP_TIMEOUT_S, reuse_tree=False)
+        except grpc.RpcError as exc:
+            code = exc.code() if hasattr(exc, "code") else None
+            logger.info("warm-up search at START failed (%s): %s", code,
+                        _one_line(exc.details() if hasattr(exc, "details") else exc))
 
     def _cmd_restart(self, param: str) -> list[str]:
         self._require_start()
