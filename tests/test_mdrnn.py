@@ -162,6 +162,25 @@ def test_flat_vector_round_trip_and_per_board_weights(cls) -> None:
         net.set_flat(torch.zeros(net.n_weights() + 1))
 
 
+@pytest.mark.parametrize("cls", [MDRNN, MDLSTM])
+def test_a_boards_scores_are_the_same_bits_alone_or_anywhere_in_a_batch(cls) -> None:
+    """Policy search plays a run's games in batches of any composition (runs in lock step, a
+    run resumed beside others): a board's scores must not depend on the batch, or a near tie
+    could be played differently. torch.sigmoid failed this (its vector body and scalar tail
+    round differently); the sweeps' own sigmoid does not."""
+    rng = np.random.default_rng(0)
+    net = cls(2)
+    n = 413
+    cells = rng.integers(0, 3, (n, 5, 5))
+    x = torch.from_numpy(np.stack([cells == 1, cells == 2], 1).astype(np.float32))
+    w = torch.from_numpy(rng.standard_normal((n, net.n_weights())).astype(np.float32))
+    with torch.no_grad():
+        full = net.scores_per_board(x, w)
+        for start, end in [(0, 1), (5, 6), (3, 20), (100, 137), (0, 250), (7, n)]:
+            assert torch.equal(net.scores_per_board(x[start:end], w[start:end]),
+                               full[start:end]), (start, end)
+
+
 def test_capture_configs_build_the_papers_networks() -> None:
     assert spec("capture_mdrnn_k2").game == CAPTURE.name
     assert spec("capture_mdlstm_k2").game == CAPTURE.name
