@@ -290,10 +290,10 @@ class _LiveRun:
     def opt(self) -> Optimizer:
         return self.state["optimiser"]
 
-    def opponents(self) -> np.ndarray | None:
-        """The networks a co-evolving run's candidates also play: its mean, and its best
-        candidate so far against the greedy player once there is one; None without
-        co-evolution."""
+    def next_opponents(self) -> np.ndarray | None:
+        """The networks a co-evolving run's candidates also play this generation (kept for
+        `tell`): its mean, and its best candidate so far against the greedy player once there
+        is one; None without co-evolution."""
         if not self.spec.coevolution:
             return None
         best = self.state.get("best_greedy_x")
@@ -371,7 +371,7 @@ def run_together(specs: list[RunSpec], checkpoints: list[Path], checkpoint_every
             return results
         games = [r.spec.games_now(r.state["spent"]) for _, r in live]
         populations = [r.opt.ask() for _, r in live]
-        opponents = [r.opponents() for _, r in live]
+        opponents = [r.next_opponents() for _, r in live]
         parts = generation_fitness(net, populations, size, [r.games_rng for _, r in live],
                                    games, opponents)
         curve_due = []
