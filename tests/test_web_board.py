@@ -432,6 +432,8 @@ def test_browser_marks_renju_forbidden_points(stack: Stack, browser: Any) -> Non
     page = open_board(browser, stack.url)
     page.select_option("#engine", "none")
     page.select_option("#rule", "renju")
+    # the new renju board is fetched first; a click before it would play on the old board
+    page.wait_for_function("document.body.dataset.pending === undefined")
     for n, name in enumerate(RENJU_MOVES, 1):
         click(page, point(name))
         page.wait_for_function(f"document.querySelectorAll('circle.stone').length === {n}")

@@ -14,6 +14,7 @@ const page = {
   analysis: null,    // the latest Analyze report for `board`
   stream: null,      // the EventSource of the running analysis
   busy: false,
+  pending: false,  // a new game's board is being fetched
   generation: 0,     // bumps on every position change: late answers for older ones are dropped
   ticket: 0,         // bumps on every action: an older action's late answer is dropped
 };
@@ -238,7 +239,7 @@ async function refreshHeat() {
 }
 
 async function play(name) {
-  if (page.busy || !page.state || page.state.over) return;
+  if (page.busy || page.pending || !page.state || page.state.over) return;
   showError(null);
   const ticket = claim();
   const board = {...page.board, moves: [...page.board.moves, name]};
@@ -314,10 +315,19 @@ async function newGame() {
                  komi, moves: []};
   showError(null);
   const ticket = claim();
+  // until the new board is set, a click would play on the old one (under a rule or size the
+  // controls no longer show): clicks wait, and body[data-pending] says so
+  page.pending = true;
+  document.body.dataset.pending = "true";
   let state;
   try {
     state = await api("/api/state", board);
-  } catch (err) { showError(err); return; }
+  } catch (err) { showError(err); return; } finally {
+    if (ticket === page.ticket) {
+      page.pending = false;
+      delete document.body.dataset.pending;
+    }
+  }
   if (ticket !== page.ticket) return;
   await setPosition(state);
   await refreshModel();
