@@ -109,7 +109,7 @@ def generation_fitness(net: torch.nn.Module, populations: list[np.ndarray], size
     n_candidates = int(first[-1])
     next_row = n_candidates
     versus_of = np.full(n_candidates, -1, np.int64)  # candidate -> its first versus game
-    versus_games = []
+    next_game = greedy_games
     for j, opp in enumerate(opponents):
         if opp is None or len(opp) == 0:
             continue
@@ -119,10 +119,10 @@ def generation_fitness(net: torch.nn.Module, populations: list[np.ndarray], size
         next_row += len(opp)
         for i in range(counts[j]):
             row = first[j] + i
-            versus_of[row] = greedy_games + sum(len(v) for v in versus_games)
+            versus_of[row] = next_game
             black.append(np.concatenate([[row] * len(rows), rows]))
             white.append(np.concatenate([rows, [row] * len(rows)]))
-            versus_games.append(black[-1])
+            next_game += 2 * len(rows)
     black_all = np.concatenate(black) if black else np.zeros(0, np.int64)
     white_all = np.concatenate(white) if white else np.zeros(0, np.int64)
     if n_candidates == 0:
