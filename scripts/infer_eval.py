@@ -188,16 +188,17 @@ class TorchScriptPolicy:
     module is frozen (weights inlined, module calls folded): the same outputs from less work
     per call, which counts at the few boards of an annealing step."""
 
-    def __init__(self, path: Path) -> None:
-        self.model = torch.jit.freeze(torch.jit.load(str(path)).eval())
+    def __init__(self, path: Path, device: str = "cpu") -> None:
+        self.device = torch.device(device)
+        self.model = torch.jit.freeze(torch.jit.load(str(path), map_location=self.device).eval())
         self.name = str(path)
 
     def infer(self, boards: np.ndarray) -> Output:
-        x = torch.from_numpy(np.ascontiguousarray(boards, dtype=np.int8))
+        x = torch.from_numpy(np.ascontiguousarray(boards, dtype=np.int8)).to(self.device)
         with torch.inference_mode():
             out = self.model(x)
         logits = out[0] if isinstance(out, tuple) else out
-        return Output(logits.to(torch.float32).numpy(), self.name)
+        return Output(logits.to(torch.float32).cpu().numpy(), self.name)
 
 
 def annealing_params(args: argparse.Namespace) -> AnnealingParams:
@@ -219,6 +220,18 @@ def done_keys(results: Path) -> set[str]:
     return keys
 
 
+def parse_shard(text: str) -> tuple[int, int]:
+    """`K/N`: the K-th of N interleaved parts of a set (0-based), so N processes (or
+    machines) share one set and any finished part is a spread-out sample of it."""
+    try:
+        shard, shards = (int(v) for v in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard wants K/N, got {text!r}") from None
+    if not 0 <= shard < shards:
+        raise ValueError(f"--shard {text}: K must be in 0..N-1")
+    return shard, shards
+
+
 def run(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     game = get_game(args.game)
@@ -227,8 +240,10 @@ def run(args: argparse.Namespace) -> None:
     collection = COLLECTIONS[args.game]
     positions = build_set(game, collection.read(), args.stones, held, kept, args.limit,
                           collection.clean)
+    shard, shards = parse_shard(args.shard)
+    positions = positions[shard::shards]
     params = annealing_params(args)
-    policy = TorchScriptPolicy(args.model)
+    policy = TorchScriptPolicy(args.model, args.device)
     args.results.parent.mkdir(parents=True, exist_ok=True)
     done = done_keys(args.results)
     log.info("%s %d-move set: %d positions (%d done), %s, network %s, torch threads %d, "
@@ -241,7 +256,7 @@ def run(args: argparse.Namespace) -> None:
         row = evaluate_position(game, position, policy, params, collection.rule)
         row |= {"set": f"{args.game}{args.stones}", "model": str(args.model),
                 "label": args.label, "neighbour": params.neighbour, "init": params.init,
-                "tempering": params.tempering,
+                "tempering": params.tempering, "device": args.device,
                 "load": os.getloadavg()[0], "time": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                    time.gmtime())}
         with args.results.open("a") as f:
@@ -348,6 +363,9 @@ def main(argv: list[str] | None = None) -> None:
                         "restarts are the chains of a temperature ladder)")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--threads", type=int, default=1)
+    r.add_argument("--device", default="cpu", help="where the network runs (cpu, cuda)")
+    r.add_argument("--shard", default="0/1", help="K/N: only the K-th of N interleaved parts "
+                   "of the set (several processes append to one --results)")
     r.add_argument("--label", default="")
     r.add_argument("--results", type=Path, required=True)
     s = sub.add_parser("report", help="figures of every results file")

@@ -129,6 +129,35 @@ def test_a_co_evolving_run_counts_its_games_keeps_the_greedy_fitness_and_resumes
     _same(straight, resumed)
 
 
+def test_a_length_shaped_run_tells_shaped_fitness_keeps_the_plain_one_and_resumes(
+        tmp_path: Path) -> None:
+    """Length shaping changes what the optimiser is told, so the run goes elsewhere than the
+    plain one from the same start; its history is still the plain fitness (quarters of 4
+    games); killed between checkpoints and resumed in a batch it is the same run."""
+    from flows.capture_train import _spec, grid_specs
+    from services.policy_search.runs import run_together
+
+    spec = RunSpec("mdlstm", 5, "pgpe", run=2, evaluations=60, games=4, curve_step=10,
+                   final_games=8, shaping=0.5)
+    assert spec.cell == "mdlstm-5x5-pgpe-shape0.5"
+    shaped = run(spec, tmp_path / "shaped.pkl", checkpoint_every=2)
+    plain = run(RunSpec("mdlstm", 5, "pgpe", run=2, evaluations=60, games=4, curve_step=10,
+                        final_games=8), tmp_path / "plain.pkl")
+    assert not np.array_equal(shaped.mean, plain.mean)
+    assert shaped.generations == plain.generations  # shaping costs no games
+    assert all(set(np.round(f * 4) / 4) <= set(np.arange(-1, 1.25, 0.5))
+               for f in shaped.history.fitness)
+    path = tmp_path / "resumed.pkl"
+    assert run(spec, path, checkpoint_every=2, stop_after=5) is None
+    (resumed,) = run_together([spec], [path], checkpoint_every=2)
+    _same(shaped, resumed)
+    with pytest.raises(ValueError, match="shaping"):
+        RunSpec("mdlstm", 5, "pgpe", shaping=1.0)
+    specs = grid_specs(["mdrnn"], [5], ["pgpe"], 1, 8, 2, 0, None, 2, shaping=0.25)
+    assert [s.cell for s in specs] == ["mdrnn-5x5-pgpe", "mdrnn-5x5-pgpe-shape0.25"]
+    assert _spec(json.loads(json.dumps(specs[1].__dict__))) == specs[1]
+
+
 def test_a_checkpoint_of_another_run_is_refused(tmp_path: Path) -> None:
     spec = RunSpec("mdrnn", 5, "pgpe", evaluations=8, games=2, final_games=2)
     run(spec, tmp_path / "a.pkl")

@@ -802,3 +802,17 @@ def test_infer_order_polishes_the_best_order() -> None:
     assert restart_summary(plain) == restart_summary(polished)  # the same annealing
     assert polished.sweeps >= 1 and polished.best.cost <= plain.best.cost
     assert legal_in_every_prefix(problem, polished.best.order)
+
+
+def test_evaluation_shards_split_a_set_into_interleaved_parts() -> None:
+    """`scripts/infer_eval.py run --shard K/N`: N processes on one set each take every N-th
+    position from the K-th, so together they cover the set once."""
+    from scripts.infer_eval import parse_shard
+
+    positions = list(range(23))
+    parts = [positions[k::n] for k, n in (parse_shard(f"{k}/4") for k in range(4))]
+    assert sorted(p for part in parts for p in part) == positions
+    assert parse_shard("0/1") == (0, 1)
+    for bad in ("4/4", "-1/4", "a/b", "3"):
+        with pytest.raises(ValueError, match="--shard"):
+            parse_shard(bad)

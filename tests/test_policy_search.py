@@ -267,11 +267,11 @@ def test_a_candidate_against_itself_scores_zero_and_versus_games_match_play_matc
     rng = np.random.default_rng(3)
     population = rng.standard_normal((3, net.n_weights()))
     opponents = np.stack([population[0], rng.standard_normal(net.n_weights())])
-    (greedy, versus), (alone, none) = generation_fitness(
+    (greedy, versus, shaped), (alone, none, _) = generation_fitness(
         net, [population, population[:1]], 5, [np.random.default_rng(7),
                                                np.random.default_rng(8)], [6, 4],
         [opponents, None])
-    assert none is None and versus.shape == (3,)
+    assert none is None and shaped is None and versus.shape == (3,)
     assert versus[0] == (0.0 + play_matches(net, opponents, [0], [1], 5, np.zeros((25, 1)))[0]
                          - play_matches(net, opponents, [1], [0], 5, np.zeros((25, 1)))[0]) / 4
     table = np.concatenate([population, opponents])
@@ -285,3 +285,58 @@ def test_a_candidate_against_itself_scores_zero_and_versus_games_match_play_matc
     # both sides greedy: the engine's greedy player against itself, black wins or loses
     assert set(play_matches(net, table, [GREEDY] * 4, [GREEDY] * 4, 5,
                             rng.random((25, 4)))) <= {-1, 1}
+
+
+def test_shaped_outcomes_rank_by_length_and_keep_every_win_above_every_loss() -> None:
+    from services.policy_search.fitness import shaped_outcomes
+
+    outcomes = np.array([-1, -1, 1, 1])
+    plies = np.array([4, 20, 5, 25])
+    shaped = shaped_outcomes(outcomes, plies, 5, 0.5)
+    np.testing.assert_allclose(shaped, [-1 + 0.5 * 4 / 25, -1 + 0.5 * 20 / 25,
+                                        1 - 0.5 * 5 / 25, 1 - 0.5 * 25 / 25])
+    assert shaped[1] > shaped[0]  # the later loss counts more
+    assert shaped[2] > shaped[3]  # the sooner win counts more
+    worst_win = shaped_outcomes(np.array([1]), np.array([25]), 5, 0.99)[0]
+    best_loss = shaped_outcomes(np.array([-1]), np.array([25]), 5, 0.99)[0]
+    assert worst_win > best_loss
+    np.testing.assert_array_equal(shaped_outcomes(outcomes, plies, 5, 0.0), outcomes)
+
+
+def test_generation_fitness_shapes_each_populations_own_games() -> None:
+    """With shaping, a population's shaped fitness is the mean `shaped_outcomes` of exactly
+    the games `play_matches_timed` plays for its candidates; its plain fitness is the one it
+    gets without shaping, and a population without shaping in the same batch gets none."""
+    from services.games.capture_batch import BLACK, network_colours, tie_uniforms
+    from services.policy_search.fitness import (
+        GREEDY,
+        generation_fitness,
+        play_matches_timed,
+        shaped_outcomes,
+    )
+
+    net = MDRNN(2)
+    rng = np.random.default_rng(11)
+    population = rng.standard_normal((4, net.n_weights()))
+    other = rng.standard_normal((2, net.n_weights()))
+    parts = generation_fitness(net, [population, other], 5, [np.random.default_rng(1),
+                                                            np.random.default_rng(2)],
+                               [6, 6], shaping=[0.5, 0.0])
+    plain = generation_fitness(net, [population, other], 5, [np.random.default_rng(1),
+                                                            np.random.default_rng(2)], [6, 6])
+    np.testing.assert_array_equal(parts[0].greedy, plain[0].greedy)
+    assert parts[1].shaped is None and plain[0].shaped is None
+    games_rng = np.random.default_rng(1)
+    colours = network_colours(6)
+    for i in range(4):
+        black = np.where(colours == BLACK, 0, GREEDY)
+        white = np.where(colours == BLACK, GREEDY, 0)
+        won, plies = play_matches_timed(net, population[i:i + 1], black, white, 5,
+                                        tie_uniforms(games_rng, 5, 6))
+        outcome = np.where(colours == BLACK, won, -won)
+        assert parts[0].greedy[i] == outcome.mean()
+        assert parts[0].shaped[i] == pytest.approx(
+            shaped_outcomes(outcome, plies, 5, 0.5).mean())
+        assert ((plies >= 1) & (plies <= 25)).all()
+    with pytest.raises(ValueError, match="shaping"):
+        generation_fitness(net, [population], 5, [rng], [2], shaping=[1.0])

@@ -15,6 +15,8 @@ The network sees the board from the side to move (`planes`): own stones, opponen
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import torch
 
@@ -73,18 +75,40 @@ def populations_fitness(net: torch.nn.Module, populations: list[np.ndarray], siz
     with broadcast multiply-adds, the rules board by board), in one network call per ply for
     all of them. Why: a PGPE generation is 80 games, too few for a batch to pay for the
     per-call cost; ten runs in lock step make it 800."""
-    return [greedy for greedy, _ in generation_fitness(net, populations, size, rngs, games)]
+    return [part.greedy for part in generation_fitness(net, populations, size, rngs, games)]
+
+
+class GenerationFitness(NamedTuple):
+    """One population's results in `generation_fitness`, per candidate."""
+
+    greedy: np.ndarray  # fitness against the greedy player (mean outcome, the paper's)
+    versus: np.ndarray | None  # mean outcome against the opponent networks (None: none)
+    shaped: np.ndarray | None  # `shaped_outcomes` against the greedy player (None: no shaping)
+
+
+def shaped_outcomes(outcomes: np.ndarray, plies: np.ndarray, size: int,
+                    weight: float) -> np.ndarray:
+    """Outcomes (+1 won, -1 lost) with the game's length as a tie-break: outcome - weight *
+    outcome * plies / size^2, so a loss counts more the later it came and a win the sooner.
+    With 0 <= weight < 1 every win still scores above every loss. Why: early in a run every
+    candidate loses every game, the plain fitness is -1 for all and PGPE gets no step (its
+    slow phase); how long a candidate holds out still ranks them."""
+    outcomes = np.asarray(outcomes, dtype=np.float64)
+    return outcomes - weight * outcomes * np.asarray(plies, dtype=np.float64) / (size * size)
 
 
 def generation_fitness(net: torch.nn.Module, populations: list[np.ndarray], size: int,
                        rngs: list[np.random.Generator], games: list[int],
                        opponents: list[np.ndarray | None] | None = None,
-                       ) -> list[tuple[np.ndarray, np.ndarray | None]]:
-    """Per population: (each candidate's fitness against the greedy player, as in
-    `populations_fitness`; its mean outcome against the networks of `opponents[j]` [m, d], or
-    None where it has none). Against a network a candidate plays two games per opponent, one
-    with each colour: the networks move deterministically, so more games would repeat these.
-    Every game of every population is in one batch."""
+                       shaping: list[float] | None = None,
+                       ) -> list[GenerationFitness]:
+    """Per population, a `GenerationFitness`: each candidate's fitness against the greedy
+    player, as in `populations_fitness`; its mean outcome against the networks of
+    `opponents[j]` [m, d], or None where it has none; and, where `shaping[j]` > 0, its mean
+    `shaped_outcomes` against the greedy player with that weight. Against a network a
+    candidate plays two games per opponent, one with each colour: the networks move
+    deterministically, so more games would repeat these. Every game of every population is in
+    one batch."""
     if not (len(populations) == len(rngs) == len(games)):
         raise ValueError(f"{len(populations)} populations, {len(rngs)} generators and "
                          f"{len(games)} game counts: one of each per population")
@@ -93,6 +117,9 @@ def generation_fitness(net: torch.nn.Module, populations: list[np.ndarray], size
     opponents = opponents if opponents is not None else [None] * len(populations)
     if len(opponents) != len(populations):
         raise ValueError(f"{len(opponents)} opponent sets for {len(populations)} populations")
+    shaping = shaping if shaping is not None else [0.0] * len(populations)
+    if len(shaping) != len(populations) or any(not 0 <= w < 1 for w in shaping):
+        raise ValueError(f"shaping needs one weight in [0, 1) per population: {shaping}")
     populations = [np.asarray(p, dtype=np.float64).reshape(len(p), -1) for p in populations]
     counts = [len(p) for p in populations]
     table = [*populations]
@@ -126,11 +153,11 @@ def generation_fitness(net: torch.nn.Module, populations: list[np.ndarray], size
     black_all = np.concatenate(black) if black else np.zeros(0, np.int64)
     white_all = np.concatenate(white) if white else np.zeros(0, np.int64)
     if n_candidates == 0:
-        return [(np.zeros(0), None) for _ in populations]
+        return [GenerationFitness(np.zeros(0), None, None) for _ in populations]
     uniforms_all = np.concatenate(
         [*uniforms, np.zeros((size * size, len(black_all) - greedy_games))], axis=1)
-    black_won = play_matches(net, np.concatenate(table), black_all, white_all, size,
-                             uniforms_all)
+    black_won, plies = play_matches_timed(net, np.concatenate(table), black_all, white_all,
+                                          size, uniforms_all)
     # the greedy games: candidate per game and the candidate's colour
     owner = np.where(black_all[:greedy_games] >= 0, black_all[:greedy_games],
                      white_all[:greedy_games])
@@ -146,7 +173,13 @@ def generation_fitness(net: torch.nn.Module, populations: list[np.ndarray], size
             m = len(opponents[j])
             versus = np.array([np.concatenate([black_won[v:v + m], -black_won[v + m:v + 2 * m]])
                                .mean() for v in versus_of[rows]], dtype=np.float64)
-        out.append((greedy_fitness[rows].astype(np.float64), versus))
+        shaped = None
+        if shaping[j] > 0:
+            mine = (owner >= first[j]) & (owner < first[j + 1])
+            values = shaped_outcomes(won[mine], plies[:greedy_games][mine], size, shaping[j])
+            shaped = (np.bincount(owner[mine] - first[j], weights=values,
+                                  minlength=counts[j]) / per_candidate[rows])
+        out.append(GenerationFitness(greedy_fitness[rows].astype(np.float64), versus, shaped))
     return out
 
 
@@ -158,12 +191,20 @@ def play_matches(net: torch.nn.Module, table: np.ndarray, black: np.ndarray, whi
     tie-break numbers of each game (unused where no side is greedy). At every ply one network
     call scores every board whose side to move is a network, each with that side's weights,
     and one call moves the greedy player on the others."""
+    return play_matches_timed(net, table, black, white, size, uniforms)[0]
+
+
+def play_matches_timed(net: torch.nn.Module, table: np.ndarray, black: np.ndarray,
+                       white: np.ndarray, size: int, uniforms: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """`play_matches`, and the plies each game lasted (int16: the capturing move's ply + 1)."""
     black = np.asarray(black, np.int64)
     white = np.asarray(white, np.int64)
     n_games = len(black)
     weights = torch.as_tensor(np.asarray(table), dtype=torch.float32)
     cells = empty_boards(n_games, size)
     black_won = np.zeros(n_games, np.int8)
+    plies = np.zeros(n_games, np.int16)
     active = np.ones(n_games, bool)
     colour = BLACK
     for ply in range(size * size):
@@ -187,8 +228,9 @@ def play_matches(net: torch.nn.Module, table: np.ndarray, black: np.ndarray, whi
         done = rows[ended]
         mover_won = result[ended] == CAPTURED
         black_won[done] = np.where(mover_won == (colour == BLACK), 1, -1)
+        plies[done] = ply + 1
         active[done] = False
         colour = WHITE if colour == BLACK else BLACK
     if active.any():
         raise RuntimeError(f"{int(active.sum())} games undecided after {size * size} plies")
-    return black_won
+    return black_won, plies

@@ -34,6 +34,13 @@ same games. Why: early on every candidate loses all its games to the greedy play
 fitness is -1 and PGPE gets no step (its slow phase); games against networks of its own level
 still rank the candidates.
 
+Length shaping (an option beyond the paper, aimed at the same slow phase): `shaping=w` tells the
+optimiser each candidate's mean `fitness.shaped_outcomes` against the greedy player instead of
+its mean outcome: a loss counts -1 + w * plies / size^2 (holding out longer is better), a win
+1 - w * plies / size^2 (winning sooner is better), so with w < 1 every win still beats every
+loss, and two candidates that lose every game are still ranked. As with co-evolution, the
+history, the curves and the final fitness are the plain fitness against the greedy player.
+
 Seeds. The start point x0 (the network's random initial weights) depends only on the grid seed
 and the run index, so the three optimisers of a run start from the same network; the optimiser's
 and the games' random streams also depend on the run's cell, so that no two cells share games.
@@ -65,6 +72,7 @@ from services.policy_search.cmaes import CMAES
 from services.policy_search.es import MuCommaLambdaES
 from services.policy_search.fitness import (
     GAMES,
+    GenerationFitness,
     generation_fitness,
     population_fitness,
     populations_fitness,
@@ -95,6 +103,7 @@ class RunSpec:
     final_games: int = 400
     pgpe_steps: tuple[float, float] | None = None  # PGPE's (alpha_mu, alpha_sigma); None: 0.2, 0.1
     coevolution: bool = False  # also play the run's mean and best-so-far network (see above)
+    shaping: float = 0.0  # weight of the games' length in what the optimiser is told (above)
 
     def __post_init__(self) -> None:
         if self.network not in NETWORKS:
@@ -109,6 +118,9 @@ class RunSpec:
                                             or min(self.pgpe_steps) <= 0):
             raise ValueError(f"pgpe_steps must be (alpha_mu, alpha_sigma), both > 0, and only "
                              f"for pgpe: {self.pgpe_steps} with {self.optimiser}")
+        if not 0 <= self.shaping < 1:
+            raise ValueError(f"shaping must be in [0, 1) (a win must still beat a loss): "
+                             f"{self.shaping}")
 
     @property
     def cell(self) -> str:
@@ -117,8 +129,9 @@ class RunSpec:
         lazy = f"-lazy{self.lazy[0]}to{self.lazy[1]}" if self.lazy else ""
         steps = f"-steps{self.pgpe_steps[0]:g}x{self.pgpe_steps[1]:g}" if self.pgpe_steps else ""
         coevolution = "-coev" if self.coevolution else ""
+        shaping = f"-shape{self.shaping:g}" if self.shaping else ""
         return (f"{self.network}-{self.size}x{self.size}-{self.optimiser}{lazy}{steps}"
-                f"{coevolution}")
+                f"{coevolution}{shaping}")
 
     @property
     def name(self) -> str:
@@ -300,16 +313,17 @@ class _LiveRun:
         self.opponents_told = np.stack([self.opt.mean] + ([best] if best is not None else []))
         return self.opponents_told
 
-    def tell(self, population: np.ndarray, greedy: np.ndarray, versus: np.ndarray | None,
-             games: int) -> None:
-        """Tell the optimiser the generation's fitnesses: against the greedy player, or, when
-        co-evolving, the mean outcome of all of a candidate's games; keep the best candidate
-        against the greedy player."""
-        if versus is None:
-            self.opt.tell(greedy)
+    def tell(self, population: np.ndarray, part: GenerationFitness, games: int) -> None:
+        """Tell the optimiser the generation's fitnesses: against the greedy player (its
+        length-shaped version with `shaping`), or, when co-evolving, the mean over all of a
+        candidate's games; keep the best candidate against the greedy player."""
+        greedy = part.greedy
+        told = part.shaped if part.shaped is not None else greedy
+        if part.versus is None:
+            self.opt.tell(told)
             return
         extra = 2 * len(self.opponents_told)
-        self.opt.tell((greedy * games + versus * extra) / (games + extra))
+        self.opt.tell((told * games + part.versus * extra) / (games + extra))
         i = int(np.argmax(greedy))
         if greedy[i] > self.state.get("best_greedy", -np.inf):
             self.state["best_greedy"], self.state["best_greedy_x"] = float(greedy[i]), \
@@ -373,13 +387,13 @@ def run_together(specs: list[RunSpec], checkpoints: list[Path], checkpoint_every
         populations = [r.opt.ask() for _, r in live]
         opponents = [r.next_opponents() for _, r in live]
         parts = generation_fitness(net, populations, size, [r.games_rng for _, r in live],
-                                   games, opponents)
+                                   games, opponents, [r.spec.shaping for _, r in live])
         curve_due = []
-        for (_, r), population, (fitness, versus), g in zip(live, populations, parts, games,
-                                                             strict=True):
-            r.tell(population, fitness, versus, g)
+        for (_, r), population, part, g in zip(live, populations, parts, games, strict=True):
+            r.tell(population, part, g)
+            fitness = part.greedy
             state, h = r.state, r.state["history"]
-            if versus is not None:
+            if part.versus is not None:
                 g += 2 * len(r.opponents_told)  # the games against the networks
             before = state["spent"] / r.spec.games
             state["spent"] += len(population) * g
