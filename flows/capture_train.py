@@ -5,7 +5,7 @@ Dask.
 Run: python -m flows.capture_train --out runs/capture/grid [--runs 10 --evaluations 12000]
          [--networks mdrnn,mdlstm --sizes 5,7 --optimisers pgpe,es,cmaes --games 40]
          [--workers 2 | --address tcp://scheduler:8786] [--lazy 10:70]
-         [--pgpe-steps 0.1:0.05] [--coevolution] [--shaping 0.5] [--seed 0] [--together 10]
+         [--pgpe-steps 0.1:0.05] [--coevolution] [--shaping 0.5[:losses]] [--seed 0] [--together 10]
      python -m flows.capture_train --out runs/capture/grid --replot docs/fig.png [--dpi 90]
 
 One task is up to `--together` runs of one cell (`services.policy_search.runs.run_together`:
@@ -23,8 +23,9 @@ cells are submitted first, so that the workers finish together.
 per fitness at the start growing to LAST at the end, the same games in all; see runs.py).
 `--coevolution` adds, next to every cell, the same cell co-evolving (each candidate also plays
 the run's mean and best-so-far networks; see runs.py).
-`--shaping W` adds, next to every cell, the same cell with length shaping of weight W (the
-optimiser is told outcomes with the game's length as a tie-break; see runs.py).
+`--shaping W[:FORM]` adds, next to every cell, the same cell with length shaping of weight W
+(the optimiser is told outcomes with the game's length as a tie-break; FORM both, losses or
+fading; see runs.py).
 `--pgpe-steps A:S` adds, next to every PGPE cell, the same cell with PGPE's step sizes alpha_mu
 = A and alpha_sigma = S instead of the paper's 0.2 and 0.1.
 
@@ -68,6 +69,7 @@ from services.policy_search.fitness import GAMES
 from services.policy_search.runs import (
     NETWORKS,
     OPTIMISERS,
+    SHAPING_FORMS,
     RunSpec,
     network_with,
     run_together,
@@ -140,7 +142,8 @@ def generalise(name: str, network: str, weights: list[float], size: int, games: 
 def grid_specs(networks: list[str], sizes: list[int], optimisers: list[str], runs: int,
                evaluations: int, games: int, seed: int, lazy: tuple[int, int] | None,
                final_games: int, pgpe_steps: tuple[float, float] | None = None,
-               coevolution: bool = False, shaping: float = 0.0) -> list[RunSpec]:
+               coevolution: bool = False, shaping: float = 0.0,
+               shaping_form: str = "both") -> list[RunSpec]:
     """Every run of the grid: each cell, then its lazy variant where `lazy` is given, its
     co-evolving variant where `coevolution` is set, its length-shaped variant where `shaping`
     is > 0 and, for PGPE, its variant with `pgpe_steps` where given."""
@@ -150,7 +153,8 @@ def grid_specs(networks: list[str], sizes: list[int], optimisers: list[str], run
             for optimiser in optimisers:
                 variants: list[dict] = [{}] + ([{"lazy": lazy}] if lazy else [])
                 variants += [{"coevolution": True}] if coevolution else []
-                variants += [{"shaping": shaping}] if shaping else []
+                variants += ([{"shaping": shaping, "shaping_form": shaping_form}]
+                             if shaping else [])
                 if pgpe_steps and optimiser == "pgpe":
                     variants.append({"pgpe_steps": tuple(pgpe_steps)})
                 specs += [RunSpec(network, size, optimiser, r, seed, evaluations, games,
@@ -167,14 +171,15 @@ def capture_train(out_dir: str = DEFAULT_OUT, networks: list[str] | None = None,
                   final_games: int = 400,
                   generalise_sizes: list[int] | None = None,
                   pgpe_steps: tuple[float, float] | None = None, together: int = 10,
-                  coevolution: bool = False, shaping: float = 0.0) -> dict:
+                  coevolution: bool = False, shaping: float = 0.0,
+                  shaping_form: str = "both") -> dict:
     """Run the grid (see the module docstring) into `out_dir`; return the per-cell table."""
     log = get_run_logger()
     out = Path(out_dir).resolve()
     (out / "runs").mkdir(parents=True, exist_ok=True)
     specs = grid_specs(networks or list(NETWORKS), sizes or list(SIZES),
                        optimisers or list(OPTIMISERS), runs, evaluations, games, seed,
-                       lazy, final_games, pgpe_steps, coevolution, shaping)
+                       lazy, final_games, pgpe_steps, coevolution, shaping, shaping_form)
     progress = create_progress_artifact(progress=0.0, key="capture-train-progress",
                                         description=f"runs finished of {len(specs)}")
     futures = [search_runs.submit(
@@ -388,6 +393,19 @@ def _steps(text: str) -> tuple[float, float]:
     return alpha_mu, alpha_sigma
 
 
+def _shaping(text: str) -> tuple[float, str]:
+    weight, _, form = text.partition(":")
+    form = form or "both"
+    try:
+        w = float(weight)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"W[:FORM], e.g. 0.5:losses: {text!r}") from None
+    if not 0 <= w < 1 or form not in SHAPING_FORMS:
+        raise argparse.ArgumentTypeError(f"W in [0, 1), FORM one of {', '.join(SHAPING_FORMS)}: "
+                                         f"{text!r}")
+    return w, form
+
+
 def _lazy(text: str) -> tuple[int, int]:
     try:
         first, last = (int(v) for v in text.split(":"))
@@ -424,10 +442,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--coevolution", action="store_true",
                         help="also run every cell co-evolving: each candidate also plays the "
                              "run's mean and best-so-far network (see runs.py)")
-    parser.add_argument("--shaping", type=float, default=0.0, metavar="W",
+    parser.add_argument("--shaping", type=_shaping, default=(0.0, "both"),
+                        metavar="W[:FORM]",
                         help="also run every cell with length shaping of weight W in [0, 1): "
                              "the optimiser is told outcomes with the game's length as a "
-                             "tie-break (see runs.py)")
+                             f"tie-break; FORM one of {', '.join(SHAPING_FORMS)} (see runs.py)")
     parser.add_argument("--generalise", type=_csv(int), default=list(GENERALISE_SIZES),
                         help="board sizes the best small-board networks are also asked on")
     parser.add_argument("--together", type=int, default=10,
@@ -466,7 +485,7 @@ def main(argv: list[str] | None = None) -> dict:
                    checkpoint_every=args.checkpoint_every, final_games=args.final_games,
                    generalise_sizes=args.generalise, pgpe_steps=args.pgpe_steps,
                    together=args.together, coevolution=args.coevolution,
-                   shaping=args.shaping)
+                   shaping=args.shaping[0], shaping_form=args.shaping[1])
     print(table_markdown(result["cells"]))
     print(generalisation_markdown(result["generalisation"]))
     print(f"best run: {result['best']} -> {Path(args.out) / 'best_network.pt'}")

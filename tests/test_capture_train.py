@@ -158,6 +158,32 @@ def test_a_length_shaped_run_tells_shaped_fitness_keeps_the_plain_one_and_resume
     assert _spec(json.loads(json.dumps(specs[1].__dict__))) == specs[1]
 
 
+def test_length_shaping_forms_fade_or_spare_the_wins(tmp_path: Path) -> None:
+    import argparse
+
+    from flows.capture_train import _shaping
+
+    fading = RunSpec("mdlstm", 5, "pgpe", evaluations=60, games=4, shaping=0.5,
+                     shaping_form="fading")
+    assert fading.cell == "mdlstm-5x5-pgpe-shape0.5fading"
+    assert fading.shaping_now(0) == 0.5
+    assert fading.shaping_now(fading.budget_games // 2) == 0.25
+    assert fading.shaping_now(fading.budget_games + 8) == 0.0
+    losses = RunSpec("mdlstm", 5, "pgpe", run=2, evaluations=60, games=4, curve_step=10,
+                     final_games=8, shaping=0.5, shaping_form="losses")
+    assert losses.cell == "mdlstm-5x5-pgpe-shape0.5losses" and losses.shaping_now(10**6) == 0.5
+    both = run(RunSpec("mdlstm", 5, "pgpe", run=2, evaluations=60, games=4, curve_step=10,
+                       final_games=8, shaping=0.5), tmp_path / "both.pkl")
+    spared = run(losses, tmp_path / "losses.pkl")
+    assert spared.history.generation_episodes == both.history.generation_episodes
+    with pytest.raises(ValueError, match="shaping_form"):
+        RunSpec("mdlstm", 5, "pgpe", shaping=0.5, shaping_form="later")
+    assert _shaping("0.5") == (0.5, "both") and _shaping("0.3:fading") == (0.3, "fading")
+    for bad in ("1.0", "0.5:later", "x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _shaping(bad)
+
+
 def test_a_checkpoint_of_another_run_is_refused(tmp_path: Path) -> None:
     spec = RunSpec("mdrnn", 5, "pgpe", evaluations=8, games=2, final_games=2)
     run(spec, tmp_path / "a.pkl")

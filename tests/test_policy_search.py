@@ -301,6 +301,9 @@ def test_shaped_outcomes_rank_by_length_and_keep_every_win_above_every_loss() ->
     best_loss = shaped_outcomes(np.array([-1]), np.array([25]), 5, 0.99)[0]
     assert worst_win > best_loss
     np.testing.assert_array_equal(shaped_outcomes(outcomes, plies, 5, 0.0), outcomes)
+    # losses only: a win is +1 whatever its length, a loss as before
+    np.testing.assert_allclose(shaped_outcomes(outcomes, plies, 5, 0.5, wins=False),
+                               [shaped[0], shaped[1], 1.0, 1.0])
 
 
 def test_generation_fitness_shapes_each_populations_own_games() -> None:
@@ -324,6 +327,8 @@ def test_generation_fitness_shapes_each_populations_own_games() -> None:
                                [6, 6], shaping=[0.5, 0.0])
     plain = generation_fitness(net, [population, other], 5, [np.random.default_rng(1),
                                                             np.random.default_rng(2)], [6, 6])
+    spared = generation_fitness(net, [population], 5, [np.random.default_rng(1)], [6],
+                                shaping=[0.5], shaping_wins=[False])[0]
     np.testing.assert_array_equal(parts[0].greedy, plain[0].greedy)
     assert parts[1].shaped is None and plain[0].shaped is None
     games_rng = np.random.default_rng(1)
@@ -337,6 +342,8 @@ def test_generation_fitness_shapes_each_populations_own_games() -> None:
         assert parts[0].greedy[i] == outcome.mean()
         assert parts[0].shaped[i] == pytest.approx(
             shaped_outcomes(outcome, plies, 5, 0.5).mean())
+        assert spared.shaped[i] == pytest.approx(
+            shaped_outcomes(outcome, plies, 5, 0.5, wins=False).mean())
         assert ((plies >= 1) & (plies <= 25)).all()
     with pytest.raises(ValueError, match="shaping"):
         generation_fitness(net, [population], 5, [rng], [2], shaping=[1.0])

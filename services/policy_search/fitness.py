@@ -87,25 +87,29 @@ class GenerationFitness(NamedTuple):
 
 
 def shaped_outcomes(outcomes: np.ndarray, plies: np.ndarray, size: int,
-                    weight: float) -> np.ndarray:
+                    weight: float, wins: bool = True) -> np.ndarray:
     """Outcomes (+1 won, -1 lost) with the game's length as a tie-break: outcome - weight *
-    outcome * plies / size^2, so a loss counts more the later it came and a win the sooner.
-    With 0 <= weight < 1 every win still scores above every loss. Why: early in a run every
-    candidate loses every game, the plain fitness is -1 for all and PGPE gets no step (its
-    slow phase); how long a candidate holds out still ranks them."""
+    outcome * plies / size^2, so a loss counts more the later it came and (with `wins`) a win
+    the sooner; without `wins` a win is +1 whatever its length. With 0 <= weight < 1 every
+    win still scores above every loss. Why: early in a run every candidate loses every game,
+    the plain fitness is -1 for all and PGPE gets no step (its slow phase); how long a
+    candidate holds out still ranks them."""
     outcomes = np.asarray(outcomes, dtype=np.float64)
-    return outcomes - weight * outcomes * np.asarray(plies, dtype=np.float64) / (size * size)
+    shift = weight * outcomes * np.asarray(plies, dtype=np.float64) / (size * size)
+    return outcomes - (shift if wins else np.where(outcomes < 0, shift, 0.0))
 
 
 def generation_fitness(net: torch.nn.Module, populations: list[np.ndarray], size: int,
                        rngs: list[np.random.Generator], games: list[int],
                        opponents: list[np.ndarray | None] | None = None,
                        shaping: list[float] | None = None,
+                       shaping_wins: list[bool] | None = None,
                        ) -> list[GenerationFitness]:
     """Per population, a `GenerationFitness`: each candidate's fitness against the greedy
     player, as in `populations_fitness`; its mean outcome against the networks of
     `opponents[j]` [m, d], or None where it has none; and, where `shaping[j]` > 0, its mean
-    `shaped_outcomes` against the greedy player with that weight. Against a network a
+    `shaped_outcomes` against the greedy player with that weight (and `shaping_wins[j]`, True
+    where not given). Against a network a
     candidate plays two games per opponent, one with each colour: the networks move
     deterministically, so more games would repeat these. Every game of every population is in
     one batch."""
@@ -120,6 +124,7 @@ def generation_fitness(net: torch.nn.Module, populations: list[np.ndarray], size
     shaping = shaping if shaping is not None else [0.0] * len(populations)
     if len(shaping) != len(populations) or any(not 0 <= w < 1 for w in shaping):
         raise ValueError(f"shaping needs one weight in [0, 1) per population: {shaping}")
+    shaping_wins = shaping_wins if shaping_wins is not None else [True] * len(populations)
     populations = [np.asarray(p, dtype=np.float64).reshape(len(p), -1) for p in populations]
     counts = [len(p) for p in populations]
     table = [*populations]
@@ -176,7 +181,8 @@ def generation_fitness(net: torch.nn.Module, populations: list[np.ndarray], size
         shaped = None
         if shaping[j] > 0:
             mine = (owner >= first[j]) & (owner < first[j + 1])
-            values = shaped_outcomes(won[mine], plies[:greedy_games][mine], size, shaping[j])
+            values = shaped_outcomes(won[mine], plies[:greedy_games][mine], size, shaping[j],
+                                     shaping_wins[j])
             shaped = (np.bincount(owner[mine] - first[j], weights=values,
                                   minlength=counts[j]) / per_candidate[rows])
         out.append(GenerationFitness(greedy_fitness[rows].astype(np.float64), versus, shaped))

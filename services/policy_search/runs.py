@@ -40,6 +40,9 @@ its mean outcome: a loss counts -1 + w * plies / size^2 (holding out longer is b
 1 - w * plies / size^2 (winning sooner is better), so with w < 1 every win still beats every
 loss, and two candidates that lose every game are still ranked. As with co-evolution, the
 history, the curves and the final fitness are the plain fitness against the greedy player.
+`shaping_form` "losses" counts only a loss's length (a win is +1), "fading" lets the weight
+fall linearly to 0 over the budget: the tie-break is wanted in the slow phase, and later the
+pressure to win sooner competes with winning more often.
 
 Seeds. The start point x0 (the network's random initial weights) depends only on the grid seed
 and the run index, so the three optimisers of a run start from the same network; the optimiser's
@@ -84,6 +87,9 @@ logger = logging.getLogger(__name__)
 # the paper's two networks, k = 2 hidden neurons per sweep (services/models/configs.py)
 NETWORKS = {"mdrnn": "capture_mdrnn_k2", "mdlstm": "capture_mdlstm_k2"}
 OPTIMISERS = ("pgpe", "es", "cmaes")
+# length shaping's forms: a loss's and a win's length count ("both"), only a loss's ("losses"),
+# or both with the weight falling linearly to 0 over the budget ("fading")
+SHAPING_FORMS = ("both", "losses", "fading")
 CHECKPOINT_VERSION = 1
 
 
@@ -104,6 +110,7 @@ class RunSpec:
     pgpe_steps: tuple[float, float] | None = None  # PGPE's (alpha_mu, alpha_sigma); None: 0.2, 0.1
     coevolution: bool = False  # also play the run's mean and best-so-far network (see above)
     shaping: float = 0.0  # weight of the games' length in what the optimiser is told (above)
+    shaping_form: str = "both"  # one of SHAPING_FORMS (above)
 
     def __post_init__(self) -> None:
         if self.network not in NETWORKS:
@@ -121,6 +128,9 @@ class RunSpec:
         if not 0 <= self.shaping < 1:
             raise ValueError(f"shaping must be in [0, 1) (a win must still beat a loss): "
                              f"{self.shaping}")
+        if self.shaping_form not in SHAPING_FORMS:
+            raise ValueError(f"shaping_form {self.shaping_form!r}: one of "
+                             f"{', '.join(SHAPING_FORMS)}")
 
     @property
     def cell(self) -> str:
@@ -129,7 +139,8 @@ class RunSpec:
         lazy = f"-lazy{self.lazy[0]}to{self.lazy[1]}" if self.lazy else ""
         steps = f"-steps{self.pgpe_steps[0]:g}x{self.pgpe_steps[1]:g}" if self.pgpe_steps else ""
         coevolution = "-coev" if self.coevolution else ""
-        shaping = f"-shape{self.shaping:g}" if self.shaping else ""
+        form = "" if self.shaping_form == "both" else self.shaping_form
+        shaping = f"-shape{self.shaping:g}{form}" if self.shaping else ""
         return (f"{self.network}-{self.size}x{self.size}-{self.optimiser}{lazy}{steps}"
                 f"{coevolution}{shaping}")
 
@@ -140,6 +151,12 @@ class RunSpec:
     @property
     def budget_games(self) -> int:
         return self.evaluations * self.games
+
+    def shaping_now(self, spent: int) -> float:
+        """The length shaping's weight once `spent` games of the budget are spent."""
+        if self.shaping_form != "fading":
+            return self.shaping
+        return self.shaping * max(0.0, 1.0 - spent / self.budget_games)
 
     def games_now(self, spent: int) -> int:
         """Games per fitness evaluation once `spent` games of the budget are spent."""
@@ -387,7 +404,9 @@ def run_together(specs: list[RunSpec], checkpoints: list[Path], checkpoint_every
         populations = [r.opt.ask() for _, r in live]
         opponents = [r.next_opponents() for _, r in live]
         parts = generation_fitness(net, populations, size, [r.games_rng for _, r in live],
-                                   games, opponents, [r.spec.shaping for _, r in live])
+                                   games, opponents,
+                                   [r.spec.shaping_now(r.state["spent"]) for _, r in live],
+                                   [r.spec.shaping_form != "losses" for _, r in live])
         curve_due = []
         for (_, r), population, part, g in zip(live, populations, parts, games, strict=True):
             r.tell(population, part, g)
