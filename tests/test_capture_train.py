@@ -176,6 +176,10 @@ def test_length_shaping_forms_fade_or_spare_the_wins(tmp_path: Path) -> None:
                        final_games=8, shaping=0.5), tmp_path / "both.pkl")
     spared = run(losses, tmp_path / "losses.pkl")
     assert spared.history.generation_episodes == both.history.generation_episodes
+    until = RunSpec("mdlstm", 5, "pgpe", shaping=0.5, shaping_form="until")
+    assert until.cell == "mdlstm-5x5-pgpe-shape0.5until"
+    assert until.shaping_now(10**6) == 0.5 and until.shaping_now(0, reached=True) == 0.0
+    assert fading.shaping_now(0, reached=True) == 0.5  # only "until" stops at the threshold
     with pytest.raises(ValueError, match="shaping_form"):
         RunSpec("mdlstm", 5, "pgpe", shaping=0.5, shaping_form="later")
     assert _shaping("0.5") == (0.5, "both") and _shaping("0.3:fading") == (0.3, "fading")
@@ -398,3 +402,28 @@ def test_the_grid_benchmark_checks_lock_step_against_one_run_at_a_time() -> None
     assert done.returncode == 0, done.stderr
     assert "results identical: yes" in done.stdout
     assert "x one after another" in done.stdout and "games per CPU-s" in done.stdout
+
+
+def test_shaping_until_even_stops_at_the_first_even_candidate_and_resumes(tmp_path: Path) -> None:
+    """The "until" form tells shaped fitness until a candidate first scores >= 0 against the
+    greedy player and the plain fitness from the next generation on; the switch is in the
+    checkpoint (not before the generation that reaches it), so a run killed after it and
+    resumed is the same run."""
+    from services.policy_search.runs import run_together
+
+    spec = RunSpec("mdrnn", 5, "es", run=1, evaluations=300, games=4, curve_step=50,
+                   final_games=8, shaping=0.5, shaping_form="until")
+    straight = run(spec, tmp_path / "until.pkl", checkpoint_every=2)
+    state = load_state(tmp_path / "until.pkl")
+    reached = [i for i, f in enumerate(straight.history.fitness) if f.max() >= 0]
+    assert reached and state["shaping_reached"] is True
+    first = reached[0]
+    # stopped before the switch, its checkpoint has not switched
+    early = tmp_path / "early.pkl"
+    assert first >= 2
+    assert run(spec, early, checkpoint_every=1, stop_after=first) is None
+    assert load_state(early).get("shaping_reached", False) is False
+    path = tmp_path / "resumed.pkl"
+    assert run(spec, path, checkpoint_every=2, stop_after=first + 3) is None
+    (resumed,) = run_together([spec], [path], checkpoint_every=2)
+    _same(straight, resumed)

@@ -41,8 +41,10 @@ its mean outcome: a loss counts -1 + w * plies / size^2 (holding out longer is b
 loss, and two candidates that lose every game are still ranked. As with co-evolution, the
 history, the curves and the final fitness are the plain fitness against the greedy player.
 `shaping_form` "losses" counts only a loss's length (a win is +1), "fading" lets the weight
-fall linearly to 0 over the budget: the tie-break is wanted in the slow phase, and later the
-pressure to win sooner competes with winning more often.
+fall linearly to 0 over the budget, "until" shapes (both lengths) only until a candidate of the
+run first plays even with the greedy player (plain fitness >= 0), and from then on tells the
+plain fitness (latched in the run's state, so a resumed run keeps it): the tie-break is wanted
+in the slow phase, and later it competes with winning more often (the shaped runs level off).
 
 Seeds. The start point x0 (the network's random initial weights) depends only on the grid seed
 and the run index, so the three optimisers of a run start from the same network; the optimiser's
@@ -88,8 +90,10 @@ logger = logging.getLogger(__name__)
 NETWORKS = {"mdrnn": "capture_mdrnn_k2", "mdlstm": "capture_mdlstm_k2"}
 OPTIMISERS = ("pgpe", "es", "cmaes")
 # length shaping's forms: a loss's and a win's length count ("both"), only a loss's ("losses"),
-# or both with the weight falling linearly to 0 over the budget ("fading")
-SHAPING_FORMS = ("both", "losses", "fading")
+# both with the weight falling linearly to 0 over the budget ("fading"), or both until a
+# candidate first plays even with the greedy player ("until")
+SHAPING_FORMS = ("both", "losses", "fading", "until")
+UNTIL_FITNESS = 0.0  # "until": the plain fitness at which shaping stops
 CHECKPOINT_VERSION = 1
 
 
@@ -152,8 +156,11 @@ class RunSpec:
     def budget_games(self) -> int:
         return self.evaluations * self.games
 
-    def shaping_now(self, spent: int) -> float:
-        """The length shaping's weight once `spent` games of the budget are spent."""
+    def shaping_now(self, spent: int, reached: bool = False) -> float:
+        """The length shaping's weight once `spent` games of the budget are spent (`reached`:
+        a candidate has played even with the greedy player, which ends the "until" form)."""
+        if self.shaping_form == "until" and reached:
+            return 0.0
         if self.shaping_form != "fading":
             return self.shaping
         return self.shaping * max(0.0, 1.0 - spent / self.budget_games)
@@ -405,13 +412,17 @@ def run_together(specs: list[RunSpec], checkpoints: list[Path], checkpoint_every
         opponents = [r.next_opponents() for _, r in live]
         parts = generation_fitness(net, populations, size, [r.games_rng for _, r in live],
                                    games, opponents,
-                                   [r.spec.shaping_now(r.state["spent"]) for _, r in live],
+                                   [r.spec.shaping_now(r.state["spent"],
+                                                       r.state.get("shaping_reached", False))
+                                    for _, r in live],
                                    [r.spec.shaping_form != "losses" for _, r in live])
         curve_due = []
         for (_, r), population, part, g in zip(live, populations, parts, games, strict=True):
             r.tell(population, part, g)
             fitness = part.greedy
             state, h = r.state, r.state["history"]
+            if fitness.size and fitness.max() >= UNTIL_FITNESS:
+                state["shaping_reached"] = True
             if part.versus is not None:
                 g += 2 * len(r.opponents_told)  # the games against the networks
             before = state["spent"] / r.spec.games
