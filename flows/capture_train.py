@@ -25,7 +25,7 @@ per fitness at the start growing to LAST at the end, the same games in all; see 
 the run's mean and best-so-far networks; see runs.py).
 `--shaping W[:FORM]` adds, next to every cell, the same cell with length shaping of weight W
 (the optimiser is told outcomes with the game's length as a tie-break; FORM both, losses or
-fading; see runs.py).
+fading or until; see runs.py).
 `--pgpe-steps A:S` adds, next to every PGPE cell, the same cell with PGPE's step sizes alpha_mu
 = A and alpha_sigma = S instead of the paper's 0.2 and 0.1.
 
