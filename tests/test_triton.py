@@ -244,6 +244,36 @@ def test_stopped_server_raises_unavailable(tmp_path: Path) -> None:
         nobody.infer(random_boards(1))
 
 
+def test_a_loaded_version_slow_to_answer_ready_is_still_served(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a loaded machine the readiness probe after a load can time out once (1 s) though
+    Triton loaded the version: it is asked again, not refused. A version that never answers
+    ready is refused after `READY_AFTER_LOAD_S`, with the reason."""
+    require_tritonserver()
+    repository = make_repository(tmp_path)
+    publish(build_tiny_policy(tmp_path / "m.pt"), repository)
+    real_ok = server_mod._http_ok
+    misses = {"left": 0}
+
+    def slow_ready(opener, url: str) -> bool:
+        if url.endswith("/versions/1/ready") and misses["left"] > 0:
+            misses["left"] -= 1
+            return False  # what a probe that timed out answers
+        return real_ok(opener, url)
+
+    monkeypatch.setattr(server_mod, "_http_ok", slow_ready)
+    with TritonServer(repository, startup_timeout_s=60) as server:
+        misses["left"] = 3
+        server.load_version(MODEL_NAME, 1)
+        assert misses["left"] == 0
+        with PolicyClient(server.grpc_url, timeout_s=10.0) as client:
+            assert client.infer(random_boards(1)).model_version == "1"
+        misses["left"] = 10**6
+        monkeypatch.setattr(server_mod, "READY_AFTER_LOAD_S", 0.3)
+        with pytest.raises(server_mod.TritonLoadError, match=r"not ready 0\.3 s after its load"):
+            server.load_version(MODEL_NAME, 1)
+
+
 def test_start_errors_are_clear(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     require_tritonserver()
     # A repository that does not exist: refused before anything is spawned.

@@ -475,6 +475,9 @@ def _kill_group(proc: subprocess.Popen, log_file: IO[bytes] | None,
             pid_file.unlink()
 
 
+READY_AFTER_LOAD_S = 10.0  # how long a loaded version may take to answer ready
+
+
 def _http_ok(opener: urllib.request.OpenerDirector, url: str) -> bool:
     try:
         with opener.open(url, timeout=1.0) as response:
@@ -845,9 +848,20 @@ class TritonServer:
                     getattr(exc, "reason", None), TimeoutError):
                 raise self._not_ready_error(self.startup_timeout_s) from exc
             raise TritonServerError(f"loading {model} v{version} failed: {exc}") from exc
+        # Triton answered the load: the version is loaded. Its readiness is asked for a few
+        # seconds, not once: on a loaded machine one answer can take longer than a probe's
+        # timeout, and a single slow answer must not refuse a model that loaded.
         url = f"http://{self.http_url}/v2/models/{model}/versions/{version}/ready"
-        if not _http_ok(_OPENER, url) or not self.is_running():
-            raise TritonLoadError(f"{model} v{version} not ready after its load")
+        deadline = time.monotonic() + READY_AFTER_LOAD_S
+        while not _http_ok(_OPENER, url):
+            if not self.is_running():
+                raise self._exited_error()
+            if time.monotonic() >= deadline:
+                raise TritonLoadError(f"{model} v{version} not ready {READY_AFTER_LOAD_S:g} s "
+                                      f"after its load")
+            time.sleep(0.05)
+        if not self.is_running():
+            raise self._exited_error()
 
     def _exited_error(self) -> TritonServerError:
         assert self._proc is not None
