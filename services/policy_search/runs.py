@@ -165,6 +165,11 @@ class RunSpec:
             return self.shaping
         return self.shaping * max(0.0, 1.0 - spent / self.budget_games)
 
+    @property
+    def shaping_counts_wins(self) -> bool:
+        """Whether a win's length counts in the shaped outcome (all forms but "losses")."""
+        return self.shaping_form != "losses"
+
     def games_now(self, spent: int) -> int:
         """Games per fitness evaluation once `spent` games of the budget are spent."""
         if self.lazy is None:
@@ -415,13 +420,14 @@ def run_together(specs: list[RunSpec], checkpoints: list[Path], checkpoint_every
                                    [r.spec.shaping_now(r.state["spent"],
                                                        r.state.get("shaping_reached", False))
                                     for _, r in live],
-                                   [r.spec.shaping_form != "losses" for _, r in live])
+                                   [r.spec.shaping_counts_wins for _, r in live])
         curve_due = []
         for (_, r), population, part, g in zip(live, populations, parts, games, strict=True):
             r.tell(population, part, g)
             fitness = part.greedy
             state, h = r.state, r.state["history"]
-            if fitness.size and fitness.max() >= UNTIL_FITNESS:
+            if (r.spec.shaping_form == "until" and fitness.size
+                    and fitness.max() >= UNTIL_FITNESS):
                 state["shaping_reached"] = True
             if part.versus is not None:
                 g += 2 * len(r.opponents_told)  # the games against the networks
