@@ -5,7 +5,8 @@ Dask.
 Run: python -m flows.capture_train --out runs/capture/grid [--runs 10 --evaluations 12000]
          [--networks mdrnn,mdlstm --sizes 5,7 --optimisers pgpe,es,cmaes --games 40]
          [--workers 2 | --address tcp://scheduler:8786] [--lazy 10:70]
-         [--pgpe-steps 0.1:0.05] [--coevolution] [--shaping 0.5[:losses]] [--seed 0] [--together 10]
+         [--pgpe-steps 0.1:0.05] [--coevolution] [--shaping 0.5[:losses]] [--restarts]
+         [--seed 0] [--together 10]
      python -m flows.capture_train --out runs/capture/grid --replot docs/fig.png [--dpi 90]
 
 One task is up to `--together` runs of one cell (`services.policy_search.runs.run_together`:
@@ -26,6 +27,8 @@ the run's mean and best-so-far networks; see runs.py).
 `--shaping W[:FORM]` adds, next to every cell, the same cell with length shaping of weight W
 (the optimiser is told outcomes with the game's length as a tie-break; FORM both, losses or
 fading or until; see runs.py).
+`--restarts` adds, next to every CMA-ES cell, the same cell with IPOP restarts (a stagnating
+search restarts from a random point with twice the population; see runs.py and cmaes.py).
 `--pgpe-steps A:S` adds, next to every PGPE cell, the same cell with PGPE's step sizes alpha_mu
 = A and alpha_sigma = S instead of the paper's 0.2 and 0.1.
 
@@ -143,10 +146,11 @@ def grid_specs(networks: list[str], sizes: list[int], optimisers: list[str], run
                evaluations: int, games: int, seed: int, lazy: tuple[int, int] | None,
                final_games: int, pgpe_steps: tuple[float, float] | None = None,
                coevolution: bool = False, shaping: float = 0.0,
-               shaping_form: str = "both") -> list[RunSpec]:
+               shaping_form: str = "both", restarts: bool = False) -> list[RunSpec]:
     """Every run of the grid: each cell, then its lazy variant where `lazy` is given, its
     co-evolving variant where `coevolution` is set, its length-shaped variant where `shaping`
-    is > 0 and, for PGPE, its variant with `pgpe_steps` where given."""
+    is > 0, for PGPE its variant with `pgpe_steps` where given and for CMA-ES its variant with
+    restarts where `restarts` is set."""
     specs = []
     for network in networks:
         for size in sizes:
@@ -157,6 +161,8 @@ def grid_specs(networks: list[str], sizes: list[int], optimisers: list[str], run
                              if shaping else [])
                 if pgpe_steps and optimiser == "pgpe":
                     variants.append({"pgpe_steps": tuple(pgpe_steps)})
+                if restarts and optimiser == "cmaes":
+                    variants.append({"restarts": True})
                 specs += [RunSpec(network, size, optimiser, r, seed, evaluations, games,
                                   final_games=final_games, **variant)
                           for variant in variants for r in range(runs)]
@@ -172,14 +178,15 @@ def capture_train(out_dir: str = DEFAULT_OUT, networks: list[str] | None = None,
                   generalise_sizes: list[int] | None = None,
                   pgpe_steps: tuple[float, float] | None = None, together: int = 10,
                   coevolution: bool = False, shaping: float = 0.0,
-                  shaping_form: str = "both") -> dict:
+                  shaping_form: str = "both", restarts: bool = False) -> dict:
     """Run the grid (see the module docstring) into `out_dir`; return the per-cell table."""
     log = get_run_logger()
     out = Path(out_dir).resolve()
     (out / "runs").mkdir(parents=True, exist_ok=True)
     specs = grid_specs(networks or list(NETWORKS), sizes or list(SIZES),
                        optimisers or list(OPTIMISERS), runs, evaluations, games, seed,
-                       lazy, final_games, pgpe_steps, coevolution, shaping, shaping_form)
+                       lazy, final_games, pgpe_steps, coevolution, shaping, shaping_form,
+                       restarts)
     progress = create_progress_artifact(progress=0.0, key="capture-train-progress",
                                         description=f"runs finished of {len(specs)}")
     futures = [search_runs.submit(
@@ -224,7 +231,7 @@ def _spec_dict(spec: RunSpec) -> dict:
 
 def _grid_order(spec: RunSpec) -> tuple:
     return (list(NETWORKS).index(spec.network), spec.size, OPTIMISERS.index(spec.optimiser),
-            spec.lazy or (), spec.pgpe_steps or (), spec.run)
+            spec.restarts, spec.lazy or (), spec.pgpe_steps or (), spec.run)
 
 
 def cell_table(results: list[dict]) -> list[dict]:
@@ -447,6 +454,8 @@ def main(argv: list[str] | None = None) -> dict:
                         help="also run every cell with length shaping of weight W in [0, 1): "
                              "the optimiser is told outcomes with the game's length as a "
                              f"tie-break; FORM one of {', '.join(SHAPING_FORMS)} (see runs.py)")
+    parser.add_argument("--restarts", action="store_true",
+                        help="also run every CMA-ES cell with IPOP restarts (see cmaes.py)")
     parser.add_argument("--generalise", type=_csv(int), default=list(GENERALISE_SIZES),
                         help="board sizes the best small-board networks are also asked on")
     parser.add_argument("--together", type=int, default=10,
@@ -485,7 +494,8 @@ def main(argv: list[str] | None = None) -> dict:
                    checkpoint_every=args.checkpoint_every, final_games=args.final_games,
                    generalise_sizes=args.generalise, pgpe_steps=args.pgpe_steps,
                    together=args.together, coevolution=args.coevolution,
-                   shaping=args.shaping[0], shaping_form=args.shaping[1])
+                   shaping=args.shaping[0], shaping_form=args.shaping[1],
+                   restarts=args.restarts)
     print(table_markdown(result["cells"]))
     print(generalisation_markdown(result["generalisation"]))
     print(f"best run: {result['best']} -> {Path(args.out) / 'best_network.pt'}")

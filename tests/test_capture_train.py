@@ -255,6 +255,36 @@ def test_smaller_pgpe_step_sizes_reach_the_optimiser_and_name_their_cell(tmp_pat
     assert _spec(json.loads(json.dumps(small.summary()["spec"]))) == spec
 
 
+def test_cmaes_restarts_reach_the_optimiser_name_their_cell_and_resume(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from flows.capture_train import _spec, grid_specs
+    from services.policy_search.cmaes import CMAES
+    from services.policy_search.runs import make_optimiser
+
+    spec = RunSpec("mdrnn", 5, "cmaes", evaluations=300, games=2, final_games=4, restarts=True)
+    assert spec.cell == "mdrnn-5x5-cmaes-ipop"
+    assert make_optimiser(spec, np.zeros(12), seed=0).restarts
+    assert not make_optimiser(RunSpec("mdrnn", 5, "cmaes"), np.zeros(12), seed=0).restarts
+    with pytest.raises(ValueError, match="restarts are for cmaes only"):
+        RunSpec("mdrnn", 5, "pgpe", restarts=True)
+    # a run long enough for two windows restarts, and a killed one resumes to the same end
+    # (windows of 10 generations, MIN_WINDOW, of 11 candidates; killed before the restart)
+    monkeypatch.setattr("services.policy_search.cmaes.STAGNATION_EPISODES", 60)
+    straight = run(spec, tmp_path / "straight.pkl", checkpoint_every=4)
+    path = tmp_path / "stopped.pkl"
+    assert run(spec, path, checkpoint_every=4, stop_after=19) is None
+    assert load_state(path)["optimiser"].restarts_done == 0
+    resumed = run(spec, path, checkpoint_every=4)
+    _same(straight, resumed)
+    assert straight.restarts >= 1 and straight.summary()["restarts"] == straight.restarts
+    assert isinstance(load_state(path)["optimiser"], CMAES)
+    # the flow adds the variant to CMA-ES cells only; a JSON round trip gives the spec back
+    specs = grid_specs(["mdrnn"], [5], ["pgpe", "cmaes"], 2, 8, 2, 0, None, 2, restarts=True)
+    assert sorted({s.cell for s in specs}) == ["mdrnn-5x5-cmaes", "mdrnn-5x5-cmaes-ipop",
+                                               "mdrnn-5x5-pgpe"]
+    assert _spec(json.loads(json.dumps(straight.summary()["spec"]))) == spec
+
+
 def test_a_checkpoint_older_than_a_spec_field_is_read_back(tmp_path: Path) -> None:
     """A finished run whose checkpoint was written before `pgpe_steps` existed is still the
     same run: read back, not refused and not replayed."""

@@ -163,6 +163,79 @@ def test_cmaes_adapter_counts_evaluations_and_maximises() -> None:
     assert CMAES(np.zeros(6), popsize=20, seed=0).ask().shape == (20, 6)
 
 
+def _tell_constant(opt: CMAES, fitness: float, generations: int) -> None:
+    for _ in range(generations):
+        pop = opt.ask()
+        opt.tell(np.full(len(pop), fitness))
+
+
+def test_cmaes_restarts_a_stagnating_search_with_twice_the_population() -> None:
+    opt = CMAES(np.zeros(6), seed=0, restarts=True)
+    lam, w = opt.popsize, opt.window
+    assert w == max(10, int(np.ceil(600 / lam)))
+    _tell_constant(opt, 0.5, 2 * w - 1)  # one window short of two: no verdict yet
+    assert opt.restarts_done == 0 and opt.popsize == lam
+    _tell_constant(opt, 0.5, 1)  # two flat windows: stagnated
+    assert opt.restarts_done == 1 and opt.popsize == 2 * lam
+    kept = opt.mean  # the finished search's mean, while the new one has no window yet
+    assert not np.allclose(kept, opt.es.mean)  # the new search starts from a fresh point
+    # a worse new search never replaces it ...
+    _tell_constant(opt, -0.5, opt.window)
+    assert np.array_equal(opt.mean, kept)
+    # ... a better one does, once its last window beats the kept one's 0.5
+    _tell_constant(opt, 0.9, opt.window)
+    assert np.allclose(opt.mean, opt.es.mean) and opt.restarts_done == 1
+
+
+def test_cmaes_keeps_searching_while_the_population_improves() -> None:
+    opt = CMAES(np.zeros(6), seed=0, restarts=True)
+    w = opt.window
+    for g in range(4 * w):  # +0.01 a generation: far more than MIN_GAIN a window
+        pop = opt.ask()
+        opt.tell(np.full(len(pop), -1.0 + 0.01 * g))
+    assert opt.restarts_done == 0
+    plain = CMAES(np.zeros(6), seed=0)
+    _tell_constant(plain, 0.0, 4 * w)
+    assert plain.restarts_done == 0  # without restarts, a flat search goes on
+
+
+def test_a_restarting_cmaes_resumes_from_a_pickle_as_it_would_have_gone_on() -> None:
+    import cloudpickle
+
+    def drive(opt: CMAES, generations: int, start: int) -> list[np.ndarray]:
+        asked = []
+        for g in range(start, start + generations):
+            pop = opt.ask()
+            asked.append(pop)
+            opt.tell(np.full(len(pop), 0.3 if g < 100 else -0.2))
+        return asked
+
+    a = CMAES(np.zeros(5), seed=3, restarts=True)
+    b = CMAES(np.zeros(5), seed=3, restarts=True)
+    first = drive(a, 70, 0)
+    drive(b, 70, 0)
+    b = pickle.loads(cloudpickle.dumps(b))
+    rest_a, rest_b = drive(a, 90, 70), drive(b, 90, 70)
+    assert a.restarts_done >= 1 and a.restarts_done == b.restarts_done
+    assert all(np.array_equal(x, y) for x, y in zip(rest_a, rest_b, strict=True))
+    assert np.array_equal(a.mean, b.mean) and len(first) == 70
+
+
+def test_a_cmaes_pickled_before_restarts_existed_reads_back_as_a_plain_search() -> None:
+    opt = CMAES(np.zeros(4), seed=1)
+    _tell_constant(opt, 0.0, 3)
+    state = dict(opt.__dict__)
+    for name in ("restarts", "min_gain", "restarts_done", "_averages", "_kept", "sigma0",
+                 "_normals"):
+        del state[name]
+    old = CMAES.__new__(CMAES)
+    old.__setstate__(state)
+    assert not old.restarts and old.restarts_done == 0
+    assert np.array_equal(old.mean, opt.mean)
+    _tell_constant(old, 0.0, 2)  # and it goes on asking and telling
+    assert old.evaluations == 5 * opt.popsize
+
+
 def test_planes_are_seen_from_the_side_to_move() -> None:
     boards = np.array([[[1, 2], [0, 1]], [[1, 2], [0, 1]]], np.int8)
     x = planes(boards, np.array([1, 2], np.int8))

@@ -46,6 +46,12 @@ run first plays even with the greedy player (plain fitness >= 0), and from then 
 plain fitness (latched in the run's state, so a resumed run keeps it): the tie-break is wanted
 in the slow phase, and later it competes with winning more often (the shaped runs level off).
 
+Restarts (an option beyond the paper, against the premature convergence it reports for
+CMA-ES): `restarts=True` runs CMA-ES as IPOP-CMA-ES (`cmaes.CMAES`): a search whose population
+stops improving is ended and a new one, with twice the population, started from a fresh random
+point; the run deploys the mean of the search whose last stagnation window scored best. Only
+for CMA-ES.
+
 Seeds. The start point x0 (the network's random initial weights) depends only on the grid seed
 and the run index, so the three optimisers of a run start from the same network; the optimiser's
 and the games' random streams also depend on the run's cell, so that no two cells share games.
@@ -115,6 +121,7 @@ class RunSpec:
     coevolution: bool = False  # also play the run's mean and best-so-far network (see above)
     shaping: float = 0.0  # weight of the games' length in what the optimiser is told (above)
     shaping_form: str = "both"  # one of SHAPING_FORMS (above)
+    restarts: bool = False  # CMA-ES with IPOP restarts (above)
 
     def __post_init__(self) -> None:
         if self.network not in NETWORKS:
@@ -132,6 +139,8 @@ class RunSpec:
         if not 0 <= self.shaping < 1:
             raise ValueError(f"shaping must be in [0, 1) (a win must still beat a loss): "
                              f"{self.shaping}")
+        if self.restarts and self.optimiser != "cmaes":
+            raise ValueError(f"restarts are for cmaes only, not {self.optimiser}")
         if self.shaping_form not in SHAPING_FORMS:
             raise ValueError(f"shaping_form {self.shaping_form!r}: one of "
                              f"{', '.join(SHAPING_FORMS)}")
@@ -145,8 +154,9 @@ class RunSpec:
         coevolution = "-coev" if self.coevolution else ""
         form = "" if self.shaping_form == "both" else self.shaping_form
         shaping = f"-shape{self.shaping:g}{form}" if self.shaping else ""
-        return (f"{self.network}-{self.size}x{self.size}-{self.optimiser}{lazy}{steps}"
-                f"{coevolution}{shaping}")
+        restarts = "-ipop" if self.restarts else ""
+        return (f"{self.network}-{self.size}x{self.size}-{self.optimiser}{restarts}{lazy}"
+                f"{steps}{coevolution}{shaping}")
 
     @property
     def name(self) -> str:
@@ -197,6 +207,7 @@ class RunResult:
     mean: np.ndarray  # the final mean weights
     final_fitness: float  # the mean's fitness over spec.final_games games
     generations: int
+    restarts: int = 0  # the optimiser's restarts (CMA-ES with `restarts`)
 
     def population_curve(self) -> tuple[np.ndarray, np.ndarray]:
         """The paper's Fig. 3 quantity, the average fitness of the evaluated candidates, per
@@ -222,6 +233,7 @@ class RunResult:
         x, y = self.population_curve()
         return {"name": self.spec.name, "cell": self.spec.cell, "spec": asdict(self.spec),
                 "final_fitness": self.final_fitness, "generations": self.generations,
+                "restarts": self.restarts,
                 "episodes": h.generation_episodes[-1] if h.generation_episodes else 0.0,
                 "curve_episodes": list(h.curve_episodes),
                 "curve_fitness": list(h.curve_fitness),
@@ -258,7 +270,7 @@ def make_optimiser(spec: RunSpec, x0: np.ndarray, seed: int) -> Optimizer:
         return PGPE(x0, seed=seed)
     if spec.optimiser == "es":
         return MuCommaLambdaES(x0, seed=seed)
-    return CMAES(x0, seed=seed)
+    return CMAES(x0, seed=seed, restarts=spec.restarts)
 
 
 def _fresh_state(spec: RunSpec, net: torch.nn.Module) -> dict[str, Any]:
@@ -304,8 +316,9 @@ def _save(state: dict, path: Path) -> None:
 
 
 def _result(spec: RunSpec, state: dict) -> RunResult:
-    return RunResult(spec, state["history"], state["optimiser"].mean,
-                     float(state["final_fitness"]), state["generations"])
+    opt = state["optimiser"]
+    return RunResult(spec, state["history"], opt.mean, float(state["final_fitness"]),
+                     state["generations"], getattr(opt, "restarts_done", 0))
 
 
 def run(spec: RunSpec, checkpoint: Path, checkpoint_every: int = 10,
