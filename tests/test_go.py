@@ -374,3 +374,14 @@ def test_kgs_games_replay_legally() -> None:
     assert moves == sum(len(g.moves) for g in games)
     last = results[0].states[-1]
     assert last.move_number == len(games[0].moves)
+
+
+def test_a_states_key_is_its_rules_state_and_its_last_moves() -> None:
+    """Two orders of the same moves: the same key without the last moves, different keys
+    while the moves in the window differ, the same again once they have left it."""
+    a = GoState(9).play(0).play(10).play(2)
+    b = GoState(9).play(2).play(10).play(0)
+    assert a.key(0) == b.key(0) and a.key(1) != b.key(1) and a.key() != b.key()
+    later_a, later_b = a.play(40).play(41).play(42), b.play(40).play(41).play(42)
+    assert later_a.key(3) == later_b.key(3) and later_a.key(4) != later_b.key(4)
+    assert a.key(0) != a.play(None).key(0)  # the side to move and the passes

@@ -12,6 +12,7 @@ import pytest
 
 from services import numerics
 from services.api.movepred.v1 import search_pb2
+from services.games import go_features
 from services.games.ascii_board import board_from_ascii
 from services.games.base import InvalidRequest
 from services.games.registry import get_game
@@ -430,15 +431,29 @@ def test_inputs_evaluated_before_are_not_sent_again() -> None:
     assert candidate.cost == naive_cost(problem, fresh, swapped)[0]
 
 
-def test_only_gomoku_says_when_two_orders_reach_one_position() -> None:
+def test_each_game_says_when_two_orders_reach_one_position() -> None:
+    """Swapping plies 0 and 2: a Gomoku position (its board) is the same from ply 3 on; a Go
+    position also holds the last RECENT_MOVES moves (its network input does), so it is the
+    same only once the swapped plies have left that window, and stays so."""
     problem, planted = random_problem(GOMOKU, 15, 10, seed=3)
     transposed = (planted[2], planted[1], planted[0], *planted[3:])
     a, b = problem.replay(planted), problem.replay(transposed)
     assert a is not None and b is not None
     assert GOMOKU.transposition_key(a[2]) == GOMOKU.transposition_key(b[2])
     assert GOMOKU.transposition_key(a[0]) != GOMOKU.transposition_key(b[0])
-    go_problem, go_planted = random_problem(GO, 9, 6, seed=3)
-    assert GO.transposition_key(go_problem.replay(go_planted)[-1]) is None
+    go_problem, go_planted = random_problem(GO, 9, 12, seed=3)
+    go_transposed = (go_planted[2], go_planted[1], go_planted[0], *go_planted[3:])
+    a, b = go_problem.replay(go_planted), go_problem.replay(go_transposed)
+    assert a is not None and b is not None
+    window = go_features.RECENT_MOVES
+    key = GO.transposition_key
+    # a[i] is the position after i + 1 moves: its last moves are plies i + 1 - window .. i
+    assert [key(x) == key(y) for x, y in zip(a, b, strict=True)] == [
+        i - window + 1 > 2 for i in range(12)]
+    for x, y in zip(a, b, strict=True):
+        if key(x) == key(y):
+            assert np.array_equal(GO.network_input(x), GO.network_input(y))
+            assert np.array_equal(x.legal_mask(), y.legal_mask())
 
 
 @pytest.mark.parametrize("game,size,replayed", [(GOMOKU, 15, 3), (GO, 9, 14)])
@@ -446,7 +461,9 @@ def test_a_transposed_tail_is_neither_replayed_nor_evaluated(game, size: int,
                                                              replayed: int) -> None:
     """A swap of plies 0 and 2: from ply 3 on both orders have played the same stones, which
     a Gomoku position is all of (its key), so only plies 0-2 are played and s_1, s_2 sent;
-    Go's input holds the last moves, so every ply from 0 on is played."""
+    Go's key holds the last moves too, so every ply from 0 on is played the first time (the
+    current order's own moves were never looked up by key) and s_1 .. s_6 are sent; a later
+    candidate rejoins the positions of the first from the ply after its window."""
     problem, planted = random_problem(game, size, 14, seed=2)
     evaluator = PlantedEvaluator(planted, game.policy_size(size))
     scorer = PrefixScorer(problem, evaluator)
@@ -465,6 +482,17 @@ def test_a_transposed_tail_is_neither_replayed_nor_evaluated(game, size: int,
                                           strict=True))
     cost, factors = naive_cost(problem, evaluator, swapped)
     assert candidate.cost == cost and np.array_equal(candidate.factors, factors)
+    if game is GO:
+        # plies 0, 2 and 4 rotated: the positions after ply 4 + RECENT_MOVES are the first
+        # candidate's by key, whose moves from there on were played and kept
+        rotated = (planted[4], planted[1], planted[0], planted[3], planted[2], *planted[5:])
+        played.clear()
+        evaluator.calls.clear()
+        second = scorer.rescore(current, rotated, 0)
+        assert second is not None and len(played) == 5 + go_features.RECENT_MOVES
+        assert evaluator.calls == [4 + go_features.RECENT_MOVES]  # s_1 .. s_8
+        cost, factors = naive_cost(problem, evaluator, rotated)
+        assert second.cost == cost and np.array_equal(second.factors, factors)
 
 
 def test_changed_prefixes_over_max_boards_are_split() -> None:

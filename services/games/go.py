@@ -203,6 +203,16 @@ class GoState:
         new.history = self.history
         return new
 
+    def key(self, recent_moves: int = HISTORY_LEN) -> tuple:
+        """What decides the rules from this position on, whatever order of moves led to it
+        (the board, the side to move, the ko, the passes, the captures), and the last
+        `recent_moves` moves (what a network input holds of the history). Two states with
+        equal keys have the same legal moves and the same result of every move, and the
+        states after the same move have equal keys again."""
+        return (self.cells, self.to_move, self.ko, self._ko_color, self.passes,
+                self.last_moves[len(self.last_moves) - recent_moves:] if recent_moves else (),
+                self.captures[BLACK], self.captures[WHITE])
+
     # ---- play ---------------------------------------------------------------------------
     @property
     def is_over(self) -> bool:

@@ -312,6 +312,13 @@ class GoGame(Game):
     def smoke_positions(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         return known_go_positions()
 
+    def transposition_key(self, state: Position) -> tuple[Any, ...]:
+        """The rules' state with the last moves the network input holds (`GoState.key` with
+        `go_features.RECENT_MOVES`), the komi and the set-up stones: two orders of the same
+        moves meet under it once their last RECENT_MOVES moves agree again."""
+        s: Any = state
+        return (s.state.key(go_features.RECENT_MOVES), s.komi, s.setup)
+
     def base_key(self, state: Position) -> tuple[Any, ...]:
         s: Any = state
         return s.base_key()
