@@ -20,7 +20,8 @@ and the masked policy is kept by input and mask together (`prefix_cache_size` of
 the softmax of a row is taken once.
 
 A game may say when two orders of the same moves reach one position (`Game.transposition_key`:
-a Gomoku position is its board, whatever the order). Then a candidate is replayed only up to
+a Gomoku position is its board, whatever the order; a Go position also holds the last moves
+its network input holds, so two orders meet again once those agree). Then a candidate is replayed only up to
 the last ply where it differs from the current order: from there on both have played the
 same moves, so its positions, policies and factors are the current order's (`states[i]` may
 then be a position reached by another order of the same moves: the same to the rules and to
