@@ -6,6 +6,7 @@ Run: python -m flows.capture_train --out runs/capture/grid [--runs 10 --evaluati
          [--networks mdrnn,mdlstm --sizes 5,7 --optimisers pgpe,es,cmaes --games 40]
          [--workers 2 | --address tcp://scheduler:8786] [--lazy 10:70]
          [--pgpe-steps 0.1:0.05] [--coevolution] [--shaping 0.5[:losses]] [--restarts]
+         [--curriculum 0.25]
          [--seed 0] [--together 10]
      python -m flows.capture_train --out runs/capture/grid --replot docs/fig.png [--dpi 90]
 
@@ -29,6 +30,9 @@ the run's mean and best-so-far networks; see runs.py).
 fading or until; see runs.py).
 `--restarts` adds, next to every CMA-ES cell, the same cell with IPOP restarts (a stagnating
 search restarts from a random point with twice the population; see runs.py and cmaes.py).
+`--curriculum C` adds, next to every cell, the same cell with an opponent curriculum (the
+greedy player's moves random with a probability falling from 1 to 0 over a share C of the
+budget; see runs.py).
 `--pgpe-steps A:S` adds, next to every PGPE cell, the same cell with PGPE's step sizes alpha_mu
 = A and alpha_sigma = S instead of the paper's 0.2 and 0.1.
 
@@ -146,11 +150,13 @@ def grid_specs(networks: list[str], sizes: list[int], optimisers: list[str], run
                evaluations: int, games: int, seed: int, lazy: tuple[int, int] | None,
                final_games: int, pgpe_steps: tuple[float, float] | None = None,
                coevolution: bool = False, shaping: float = 0.0,
-               shaping_form: str = "both", restarts: bool = False) -> list[RunSpec]:
+               shaping_form: str = "both", restarts: bool = False,
+               curriculum: float = 0.0) -> list[RunSpec]:
     """Every run of the grid: each cell, then its lazy variant where `lazy` is given, its
     co-evolving variant where `coevolution` is set, its length-shaped variant where `shaping`
-    is > 0, for PGPE its variant with `pgpe_steps` where given and for CMA-ES its variant with
-    restarts where `restarts` is set."""
+    is > 0, its opponent-curriculum variant where `curriculum` is > 0, for PGPE its variant
+    with `pgpe_steps` where given and for CMA-ES its variant with restarts where `restarts` is
+    set."""
     specs = []
     for network in networks:
         for size in sizes:
@@ -159,6 +165,7 @@ def grid_specs(networks: list[str], sizes: list[int], optimisers: list[str], run
                 variants += [{"coevolution": True}] if coevolution else []
                 variants += ([{"shaping": shaping, "shaping_form": shaping_form}]
                              if shaping else [])
+                variants += [{"curriculum": curriculum}] if curriculum else []
                 if pgpe_steps and optimiser == "pgpe":
                     variants.append({"pgpe_steps": tuple(pgpe_steps)})
                 if restarts and optimiser == "cmaes":
@@ -178,7 +185,8 @@ def capture_train(out_dir: str = DEFAULT_OUT, networks: list[str] | None = None,
                   generalise_sizes: list[int] | None = None,
                   pgpe_steps: tuple[float, float] | None = None, together: int = 10,
                   coevolution: bool = False, shaping: float = 0.0,
-                  shaping_form: str = "both", restarts: bool = False) -> dict:
+                  shaping_form: str = "both", restarts: bool = False,
+                  curriculum: float = 0.0) -> dict:
     """Run the grid (see the module docstring) into `out_dir`; return the per-cell table."""
     log = get_run_logger()
     out = Path(out_dir).resolve()
@@ -186,7 +194,7 @@ def capture_train(out_dir: str = DEFAULT_OUT, networks: list[str] | None = None,
     specs = grid_specs(networks or list(NETWORKS), sizes or list(SIZES),
                        optimisers or list(OPTIMISERS), runs, evaluations, games, seed,
                        lazy, final_games, pgpe_steps, coevolution, shaping, shaping_form,
-                       restarts)
+                       restarts, curriculum)
     progress = create_progress_artifact(progress=0.0, key="capture-train-progress",
                                         description=f"runs finished of {len(specs)}")
     futures = [search_runs.submit(
@@ -413,6 +421,16 @@ def _shaping(text: str) -> tuple[float, str]:
     return w, form
 
 
+def _share(text: str) -> float:
+    try:
+        share = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a share of the budget, e.g. 0.25: {text!r}") from None
+    if not 0 < share <= 1:
+        raise argparse.ArgumentTypeError(f"a share in (0, 1]: {text!r}")
+    return share
+
+
 def _lazy(text: str) -> tuple[int, int]:
     try:
         first, last = (int(v) for v in text.split(":"))
@@ -454,6 +472,10 @@ def main(argv: list[str] | None = None) -> dict:
                         help="also run every cell with length shaping of weight W in [0, 1): "
                              "the optimiser is told outcomes with the game's length as a "
                              f"tie-break; FORM one of {', '.join(SHAPING_FORMS)} (see runs.py)")
+    parser.add_argument("--curriculum", type=_share, default=0.0, metavar="C",
+                        help="also run every cell against an opponent that grows greedy: its "
+                             "moves random with a probability falling from 1 to 0 over a share "
+                             "C in (0, 1] of the budget (see runs.py)")
     parser.add_argument("--restarts", action="store_true",
                         help="also run every CMA-ES cell with IPOP restarts (see cmaes.py)")
     parser.add_argument("--generalise", type=_csv(int), default=list(GENERALISE_SIZES),
@@ -495,7 +517,7 @@ def main(argv: list[str] | None = None) -> dict:
                    generalise_sizes=args.generalise, pgpe_steps=args.pgpe_steps,
                    together=args.together, coevolution=args.coevolution,
                    shaping=args.shaping[0], shaping_form=args.shaping[1],
-                   restarts=args.restarts)
+                   restarts=args.restarts, curriculum=args.curriculum)
     print(table_markdown(result["cells"]))
     print(generalisation_markdown(result["generalisation"]))
     print(f"best run: {result['best']} -> {Path(args.out) / 'best_network.pt'}")

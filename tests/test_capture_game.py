@@ -402,3 +402,18 @@ def test_expand_proves_captures_and_leaves_out_suicide() -> None:
     assert CAPTURE.expand(state.play(at("b3"))).terminal_value == 1.0
     _, (board, right) = next(iter(CAPTURE.tactical_positions().items()))
     assert right == (at("b3"),) and board.tolist() == state.board.tolist()
+
+
+def test_random_moves_pick_each_empty_point_by_its_number() -> None:
+    boards = cb.empty_boards(3, 3)
+    boards[:, [0, 4, 8]] = cb.BLACK  # six empty points: 1, 2, 3, 5, 6, 7
+    moves = cb.random_moves(boards, np.array([0.0, 0.5, 0.999]))
+    assert moves.tolist() == [1, 5, 7]
+    assert cb.random_moves(boards, np.array([0.2]), rows=np.array([2])).tolist() == [2]
+    u = np.random.default_rng(0).random(6000)
+    picked = cb.random_moves(np.repeat(boards[:1], 6000, axis=0), u)
+    assert set(picked.tolist()) == {1, 2, 3, 5, 6, 7}
+    assert np.bincount(picked, minlength=9)[[1, 2, 3, 5, 6, 7]].min() > 900
+    full = np.full((1, 9), cb.BLACK, np.int8)
+    with pytest.raises(ValueError, match="no empty point"):
+        cb.random_moves(full, np.array([0.5]))

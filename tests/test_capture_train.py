@@ -285,6 +285,47 @@ def test_cmaes_restarts_reach_the_optimiser_name_their_cell_and_resume(
     assert _spec(json.loads(json.dumps(straight.summary()["spec"]))) == spec
 
 
+def test_an_opponent_curriculum_weakens_the_early_games_only_and_resumes(
+        tmp_path: Path) -> None:
+    """The opponent's random share falls from 1 to 0 over the curriculum's share of the budget;
+    the run's early candidates win more than the plain run's from the same start, its curve and
+    final fitness are against the greedy player itself; killed and resumed, the same run."""
+    from flows.capture_train import _spec, grid_specs
+    from services.policy_search.runs import run_together
+
+    spec = RunSpec("mdlstm", 5, "pgpe", run=2, evaluations=60, games=4, curve_step=10,
+                   final_games=8, curriculum=0.5)
+    assert spec.cell == "mdlstm-5x5-pgpe-curriculum0.5"
+    budget = spec.budget_games
+    assert [spec.random_share_now(g) for g in (0, budget // 4, budget // 2, budget)] == [
+        1.0, 0.5, 0.0, 0.0]
+    assert RunSpec("mdlstm", 5, "pgpe").random_share_now(0) == 0.0
+    taught = run(spec, tmp_path / "taught.pkl", checkpoint_every=2)
+    plain = run(RunSpec("mdlstm", 5, "pgpe", run=2, evaluations=60, games=4, curve_step=10,
+                        final_games=8), tmp_path / "plain.pkl")
+    assert taught.generations == plain.generations  # the same games, other opponents
+    early = slice(0, 5)
+    assert (np.concatenate(taught.history.fitness[early]).mean()
+            > np.concatenate(plain.history.fitness[early]).mean())
+    path = tmp_path / "resumed.pkl"
+    assert run(spec, path, checkpoint_every=2, stop_after=5) is None
+    (resumed,) = run_together([spec], [path], checkpoint_every=2)
+    _same(taught, resumed)
+    with pytest.raises(ValueError, match="curriculum"):
+        RunSpec("mdlstm", 5, "pgpe", curriculum=1.5)
+    import argparse
+
+    from flows.capture_train import _share
+
+    assert _share("0.25") == 0.25
+    for bad in ("0", "1.5", "x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _share(bad)
+    specs = grid_specs(["mdrnn"], [5], ["pgpe"], 1, 8, 2, 0, None, 2, curriculum=0.25)
+    assert [s.cell for s in specs] == ["mdrnn-5x5-pgpe", "mdrnn-5x5-pgpe-curriculum0.25"]
+    assert _spec(json.loads(json.dumps(specs[1].__dict__))) == specs[1]
+
+
 def test_a_checkpoint_older_than_a_spec_field_is_read_back(tmp_path: Path) -> None:
     """A finished run whose checkpoint was written before `pgpe_steps` existed is still the
     same run: read back, not refused and not replayed."""

@@ -236,6 +236,26 @@ def test_a_cmaes_pickled_before_restarts_existed_reads_back_as_a_plain_search() 
     assert old.evaluations == 5 * opt.popsize
 
 
+def test_a_weakened_opponent_loses_more_and_a_share_of_0_changes_nothing() -> None:
+    from services.policy_search.fitness import generation_fitness
+
+    net = MDLSTM(2, seed=0)
+    population = np.random.default_rng(4).standard_normal((6, net.n_weights()))
+
+    def fitness(share: float | None, seed: int = 9) -> np.ndarray:
+        shares = None if share is None else [share]
+        return generation_fitness(net, [population], 5, [np.random.default_rng(seed)], [40],
+                                  random_share=shares)[0].greedy
+
+    plain = fitness(None)
+    assert np.array_equal(fitness(0.0), plain)  # no draw, the same games
+    random_opponent = fitness(1.0)
+    assert random_opponent.mean() > plain.mean() + 0.3  # random moves lose far more often
+    assert np.array_equal(fitness(0.5), fitness(0.5))  # reproducible from the generator
+    with pytest.raises(ValueError, match="random_share"):
+        fitness(1.5)
+
+
 def test_planes_are_seen_from_the_side_to_move() -> None:
     boards = np.array([[[1, 2], [0, 1]], [[1, 2], [0, 1]]], np.int8)
     x = planes(boards, np.array([1, 2], np.int8))

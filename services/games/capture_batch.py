@@ -29,6 +29,8 @@ What it offers:
   ascending point order, the one at ``floor(u * n)``; `play_games` draws u from the caller's
   seeded `numpy.random.Generator`, so a run is reproducible and one game can be replayed
   alone (`tests/capture_reference.py` does, move by move);
+* `random_moves`: a uniformly random empty point (a weakened greedy opponent plays some of
+  its moves so);
 * `network_moves`: a network's move, the empty point with the highest score (NaN scores
   skipped; equal scores: the lowest point);
 * `play_games`: a network against the greedy opponent on `n_games` boards, colours
@@ -460,6 +462,23 @@ def greedy_moves(boards: np.ndarray, to_move: int | np.ndarray, uniforms: np.nda
             w.order, w.gstart, w.gcol, w.glib, w.lstart, w.libs, w.mark, w.clock, w.tier,
             w.cand, out)
     return out
+
+
+def random_moves(boards: np.ndarray, uniforms: np.ndarray,
+                 rows: np.ndarray | None = None) -> np.ndarray:
+    """A uniformly random empty point (flat, int64) on each board (or on `rows`): the one at
+    ``floor(u * n)`` of its n empty points in ascending order, u from `uniforms` (one in
+    [0, 1) per board or row). A random point may be suicide (it loses at once), as any move
+    may. Boards are games that go on (at least one empty point)."""
+    flat = _flat(boards)
+    rows = _rows(flat.shape[0]) if rows is None else np.asarray(rows, dtype=np.int64)
+    empty = flat[rows] == EMPTY
+    counts = empty.sum(axis=1)
+    if (counts == 0).any():
+        raise ValueError("a board with no empty point has no move")
+    k = np.minimum((np.asarray(uniforms, dtype=np.float64) * counts).astype(np.int64),
+                   counts - 1)
+    return np.argmax(np.cumsum(empty, axis=1) > k[:, None], axis=1).astype(np.int64)
 
 
 def network_moves(boards: np.ndarray, scores: Any, rows: np.ndarray | None = None) -> np.ndarray:

@@ -21,12 +21,12 @@ the softmax of a row is taken once.
 
 A game may say when two orders of the same moves reach one position (`Game.transposition_key`:
 a Gomoku position is its board, whatever the order; a Go position also holds the last moves
-its network input holds, so two orders meet again once those agree). Then a candidate is replayed only up to
-the last ply where it differs from the current order: from there on both have played the
-same moves, so its positions, policies and factors are the current order's (`states[i]` may
-then be a position reached by another order of the same moves: the same to the rules and to
-the network). The masked policies are also kept by that key, which spares the network input
-and the legal mask of a position reached before by another order.
+its network input holds, so two orders meet again once those agree). Then a candidate is
+replayed only up to the last ply where it differs from the current order: from there on both
+have played the same moves, so its positions, policies and factors are the current order's
+(`states[i]` may then be a position reached by another order of the same moves: the same to
+the rules and to the network). The masked policies are also kept by that key, which spares
+the network input and the legal mask of a position reached before by another order.
 
 A position is a function of the moves that led to it, so the scorer also keeps, by the move
 sequence itself (`prefix_cache_size` of them), the position it reaches (or that it breaks the rules)

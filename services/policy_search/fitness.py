@@ -11,6 +11,12 @@ greedy player on the others. The loop is `capture_batch.play_games`' with a cand
 a population of one plays exactly the games `play_games` plays with the same generator.
 
 The network sees the board from the side to move (`planes`): own stones, opponent stones.
+
+A weakened opponent (`random_share` > 0, for an opponent curriculum): at each of its moves,
+with that probability, the greedy player plays a uniformly random empty point instead
+(`capture_batch.random_moves`, picked by the move's tie-break number). Whether a move is random
+is drawn per game and ply from the population's generator, after its tie-break numbers, and
+only where the share is above 0, so a plain population's games are unchanged.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from services.games.capture_batch import (
     network_colours,
     network_moves,
     play,
+    random_moves,
     tie_uniforms,
 )
 
@@ -104,12 +111,15 @@ def generation_fitness(net: torch.nn.Module, populations: list[np.ndarray], size
                        opponents: list[np.ndarray | None] | None = None,
                        shaping: list[float] | None = None,
                        shaping_wins: list[bool] | None = None,
+                       random_share: list[float] | None = None,
                        ) -> list[GenerationFitness]:
     """Per population, a `GenerationFitness`: each candidate's fitness against the greedy
     player, as in `populations_fitness`; its mean outcome against the networks of
     `opponents[j]` [m, d], or None where it has none; and, where `shaping[j]` > 0, its mean
     `shaped_outcomes` against the greedy player with that weight (and `shaping_wins[j]`, True
-    where not given). Against a network a
+    where not given). Where `random_share[j]` > 0 the greedy player of population j's games is
+    weakened (the module docstring) and "against the greedy player" means against it. Against
+    a network a
     candidate plays two games per opponent, one with each colour: the networks move
     deterministically, so more games would repeat these. Every game of every population is in
     one batch."""
@@ -125,11 +135,15 @@ def generation_fitness(net: torch.nn.Module, populations: list[np.ndarray], size
     if len(shaping) != len(populations) or any(not 0 <= w < 1 for w in shaping):
         raise ValueError(f"shaping needs one weight in [0, 1) per population: {shaping}")
     shaping_wins = shaping_wins if shaping_wins is not None else [True] * len(populations)
+    random_share = random_share if random_share is not None else [0.0] * len(populations)
+    if len(random_share) != len(populations) or any(not 0 <= e <= 1 for e in random_share):
+        raise ValueError(f"random_share needs one share in [0, 1] per population: "
+                         f"{random_share}")
     populations = [np.asarray(p, dtype=np.float64).reshape(len(p), -1) for p in populations]
     counts = [len(p) for p in populations]
     table = [*populations]
     first = np.cumsum([0, *counts])  # population j's candidates are table rows first[j]...
-    black, white, uniforms = [], [], []
+    black, white, uniforms, randomised = [], [], [], []
     for j, (n, g, rng) in enumerate(zip(counts, games, rngs, strict=True)):
         colours = network_colours(g)
         for i in range(n):
@@ -137,6 +151,8 @@ def generation_fitness(net: torch.nn.Module, populations: list[np.ndarray], size
             black.append(np.where(colours == BLACK, row, GREEDY))
             white.append(np.where(colours == WHITE, row, GREEDY))
             uniforms.append(tie_uniforms(rng, size, g))
+            randomised.append(rng.random((size * size, g)) < random_share[j]
+                              if random_share[j] > 0 else np.zeros((size * size, g), bool))
     greedy_games = sum(len(b) for b in black)
     n_candidates = int(first[-1])
     next_row = n_candidates
@@ -161,8 +177,12 @@ def generation_fitness(net: torch.nn.Module, populations: list[np.ndarray], size
         return [GenerationFitness(np.zeros(0), None, None) for _ in populations]
     uniforms_all = np.concatenate(
         [*uniforms, np.zeros((size * size, len(black_all) - greedy_games))], axis=1)
+    randomised_all = None
+    if any(e > 0 for e in random_share):
+        randomised_all = np.concatenate(
+            [*randomised, np.zeros((size * size, len(black_all) - greedy_games), bool)], axis=1)
     black_won, plies = play_matches_timed(net, np.concatenate(table), black_all, white_all,
-                                          size, uniforms_all)
+                                          size, uniforms_all, randomised_all)
     # the greedy games: candidate per game and the candidate's colour
     owner = np.where(black_all[:greedy_games] >= 0, black_all[:greedy_games],
                      white_all[:greedy_games])
@@ -201,9 +221,11 @@ def play_matches(net: torch.nn.Module, table: np.ndarray, black: np.ndarray, whi
 
 
 def play_matches_timed(net: torch.nn.Module, table: np.ndarray, black: np.ndarray,
-                       white: np.ndarray, size: int, uniforms: np.ndarray
-                       ) -> tuple[np.ndarray, np.ndarray]:
-    """`play_matches`, and the plies each game lasted (int16: the capturing move's ply + 1)."""
+                       white: np.ndarray, size: int, uniforms: np.ndarray,
+                       randomised: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """`play_matches`, and the plies each game lasted (int16: the capturing move's ply + 1).
+    `randomised` (bool [S*S, games], optional): where True, the greedy player of that game
+    plays a random empty point at that ply (`random_moves`, by the same tie-break number)."""
     black = np.asarray(black, np.int64)
     white = np.asarray(white, np.int64)
     n_games = len(black)
@@ -227,7 +249,13 @@ def play_matches_timed(net: torch.nn.Module, table: np.ndarray, black: np.ndarra
                                               weights[torch.as_tensor(player[player != GREEDY])])
             moves.append(network_moves(cells, scores, net_rows))
         if greedy_rows.size:
-            moves.append(greedy_moves(cells, colour, uniforms[ply, greedy_rows], greedy_rows))
+            greedy = greedy_moves(cells, colour, uniforms[ply, greedy_rows], greedy_rows)
+            if randomised is not None:
+                pick = randomised[ply, greedy_rows]
+                if pick.any():
+                    greedy[pick] = random_moves(cells, uniforms[ply, greedy_rows[pick]],
+                                                greedy_rows[pick])
+            moves.append(greedy)
         rows = np.concatenate([net_rows, greedy_rows])
         result = play(cells, colour, np.concatenate(moves), rows)
         ended = result != GOES_ON

@@ -46,6 +46,16 @@ run first plays even with the greedy player (plain fitness >= 0), and from then 
 plain fitness (latched in the run's state, so a resumed run keeps it): the tie-break is wanted
 in the slow phase, and later it competes with winning more often (the shaped runs level off).
 
+Opponent curriculum (an option beyond the paper, aimed at PGPE's slow phase, where every
+candidate loses every game and no fitness ranks them): `curriculum=c` weakens the greedy
+player the optimiser's candidates play: each of its moves is a random empty point with a
+probability falling linearly from 1 at the start to 0 once a share c of the budget is spent
+(`fitness.generation_fitness`'s `random_share`); from there on the games are the paper's.
+Unlike shaping, what the optimiser is told is still the share of games won, against an
+opponent that grows into the greedy player. The history's candidate fitnesses are those of the
+games played (against the weakened player while it is weakened); the curves and the final
+fitness are the mean network's against the greedy player itself.
+
 Restarts (an option beyond the paper, against the premature convergence it reports for
 CMA-ES): `restarts=True` runs CMA-ES as IPOP-CMA-ES (`cmaes.CMAES`): a search whose population
 stops improving is ended and a new one, with twice the population, started from a fresh random
@@ -122,6 +132,7 @@ class RunSpec:
     shaping: float = 0.0  # weight of the games' length in what the optimiser is told (above)
     shaping_form: str = "both"  # one of SHAPING_FORMS (above)
     restarts: bool = False  # CMA-ES with IPOP restarts (above)
+    curriculum: float = 0.0  # share of the budget over which the opponent grows greedy (above)
 
     def __post_init__(self) -> None:
         if self.network not in NETWORKS:
@@ -139,6 +150,9 @@ class RunSpec:
         if not 0 <= self.shaping < 1:
             raise ValueError(f"shaping must be in [0, 1) (a win must still beat a loss): "
                              f"{self.shaping}")
+        if not 0 <= self.curriculum <= 1:
+            raise ValueError(f"curriculum must be a share of the budget in [0, 1]: "
+                             f"{self.curriculum}")
         if self.restarts and self.optimiser != "cmaes":
             raise ValueError(f"restarts are for cmaes only, not {self.optimiser}")
         if self.shaping_form not in SHAPING_FORMS:
@@ -155,8 +169,9 @@ class RunSpec:
         form = "" if self.shaping_form == "both" else self.shaping_form
         shaping = f"-shape{self.shaping:g}{form}" if self.shaping else ""
         restarts = "-ipop" if self.restarts else ""
+        curriculum = f"-curriculum{self.curriculum:g}" if self.curriculum else ""
         return (f"{self.network}-{self.size}x{self.size}-{self.optimiser}{restarts}{lazy}"
-                f"{steps}{coevolution}{shaping}")
+                f"{steps}{coevolution}{shaping}{curriculum}")
 
     @property
     def name(self) -> str:
@@ -174,6 +189,13 @@ class RunSpec:
         if self.shaping_form != "fading":
             return self.shaping
         return self.shaping * max(0.0, 1.0 - spent / self.budget_games)
+
+    def random_share_now(self, spent: int) -> float:
+        """The share of the opponent's moves that are random once `spent` games of the budget
+        are spent: from 1 down to 0 at `curriculum` of the budget (0 without a curriculum)."""
+        if not self.curriculum:
+            return 0.0
+        return max(0.0, 1.0 - spent / (self.curriculum * self.budget_games))
 
     @property
     def shaping_counts_wins(self) -> bool:
@@ -433,7 +455,8 @@ def run_together(specs: list[RunSpec], checkpoints: list[Path], checkpoint_every
                                    [r.spec.shaping_now(r.state["spent"],
                                                        r.state.get("shaping_reached", False))
                                     for _, r in live],
-                                   [r.spec.shaping_counts_wins for _, r in live])
+                                   [r.spec.shaping_counts_wins for _, r in live],
+                                   [r.spec.random_share_now(r.state["spent"]) for _, r in live])
         curve_due = []
         for (_, r), population, part, g in zip(live, populations, parts, games, strict=True):
             r.tell(population, part, g)
