@@ -210,7 +210,7 @@ class GoState:
         equal keys have the same legal moves and the same result of every move, and the
         states after the same move have equal keys again."""
         return (self.cells, self.to_move, self.ko, self._ko_color, self.passes,
-                self.last_moves[len(self.last_moves) - recent_moves:] if recent_moves else (),
+                self.last_moves[-recent_moves:] if recent_moves else (),
                 self.captures[BLACK], self.captures[WHITE])
 
     # ---- play ---------------------------------------------------------------------------

@@ -143,6 +143,7 @@ def generation_fitness(net: torch.nn.Module, populations: list[np.ndarray], size
     counts = [len(p) for p in populations]
     table = [*populations]
     first = np.cumsum([0, *counts])  # population j's candidates are table rows first[j]...
+    weakened = any(e > 0 for e in random_share)
     black, white, uniforms, randomised = [], [], [], []
     for j, (n, g, rng) in enumerate(zip(counts, games, rngs, strict=True)):
         colours = network_colours(g)
@@ -151,8 +152,9 @@ def generation_fitness(net: torch.nn.Module, populations: list[np.ndarray], size
             black.append(np.where(colours == BLACK, row, GREEDY))
             white.append(np.where(colours == WHITE, row, GREEDY))
             uniforms.append(tie_uniforms(rng, size, g))
-            randomised.append(rng.random((size * size, g)) < random_share[j]
-                              if random_share[j] > 0 else np.zeros((size * size, g), bool))
+            if weakened:  # plain batches draw nothing more and build no table
+                randomised.append(rng.random((size * size, g)) < random_share[j]
+                                  if random_share[j] > 0 else np.zeros((size * size, g), bool))
     greedy_games = sum(len(b) for b in black)
     n_candidates = int(first[-1])
     next_row = n_candidates
@@ -178,7 +180,7 @@ def generation_fitness(net: torch.nn.Module, populations: list[np.ndarray], size
     uniforms_all = np.concatenate(
         [*uniforms, np.zeros((size * size, len(black_all) - greedy_games))], axis=1)
     randomised_all = None
-    if any(e > 0 for e in random_share):
+    if weakened:
         randomised_all = np.concatenate(
             [*randomised, np.zeros((size * size, len(black_all) - greedy_games), bool)], axis=1)
     black_won, plies = play_matches_timed(net, np.concatenate(table), black_all, white_all,

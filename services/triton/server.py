@@ -64,7 +64,7 @@ import time
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -851,17 +851,26 @@ class TritonServer:
         # Triton answered the load: the version is loaded. Its readiness is asked for a few
         # seconds, not once: on a loaded machine one answer can take longer than a probe's
         # timeout, and a single slow answer must not refuse a model that loaded.
-        url = f"http://{self.http_url}/v2/models/{model}/versions/{version}/ready"
-        deadline = time.monotonic() + READY_AFTER_LOAD_S
-        while not _http_ok(_OPENER, url):
+        self._await_ready(
+            [f"http://{self.http_url}/v2/models/{model}/versions/{version}/ready"],
+            READY_AFTER_LOAD_S,
+            lambda: TritonLoadError(f"{model} v{version} not ready {READY_AFTER_LOAD_S:g} s "
+                                    f"after its load"))
+
+    def _await_ready(self, urls: list[str], timeout_s: float,
+                     timed_out: Callable[[], Exception]) -> None:
+        """Poll until every url answers ready while our child runs (an answer from another
+        process on the port is not ours); `_exited_error` when it exits, `timed_out()` after
+        `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while True:
             if not self.is_running():
                 raise self._exited_error()
+            if all(_http_ok(_OPENER, url) for url in urls) and self.is_running():
+                return
             if time.monotonic() >= deadline:
-                raise TritonLoadError(f"{model} v{version} not ready {READY_AFTER_LOAD_S:g} s "
-                                      f"after its load")
+                raise timed_out()
             time.sleep(0.05)
-        if not self.is_running():
-            raise self._exited_error()
 
     def _exited_error(self) -> TritonServerError:
         assert self._proc is not None
@@ -881,18 +890,12 @@ class TritonServer:
         if self._proc is None:
             raise TritonServerError("server not started")
         timeout_s = self.startup_timeout_s if timeout_s is None else timeout_s
-        deadline = time.monotonic() + timeout_s
         base = f"http://{self.http_url}"
         paths = ["/v2/health/ready",
                  *(f"/v2/models/{m}/versions/{v}/ready" for m, v in self.served.items())]
-        while True:
-            if self._proc.poll() is not None:
-                raise self._exited_error()
-            if all(_http_ok(_OPENER, base + p) for p in paths) and self._proc.poll() is None:
-                return time.monotonic() - self._started_at
-            if time.monotonic() >= deadline:
-                raise self._not_ready_error(timeout_s)
-            time.sleep(0.05)
+        self._await_ready([base + p for p in paths], timeout_s,
+                          lambda: self._not_ready_error(timeout_s))
+        return time.monotonic() - self._started_at
 
     def _not_ready_error(self, waited_s: float) -> TritonServerError:
         assert self._proc is not None
