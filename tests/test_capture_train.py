@@ -326,6 +326,44 @@ def test_an_opponent_curriculum_weakens_the_early_games_only_and_resumes(
     assert _spec(json.loads(json.dumps(specs[1].__dict__))) == specs[1]
 
 
+def test_a_scouting_run_starts_its_optimiser_from_the_confirmed_draw_and_resumes(
+        tmp_path: Path) -> None:
+    """Scouting spends its draws and confirmation inside the budget (one generation each here),
+    then PGPE starts from the confirmed draw; killed during the draws or the confirmation and
+    resumed, the run ends as a straight one; the flow adds the variant and the CLI refuses a
+    scout that leaves the optimiser nothing."""
+    from flows.capture_train import _spec, grid_specs, main
+    from services.policy_search.runs import SCOUT_REPEATS, SCOUT_SHORTLIST, run_together
+    from services.policy_search.scout import Scouted
+
+    spec = RunSpec("mdlstm", 5, "pgpe", run=3, evaluations=300, games=2, curve_step=20,
+                   final_games=8, scout=150)
+    assert spec.cell == "mdlstm-5x5-pgpe-scout150"
+    straight = run(spec, tmp_path / "straight.pkl", checkpoint_every=1)
+    sizes = [len(f) for f in straight.history.fitness]
+    assert sizes[:3] == [100, 50, SCOUT_SHORTLIST * SCOUT_REPEATS] and set(sizes[3:]) == {2}
+    assert straight.history.generation_episodes[-1] >= 300
+    opt = load_state(tmp_path / "straight.pkl")["optimiser"]
+    assert isinstance(opt, Scouted) and opt.phase == "optimiser"
+    repeats = straight.history.fitness[2].reshape(SCOUT_SHORTLIST, SCOUT_REPEATS).mean(1)
+    assert opt.start_fitness == pytest.approx(float(repeats.max()))
+    assert np.array_equal(opt.inner.mean, straight.mean)
+    for stop in (1, 2, 3):  # during the draws, before the confirmation, after it
+        path = tmp_path / f"stopped{stop}.pkl"
+        assert run(spec, path, checkpoint_every=1, stop_after=stop) is None
+        (resumed,) = run_together([spec], [path], checkpoint_every=1)
+        _same(straight, resumed)
+    for bad in (5, 100, 190):  # fewer draws than the shortlist; no episodes left after them
+        with pytest.raises(ValueError, match="scout"):
+            RunSpec("mdlstm", 5, "pgpe", evaluations=200, scout=bad)
+    specs = grid_specs(["mdrnn"], [5], ["pgpe", "es"], 1, 300, 2, 0, None, 2, scout=50)
+    assert [s.cell for s in specs] == ["mdrnn-5x5-pgpe", "mdrnn-5x5-pgpe-scout50",
+                                       "mdrnn-5x5-es", "mdrnn-5x5-es-scout50"]
+    assert _spec(json.loads(json.dumps(specs[1].__dict__))) == specs[1]
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path / "grid"), "--evaluations", "100", "--scout", "50"])
+
+
 def test_a_checkpoint_older_than_a_spec_field_is_read_back(tmp_path: Path) -> None:
     """A finished run whose checkpoint was written before `pgpe_steps` existed is still the
     same run: read back, not refused and not replayed."""

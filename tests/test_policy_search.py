@@ -6,6 +6,7 @@ greedy player more often."""
 from __future__ import annotations
 
 import pickle
+from functools import partial
 
 import numpy as np
 import pytest
@@ -22,9 +23,12 @@ from services.policy_search.fitness import (
     population_fitness,
 )
 from services.policy_search.pgpe import PGPE
+from services.policy_search.scout import Scouted
 
 OPTIMISERS = {
     "pgpe": lambda x0, seed: PGPE(x0, pairs=5, seed=seed),
+    "scouted-pgpe": lambda x0, seed: Scouted(x0, partial(PGPE, pairs=5, seed=seed), samples=40,
+                                             shortlist=4, repeats=5, batch=20, seed=seed),
     "es": lambda x0, seed: MuCommaLambdaES(x0, seed=seed),
     "cmaes": lambda x0, seed: CMAES(x0, seed=seed),
 }
@@ -347,6 +351,53 @@ def test_an_optimiser_pickled_mid_run_goes_on_as_the_original(name: str) -> None
         restored.tell(-(b ** 2).sum(1))
     np.testing.assert_array_equal(opt.mean, restored.mean)
     assert opt.evaluations == restored.evaluations
+
+
+def test_scouting_draws_around_x0_confirms_its_shortlist_and_starts_the_optimiser_there(
+) -> None:
+    """Draws N(x0, sigma^2) in batches; the shortlist (best by a single fitness) is played
+    `repeats` times, and the optimiser starts from the draw with the best mean over the repeats,
+    which need not be the best single draw (a lucky one); every evaluation counts."""
+    x0 = np.full(3, 5.0)
+    started: list[np.ndarray] = []
+
+    def make_inner(start: np.ndarray) -> PGPE:
+        started.append(start)
+        return PGPE(start, pairs=1, seed=0)
+
+    opt = Scouted(x0, make_inner, samples=25, shortlist=3, repeats=4, sigma=0.5, batch=10,
+                  seed=1)
+    np.testing.assert_array_equal(opt.mean, x0)
+    draws = []
+    for size in (10, 10, 5):
+        assert opt.phase == "draws"
+        pop = opt.ask()
+        assert pop.shape == (size, 3)
+        draws.append(pop)
+        opt.tell(-np.abs(pop - x0).sum(1))  # nearest to x0 scores best
+    draws = np.concatenate(draws)
+    assert abs(draws.mean() - 5.0) < 0.3 and 0.3 < draws.std() < 0.7
+    order = np.argsort(np.abs(draws - x0).sum(1))
+    np.testing.assert_array_equal(opt.mean, draws[order[0]])  # the best draw until confirmed
+    assert opt.phase == "confirmation"
+    confirm = opt.ask()
+    np.testing.assert_array_equal(confirm, np.repeat(draws[order[:3]], 4, axis=0))
+    # the best single draw turns out worse on repeats than the third
+    repeats = np.array([[-1.0] * 4, [-0.5] * 4, [0.0, 0.0, 0.0, -0.1]]).reshape(-1)
+    opt.tell(repeats)
+    assert opt.phase == "optimiser" and len(started) == 1
+    np.testing.assert_array_equal(started[0], draws[order[2]])
+    np.testing.assert_array_equal(opt.start, draws[order[2]])
+    assert opt.start_fitness == pytest.approx(-0.025)
+    np.testing.assert_array_equal(opt.mean, draws[order[2]])  # PGPE's mean starts there
+    pair = opt.ask()
+    assert pair.shape == (2, 3)
+    opt.tell(np.array([0.5, -0.5]))
+    assert opt.evaluations == 25 + 12 + 2
+    assert opt.best_fitness == 0.5 and opt.inner.evaluations == 2
+    for bad in ({"samples": 0}, {"shortlist": 26}, {"repeats": 0}, {"sigma": 0.0}):
+        with pytest.raises(ValueError):
+            Scouted(x0, make_inner, **{"samples": 25, **bad})
 
 
 def test_a_candidate_against_itself_scores_zero_and_versus_games_match_play_matches() -> None:

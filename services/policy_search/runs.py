@@ -62,6 +62,11 @@ stops improving is ended and a new one, with twice the population, started from 
 point; the run deploys the mean of the search whose last stagnation window scored best. Only
 for CMA-ES.
 
+Scouting (an option beyond the paper, aimed at PGPE's slow phase): `scout=n` spends the first
+n episodes on networks drawn at random around x0 (`scout.Scouted`), plays the best
+`SCOUT_SHORTLIST` of them `SCOUT_REPEATS` times more, and starts the optimiser from the one with
+the best mean; the draws and the repeats count in the budget. Any optimiser.
+
 Seeds. The start point x0 (the network's random initial weights) depends only on the grid seed
 and the run index, so the three optimisers of a run start from the same network; the optimiser's
 and the games' random streams also depend on the run's cell, so that no two cells share games.
@@ -79,6 +84,7 @@ import logging
 import pickle
 import zlib
 from dataclasses import MISSING, asdict, dataclass, field, fields
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +105,7 @@ from services.policy_search.fitness import (
     populations_fitness,
 )
 from services.policy_search.pgpe import PGPE
+from services.policy_search.scout import Scouted
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +118,7 @@ OPTIMISERS = ("pgpe", "es", "cmaes")
 SHAPING_FORMS = ("both", "losses", "fading", "until")
 UNTIL_FITNESS = 0.0  # "until": the plain fitness at which shaping stops
 CHECKPOINT_VERSION = 1
+SCOUT_SHORTLIST, SCOUT_REPEATS = 10, 10  # scouting's confirmation: the best 10 draws, 10 times
 
 
 @dataclass(frozen=True)
@@ -133,6 +141,7 @@ class RunSpec:
     shaping_form: str = "both"  # one of SHAPING_FORMS (above)
     restarts: bool = False  # CMA-ES with IPOP restarts (above)
     curriculum: float = 0.0  # share of the budget over which the opponent grows greedy (above)
+    scout: int = 0  # episodes of random draws around x0 before the optimiser starts (above)
 
     def __post_init__(self) -> None:
         if self.network not in NETWORKS:
@@ -153,6 +162,11 @@ class RunSpec:
         if not 0 <= self.curriculum <= 1:
             raise ValueError(f"curriculum must be a share of the budget in [0, 1]: "
                              f"{self.curriculum}")
+        if self.scout and not (self.scout >= SCOUT_SHORTLIST
+                               and self.scout + self.scout_confirmation < self.evaluations):
+            raise ValueError(f"scout must be at least {SCOUT_SHORTLIST} draws and leave "
+                             f"the optimiser episodes after its {self.scout_confirmation}-episode "
+                             f"confirmation: {self.scout} of {self.evaluations}")
         if self.restarts and self.optimiser != "cmaes":
             raise ValueError(f"restarts are for cmaes only, not {self.optimiser}")
         if self.shaping_form not in SHAPING_FORMS:
@@ -170,8 +184,14 @@ class RunSpec:
         shaping = f"-shape{self.shaping:g}{form}" if self.shaping else ""
         restarts = "-ipop" if self.restarts else ""
         curriculum = f"-curriculum{self.curriculum:g}" if self.curriculum else ""
+        scout = f"-scout{self.scout}" if self.scout else ""
         return (f"{self.network}-{self.size}x{self.size}-{self.optimiser}{restarts}{lazy}"
-                f"{steps}{coevolution}{shaping}{curriculum}")
+                f"{steps}{coevolution}{shaping}{curriculum}{scout}")
+
+    @property
+    def scout_confirmation(self) -> int:
+        """Episodes of scouting's confirmation (its shortlist played again)."""
+        return SCOUT_SHORTLIST * SCOUT_REPEATS
 
     @property
     def name(self) -> str:
@@ -284,7 +304,18 @@ def start_point(spec: RunSpec, net: torch.nn.Module) -> np.ndarray:
 def make_optimiser(spec: RunSpec, x0: np.ndarray, seed: int) -> Optimizer:
     """The paper's settings: PGPE one symmetric pair per generation (alpha_mu 0.2, alpha_sigma
     0.1, sigma_0 2.0, or the spec's `pgpe_steps`); the (5, 30)-ES; CMA-ES with the library's
-    default population."""
+    default population. With `scout`, the same optimiser after scouting around x0 (the draws'
+    stream spawned from `seed`, the optimiser's own seed unchanged)."""
+    if spec.scout:
+        draws_seed = np.random.SeedSequence(seed, spawn_key=(1,))
+        return Scouted(x0, partial(_optimiser, spec, seed=seed), samples=spec.scout,
+                       shortlist=SCOUT_SHORTLIST, repeats=SCOUT_REPEATS,
+                       seed=int(draws_seed.generate_state(1)[0]))
+    return _optimiser(spec, x0, seed)
+
+
+def _optimiser(spec: RunSpec, x0: np.ndarray, seed: int) -> Optimizer:
+    """The spec's optimiser from x0 (see `make_optimiser`)."""
     if spec.optimiser == "pgpe":
         if spec.pgpe_steps:
             return PGPE(x0, alpha_mu=spec.pgpe_steps[0], alpha_sigma=spec.pgpe_steps[1],
