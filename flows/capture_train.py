@@ -6,7 +6,7 @@ Run: python -m flows.capture_train --out runs/capture/grid [--runs 10 --evaluati
          [--networks mdrnn,mdlstm --sizes 5,7 --optimisers pgpe,es,cmaes --games 40]
          [--workers 2 | --address tcp://scheduler:8786] [--lazy 10:70]
          [--pgpe-steps 0.1:0.05] [--coevolution] [--shaping 0.5[:losses]] [--restarts]
-         [--curriculum 0.25] [--scout 1000]
+         [--curriculum 0.25] [--scout 1000] [--cmaes-first 2500]
          [--seed 0] [--together 10]
      python -m flows.capture_train --out runs/capture/grid --replot docs/fig.png [--dpi 90]
 
@@ -36,6 +36,8 @@ budget; see runs.py).
 `--scout N` adds, next to every cell, the same cell with scouting (N random networks drawn
 around the start, the best 10 played 10 times more, the optimiser started from the best of
 those; all in the budget; see runs.py and scout.py).
+`--cmaes-first N` adds, next to every PGPE cell, the same cell run as CMA-ES for its first N
+episodes and as PGPE from CMA-ES's mean and widths for the rest (see runs.py and handoff.py).
 `--pgpe-steps A:S` adds, next to every PGPE cell, the same cell with PGPE's step sizes alpha_mu
 = A and alpha_sigma = S instead of the paper's 0.2 and 0.1.
 
@@ -154,13 +156,14 @@ def grid_specs(networks: list[str], sizes: list[int], optimisers: list[str], run
                final_games: int, pgpe_steps: tuple[float, float] | None = None,
                coevolution: bool = False, shaping: float = 0.0,
                shaping_form: str = "both", restarts: bool = False,
-               curriculum: float = 0.0, scout: int = 0) -> list[RunSpec]:
+               curriculum: float = 0.0, scout: int = 0,
+               cmaes_first: int = 0) -> list[RunSpec]:
     """Every run of the grid: each cell, then its lazy variant where `lazy` is given, its
     co-evolving variant where `coevolution` is set, its length-shaped variant where `shaping`
     is > 0, its opponent-curriculum variant where `curriculum` is > 0, its scouting variant
-    where `scout` is > 0, for PGPE its variant
-    with `pgpe_steps` where given and for CMA-ES its variant with restarts where `restarts` is
-    set."""
+    where `scout` is > 0, for PGPE its CMA-ES-first variant where `cmaes_first` is > 0 and
+    its variant with `pgpe_steps` where given, and for CMA-ES its variant with restarts where
+    `restarts` is set."""
     specs = []
     for network in networks:
         for size in sizes:
@@ -171,6 +174,8 @@ def grid_specs(networks: list[str], sizes: list[int], optimisers: list[str], run
                              if shaping else [])
                 variants += [{"curriculum": curriculum}] if curriculum else []
                 variants += [{"scout": scout}] if scout else []
+                if cmaes_first and optimiser == "pgpe":
+                    variants.append({"cmaes_first": cmaes_first})
                 if pgpe_steps and optimiser == "pgpe":
                     variants.append({"pgpe_steps": tuple(pgpe_steps)})
                 if restarts and optimiser == "cmaes":
@@ -191,7 +196,7 @@ def capture_train(out_dir: str = DEFAULT_OUT, networks: list[str] | None = None,
                   pgpe_steps: tuple[float, float] | None = None, together: int = 10,
                   coevolution: bool = False, shaping: float = 0.0,
                   shaping_form: str = "both", restarts: bool = False,
-                  curriculum: float = 0.0, scout: int = 0) -> dict:
+                  curriculum: float = 0.0, scout: int = 0, cmaes_first: int = 0) -> dict:
     """Run the grid (see the module docstring) into `out_dir`; return the per-cell table."""
     log = get_run_logger()
     out = Path(out_dir).resolve()
@@ -199,7 +204,7 @@ def capture_train(out_dir: str = DEFAULT_OUT, networks: list[str] | None = None,
     specs = grid_specs(networks or list(NETWORKS), sizes or list(SIZES),
                        optimisers or list(OPTIMISERS), runs, evaluations, games, seed,
                        lazy, final_games, pgpe_steps, coevolution, shaping, shaping_form,
-                       restarts, curriculum, scout)
+                       restarts, curriculum, scout, cmaes_first)
     progress = create_progress_artifact(progress=0.0, key="capture-train-progress",
                                         description=f"runs finished of {len(specs)}")
     futures = [search_runs.submit(
@@ -485,6 +490,9 @@ def main(argv: list[str] | None = None) -> dict:
                         help="also run every cell with scouting: N random networks drawn "
                              "around the start first, the optimiser started from the best "
                              "(see runs.py)")
+    parser.add_argument("--cmaes-first", type=int, default=0, metavar="N",
+                        help="also run every PGPE cell as CMA-ES for its first N episodes, "
+                             "then PGPE from CMA-ES's mean and widths (see runs.py)")
     parser.add_argument("--restarts", action="store_true",
                         help="also run every CMA-ES cell with IPOP restarts (see cmaes.py)")
     parser.add_argument("--generalise", type=_csv(int), default=list(GENERALISE_SIZES),
@@ -518,6 +526,12 @@ def main(argv: list[str] | None = None) -> dict:
             RunSpec("mdrnn", 5, "pgpe", evaluations=args.evaluations, scout=args.scout)
         except ValueError as error:
             parser.error(f"--scout: {error}")
+    if args.cmaes_first:
+        try:
+            RunSpec("mdrnn", 5, "pgpe", evaluations=args.evaluations,
+                    cmaes_first=args.cmaes_first)
+        except ValueError as error:
+            parser.error(f"--cmaes-first: {error}")
     configure_logging(args)
     # `python -m flows.capture_train` runs this file as __main__: take the flow from the
     # importable module so that Dask workers unpickle its tasks by reference
@@ -531,7 +545,8 @@ def main(argv: list[str] | None = None) -> dict:
                    generalise_sizes=args.generalise, pgpe_steps=args.pgpe_steps,
                    together=args.together, coevolution=args.coevolution,
                    shaping=args.shaping[0], shaping_form=args.shaping[1],
-                   restarts=args.restarts, curriculum=args.curriculum, scout=args.scout)
+                   restarts=args.restarts, curriculum=args.curriculum, scout=args.scout,
+                   cmaes_first=args.cmaes_first)
     print(table_markdown(result["cells"]))
     print(generalisation_markdown(result["generalisation"]))
     print(f"best run: {result['best']} -> {Path(args.out) / 'best_network.pt'}")

@@ -364,6 +364,44 @@ def test_a_scouting_run_starts_its_optimiser_from_the_confirmed_draw_and_resumes
         main(["--out", str(tmp_path / "grid"), "--evaluations", "100", "--scout", "50"])
 
 
+def test_a_cmaes_first_run_hands_off_to_pgpe_and_resumes_across_the_handoff(
+        tmp_path: Path) -> None:
+    """CMA-ES's generations (15 candidates) until the hand-off, then PGPE's pairs from
+    CMA-ES's mean; killed before or after the hand-off and resumed, the run ends as a straight
+    one; the flow adds the variant to PGPE cells only."""
+    from flows.capture_train import _spec, grid_specs, main
+    from services.policy_search.handoff import Handoff
+    from services.policy_search.pgpe import PGPE
+    from services.policy_search.runs import run_together
+
+    spec = RunSpec("mdlstm", 5, "pgpe", run=4, evaluations=200, games=2, curve_step=20,
+                   final_games=8, cmaes_first=60)
+    assert spec.cell == "mdlstm-5x5-pgpe-cmaesfirst60"
+    straight = run(spec, tmp_path / "straight.pkl", checkpoint_every=1)
+    sizes = [len(f) for f in straight.history.fitness]
+    assert sizes[:4] == [15] * 4 and set(sizes[4:]) == {2}
+    opt = load_state(tmp_path / "straight.pkl")["optimiser"]
+    assert isinstance(opt, Handoff) and isinstance(opt.second, PGPE)
+    assert opt.handed_off_at == 60 and opt.second.evaluations == sum(sizes[4:])
+    assert np.array_equal(opt.second.mean, straight.mean)
+    for stop in (2, 5):  # during CMA-ES, after the hand-off
+        path = tmp_path / f"stopped{stop}.pkl"
+        assert run(spec, path, checkpoint_every=1, stop_after=stop) is None
+        (resumed,) = run_together([spec], [path], checkpoint_every=1)
+        _same(straight, resumed)
+    for bad in ({"cmaes_first": 200}, {"cmaes_first": 50, "optimiser": "es"}):
+        with pytest.raises(ValueError, match="cmaes_first"):
+            RunSpec(**{"network": "mdlstm", "size": 5, "optimiser": "pgpe",
+                       "evaluations": 200, **bad})
+    specs = grid_specs(["mdrnn"], [5], ["pgpe", "cmaes"], 1, 300, 2, 0, None, 2,
+                       cmaes_first=100)
+    assert [s.cell for s in specs] == ["mdrnn-5x5-pgpe", "mdrnn-5x5-pgpe-cmaesfirst100",
+                                       "mdrnn-5x5-cmaes"]
+    assert _spec(json.loads(json.dumps(specs[1].__dict__))) == specs[1]
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path / "grid"), "--evaluations", "100", "--cmaes-first", "100"])
+
+
 def test_a_checkpoint_older_than_a_spec_field_is_read_back(tmp_path: Path) -> None:
     """A finished run whose checkpoint was written before `pgpe_steps` existed is still the
     same run: read back, not refused and not replayed."""

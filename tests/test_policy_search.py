@@ -22,13 +22,21 @@ from services.policy_search.fitness import (
     planes,
     population_fitness,
 )
+from services.policy_search.handoff import Handoff
 from services.policy_search.pgpe import PGPE
 from services.policy_search.scout import Scouted
+
+
+def _pgpe_after(first: CMAES, seed: int) -> PGPE:
+    return PGPE(first.mean, sigma0=first.stds, pairs=5, seed=seed)
+
 
 OPTIMISERS = {
     "pgpe": lambda x0, seed: PGPE(x0, pairs=5, seed=seed),
     "scouted-pgpe": lambda x0, seed: Scouted(x0, partial(PGPE, pairs=5, seed=seed), samples=40,
                                              shortlist=4, repeats=5, batch=20, seed=seed),
+    "cmaes-then-pgpe": lambda x0, seed: Handoff(CMAES(x0, seed=seed), 40,
+                                                partial(_pgpe_after, seed=seed)),
     "es": lambda x0, seed: MuCommaLambdaES(x0, seed=seed),
     "cmaes": lambda x0, seed: CMAES(x0, seed=seed),
 }
@@ -398,6 +406,43 @@ def test_scouting_draws_around_x0_confirms_its_shortlist_and_starts_the_optimise
     for bad in ({"samples": 0}, {"shortlist": 26}, {"repeats": 0}, {"sigma": 0.0}):
         with pytest.raises(ValueError):
             Scouted(x0, make_inner, **{"samples": 25, **bad})
+
+
+def test_a_handoff_starts_the_second_optimiser_at_the_firsts_mean_widths_and_best() -> None:
+    """CMA-ES until its evaluations reach the hand-off (its last generation whole), then PGPE
+    from CMA-ES's mean with sigma = CMA-ES's sigma * sqrt(diag C) per parameter and the run's
+    best fitness so far (PGPE's reward normalisation needs it)."""
+    rng = np.random.default_rng(0)
+    centre = np.arange(4.0)
+    first = CMAES(np.zeros(4), sigma0=0.5, seed=2)
+    opt = Handoff(first, 20, partial(_pgpe_after, seed=3))
+    told = 0
+    while opt.second is None:
+        population = opt.ask()
+        assert population.shape == (first.popsize, 4)
+        widths_before = first.stds
+        opt.tell(_noisy_sphere(population, rng, centre))
+        told += first.popsize
+    assert told >= 20 > told - first.popsize and opt.handed_off_at == told == opt.evaluations
+    second = opt.second
+    assert isinstance(second, PGPE)
+    np.testing.assert_array_equal(second.mean, first.mean)
+    np.testing.assert_array_equal(second.sigma, first.stds)
+    assert not np.array_equal(first.stds, widths_before)  # the widths after the last generation
+    assert second.best_fitness == opt.best_fitness and second.evaluations == 0
+    pair = opt.ask()
+    assert pair.shape == (10, 4)
+    opt.tell(-((pair - centre) ** 2).sum(1))
+    assert first.evaluations == told and second.evaluations == 10
+    assert opt.evaluations == told + 10
+    np.testing.assert_array_equal(opt.mean, second.mean)
+    with pytest.raises(ValueError, match="episodes"):
+        Handoff(CMAES(np.zeros(4)), 0, partial(_pgpe_after, seed=0))
+    # PGPE takes one sigma per parameter; none may be <= 0
+    np.testing.assert_array_equal(PGPE(np.zeros(3), sigma0=np.array([1.0, 2, 3])).sigma,
+                                  [1.0, 2, 3])
+    with pytest.raises(ValueError, match="sigma0"):
+        PGPE(np.zeros(3), sigma0=np.array([1.0, 0, 3]))
 
 
 def test_a_candidate_against_itself_scores_zero_and_versus_games_match_play_matches() -> None:

@@ -106,6 +106,11 @@ class CMAES(Optimizer):
         return current.copy()
 
     @property
+    def stds(self) -> np.ndarray:
+        """The current search's standard deviation per parameter, sigma * sqrt(diag C)."""
+        return np.asarray(self.es.stds, dtype=np.float64).copy()
+
+    @property
     def popsize(self) -> int:
         return int(self.es.popsize)
 

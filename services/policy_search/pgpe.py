@@ -30,15 +30,18 @@ from services.policy_search.base import Optimizer
 
 
 class PGPE(Optimizer):
-    def __init__(self, x0: np.ndarray, sigma0: float = 2.0, alpha_mu: float = 0.2,
+    def __init__(self, x0: np.ndarray, sigma0: float | np.ndarray = 2.0, alpha_mu: float = 0.2,
                  alpha_sigma: float = 0.1, pairs: int = 1, min_sigma: float = 1e-8,
                  seed: int = 0) -> None:
+        """`sigma0`: one starting sigma for every parameter, or one each (a hand-off from
+        another optimiser's search widths)."""
         x0 = np.asarray(x0, dtype=np.float64).reshape(-1)
         super().__init__(len(x0))
-        if pairs < 1 or sigma0 <= 0:
+        sigma = np.broadcast_to(np.asarray(sigma0, dtype=np.float64), (self.dim,)).copy()
+        if pairs < 1 or not np.all(sigma > 0):
             raise ValueError("pairs must be >= 1 and sigma0 > 0")
         self._mu = x0.copy()
-        self.sigma = np.full(self.dim, float(sigma0))
+        self.sigma = sigma
         self.alpha_mu, self.alpha_sigma, self.pairs = alpha_mu, alpha_sigma, pairs
         self.min_sigma = min_sigma
         self.baseline: float | None = None

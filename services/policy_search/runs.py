@@ -67,6 +67,11 @@ n episodes on networks drawn at random around x0 (`scout.Scouted`), plays the be
 `SCOUT_SHORTLIST` of them `SCOUT_REPEATS` times more, and starts the optimiser from the one with
 the best mean; the draws and the repeats count in the budget. Any optimiser.
 
+CMA-ES first (an option beyond the paper, for PGPE): `cmaes_first=n` runs CMA-ES (the
+grid's settings) for the first n episodes and hands off to PGPE at its mean, PGPE's sigma per
+weight being CMA-ES's marginal standard deviation and its best fitness seen the run's
+(`handoff.Handoff`): CMA-ES's fast start, PGPE's steady climb.
+
 Seeds. The start point x0 (the network's random initial weights) depends only on the grid seed
 and the run index, so the three optimisers of a run start from the same network; the optimiser's
 and the games' random streams also depend on the run's cell, so that no two cells share games.
@@ -104,6 +109,7 @@ from services.policy_search.fitness import (
     population_fitness,
     populations_fitness,
 )
+from services.policy_search.handoff import Handoff
 from services.policy_search.pgpe import PGPE
 from services.policy_search.scout import Scouted
 
@@ -142,6 +148,7 @@ class RunSpec:
     restarts: bool = False  # CMA-ES with IPOP restarts (above)
     curriculum: float = 0.0  # share of the budget over which the opponent grows greedy (above)
     scout: int = 0  # episodes of random draws around x0 before the optimiser starts (above)
+    cmaes_first: int = 0  # episodes of CMA-ES before PGPE takes over (above)
 
     def __post_init__(self) -> None:
         if self.network not in NETWORKS:
@@ -167,6 +174,10 @@ class RunSpec:
             raise ValueError(f"scout must be at least {SCOUT_SHORTLIST} draws and leave "
                              f"the optimiser episodes after its {self.scout_confirmation}-episode "
                              f"confirmation: {self.scout} of {self.evaluations}")
+        if self.cmaes_first and (self.optimiser != "pgpe"
+                                 or not 0 < self.cmaes_first < self.evaluations):
+            raise ValueError(f"cmaes_first must leave PGPE episodes and is for pgpe only: "
+                             f"{self.cmaes_first} of {self.evaluations} with {self.optimiser}")
         if self.restarts and self.optimiser != "cmaes":
             raise ValueError(f"restarts are for cmaes only, not {self.optimiser}")
         if self.shaping_form not in SHAPING_FORMS:
@@ -185,8 +196,9 @@ class RunSpec:
         restarts = "-ipop" if self.restarts else ""
         curriculum = f"-curriculum{self.curriculum:g}" if self.curriculum else ""
         scout = f"-scout{self.scout}" if self.scout else ""
+        cmaes_first = f"-cmaesfirst{self.cmaes_first}" if self.cmaes_first else ""
         return (f"{self.network}-{self.size}x{self.size}-{self.optimiser}{restarts}{lazy}"
-                f"{steps}{coevolution}{shaping}{curriculum}{scout}")
+                f"{steps}{coevolution}{shaping}{curriculum}{scout}{cmaes_first}")
 
     @property
     def scout_confirmation(self) -> int:
@@ -305,13 +317,24 @@ def make_optimiser(spec: RunSpec, x0: np.ndarray, seed: int) -> Optimizer:
     """The paper's settings: PGPE one symmetric pair per generation (alpha_mu 0.2, alpha_sigma
     0.1, sigma_0 2.0, or the spec's `pgpe_steps`); the (5, 30)-ES; CMA-ES with the library's
     default population. With `scout`, the same optimiser after scouting around x0 (the draws'
-    stream spawned from `seed`, the optimiser's own seed unchanged)."""
+    stream spawned from `seed`, the optimiser's own seed unchanged). With `cmaes_first`, CMA-ES
+    seeded with `seed` and then PGPE with a seed spawned from it."""
+    if spec.cmaes_first:
+        return Handoff(CMAES(x0, seed=seed), spec.cmaes_first, partial(_pgpe_after, spec, seed))
     if spec.scout:
         draws_seed = np.random.SeedSequence(seed, spawn_key=(1,))
         return Scouted(x0, partial(_optimiser, spec, seed=seed), samples=spec.scout,
                        shortlist=SCOUT_SHORTLIST, repeats=SCOUT_REPEATS,
                        seed=int(draws_seed.generate_state(1)[0]))
     return _optimiser(spec, x0, seed)
+
+
+def _pgpe_after(spec: RunSpec, seed: int, first: CMAES) -> PGPE:
+    """PGPE taking over from CMA-ES at its mean with its per-weight widths."""
+    pgpe_seed = int(np.random.SeedSequence(seed, spawn_key=(2,)).generate_state(1)[0])
+    alpha_mu, alpha_sigma = spec.pgpe_steps or (0.2, 0.1)
+    return PGPE(first.mean, sigma0=first.stds, alpha_mu=alpha_mu, alpha_sigma=alpha_sigma,
+                seed=pgpe_seed)
 
 
 def _optimiser(spec: RunSpec, x0: np.ndarray, seed: int) -> Optimizer:
