@@ -1,7 +1,7 @@
 """Hand-off: one optimiser for the start of a run's budget, another from where it stands.
 
 Why. On the Capture Game the paper's optimisers are good at different phases. CMA-ES leaves the
-random start fast (its mean network at about -0.45 after 2,500 episodes on MDLSTM 5x5, where
+random start fast (its mean network at about -0.4 after 2,500 episodes on MDLSTM 5x5, where
 PGPE's is still near -1) and then converges early, its step size collapsing while the network is
 mediocre. PGPE is slow to leave the start (every candidate loses every game, so its mean gets no
 step) and then climbs steadily, still rising at 12,000 episodes (`docs/capture_game.md`). Handing
