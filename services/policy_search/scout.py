@@ -4,10 +4,10 @@ from the best network found.
 Why. On the Capture Game PGPE spends its first few thousand episodes near -1 (its slow phase):
 the paper's start is a random network that loses every game, and PGPE's mean only moves when
 one of a pair's two candidates wins a game the other loses. Drawn at random around the same
-start, though, about one network in ten wins a game and about one in a thousand scores -0.5 or
-better over 40 games (MDLSTM 5x5; `docs/capture_game.md`). A few hundred or thousand draws are
-so a cheap way out of the slow phase; the optimiser then climbs from there with the rest of the
-budget.
+start, though, about one network in ten wins a game and one to three in a thousand score -0.5
+or better over 40 games (MDLSTM 5x5), so a thousand draws are a cheap way out of the slow phase.
+Measured at the paper's budget, PGPE did not hold the starts found this way: they are sharp
+peaks, lost at PGPE's search width (`docs/capture_game.md`, "Scouting").
 
 How. `samples` candidates x0 + sigma * N(0, I) are drawn in generations of `batch`; the
 `shortlist` best by their fitness are then played `repeats` times each in one generation (a
