@@ -521,17 +521,13 @@ def main(argv: list[str] | None = None) -> dict:
         return {"replot": str(args.replot)}
     if min(args.runs, args.evaluations, args.games, args.together) < 1:
         parser.error("--runs, --evaluations, --games and --together must be >= 1")
-    if args.scout:
-        try:
-            RunSpec("mdrnn", 5, "pgpe", evaluations=args.evaluations, scout=args.scout)
-        except ValueError as error:
-            parser.error(f"--scout: {error}")
-    if args.cmaes_first:
-        try:
-            RunSpec("mdrnn", 5, "pgpe", evaluations=args.evaluations,
-                    cmaes_first=args.cmaes_first)
-        except ValueError as error:
-            parser.error(f"--cmaes-first: {error}")
+    for option in ("scout", "cmaes_first"):  # episode counts RunSpec checks against the budget
+        if getattr(args, option):
+            try:
+                RunSpec("mdrnn", 5, "pgpe", evaluations=args.evaluations,
+                        **{option: getattr(args, option)})
+            except ValueError as error:
+                parser.error(f"--{option.replace('_', '-')}: {error}")
     configure_logging(args)
     # `python -m flows.capture_train` runs this file as __main__: take the flow from the
     # importable module so that Dask workers unpickle its tasks by reference

@@ -125,6 +125,7 @@ SHAPING_FORMS = ("both", "losses", "fading", "until")
 UNTIL_FITNESS = 0.0  # "until": the plain fitness at which shaping stops
 CHECKPOINT_VERSION = 1
 SCOUT_SHORTLIST, SCOUT_REPEATS = 10, 10  # scouting's confirmation: the best 10 draws, 10 times
+SCOUT_CONFIRMATION = SCOUT_SHORTLIST * SCOUT_REPEATS  # the confirmation's episodes
 
 
 @dataclass(frozen=True)
@@ -170,9 +171,9 @@ class RunSpec:
             raise ValueError(f"curriculum must be a share of the budget in [0, 1]: "
                              f"{self.curriculum}")
         if self.scout and not (self.scout >= SCOUT_SHORTLIST
-                               and self.scout + self.scout_confirmation < self.evaluations):
+                               and self.scout + SCOUT_CONFIRMATION < self.evaluations):
             raise ValueError(f"scout must be at least {SCOUT_SHORTLIST} draws and leave "
-                             f"the optimiser episodes after its {self.scout_confirmation}-episode "
+                             f"the optimiser episodes after its {SCOUT_CONFIRMATION}-episode "
                              f"confirmation: {self.scout} of {self.evaluations}")
         if self.cmaes_first and (self.optimiser != "pgpe"
                                  or not 0 < self.cmaes_first < self.evaluations):
@@ -199,11 +200,6 @@ class RunSpec:
         cmaes_first = f"-cmaesfirst{self.cmaes_first}" if self.cmaes_first else ""
         return (f"{self.network}-{self.size}x{self.size}-{self.optimiser}{restarts}{lazy}"
                 f"{steps}{coevolution}{shaping}{curriculum}{scout}{cmaes_first}")
-
-    @property
-    def scout_confirmation(self) -> int:
-        """Episodes of scouting's confirmation (its shortlist played again)."""
-        return SCOUT_SHORTLIST * SCOUT_REPEATS
 
     @property
     def name(self) -> str:
@@ -332,18 +328,20 @@ def make_optimiser(spec: RunSpec, x0: np.ndarray, seed: int) -> Optimizer:
 def _pgpe_after(spec: RunSpec, seed: int, first: CMAES) -> PGPE:
     """PGPE taking over from CMA-ES at its mean with its per-weight widths."""
     pgpe_seed = int(np.random.SeedSequence(seed, spawn_key=(2,)).generate_state(1)[0])
-    alpha_mu, alpha_sigma = spec.pgpe_steps or (0.2, 0.1)
-    return PGPE(first.mean, sigma0=first.stds, alpha_mu=alpha_mu, alpha_sigma=alpha_sigma,
-                seed=pgpe_seed)
+    return _pgpe(spec, first.mean, pgpe_seed, sigma0=first.stds)
+
+
+def _pgpe(spec: RunSpec, x0: np.ndarray, seed: int, **kwargs: Any) -> PGPE:
+    """PGPE from x0 with the spec's `pgpe_steps` where given, else PGPE's own (the paper's)."""
+    if spec.pgpe_steps:
+        kwargs.update(alpha_mu=spec.pgpe_steps[0], alpha_sigma=spec.pgpe_steps[1])
+    return PGPE(x0, seed=seed, **kwargs)
 
 
 def _optimiser(spec: RunSpec, x0: np.ndarray, seed: int) -> Optimizer:
     """The spec's optimiser from x0 (see `make_optimiser`)."""
     if spec.optimiser == "pgpe":
-        if spec.pgpe_steps:
-            return PGPE(x0, alpha_mu=spec.pgpe_steps[0], alpha_sigma=spec.pgpe_steps[1],
-                        seed=seed)
-        return PGPE(x0, seed=seed)
+        return _pgpe(spec, x0, seed)
     if spec.optimiser == "es":
         return MuCommaLambdaES(x0, seed=seed)
     return CMAES(x0, seed=seed, restarts=spec.restarts)

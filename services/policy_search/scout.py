@@ -47,7 +47,6 @@ class Scouted(Optimizer):
         self.drawn = 0
         self._top_x = np.empty((0, self.dim))  # the best draws so far, best first
         self._top_f = np.empty(0)
-        self._confirming = False
         self.start: np.ndarray | None = None  # the confirmed best draw, once chosen
         self.start_fitness: float | None = None  # its mean over the confirmation games
         self.inner: Optimizer | None = None
@@ -63,12 +62,12 @@ class Scouted(Optimizer):
         """"draws", "confirmation" or "optimiser"."""
         if self.inner is not None:
             return "optimiser"
-        return "confirmation" if self._confirming else "draws"
+        return "confirmation" if self.drawn >= self.samples else "draws"
 
     def _propose(self) -> np.ndarray:
         if self.inner is not None:
             return self.inner.ask()
-        if self._confirming:
+        if self.phase == "confirmation":
             return np.repeat(self._top_x, self.repeats, axis=0)
         n = min(self.batch, self.samples - self.drawn)
         return self.x0 + self.sigma * self._rng.standard_normal((n, self.dim))
@@ -77,7 +76,7 @@ class Scouted(Optimizer):
         if self.inner is not None:
             self.inner.tell(fitnesses)
             return
-        if self._confirming:
+        if self.phase == "confirmation":
             means = fitnesses.reshape(len(self._top_x), self.repeats).mean(1)
             best = int(np.argmax(means))  # ties: the better draw (the list is best first)
             self.start, self.start_fitness = self._top_x[best].copy(), float(means[best])
@@ -88,4 +87,3 @@ class Scouted(Optimizer):
         f = np.concatenate([self._top_f, fitnesses])
         keep = np.argsort(-f, kind="stable")[:self.shortlist]
         self._top_x, self._top_f = x[keep], f[keep]
-        self._confirming = self.drawn >= self.samples
