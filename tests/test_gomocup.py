@@ -19,6 +19,7 @@ import sys
 import threading
 from pathlib import Path
 
+import grpc
 import pytest
 
 from services.games.coords import index_name, parse_point
@@ -29,12 +30,14 @@ from services.protocols.gomocup import (
     TimeInfo,
     from_index,
     from_service,
+    quick_move,
     rule_from_info,
     search_budget,
     to_index,
     to_service,
 )
 from services.search.client import SearchClient
+from tests.test_mcts import state_from_ascii
 from tests.triton_fixtures import search_service, triton_server  # noqa: F401  (fixtures)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -227,6 +230,112 @@ def test_board_errors(offline: Brain) -> None:
     assert b.handle("7,7,1")[0].startswith("UNKNOWN")  # BOARD mode ended with the error
 
 
+# ---------------------------------------------------------------------- a turn the search misses
+
+
+# Black (ours) to move with an open two on row 7 and one on column 8 meeting at 8,7, white's
+# stones in the corners: 8,7 makes two open threes, the best point, forbidden under renju.
+CROSSING_TWOS = ["6,7,1", "0,0,2", "7,7,1", "14,0,2", "8,9,1", "0,14,2", "8,8,1", "14,14,2"]
+QUICK_MESSAGE = "MESSAGE the search gave no answer within the turn; played a quick local move"
+
+
+class DeadlineMissed:
+    """A search client whose every GenMove misses its deadline, as on a starved machine."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def genmove(self, moves, **kwargs):
+        self.calls += 1
+        error = grpc.RpcError("deadline")
+        error.code = lambda: grpc.StatusCode.DEADLINE_EXCEEDED
+        error.details = lambda: "Deadline Exceeded"
+        raise error
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_turn_the_search_misses_is_played_locally_not_answered_with_error() -> None:
+    """A manager counts an ERROR answer to a move as a crash: a missed deadline must still
+    give a legal, sensible move (and say so in a MESSAGE line)."""
+    client = DeadlineMissed()
+    brain = Brain("127.0.0.1:1", client_factory=lambda: client)
+    assert brain.handle("START 15") == ["OK"]  # its warm-up search misses too: still OK
+    brain.handle("INFO timeout_turn 1000")
+    assert brain.handle("BEGIN") == [QUICK_MESSAGE, "7,7"]  # the centre of the empty board
+    assert brain.moves == [to_index(7, 7)] and brain.own_color == 1
+    replies = brain.handle("TURN 8,8")
+    assert replies[0] == QUICK_MESSAGE and len(replies) == 2
+    assert to_index(*parse_move(replies[1])) not in (to_index(7, 7), to_index(8, 8))
+    assert len(brain.moves) == 3 and brain.own_color == 1
+    # the opponent's four is blocked without the search
+    assert brain.handle("RESTART") == ["OK"]
+    replies = [r for line in ["BOARD", *FOUR_AS_WHITE, "DONE"] for r in brain.handle(line)]
+    assert replies == [QUICK_MESSAGE, "7,12"] and brain.own_color == 2
+    # renju: black's double-three point is never played, though it is freestyle's best
+    for rule, forbidden_expected in ((0, True), (4, False)):
+        brain.handle(f"INFO rule {rule}")
+        replies = [r for line in ["BOARD", *CROSSING_TWOS, "DONE"] for r in brain.handle(line)]
+        assert (replies[-1] == "8,7") is forbidden_expected, (rule, replies)
+    # continuous game: a winning-line square (field 3) is never answered
+    brain.handle("INFO rule 0")
+    replies = [r for line in ["BOARD", *CROSSING_TWOS, "8,7,3", "DONE"]
+               for r in brain.handle(line)]
+    assert replies[0] == QUICK_MESSAGE and replies[-1] != "8,7"
+    assert client.calls == 7  # START's warm-up, then one GenMove per move
+
+
+def test_quick_move_wins_then_blocks_then_builds() -> None:
+    empty = state_from_ascii("\n".join(["." * 15] * 15))
+    assert quick_move(empty) == to_index(7, 7)
+    # each side has an open four; the side to move completes its own five
+    fours = """
+        . . . . . . . . . . . . . . .
+        . . . . . . . . . . . . . . .
+        . . . . . . . . . . . . . . .
+        . . . . . . . . . . . . . . .
+        . . . . . . . . . . . . . . .
+        . . . . . . . . . . . . . . .
+        . . . . O O O O . . . . . . .
+        . . . . . . . . . . . . . . .
+        . . . . X X X X . . . . . . .
+        . . . . . . . . . . . . . . .
+        . . . . . . . . . . . . . . .
+        . . . . . . . . . . . . . . .
+        . . . . . . . . . . . . . . .
+        . . . . . . . . . . . . . . .
+        . . . . . . . . . . . . . . {last}
+    """
+    black_to_move = state_from_ascii(fours.format(last="."))
+    assert quick_move(black_to_move) in (6 * 15 + 3, 6 * 15 + 8)  # row 6 from the bottom
+    white_to_move = state_from_ascii(fours.format(last="X"))
+    assert quick_move(white_to_move) in (8 * 15 + 3, 8 * 15 + 8)
+    # white's four on row 8 only: black blocks it rather than making a four of its three
+    black_blocks = state_from_ascii("""
+        . . . . . . . . . . . . . . .
+        . . . . . . . . . . . . . . .
+        . . . . . . . . . . . . . . .
+        . . . . . . . . . . . . . . .
+        . . . . . . . . . . . . . . .
+        . . . . . . . . . . . . . . .
+        . . . . O O O O . . . . . . .
+        . . . . . . . . . . . . . . .
+        . . . . X X X . . . . . . . .
+        . . . . . . . . . . . . . . .
+        . . . . . . . . . . . . . . .
+        . . . . . . . . . . . . . . .
+        . . . . . . . . . . . . . . .
+        . . . . . . . . . . . . . . .
+        X . . . . . . . . . . . . . .
+    """)
+    assert quick_move(black_blocks) in (8 * 15 + 3, 8 * 15 + 8)
+    # a point to avoid is never chosen; with every empty point avoided there is no move
+    assert quick_move(empty, avoid={to_index(7, 7)}) != to_index(7, 7)
+    with pytest.raises(ValueError, match="no legal point"):
+        quick_move(empty, avoid=set(range(225)))
+
+
 class Pipe:
     """The brain as a manager sees it: a subprocess spoken to through stdin/stdout."""
 
@@ -267,6 +376,13 @@ class Pipe:
     def ask(self, *lines: str, timeout: float = 60.0) -> str:
         self.send(*lines)
         return self.reply(timeout)
+
+    def ask_move(self, *lines: str, timeout: float = 60.0) -> str:
+        """The answer after the MESSAGE lines a manager shows and skips (all within `timeout`)."""
+        self.send(*lines)
+        while (line := self.reply(timeout)).startswith("MESSAGE "):
+            pass
+        return line
 
     def stderr(self) -> str:
         self._log_file.flush()
@@ -359,11 +475,17 @@ def test_session_over_a_pipe(service: str, tmp_path: Path) -> None:
         # the answer comes within the turn, as the manager requires; how much of the turn the
         # search gets is search_budget's (test_search_budget), and that the search stops at
         # its budget is the search's own test (tests/test_mcts.py, on a fake clock)
-        first = parse_move(pipe.ask("BEGIN", timeout=2.0))
+        first = parse_move(pipe.ask_move("BEGIN", timeout=2.0))
         moves.append(to_index(*first))
+        # a 1 ms turn: the search misses it (or just makes it); either way a move, no ERROR
+        pipe.send("INFO timeout_turn 1")
+        moves.append(to_index(14, 14))
+        ours = parse_move(pipe.ask_move("TURN 14,14", timeout=2.0))
+        assert to_index(*ours) not in moves, (ours, moves)
+        moves.append(to_index(*ours))
         # timeout_turn 0 asks for speed; every answer is legal and on an empty point
         pipe.send("INFO timeout_turn 0")
-        for opp in ["0,0", "14,14", "0,14"]:
+        for opp in ["0,0", "14,0", "0,14"]:
             if to_index(*parse_move(opp)) in moves:
                 continue
             moves.append(to_index(*parse_move(opp)))

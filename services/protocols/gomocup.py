@@ -61,14 +61,19 @@ are kept out of our answers (the best candidate of the search that is not one of
 
 Budget: INFO timeout_turn (ms) and, for a timed match, time_left / 15 bound the time of one
 move; the search gets that minus a reserve of 150 ms + 1/6 (at most 1 s) for the round trip and
-the last batch of evaluations, and the gRPC deadline is the turn minus 5 % (at most 200 ms), so
-a late answer becomes an ERROR line rather than a lost game on time. timeout_turn 0 ("as fast
-as possible") searches 32 visits; with no time information at all it searches --visits
-(default 400).
+the last batch of evaluations, and the gRPC deadline is the turn minus 5 % (at most 200 ms).
+timeout_turn 0 ("as fast as possible") searches 32 visits; with no time information at all it
+searches --visits (default 400).
 
-Failures never end the brain: a service that cannot be reached answers
-`ERROR search service unavailable (...)`, other service errors `ERROR search failed: ...`, and
-bad input `ERROR ...`.
+A turn the search misses (its deadline passed: a loaded machine, a cold model) is still played:
+the brain answers ``MESSAGE the search gave no answer within the turn; ...`` and a quick local
+move (`quick_move`: our five, else block theirs, else the point in the most and fullest
+five-windows), found in milliseconds without another call, so a slow turn never loses the game
+by an ERROR (managers count an ERROR answer to a move as a crash).
+
+Other failures never end the brain either: a service that cannot be reached answers
+`ERROR search service unavailable (...)` (a dead service is reported, not hidden behind local
+moves), other service errors `ERROR search failed: ...`, and bad input `ERROR ...`.
 """
 
 from __future__ import annotations
@@ -77,16 +82,25 @@ import argparse
 import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 import grpc
+import numpy as np
 
 from services.games import renju
 from services.games.coords import index_name
-from services.games.gomoku import BLACK, DEFAULT_SIZE, WHITE, GomokuState, Rule
+from services.games.gomoku import (
+    BLACK,
+    DEFAULT_SIZE,
+    EMPTY,
+    WHITE,
+    GomokuState,
+    Rule,
+    five_windows,
+)
 from services.protocols.frontend import SearchClientOwner, serve_lines
 from services.search import auth
 
@@ -180,6 +194,44 @@ def search_budget(
     search_ms = max(MIN_SEARCH_MS, min(MAX_SEARCH_MS, turn_ms - reserve))
     deadline_ms = max(search_ms, min(turn_ms - min(200, turn_ms // 20), search_ms + 10_000))
     return Budget(max_visits=0, max_time_ms=search_ms, timeout_s=deadline_ms / 1000)
+
+
+# quick_move's weight of a five-window holding n stones of one colour and none of the other
+# (n = 0..4), for each of its empty points: fuller windows dominate emptier ones
+QUICK_WINDOW_WEIGHTS = np.array([1, 8, 64, 512, 4096], dtype=np.int64)
+QUICK_ATTACK_BONUS = 2  # our own windows count double: of two equal shapes, extend ours
+
+
+def quick_move(state: GomokuState, avoid: Collection[int] = ()) -> int:
+    """A legal move for the side to move, found locally in milliseconds, for a turn whose
+    search missed its deadline: our five if there is one, else block the opponent's, else the
+    empty point in the most and fullest five-windows free of the other colour (ours counted
+    double), the nearest to the centre among equals; never a point of `avoid` (winning-line
+    squares) nor, under renju, a forbidden one. Raises ValueError when no point is left."""
+    size = state.size
+    allowed = state.legal_mask() & (state.board.reshape(-1) == EMPTY)
+    allowed[list(avoid)] = False
+    if not allowed.any():
+        raise ValueError("no legal point left")
+    me = state.to_move
+    them = WHITE if me == BLACK else BLACK
+    for color in (me, them):  # our five, else their five blocked
+        for point in state.winning_points(color):
+            if allowed[point]:
+                return point
+    windows = five_windows(size)
+    cells = state.board.reshape(-1)[windows]
+    ours, theirs = (cells == me).sum(axis=1), (cells == them).sum(axis=1)
+    attack = QUICK_ATTACK_BONUS * QUICK_WINDOW_WEIGHTS[np.minimum(ours, 4)]
+    defence = QUICK_WINDOW_WEIGHTS[np.minimum(theirs, 4)]
+    weight = np.where(theirs == 0, attack, 0) + np.where(ours == 0, defence, 0)
+    score = np.zeros(size * size, dtype=np.float64)
+    np.add.at(score, windows.reshape(-1), np.repeat(weight, 5))
+    ys, xs = np.divmod(np.arange(size * size), size)
+    centre = (size - 1) / 2
+    score -= 1e-3 * np.hypot(xs - centre, ys - centre)  # ties: the nearest to the centre
+    score[~allowed] = -np.inf
+    return int(np.argmax(score))
 
 
 def _one_line(text: object) -> str:
@@ -497,6 +549,8 @@ class Brain(SearchClientOwner):
                    if nbest else {}),
             )
         except grpc.RpcError as exc:
+            if _code(exc) == grpc.StatusCode.DEADLINE_EXCEEDED:
+                return self._play_quick_move(budget)
             return [self._rpc_error(exc)]
         point = r.move.y * size + r.move.x
         if point in self.blocked:
@@ -517,6 +571,22 @@ class Brain(SearchClientOwner):
             )
         out.append(f"{px},{py}")
         return out
+
+    def _play_quick_move(self, budget: Budget) -> list[str]:
+        """The turn's search missed its deadline: play `quick_move` instead of an ERROR."""
+        size = SIZE
+        try:
+            state = GomokuState.from_moves(self.moves, size=size, rule=self.rule)
+            point = quick_move(state, self.blocked)
+        except ValueError as exc:
+            raise ProtocolError(f"no move to play: {exc}") from exc
+        logger.warning("the search gave no answer within %.2f s (%s); quick local move %s",
+                       budget.timeout_s or 0.0, self.target, index_name(point, size))
+        self.own_color = state.to_move
+        self.moves.append(point)
+        px, py = from_index(point, size)
+        return ["MESSAGE the search gave no answer within the turn; played a quick local move",
+                f"{px},{py}"]
 
     def _nbest_lines(self, r: Any, nbest: int) -> list[str]:
         """YXNBEST's MESSAGE lines: the search's candidates off the winning-line squares."""
@@ -552,7 +622,7 @@ class Brain(SearchClientOwner):
         raise ProtocolError("no legal point outside the winning-line squares")
 
     def _rpc_error(self, exc: Any) -> str:
-        code = exc.code() if hasattr(exc, "code") else None
+        code = _code(exc)
         details = _one_line(exc.details() if hasattr(exc, "details") else exc)
         if code == grpc.StatusCode.UNAVAILABLE and not details.startswith("Triton"):
             return f"ERROR search service unavailable ({self.target}: {details[:200]})"
@@ -590,6 +660,10 @@ class Brain(SearchClientOwner):
             )
         except OSError as exc:  # stdout belongs to the protocol
             print(f"movepred: could not write {path}: {exc}", file=sys.stderr)
+
+
+def _code(exc: Any) -> grpc.StatusCode | None:
+    return exc.code() if hasattr(exc, "code") else None
 
 
 def serve(brain: Brain, stdin: TextIO, stdout: TextIO) -> int:
