@@ -286,6 +286,34 @@ def test_a_turn_the_search_misses_is_played_locally_not_answered_with_error() ->
     assert client.calls == 7  # START's warm-up, then one GenMove per move
 
 
+def test_a_policy_fallback_that_misses_the_turn_is_played_locally_too() -> None:
+    """The search's move is a winning-line square and it gave no other candidate: the policy
+    is asked within what is left of the turn, and if that misses too, the quick move plays."""
+    from types import SimpleNamespace
+
+    class BlockedThenSlow(DeadlineMissed):
+        def __init__(self) -> None:
+            super().__init__()
+            self.predict_timeouts: list[float] = []
+
+        def genmove(self, moves, **kwargs):
+            self.calls += 1
+            x, y = to_service(7, 7)
+            return SimpleNamespace(move=SimpleNamespace(x=x, y=y), candidates=(), name="h8")
+
+        def predict(self, moves, **kwargs):
+            self.predict_timeouts.append(kwargs["timeout"])
+            return DeadlineMissed.genmove(self, moves)
+
+    client = BlockedThenSlow()
+    brain = Brain("127.0.0.1:1", client_factory=lambda: client)
+    assert brain.handle("START 15") == ["OK"]
+    brain.handle("INFO timeout_turn 1000")
+    replies = [r for line in ["BOARD", "7,7,3", "DONE"] for r in brain.handle(line)]
+    assert replies[0] == QUICK_MESSAGE and replies[1] != "7,7", replies
+    assert len(client.predict_timeouts) == 1 and 0 < client.predict_timeouts[0] < 1.0
+
+
 def test_quick_move_wins_then_blocks_then_builds() -> None:
     empty = state_from_ascii("\n".join(["." * 15] * 15))
     assert quick_move(empty) == to_index(7, 7)

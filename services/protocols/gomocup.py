@@ -538,6 +538,7 @@ class Brain(SearchClientOwner):
         spent_ms = int((time.monotonic() - self._received) * 1000)
         budget = search_budget(self.time, self.visits, spent_ms)
         history = [(p % size, p // size) for p in self.moves]
+        started = time.monotonic()
         try:
             r = self._client_or_new().genmove(
                 history,
@@ -548,16 +549,15 @@ class Brain(SearchClientOwner):
                 **({"max_candidates": min(size * size, nbest + len(self.blocked))}
                    if nbest else {}),
             )
+            point = r.move.y * size + r.move.x
+            if point in self.blocked:  # the policy's best instead, within what is left
+                left = (None if budget.timeout_s is None
+                        else max(0.01, budget.timeout_s - (time.monotonic() - started)))
+                point = self._unblocked_choice(r, history, left)
         except grpc.RpcError as exc:
             if _code(exc) == grpc.StatusCode.DEADLINE_EXCEEDED:
                 return self._play_quick_move(budget)
             return [self._rpc_error(exc)]
-        point = r.move.y * size + r.move.x
-        if point in self.blocked:
-            try:
-                point = self._unblocked_choice(r, history)
-            except grpc.RpcError as exc:
-                return [self._rpc_error(exc)]
         if not 0 <= point < size * size or point in self.moves:
             raise ProtocolError(f"the search service answered an illegal move {r.name!r}")
         self.own_color = BLACK if len(self.moves) % 2 == 0 else WHITE
@@ -605,8 +605,10 @@ class Brain(SearchClientOwner):
                 break
         return lines
 
-    def _unblocked_choice(self, r: Any, history: list[tuple[int, int]]) -> int:
-        """The most visited candidate off the winning-line squares, else the policy's best."""
+    def _unblocked_choice(self, r: Any, history: list[tuple[int, int]],
+                          timeout_s: float | None) -> int:
+        """The most visited candidate off the winning-line squares, else the policy's best
+        (asked within `timeout_s`, the client's default when None)."""
         size = SIZE
         taken = self.blocked | set(self.moves)
         for c in getattr(r, "candidates", ()):
@@ -614,7 +616,9 @@ class Brain(SearchClientOwner):
             if p not in taken:
                 return p
         k = min(size * size, len(taken) + 5)
-        policy = self._client_or_new().predict(history, rule=self.rule, top_k=k)
+        policy = self._client_or_new().predict(
+            history, rule=self.rule, top_k=k,
+            **({"timeout": timeout_s} if timeout_s is not None else {}))
         for m in policy.top_moves:
             p = m.point.y * size + m.point.x
             if p not in taken and m.probability > 0:
