@@ -53,6 +53,14 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
+def rpc_error(code: grpc.StatusCode, details: str) -> grpc.RpcError:
+    """The error a failed call of a search client raises, with its code and details."""
+    error = grpc.RpcError(details)
+    error.code = lambda: code
+    error.details = lambda: details
+    return error
+
+
 def parse_move(reply: str) -> tuple[int, int]:
     m = MOVE.match(reply)
     assert m, f"expected x,y, got {reply!r}"
@@ -144,8 +152,6 @@ def test_start_sizes_and_commands_before_start(offline: Brain) -> None:
 def test_start_warms_the_service_with_a_short_search_and_answers_ok_if_it_fails() -> None:
     """START searches the empty board briefly (its answer unused): a cold service pays its
     first batches there, not in the first timed turn; an error there still answers OK."""
-    import grpc
-
     class Recording:
         def __init__(self, fail: bool) -> None:
             self.calls: list[tuple] = []
@@ -154,10 +160,7 @@ def test_start_warms_the_service_with_a_short_search_and_answers_ok_if_it_fails(
         def genmove(self, moves, **kwargs):
             self.calls.append((list(moves), kwargs))
             if self.fail:
-                error = grpc.RpcError("unavailable")
-                error.code = lambda: grpc.StatusCode.UNAVAILABLE
-                error.details = lambda: "connection refused"
-                raise error
+                raise rpc_error(grpc.StatusCode.UNAVAILABLE, "connection refused")
 
     for fail in (False, True):
         client = Recording(fail)
@@ -247,10 +250,7 @@ class DeadlineMissed:
 
     def genmove(self, moves, **kwargs):
         self.calls += 1
-        error = grpc.RpcError("deadline")
-        error.code = lambda: grpc.StatusCode.DEADLINE_EXCEEDED
-        error.details = lambda: "Deadline Exceeded"
-        raise error
+        raise rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
 
     def close(self) -> None:
         pass

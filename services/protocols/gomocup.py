@@ -95,11 +95,11 @@ from services.games.coords import index_name
 from services.games.gomoku import (
     BLACK,
     DEFAULT_SIZE,
-    EMPTY,
     WHITE,
     GomokuState,
     Rule,
     five_windows,
+    opponent,
 )
 from services.protocols.frontend import SearchClientOwner, serve_lines
 from services.search import auth
@@ -209,12 +209,12 @@ def quick_move(state: GomokuState, avoid: Collection[int] = ()) -> int:
     double), the nearest to the centre among equals; never a point of `avoid` (winning-line
     squares) nor, under renju, a forbidden one. Raises ValueError when no point is left."""
     size = state.size
-    allowed = state.legal_mask() & (state.board.reshape(-1) == EMPTY)
+    allowed = state.legal_mask()  # empty points, renju's forbidden ones left out
     allowed[list(avoid)] = False
     if not allowed.any():
         raise ValueError("no legal point left")
     me = state.to_move
-    them = WHITE if me == BLACK else BLACK
+    them = opponent(me)
     for color in (me, them):  # our five, else their five blocked
         for point in state.winning_points(color):
             if allowed[point]:
@@ -351,8 +351,7 @@ class Brain(SearchClientOwner):
             self._client_or_new().genmove([], rule=self.rule, max_time_ms=WARM_UP_MS,
                                           timeout=WARM_UP_TIMEOUT_S, reuse_tree=False)
         except grpc.RpcError as exc:
-            code = exc.code() if hasattr(exc, "code") else None
-            logger.info("warm-up search at START failed (%s): %s", code,
+            logger.info("warm-up search at START failed (%s): %s", _code(exc),
                         _one_line(exc.details() if hasattr(exc, "details") else exc))
 
     def _cmd_restart(self, param: str) -> list[str]:
@@ -630,8 +629,6 @@ class Brain(SearchClientOwner):
         details = _one_line(exc.details() if hasattr(exc, "details") else exc)
         if code == grpc.StatusCode.UNAVAILABLE and not details.startswith("Triton"):
             return f"ERROR search service unavailable ({self.target}: {details[:200]})"
-        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-            return f"ERROR search failed: no answer within the turn ({self.target})"
         name = code.name if code is not None else "RPC failed"
         return f"ERROR search failed: {name}: {details[:300]}"
 
