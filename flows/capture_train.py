@@ -6,7 +6,7 @@ Run: python -m flows.capture_train --out runs/capture/grid [--runs 10 --evaluati
          [--networks mdrnn,mdlstm --sizes 5,7 --optimisers pgpe,es,cmaes --games 40]
          [--workers 2 | --address tcp://scheduler:8786] [--lazy 10:70]
          [--pgpe-steps 0.1:0.05] [--coevolution] [--shaping 0.5[:losses]] [--restarts]
-         [--curriculum 0.25] [--scout 1000] [--cmaes-first 2500]
+         [--curriculum 0.25] [--scout 1000] [--cmaes-first 2500] [--pgpe-memory 50]
          [--seed 0] [--together 10]
      python -m flows.capture_train --out runs/capture/grid --replot docs/fig.png [--dpi 90]
 
@@ -40,6 +40,8 @@ those; all in the budget; see runs.py and scout.py).
 episodes and as PGPE from CMA-ES's mean and widths for the rest (see runs.py and handoff.py).
 `--pgpe-steps A:S` adds, next to every PGPE cell, the same cell with PGPE's step sizes alpha_mu
 = A and alpha_sigma = S instead of the paper's 0.2 and 0.1.
+`--pgpe-memory N` adds, next to every PGPE cell, the same cell with PGPE's steps normalised by
+the best fitness of the last N generations instead of the best ever seen (see pgpe.py).
 
 What it leaves under `--out`:
     runs/<run>.pkl          each run's checkpoint (optimiser, history; the finished result)
@@ -157,13 +159,13 @@ def grid_specs(networks: list[str], sizes: list[int], optimisers: list[str], run
                coevolution: bool = False, shaping: float = 0.0,
                shaping_form: str = "both", restarts: bool = False,
                curriculum: float = 0.0, scout: int = 0,
-               cmaes_first: int = 0) -> list[RunSpec]:
+               cmaes_first: int = 0, pgpe_memory: int = 0) -> list[RunSpec]:
     """Every run of the grid: each cell, then its lazy variant where `lazy` is given, its
     co-evolving variant where `coevolution` is set, its length-shaped variant where `shaping`
     is > 0, its opponent-curriculum variant where `curriculum` is > 0, its scouting variant
     where `scout` is > 0, for PGPE its CMA-ES-first variant where `cmaes_first` is > 0 and
-    its variant with `pgpe_steps` where given, and for CMA-ES its variant with restarts where
-    `restarts` is set."""
+    its variants with `pgpe_steps` and `pgpe_memory` where given, and for CMA-ES its variant
+    with restarts where `restarts` is set."""
     specs = []
     for network in networks:
         for size in sizes:
@@ -178,6 +180,8 @@ def grid_specs(networks: list[str], sizes: list[int], optimisers: list[str], run
                     variants.append({"cmaes_first": cmaes_first})
                 if pgpe_steps and optimiser == "pgpe":
                     variants.append({"pgpe_steps": tuple(pgpe_steps)})
+                if pgpe_memory and optimiser == "pgpe":
+                    variants.append({"pgpe_memory": pgpe_memory})
                 if restarts and optimiser == "cmaes":
                     variants.append({"restarts": True})
                 specs += [RunSpec(network, size, optimiser, r, seed, evaluations, games,
@@ -196,7 +200,8 @@ def capture_train(out_dir: str = DEFAULT_OUT, networks: list[str] | None = None,
                   pgpe_steps: tuple[float, float] | None = None, together: int = 10,
                   coevolution: bool = False, shaping: float = 0.0,
                   shaping_form: str = "both", restarts: bool = False,
-                  curriculum: float = 0.0, scout: int = 0, cmaes_first: int = 0) -> dict:
+                  curriculum: float = 0.0, scout: int = 0, cmaes_first: int = 0,
+                  pgpe_memory: int = 0) -> dict:
     """Run the grid (see the module docstring) into `out_dir`; return the per-cell table."""
     log = get_run_logger()
     out = Path(out_dir).resolve()
@@ -204,7 +209,7 @@ def capture_train(out_dir: str = DEFAULT_OUT, networks: list[str] | None = None,
     specs = grid_specs(networks or list(NETWORKS), sizes or list(SIZES),
                        optimisers or list(OPTIMISERS), runs, evaluations, games, seed,
                        lazy, final_games, pgpe_steps, coevolution, shaping, shaping_form,
-                       restarts, curriculum, scout, cmaes_first)
+                       restarts, curriculum, scout, cmaes_first, pgpe_memory)
     progress = create_progress_artifact(progress=0.0, key="capture-train-progress",
                                         description=f"runs finished of {len(specs)}")
     futures = [search_runs.submit(
@@ -249,7 +254,7 @@ def _spec_dict(spec: RunSpec) -> dict:
 
 def _grid_order(spec: RunSpec) -> tuple:
     return (list(NETWORKS).index(spec.network), spec.size, OPTIMISERS.index(spec.optimiser),
-            spec.restarts, spec.lazy or (), spec.pgpe_steps or (), spec.run)
+            spec.restarts, spec.lazy or (), spec.pgpe_steps or (), spec.pgpe_memory, spec.run)
 
 
 def cell_table(results: list[dict]) -> list[dict]:
@@ -493,6 +498,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--cmaes-first", type=int, default=0, metavar="N",
                         help="also run every PGPE cell as CMA-ES for its first N episodes, "
                              "then PGPE from CMA-ES's mean and widths (see runs.py)")
+    parser.add_argument("--pgpe-memory", type=int, default=0, metavar="N",
+                        help="also run every PGPE cell with its steps normalised by the best "
+                             "fitness of the last N generations, not the best ever (pgpe.py)")
     parser.add_argument("--restarts", action="store_true",
                         help="also run every CMA-ES cell with IPOP restarts (see cmaes.py)")
     parser.add_argument("--generalise", type=_csv(int), default=list(GENERALISE_SIZES),
@@ -521,6 +529,8 @@ def main(argv: list[str] | None = None) -> dict:
         return {"replot": str(args.replot)}
     if min(args.runs, args.evaluations, args.games, args.together) < 1:
         parser.error("--runs, --evaluations, --games and --together must be >= 1")
+    if args.pgpe_memory < 0:
+        parser.error(f"--pgpe-memory: generations must be >= 1 (0: off), got {args.pgpe_memory}")
     for option in ("scout", "cmaes_first"):  # episode counts RunSpec checks against the budget
         if getattr(args, option):
             try:
@@ -542,7 +552,7 @@ def main(argv: list[str] | None = None) -> dict:
                    together=args.together, coevolution=args.coevolution,
                    shaping=args.shaping[0], shaping_form=args.shaping[1],
                    restarts=args.restarts, curriculum=args.curriculum, scout=args.scout,
-                   cmaes_first=args.cmaes_first)
+                   cmaes_first=args.cmaes_first, pgpe_memory=args.pgpe_memory)
     print(table_markdown(result["cells"]))
     print(generalisation_markdown(result["generalisation"]))
     print(f"best run: {result['best']} -> {Path(args.out) / 'best_network.pt'}")

@@ -255,6 +255,28 @@ def test_smaller_pgpe_step_sizes_reach_the_optimiser_and_name_their_cell(tmp_pat
     assert _spec(json.loads(json.dumps(small.summary()["spec"]))) == spec
 
 
+def test_pgpe_memory_reaches_the_optimiser_names_its_cell_and_resumes(tmp_path: Path) -> None:
+    from flows.capture_train import _spec, grid_specs
+    from services.policy_search.runs import make_optimiser
+
+    spec = RunSpec("mdrnn", 5, "pgpe", evaluations=8, games=2, final_games=2, pgpe_memory=50)
+    specs = grid_specs(["mdrnn"], [5], ["pgpe", "es"], 1, 8, 2, 0, None, 2, pgpe_memory=50)
+    assert [s.cell for s in specs] == ["mdrnn-5x5-pgpe", "mdrnn-5x5-pgpe-memory50",
+                                       "mdrnn-5x5-es"]
+    assert make_optimiser(spec, np.zeros(12), seed=0).memory == 50
+    assert make_optimiser(RunSpec("mdrnn", 5, "pgpe"), np.zeros(12), seed=0).memory is None
+    assert spec.cell == "mdrnn-5x5-pgpe-memory50"
+    for bad in [dict(optimiser="es", pgpe_memory=50), dict(optimiser="pgpe", pgpe_memory=-1)]:
+        with pytest.raises(ValueError, match="pgpe_memory"):
+            RunSpec("mdrnn", 5, **bad)
+    straight = run(spec, tmp_path / "straight.pkl")
+    assert run(spec, tmp_path / "stopped.pkl", checkpoint_every=1, stop_after=2) is None
+    resumed = run(spec, tmp_path / "stopped.pkl")
+    assert resumed.final_fitness == straight.final_fitness
+    np.testing.assert_array_equal(resumed.mean, straight.mean)
+    assert _spec(json.loads(json.dumps(straight.summary()["spec"]))) == spec
+
+
 def test_cmaes_restarts_reach_the_optimiser_name_their_cell_and_resume(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from flows.capture_train import _spec, grid_specs

@@ -110,6 +110,59 @@ def test_pgpe_update_is_the_normalised_symmetric_rule() -> None:
     np.testing.assert_allclose(opt.sigma, 2.0 + 0.1 * step * (eps ** 2 - 4.0) / 2.0)
 
 
+def _pair_step(opt: PGPE, fitness: list[float]) -> np.ndarray:
+    """Ask one pair, tell `fitness`, return eps (the pair's half difference)."""
+    pop = opt.ask()
+    opt.tell(np.array(fitness))
+    return (pop[0] - pop[1]) / 2
+
+
+def test_pgpe_memory_forgets_an_early_lucky_best() -> None:
+    """One lucky candidate (0.9) early: with the paper's m (the best ever) a later pair at the
+    floor, (-0.95, -1), moves the mean by 0.05 / 3.75 of a step; with `memory` 3, three
+    generations later m is that pair's own best and the step is the full alpha_mu eps."""
+    paper, recent = PGPE(np.zeros(3), seed=0), PGPE(np.zeros(3), seed=0, memory=3)
+    for opt in (paper, recent):
+        _pair_step(opt, [-1.0, -1.0])  # the baseline
+        _pair_step(opt, [0.9, -1.0])  # the lucky one
+        for _ in range(3):
+            _pair_step(opt, [-1.0, -1.0])  # no step either way
+    mu_paper, mu_recent = paper.mean, recent.mean
+    eps = _pair_step(paper, [-0.95, -1.0])
+    assert np.array_equal(eps, _pair_step(recent, [-0.95, -1.0]))  # same seed, same samples
+    np.testing.assert_allclose(paper.mean - mu_paper, 0.2 * (0.05 / 3.75) * eps)
+    np.testing.assert_allclose(recent.mean - mu_recent, 0.2 * eps)
+    assert paper.best_fitness == recent.best_fitness == 0.9  # the best seen is still kept
+
+
+def test_pgpe_memory_keeps_m_at_or_above_the_pair_and_sigma_off_below_the_baseline() -> None:
+    """With a memory of one generation m is the pair's own best: the better member's step
+    is the whole alpha_mu eps, and a pair below the baseline never moves sigma (m - b < 0
+    there would flip the sign of the sigma rule)."""
+    opt = PGPE(np.zeros(2), seed=4, memory=1)
+    _pair_step(opt, [0.5, 0.5])  # baseline 0.5
+    mu = opt.mean
+    eps = _pair_step(opt, [-0.2, -0.6])  # m = -0.2 < baseline 0.5
+    np.testing.assert_allclose(opt.mean - mu, 0.2 * (0.4 / 0.4) * eps)
+    np.testing.assert_array_equal(opt.sigma, np.full(2, 2.0))
+    with pytest.raises(ValueError, match="memory"):
+        PGPE(np.zeros(2), memory=0)
+
+
+def test_a_pgpe_pickled_before_memory_existed_reads_back_with_the_papers_m() -> None:
+    opt = PGPE(np.zeros(3), seed=2)
+    _pair_step(opt, [-1.0, -1.0])
+    _pair_step(opt, [0.9, -1.0])
+    state = dict(opt.__dict__)
+    for name in ("memory", "_recent_best"):
+        del state[name]
+    old = PGPE.__new__(PGPE)
+    old.__dict__.update(state)
+    mu = old.mean
+    eps = _pair_step(old, [-0.95, -1.0])
+    np.testing.assert_allclose(old.mean - mu, 0.2 * (0.05 / 3.75) * eps)
+
+
 def test_pgpe_pairs_steps_add_up() -> None:
     opt = PGPE(np.zeros(2), pairs=2, seed=1)
     opt.ask()

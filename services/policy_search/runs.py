@@ -150,6 +150,7 @@ class RunSpec:
     curriculum: float = 0.0  # share of the budget over which the opponent grows greedy (above)
     scout: int = 0  # episodes of random draws around x0 before the optimiser starts (above)
     cmaes_first: int = 0  # episodes of CMA-ES before PGPE takes over (above)
+    pgpe_memory: int = 0  # PGPE's m: best of the last N generations (0: best ever, the paper's)
 
     def __post_init__(self) -> None:
         if self.network not in NETWORKS:
@@ -179,6 +180,9 @@ class RunSpec:
                                  or not 0 < self.cmaes_first < self.evaluations):
             raise ValueError(f"cmaes_first must leave PGPE episodes and is for pgpe only: "
                              f"{self.cmaes_first} of {self.evaluations} with {self.optimiser}")
+        if self.pgpe_memory and (self.optimiser != "pgpe" or self.pgpe_memory < 1):
+            raise ValueError(f"pgpe_memory must be >= 1 generations and is for pgpe only: "
+                             f"{self.pgpe_memory} with {self.optimiser}")
         if self.restarts and self.optimiser != "cmaes":
             raise ValueError(f"restarts are for cmaes only, not {self.optimiser}")
         if self.shaping_form not in SHAPING_FORMS:
@@ -198,8 +202,9 @@ class RunSpec:
         curriculum = f"-curriculum{self.curriculum:g}" if self.curriculum else ""
         scout = f"-scout{self.scout}" if self.scout else ""
         cmaes_first = f"-cmaesfirst{self.cmaes_first}" if self.cmaes_first else ""
+        memory = f"-memory{self.pgpe_memory}" if self.pgpe_memory else ""
         return (f"{self.network}-{self.size}x{self.size}-{self.optimiser}{restarts}{lazy}"
-                f"{steps}{coevolution}{shaping}{curriculum}{scout}{cmaes_first}")
+                f"{steps}{memory}{coevolution}{shaping}{curriculum}{scout}{cmaes_first}")
 
     @property
     def name(self) -> str:
@@ -335,7 +340,7 @@ def _pgpe(spec: RunSpec, x0: np.ndarray, seed: int, **kwargs: Any) -> PGPE:
     """PGPE from x0 with the spec's `pgpe_steps` where given, else PGPE's own (the paper's)."""
     if spec.pgpe_steps:
         kwargs.update(alpha_mu=spec.pgpe_steps[0], alpha_sigma=spec.pgpe_steps[1])
-    return PGPE(x0, seed=seed, **kwargs)
+    return PGPE(x0, seed=seed, memory=spec.pgpe_memory or None, **kwargs)
 
 
 def _optimiser(spec: RunSpec, x0: np.ndarray, seed: int) -> Optimizer:
