@@ -7,6 +7,7 @@ Run: python -m flows.capture_train --out runs/capture/grid [--runs 10 --evaluati
          [--workers 2 | --address tcp://scheduler:8786] [--lazy 10:70]
          [--pgpe-steps 0.1:0.05] [--coevolution] [--shaping 0.5[:losses]] [--restarts]
          [--curriculum 0.25] [--scout 1000] [--cmaes-first 2500] [--pgpe-memory 50]
+         [--cmaes-popsize 60]
          [--seed 0] [--together 10]
      python -m flows.capture_train --out runs/capture/grid --replot docs/fig.png [--dpi 90]
 
@@ -42,6 +43,8 @@ episodes and as PGPE from CMA-ES's mean and widths for the rest (see runs.py and
 = A and alpha_sigma = S instead of the paper's 0.2 and 0.1.
 `--pgpe-memory N` adds, next to every PGPE cell, the same cell with PGPE's steps normalised by
 the best fitness of the last N generations instead of the best ever seen (see pgpe.py).
+`--cmaes-popsize N` adds, next to every CMA-ES cell, the same cell with a population of N
+instead of the library's default (4 + 3 ln d: 15 for the MDLSTM).
 
 What it leaves under `--out`:
     runs/<run>.pkl          each run's checkpoint (optimiser, history; the finished result)
@@ -159,13 +162,14 @@ def grid_specs(networks: list[str], sizes: list[int], optimisers: list[str], run
                coevolution: bool = False, shaping: float = 0.0,
                shaping_form: str = "both", restarts: bool = False,
                curriculum: float = 0.0, scout: int = 0,
-               cmaes_first: int = 0, pgpe_memory: int = 0) -> list[RunSpec]:
+               cmaes_first: int = 0, pgpe_memory: int = 0,
+               cmaes_popsize: int = 0) -> list[RunSpec]:
     """Every run of the grid: each cell, then its lazy variant where `lazy` is given, its
     co-evolving variant where `coevolution` is set, its length-shaped variant where `shaping`
     is > 0, its opponent-curriculum variant where `curriculum` is > 0, its scouting variant
     where `scout` is > 0, for PGPE its CMA-ES-first variant where `cmaes_first` is > 0 and
-    its variants with `pgpe_steps` and `pgpe_memory` where given, and for CMA-ES its variant
-    with restarts where `restarts` is set."""
+    its variants with `pgpe_steps` and `pgpe_memory` where given, and for CMA-ES its variants
+    with restarts where `restarts` is set and with `cmaes_popsize` where given."""
     specs = []
     for network in networks:
         for size in sizes:
@@ -184,6 +188,8 @@ def grid_specs(networks: list[str], sizes: list[int], optimisers: list[str], run
                     variants.append({"pgpe_memory": pgpe_memory})
                 if restarts and optimiser == "cmaes":
                     variants.append({"restarts": True})
+                if cmaes_popsize and optimiser == "cmaes":
+                    variants.append({"cmaes_popsize": cmaes_popsize})
                 specs += [RunSpec(network, size, optimiser, r, seed, evaluations, games,
                                   final_games=final_games, **variant)
                           for variant in variants for r in range(runs)]
@@ -201,7 +207,7 @@ def capture_train(out_dir: str = DEFAULT_OUT, networks: list[str] | None = None,
                   coevolution: bool = False, shaping: float = 0.0,
                   shaping_form: str = "both", restarts: bool = False,
                   curriculum: float = 0.0, scout: int = 0, cmaes_first: int = 0,
-                  pgpe_memory: int = 0) -> dict:
+                  pgpe_memory: int = 0, cmaes_popsize: int = 0) -> dict:
     """Run the grid (see the module docstring) into `out_dir`; return the per-cell table."""
     log = get_run_logger()
     out = Path(out_dir).resolve()
@@ -209,7 +215,8 @@ def capture_train(out_dir: str = DEFAULT_OUT, networks: list[str] | None = None,
     specs = grid_specs(networks or list(NETWORKS), sizes or list(SIZES),
                        optimisers or list(OPTIMISERS), runs, evaluations, games, seed,
                        lazy, final_games, pgpe_steps, coevolution, shaping, shaping_form,
-                       restarts, curriculum, scout, cmaes_first, pgpe_memory)
+                       restarts, curriculum, scout, cmaes_first, pgpe_memory,
+                       cmaes_popsize)
     progress = create_progress_artifact(progress=0.0, key="capture-train-progress",
                                         description=f"runs finished of {len(specs)}")
     futures = [search_runs.submit(
@@ -254,7 +261,8 @@ def _spec_dict(spec: RunSpec) -> dict:
 
 def _grid_order(spec: RunSpec) -> tuple:
     return (list(NETWORKS).index(spec.network), spec.size, OPTIMISERS.index(spec.optimiser),
-            spec.restarts, spec.lazy or (), spec.pgpe_steps or (), spec.pgpe_memory, spec.run)
+            spec.restarts, spec.lazy or (), spec.pgpe_steps or (), spec.pgpe_memory,
+            spec.cmaes_popsize, spec.run)
 
 
 def cell_table(results: list[dict]) -> list[dict]:
@@ -501,6 +509,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--pgpe-memory", type=int, default=0, metavar="N",
                         help="also run every PGPE cell with its steps normalised by the best "
                              "fitness of the last N generations, not the best ever (pgpe.py)")
+    parser.add_argument("--cmaes-popsize", type=int, default=0, metavar="N",
+                        help="also run every CMA-ES cell with a population of N (default: "
+                             "the library's 4 + 3 ln d)")
     parser.add_argument("--restarts", action="store_true",
                         help="also run every CMA-ES cell with IPOP restarts (see cmaes.py)")
     parser.add_argument("--generalise", type=_csv(int), default=list(GENERALISE_SIZES),
@@ -531,6 +542,9 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error("--runs, --evaluations, --games and --together must be >= 1")
     if args.pgpe_memory < 0:
         parser.error(f"--pgpe-memory: generations must be >= 1 (0: off), got {args.pgpe_memory}")
+    if args.cmaes_popsize < 0 or args.cmaes_popsize == 1:
+        parser.error(f"--cmaes-popsize: a population must be >= 2 (0: the library's), got "
+                     f"{args.cmaes_popsize}")
     for option in ("scout", "cmaes_first"):  # episode counts RunSpec checks against the budget
         if getattr(args, option):
             try:
@@ -552,7 +566,8 @@ def main(argv: list[str] | None = None) -> dict:
                    together=args.together, coevolution=args.coevolution,
                    shaping=args.shaping[0], shaping_form=args.shaping[1],
                    restarts=args.restarts, curriculum=args.curriculum, scout=args.scout,
-                   cmaes_first=args.cmaes_first, pgpe_memory=args.pgpe_memory)
+                   cmaes_first=args.cmaes_first, pgpe_memory=args.pgpe_memory,
+                   cmaes_popsize=args.cmaes_popsize)
     print(table_markdown(result["cells"]))
     print(generalisation_markdown(result["generalisation"]))
     print(f"best run: {result['best']} -> {Path(args.out) / 'best_network.pt'}")

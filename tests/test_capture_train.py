@@ -277,6 +277,25 @@ def test_pgpe_memory_reaches_the_optimiser_names_its_cell_and_resumes(tmp_path: 
     assert _spec(json.loads(json.dumps(straight.summary()["spec"]))) == spec
 
 
+def test_a_cmaes_population_reaches_the_optimiser_and_names_its_cell(tmp_path: Path) -> None:
+    from flows.capture_train import grid_specs, main
+    from services.policy_search.runs import make_optimiser
+
+    spec = RunSpec("mdlstm", 5, "cmaes", cmaes_popsize=60)
+    assert make_optimiser(spec, np.zeros(52), seed=0).popsize == 60
+    assert make_optimiser(RunSpec("mdlstm", 5, "cmaes"), np.zeros(52), seed=0).popsize == 15
+    assert spec.cell == "mdlstm-5x5-cmaes-pop60"
+    specs = grid_specs(["mdlstm"], [5], ["pgpe", "cmaes"], 1, 8, 2, 0, None, 2, cmaes_popsize=60)
+    assert [s.cell for s in specs] == ["mdlstm-5x5-pgpe", "mdlstm-5x5-cmaes",
+                                       "mdlstm-5x5-cmaes-pop60"]
+    for option in (["--cmaes-popsize", "1"], ["--pgpe-memory", "-1"]):
+        with pytest.raises(SystemExit):
+            main(["--out", str(tmp_path / "grid"), *option])
+    for bad in [dict(optimiser="pgpe", cmaes_popsize=60), dict(optimiser="cmaes", cmaes_popsize=1)]:
+        with pytest.raises(ValueError, match="cmaes_popsize"):
+            RunSpec("mdlstm", 5, **bad)
+
+
 def test_cmaes_restarts_reach_the_optimiser_name_their_cell_and_resume(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from flows.capture_train import _spec, grid_specs

@@ -151,6 +151,7 @@ class RunSpec:
     scout: int = 0  # episodes of random draws around x0 before the optimiser starts (above)
     cmaes_first: int = 0  # episodes of CMA-ES before PGPE takes over (above)
     pgpe_memory: int = 0  # PGPE's m: best of the last N generations (0: best ever, the paper's)
+    cmaes_popsize: int = 0  # CMA-ES's population (0: the library's default, 4 + 3 ln d)
 
     def __post_init__(self) -> None:
         if self.network not in NETWORKS:
@@ -183,6 +184,9 @@ class RunSpec:
         if self.pgpe_memory and (self.optimiser != "pgpe" or self.pgpe_memory < 1):
             raise ValueError(f"pgpe_memory must be >= 1 generations and is for pgpe only: "
                              f"{self.pgpe_memory} with {self.optimiser}")
+        if self.cmaes_popsize and (self.optimiser != "cmaes" or self.cmaes_popsize < 2):
+            raise ValueError(f"cmaes_popsize must be >= 2 and is for cmaes only: "
+                             f"{self.cmaes_popsize} with {self.optimiser}")
         if self.restarts and self.optimiser != "cmaes":
             raise ValueError(f"restarts are for cmaes only, not {self.optimiser}")
         if self.shaping_form not in SHAPING_FORMS:
@@ -203,7 +207,8 @@ class RunSpec:
         scout = f"-scout{self.scout}" if self.scout else ""
         cmaes_first = f"-cmaesfirst{self.cmaes_first}" if self.cmaes_first else ""
         memory = f"-memory{self.pgpe_memory}" if self.pgpe_memory else ""
-        return (f"{self.network}-{self.size}x{self.size}-{self.optimiser}{restarts}{lazy}"
+        popsize = f"-pop{self.cmaes_popsize}" if self.cmaes_popsize else ""
+        return (f"{self.network}-{self.size}x{self.size}-{self.optimiser}{popsize}{restarts}{lazy}"
                 f"{steps}{memory}{coevolution}{shaping}{curriculum}{scout}{cmaes_first}")
 
     @property
@@ -349,7 +354,7 @@ def _optimiser(spec: RunSpec, x0: np.ndarray, seed: int) -> Optimizer:
         return _pgpe(spec, x0, seed)
     if spec.optimiser == "es":
         return MuCommaLambdaES(x0, seed=seed)
-    return CMAES(x0, seed=seed, restarts=spec.restarts)
+    return CMAES(x0, seed=seed, restarts=spec.restarts, popsize=spec.cmaes_popsize or None)
 
 
 def _fresh_state(spec: RunSpec, net: torch.nn.Module) -> dict[str, Any]:
