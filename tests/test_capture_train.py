@@ -273,6 +273,8 @@ def test_pgpe_memory_reaches_the_optimiser_names_its_cell_and_resumes(tmp_path: 
     assert run(spec, tmp_path / "stopped.pkl", checkpoint_every=1, stop_after=2) is None
     resumed = run(spec, tmp_path / "stopped.pkl")
     assert resumed.final_fitness == straight.final_fitness
+    specs = grid_specs(["mdrnn"], [5], ["pgpe", "es"], 1, 8, 2, 0, None, 2, paired_draws=True)
+    assert [s.cell for s in specs] == ["mdrnn-5x5-pgpe", "mdrnn-5x5-pgpe-paired", "mdrnn-5x5-es"]
     np.testing.assert_array_equal(resumed.mean, straight.mean)
     assert _spec(json.loads(json.dumps(straight.summary()["spec"]))) == spec
 
@@ -294,6 +296,25 @@ def test_a_cmaes_population_reaches_the_optimiser_and_names_its_cell(tmp_path: P
     for bad in [dict(optimiser="pgpe", cmaes_popsize=60), dict(optimiser="cmaes", cmaes_popsize=1)]:
         with pytest.raises(ValueError, match="cmaes_popsize"):
             RunSpec("mdlstm", 5, **bad)
+
+
+def test_paired_draws_reach_the_games_name_their_cell_and_resume(tmp_path: Path) -> None:
+    from flows.capture_train import grid_specs
+
+    spec = RunSpec("mdrnn", 5, "pgpe", evaluations=8, games=2, final_games=2, paired_draws=True)
+    assert spec.cell == "mdrnn-5x5-pgpe-paired" and spec.draws_shared_by == 2
+    assert RunSpec("mdrnn", 5, "pgpe").draws_shared_by == 1
+    for bad in [dict(optimiser="es"), dict(optimiser="pgpe", scout=10, evaluations=200),
+                dict(optimiser="pgpe", cmaes_first=10)]:
+        with pytest.raises(ValueError, match="paired_draws"):
+            RunSpec("mdrnn", 5, paired_draws=True, **bad)
+    straight = run(spec, tmp_path / "straight.pkl")
+    assert run(spec, tmp_path / "stopped.pkl", checkpoint_every=1, stop_after=2) is None
+    resumed = run(spec, tmp_path / "stopped.pkl")
+    np.testing.assert_array_equal(resumed.mean, straight.mean)
+    assert resumed.final_fitness == straight.final_fitness
+    specs = grid_specs(["mdrnn"], [5], ["pgpe", "es"], 1, 8, 2, 0, None, 2, paired_draws=True)
+    assert [s.cell for s in specs] == ["mdrnn-5x5-pgpe", "mdrnn-5x5-pgpe-paired", "mdrnn-5x5-es"]
 
 
 def test_cmaes_restarts_reach_the_optimiser_name_their_cell_and_resume(

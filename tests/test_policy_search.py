@@ -589,3 +589,28 @@ def test_generation_fitness_shapes_each_populations_own_games() -> None:
         assert ((plies >= 1) & (plies <= 25)).all()
     with pytest.raises(ValueError, match="shaping"):
         generation_fitness(net, [population], 5, [rng], [2], shaping=[1.0])
+
+
+def test_paired_draws_give_a_pair_the_same_opponent_and_leave_single_draws_unchanged() -> None:
+    """With `shared` [2] the members of each pair meet the same tie-break numbers: two equal
+    networks in a pair play the same games (equal length-shaped fitness, which tells games
+    apart by their length); drawn one per candidate, they do not. The first member of each
+    pair meets the draws a population of the first members alone would."""
+    from services.policy_search.fitness import generation_fitness
+
+    net = MDRNN(2)
+    rng = np.random.default_rng(5)
+    x, y = rng.standard_normal((2, net.n_weights()))
+    population = np.stack([x, x, y, y])
+
+    def shaped(pop: np.ndarray, shared: list[int] | None) -> np.ndarray:
+        return generation_fitness(net, [pop], 5, [np.random.default_rng(3)], [12],
+                                  shaping=[0.5], shared=shared)[0].shaped
+
+    paired, single = shaped(population, [2]), shaped(population, None)
+    assert paired[0] == paired[1] and paired[2] == paired[3]
+    assert single[0] != single[1] or single[2] != single[3]
+    np.testing.assert_array_equal(paired[0::2], shaped(population[0::2], [1]))
+    np.testing.assert_array_equal(single, shaped(population, [1]))
+    with pytest.raises(ValueError, match="shared"):
+        shaped(population[:3], [2])

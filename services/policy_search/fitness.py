@@ -17,6 +17,14 @@ with that probability, the greedy player plays a uniformly random empty point in
 (`capture_batch.random_moves`, picked by the move's tie-break number). Whether a move is random
 is drawn per game and ply from the population's generator, after its tie-break numbers, and
 only where the share is above 0, so a plain population's games are unchanged.
+
+Common opponent draws (`shared` = k > 1): each run of k consecutive candidates of a population
+(PGPE's symmetric pair, mu + eps and mu - eps, with k = 2) plays against the same tie-break
+numbers, drawn once per run of k. Why: the networks move deterministically, so two candidates
+that choose alike play identical games, and the difference of their fitnesses, which is what
+PGPE steps on, comes from the positions where they chose differently, not from the greedy
+player's coin (common random numbers). With k = 1 (the default) every candidate draws its own,
+as before.
 """
 
 from __future__ import annotations
@@ -112,13 +120,16 @@ def generation_fitness(net: torch.nn.Module, populations: list[np.ndarray], size
                        shaping: list[float] | None = None,
                        shaping_wins: list[bool] | None = None,
                        random_share: list[float] | None = None,
+                       shared: list[int] | None = None,
                        ) -> list[GenerationFitness]:
     """Per population, a `GenerationFitness`: each candidate's fitness against the greedy
     player, as in `populations_fitness`; its mean outcome against the networks of
     `opponents[j]` [m, d], or None where it has none; and, where `shaping[j]` > 0, its mean
     `shaped_outcomes` against the greedy player with that weight (and `shaping_wins[j]`, True
     where not given). Where `random_share[j]` > 0 the greedy player of population j's games is
-    weakened (the module docstring) and "against the greedy player" means against it. Against
+    weakened (the module docstring) and "against the greedy player" means against it. Where
+    `shared[j]` > 1, runs of that many consecutive candidates share their opponent's draws
+    (the module docstring). Against
     a network a
     candidate plays two games per opponent, one with each colour: the networks move
     deterministically, so more games would repeat these. Every game of every population is in
@@ -143,6 +154,11 @@ def generation_fitness(net: torch.nn.Module, populations: list[np.ndarray], size
     counts = [len(p) for p in populations]
     table = [*populations]
     first = np.cumsum([0, *counts])  # population j's candidates are table rows first[j]...
+    shared = shared if shared is not None else [1] * len(populations)
+    if len(shared) != len(populations) or any(
+            k < 1 or n % k for k, n in zip(shared, (len(p) for p in populations), strict=True)):
+        raise ValueError(f"shared needs one group size >= 1 per population that divides its "
+                         f"candidates: {shared}")
     weakened = any(e > 0 for e in random_share)
     black, white, uniforms, randomised = [], [], [], []
     for j, (n, g, rng) in enumerate(zip(counts, games, rngs, strict=True)):
@@ -151,10 +167,15 @@ def generation_fitness(net: torch.nn.Module, populations: list[np.ndarray], size
             row = first[j] + i
             black.append(np.where(colours == BLACK, row, GREEDY))
             white.append(np.where(colours == WHITE, row, GREEDY))
-            uniforms.append(tie_uniforms(rng, size, g))
-            if weakened:  # plain batches draw nothing more and build no table
-                randomised.append(rng.random((size * size, g)) < random_share[j]
-                                  if random_share[j] > 0 else np.zeros((size * size, g), bool))
+            if i % shared[j] == 0:  # the first of its group draws; the others repeat it
+                draws = tie_uniforms(rng, size, g)
+                if weakened:  # plain batches draw nothing more and build no table
+                    random_draws = (rng.random((size * size, g)) < random_share[j]
+                                    if random_share[j] > 0
+                                    else np.zeros((size * size, g), bool))
+            uniforms.append(draws)
+            if weakened:
+                randomised.append(random_draws)
     greedy_games = sum(len(b) for b in black)
     n_candidates = int(first[-1])
     next_row = n_candidates
