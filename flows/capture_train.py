@@ -7,7 +7,7 @@ Run: python -m flows.capture_train --out runs/capture/grid [--runs 10 --evaluati
          [--workers 2 | --address tcp://scheduler:8786] [--lazy 10:70]
          [--pgpe-steps 0.1:0.05] [--coevolution] [--shaping 0.5[:losses]] [--restarts]
          [--curriculum 0.25] [--scout 1000] [--cmaes-first 2500] [--pgpe-memory 50]
-         [--cmaes-popsize 60] [--paired-draws]
+         [--cmaes-popsize 60] [--common-draws]
          [--seed 0] [--together 10]
      python -m flows.capture_train --out runs/capture/grid --replot docs/fig.png [--dpi 90]
 
@@ -45,8 +45,9 @@ episodes and as PGPE from CMA-ES's mean and widths for the rest (see runs.py and
 the best fitness of the last N generations instead of the best ever seen (see pgpe.py).
 `--cmaes-popsize N` adds, next to every CMA-ES cell, the same cell with a population of N
 instead of the library's default (4 + 3 ln d: 15 for the MDLSTM).
-`--paired-draws` adds, next to every PGPE cell, the same cell whose symmetric pairs play against
-the same draws of the greedy player's tie-breaks (common random numbers; see fitness.py).
+`--common-draws` adds, next to every cell, the same cell whose generations play against one
+draw of the greedy player's tie-breaks for all their candidates (common random numbers: PGPE's
+pair, the ES's and CMA-ES's population; see fitness.py).
 
 What it leaves under `--out`:
     runs/<run>.pkl          each run's checkpoint (optimiser, history; the finished result)
@@ -165,13 +166,13 @@ def grid_specs(networks: list[str], sizes: list[int], optimisers: list[str], run
                shaping_form: str = "both", restarts: bool = False,
                curriculum: float = 0.0, scout: int = 0,
                cmaes_first: int = 0, pgpe_memory: int = 0,
-               cmaes_popsize: int = 0, paired_draws: bool = False) -> list[RunSpec]:
+               cmaes_popsize: int = 0, common_draws: bool = False) -> list[RunSpec]:
     """Every run of the grid: each cell, then its lazy variant where `lazy` is given, its
     co-evolving variant where `coevolution` is set, its length-shaped variant where `shaping`
     is > 0, its opponent-curriculum variant where `curriculum` is > 0, its scouting variant
     where `scout` is > 0, for PGPE its CMA-ES-first variant where `cmaes_first` is > 0 and
-    its variants with `pgpe_steps` and `pgpe_memory` where given and with paired draws where
-    `paired_draws` is set, and for CMA-ES its variants
+    its common-draws variant where `common_draws` is set, for PGPE its variants with
+    `pgpe_steps` and `pgpe_memory` where given, and for CMA-ES its variants
     with restarts where `restarts` is set and with `cmaes_popsize` where given."""
     specs = []
     for network in networks:
@@ -183,14 +184,13 @@ def grid_specs(networks: list[str], sizes: list[int], optimisers: list[str], run
                              if shaping else [])
                 variants += [{"curriculum": curriculum}] if curriculum else []
                 variants += [{"scout": scout}] if scout else []
+                variants += [{"common_draws": True}] if common_draws else []
                 if cmaes_first and optimiser == "pgpe":
                     variants.append({"cmaes_first": cmaes_first})
                 if pgpe_steps and optimiser == "pgpe":
                     variants.append({"pgpe_steps": tuple(pgpe_steps)})
                 if pgpe_memory and optimiser == "pgpe":
                     variants.append({"pgpe_memory": pgpe_memory})
-                if paired_draws and optimiser == "pgpe":
-                    variants.append({"paired_draws": True})
                 if restarts and optimiser == "cmaes":
                     variants.append({"restarts": True})
                 if cmaes_popsize and optimiser == "cmaes":
@@ -213,7 +213,7 @@ def capture_train(out_dir: str = DEFAULT_OUT, networks: list[str] | None = None,
                   shaping_form: str = "both", restarts: bool = False,
                   curriculum: float = 0.0, scout: int = 0, cmaes_first: int = 0,
                   pgpe_memory: int = 0, cmaes_popsize: int = 0,
-                  paired_draws: bool = False) -> dict:
+                  common_draws: bool = False) -> dict:
     """Run the grid (see the module docstring) into `out_dir`; return the per-cell table."""
     log = get_run_logger()
     out = Path(out_dir).resolve()
@@ -222,7 +222,7 @@ def capture_train(out_dir: str = DEFAULT_OUT, networks: list[str] | None = None,
                        optimisers or list(OPTIMISERS), runs, evaluations, games, seed,
                        lazy, final_games, pgpe_steps, coevolution, shaping, shaping_form,
                        restarts, curriculum, scout, cmaes_first, pgpe_memory,
-                       cmaes_popsize, paired_draws)
+                       cmaes_popsize, common_draws)
     progress = create_progress_artifact(progress=0.0, key="capture-train-progress",
                                         description=f"runs finished of {len(specs)}")
     futures = [search_runs.submit(
@@ -268,7 +268,7 @@ def _spec_dict(spec: RunSpec) -> dict:
 def _grid_order(spec: RunSpec) -> tuple:
     return (list(NETWORKS).index(spec.network), spec.size, OPTIMISERS.index(spec.optimiser),
             spec.restarts, spec.lazy or (), spec.pgpe_steps or (), spec.pgpe_memory,
-            spec.cmaes_popsize, spec.paired_draws, spec.run)
+            spec.cmaes_popsize, spec.common_draws, spec.run)
 
 
 def cell_table(results: list[dict]) -> list[dict]:
@@ -515,9 +515,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--pgpe-memory", type=int, default=0, metavar="N",
                         help="also run every PGPE cell with its steps normalised by the best "
                              "fitness of the last N generations, not the best ever (pgpe.py)")
-    parser.add_argument("--paired-draws", action="store_true",
-                        help="also run every PGPE cell with each pair playing the same "
-                             "opponent draws (common random numbers; see fitness.py)")
+    parser.add_argument("--common-draws", action="store_true",
+                        help="also run every cell with each generation's candidates playing "
+                             "the same opponent draws (common random numbers; see fitness.py)")
     parser.add_argument("--cmaes-popsize", type=int, default=0, metavar="N",
                         help="also run every CMA-ES cell with a population of N (default: "
                              "the library's 4 + 3 ln d)")
@@ -576,7 +576,7 @@ def main(argv: list[str] | None = None) -> dict:
                    shaping=args.shaping[0], shaping_form=args.shaping[1],
                    restarts=args.restarts, curriculum=args.curriculum, scout=args.scout,
                    cmaes_first=args.cmaes_first, pgpe_memory=args.pgpe_memory,
-                   cmaes_popsize=args.cmaes_popsize, paired_draws=args.paired_draws)
+                   cmaes_popsize=args.cmaes_popsize, common_draws=args.common_draws)
     print(table_markdown(result["cells"]))
     print(generalisation_markdown(result["generalisation"]))
     print(f"best run: {result['best']} -> {Path(args.out) / 'best_network.pt'}")

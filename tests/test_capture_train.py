@@ -273,8 +273,6 @@ def test_pgpe_memory_reaches_the_optimiser_names_its_cell_and_resumes(tmp_path: 
     assert run(spec, tmp_path / "stopped.pkl", checkpoint_every=1, stop_after=2) is None
     resumed = run(spec, tmp_path / "stopped.pkl")
     assert resumed.final_fitness == straight.final_fitness
-    specs = grid_specs(["mdrnn"], [5], ["pgpe", "es"], 1, 8, 2, 0, None, 2, paired_draws=True)
-    assert [s.cell for s in specs] == ["mdrnn-5x5-pgpe", "mdrnn-5x5-pgpe-paired", "mdrnn-5x5-es"]
     np.testing.assert_array_equal(resumed.mean, straight.mean)
     assert _spec(json.loads(json.dumps(straight.summary()["spec"]))) == spec
 
@@ -298,23 +296,34 @@ def test_a_cmaes_population_reaches_the_optimiser_and_names_its_cell(tmp_path: P
             RunSpec("mdlstm", 5, **bad)
 
 
-def test_paired_draws_reach_the_games_name_their_cell_and_resume(tmp_path: Path) -> None:
+def test_common_draws_reach_the_games_name_their_cell_and_resume(tmp_path: Path) -> None:
     from flows.capture_train import grid_specs
+    from services.policy_search import runs as runs_module
 
-    spec = RunSpec("mdrnn", 5, "pgpe", evaluations=8, games=2, final_games=2, paired_draws=True)
-    assert spec.cell == "mdrnn-5x5-pgpe-paired" and spec.draws_shared_by == 2
-    assert RunSpec("mdrnn", 5, "pgpe").draws_shared_by == 1
-    for bad in [dict(optimiser="es"), dict(optimiser="pgpe", scout=10, evaluations=200),
-                dict(optimiser="pgpe", cmaes_first=10)]:
-        with pytest.raises(ValueError, match="paired_draws"):
-            RunSpec("mdrnn", 5, paired_draws=True, **bad)
-    straight = run(spec, tmp_path / "straight.pkl")
-    assert run(spec, tmp_path / "stopped.pkl", checkpoint_every=1, stop_after=2) is None
+    spec = RunSpec("mdrnn", 5, "cmaes", evaluations=22, games=2, final_games=2,
+                   common_draws=True)
+    assert spec.cell == "mdrnn-5x5-cmaes-common" and spec.draws_shared_by(11) == 11
+    assert RunSpec("mdrnn", 5, "pgpe").draws_shared_by(2) == 1
+    told = []
+    original = runs_module.generation_fitness
+
+    def spy(*args, **kwargs):
+        told.append(args[-1] if len(args) > 8 else kwargs.get("shared"))
+        return original(*args, **kwargs)
+
+    runs_module.generation_fitness = spy
+    try:
+        straight = run(spec, tmp_path / "straight.pkl")
+    finally:
+        runs_module.generation_fitness = original
+    assert told == [[11], [11]]  # CMA-ES's population of 11 for 12 weights, two generations
+    assert run(spec, tmp_path / "stopped.pkl", checkpoint_every=1, stop_after=1) is None
     resumed = run(spec, tmp_path / "stopped.pkl")
     np.testing.assert_array_equal(resumed.mean, straight.mean)
     assert resumed.final_fitness == straight.final_fitness
-    specs = grid_specs(["mdrnn"], [5], ["pgpe", "es"], 1, 8, 2, 0, None, 2, paired_draws=True)
-    assert [s.cell for s in specs] == ["mdrnn-5x5-pgpe", "mdrnn-5x5-pgpe-paired", "mdrnn-5x5-es"]
+    specs = grid_specs(["mdrnn"], [5], ["pgpe", "es"], 1, 8, 2, 0, None, 2, common_draws=True)
+    assert [s.cell for s in specs] == ["mdrnn-5x5-pgpe", "mdrnn-5x5-pgpe-common",
+                                       "mdrnn-5x5-es", "mdrnn-5x5-es-common"]
 
 
 def test_cmaes_restarts_reach_the_optimiser_name_their_cell_and_resume(

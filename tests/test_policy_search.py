@@ -591,7 +591,7 @@ def test_generation_fitness_shapes_each_populations_own_games() -> None:
         generation_fitness(net, [population], 5, [rng], [2], shaping=[1.0])
 
 
-def test_paired_draws_give_a_pair_the_same_opponent_and_leave_single_draws_unchanged() -> None:
+def test_shared_draws_give_a_group_the_same_opponent_and_leave_single_draws_unchanged() -> None:
     """With `shared` [2] the members of each pair meet the same tie-break numbers: two equal
     networks in a pair play the same games (equal length-shaped fitness, which tells games
     apart by their length); drawn one per candidate, they do not. The first member of each

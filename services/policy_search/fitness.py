@@ -19,12 +19,12 @@ is drawn per game and ply from the population's generator, after its tie-break n
 only where the share is above 0, so a plain population's games are unchanged.
 
 Common opponent draws (`shared` = k > 1): each run of k consecutive candidates of a population
-(PGPE's symmetric pair, mu + eps and mu - eps, with k = 2) plays against the same tie-break
-numbers, drawn once per run of k. Why: the networks move deterministically, so two candidates
-that choose alike play identical games, and the difference of their fitnesses, which is what
-PGPE steps on, comes from the positions where they chose differently, not from the greedy
-player's coin (common random numbers). With k = 1 (the default) every candidate draws its own,
-as before.
+(a whole generation: PGPE's symmetric pair mu + eps and mu - eps, CMA-ES's population) plays
+against the same tie-break numbers, drawn once per run of k. Why: the networks move
+deterministically, so two candidates that choose alike play identical games, and the
+difference of their fitnesses, which is what PGPE steps on and what CMA-ES ranks by, comes
+from the positions where they chose differently, not from the greedy player's coin (common
+random numbers). With k = 1 (the default) every candidate draws its own, as before.
 """
 
 from __future__ import annotations

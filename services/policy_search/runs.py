@@ -152,7 +152,7 @@ class RunSpec:
     cmaes_first: int = 0  # episodes of CMA-ES before PGPE takes over (above)
     pgpe_memory: int = 0  # PGPE's m: best of the last N generations (0: best ever, the paper's)
     cmaes_popsize: int = 0  # CMA-ES's population (0: the library's default, 4 + 3 ln d)
-    paired_draws: bool = False  # PGPE's pair plays the same opponent draws (fitness.py)
+    common_draws: bool = False  # a generation's candidates meet the same opponent draws
 
     def __post_init__(self) -> None:
         if self.network not in NETWORKS:
@@ -188,9 +188,6 @@ class RunSpec:
         if self.cmaes_popsize and (self.optimiser != "cmaes" or self.cmaes_popsize < 2):
             raise ValueError(f"cmaes_popsize must be >= 2 and is for cmaes only: "
                              f"{self.cmaes_popsize} with {self.optimiser}")
-        if self.paired_draws and (self.optimiser != "pgpe" or self.scout or self.cmaes_first):
-            raise ValueError("paired_draws is for pgpe's symmetric pairs (no scouting or "
-                             "CMA-ES phase, whose populations are not pairs)")
         if self.restarts and self.optimiser != "cmaes":
             raise ValueError(f"restarts are for cmaes only, not {self.optimiser}")
         if self.shaping_form not in SHAPING_FORMS:
@@ -212,7 +209,7 @@ class RunSpec:
         cmaes_first = f"-cmaesfirst{self.cmaes_first}" if self.cmaes_first else ""
         memory = f"-memory{self.pgpe_memory}" if self.pgpe_memory else ""
         popsize = f"-pop{self.cmaes_popsize}" if self.cmaes_popsize else ""
-        memory += "-paired" if self.paired_draws else ""
+        memory += "-common" if self.common_draws else ""
         return (f"{self.network}-{self.size}x{self.size}-{self.optimiser}{popsize}{restarts}{lazy}"
                 f"{steps}{memory}{coevolution}{shaping}{curriculum}{scout}{cmaes_first}")
 
@@ -245,11 +242,11 @@ class RunSpec:
         """Whether a win's length counts in the shaped outcome (all forms but "losses")."""
         return self.shaping_form != "losses"
 
-    @property
-    def draws_shared_by(self) -> int:
-        """How many consecutive candidates share their opponent's draws: PGPE's pair (2)
-        with `paired_draws`, else 1 (each its own)."""
-        return 2 if self.paired_draws else 1
+    def draws_shared_by(self, candidates: int) -> int:
+        """How many consecutive candidates of a generation of `candidates` share their
+        opponent's draws: all of them with `common_draws` (PGPE's pair, CMA-ES's or the
+        ES's population), else 1 (each its own)."""
+        return candidates if self.common_draws else 1
 
     def games_now(self, spent: int) -> int:
         """Games per fitness evaluation once `spent` games of the budget are spent."""
@@ -530,7 +527,8 @@ def run_together(specs: list[RunSpec], checkpoints: list[Path], checkpoint_every
                                     for _, r in live],
                                    [r.spec.shaping_counts_wins for _, r in live],
                                    [r.spec.random_share_now(r.state["spent"]) for _, r in live],
-                                   [r.spec.draws_shared_by for _, r in live])
+                                   [r.spec.draws_shared_by(len(p))
+                                    for (_, r), p in zip(live, populations, strict=True)])
         curve_due = []
         for (_, r), population, part, g in zip(live, populations, parts, games, strict=True):
             r.tell(population, part, g)
