@@ -25,9 +25,9 @@ alpha_mu = 0.2, alpha_sigma = 0.1 and sigma_0 = 2.0 are the paper's and PyBrain'
 generations instead of the best ever seen. Why: a fitness is a mean of a few noisy games, and a
 lucky candidate early in a run lifts m for good; from then on every pair's step is divided by
 a distance to a best that the search never reaches again, so the mean barely moves while its
-pairs are near the floor. In the Capture Game's MDLSTM runs the best fitness seen by 2,000
-episodes and the episode at which a run leaves its slow phase go together (-0.60 left at
-3,000, -0.05 at 11,000, -0.10 never). A recent best keeps the steps the size the rule means.
+pairs are near the floor (in the Capture Game's runs the best fitness seen early and the
+length of PGPE's slow phase go together; docs/capture_game.md). A recent best keeps the steps
+the size the rule means.
 """
 
 from __future__ import annotations

@@ -72,6 +72,14 @@ grid's settings) for the first n episodes and hands off to PGPE at its mean, PGP
 weight being CMA-ES's marginal standard deviation and its best fitness seen the run's
 (`handoff.Handoff`): CMA-ES's fast start, PGPE's steady climb.
 
+Against the noise of a few games per fitness (options beyond the paper): `pgpe_memory=n`
+normalises PGPE's steps by the best fitness of its last n generations instead of the best ever
+seen (`pgpe.PGPE`'s `memory`: one lucky early candidate no longer shrinks every later step);
+`cmaes_popsize=n` gives CMA-ES a population of n instead of the library's default (a larger
+population averages the noise out of its ranking); `common_draws=True` has all candidates of a
+generation play against the same tie-break numbers of the greedy player (common random numbers;
+`fitness.generation_fitness`'s `shared`). Any optimiser for the last.
+
 Seeds. The start point x0 (the network's random initial weights) depends only on the grid seed
 and the run index, so the three optimisers of a run start from the same network; the optimiser's
 and the games' random streams also depend on the run's cell, so that no two cells share games.
@@ -150,9 +158,9 @@ class RunSpec:
     curriculum: float = 0.0  # share of the budget over which the opponent grows greedy (above)
     scout: int = 0  # episodes of random draws around x0 before the optimiser starts (above)
     cmaes_first: int = 0  # episodes of CMA-ES before PGPE takes over (above)
-    pgpe_memory: int = 0  # PGPE's m: best of the last N generations (0: best ever, the paper's)
-    cmaes_popsize: int = 0  # CMA-ES's population (0: the library's default, 4 + 3 ln d)
-    common_draws: bool = False  # a generation's candidates meet the same opponent draws
+    pgpe_memory: int = 0  # PGPE's m: best of the last n generations (0: best ever; above)
+    cmaes_popsize: int = 0  # CMA-ES's population (0: the library's default, 4 + 3 ln d; above)
+    common_draws: bool = False  # a generation's candidates meet the same opponent draws (above)
 
     def __post_init__(self) -> None:
         if self.network not in NETWORKS:
@@ -209,9 +217,9 @@ class RunSpec:
         cmaes_first = f"-cmaesfirst{self.cmaes_first}" if self.cmaes_first else ""
         memory = f"-memory{self.pgpe_memory}" if self.pgpe_memory else ""
         popsize = f"-pop{self.cmaes_popsize}" if self.cmaes_popsize else ""
-        memory += "-common" if self.common_draws else ""
+        common = "-common" if self.common_draws else ""
         return (f"{self.network}-{self.size}x{self.size}-{self.optimiser}{popsize}{restarts}{lazy}"
-                f"{steps}{memory}{coevolution}{shaping}{curriculum}{scout}{cmaes_first}")
+                f"{steps}{memory}{common}{coevolution}{shaping}{curriculum}{scout}{cmaes_first}")
 
     @property
     def name(self) -> str:
