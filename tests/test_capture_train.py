@@ -303,6 +303,7 @@ def test_common_draws_reach_the_games_name_their_cell_and_resume(tmp_path: Path)
     spec = RunSpec("mdrnn", 5, "cmaes", evaluations=22, games=2, final_games=2,
                    common_draws=True)
     assert spec.cell == "mdrnn-5x5-cmaes-common" and spec.draws_shared_by(11) == 11
+    assert spec.draws_shared_by(0) == 1  # generation_fitness takes groups of at least one
     assert RunSpec("mdrnn", 5, "pgpe").draws_shared_by(2) == 1
     told = []
     original = runs_module.generation_fitness

@@ -254,7 +254,7 @@ class RunSpec:
         """How many consecutive candidates of a generation of `candidates` share their
         opponent's draws: all of them with `common_draws` (PGPE's pair, CMA-ES's or the
         ES's population), else 1 (each its own)."""
-        return candidates if self.common_draws else 1
+        return max(candidates, 1) if self.common_draws else 1  # an empty one shares nothing
 
     def games_now(self, spent: int) -> int:
         """Games per fitness evaluation once `spent` games of the budget are spent."""
