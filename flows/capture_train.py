@@ -549,15 +549,13 @@ def main(argv: list[str] | None = None) -> dict:
         return {"replot": str(args.replot)}
     if min(args.runs, args.evaluations, args.games, args.together) < 1:
         parser.error("--runs, --evaluations, --games and --together must be >= 1")
-    if args.pgpe_memory < 0:
-        parser.error(f"--pgpe-memory: generations must be >= 1 (0: off), got {args.pgpe_memory}")
-    if args.cmaes_popsize < 0 or args.cmaes_popsize == 1:
-        parser.error(f"--cmaes-popsize: a population must be >= 2 (0: the library's), got "
-                     f"{args.cmaes_popsize}")
-    for option in ("scout", "cmaes_first"):  # episode counts RunSpec checks against the budget
+    # options RunSpec checks (episode counts against the budget, sizes), with the optimiser
+    # each one is for
+    for option, optimiser in (("scout", "pgpe"), ("cmaes_first", "pgpe"),
+                              ("pgpe_memory", "pgpe"), ("cmaes_popsize", "cmaes")):
         if getattr(args, option):
             try:
-                RunSpec("mdrnn", 5, "pgpe", evaluations=args.evaluations,
+                RunSpec("mdrnn", 5, optimiser, evaluations=args.evaluations,
                         **{option: getattr(args, option)})
             except ValueError as error:
                 parser.error(f"--{option.replace('_', '-')}: {error}")

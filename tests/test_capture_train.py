@@ -296,7 +296,8 @@ def test_a_cmaes_population_reaches_the_optimiser_and_names_its_cell(tmp_path: P
             RunSpec("mdlstm", 5, **bad)
 
 
-def test_common_draws_reach_the_games_name_their_cell_and_resume(tmp_path: Path) -> None:
+def test_common_draws_reach_the_games_name_their_cell_and_resume(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from flows.capture_train import grid_specs
     from services.policy_search import runs as runs_module
 
@@ -312,11 +313,9 @@ def test_common_draws_reach_the_games_name_their_cell_and_resume(tmp_path: Path)
         told.append(args[-1] if len(args) > 8 else kwargs.get("shared"))
         return original(*args, **kwargs)
 
-    runs_module.generation_fitness = spy
-    try:
+    with monkeypatch.context() as patched:
+        patched.setattr(runs_module, "generation_fitness", spy)
         straight = run(spec, tmp_path / "straight.pkl")
-    finally:
-        runs_module.generation_fitness = original
     assert told == [[11], [11]]  # CMA-ES's population of 11 for 12 weights, two generations
     assert run(spec, tmp_path / "stopped.pkl", checkpoint_every=1, stop_after=1) is None
     resumed = run(spec, tmp_path / "stopped.pkl")

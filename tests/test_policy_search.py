@@ -157,7 +157,8 @@ def test_a_pgpe_pickled_before_memory_existed_reads_back_with_the_papers_m() -> 
     for name in ("memory", "_recent_best"):
         del state[name]
     old = PGPE.__new__(PGPE)
-    old.__dict__.update(state)
+    old.__setstate__(state)
+    assert old.memory is None
     mu = old.mean
     eps = _pair_step(old, [-0.95, -1.0])
     np.testing.assert_allclose(old.mean - mu, 0.2 * (0.05 / 3.75) * eps)

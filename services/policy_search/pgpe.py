@@ -61,6 +61,12 @@ class PGPE(Optimizer):
         self._rng = np.random.default_rng(seed)
         self._eps = np.zeros((pairs, self.dim))
 
+    def __setstate__(self, state: dict) -> None:
+        """Checkpoints written before `memory` existed: the paper's m, the best ever seen."""
+        state.setdefault("memory", None)
+        state.setdefault("_recent_best", deque(maxlen=None))
+        self.__dict__.update(state)
+
     @property
     def mean(self) -> np.ndarray:
         return self._mu.copy()
@@ -95,8 +101,7 @@ class PGPE(Optimizer):
     def _normaliser(self, fitnesses: np.ndarray) -> float:
         """m of the rule: the best fitness ever seen, or, with `memory`, the best of the last
         `memory` generations (this one included, so m is never below the pair's fitnesses)."""
-        memory = getattr(self, "memory", None)  # checkpoints written before it existed
-        if memory is None:
+        if self.memory is None:
             return self.best_fitness
         self._recent_best.append(float(fitnesses.max()))
         return max(self._recent_best)
