@@ -7,7 +7,7 @@ Run: python -m flows.capture_train --out runs/capture/grid [--runs 10 --evaluati
          [--workers 2 | --address tcp://scheduler:8786] [--lazy 10:70]
          [--pgpe-steps 0.1:0.05] [--coevolution] [--shaping 0.5[:losses]] [--restarts]
          [--curriculum 0.25] [--scout 1000] [--cmaes-first 2500] [--pgpe-memory 50]
-         [--cmaes-popsize 60] [--common-draws]
+         [--cmaes-popsize 60] [--common-draws] [--abandon 2500:-0.5]
          [--seed 0] [--together 10]
      python -m flows.capture_train --out runs/capture/grid --replot docs/fig.png [--dpi 90]
 
@@ -48,6 +48,9 @@ instead of the library's default (4 + 3 ln d: 15 for the MDLSTM).
 `--common-draws` adds, next to every cell, the same cell whose generations play against one
 draw of the greedy player's tie-breaks for all their candidates (common random numbers: PGPE's
 pair, the ES's and CMA-ES's population; see fitness.py).
+`--abandon E:F` adds, next to every cell, the same cell whose runs drop a start that is stuck:
+a chain whose candidates average below fitness F after E episodes of its own (with half the
+budget still left) is replaced by a fresh optimiser from a new random network (see runs.py).
 
 What it leaves under `--out`:
     runs/<run>.pkl          each run's checkpoint (optimiser, history; the finished result)
@@ -144,7 +147,8 @@ def batches(specs: list[RunSpec], together: int) -> list[list[RunSpec]]:
 
 def _spec(spec: dict) -> RunSpec:
     """A RunSpec from its dict (a JSON round trip turns its tuples into lists)."""
-    tuples = {k: tuple(spec[k]) if spec.get(k) else None for k in ("lazy", "pgpe_steps")}
+    tuples = {k: tuple(spec[k]) if spec.get(k) else None
+              for k in ("lazy", "pgpe_steps", "abandon")}
     return RunSpec(**{**spec, **tuples})
 
 
@@ -166,12 +170,14 @@ def grid_specs(networks: list[str], sizes: list[int], optimisers: list[str], run
                shaping_form: str = "both", restarts: bool = False,
                curriculum: float = 0.0, scout: int = 0,
                cmaes_first: int = 0, pgpe_memory: int = 0,
-               cmaes_popsize: int = 0, common_draws: bool = False) -> list[RunSpec]:
+               cmaes_popsize: int = 0, common_draws: bool = False,
+               abandon: tuple[int, float] | None = None) -> list[RunSpec]:
     """Every run of the grid: each cell, then its lazy variant where `lazy` is given, its
     co-evolving variant where `coevolution` is set, its length-shaped variant where `shaping`
     is > 0, its opponent-curriculum variant where `curriculum` is > 0, its scouting variant
     where `scout` is > 0, for PGPE its CMA-ES-first variant where `cmaes_first` is > 0 and
-    its common-draws variant where `common_draws` is set, for PGPE its variants with
+    its common-draws variant where `common_draws` is set, its variant that abandons stuck
+    starts where `abandon` is given, for PGPE its variants with
     `pgpe_steps` and `pgpe_memory` where given, and for CMA-ES its variants
     with restarts where `restarts` is set and with `cmaes_popsize` where given."""
     specs = []
@@ -185,6 +191,7 @@ def grid_specs(networks: list[str], sizes: list[int], optimisers: list[str], run
                 variants += [{"curriculum": curriculum}] if curriculum else []
                 variants += [{"scout": scout}] if scout else []
                 variants += [{"common_draws": True}] if common_draws else []
+                variants += [{"abandon": tuple(abandon)}] if abandon else []
                 if cmaes_first and optimiser == "pgpe":
                     variants.append({"cmaes_first": cmaes_first})
                 if pgpe_steps and optimiser == "pgpe":
@@ -213,7 +220,8 @@ def capture_train(out_dir: str = DEFAULT_OUT, networks: list[str] | None = None,
                   shaping_form: str = "both", restarts: bool = False,
                   curriculum: float = 0.0, scout: int = 0, cmaes_first: int = 0,
                   pgpe_memory: int = 0, cmaes_popsize: int = 0,
-                  common_draws: bool = False) -> dict:
+                  common_draws: bool = False,
+                  abandon: tuple[int, float] | None = None) -> dict:
     """Run the grid (see the module docstring) into `out_dir`; return the per-cell table."""
     log = get_run_logger()
     out = Path(out_dir).resolve()
@@ -222,7 +230,7 @@ def capture_train(out_dir: str = DEFAULT_OUT, networks: list[str] | None = None,
                        optimisers or list(OPTIMISERS), runs, evaluations, games, seed,
                        lazy, final_games, pgpe_steps, coevolution, shaping, shaping_form,
                        restarts, curriculum, scout, cmaes_first, pgpe_memory,
-                       cmaes_popsize, common_draws)
+                       cmaes_popsize, common_draws, abandon)
     progress = create_progress_artifact(progress=0.0, key="capture-train-progress",
                                         description=f"runs finished of {len(specs)}")
     futures = [search_runs.submit(
@@ -268,7 +276,7 @@ def _spec_dict(spec: RunSpec) -> dict:
 def _grid_order(spec: RunSpec) -> tuple:
     return (list(NETWORKS).index(spec.network), spec.size, OPTIMISERS.index(spec.optimiser),
             spec.restarts, spec.lazy or (), spec.pgpe_steps or (), spec.pgpe_memory,
-            spec.cmaes_popsize, spec.common_draws, spec.run)
+            spec.cmaes_popsize, spec.common_draws, spec.abandon or (), spec.run)
 
 
 def cell_table(results: list[dict]) -> list[dict]:
@@ -460,6 +468,14 @@ def _share(text: str) -> float:
     return share
 
 
+def _abandon(text: str) -> tuple[int, float]:
+    try:
+        episodes, fitness = text.split(":")
+        return int(episodes), float(fitness)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"EPISODES:FITNESS, e.g. 2500:-0.5: {text!r}") from None
+
+
 def _lazy(text: str) -> tuple[int, int]:
     try:
         first, last = (int(v) for v in text.split(":"))
@@ -521,6 +537,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--cmaes-popsize", type=int, default=0, metavar="N",
                         help="also run every CMA-ES cell with a population of N (default: "
                              "the library's 4 + 3 ln d)")
+    parser.add_argument("--abandon", type=_abandon, default=None, metavar="EPISODES:FITNESS",
+                        help="also run every cell dropping a start whose candidates average "
+                             "below FITNESS after EPISODES episodes of its own, for a fresh "
+                             "random start (see runs.py)")
     parser.add_argument("--restarts", action="store_true",
                         help="also run every CMA-ES cell with IPOP restarts (see cmaes.py)")
     parser.add_argument("--generalise", type=_csv(int), default=list(GENERALISE_SIZES),
@@ -552,7 +572,8 @@ def main(argv: list[str] | None = None) -> dict:
     # options RunSpec checks (episode counts against the budget, sizes), with the optimiser
     # each one is for
     for option, optimiser in (("scout", "pgpe"), ("cmaes_first", "pgpe"),
-                              ("pgpe_memory", "pgpe"), ("cmaes_popsize", "cmaes")):
+                              ("pgpe_memory", "pgpe"), ("cmaes_popsize", "cmaes"),
+                              ("abandon", "pgpe")):
         if getattr(args, option):
             try:
                 RunSpec("mdrnn", 5, optimiser, evaluations=args.evaluations,
@@ -574,7 +595,8 @@ def main(argv: list[str] | None = None) -> dict:
                    shaping=args.shaping[0], shaping_form=args.shaping[1],
                    restarts=args.restarts, curriculum=args.curriculum, scout=args.scout,
                    cmaes_first=args.cmaes_first, pgpe_memory=args.pgpe_memory,
-                   cmaes_popsize=args.cmaes_popsize, common_draws=args.common_draws)
+                   cmaes_popsize=args.cmaes_popsize, common_draws=args.common_draws,
+                   abandon=args.abandon)
     print(table_markdown(result["cells"]))
     print(generalisation_markdown(result["generalisation"]))
     print(f"best run: {result['best']} -> {Path(args.out) / 'best_network.pt'}")

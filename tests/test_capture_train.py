@@ -645,3 +645,88 @@ def test_shaping_until_even_stops_at_the_first_even_candidate_and_resumes(tmp_pa
     assert run(spec, path, checkpoint_every=2, stop_after=first + 3) is None
     (resumed,) = run_together([spec], [path], checkpoint_every=2)
     _same(straight, resumed)
+
+
+def _live_run(spec: RunSpec, generations: list[tuple[int, float]]):
+    """A `_LiveRun` of `spec` whose history holds `generations` (games spent after each, the
+    candidates' fitness, two candidates each), as the run loop leaves it."""
+    from services.policy_search.runs import _fresh_state, _LiveRun, network_for
+
+    net = network_for(spec)
+    state = _fresh_state(spec, net)
+    h = state["history"]
+    for spent, fitness in generations:
+        h.generation_episodes.append(spent / spec.games)
+        h.fitness.append(np.full(2, fitness, np.float32))
+    state["spent"] = generations[-1][0]
+    rng = np.random.default_rng(0)
+    return net, _LiveRun(spec, Path("unused.pkl"), state, rng, rng)
+
+
+def test_a_stuck_chain_is_abandoned_for_a_fresh_start_only_when_the_rule_says() -> None:
+    from services.policy_search.runs import next_chain, start_point
+
+    # budget 60 episodes of 2 games; look after 20 episodes (40 games), at the last fifth:
+    # the generations after 16 episodes (32 games)
+    spec = RunSpec("mdrnn", 5, "cmaes", evaluations=60, games=2, abandon=(20, -0.5))
+    assert spec.cell == "mdrnn-5x5-cmaes-abandon20below-0.5"
+    early = [(8, -1.0), (16, -1.0), (24, 0.9), (32, 0.9)]  # good before the window
+    net, live = _live_run(spec, [*early, (36, -0.6), (40, -0.6)])
+    first = live.opt
+    live.abandon_if_stuck(net, spent_before=36)
+    assert live.state["chains"] == 2 and live.state["chain_start"] == 40
+    assert live.opt is not first
+    np.testing.assert_array_equal(live.opt.mean, start_point(spec, net, chain=1))
+    assert not np.array_equal(start_point(spec, net, chain=1), start_point(spec, net))
+    np.testing.assert_array_equal(next_chain(spec, net, 1).ask(), next_chain(spec, net, 1).ask())
+    # the next chain is looked at after its own 20 episodes: 40 + 40 = 80 games > half the
+    # budget (60 games), so it runs to the end whatever it scores
+    live.state["history"].generation_episodes.append(41.0)
+    live.state["history"].fitness.append(np.full(2, -1.0, np.float32))
+    live.state["spent"] = 82
+    live.abandon_if_stuck(net, spent_before=78)
+    assert live.state["chains"] == 2
+    for generations, spent_before, why in [
+            ([*early, (36, -0.5), (40, -0.5)], 36, "at the threshold"),
+            ([*early, (36, -1.0), (40, 0.0)], 36, "the window's mean is -0.5"),
+            ([*early, (36, -1.0), (38, -1.0)], 36, "not yet 20 episodes"),
+            ([*early, (40, -1.0), (44, -1.0)], 40, "looked at already")]:
+        net, live = _live_run(spec, generations)
+        live.abandon_if_stuck(net, spent_before)
+        assert "chains" not in live.state, why
+    # without the option nothing is looked at
+    net, live = _live_run(RunSpec("mdrnn", 5, "cmaes", evaluations=100, games=2),
+                          [(36, -1.0), (40, -1.0)])
+    live.abandon_if_stuck(net, 36)
+    assert "chains" not in live.state
+
+
+def test_an_abandoning_run_counts_one_budget_resumes_across_the_change_and_names_its_cell(
+        tmp_path: Path) -> None:
+    from flows.capture_train import _spec, grid_specs, main
+
+    # fitness 1.0 is above any chain's: the first start is dropped after 50 episodes
+    spec = RunSpec("mdrnn", 5, "cmaes", evaluations=200, games=2, final_games=4,
+                   abandon=(50, 1.0))
+    straight = run(spec, tmp_path / "straight.pkl", checkpoint_every=3)
+    assert straight.chains == 2 and straight.summary()["chains"] == 2
+    state = load_state(tmp_path / "straight.pkl")
+    assert 100 <= state["chain_start"] < 100 + 2 * 11  # one generation of 11 past 50 episodes
+    # the second chain's optimiser counts only its own evaluations; the run's budget is one
+    assert state["optimiser"].evaluations * 2 == state["spent"] - state["chain_start"]
+    spent = straight.history.generation_episodes[-1]
+    assert spec.evaluations <= spent < spec.evaluations + 11
+    # killed before the change and after it, resumed to the same end
+    for stop in (3, 7):
+        path = tmp_path / f"stopped{stop}.pkl"
+        assert run(spec, path, checkpoint_every=3, stop_after=stop) is None
+        _same(straight, run(spec, path, checkpoint_every=3))
+    specs = grid_specs(["mdrnn"], [5], ["pgpe"], 1, 8, 2, 0, None, 2, abandon=(2, -0.5))
+    assert [s.cell for s in specs] == ["mdrnn-5x5-pgpe", "mdrnn-5x5-pgpe-abandon2below-0.5"]
+    assert _spec(json.loads(json.dumps(straight.summary()["spec"]))) == spec
+    for bad in [(0, -0.5), (101, -0.5), (50, -1.0), (50, 1.5), (50,)]:
+        with pytest.raises(ValueError, match="abandon"):
+            RunSpec("mdrnn", 5, "pgpe", evaluations=200, abandon=bad)
+    for option in (["--abandon", "x:y"], ["--abandon", "7000:-0.5"]):
+        with pytest.raises(SystemExit):
+            main(["--out", str(tmp_path / "grid"), *option])

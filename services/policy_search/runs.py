@@ -80,6 +80,18 @@ population averages the noise out of its ranking); `common_draws=True` has all c
 generation play against the same tie-break numbers of the greedy player (common random numbers;
 `fitness.generation_fitness`'s `shared`). Any optimiser for the last.
 
+Abandoning a stuck start (an option beyond the paper, against the runs that every optimiser
+leaves on a plateau far below the others): `abandon=(e, f)` looks at a chain (the optimiser from
+one start point) once it has spent e episodes of its own; if its candidates' mean fitness over
+the last fifth of those episodes is below f and at least half the run's budget is still
+unspent, the chain is dropped and a fresh optimiser starts from a new random network (its start
+point and seed spawned from the run's, so a resumed run draws the same). Why: on MDLSTM 5x5 the
+runs split early into those that climb and those that stay near -0.5 to the end, whatever the
+optimiser (`docs/capture_game.md`); which kind a run is shows after a few thousand episodes, and
+a second start is a fresh draw. The network deployed is the mean of the chain running at the
+end; the history and curves go on across the change (the curve drops where a chain is
+dropped), and every game counts in the one budget. Any optimiser.
+
 Seeds. The start point x0 (the network's random initial weights) depends only on the grid seed
 and the run index, so the three optimisers of a run start from the same network; the optimiser's
 and the games' random streams also depend on the run's cell, so that no two cells share games.
@@ -132,6 +144,9 @@ OPTIMISERS = ("pgpe", "es", "cmaes")
 SHAPING_FORMS = ("both", "losses", "fading", "until")
 UNTIL_FITNESS = 0.0  # "until": the plain fitness at which shaping stops
 CHECKPOINT_VERSION = 1
+# abandoning a stuck chain: its candidates' mean over the last ABANDON_WINDOW of its episodes
+# decides, and only while at least ABANDON_BEFORE of the budget is left for the next one
+ABANDON_WINDOW, ABANDON_BEFORE = 0.2, 0.5
 SCOUT_SHORTLIST, SCOUT_REPEATS = 10, 10  # scouting's confirmation: the best 10 draws, 10 times
 SCOUT_CONFIRMATION = SCOUT_SHORTLIST * SCOUT_REPEATS  # the confirmation's episodes
 
@@ -161,6 +176,7 @@ class RunSpec:
     pgpe_memory: int = 0  # PGPE's m: best of the last n generations (0: best ever; above)
     cmaes_popsize: int = 0  # CMA-ES's population (0: the library's default, 4 + 3 ln d; above)
     common_draws: bool = False  # a generation's candidates meet the same opponent draws (above)
+    abandon: tuple[int, float] | None = None  # (episodes, fitness): drop a stuck chain (above)
 
     def __post_init__(self) -> None:
         if self.network not in NETWORKS:
@@ -198,6 +214,12 @@ class RunSpec:
                              f"{self.cmaes_popsize} with {self.optimiser}")
         if self.restarts and self.optimiser != "cmaes":
             raise ValueError(f"restarts are for cmaes only, not {self.optimiser}")
+        if self.abandon is not None and (
+                len(self.abandon) != 2 or not 1 <= self.abandon[0] <= ABANDON_BEFORE
+                * self.evaluations or not -1 < self.abandon[1] <= 1):
+            raise ValueError(f"abandon must be (episodes in [1, {ABANDON_BEFORE:g} x the "
+                             f"budget], fitness in (-1, 1]): {self.abandon} of "
+                             f"{self.evaluations}")
         if self.shaping_form not in SHAPING_FORMS:
             raise ValueError(f"shaping_form {self.shaping_form!r}: one of "
                              f"{', '.join(SHAPING_FORMS)}")
@@ -218,8 +240,11 @@ class RunSpec:
         memory = f"-memory{self.pgpe_memory}" if self.pgpe_memory else ""
         popsize = f"-pop{self.cmaes_popsize}" if self.cmaes_popsize else ""
         common = "-common" if self.common_draws else ""
+        abandon = (f"-abandon{self.abandon[0]}below{self.abandon[1]:g}" if self.abandon
+                   else "")
         return (f"{self.network}-{self.size}x{self.size}-{self.optimiser}{popsize}{restarts}{lazy}"
-                f"{steps}{memory}{common}{coevolution}{shaping}{curriculum}{scout}{cmaes_first}")
+                f"{steps}{memory}{common}{coevolution}{shaping}{curriculum}{scout}{cmaes_first}"
+                f"{abandon}")
 
     @property
     def name(self) -> str:
@@ -284,6 +309,7 @@ class RunResult:
     final_fitness: float  # the mean's fitness over spec.final_games games
     generations: int
     restarts: int = 0  # the optimiser's restarts (CMA-ES with `restarts`)
+    chains: int = 1  # start points the run tried (more than one with `abandon`)
 
     def population_curve(self) -> tuple[np.ndarray, np.ndarray]:
         """The paper's Fig. 3 quantity, the average fitness of the evaluated candidates, per
@@ -309,7 +335,7 @@ class RunResult:
         x, y = self.population_curve()
         return {"name": self.spec.name, "cell": self.spec.cell, "spec": asdict(self.spec),
                 "final_fitness": self.final_fitness, "generations": self.generations,
-                "restarts": self.restarts,
+                "restarts": self.restarts, "chains": self.chains,
                 "episodes": h.generation_episodes[-1] if h.generation_episodes else 0.0,
                 "curve_episodes": list(h.curve_episodes),
                 "curve_fitness": list(h.curve_fitness),
@@ -318,10 +344,16 @@ class RunResult:
                 "mean": [float(v) for v in self.mean]}
 
 
-def _streams(spec: RunSpec) -> tuple[np.random.SeedSequence, np.random.SeedSequence]:
-    """(the run's start-point stream, the cell's stream) from the grid seed."""
+def _streams(spec: RunSpec, chain: int = 0
+             ) -> tuple[np.random.SeedSequence, np.random.SeedSequence]:
+    """(the run's start-point stream, the cell's stream) from the grid seed; for a later
+    `chain` (a start after an abandoned one), streams of their own spawned from the same keys."""
+    cell_key = zlib.crc32(spec.cell.encode())
+    if chain:
+        return (np.random.SeedSequence(spec.seed, spawn_key=(spec.run, 0, chain)),
+                np.random.SeedSequence(spec.seed, spawn_key=(spec.run, cell_key, 0, chain)))
     start = np.random.SeedSequence(spec.seed, spawn_key=(spec.run,))
-    cell = np.random.SeedSequence(spec.seed, spawn_key=(spec.run, zlib.crc32(spec.cell.encode())))
+    cell = np.random.SeedSequence(spec.seed, spawn_key=(spec.run, cell_key))
     return start, cell
 
 
@@ -329,10 +361,18 @@ def network_for(spec: RunSpec) -> torch.nn.Module:
     return build(NETWORKS[spec.network])
 
 
-def start_point(spec: RunSpec, net: torch.nn.Module) -> np.ndarray:
-    """x0: N(0, 1) initial weights (the networks' own init), the same for every optimiser."""
-    rng = np.random.default_rng(_streams(spec)[0])
+def start_point(spec: RunSpec, net: torch.nn.Module, chain: int = 0) -> np.ndarray:
+    """x0: N(0, 1) initial weights (the networks' own init), the same for every optimiser;
+    `chain` > 0: the start drawn after that many abandoned ones."""
+    rng = np.random.default_rng(_streams(spec, chain)[0])
     return rng.standard_normal(net.n_weights())
+
+
+def next_chain(spec: RunSpec, net: torch.nn.Module, chain: int) -> Optimizer:
+    """The optimiser of the run's `chain`-th start (1 after the first abandoned start): a new
+    random network, and a seed of its own."""
+    seed = int(_streams(spec, chain)[1].generate_state(1)[0])
+    return make_optimiser(spec, start_point(spec, net, chain), seed)
 
 
 def make_optimiser(spec: RunSpec, x0: np.ndarray, seed: int) -> Optimizer:
@@ -418,7 +458,8 @@ def _save(state: dict, path: Path) -> None:
 def _result(spec: RunSpec, state: dict) -> RunResult:
     opt = state["optimiser"]
     return RunResult(spec, state["history"], opt.mean, float(state["final_fitness"]),
-                     state["generations"], getattr(opt, "restarts_done", 0))
+                     state["generations"], getattr(opt, "restarts_done", 0),
+                     state.get("chains", 1))
 
 
 def run(spec: RunSpec, checkpoint: Path, checkpoint_every: int = 10,
@@ -470,6 +511,32 @@ class _LiveRun:
         if greedy[i] > self.state.get("best_greedy", -np.inf):
             self.state["best_greedy"], self.state["best_greedy_x"] = float(greedy[i]), \
                 population[i].copy()
+
+    def abandon_if_stuck(self, net: torch.nn.Module, spent_before: int) -> None:
+        """With `abandon=(e, f)`: at the generation where the running chain's own games pass
+        e episodes, drop it for a fresh start if its candidates' mean fitness over the last
+        fifth of them is below f and at least half the budget is left (module docstring)."""
+        if self.spec.abandon is None:
+            return
+        episodes, threshold = self.spec.abandon
+        games = self.spec.games
+        start = self.state.get("chain_start", 0)  # games spent when the chain began
+        due = start + episodes * games
+        if not spent_before < due <= self.state["spent"]:
+            return
+        if self.state["spent"] > ABANDON_BEFORE * self.spec.budget_games:
+            return
+        h = self.state["history"]
+        since = (start + (1 - ABANDON_WINDOW) * episodes * games) / games
+        recent = [f for e, f in zip(h.generation_episodes, h.fitness, strict=True) if e > since]
+        fitness = float(np.concatenate(recent).mean())
+        if fitness >= threshold:
+            return
+        chain = self.state.get("chains", 1)
+        logger.info("%s: chain %d at %.3f after %d episodes, below %g: a fresh start",
+                    self.spec.name, chain, fitness, episodes, threshold)
+        self.state["optimiser"] = next_chain(self.spec, net, chain)
+        self.state["chains"], self.state["chain_start"] = chain + 1, self.state["spent"]
 
     def save(self) -> None:
         self.state["games_rng"] = self.games_rng.bit_generator.state
@@ -547,14 +614,17 @@ def run_together(specs: list[RunSpec], checkpoints: list[Path], checkpoint_every
                 state["shaping_reached"] = True
             if part.versus is not None:
                 g += 2 * len(r.opponents_told)  # the games against the networks
-            before = state["spent"] / r.spec.games
+            spent_before = state["spent"]
+            before = spent_before / r.spec.games
             state["spent"] += len(population) * g
             state["generations"] += 1
             episodes = state["spent"] / r.spec.games
             h.generation_episodes.append(episodes)
             h.generation_games.append(g)
             h.fitness.append(fitness.astype(np.float32))
-            h.best_so_far.append(float(r.opt.best_fitness))
+            h.best_so_far.append(max(float(r.opt.best_fitness),
+                                     h.best_so_far[-1] if h.best_so_far else -np.inf))
+            r.abandon_if_stuck(net, spent_before)
             if (state["generations"] == 1 or state["spent"] >= r.spec.budget_games
                     or int(episodes // r.spec.curve_step) > int(before // r.spec.curve_step)):
                 curve_due.append((r, episodes))
