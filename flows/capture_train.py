@@ -7,7 +7,7 @@ Run: python -m flows.capture_train --out runs/capture/grid [--runs 10 --evaluati
          [--workers 2 | --address tcp://scheduler:8786] [--lazy 10:70]
          [--pgpe-steps 0.1:0.05] [--coevolution] [--shaping 0.5[:losses]] [--restarts]
          [--curriculum 0.25] [--scout 1000] [--cmaes-first 2500] [--pgpe-memory 50]
-         [--cmaes-popsize 60] [--common-draws] [--abandon 2500:-0.5]
+         [--cmaes-popsize 60] [--common-draws] [--abandon 2500:-0.5] [--weight-decay 0.01]
          [--seed 0] [--together 10]
      python -m flows.capture_train --out runs/capture/grid --replot docs/fig.png [--dpi 90]
 
@@ -51,6 +51,8 @@ pair, the ES's and CMA-ES's population; see fitness.py).
 `--abandon E:F` adds, next to every cell, the same cell whose runs drop a start that is stuck:
 a chain whose candidates average below fitness F after E episodes of its own (with half the
 budget still left) is replaced by a fresh optimiser from a new random network (see runs.py).
+`--weight-decay C` adds, next to every cell, the same cell whose optimiser is told each
+candidate's fitness less C times its mean squared weight (see runs.py).
 
 What it leaves under `--out`:
     runs/<run>.pkl          each run's checkpoint (optimiser, history; the finished result)
@@ -171,13 +173,15 @@ def grid_specs(networks: list[str], sizes: list[int], optimisers: list[str], run
                curriculum: float = 0.0, scout: int = 0,
                cmaes_first: int = 0, pgpe_memory: int = 0,
                cmaes_popsize: int = 0, common_draws: bool = False,
-               abandon: tuple[int, float] | None = None) -> list[RunSpec]:
+               abandon: tuple[int, float] | None = None,
+               weight_decay: float = 0.0) -> list[RunSpec]:
     """Every run of the grid: each cell, then its lazy variant where `lazy` is given, its
     co-evolving variant where `coevolution` is set, its length-shaped variant where `shaping`
     is > 0, its opponent-curriculum variant where `curriculum` is > 0, its scouting variant
     where `scout` is > 0, for PGPE its CMA-ES-first variant where `cmaes_first` is > 0 and
     its common-draws variant where `common_draws` is set, its variant that abandons stuck
-    starts where `abandon` is given, for PGPE its variants with
+    starts where `abandon` is given, its weight-decay variant where `weight_decay` is > 0,
+    for PGPE its variants with
     `pgpe_steps` and `pgpe_memory` where given, and for CMA-ES its variants
     with restarts where `restarts` is set and with `cmaes_popsize` where given."""
     specs = []
@@ -192,6 +196,7 @@ def grid_specs(networks: list[str], sizes: list[int], optimisers: list[str], run
                 variants += [{"scout": scout}] if scout else []
                 variants += [{"common_draws": True}] if common_draws else []
                 variants += [{"abandon": tuple(abandon)}] if abandon else []
+                variants += [{"weight_decay": weight_decay}] if weight_decay else []
                 if cmaes_first and optimiser == "pgpe":
                     variants.append({"cmaes_first": cmaes_first})
                 if pgpe_steps and optimiser == "pgpe":
@@ -221,7 +226,8 @@ def capture_train(out_dir: str = DEFAULT_OUT, networks: list[str] | None = None,
                   curriculum: float = 0.0, scout: int = 0, cmaes_first: int = 0,
                   pgpe_memory: int = 0, cmaes_popsize: int = 0,
                   common_draws: bool = False,
-                  abandon: tuple[int, float] | None = None) -> dict:
+                  abandon: tuple[int, float] | None = None,
+                  weight_decay: float = 0.0) -> dict:
     """Run the grid (see the module docstring) into `out_dir`; return the per-cell table."""
     log = get_run_logger()
     out = Path(out_dir).resolve()
@@ -230,7 +236,7 @@ def capture_train(out_dir: str = DEFAULT_OUT, networks: list[str] | None = None,
                        optimisers or list(OPTIMISERS), runs, evaluations, games, seed,
                        lazy, final_games, pgpe_steps, coevolution, shaping, shaping_form,
                        restarts, curriculum, scout, cmaes_first, pgpe_memory,
-                       cmaes_popsize, common_draws, abandon)
+                       cmaes_popsize, common_draws, abandon, weight_decay)
     progress = create_progress_artifact(progress=0.0, key="capture-train-progress",
                                         description=f"runs finished of {len(specs)}")
     futures = [search_runs.submit(
@@ -276,7 +282,8 @@ def _spec_dict(spec: RunSpec) -> dict:
 def _grid_order(spec: RunSpec) -> tuple:
     return (list(NETWORKS).index(spec.network), spec.size, OPTIMISERS.index(spec.optimiser),
             spec.restarts, spec.lazy or (), spec.pgpe_steps or (), spec.pgpe_memory,
-            spec.cmaes_popsize, spec.common_draws, spec.abandon or (), spec.run)
+            spec.cmaes_popsize, spec.common_draws, spec.abandon or (), spec.weight_decay,
+            spec.run)
 
 
 def cell_table(results: list[dict]) -> list[dict]:
@@ -541,6 +548,9 @@ def main(argv: list[str] | None = None) -> dict:
                         help="also run every cell dropping a start whose candidates average "
                              "below FITNESS after EPISODES episodes of its own, for a fresh "
                              "random start (see runs.py)")
+    parser.add_argument("--weight-decay", type=float, default=0.0, metavar="C",
+                        help="also run every cell telling the optimiser each candidate's "
+                             "fitness less C x its mean squared weight (see runs.py)")
     parser.add_argument("--restarts", action="store_true",
                         help="also run every CMA-ES cell with IPOP restarts (see cmaes.py)")
     parser.add_argument("--generalise", type=_csv(int), default=list(GENERALISE_SIZES),
@@ -573,7 +583,7 @@ def main(argv: list[str] | None = None) -> dict:
     # each one is for
     for option, optimiser in (("scout", "pgpe"), ("cmaes_first", "pgpe"),
                               ("pgpe_memory", "pgpe"), ("cmaes_popsize", "cmaes"),
-                              ("abandon", "pgpe")):
+                              ("abandon", "pgpe"), ("weight_decay", "pgpe")):
         if getattr(args, option):
             try:
                 RunSpec("mdrnn", 5, optimiser, evaluations=args.evaluations,
@@ -596,7 +606,7 @@ def main(argv: list[str] | None = None) -> dict:
                    restarts=args.restarts, curriculum=args.curriculum, scout=args.scout,
                    cmaes_first=args.cmaes_first, pgpe_memory=args.pgpe_memory,
                    cmaes_popsize=args.cmaes_popsize, common_draws=args.common_draws,
-                   abandon=args.abandon)
+                   abandon=args.abandon, weight_decay=args.weight_decay)
     print(table_markdown(result["cells"]))
     print(generalisation_markdown(result["generalisation"]))
     print(f"best run: {result['best']} -> {Path(args.out) / 'best_network.pt'}")

@@ -730,3 +730,41 @@ def test_an_abandoning_run_counts_one_budget_resumes_across_the_change_and_names
     for option in (["--abandon", "x:y"], ["--abandon", "7000:-0.5"]):
         with pytest.raises(SystemExit):
             main(["--out", str(tmp_path / "grid"), *option])
+
+
+def test_weight_decay_tells_the_fitness_less_the_mean_squared_weight_and_keeps_the_plain_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from flows.capture_train import _spec, grid_specs, main
+    from services.policy_search.cmaes import CMAES
+
+    spec = RunSpec("mdrnn", 5, "cmaes", evaluations=33, games=2, final_games=2,
+                   weight_decay=0.5)
+    assert spec.cell == "mdrnn-5x5-cmaes-decay0.5"
+    asked, told = [], []
+    ask, tell = CMAES.ask, CMAES.tell
+
+    def spy_ask(self):
+        asked.append(ask(self))
+        return asked[-1].copy()
+
+    def spy_tell(self, fitnesses):
+        told.append(np.asarray(fitnesses, np.float64).copy())
+        return tell(self, fitnesses)
+
+    monkeypatch.setattr(CMAES, "ask", spy_ask)
+    monkeypatch.setattr(CMAES, "tell", spy_tell)
+    result = run(spec, tmp_path / "decay.pkl")
+    assert len(asked) == len(told) == len(result.history.fitness) == 3
+    for population, fitness, t in zip(asked, result.history.fitness, told, strict=True):
+        assert set(np.unique(fitness)) <= {-1.0, 0.0, 1.0}  # the plain fitness of two games
+        decay = 0.5 * np.mean(population ** 2, axis=1)
+        assert decay.min() > 0.1  # N(0, 1) weights: the penalty is there to see
+        np.testing.assert_allclose(t, fitness - decay, atol=1e-6)
+    assert _spec(json.loads(json.dumps(result.summary()["spec"]))) == spec
+    specs = grid_specs(["mdrnn"], [5], ["es"], 1, 8, 2, 0, None, 2, weight_decay=0.01)
+    assert [s.cell for s in specs] == ["mdrnn-5x5-es", "mdrnn-5x5-es-decay0.01"]
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="weight_decay"):
+            RunSpec("mdrnn", 5, "pgpe", weight_decay=bad)
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path / "grid"), "--weight-decay", "2"])
