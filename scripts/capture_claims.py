@@ -15,6 +15,12 @@ games per CPU-second and the CPU time the paper's budget would take at that rate
 each, mean over runs): where along its curve each optimiser is, e.g. PGPE's slow start and
 later take-over against ES's early rise and saturation.
 
+`--saturation GAMES`: also, per cell and split by runs ending at `--good` or above and below,
+the final mean networks' weight norm and how saturated they play: the share of the inputs of
+their squashing functions, over GAMES games each against the greedy player, that lie in the
+flat tails (a sigmoid's input beyond 4 or a tanh's beyond 2 either way: slope below 7% of
+the peak), where changing a weight barely changes the output.
+
 Why a script and not the flow: these are read-outs for one document, computed from what the
 flow leaves behind (results.json and the runs' checkpoints), and not needed to train.
 """
@@ -27,6 +33,8 @@ import pickle
 from pathlib import Path
 
 import numpy as np
+
+SIGMOID_TAIL = 4.0  # |x| beyond which a sigmoid's slope is below 7% of its peak (tanh: 2)
 
 
 def _cells(results: list[dict]) -> dict[str, list[dict]]:
@@ -99,6 +107,56 @@ def markdown(rows: list[dict], tail: float, floor: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+def saturated_share(network: str, weights: np.ndarray, size: int, games: int) -> float:
+    """The share of the squashing functions' inputs in their flat tails while `weights` plays
+    `games` games against the greedy player (seeded). The networks' tanh is 2 sigmoid(2x) - 1
+    (`services.models.mdrnn`), so counting the sigmoid's inputs beyond SIGMOID_TAIL counts
+    the tanh's beyond half that."""
+    import torch
+
+    import services.models.mdrnn as mdrnn
+    from services.models.configs import build
+    from services.policy_search.fitness import population_fitness
+    from services.policy_search.runs import NETWORKS
+
+    counts = [0, 0]
+    sigmoid = mdrnn._sigmoid
+
+    def counted(x: torch.Tensor) -> torch.Tensor:
+        counts[0] += int((x.abs() > SIGMOID_TAIL).sum())
+        counts[1] += x.numel()
+        return sigmoid(x)
+
+    mdrnn._sigmoid = counted
+    try:
+        population_fitness(build(NETWORKS[network]), np.asarray(weights)[None], size,
+                           np.random.default_rng(0), games=games)
+    finally:
+        mdrnn._sigmoid = sigmoid
+    return counts[0] / max(counts[1], 1)
+
+
+def saturation(out: Path, games: int, good: float) -> str:
+    """Per cell and group of runs (final fitness >= `good`, below): runs, weight norm median
+    (range), saturated share median (range)."""
+    results = json.loads((out / "results.json").read_text())
+    lines = [f"| cell | runs ending | runs | weight norm, median (range) | saturated share over "
+             f"{games} games, median (range) |", "|---|---|---:|---:|---:|"]
+    for cell, rs in _cells(results).items():
+        for label, keep in ((f">= {good:+g}", lambda f: f >= good),
+                            (f"< {good:+g}", lambda f: f < good)):
+            group = [r for r in rs if keep(r["final_fitness"])]
+            if not group:
+                continue
+            norms = np.array([np.linalg.norm(r["mean"]) for r in group])
+            shares = np.array([saturated_share(r["spec"]["network"], np.array(r["mean"]),
+                                               r["spec"]["size"], games) for r in group])
+            lines.append(f"| {cell} | {label} | {len(group)} | {np.median(norms):.1f} "
+                         f"({norms.min():.1f}-{norms.max():.1f}) | {np.median(shares):.3f} "
+                         f"({shares.min():.3f}-{shares.max():.3f}) |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -112,6 +170,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--paper-evaluations", type=int, default=12_000,
                         help="the paper's episodes per run, for the full-size estimate")
     parser.add_argument("--at", default="", help="comma-separated episodes for the curve table")
+    parser.add_argument("--saturation", type=int, default=0, metavar="GAMES",
+                        help="also the final networks' weight norms and saturated share over "
+                             "GAMES games each (see above)")
+    parser.add_argument("--good", type=float, default=0.5,
+                        help="the final fitness that splits the runs for --saturation")
     args = parser.parse_args(argv)
     if not (args.grid / "results.json").exists():
         parser.error(f"no {args.grid / 'results.json'}: the grid has not finished")
@@ -119,6 +182,8 @@ def main(argv: list[str] | None = None) -> None:
     print(markdown(rows, args.tail, args.floor))
     if args.at:
         print(curve_at(args.grid, [int(v) for v in args.at.split(",") if v]))
+    if args.saturation:
+        print(saturation(args.grid, args.saturation, args.good))
     games = sum(r["games"] for r in rows)
     runs = sum(r["runs"] for r in rows)
     results = json.loads((args.grid / "results.json").read_text())

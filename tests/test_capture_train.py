@@ -598,13 +598,20 @@ def test_the_command_line_on_a_dask_cluster_gives_the_same_results(tmp_path: Pat
     both = list(_results(out).values())
     games = sum(round(r["episodes"] * 4) + 4 * len(r["curve_fitness"]) + 8 for r in both)
     claims = subprocess.run([sys.executable, "scripts/capture_claims.py", str(out),
-                             "--cpu-seconds", "2", "--at", "12,24"], capture_output=True,
+                             "--cpu-seconds", "2", "--at", "12,24", "--saturation", "2",
+                             "--good", "-2"], capture_output=True,
                             text=True, check=True, cwd=Path(__file__).resolve().parents[1])
     text = claims.stdout
     finals = np.array([r["final_fitness"] for r in both])
     assert f"| mdrnn-5x5-es | 2 | {finals.mean():+.3f} ± {finals.std():.3f} |" in text
     assert f"2 runs of 24 episodes: {games:,} games played" in text
     assert f"{games / 2:,.0f} games per CPU-s" in text and "| cell | 12 | 24 |" in text
+    # the saturation read-out: every run in the ">= -2" group, its norm read off the weights
+    row = next(line for line in text.splitlines() if line.startswith("| mdrnn-5x5-es | >= -2 |"))
+    norms = [np.linalg.norm(r["mean"]) for r in both]
+    assert f"| 2 | {np.median(norms):.1f} ({min(norms):.1f}-{max(norms):.1f}) |" in row
+    share = float(row.split("|")[5].split()[0])
+    assert 0.0 <= share <= 1.0
     # --workers N starts a local cluster of N processes for the run
     runner = capture_train_on(workers=2).task_runner
     assert runner.cluster_kwargs["n_workers"] == 2 and runner.cluster_kwargs["processes"]
