@@ -8,6 +8,7 @@ Run: python -m flows.capture_train --out runs/capture/grid [--runs 10 --evaluati
          [--pgpe-steps 0.1:0.05] [--coevolution] [--shaping 0.5[:losses]] [--restarts]
          [--curriculum 0.25] [--scout 1000] [--cmaes-first 2500] [--pgpe-memory 50]
          [--cmaes-popsize 60] [--common-draws] [--abandon 2500:-0.5] [--weight-decay 0.01]
+         [--combine]
          [--seed 0] [--together 10]
      python -m flows.capture_train --out runs/capture/grid --replot docs/fig.png [--dpi 90]
 
@@ -53,6 +54,10 @@ a chain whose candidates average below fitness F after E episodes of its own (wi
 budget still left) is replaced by a fresh optimiser from a new random network (see runs.py).
 `--weight-decay C` adds, next to every cell, the same cell whose optimiser is told each
 candidate's fitness less C times its mean squared weight (see runs.py).
+`--combine` puts the options above together into one extra cell per plain cell instead of one
+cell each (those that apply to its optimiser): the best MDLSTM 5x5 recipe in
+docs/capture_game.md is `--optimisers cmaes --cmaes-popsize 30 --lazy 10:70 --weight-decay 0.01
+--combine --evaluations 9250` (9,250 x 40 games: 12,060 fitness evaluations, the paper's 12,000).
 
 What it leaves under `--out`:
     runs/<run>.pkl          each run's checkpoint (optimiser, history; the finished result)
@@ -174,14 +179,14 @@ def grid_specs(networks: list[str], sizes: list[int], optimisers: list[str], run
                cmaes_first: int = 0, pgpe_memory: int = 0,
                cmaes_popsize: int = 0, common_draws: bool = False,
                abandon: tuple[int, float] | None = None,
-               weight_decay: float = 0.0) -> list[RunSpec]:
+               weight_decay: float = 0.0, combine: bool = False) -> list[RunSpec]:
     """Every run of the grid: each cell, then its lazy variant where `lazy` is given, its
     co-evolving variant where `coevolution` is set, its length-shaped variant where `shaping`
     is > 0, its opponent-curriculum variant where `curriculum` is > 0, its scouting variant
     where `scout` is > 0, for PGPE its CMA-ES-first variant where `cmaes_first` is > 0 and
     its common-draws variant where `common_draws` is set, its variant that abandons stuck
     starts where `abandon` is given, its weight-decay variant where `weight_decay` is > 0,
-    for PGPE its variants with
+    with `combine`, all those variants of a cell merged into one; for PGPE its variants with
     `pgpe_steps` and `pgpe_memory` where given, and for CMA-ES its variants
     with restarts where `restarts` is set and with `cmaes_popsize` where given."""
     specs = []
@@ -207,6 +212,8 @@ def grid_specs(networks: list[str], sizes: list[int], optimisers: list[str], run
                     variants.append({"restarts": True})
                 if cmaes_popsize and optimiser == "cmaes":
                     variants.append({"cmaes_popsize": cmaes_popsize})
+                if combine and len(variants) > 1:
+                    variants = [{}, {k: v for variant in variants for k, v in variant.items()}]
                 specs += [RunSpec(network, size, optimiser, r, seed, evaluations, games,
                                   final_games=final_games, **variant)
                           for variant in variants for r in range(runs)]
@@ -227,7 +234,7 @@ def capture_train(out_dir: str = DEFAULT_OUT, networks: list[str] | None = None,
                   pgpe_memory: int = 0, cmaes_popsize: int = 0,
                   common_draws: bool = False,
                   abandon: tuple[int, float] | None = None,
-                  weight_decay: float = 0.0) -> dict:
+                  weight_decay: float = 0.0, combine: bool = False) -> dict:
     """Run the grid (see the module docstring) into `out_dir`; return the per-cell table."""
     log = get_run_logger()
     out = Path(out_dir).resolve()
@@ -236,7 +243,7 @@ def capture_train(out_dir: str = DEFAULT_OUT, networks: list[str] | None = None,
                        optimisers or list(OPTIMISERS), runs, evaluations, games, seed,
                        lazy, final_games, pgpe_steps, coevolution, shaping, shaping_form,
                        restarts, curriculum, scout, cmaes_first, pgpe_memory,
-                       cmaes_popsize, common_draws, abandon, weight_decay)
+                       cmaes_popsize, common_draws, abandon, weight_decay, combine)
     progress = create_progress_artifact(progress=0.0, key="capture-train-progress",
                                         description=f"runs finished of {len(specs)}")
     futures = [search_runs.submit(
@@ -551,6 +558,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--weight-decay", type=float, default=0.0, metavar="C",
                         help="also run every cell telling the optimiser each candidate's "
                              "fitness less C x its mean squared weight (see runs.py)")
+    parser.add_argument("--combine", action="store_true",
+                        help="put the variant options together into one extra cell per cell "
+                             "instead of one cell each")
     parser.add_argument("--restarts", action="store_true",
                         help="also run every CMA-ES cell with IPOP restarts (see cmaes.py)")
     parser.add_argument("--generalise", type=_csv(int), default=list(GENERALISE_SIZES),
@@ -606,7 +616,8 @@ def main(argv: list[str] | None = None) -> dict:
                    restarts=args.restarts, curriculum=args.curriculum, scout=args.scout,
                    cmaes_first=args.cmaes_first, pgpe_memory=args.pgpe_memory,
                    cmaes_popsize=args.cmaes_popsize, common_draws=args.common_draws,
-                   abandon=args.abandon, weight_decay=args.weight_decay)
+                   abandon=args.abandon, weight_decay=args.weight_decay,
+                   combine=args.combine)
     print(table_markdown(result["cells"]))
     print(generalisation_markdown(result["generalisation"]))
     print(f"best run: {result['best']} -> {Path(args.out) / 'best_network.pt'}")

@@ -770,6 +770,17 @@ def test_weight_decay_tells_the_fitness_less_the_mean_squared_weight_and_keeps_t
     assert _spec(json.loads(json.dumps(result.summary()["spec"]))) == spec
     specs = grid_specs(["mdrnn"], [5], ["es"], 1, 8, 2, 0, None, 2, weight_decay=0.01)
     assert [s.cell for s in specs] == ["mdrnn-5x5-es", "mdrnn-5x5-es-decay0.01"]
+    # --combine: the options in one cell per plain cell (those of its optimiser), which is how
+    # the flow runs the docs' best recipe
+    specs = grid_specs(["mdlstm"], [5], ["pgpe", "cmaes"], 1, 9250, 40, 0, (10, 70), 400,
+                       cmaes_popsize=30, weight_decay=0.01, combine=True)
+    assert [s.cell for s in specs] == ["mdlstm-5x5-pgpe", "mdlstm-5x5-pgpe-lazy10to70-decay0.01",
+                                       "mdlstm-5x5-cmaes",
+                                       "mdlstm-5x5-cmaes-pop30-lazy10to70-decay0.01"]
+    assert specs[-1] == RunSpec("mdlstm", 5, "cmaes", evaluations=9250, cmaes_popsize=30,
+                                lazy=(10, 70), weight_decay=0.01)
+    assert grid_specs(["mdrnn"], [5], ["es"], 1, 8, 2, 0, None, 2, combine=True) == \
+        grid_specs(["mdrnn"], [5], ["es"], 1, 8, 2, 0, None, 2)
     for bad in (-0.1, 1.0):
         with pytest.raises(ValueError, match="weight_decay"):
             RunSpec("mdrnn", 5, "pgpe", weight_decay=bad)
