@@ -109,15 +109,13 @@ def markdown(rows: list[dict], tail: float, floor: float) -> str:
 
 def saturated_share(network: str, weights: np.ndarray, size: int, games: int) -> float:
     """The share of the squashing functions' inputs in their flat tails while `weights` plays
-    `games` games against the greedy player (seeded). The networks' tanh is 2 sigmoid(2x) - 1
-    (`services.models.mdrnn`), so counting the sigmoid's inputs beyond SIGMOID_TAIL counts
-    the tanh's beyond half that."""
+    `games` games against the greedy player (`runs.weights_fitness`, seeded). The networks'
+    tanh is 2 sigmoid(2x) - 1 (`services.models.mdrnn`), so counting the sigmoid's inputs
+    beyond SIGMOID_TAIL counts the tanh's beyond half that."""
     import torch
 
     import services.models.mdrnn as mdrnn
-    from services.models.configs import build
-    from services.policy_search.fitness import population_fitness
-    from services.policy_search.runs import NETWORKS
+    from services.policy_search.runs import weights_fitness
 
     counts = [0, 0]
     sigmoid = mdrnn._sigmoid
@@ -129,8 +127,7 @@ def saturated_share(network: str, weights: np.ndarray, size: int, games: int) ->
 
     mdrnn._sigmoid = counted
     try:
-        population_fitness(build(NETWORKS[network]), np.asarray(weights)[None], size,
-                           np.random.default_rng(0), games=games)
+        weights_fitness(network, np.asarray(weights), size, games)
     finally:
         mdrnn._sigmoid = sigmoid
     return counts[0] / max(counts[1], 1)
