@@ -21,6 +21,7 @@ from services.games.go import (
     GoState,
     IllegalMove,
     board_from_ascii,
+    neighbours,
     point_name,
     replay,
     sgf_name,
@@ -323,6 +324,48 @@ def test_legal_mask_agrees_with_play_and_no_group_is_left_without_liberties() ->
             libs = s.liberties().reshape(-1)
             stones = np.frombuffer(s.cells, dtype=np.int8) != EMPTY
             assert (libs[stones] > 0).all()
+
+
+def reference_liberties(state: GoState) -> list[int]:
+    """The interpreted flood fill: per point, the liberties of its group (0 on empty points)."""
+    size, cells, nbrs = state.size, state.cells, neighbours(state.size)
+    libs = [0] * (size * size)
+    for start in range(size * size):
+        if cells[start] == EMPTY or libs[start]:
+            continue
+        group, empties, stack = {start}, set(), [start]
+        while stack:
+            for q in nbrs[stack.pop()]:
+                if cells[q] == EMPTY:
+                    empties.add(q)
+                elif cells[q] == cells[start] and q not in group:
+                    group.add(q)
+                    stack.append(q)
+        for p in group:
+            libs[p] = len(empties)
+    return libs
+
+
+@pytest.mark.parametrize("size", [9, 19])
+def test_compiled_liberties_and_mask_equal_the_interpreted_rules_through_long_games(size) -> None:
+    """Random games long enough for big groups, captures and ko: the compiled scans agree with
+    a reference flood fill (liberties) and with `play` (the mask, for both colours)."""
+    rng = random.Random(size)
+    s = GoState(size)
+    captures = 0
+    for _ in range(size * size * 2):
+        assert s.liberties().reshape(-1).tolist() == reference_liberties(s), s.ascii()
+        for colour in (BLACK, WHITE):
+            mask = s.legal_mask(colour)
+            assert [bool(v) for v in mask] == [s.is_legal(p, colour)
+                                               for p in range(size * size)], s.ascii()
+        choices = np.flatnonzero(s.legal_mask())
+        if not len(choices):
+            break
+        before = sum(s.captures.values())
+        s = s.play(int(rng.choice(list(choices))))
+        captures += sum(s.captures.values()) > before
+    assert captures > 10  # the games exercised captures
 
 
 # ---- replay --------------------------------------------------------------------------------------

@@ -29,7 +29,9 @@ Board sizes 2..25 are accepted (5..19 are the ones this project trains on).
 
 Speed: the position is a flat `bytes` object and the neighbour lists are cached per size, so
 a move costs one 361-byte copy plus flood fills that stop at the first liberty found; the
-numpy `board` is built only when asked for. Replaying the 4,739 parsed games of
+numpy `board` is built only when asked for; the per-point liberties and the legal mask, asked
+of every position a search or an annealing evaluates, are compiled scans
+(`services.games.go_scan`). Replaying the 4,739 parsed games of
 ../shared/data/go-other (779k moves) runs at roughly 150-250k moves/s on 2 shared CPU cores
 (tests print the figure).
 """
@@ -47,6 +49,7 @@ from services.games.ascii_board import board_from_ascii
 # the coordinate systems live in services.games.coords; these names are the Go ones
 from services.games.coords import GTP_LETTERS, SGF_LETTERS, sgf_name, sgf_point  # noqa: F401
 from services.games.coords import gtp_name as point_name
+from services.games.go_scan import group_liberties, legal_points, neighbour_table
 
 EMPTY, BLACK, WHITE = 0, 1, 2
 MIN_SIZE, MAX_SIZE = 2, 25
@@ -293,36 +296,10 @@ class GoState:
             out[i] = np.frombuffer(cells, dtype=np.int8).reshape(self.size, self.size)
         return out
 
-    def _group_liberties(self) -> list[int]:
-        """libs[p] = number of liberties of the group on p (0 for empty points)."""
-        size, cells, nbrs = self.size, self.cells, neighbours(self.size)
-        libs = [0] * (size * size)
-        done = bytearray(size * size)
-        for start in range(size * size):
-            color = cells[start]
-            if color == EMPTY or done[start]:
-                continue
-            group = [start]
-            done[start] = 1
-            empties: set[int] = set()
-            i = 0
-            while i < len(group):
-                for q in nbrs[group[i]]:
-                    v = cells[q]
-                    if v == EMPTY:
-                        empties.add(q)
-                    elif v == color and not done[q]:
-                        done[q] = 1
-                        group.append(q)
-                i += 1
-            for s in group:
-                libs[s] = len(empties)
-        return libs
-
     def liberties(self) -> np.ndarray:
         """int16 [size, size]: liberties of the group on each point, 0 on empty points."""
-        libs = self._group_liberties()
-        return np.array(libs, dtype=np.int16).reshape(self.size, self.size)
+        libs = group_liberties(self._points(), neighbour_table(self.size))
+        return libs.astype(np.int16).reshape(self.size, self.size)
 
     def legal_mask(self, color: int | None = None, include_pass: bool = False) -> np.ndarray:
         """Boolean mask over the flat board (plus a last entry for pass when `include_pass`)
@@ -332,29 +309,15 @@ class GoState:
         if self.is_over:
             return mask
         c = self.to_move if color is None else color
-        cells, nbrs = self.cells, neighbours(self.size)
-        libs: list[int] | None = None
-        for p in range(n):
-            if cells[p] != EMPTY:
-                continue
-            if p == self.ko and c == self._ko_color:
-                continue
-            ok = False
-            for q in nbrs[p]:
-                if cells[q] == EMPTY:
-                    ok = True
-                    break
-            if not ok:
-                if libs is None:
-                    libs = self._group_liberties()
-                for q in nbrs[p]:
-                    if (cells[q] == c) == (libs[q] > 1):  # own group keeps a liberty,
-                        ok = True  # or an opponent group in atari gets captured
-                        break
-            mask[p] = ok
+        ko = self.ko if self.ko is not None and c == self._ko_color else -1
+        mask[:n] = legal_points(self._points(), neighbour_table(self.size), c, ko)
         if include_pass:
             mask[n] = True
         return mask
+
+    def _points(self) -> np.ndarray:
+        """The cells as a read-only uint8 [size * size] view (no copy), for the compiled scans."""
+        return np.frombuffer(self.cells, dtype=np.uint8)
 
     def area(self) -> tuple[int, int]:
         """(Black, White) area: stones plus empty regions bordered by that colour only."""

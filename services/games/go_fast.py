@@ -39,10 +39,10 @@ from services.games.go import (
     GameRecord,
     GoState,
     IllegalMove,
-    neighbours,
     point_name,
 )
 from services.games.go_features import COMPACT_CHANNELS, MAX_LIBERTIES, RECENT_MOVES
+from services.games.go_scan import neighbour_table
 
 # what the kernel reports for the move it stopped at
 LEGAL, OFF_BOARD_MOVE, _OCCUPIED, _KO, _SUICIDE = 0, 1, 2, 3, 4
@@ -62,16 +62,6 @@ class CompactGame(NamedTuple):
     to_move: np.ndarray
     error: str | None
     image_hashes: np.ndarray
-
-
-@cache
-def neighbour_table(size: int) -> np.ndarray:
-    """int32 [S*S, 4]: `go.neighbours(size)` padded with -1 (read-only, one per size)."""
-    table = np.full((size * size, 4), -1, np.int32)
-    for p, nbrs in enumerate(neighbours(size)):
-        table[p, : len(nbrs)] = nbrs
-    table.flags.writeable = False
-    return table
 
 
 # ---- the kernel: groups -----------------------------------------------------------------
