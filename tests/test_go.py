@@ -21,12 +21,12 @@ from services.games.go import (
     GoState,
     IllegalMove,
     board_from_ascii,
-    neighbours,
     point_name,
     replay,
     sgf_name,
     sgf_point,
 )
+from tests.go_reference import legal_mask_reference, liberties_reference
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 KGS_TARBALL = SHARED_DATA / "kgs" / "kgs-games-dev.tar.gz"
@@ -326,39 +326,19 @@ def test_legal_mask_agrees_with_play_and_no_group_is_left_without_liberties() ->
             assert (libs[stones] > 0).all()
 
 
-def reference_liberties(state: GoState) -> list[int]:
-    """The interpreted flood fill: per point, the liberties of its group (0 on empty points)."""
-    size, cells, nbrs = state.size, state.cells, neighbours(state.size)
-    libs = [0] * (size * size)
-    for start in range(size * size):
-        if cells[start] == EMPTY or libs[start]:
-            continue
-        group, empties, stack = {start}, set(), [start]
-        while stack:
-            for q in nbrs[stack.pop()]:
-                if cells[q] == EMPTY:
-                    empties.add(q)
-                elif cells[q] == cells[start] and q not in group:
-                    group.add(q)
-                    stack.append(q)
-        for p in group:
-            libs[p] = len(empties)
-    return libs
-
-
 @pytest.mark.parametrize("size", [9, 19])
 def test_compiled_liberties_and_mask_equal_the_interpreted_rules_through_long_games(size) -> None:
     """Random games long enough for big groups, captures and ko: the compiled scans agree with
-    a reference flood fill (liberties) and with `play` (the mask, for both colours)."""
+    the interpreted references and with `play` (the mask, for both colours)."""
     rng = random.Random(size)
     s = GoState(size)
     captures = 0
     for _ in range(size * size * 2):
-        assert s.liberties().reshape(-1).tolist() == reference_liberties(s), s.ascii()
+        assert s.liberties().reshape(-1).tolist() == liberties_reference(s), s.ascii()
         for colour in (BLACK, WHITE):
-            mask = s.legal_mask(colour)
-            assert [bool(v) for v in mask] == [s.is_legal(p, colour)
-                                               for p in range(size * size)], s.ascii()
+            mask = [bool(v) for v in s.legal_mask(colour)]
+            assert mask == legal_mask_reference(s, colour), s.ascii()
+            assert mask == [s.is_legal(p, colour) for p in range(size * size)], s.ascii()
         choices = np.flatnonzero(s.legal_mask())
         if not len(choices):
             break
@@ -428,3 +408,21 @@ def test_a_states_key_is_its_rules_state_and_its_last_moves() -> None:
     later_a, later_b = a.play(40).play(41).play(42), b.play(40).play(41).play(42)
     assert later_a.key(3) == later_b.key(3) and later_a.key(4) != later_b.key(4)
     assert a.key(0) != a.play(None).key(0)  # the side to move and the passes
+
+
+def test_the_scan_benchmark_finds_the_compiled_scans_identical_on_real_positions() -> None:
+    """benchmarks/go_scan.py on a few KGS games: every position's liberties and legal mask are
+    the references' (its exit status says so), and it prints the speed ratio."""
+    if not KGS_TARBALL.exists():
+        pytest.skip(f"KGS games not found at {KGS_TARBALL} (../shared absent)")
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, str(root / "benchmarks" / "go_scan.py"), "--games", "4",
+                          str(KGS_TARBALL)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    identical = [line.split()[-2] for line in out.stdout.splitlines() if "identical" in line]
+    done, total = identical[0].split("/")
+    assert done == total and int(total.replace(",", "")) > 100
+    assert "ratio" in out.stdout
