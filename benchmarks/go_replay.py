@@ -60,6 +60,21 @@ def cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
+def machine() -> str:
+    """The first line of a Go records benchmark: CPU, CPUs, load and versions."""
+    return (f"{cpu_model()}, {os.cpu_count()} CPUs, load average "
+            f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; Python "
+            f"{platform.python_version()}, numpy {np.__version__}")
+
+
+def archives_found(archives: list[Path]) -> bool:
+    """Whether every archive is a file (else says which are not, on stderr)."""
+    missing = [str(p) for p in archives if not p.is_file()]
+    if missing:
+        print(f"archives not found: {missing}", file=sys.stderr)
+    return not missing
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("archives", nargs="*", type=Path, default=list(DEFAULT_ARCHIVES))
@@ -67,14 +82,9 @@ def main() -> int:
                         help="time the reference on every N-th game (1 = all games)")
     parser.add_argument("--repeat", type=int, default=3, help="runs of fast over all games")
     args = parser.parse_args()
-    missing = [str(p) for p in args.archives if not p.is_file()]
-    if missing:
-        print(f"archives not found: {missing}", file=sys.stderr)
+    if not archives_found(args.archives):
         return 2
-
-    print(f"{cpu_model()}, {os.cpu_count()} CPUs, load average "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; Python {platform.python_version()}, "
-          f"numpy {np.__version__}")
+    print(machine())
     start = time.process_time()
     games = [g for p in args.archives for g in read_archive(p) if isinstance(g, SgfGame)]
     parse_s = time.process_time() - start

@@ -17,18 +17,14 @@ on-disk cache) is not timed.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.go_replay import DEFAULT_ARCHIVES, cpu_model  # noqa: E402
+from benchmarks.go_replay import DEFAULT_ARCHIVES, archives_found, machine  # noqa: E402
 from services.games.go import GoState, replay  # noqa: E402
 from services.records.sgf import SgfGame, read_archive  # noqa: E402
 from tests.go_reference import legal_mask_reference, liberties_reference  # noqa: E402
@@ -47,13 +43,9 @@ def main() -> int:
     parser.add_argument("archives", nargs="*", type=Path, default=list(DEFAULT_ARCHIVES))
     parser.add_argument("--games", type=int, default=200, help="games sampled (evenly spread)")
     args = parser.parse_args()
-    missing = [str(p) for p in args.archives if not p.is_file()]
-    if missing:
-        print(f"archives not found: {missing}", file=sys.stderr)
+    if not archives_found(args.archives):
         return 2
-    print(f"{cpu_model()}, {os.cpu_count()} CPUs, load average "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; Python {platform.python_version()}, "
-          f"numpy {np.__version__}")
+    print(machine())
     games = [g for p in args.archives for g in read_archive(p) if isinstance(g, SgfGame)]
     sample = games[:: max(1, len(games) // args.games)][: args.games]
     states = [rep.states for rep in (replay(g, keep_states=True) for g in sample)]
