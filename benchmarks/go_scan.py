@@ -1,6 +1,7 @@
-"""Go whole-board scans benchmark: the per-point liberties and the legal mask of real positions,
-compiled (services/games/go_scan.py, as `GoState.liberties` / `GoState.legal_mask` run them)
-against the interpreted references (tests/go_reference.py), on the same positions.
+"""Go whole-board scans benchmark: the per-point liberties, the legal mask and the compact network
+input of real positions, compiled (services/games/go_scan.py, as `GoState.liberties`,
+`GoState.legal_mask` and `go_features.compact` run them) against the interpreted references
+(tests/go_reference.py), on the same positions.
 
     .venv/bin/python benchmarks/go_scan.py [--games 200] [ARCHIVE ...]
 
@@ -21,21 +22,31 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.go_replay import DEFAULT_ARCHIVES, archives_found, machine  # noqa: E402
 from services.games.go import GoState, replay  # noqa: E402
+from services.games.go_features import compact  # noqa: E402
 from services.records.sgf import SgfGame, read_archive  # noqa: E402
-from tests.go_reference import legal_mask_reference, liberties_reference  # noqa: E402
+from tests.go_reference import (  # noqa: E402
+    compact_reference,
+    legal_mask_reference,
+    liberties_reference,
+)
 
 
-def compiled(state: GoState) -> tuple[list[int], list[bool]]:
-    return state.liberties().reshape(-1).tolist(), state.legal_mask().tolist()
+def compiled(state: GoState) -> tuple[list[int], list[bool], bytes]:
+    return (state.liberties().reshape(-1).tolist(), state.legal_mask().tolist(),
+            compact(state).tobytes())
 
 
-def interpreted(state: GoState) -> tuple[list[int], list[bool]]:
-    return liberties_reference(state), legal_mask_reference(state, state.to_move)
+def interpreted(state: GoState) -> tuple[list[int], list[bool], bytes]:
+    libs = liberties_reference(state)
+    planes = compact_reference(state, liberties=np.array(libs).reshape(state.size, state.size))
+    return libs, legal_mask_reference(state, state.to_move), planes.tobytes()
 
 
 def main() -> int:
@@ -66,7 +77,8 @@ def main() -> int:
         slow_s += t2 - t1
         differ += sum(a != b for a, b in zip(fast, slow, strict=True))
     fast_rate, slow_rate = positions / fast_s, positions / slow_s
-    print(f"liberties + legal mask of the side to move, {positions:,} positions:")
+    print(f"liberties, legal mask of the side to move and compact input, {positions:,} "
+          "positions:")
     print(f"  interpreted {slow_rate:>10,.0f} positions/s per CPU-second ({slow_s:6.1f} CPU s, "
           f"{1e6 / slow_rate:.1f} µs a position)")
     print(f"  compiled    {fast_rate:>10,.0f} positions/s per CPU-second ({fast_s:6.1f} CPU s, "

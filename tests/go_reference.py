@@ -1,8 +1,8 @@
 """Interpreted Go references that compiled code must match exactly: the pairs of the compiled
 replay (services/games/go_fast.py, via `services.dataset.go_pairs.game_pairs`), byte for byte:
-`replay` keeping every `GoState`, then `compact` (a full-board liberty count) per position; and
-the per-point liberties and legal mask of the compiled scans (services/games/go_scan.py): a
-flood fill per group, a loop over the points."""
+`replay` keeping every `GoState`, then the compact planes (a full-board liberty count) per
+position; and the per-point liberties, legal mask and compact planes of the compiled scans
+(services/games/go_scan.py): a flood fill per group, a loop over the points, numpy planes."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 
 from services.dataset.go_pairs import GoPairs, pairs_of
 from services.games.go import EMPTY, GameRecord, GoState, neighbours, replay
-from services.games.go_features import COMPACT_CHANNELS, compact
+from services.games.go_features import COMPACT_CHANNELS, MAX_LIBERTIES, RECENT_MOVES
 
 
 def game_pairs_reference(game: GameRecord) -> GoPairs:
@@ -24,7 +24,7 @@ def game_pairs_reference(game: GameRecord) -> GoPairs:
     to_move = np.empty(n, dtype=np.int8)
     for i in range(n):
         color, point = game.moves[i]
-        inputs[i] = compact(rep.states[i], to_move=color)
+        inputs[i] = compact_reference(rep.states[i], to_move=color)
         moves[i] = s * s if point is None else point
         to_move[i] = color
     return pairs_of(game, inputs, moves, to_move, rep.error)
@@ -65,3 +65,26 @@ def legal_mask_reference(state: GoState, colour: int) -> list[bool]:
         mask.append(cells[p] == EMPTY and p != banned and any(
             cells[q] == EMPTY or (cells[q] == colour) == (libs[q] > 1) for q in nbrs[p]))
     return mask
+
+
+def compact_reference(state: GoState, to_move: int | None = None,
+                      liberties: np.ndarray | None = None) -> np.ndarray:
+    """`go_features.compact` in numpy: int8 [4, S, S] stones (1 own, 2 opponent), liberties
+    capped, move ages (1 the last move; a pass takes an age; a point keeps its youngest), ko.
+    `liberties` [S, S] default to `GoState.liberties` (checked against `liberties_reference`
+    on their own), so the replay reference keeps its speed."""
+    s = state.size
+    board = np.frombuffer(state.cells, dtype=np.int8).reshape(s, s)
+    out = np.zeros((COMPACT_CHANNELS, s, s), dtype=np.int8)
+    own = board == (to_move or state.to_move)
+    out[0][own] = 1
+    out[0][(board != EMPTY) & ~own] = 2
+    libs = state.liberties() if liberties is None else liberties
+    out[1] = np.minimum(libs, MAX_LIBERTIES)
+    recent = state.last_moves[-RECENT_MOVES:]
+    for age, move in enumerate(reversed(recent), start=1):
+        if move is not None and out[2].flat[move] == 0:
+            out[2].flat[move] = age
+    if state.ko is not None:
+        out[3].flat[state.ko] = 1
+    return out

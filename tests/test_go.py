@@ -26,7 +26,8 @@ from services.games.go import (
     sgf_name,
     sgf_point,
 )
-from tests.go_reference import legal_mask_reference, liberties_reference
+from services.games.go_features import compact
+from tests.go_reference import compact_reference, legal_mask_reference, liberties_reference
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 KGS_TARBALL = SHARED_DATA / "kgs" / "kgs-games-dev.tar.gz"
@@ -335,6 +336,10 @@ def test_compiled_liberties_and_mask_equal_the_interpreted_rules_through_long_ga
     captures = 0
     for _ in range(size * size * 2):
         assert s.liberties().reshape(-1).tolist() == liberties_reference(s), s.ascii()
+        for colour in (None, BLACK, WHITE):
+            planes = compact(s, to_move=colour)
+            assert planes.dtype == np.int8 and planes.shape == (4, size, size)
+            assert (planes == compact_reference(s, to_move=colour)).all(), s.ascii()
         for colour in (BLACK, WHITE):
             mask = [bool(v) for v in s.legal_mask(colour)]
             assert mask == legal_mask_reference(s, colour), s.ascii()
@@ -343,7 +348,7 @@ def test_compiled_liberties_and_mask_equal_the_interpreted_rules_through_long_ga
         if not len(choices):
             break
         before = sum(s.captures.values())
-        s = s.play(int(rng.choice(list(choices))))
+        s = s.play(int(rng.choice(list(choices))) if rng.random() > 0.02 else None)
         captures += sum(s.captures.values()) > before
     assert captures > 10  # the games exercised captures
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.games.go import EMPTY, GoState
+from services.games.go import GoState
+from services.games.go_scan import compact_planes, neighbour_table
 
 COMPACT_CHANNELS = 4
 RECENT_MOVES = 4
@@ -26,18 +27,12 @@ N_GO_PLANES = 17
 
 def compact(state: GoState, to_move: int | None = None) -> np.ndarray:
     """int8 [4, S, S] seen from `to_move` (default: the state's side to move; records may
-    give one side several moves in a row, e.g. handicap placement)."""
+    give one side several moves in a row, e.g. handicap placement). A compiled scan
+    (`services.games.go_scan.compact_planes`)."""
     s = state.size
-    board = state.board
-    out = np.zeros((COMPACT_CHANNELS, s, s), dtype=np.int8)
-    own = board == (to_move or state.to_move)
-    out[0][own] = 1
-    out[0][(board != EMPTY) & ~own] = 2
-    out[1] = np.minimum(state.liberties(), MAX_LIBERTIES)
-    recent = [m for m in state.last_moves[-RECENT_MOVES:]]
-    for age, move in enumerate(reversed(recent), start=1):
-        if move is not None and out[2].flat[move] == 0:
-            out[2].flat[move] = age
-    if state.ko is not None:
-        out[3].flat[state.ko] = 1
-    return out
+    recent = np.array([-1 if m is None else m for m in state.last_moves[-RECENT_MOVES:]],
+                      dtype=np.int64)
+    planes = compact_planes(np.frombuffer(state.cells, dtype=np.uint8), neighbour_table(s),
+                            to_move or state.to_move, recent,
+                            -1 if state.ko is None else state.ko, MAX_LIBERTIES)
+    return planes.reshape(COMPACT_CHANNELS, s, s)

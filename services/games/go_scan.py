@@ -1,11 +1,14 @@
-"""Compiled whole-board scans of a Go position: every group's liberties, and the legal mask.
+"""Compiled whole-board scans of a Go position: every group's liberties, the legal mask, and
+the compact network input.
 
-Why: `GoState.liberties` (a network input plane) and `GoState.legal_mask` (the policy's mask)
-are asked of every position a search or a move-order annealing evaluates. Interpreted, each is
-a loop over the 361 points with flood fills (about 50 and 60 µs on 19x19), as much CPU as
-the network's share of a small batch; compiled (numba, cached on disk like
-`services.games.go_fast`), each is a few µs. The results are exactly the interpreted rules'
-(`tests/test_go.py` compares them with a reference flood fill and with `GoState.play`).
+Why: `GoState.liberties`, `GoState.legal_mask` (the policy's mask) and
+`go_features.compact` (the network input, liberties included) are asked of every position a
+search or a move-order annealing evaluates. Interpreted, the first two are loops over the 361
+points with flood fills (about 50 and 60 µs on 19x19) and the input is a dozen numpy calls, as
+much CPU as the network's share of a small batch; compiled (numba, cached on disk like
+`services.games.go_fast`), each is a few µs. The results are exactly the interpreted ones
+(`tests/test_go.py` compares them with the references of `tests/go_reference.py` and with
+`GoState.play`; `benchmarks/go_scan.py` on real positions).
 
 Points are flat indices `y * size + x` (`services.games.go`); a position is its `cells` bytes
 read as uint8 (EMPTY=0, BLACK=1, WHITE=2), its neighbours `neighbour_table(size)`.
@@ -108,3 +111,29 @@ def legal_points(cells: np.ndarray, nbrs: np.ndarray, colour: int, ko: int) -> n
                     break
         mask[p] = ok
     return mask
+
+
+@njit(cache=True)
+def compact_planes(cells: np.ndarray, nbrs: np.ndarray, own: int, recent: np.ndarray, ko: int,
+                   max_liberties: int) -> np.ndarray:
+    """int8 [4, S*S], the planes of `go_features.compact` seen by `own`: stones (1 own, 2
+    opponent), liberties capped at `max_liberties`, move ages (`recent`: the last moves, oldest
+    first, -1 a pass; the newest is age 1, a pass takes an age too, a point keeps its youngest
+    age) and the ko point (-1: none)."""
+    n = cells.shape[0]
+    out = np.zeros((4, n), np.int8)
+    libs = group_liberties(cells, nbrs)
+    for p in range(n):
+        v = cells[p]
+        if v != 0:
+            out[0, p] = 1 if v == own else 2
+            out[1, p] = min(libs[p], max_liberties)
+    age = 1
+    for i in range(recent.shape[0] - 1, -1, -1):
+        move = recent[i]
+        if move >= 0 and out[2, move] == 0:
+            out[2, move] = age
+        age += 1
+    if ko >= 0:
+        out[3, ko] = 1
+    return out
