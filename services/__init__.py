@@ -15,6 +15,7 @@ Packages (each lists its modules):
 Modules:
     atomic_files    files that appear whole or not at all; an exclusive lock between processes
     checksums       file checksums shared by the dataset writer and the model publisher
+    compiled        numba kernels: cached on disk where writable, compiled per process elsewhere
     cli             the `movepred` command line
     grpc_options    gRPC channel options of every client (search service, Triton)
     import_closure  the project modules a module imports, found by reading their sources

@@ -49,7 +49,8 @@ from functools import cache
 from typing import Any, NamedTuple
 
 import numpy as np
-from numba import njit
+
+from services.compiled import kernel
 
 EMPTY, BLACK, WHITE = 0, 1, 2
 MIN_SIZE, MAX_SIZE = 2, 19  # the engine's board sizes (the game is served on 5..9)
@@ -103,7 +104,7 @@ def _scratch(size: int) -> Scratch:
 
 
 # ---- kernels ------------------------------------------------------------------------------
-@njit(cache=True)
+@kernel
 def _has_liberty(cells, start, nbrs, queue, mark, clock):
     """Whether the group of the stone at `start` has a liberty (stops at the first)."""
     clock[0] += 1
@@ -128,7 +129,7 @@ def _has_liberty(cells, start, nbrs, queue, mark, clock):
     return False
 
 
-@njit(cache=True)
+@kernel
 def _play(cells, rows, colours, moves, nbrs, queue, mark, clock, result):
     """Play moves[i] for colours[i] on board rows[i]; result[i]: GOES_ON, CAPTURED, SUICIDE,
     or 2 when the point is taken or off the board (nothing is played then)."""
@@ -157,7 +158,7 @@ def _play(cells, rows, colours, moves, nbrs, queue, mark, clock, result):
             result[i] = 0
 
 
-@njit(cache=True)
+@kernel
 def _analyse(cells, nbrs, label, order, gstart, gcol, glib, lstart, libs, mark, clock):
     """Split one board into groups: labels, stones, colour, liberties (listed and counted).
     Returns the number of groups."""
@@ -209,7 +210,7 @@ def _analyse(cells, nbrs, label, order, gstart, gcol, glib, lstart, libs, mark, 
     return ng
 
 
-@njit(cache=True)
+@kernel
 def _liberties(cells, nbrs, label, order, gstart, gcol, glib, lstart, libs, mark, clock, out):
     """out[b, p]: the liberties of the group of the stone at p (0 on empty points)."""
     for b in range(cells.shape[0]):
@@ -218,7 +219,7 @@ def _liberties(cells, nbrs, label, order, gstart, gcol, glib, lstart, libs, mark
             out[b, p] = glib[label[p]] if label[p] >= 0 else 0
 
 
-@njit(cache=True)
+@kernel
 def _adjacent(p, cells, nbrs, label, adj):
     """The distinct groups next to point p into adj[0:k]; returns (k, has an empty
     neighbour)."""
@@ -242,7 +243,7 @@ def _adjacent(p, cells, nbrs, label, adj):
     return k, empty
 
 
-@njit(cache=True)
+@kernel
 def _p_minus_q(p, me, cells, nbrs, label, gcol, glib, lstart, libs, ng, adj, k, mark, clock):
     """p - q after `me` plays at p (a move that neither captures nor is suicide)."""
     clock[0] += 1
@@ -284,7 +285,7 @@ def _p_minus_q(p, me, cells, nbrs, label, gcol, glib, lstart, libs, ng, adj, k, 
     return own - other
 
 
-@njit(cache=True)
+@kernel
 def _greedy(cells, rows, colours, uniforms, nbrs, label, order, gstart, gcol, glib, lstart,
             libs, mark, clock, tier, cand, out):
     """The greedy opponent's move for colours[i] on board rows[i] (see the module
@@ -351,7 +352,7 @@ def _greedy(cells, rows, colours, uniforms, nbrs, label, order, gstart, gcol, gl
         out[i] = cand[min(pick, count - 1)]
 
 
-@njit(cache=True)
+@kernel
 def _best_empty(cells, rows, scores, out):
     """The empty point with the highest score on board rows[i] (scores row i); NaN skipped,
     ties to the lowest point, -1 on a full board."""

@@ -25,8 +25,8 @@ from functools import cache
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
+from services.compiled import kernel
 from services.games.go import (
     BLACK,
     KO,
@@ -68,7 +68,7 @@ class CompactGame(NamedTuple):
 # A group is a circular list of its stones (`nxt`); `root[p]` names the group of the stone at
 # p (-1: empty point), `gsize[root]` counts its stones. `mark` / `clock` stamp the points a
 # walk has seen, so a liberty shared by two stones is counted once.
-@njit(cache=True)
+@kernel
 def _liberties(start, cells, nxt, nbrs, mark, clock):
     """The number of liberties of the group of the stone at `start`."""
     clock[0] += 1
@@ -88,7 +88,7 @@ def _liberties(start, cells, nxt, nbrs, mark, clock):
             return count
 
 
-@njit(cache=True)
+@kernel
 def _write_liberties(start, count, nxt, libp):
     """Every stone of the group at `start` gets its liberty count, capped, on the plane."""
     value = min(count, MAX_LIBERTIES)
@@ -100,7 +100,7 @@ def _write_liberties(start, count, nxt, libp):
             return
 
 
-@njit(cache=True)
+@kernel
 def _xor_stone(hashes, keys, point, colour):
     """A stone of absolute `colour` placed at or removed from `point`: rows 0-7 of `hashes`
     run as Black sees the board (own = 1 = Black), rows 8-15 as White does (colours
@@ -110,7 +110,7 @@ def _xor_stone(hashes, keys, point, colour):
         hashes[_N_IMAGES + k] ^= keys[k, point, 3 - colour]
 
 
-@njit(cache=True)
+@kernel
 def set_up(cells, root, nxt, gsize, libp, mark, clock, nbrs, keys, hashes, stack):
     """The set-up position (`cells`) into groups, its liberty plane and stones hashes."""
     area = cells.shape[0]
@@ -144,7 +144,7 @@ def set_up(cells, root, nxt, gsize, libp, mark, clock, nbrs, keys, hashes, stack
         _write_liberties(start, _liberties(start, cells, nxt, nbrs, mark, clock), nxt, libp)
 
 
-@njit(cache=True)
+@kernel
 def _merge(point, own, n_own, root, nxt, gsize):
     """Put the stone just placed at `point` in one group with its own-colour neighbours'
     groups (the largest keeps its name: fewer stones relabelled); return that group."""
@@ -176,7 +176,7 @@ def _merge(point, own, n_own, root, nxt, gsize):
     return base
 
 
-@njit(cache=True)
+@kernel
 def _capture(g, colour, cells, root, nxt, libp, nbrs, keys, hashes, seen, clock, gained,
              n_gained):
     """Remove the group `g` (the opponent of `colour`); the roots of `colour`'s groups next
@@ -213,7 +213,7 @@ def _capture(g, colour, cells, root, nxt, libp, nbrs, keys, hashes, seen, clock,
     return removed, last, n_gained
 
 
-@njit(cache=True)
+@kernel
 def _add_once(groups, count, g):
     """`groups[:count]` with `g` appended unless it is there; the new count."""
     for i in range(count):
@@ -223,7 +223,7 @@ def _add_once(groups, count, g):
     return count + 1
 
 
-@njit(cache=True)
+@kernel
 def play(point, colour, cells, root, nxt, gsize, libp, mark, seen, clock, nbrs, keys, hashes,
           ko, scratch, gained):
     """Apply one move (`point` >= 0, not a pass) if it is legal; return `LEGAL` or why not.
@@ -290,7 +290,7 @@ def play(point, colour, cells, root, nxt, gsize, libp, mark, seen, clock, nbrs, 
     return LEGAL
 
 
-@njit(cache=True)
+@kernel
 def start_state(cells0, nbrs, keys):
     """A replay's state at the set-up position `cells0` (copied), as `play` takes it:
     (cells, root, nxt, gsize, libp, mark, seen, clock, hashes, scratch, gained, ko), the
@@ -314,7 +314,7 @@ def start_state(cells0, nbrs, keys):
 
 
 # ---- the kernel: planes -----------------------------------------------------------------
-@njit(cache=True)
+@kernel
 def _write_position(j, colour, points, cells, libp, ko, hashes, planes, image_hashes):
     """Position j (before move j, seen by `colour`): the stones as its mover sees them (1
     own, 2 the opponent's), the capped liberties, the ages of the last RECENT_MOVES moves
@@ -336,7 +336,7 @@ def _write_position(j, colour, points, cells, libp, ko, hashes, planes, image_ha
         image_hashes[j, k] = hashes[half + k]
 
 
-@njit(cache=True)
+@kernel
 def _replay(cells0, colours, points, nbrs, keys):
     """(planes int8 [n, 4, S*S], image hashes uint64 [n, 8], moves applied, why the replay
     stopped) for the moves (`colours`, `points`: int64, `PASS` a pass) from `cells0`."""

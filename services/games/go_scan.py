@@ -19,7 +19,8 @@ from __future__ import annotations
 from functools import cache
 
 import numpy as np
-from numba import njit
+
+from services.compiled import kernel
 
 
 @cache
@@ -36,7 +37,7 @@ def neighbour_table(size: int) -> np.ndarray:
     return table
 
 
-@njit(cache=True)
+@kernel
 def group_liberties(cells: np.ndarray, nbrs: np.ndarray) -> np.ndarray:
     """int32 [S*S]: the number of liberties of the group on each point (0 on empty points).
     One flood fill per group; `mark` stamps the liberties a group has counted, so a liberty
@@ -78,7 +79,7 @@ def group_liberties(cells: np.ndarray, nbrs: np.ndarray) -> np.ndarray:
     return libs
 
 
-@njit(cache=True)
+@kernel
 def legal_points(cells: np.ndarray, nbrs: np.ndarray, colour: int, ko: int) -> np.ndarray:
     """bool [S*S]: the points `colour` may play (ko: the point it may not retake, -1 for none).
     An empty point is legal when it touches an empty point, or an own group that keeps a
@@ -113,7 +114,7 @@ def legal_points(cells: np.ndarray, nbrs: np.ndarray, colour: int, ko: int) -> n
     return mask
 
 
-@njit(cache=True)
+@kernel
 def compact_planes(cells: np.ndarray, nbrs: np.ndarray, own: int, recent: np.ndarray, ko: int,
                    max_liberties: int) -> np.ndarray:
     """int8 [4, S*S], the planes of `go_features.compact` seen by `own`: stones (1 own, 2

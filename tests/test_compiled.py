@@ -1,0 +1,52 @@
+"""Compiled kernels where numba has nowhere to write its cache (a read-only root filesystem,
+as the search service's pod runs): importing the Go rules must still work, and the kernels
+answer as the cached ones do."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# numba finds no cache location at all (what a read-only tree and home amount to)
+NO_CACHE_LOCATION = """
+import numba.core.caching as caching
+caching.CacheImpl._locator_classes = []  # numba 0.61 (pinned)
+import logging
+logging.basicConfig(level=logging.WARNING)
+from services.games.go import GoState
+from services.games.go_features import compact
+state = GoState(9).play(40).play(41).play(31)
+print(int(state.legal_mask().sum()), int(state.liberties().sum()), int(compact(state).sum()))
+"""
+
+
+def test_kernels_compile_per_process_when_numba_cannot_cache_them() -> None:
+    out = subprocess.run([sys.executable, "-c", NO_CACHE_LOCATION], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "NUMBA_CACHE_DIR" in out.stderr  # the one warning says how to get the cache back
+    from services.games.go import GoState
+    from services.games.go_features import compact
+
+    state = GoState(9).play(40).play(41).play(31)
+    assert out.stdout.split() == [str(int(state.legal_mask().sum())),
+                                  str(int(state.liberties().sum())),
+                                  str(int(compact(state).sum()))]
+
+
+def test_only_the_missing_cache_location_is_forgiven(monkeypatch) -> None:
+    import services.compiled as compiled
+
+    def broken(**_options):
+        def decorate(fn):
+            raise RuntimeError("some other numba failure")
+        return decorate
+
+    monkeypatch.setattr(compiled, "njit", broken)
+    with pytest.raises(RuntimeError, match="other numba failure"):
+        compiled.kernel(lambda x: x)
