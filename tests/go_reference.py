@@ -1,8 +1,9 @@
 """Interpreted Go references that compiled code must match exactly: the pairs of the compiled
 replay (services/games/go_fast.py, via `services.dataset.go_pairs.game_pairs`), byte for byte:
-`replay` keeping every `GoState`, then the compact planes (a full-board liberty count) per
-position; and the per-point liberties, legal mask and compact planes of the compiled scans
-(services/games/go_scan.py): a flood fill per group, a loop over the points, numpy planes."""
+`replay` keeping every `GoState`, then the compact planes per position (their liberties by the
+compiled scan, which the tests check against `liberties_reference`); and the per-point
+liberties, legal mask and compact planes of the compiled scans (services/games/go_scan.py): a
+flood fill per group, a loop over the points, numpy planes."""
 
 from __future__ import annotations
 

@@ -20,9 +20,25 @@ import logging
 logging.basicConfig(level=logging.WARNING)
 from services.games.go import GoState
 from services.games.go_features import compact
-state = GoState(9).play(40).play(41).play(31)
-print(int(state.legal_mask().sum()), int(state.liberties().sum()), int(compact(state).sum()))
+from tests.test_compiled import crowded
+state = crowded()
+print(state.legal_mask().tolist())
+print(state.liberties().tolist())
+print(compact(state).tolist())
 """
+
+
+def crowded():
+    """A 5x5 position where points lack an empty neighbour (the mask's liberty test runs)."""
+    from services.games.go import GoState
+
+    return GoState.from_ascii("""
+        X X O . O
+        X . X O O
+        O X X O .
+        . O X X O
+        X O . O X
+    """)
 
 
 def test_kernels_compile_per_process_when_numba_cannot_cache_them() -> None:
@@ -30,20 +46,19 @@ def test_kernels_compile_per_process_when_numba_cannot_cache_them() -> None:
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "NUMBA_CACHE_DIR" in out.stderr  # the one warning says how to get the cache back
-    from services.games.go import GoState
     from services.games.go_features import compact
 
-    state = GoState(9).play(40).play(41).play(31)
-    assert out.stdout.split() == [str(int(state.legal_mask().sum())),
-                                  str(int(state.liberties().sum())),
-                                  str(int(compact(state).sum()))]
+    state = crowded()
+    assert out.stdout.splitlines() == [str(state.legal_mask().tolist()),
+                                       str(state.liberties().tolist()),
+                                       str(compact(state).tolist())]
 
 
-def test_only_the_missing_cache_location_is_forgiven(monkeypatch) -> None:
+def test_only_the_missing_cache_location_is_forgiven(monkeypatch: pytest.MonkeyPatch) -> None:
     import services.compiled as compiled
 
-    def broken(**_options):
-        def decorate(fn):
+    def broken(**_options: object) -> object:
+        def decorate(fn: object) -> object:
             raise RuntimeError("some other numba failure")
         return decorate
 

@@ -21,6 +21,7 @@ from services.games.go import (
     GoState,
     IllegalMove,
     board_from_ascii,
+    neighbours,
     point_name,
     replay,
     sgf_name,
@@ -328,7 +329,8 @@ def test_legal_mask_agrees_with_play_and_no_group_is_left_without_liberties() ->
 
 
 @pytest.mark.parametrize("size", [9, 19])
-def test_compiled_liberties_and_mask_equal_the_interpreted_rules_through_long_games(size) -> None:
+def test_compiled_liberties_and_mask_equal_the_interpreted_rules_through_long_games(
+        size: int) -> None:
     """Random games long enough for big groups, captures and ko: the compiled scans agree with
     the interpreted references and with `play` (the mask, for both colours)."""
     rng = random.Random(size)
@@ -431,3 +433,26 @@ def test_the_scan_benchmark_finds_the_compiled_scans_identical_on_real_positions
     done, total = identical[0].split("/")
     assert done == total and int(total.replace(",", "")) > 100
     assert "ratio" in out.stdout
+
+
+def test_the_compiled_scans_neighbour_table_is_the_rules_neighbours_on_every_size() -> None:
+    from services.games.go_scan import neighbour_table
+
+    for size in range(2, 26):
+        table = neighbour_table(size)
+        assert [tuple(int(q) for q in row if q >= 0) for row in table] == list(neighbours(size))
+
+
+@pytest.mark.parametrize("size", [2, 3, 25])
+def test_compiled_scans_on_the_smallest_and_largest_boards(size: int) -> None:
+    rng = random.Random(size)
+    s = GoState(size)
+    for _ in range(size * size * 2):
+        assert s.liberties().reshape(-1).tolist() == liberties_reference(s), s.ascii()
+        for colour in (BLACK, WHITE):
+            assert [bool(v) for v in s.legal_mask(colour)] == legal_mask_reference(s, colour)
+        assert (compact(s) == compact_reference(s)).all()
+        choices = np.flatnonzero(s.legal_mask())
+        if not len(choices) or s.is_over:
+            break
+        s = s.play(int(rng.choice(list(choices))) if rng.random() > 0.1 else None)

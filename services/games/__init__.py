@@ -16,8 +16,8 @@ Modules:
     renju        Renju forbidden points for black (overline, double-four, double-three)
     go           Go rules: captures, suicide, simple ko, passes, set-up stones, area scoring
     go_fast      incremental compiled Go replay that writes a game's compact planes in one pass
-    go_scan      compiled scans of a Go position: every group's liberties, the legal mask
-    go_features  compact Go inputs int8 [4, S, S] (numpy only, for the search service)
+    go_scan      compiled scans of a Go position: group liberties, legal mask, compact input
+    go_features  compact Go inputs int8 [4, S, S] (no torch, for the search service)
     go_planes    the 17 feature planes the Go networks see, made from the compact inputs (torch)
     encoding     board encodings for the policy networks
     symmetry     the 8 symmetries of a square board (D4)

@@ -8,7 +8,8 @@ A Go position travels (in shards, to Triton) as int8 [4, S, S]:
 On the model's device this becomes 17 float planes (AlphaGo-style raw features): own, opponent,
 empty; own liberties 1/2/3/4+; opponent liberties 1/2/3/4+; the last 4 moves one-hot; ko;
 ones (so zero padding marks the edge; `services.games.go_planes`, which needs torch: this
-module needs numpy only, so the search service builds Go inputs without importing torch).
+module needs numpy and numba (its scan is `services.games.go_scan`'s), not torch, so the search
+service builds Go inputs without importing torch).
 Moves are y * S + x, and S * S means pass.
 """
 
