@@ -298,7 +298,7 @@ class GoState:
 
     def liberties(self) -> np.ndarray:
         """int16 [size, size]: liberties of the group on each point, 0 on empty points."""
-        libs = group_liberties(self._points(), neighbour_table(self.size))
+        libs = group_liberties(self.cell_values(), neighbour_table(self.size))
         return libs.astype(np.int16).reshape(self.size, self.size)
 
     def legal_mask(self, color: int | None = None, include_pass: bool = False) -> np.ndarray:
@@ -310,13 +310,14 @@ class GoState:
             return mask
         c = self.to_move if color is None else color
         ko = self.ko if self.ko is not None and c == self._ko_color else -1
-        mask[:n] = legal_points(self._points(), neighbour_table(self.size), c, ko)
+        mask[:n] = legal_points(self.cell_values(), neighbour_table(self.size), c, ko)
         if include_pass:
             mask[n] = True
         return mask
 
-    def _points(self) -> np.ndarray:
-        """The cells as a read-only uint8 [size * size] view (no copy), for the compiled scans."""
+    def cell_values(self) -> np.ndarray:
+        """The cells as a read-only uint8 [size * size] view (no copy): what the compiled scans
+        and other array code read."""
         return np.frombuffer(self.cells, dtype=np.uint8)
 
     def area(self) -> tuple[int, int]:

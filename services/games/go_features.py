@@ -33,7 +33,7 @@ def compact(state: GoState, to_move: int | None = None) -> np.ndarray:
     s = state.size
     recent = np.array([-1 if m is None else m for m in state.last_moves[-RECENT_MOVES:]],
                       dtype=np.int64)
-    planes = compact_planes(np.frombuffer(state.cells, dtype=np.uint8), neighbour_table(s),
+    planes = compact_planes(state.cell_values(), neighbour_table(s),
                             to_move or state.to_move, recent,
                             -1 if state.ko is None else state.ko, MAX_LIBERTIES)
     return planes.reshape(COMPACT_CHANNELS, s, s)

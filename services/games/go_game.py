@@ -99,7 +99,7 @@ def own_eyes(state: GoState, color: int) -> np.ndarray:
     n = size * size
     orth, diag, edge = _geometry(size)
     cells = np.empty(n + 1, dtype=np.uint8)
-    cells[:n] = np.frombuffer(state.cells, dtype=np.uint8)
+    cells[:n] = state.cell_values()
     cells[n] = color  # off the board counts as own for the orthogonal neighbours
     surrounded = (cells[:n] == EMPTY) & (cells[orth] == color).all(axis=1)
     if not surrounded.any():
