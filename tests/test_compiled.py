@@ -65,3 +65,27 @@ def test_only_the_missing_cache_location_is_forgiven(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(compiled, "njit", broken)
     with pytest.raises(RuntimeError, match="other numba failure"):
         compiled.kernel(lambda x: x)
+
+
+# the search service's start-up: every game's rules warmed up where nothing is cached
+WARM_UP_WITHOUT_CACHE = """
+import numba.core.caching as caching
+caching.CacheImpl._locator_classes = []  # numba 0.61 (pinned)
+from services.games import go_scan
+from services.games.registry import registered_games
+kernels = {name: getattr(go_scan, name) for name in
+           ("group_liberties", "legal_points", "compact_planes")}
+assert not any(k.signatures for k in kernels.values()), "compiled before the warm-up"
+for game in registered_games():
+    game.warm_up()
+print(sorted(name for name, k in kernels.items() if k.signatures))
+"""
+
+
+def test_warm_up_compiles_the_go_scans_before_any_request() -> None:
+    """`Game.warm_up` (called by the search service before it listens) leaves the kernels a Go
+    search calls compiled, so a read-only pod's first Go position does not pay the compile."""
+    out = subprocess.run([sys.executable, "-c", WARM_UP_WITHOUT_CACHE], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[0] == str(["compact_planes", "group_liberties", "legal_points"])

@@ -130,6 +130,9 @@ def test_server_cli_logs_json_start_up_check_and_shutdown(tmp_path: Path) -> Non
     messages = [s["message"] for s in seen]
     assert any(m.startswith(f"movepred search service listening on 127.0.0.1:{port}")
                for m in messages), messages
+    # every served game's rules are warmed up (compiled kernels) before the service listens
+    listening = next(i for i, m in enumerate(messages) if m.startswith("movepred search"))
+    assert {s["game"] for s in seen[:listening] if s["message"].startswith("rules of ")} == served
     checks = [s for s in seen if "start-up check" in s["message"]]
     assert {c["game"] for c in checks} == served
     assert all(c["level"] == "WARNING" and "unreachable" in c["reason"] for c in checks)

@@ -325,6 +325,20 @@ class Game(ABC):
     def start(self, size: int | None = None) -> Position:
         """The position a game starts from (an empty board; default size: `default_size`)."""
 
+    def warm_up(self, moves: int = 4) -> None:
+        """Play `moves` moves from the start through what a search asks of a position (its
+        legal mask, network input, expansion, a move), so that rules compiled on first use
+        (numba kernels, compiled per process where no cache directory is writable) are
+        compiled before the first request instead of during it."""
+        state = self.start()
+        for _ in range(moves):
+            legal = np.flatnonzero(state.legal_mask())
+            self.network_input(state)
+            self.expand(state)
+            if state.is_over or legal.size == 0:
+                return
+            state = state.play(int(legal[legal.size // 2]))  # a central point: groups form
+
     def smoke_positions(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Fixed positions the rollout smoke test asks a new model version about: {name:
         (network input, legal mask over the policy)}; at least "empty" (the start)."""

@@ -29,6 +29,9 @@ CLI (foreground until SIGINT/SIGTERM)::
 
     python -m services.search.server --port 50051 --triton-url 127.0.0.1:8001 --model gomoku_policy
 
+Before it listens, the process warms up every served game's rules (`Game.warm_up`: numba
+kernels are compiled or loaded from their cache then, not on the first request).
+
 Logs go through `logging` (`--log-format text|json`, `--log-level`): start-up (with the start-up
 check of the models), shutdown, each change of a model's readiness, and one line per failed
 request (rpc, code, details, model version where known, peer as `extra` fields).
@@ -444,6 +447,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.processes > 1:
         return serve_processes(list(sys.argv[1:] if argv is None else argv), args)
     models = served_models(args)
+    for game in models:
+        started = time.monotonic()
+        game.warm_up()
+        logger.info("rules of %s ready in %.2f s", game.title, time.monotonic() - started,
+                    extra={"game": game.name})
     clients = {
         game.name: PolicyClient(args.triton_url, model_name=model, timeout_s=args.triton_timeout,
                                 game=game)
