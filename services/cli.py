@@ -37,7 +37,7 @@ from rich.table import Table
 from rich.text import Text
 
 from services.api.movepred.v1 import search_pb2
-from services.games.base import Game, InvalidRequest
+from services.games.base import COLOR_NAMES, Game, InvalidRequest
 from services.games.coords import CoordinateError
 from services.games.go import replay as go_replay
 from services.games.gomoku import Rule
@@ -178,6 +178,18 @@ def _policy_table(top_moves: Sequence) -> Table:
     return table
 
 
+def _print_prediction(console: Console, result: Any, served_by: Any, heading: str = "") -> str:
+    """Print one position's answer (the side to move, the model, the top moves, the value
+    where the network has a value head); return the side to move's colour name."""
+    color = COLOR_NAMES[result.to_move]
+    console.print(f"{heading}{color} to move; "
+                  f"policy of {served_by.model_name} v{served_by.model_version}:")
+    console.print(_policy_table(result.top_moves))
+    if result.HasField("value"):  # only from a network with a value head
+        console.print(f"value {result.value:+.3f} for {color}")
+    return color
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
     console = _console()
     make_client = _client_factory(console, args)
@@ -198,12 +210,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         if many is None:
             return EXIT_RPC_ERROR
         for moves, result in zip(games, many.results, strict=True):
-            color = "black" if result.to_move == 1 else "white"
-            console.print(f"{' '.join(moves) or '(empty board)'}: {color} to move; "
-                          f"policy of {many.model_name} v{many.model_version}:")
-            console.print(_policy_table(result.top_moves))
-            if result.HasField("value"):  # only from a network with a value head
-                console.print(f"value {result.value:+.3f} for {color}")
+            _print_prediction(console, result, many, f"{' '.join(moves) or '(empty board)'}: ")
         return 0
     position = _position(console, args, args.moves)
     if position is None:
@@ -212,11 +219,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
                lambda client: client.predict(position, top_k=args.top_k, timeout=args.timeout))
     if r is None:
         return EXIT_RPC_ERROR
-    color = "black" if r.to_move == 1 else "white"
-    console.print(f"{color} to move; policy of {r.model_name} v{r.model_version}:")
-    console.print(_policy_table(r.top_moves))
-    if r.HasField("value"):  # only from a network with a value head
-        console.print(f"value {r.value:+.3f} for {color}")
+    color = _print_prediction(console, r, r)
     if args.png:
         _write_png(console, args, position, list(r.policy),
                    f"policy (%) of {r.model_name} v{r.model_version}, {color} to move",
