@@ -48,6 +48,7 @@ import torch  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.host import cpu_model  # noqa: E402
 from services.games import capture_batch as cb  # noqa: E402
 from tests import capture_reference as ref  # noqa: E402
 
@@ -98,16 +99,6 @@ def network() -> tuple[torch.nn.Module, str]:
         return StandIn().eval(), "torch stand-in (services.models.mdrnn is missing): one 3x3 conv"
     net = MDRNN(hidden=2, seed=0).eval()
     return net, f"MDRNN k=2, random weights (seed 0, {net.n_weights()} weights)"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def timed(fn: Callable[[], object]) -> tuple[object, float, float]:

@@ -47,7 +47,6 @@ import contextlib
 import hashlib
 import logging
 import os
-import platform
 import random
 import resource
 import shutil
@@ -77,6 +76,7 @@ import torch  # noqa: E402
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
 from benchmarks.doc_sections import write_doc_section  # noqa: E402
+from benchmarks.host import cpu_model  # noqa: E402
 from services import logs  # noqa: E402
 from services.api.movepred.v1 import search_pb2  # noqa: E402
 from services.games.registry import get_game  # noqa: E402
@@ -1058,14 +1058,8 @@ def tree_digest(folder: Path) -> dict[str, str]:
 
 # ----------------------------------------------------------------------------- report
 def machine() -> str:
-    """CPU model (from /proc/cpuinfo) and core count (nproc), e.g. "AMD EPYC, 2 cores"."""
-    model = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return f"{model}, {len(os.sched_getaffinity(0))} cores"
+    """CPU model and core count (nproc), e.g. "AMD EPYC, 2 cores"."""
+    return f"{cpu_model()}, {len(os.sched_getaffinity(0))} cores"
 
 
 def _cell(text: str) -> str:

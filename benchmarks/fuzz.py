@@ -41,7 +41,6 @@ import json
 import logging
 import math
 import os
-import platform
 import random
 import sys
 import time
@@ -59,6 +58,7 @@ from hypothesis import seed as hypothesis_seed  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from benchmarks.doc_sections import write_doc_section  # noqa: E402
+from benchmarks.host import cpu_model  # noqa: E402
 from services import logs  # noqa: E402
 
 logger = logging.getLogger("fuzz")
@@ -578,16 +578,8 @@ def fuzz_target(target: Target, inputs: int, batch: int, seed: int, crashes_dir:
 
 # ----------------------------------------------------------------------------- report
 def machine() -> str:
-    """CPU model (from /proc/cpuinfo) and core count, e.g. "AMD EPYC, 2 cores"."""
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} cores"
+    """CPU model and core count, e.g. "AMD EPYC, 2 cores"."""
+    return f"{cpu_model()}, {os.cpu_count()} cores"
 
 
 def table(tallies: list[Tally], machine_text: str, date: str, command: str) -> str:

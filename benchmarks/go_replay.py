@@ -32,6 +32,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.host import cpu_model  # noqa: E402
 from services.dataset.go_pairs import GoPairs, game_pairs  # noqa: E402
 from services.records.sgf import SgfGame, read_archive  # noqa: E402
 from tests.go_reference import game_pairs_reference  # noqa: E402
@@ -48,16 +49,6 @@ def same(a: GoPairs, b: GoPairs) -> bool:
         if x.dtype != y.dtype or x.shape != y.shape or x.tobytes() != y.tobytes():
             return False
     return a.ranks == b.ranks and a.error == b.error
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def machine() -> str:
