@@ -28,12 +28,14 @@ import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from services.games.base import Game, Position
 from services.games.gomoku import BLACK, DEFAULT_SIZE, WHITE, GomokuState, Rule
 from services.games.registry import default_game, get_game, registered_games
 from services.records.sgf_writer import APP_NAME, app_version, sgf_record
+
+PlayResult = TypeVar("PlayResult")
 
 SGF_LETTERS = "abcdefghijklmnopqrstuvwxyz"
 GOMOKU_GM = 4
@@ -276,13 +278,33 @@ def player_name(opponent: Callable[[Position], int]) -> str:
     return getattr(opponent, "__name__", "reference_player").replace("_", " ")
 
 
-def cmd_match(args: argparse.Namespace, game: Game,
-              opponent: Callable[[Position], int]) -> int:
-    """`movepred play --game NAME` for a game with a reference player (see the docstring)."""
+def _with_search_client(args: argparse.Namespace,
+                        work: Callable[[Any], PlayResult]) -> tuple[PlayResult | None, int]:
+    """(work(client), 0) on a search client made from the command's target, TLS and token
+    options; (None, exit code) after printing why not: 2 for bad client options, 1 for a
+    failed RPC."""
     import grpc
 
     from services.search import auth
 
+    try:
+        make_client = auth.search_client_factory(args)
+    except auth.AuthConfigError as exc:
+        print(f"error: {exc}")
+        return None, 2
+    try:
+        with make_client() as client:
+            return work(client), 0
+    except grpc.RpcError as exc:
+        code = exc.code() if hasattr(exc, "code") else None
+        details = exc.details() if hasattr(exc, "details") else str(exc)
+        print(f"error: {code.name if code else 'RPC failed'}: {details}")
+        return None, 1
+
+
+def cmd_match(args: argparse.Namespace, game: Game,
+              opponent: Callable[[Position], int]) -> int:
+    """`movepred play --game NAME` for a game with a reference player (see the docstring)."""
     size = args.size or game.default_size
     if size not in game.sizes or args.games < 1:
         print(f"error: --size must be one of {list(game.sizes)} and --games >= 1")
@@ -295,22 +317,12 @@ def cmd_match(args: argparse.Namespace, game: Game,
             who = "win" if g.winner == g.network else "draw" if g.winner == 0 else "loss"
             print(f"game {index + 1}: network {colour}, {len(g.moves)} moves, {who}: {g.path}")
 
-    try:
-        make_client = auth.search_client_factory(args)
-    except auth.AuthConfigError as exc:
-        print(f"error: {exc}")
-        return 2
-    try:
-        with make_client() as client:
-            played = play_match(client, game, opponent, out_dir, size=size, games=args.games,
-                                max_visits=args.visits, max_time_ms=args.time_ms,
-                                opponent_name=f"{player_name(opponent)} (seed {args.seed})",
-                                on_game=show)
-    except grpc.RpcError as exc:
-        code = exc.code() if hasattr(exc, "code") else None
-        details = exc.details() if hasattr(exc, "details") else str(exc)
-        print(f"error: {code.name if code else 'RPC failed'}: {details}")
-        return 1
+    played, code = _with_search_client(args, lambda client: play_match(
+        client, game, opponent, out_dir, size=size, games=args.games, max_visits=args.visits,
+        max_time_ms=args.time_ms, opponent_name=f"{player_name(opponent)} (seed {args.seed})",
+        on_game=show))
+    if played is None:
+        return code
     wins = sum(g.winner == g.network for g in played)
     draws = sum(g.winner == 0 for g in played)
     print(f"{game.title} {size}x{size}, network vs {player_name(opponent)}: {wins} wins, "
@@ -320,10 +332,6 @@ def cmd_match(args: argparse.Namespace, game: Game,
 
 
 def cmd_play(args: argparse.Namespace) -> int:
-    import grpc
-
-    from services.search import auth
-
     if args.visits < 0 or args.time_ms < 0 or args.max_moves < 1:
         print("error: --visits and --time-ms must be >= 0 and --max-moves >= 1")
         return 2
@@ -345,28 +353,13 @@ def cmd_play(args: argparse.Namespace) -> int:
             color = "black" if index % 2 == 0 else "white"
             print(f"{index + 1:>3}. {color} {r.name} ({r.visits}/{r.total_visits} visits)")
 
-    try:
-        make_client = auth.search_client_factory(args)
-    except auth.AuthConfigError as exc:
-        print(f"error: {exc}")
-        return 2
-    try:
-        with make_client() as client:
-            game = play_game(
-                client,
-                rule=rule,
-                max_visits=args.visits,
-                max_time_ms=args.time_ms,
-                max_moves=args.max_moves,
-                on_move=show,
-            )
-    except grpc.RpcError as exc:
-        code = exc.code() if hasattr(exc, "code") else None
-        details = exc.details() if hasattr(exc, "details") else str(exc)
-        print(f"error: {code.name if code else 'RPC failed'}: {details}")
-        return 1
-    path = write_sgf_text(args.out, game.to_sgf(event="movepred self-play"))
-    print(f"wrote {path}: {len(game.moves)} moves, result {game.result}")
+    played, code = _with_search_client(args, lambda client: play_game(
+        client, rule=rule, max_visits=args.visits, max_time_ms=args.time_ms,
+        max_moves=args.max_moves, on_move=show))
+    if played is None:
+        return code
+    path = write_sgf_text(args.out, played.to_sgf(event="movepred self-play"))
+    print(f"wrote {path}: {len(played.moves)} moves, result {played.result}")
     return 0
 
 
