@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -290,6 +291,40 @@ def test_duckdb_build_gives_the_in_memory_go_dedup_row_for_row(tmp_path: Path,
                  "split", "to_move", "board_size", "mover_rank", "game"):
         assert got[name].to_pylist() == want[name].to_pylist(), name
     np.testing.assert_allclose(got["result"].to_numpy(), want["result"].to_numpy(), rtol=1e-6)
+
+
+def test_both_dedups_keep_the_rule_of_the_smallest_game_id(tmp_path: Path) -> None:
+    """A pair played in games under different rules: the in-memory and the out-of-core
+    dedup both keep the rule of the game with the smallest id (the in-memory one once took
+    the smallest rule name, which differs from it here). Real games, each given a rule whose
+    name sorts the other way round from its id."""
+    from services.dataset import dedup
+
+    source = kgs_sources()[-1]
+    path = tmp_path / "pairs.parquet"
+    write_go_source_pairs(source, path)
+    raw = pq.read_table(path)
+    ids = sorted(set(raw["game_id"].to_pylist()))
+    rule_of = {g: f"rule-{len(ids) - i:05d}" for i, g in enumerate(ids)}  # reversed order
+    raw = raw.set_column(raw.column_names.index("rule"), "rule",
+                         pa.array([rule_of[g] for g in raw["game_id"].to_pylist()]))
+    pq.write_table(raw, path)
+    settings = dedup.BuildSettings(min_train_occurrences=2**31, holdout_games=0.0, threads=1,
+                                   temp_dir=tmp_path)
+    out_of_core = pa.Table.from_batches(list(dedup.sorted_pairs([path], "go", settings)))
+    pairs = go_source_pairs(source).pairs
+    pairs = pairs.set_column(pairs.column_names.index("rule"), "rule",
+                             pa.array([rule_of[g] for g in pairs["game_id"].to_pylist()]))
+    in_memory = pa.concat_tables([part for _, part in shards.split_parts(
+        go_deduplicate([pairs]))])
+    smallest = [rule_of[g] for g in in_memory["game_id"].to_pylist()]
+    merged = np.flatnonzero(in_memory["count"].to_numpy() > 1)
+    assert len({rule_of[g] for g in raw["game_id"].to_pylist()}) > 1
+    assert any(len(set(raw.filter(pc.equal(raw["position_hash"], h))["rule"]
+                       .to_pylist())) > 1
+               for h in in_memory["position_hash"].to_numpy()[merged][:200])  # mixed pairs
+    assert in_memory["rule"].to_pylist() == smallest
+    assert out_of_core["rule"].to_pylist() == smallest
 
 
 def test_sorted_raw_rows_merge_into_pairs_across_batches() -> None:
