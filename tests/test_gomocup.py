@@ -206,6 +206,8 @@ def test_about_unknown_play_takeback(offline: Brain) -> None:
     assert b.handle("PLAY 7,7") == ["ERROR 7,7 is occupied"]
     assert b.handle("TURN 15,3")[0].startswith("ERROR bad coordinates 15,3")
     assert b.handle("TURN 3")[0].startswith("ERROR bad coordinates")
+    for bad in ("1_0,3", "\u0667,7", "7,\uff17"):  # `int` reads these as 10 and 7
+        assert b.handle(f"TURN {bad}")[0].startswith("ERROR bad coordinates"), bad
     assert b.handle("TURN 7,7") == ["ERROR 7,7 is occupied"]
     assert b.moves == [to_index(7, 7)]  # rejected moves are not recorded
     assert b.handle("TAKEBACK 1,1")[0].startswith("ERROR takeback of 1,1")

@@ -98,6 +98,24 @@ def test_coordinates_follow_renjunet_notation() -> None:
             parse_point(bad, S)
 
 
+def test_coordinates_are_ascii_only() -> None:
+    """Names no other program reads must not stand for points: `int` reads a fullwidth or an
+    Arabic-Indic digit, and lower() turns the Kelvin sign into 'k'."""
+    assert parse_point(" H8 ", S) == (7, 7) and parse_point("k4", S) == (10, 3)
+    for bad in ("h\uff18", "h\u0668", "\u212a4", "h1_0", "h+8", "h 8"):
+        with pytest.raises(CoordinateError, match="unknown coordinate"):
+            parse_point(bad, S)
+
+
+def test_gtp_vertices_are_ascii_only() -> None:
+    from services.games.coords import VertexError, parse_gtp_vertex
+
+    assert parse_gtp_vertex("q16", 19) == 15 * 19 + 15 and parse_gtp_vertex(" PASS", 19) is None
+    for bad in ("D\uff14", "\u212a4", "pa\u017fs", "I5", "T20", "D1_0"):  # long s uppers to S
+        with pytest.raises(VertexError, match="not a vertex"):
+            parse_gtp_vertex(bad, 19)
+
+
 def test_ascii_fixture_matches_played_moves() -> None:
     state = play(["h8", "h9", "i8"])
     board = board_from_ascii("\n".join(

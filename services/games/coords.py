@@ -45,15 +45,32 @@ def index_name(index: int, size: int) -> str:
     return point_name(index % size, index // size)
 
 
+def _ascii_token(text: str) -> str | None:
+    """`text` stripped, or None when it holds anything but ASCII. Checked before any case
+    mapping: `str.isdigit` and `int` also read other scripts' digits ('h\uff18', a fullwidth
+    8) and case mapping turns other letters into ASCII ones (the Kelvin sign lowers to 'k',
+    the long s uppers to 'S'), which would make names no other program reads stand for
+    points."""
+    token = text.strip()
+    return token if token.isascii() else None
+
+
+def _column_and_row(token: str, letters: str, size: int) -> tuple[int, int] | None:
+    """(x, y) of a column letter from `letters[:size]` followed by a row number 1..size in an
+    ASCII `token`, or None."""
+    if len(token) < 2 or token[0] not in letters[:size] or not token[1:].isdigit():
+        return None
+    row = int(token[1:])
+    return (letters.index(token[0]), row - 1) if 1 <= row <= size else None
+
+
 def parse_point(name: str, size: int) -> tuple[int, int]:
     """Parse 'h8' into (x, y); raises CoordinateError for anything off the board."""
-    token = name.strip().lower()
-    if len(token) < 2 or token[0] not in LETTERS[:size] or not token[1:].isdigit():
+    token = _ascii_token(name)
+    point = None if token is None else _column_and_row(token.lower(), LETTERS, size)
+    if point is None:
         raise CoordinateError(f"unknown coordinate {name!r} on a {size}x{size} board")
-    row = int(token[1:])
-    if not 1 <= row <= size:
-        raise CoordinateError(f"unknown coordinate {name!r} on a {size}x{size} board")
-    return LETTERS.index(token[0]), row - 1
+    return point
 
 
 # ---- GTP vertices --------------------------------------------------------------------------
@@ -74,15 +91,17 @@ def gtp_vertex(move: int | None, size: int) -> str:
 def parse_gtp_vertex(text: str, size: int) -> int | None:
     """GTP vertex ("D4", "q16", "pass") -> flat point y * size + x, or None for a pass;
     VertexError for anything else."""
-    token = text.strip().upper()
+    token = _ascii_token(text)
+    if token is None:
+        raise VertexError(f"not a vertex on a {size}x{size} board: {text!r}")
+    token = token.upper()
     if token == "PASS":
         return None
-    if len(token) < 2 or token[0] not in GTP_LETTERS[:size] or not token[1:].isdigit():
+    point = _column_and_row(token, GTP_LETTERS, size)
+    if point is None:
         raise VertexError(f"not a vertex on a {size}x{size} board: {text!r}")
-    row = int(token[1:])
-    if not 1 <= row <= size:
-        raise VertexError(f"not a vertex on a {size}x{size} board: {text!r}")
-    return (row - 1) * size + GTP_LETTERS.index(token[0])
+    x, y = point
+    return y * size + x
 
 
 # ---- SGF letters ---------------------------------------------------------------------------

@@ -80,6 +80,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 import time
 from collections.abc import Collection, Sequence
@@ -122,6 +123,7 @@ WARM_UP_MS = 300
 WARM_UP_TIMEOUT_S = 2.0
 MOVES_LEFT_ESTIMATE = 15  # a timed match spends at most time_left / 15 on one move
 MAX_NBEST = 20  # YXNBEST n: at most this many candidates
+_INTEGER = re.compile(r"-?[0-9]+")  # a coordinate or count as Piskvork writes it
 
 # INFO rule bits read here; the protocol's others (2 continuous game, 8 Caro) play freestyle
 RULE_EXACT_FIVE, RULE_RENJU = 1, 4
@@ -239,13 +241,12 @@ def _one_line(text: object) -> str:
 
 
 def _parse_ints(text: str, count: int) -> list[int] | None:
+    """`count` comma-separated decimal integers (ASCII digits, optional minus), or None.
+    Stricter than `int`, which also reads "1_0" as 10 and other scripts' digits."""
     parts = [p.strip() for p in text.split(",")]
-    if len(parts) != count:
+    if len(parts) != count or not all(_INTEGER.fullmatch(p) for p in parts):
         return None
-    try:
-        return [int(p) for p in parts]
-    except ValueError:
-        return None
+    return [int(p) for p in parts]
 
 
 class ProtocolError(Exception):
