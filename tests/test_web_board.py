@@ -79,6 +79,19 @@ def test_games_offered_come_from_the_registry() -> None:
     assert info["token"] is False
 
 
+def test_every_game_s_rules_are_warmed_up_before_the_first_board(monkeypatch) -> None:
+    """The app's start-up warms up each game's rules (compiled kernels), so the first Go
+    board a visitor asks for does not wait for numba."""
+    from services.games.base import Game
+
+    warmed: list[str] = []
+    monkeypatch.setattr(Game, "warm_up", lambda game: warmed.append(game.name))
+    web = offline_client()
+    assert warmed == []
+    with web:
+        assert warmed == [g.name for g in registered_games()]
+
+
 def test_renju_forbidden_points_and_go_captures_come_from_the_rules() -> None:
     with offline_client() as web:
         renju_state = web.post("/api/state", json={"game": "gomoku", "rule": "renju",

@@ -44,7 +44,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from services.cli import next_step
 from services.games.base import COLOR_NAMES, InvalidRequest
-from services.games.registry import default_game
+from services.games.registry import default_game, registered_games
 from services.search.client import SearchClient
 from services.web import positions
 from services.web.positions import Board
@@ -122,6 +122,8 @@ def create_app(client: SearchClient, *, target: str = "") -> FastAPI:
     shown on the page."""
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        for game in registered_games():  # compiled rules ready before the first board
+            game.warm_up()
         yield
         client.close()
 
