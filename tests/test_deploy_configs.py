@@ -153,6 +153,17 @@ def assert_search_flags_exist(argv: list[str], where: str) -> None:
 
 
 @functools.cache
+def readiness_urls(probe: str) -> list[str]:
+    """The URLs a Triton readiness command checks: ``curl -fsS -o /dev/null URL`` parts joined
+    by ``&&`` (so one failing URL fails the probe: -f turns an HTTP 400 into exit 22)."""
+    urls = []
+    for part in probe.split("&&"):
+        words = shlex.split(part)
+        assert words[:-1] == ["curl", "-fsS", "-o", "/dev/null"], part
+        urls.append(words[-1])
+    return urls
+
+
 def k8s_objects() -> dict[tuple[str, str], dict]:
     kustomization = load_yaml_docs(K8S / "kustomization.yaml")[0]
     objects: dict[tuple[str, str], dict] = {}
@@ -534,9 +545,12 @@ def test_triton_deployment() -> None:
     for section in ("requests", "limits"):
         assert str(triton["resources"][section]["nvidia.com/gpu"]) == "1", section
 
-    readiness = triton["readinessProbe"]["httpGet"]
-    assert readiness["path"] == "/v2/health/ready"
-    assert container_port(triton, readiness["port"]) == TRITON_HTTP_PORT
+    # readiness: each loaded model's own readiness URL, strict readiness off (a rollout's
+    # unloaded candidate would keep the server's /v2/health/ready at 400 for good)
+    loaded = [a.split("=", 1)[1] for a in triton["args"] if a.startswith("--load-model=")]
+    assert sorted(loaded) == sorted([MODEL_NAME, GO_MODEL_NAME])
+    assert readiness_urls(triton["readinessProbe"]["exec"]["command"][-1]) == [
+        f"http://localhost:{TRITON_HTTP_PORT}/v2/models/{m}/ready" for m in loaded]
     liveness = triton["livenessProbe"]["httpGet"]
     assert liveness["path"] == "/v2/health/live"
     assert container_port(triton, liveness["port"]) == TRITON_HTTP_PORT
@@ -544,7 +558,7 @@ def test_triton_deployment() -> None:
     argv = [*triton.get("command", []), *triton.get("args", [])]
     assert flag_value(argv, "--model-control-mode") == "explicit"
     assert flag_value(argv, "--load-model") == MODEL_NAME
-    assert flag_value(argv, "--strict-readiness") == "true"
+    assert flag_value(argv, "--strict-readiness") == "false"
     assert int(flag_value(argv, "--grpc-port") or 8001) == TRITON_GRPC_PORT
     assert container_port(triton, "grpc") == TRITON_GRPC_PORT
     repository = flag_value(argv, "--model-repository")
@@ -814,8 +828,11 @@ def test_compose_triton() -> None:
 
     devices = triton["deploy"]["resources"]["reservations"]["devices"]
     assert any(d.get("driver") == "nvidia" and "gpu" in d.get("capabilities", []) for d in devices)
-    test = " ".join(triton["healthcheck"]["test"])
-    assert f"localhost:{TRITON_HTTP_PORT}/v2/health/ready" in test
+    test = triton["healthcheck"]["test"]
+    loaded = [a.split("=", 1)[1] for a in argv if a.startswith("--load-model=")]
+    assert test[0] == "CMD-SHELL" and readiness_urls(test[1]) == [
+        f"http://localhost:{TRITON_HTTP_PORT}/v2/models/{m}/ready" for m in loaded]
+    assert flag_value(argv, "--strict-readiness") == "false"
 
 
 def test_compose_triton_is_reachable_by_the_platform_only() -> None:

@@ -18,6 +18,7 @@ import json
 import shutil
 import threading
 import time
+import urllib.request
 import zipfile
 from collections import Counter
 from pathlib import Path
@@ -52,6 +53,12 @@ from services.triton.rollout_state import read_state, state_path
 from services.triton.server import TritonServer
 from services.triton.smoke import masked_policy, smoke_test, top1_hits
 from services.triton.version_files import check_version_files
+from tests.test_deploy_configs import (
+    TRITON_HTTP_PORT,
+    k8s_object,
+    only_container,
+    readiness_urls,
+)
 from tests.triton_fixtures import (
     MODEL_NAME,
     TinyPolicy,
@@ -353,6 +360,17 @@ def test_corrupt_versions_are_refused_while_v2_serves(env: dict) -> None:
     assert f"{MODEL_NAME}/4" in message4 and "UNAVAILABLE" in message4
     assert info4.value.serving == 2
     _assert_only_serving(client, 2)
+    # refused and accepted candidates (loaded, failed, unloaded) leave the server ready by
+    # what the Kubernetes and compose probes ask: the served model's readiness URL, and the
+    # launcher's /v2/health/ready (strict readiness would read 400 here for good)
+    probe = only_container(k8s_object("Deployment", "triton"))["readinessProbe"]["exec"]
+    urls = [u.replace(f"localhost:{TRITON_HTTP_PORT}", env["server"].http_url)
+            for u in readiness_urls(probe["command"][-1])]
+    ours = [u for u in urls if u.endswith(f"/v2/models/{MODEL_NAME}/ready")]
+    assert len(ours) == 1
+    for url in [*ours, f"http://{env['server'].http_url}/v2/health/ready"]:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            assert answer.status == 200, url
     state = read_state(repo)
     assert (state["current"], state["previous"]) == (2, 1)
     refused = [e for e in state["history"] if e["outcome"] == "refused"]

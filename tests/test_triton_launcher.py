@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -214,6 +215,12 @@ def test_fresh_repository_starts_and_says_what_to_run(tmp_path: Path) -> None:
         with urllib.request.urlopen(f"http://{server.http_url}/v2/health/ready",
                                     timeout=5) as answer:
             assert answer.status == 200
+        # what the deployed probes ask: each model's readiness, 400 until a version loads
+        for model in (MODEL_NAME, GO_MODEL_NAME):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(f"http://{server.http_url}/v2/models/{model}/ready",
+                                       timeout=5)
+            assert refused.value.code == 400, model
 
 
 # --------------------------------------------------------------------------- ports, orphans

@@ -597,7 +597,10 @@ class TritonServer:
             *metrics_flags(self.metrics_host, self.metrics_port),
             "--disable-auto-complete-config",
             "--exit-timeout-secs=5",
-            "--strict-readiness=true",
+            # what serves is asked per model version (`wait_ready`, `load_version`, the search
+            # service's health): strict readiness reads not-ready for good once any model was
+            # unloaded or failed a load, which every rollout's candidate is
+            "--strict-readiness=false",
         ]
 
     def _pick_ports(self) -> None:
@@ -723,9 +726,9 @@ class TritonServer:
         self._spawn_ready(env)
         try:
             if self._load_models():
-                # Triton keeps a version that failed to load listed UNAVAILABLE for good, and
-                # with --strict-readiness the whole server then reads not-ready: start afresh
-                # on the versions that loaded.
+                # Triton keeps a version that failed to load listed UNAVAILABLE for good (in
+                # its repository index and model readiness): start afresh on the versions
+                # that loaded.
                 served, self.served = self.served, {}
                 log.info("restarting tritonserver without the versions it refused")
                 self.stop(grace_s=3.0)
