@@ -181,7 +181,7 @@ def _policy_table(top_moves: Sequence) -> Table:
 def _print_prediction(console: Console, result: Any, served_by: Any, heading: str = "") -> str:
     """Print one position's answer (the side to move, the model, the top moves, the value
     where the network has a value head); return the side to move's colour name."""
-    color = COLOR_NAMES[result.to_move]
+    color = COLOR_NAMES.get(result.to_move, "white")
     console.print(f"{heading}{color} to move; "
                   f"policy of {served_by.model_name} v{served_by.model_version}:")
     console.print(_policy_table(result.top_moves))

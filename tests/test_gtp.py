@@ -193,23 +193,6 @@ def test_dead_service_answers_errors_and_the_engine_goes_on(engine: GtpEngine) -
     assert ok(engine.handle("play b D4")) == ""
 
 
-def test_serve_warms_up_the_go_rules_beside_the_first_commands(monkeypatch) -> None:
-    """The compiled rules are built while the controller's first commands are answered, not
-    in the first timed genmove."""
-    import io
-
-    from services.games.base import Game
-    from services.protocols.gtp import serve
-
-    warmed = threading.Event()
-    monkeypatch.setattr(Game, "warm_up", lambda game: warmed.set() if game.name == "go" else None)
-    out = io.StringIO()
-    engine = GtpEngine(f"127.0.0.1:{closed_port()}")
-    assert serve(engine, io.StringIO("protocol_version\nquit\n"), out) == 0
-    assert warmed.wait(10)
-    assert out.getvalue() == "= 2\n\n=\n\n"
-
-
 # ------------------------------------------------------------------- analysis, clock, cleanup
 
 

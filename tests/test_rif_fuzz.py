@@ -271,9 +271,11 @@ def test_table_joins_and_missing_references(case) -> None:
 
 # ---- 2. one bad game among good ones ------------------------------------------------------------
 
-# (parse_point reads other Unicode decimal digits, "h８" or "h٨", as h8: not listed here)
+# other scripts' digits ("h８", "h٨") and letters that case mapping makes ASCII ("\u212a8",
+# the Kelvin sign) too: names are ASCII only
 BAD_TOKENS = ["p16", "a0", "zz", "h16", "o0", "p1", "h", "8", "h8h9", "h-1", "h+8", "h 8",
-              "h²", "h⁸", "Ｈ8", "ı8", "h8.0", "h1e1", "&", "<", "\u0300", "h0x8"]
+              "h²", "h⁸", "Ｈ8", "ı8", "h8.0", "h1e1", "&", "<", "\u0300", "h0x8", "h８", "h٨",
+              "\u212a8"]
 BAD_BRESULTS = {
     "non-numeric bresult": ["black", "1/2", "½", "0x1", "1,0", "--1", "1 0"],
     "unknown bresult": ["2", "-1", "0.25", "nan", "inf", "-inf", "1e999", "9" * 400],

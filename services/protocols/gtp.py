@@ -71,7 +71,6 @@ from services.api.movepred.v1 import search_pb2
 from services.games.go import BLACK, WHITE, GoState, IllegalMove, opponent, sgf_name
 from services.games.go_game import (
     DEFAULT_KOMI,
-    GO,
     GO_SIZE,
     GO_SIZES,
     VertexError,
@@ -500,8 +499,6 @@ def serve(engine: GtpEngine, stdin: TextIO, stdout: TextIO) -> int:
         stdout.flush()
 
     threading.Thread(target=read, name="gtp-stdin", daemon=True).start()
-    # the rules' compiled kernels, built beside the first commands, not in the first timed move
-    threading.Thread(target=GO.warm_up, name="gtp-warm-up", daemon=True).start()
     carried: list[str | None] = []  # the line that ended an analysis, answered next
     try:
         while not engine.finished:

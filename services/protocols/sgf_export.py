@@ -282,7 +282,7 @@ def _with_search_client(args: argparse.Namespace,
                         work: Callable[[Any], PlayResult]) -> tuple[PlayResult | None, int]:
     """(work(client), 0) on a search client made from the command's target, TLS and token
     options; (None, exit code) after printing why not: 2 for bad client options, 1 for a
-    failed RPC."""
+    failed RPC (callers test the code: `work` may return None)."""
     import grpc
 
     from services.search import auth
@@ -321,7 +321,7 @@ def cmd_match(args: argparse.Namespace, game: Game,
         client, game, opponent, out_dir, size=size, games=args.games, max_visits=args.visits,
         max_time_ms=args.time_ms, opponent_name=f"{player_name(opponent)} (seed {args.seed})",
         on_game=show))
-    if played is None:
+    if code:
         return code
     wins = sum(g.winner == g.network for g in played)
     draws = sum(g.winner == 0 for g in played)
@@ -356,7 +356,7 @@ def cmd_play(args: argparse.Namespace) -> int:
     played, code = _with_search_client(args, lambda client: play_game(
         client, rule=rule, max_visits=args.visits, max_time_ms=args.time_ms,
         max_moves=args.max_moves, on_move=show))
-    if played is None:
+    if code:
         return code
     path = write_sgf_text(args.out, played.to_sgf(event="movepred self-play"))
     print(f"wrote {path}: {len(played.moves)} moves, result {played.result}")

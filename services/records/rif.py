@@ -338,7 +338,7 @@ def _parse_tokens(tokens: list[str], size: int) -> tuple[tuple[int, ...], str | 
     for number, token in enumerate(tokens, 1):
         try:
             x, y = parse_point(token, size)
-        except ValueError:  # CoordinateError, or int() of a digit like '²' that isdigit() passed
+        except ValueError:  # CoordinateError
             return (), f"unknown coordinate {token[:20]!r} at move {number}"
         point = y * size + x
         if point in first_at:

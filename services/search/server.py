@@ -447,11 +447,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.processes > 1:
         return serve_processes(list(sys.argv[1:] if argv is None else argv), args)
     models = served_models(args)
-    for game in models:
-        started = time.monotonic()
-        game.warm_up()
-        logger.info("rules of %s ready in %.2f s", game.title, time.monotonic() - started,
-                    extra={"game": game.name})
     clients = {
         game.name: PolicyClient(args.triton_url, model_name=model, timeout_s=args.triton_timeout,
                                 game=game)
@@ -468,6 +463,11 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    for game in models:  # compiled rules ready before the first request, not during it
+        started = time.monotonic()
+        game.warm_up()
+        logger.info("rules of %s ready in %.2f s", game.title, time.monotonic() - started,
+                    extra={"game": game.name})
     service.start()
     pid_file = None
     if multiprocessing.parent_process() is None:  # a --processes child: the parent has it
