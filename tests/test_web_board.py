@@ -80,8 +80,9 @@ def test_games_offered_come_from_the_registry() -> None:
 
 
 def test_every_game_s_rules_are_warmed_up_before_the_first_board(monkeypatch) -> None:
-    """The app's start-up warms up each game's rules (compiled kernels), so the first Go
-    board a visitor asks for does not wait for numba."""
+    """The app's start-up warms up each game's rules (compiled kernels: the Capture Game's,
+    Go's scans of a position with set-up stones), so no board a visitor asks for waits for
+    numba."""
     from services.games.base import Game
 
     warmed: list[str] = []
