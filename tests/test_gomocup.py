@@ -193,6 +193,9 @@ def test_info_is_silent_and_stored(offline: Brain) -> None:
     assert b.info["folder"] == "C:\\some folder\\x"
     b.handle("INFO rule 1")
     assert b.rule is Rule.STANDARD
+    for odd in ("１５００", "1_500", " ", "²", "1e3"):  # what int() reads or chokes on: stored only
+        assert b.handle(f"INFO timeout_turn {odd}") == [] and b.handle(f"INFO rule {odd}") == []
+    assert b.time.timeout_turn == 1500 and b.rule is Rule.STANDARD
 
 
 def test_about_unknown_play_takeback(offline: Brain) -> None:

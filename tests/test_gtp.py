@@ -98,6 +98,24 @@ def test_framing_ids_comments_and_admin_commands(engine: GtpEngine) -> None:
     assert engine.handle("quit") == "=\n\n" and engine.finished
 
 
+def test_numbers_are_plain_ascii_decimals(engine: GtpEngine) -> None:
+    """Python's int and float read "１９", "1_0" and "nan"; no GUI sends them, so they are syntax
+    errors. "²" passes str.isdigit and fails int: it once came back as an internal error."""
+    for bad in ("²", "１９", "1_9", "+", "19.0", "99999999999999999999999"):
+        refusal = fails(engine.handle(f"boardsize {bad}"))
+        assert refusal == "syntax error: boardsize takes one integer", bad
+    assert engine.size == 19
+    for bad in ("1_0", "６.５", "nan", "inf", "1e999", "6,5", "."):
+        assert fails(engine.handle(f"komi {bad}")).startswith("syntax error"), bad
+    for good, value in (("-0.5", -0.5), ("7", 7.0), ("+6.5", 6.5), (".5", 0.5), ("6.", 6.0)):
+        assert ok(engine.handle(f"komi {good}")) == "" and engine.komi == value
+    for args in ("² 1 1", "1e999 1 1", "300 ３０ 1", "300 30 1_0", "300 30 -1", "300 30 1.5"):
+        assert fails(engine.handle(f"time_settings {args}")).startswith("syntax error"), args
+    for args in (["٣"], ["²"], ["interval", "1_0"], ["minmoves", "３"]):
+        with pytest.raises(AnalyzeArgsError, match="must be an integer"):
+            parse_analyze_args(args)
+
+
 def test_play_rules_undo_and_score(engine: GtpEngine) -> None:
     assert ok(engine.handle("boardsize 19")) == ""
     for color, v in (("b", "D4"), ("white", "E4"), ("B", "C5"), ("w", "F5"), ("black", "D6"),

@@ -80,7 +80,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 import sys
 import time
 from collections.abc import Collection, Sequence
@@ -103,6 +102,7 @@ from services.games.gomoku import (
     opponent,
 )
 from services.protocols.frontend import SearchClientOwner, serve_lines
+from services.protocols.numerals import ascii_int
 from services.search import auth
 
 logger = logging.getLogger(__name__)
@@ -123,7 +123,6 @@ WARM_UP_MS = 300
 WARM_UP_TIMEOUT_S = 2.0
 MOVES_LEFT_ESTIMATE = 15  # a timed match spends at most time_left / 15 on one move
 MAX_NBEST = 20  # YXNBEST n: at most this many candidates
-_INTEGER = re.compile(r"-?[0-9]+")  # a coordinate or count as Piskvork writes it
 
 # INFO rule bits read here; the protocol's others (2 continuous game, 8 Caro) play freestyle
 RULE_EXACT_FIVE, RULE_RENJU = 1, 4
@@ -241,12 +240,9 @@ def _one_line(text: object) -> str:
 
 
 def _parse_ints(text: str, count: int) -> list[int] | None:
-    """`count` comma-separated decimal integers (ASCII digits, optional minus), or None.
-    Stricter than `int`, which also reads "1_0" as 10 and other scripts' digits."""
-    parts = [p.strip() for p in text.split(",")]
-    if len(parts) != count or not all(_INTEGER.fullmatch(p) for p in parts):
-        return None
-    return [int(p) for p in parts]
+    """`count` comma-separated integers in ASCII digits (blanks around each allowed), or None."""
+    values = [v for v in (ascii_int(p.strip()) for p in text.split(",")) if v is not None]
+    return values if len(values) == count == text.count(",") + 1 else None
 
 
 class ProtocolError(Exception):
@@ -428,9 +424,8 @@ class Brain(SearchClientOwner):
         key, _, value = param.partition(" ")
         key, value = key.lower(), value.strip()
         self.info[key] = value
-        try:
-            number = int(value)
-        except ValueError:
+        number = ascii_int(value)
+        if number is None:
             return []  # folder, evaluate and unknown keys are only stored
         if key == "timeout_turn":
             self.time.timeout_turn = number

@@ -90,6 +90,7 @@ from services.protocols.gtp_analysis import (
     run_to_end,
 )
 from services.protocols.gtp_clock import ClockError, GtpClock
+from services.protocols.numerals import ascii_decimal, ascii_int
 from services.search import auth
 from services.search.validation import MAX_TIME_MS, MAX_VISITS
 
@@ -308,9 +309,9 @@ class GtpEngine(SearchClientOwner):
         return ""
 
     def cmd_boardsize(self, args: list[str]) -> str:
-        if len(args) != 1 or not args[0].isdigit():
+        size = ascii_int(args[0]) if len(args) == 1 else None
+        if size is None:
             raise GtpError("syntax error: boardsize takes one integer")
-        size = int(args[0])
         if size not in GO_SIZES:
             raise GtpError("unacceptable size")
         self.size = size
@@ -322,11 +323,8 @@ class GtpEngine(SearchClientOwner):
         return ""
 
     def cmd_komi(self, args: list[str]) -> str:
-        try:
-            komi = float(args[0]) if len(args) == 1 else float("nan")
-        except ValueError:
-            komi = float("nan")
-        if komi != komi or abs(komi) > self.size * self.size:
+        komi = ascii_decimal(args[0]) if len(args) == 1 else None
+        if komi is None or abs(komi) > self.size * self.size:
             raise GtpError("syntax error: komi takes one number")
         self.komi = komi
         return ""

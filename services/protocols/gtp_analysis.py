@@ -60,6 +60,7 @@ from typing import Any
 import grpc
 
 from services.api.movepred.v1 import search_pb2
+from services.protocols.numerals import ascii_int
 
 log = logging.getLogger(__name__)
 DEFAULT_INTERVAL_CS = 100  # Leela Zero's and KataGo's default when no interval is given
@@ -96,10 +97,9 @@ class AnalyzeArgs:
 
 
 def _int(text: str, what: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise AnalyzeArgsError(f"syntax error: {what} must be an integer, got {text!r}") from None
+    value = ascii_int(text)
+    if value is None:
+        raise AnalyzeArgsError(f"syntax error: {what} must be an integer, got {text!r}")
     if value < 0:
         raise AnalyzeArgsError(f"syntax error: {what} must be >= 0, got {value}")
     return value

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from services.protocols.numerals import ascii_decimal, ascii_int
+
 MIN_MOVES_LEFT = 10
 RESERVE_FRACTION = 0.1
 RESERVE_MS = 200
@@ -34,19 +36,19 @@ class ClockError(ValueError):
 
 
 def _number(text: str, what: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ClockError(f"syntax error: {what} must be a number, got {text!r}") from None
-    if value != value or value < 0:
+    value = ascii_decimal(text)
+    if value is None:
+        raise ClockError(f"syntax error: {what} must be a number, got {text!r}")
+    if value < 0:
         raise ClockError(f"syntax error: {what} must be >= 0, got {text}")
     return value
 
 
 def _count(text: str, what: str) -> int:
-    if not text.isdigit():
+    value = ascii_int(text)
+    if value is None or value < 0:
         raise ClockError(f"syntax error: {what} must be an integer >= 0, got {text!r}")
-    return int(text)
+    return value
 
 
 @dataclass
