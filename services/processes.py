@@ -15,8 +15,8 @@ identity check: a file whose pid is dead, or now belongs to another process (sta
 differ, or for Triton the program is not ``tritonserver``), is stale; `status` reports and
 removes it, and `stop` never signals such a pid.
 
-``movepred status`` lists each entry with pid, ports, uptime and health (Triton's HTTP
-readiness, the search service's gRPC health, a file's ``--health`` URL); ``movepred stop
+``movepred status`` lists each entry with pid, ports, uptime and health (Triton's models'
+readiness from its repository index, the search service's gRPC health, a file's ``--health`` URL); ``movepred stop
 [NAME ...]`` stops them, dependants first (web, search, the worker, Prefect, Triton): SIGTERM
 (the process group when the process leads its own, as Triton does), then SIGKILL to the process
 and the descendants it had after `timeout_s`. A Triton started by ``python -m
@@ -204,7 +204,7 @@ def _triton_entry(path: Path, data: dict) -> Entry:
     details = {k: data[k] for k in ("repository", "log", "metrics_url") if data.get(k)}
     return Entry("triton", int(data["pid"]), path, dict(zip(names, ports, strict=False)),
                  data.get("start_ticks"), "tritonserver",
-                 {"http": f"http://{host}:{ports[1]}/v2/health/ready"} if len(ports) > 1 else {},
+                 {"triton": f"http://{host}:{ports[1]}"} if len(ports) > 1 else {},
                  int(data["launcher_pid"]), details)
 
 
@@ -239,6 +239,33 @@ def _http_health(url: str) -> str:
         return f"down ({getattr(exc, 'reason', exc)})"
 
 
+def _triton_health(base_url: str) -> str:
+    """Triton runs with strict readiness off (a rolled-out model's unloaded ``__candidate`` would
+    keep ``/v2/health/ready`` failing for good), so that endpoint only says the server is up.
+    The repository index says what serves: ready when every model but the rollout's side models
+    is READY, else which are not and why."""
+    server = _http_health(f"{base_url}/v2/health/ready")
+    if server != "ready":
+        return server
+    request = urllib.request.Request(f"{base_url}/v2/repository/index", data=b"{}",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with _OPENER.open(request, timeout=HEALTH_TIMEOUT_S) as response:
+            index = json.loads(response.read())
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return f"up, repository index unreadable ({getattr(exc, 'reason', exc)})"
+    from services.triton.rollout import CANDIDATE_SUFFIX
+
+    models = [m for m in index if isinstance(m, dict)
+              and not str(m.get("name", "")).endswith(CANDIDATE_SUFFIX)]
+    if not models:
+        return "up, no model in the repository"
+    not_ready = [f"{m.get('name')} ({m.get('state') or 'not loaded'}"
+                 + (f": {m['reason']})" if m.get("reason") else ")")
+                 for m in models if m.get("state") != "READY"]
+    return "ready" if not not_ready else "up, not ready: " + ", ".join(not_ready)
+
+
 def _grpc_health(target: str, service: str) -> str:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -269,6 +296,8 @@ def _tcp_health(port: int) -> str:
 
 def health(entry: Entry) -> str:
     """One word or phrase: ready, up but models not ready, down (why), listening, unknown."""
+    if "triton" in entry.health:
+        return _triton_health(entry.health["triton"])
     if "http" in entry.health:
         return _http_health(entry.health["http"])
     if "grpc" in entry.health:

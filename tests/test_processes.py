@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -187,6 +188,15 @@ def test_triton_launcher_shows_in_status_and_stops(run_home: Path,
     assert row["metrics_url"] == f"http://127.0.0.1:{metrics_port}/metrics"
     server_pid = row["pid"]
     assert processes.cmdline(server_pid)[0].endswith("tritonserver")
+    # Strict readiness is off, so /v2/health/ready stays 200 without a model; status must not
+    # say ready then: it reads the repository index
+    unload = urllib.request.Request(
+        f"http://127.0.0.1:{http_port}/v2/repository/models/{MODEL_NAME}/unload", data=b"{}")
+    with urllib.request.urlopen(unload, timeout=30) as answer:
+        assert answer.status == 200
+    assert processes._http_health(f"http://127.0.0.1:{http_port}/v2/health/ready") == "ready"
+    unloaded = f"up, not ready: {MODEL_NAME} (UNAVAILABLE: unloaded)"  # after UNLOADING
+    wait_for(lambda: status_rows()[0]["health"] == unloaded, 60, "status to see the unload")
 
     stopped = movepred("stop", "triton", "--timeout", "30")
     assert stopped.returncode == 0, stopped.stdout
