@@ -16,11 +16,11 @@ differ, or for Triton the program is not ``tritonserver``), is stale; `status` r
 removes it, and `stop` never signals such a pid.
 
 ``movepred status`` lists each entry with pid, ports, uptime and health (Triton's models'
-readiness from its repository index, the search service's gRPC health, a file's ``--health`` URL); ``movepred stop
-[NAME ...]`` stops them, dependants first (web, search, the worker, Prefect, Triton): SIGTERM
-(the process group when the process leads its own, as Triton does), then SIGKILL to the process
-and the descendants it had after `timeout_s`. A Triton started by ``python -m
-services.triton.server`` is stopped through that launcher, which shuts its server down.
+readiness from its repository index, the search service's gRPC health, a file's ``--health``
+URL); ``movepred stop [NAME ...]`` stops them, dependants first (web, search, the worker,
+Prefect, Triton): SIGTERM (the process group when the process leads its own, as Triton does),
+then SIGKILL to the process and the descendants it had after `timeout_s`. A Triton started by
+``python -m services.triton.server`` is stopped through that launcher, which shuts its server down.
 """
 
 from __future__ import annotations
