@@ -111,6 +111,8 @@ def test_numbers_are_plain_ascii_decimals(engine: GtpEngine) -> None:
         assert ok(engine.handle(f"komi {good}")) == "" and engine.komi == value
     for args in ("² 1 1", "1e999 1 1", "300 ３０ 1", "300 30 1_0", "300 30 -1", "300 30 1.5"):
         assert fails(engine.handle(f"time_settings {args}")).startswith("syntax error"), args
+    refusal = fails(engine.handle("play b D" + "1" * 5000))  # int() refuses 5,000 digits
+    assert refusal.startswith("syntax error") and len(refusal) < 200, refusal[:80]
     for args in (["٣"], ["²"], ["interval", "1_0"], ["minmoves", "３"]):
         with pytest.raises(AnalyzeArgsError, match="must be an integer"):
             parse_analyze_args(args)

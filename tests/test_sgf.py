@@ -115,7 +115,8 @@ def test_fox_handicap_in_the_second_node_and_komi_times_100() -> None:
     ("raw", "komi", "normalised"),
     [("6.5", 6.5, False), ("750", 7.5, True), ("375", 3.75, True), ("650", 6.5, True),
      ("0", 0.0, False), ("11", 11.0, False), ("7.500000", 7.5, False), ("-1.5", -1.5, False),
-     ("6,5", 6.5, False), ("", None, False), ("?", None, False)],
+     ("6,5", 6.5, False), ("", None, False), ("?", None, False), ("inf", None, False),
+     ("nan", None, False), ("１", None, False), ("6_5", None, False)],
 )
 def test_komi(raw: str, komi: float | None, normalised: bool) -> None:
     g = one(f"(;SZ[9]KM[{raw}];B[ee])")
@@ -209,6 +210,8 @@ def test_results(raw: str | None, winner: int | None, kind: str) -> None:
         ("(;SZ[-3];B[aa])", "unsupported board size SZ[-3] (accepted 2..25)"),
         ("(;SZ[1000];B[aa])", "unsupported board size SZ[1000] (accepted 2..25)"),
         ("(;SZ[abc];B[aa])", "unreadable board size SZ[abc]"),
+        ("(;SZ[١٩];B[aa])", "unreadable board size SZ[١٩]"),  # int() reads it as 19
+        ("(;SZ[1_9];B[aa])", "unreadable board size SZ[1_9]"),
         ("(;SZ[19:13];B[aa])", "rectangular board SZ[19:13] is not supported"),
         ("(;GM[4]SZ[8];B[aa])", "not a Go game (GM[4])"),
         ("()", "no SGF game tree '(;' found"),
@@ -218,6 +221,12 @@ def test_bad_content_is_rejected_with_a_reason_never_raised(data: bytes | str, r
     bad = rejected(data)
     assert bad.reason == reason
     assert bad.source == "t.sgf"
+
+
+def test_a_junk_handicap_is_0_and_the_game_is_kept() -> None:
+    """HA[inf] once lost the game: int(float("inf")) raises OverflowError, not ValueError."""
+    for raw, handicap in (("inf", 0), ("1e400", 0), ("2", 2), ("2.0", 2), ("２", 0), ("x", 0)):
+        assert one(f"(;SZ[9]HA[{raw}];B[ee])").handicap == handicap, raw
 
 
 def test_huge_values_are_capped() -> None:

@@ -128,6 +128,39 @@ def test_a_bad_position_is_invalid_argument_naming_the_field() -> None:
             assert r.json()["error"]["field"] == field, r.json()
 
 
+def test_hostile_requests_are_refused_with_the_field_not_a_500() -> None:
+    """Inputs that once came back as 500s, empty streams or a wrong board."""
+    cases = [({"game": "go", "size": 2**31}, "size"),  # past the API's int32
+             ({"game": "gomoku", "moves": ["h" + "8" * 5000]}, "moves[0]"),  # int() limit
+             ({"game": "go", "size": 9, "moves": ["pass"] * 1444}, "moves"),  # no room left
+             ({"game": "gomoku", "moves": "h8"}, "moves")]
+    with offline_client() as web:
+        for board, field in cases:
+            for route, body in (("/api/state", board), ("/api/genmove", {"board": board})):
+                r = web.post(route, json=body)
+                assert r.status_code == 400, (route, r.text[:200])  # 503: it asked the service
+                error = r.json()["error"]
+                assert error["code"] == "INVALID_ARGUMENT", error
+                assert error["field"] in (field, f"board.{field}"), error
+                assert len(r.content) < 2000  # says what is wrong, without echoing the input
+        for params in ({"board": "[" * 5000}, {"board": json.dumps({"game": "gomoku"}),
+                                               "every": 2**31}):
+            stream = web.get("/api/analyze", params=params)
+            assert stream.status_code == 200 and stream.text.startswith("event: failure\n")
+            assert '"INVALID_ARGUMENT"' in stream.text
+        huge = b'{"game": "go", "moves": [' + b'"pass", ' * (1 << 20) + b'"pass"]}'
+        r = web.post("/api/state", content=huge, headers={"content-type": "application/json"})
+        assert r.status_code == 413 and r.json()["error"]["code"] == "RESOURCE_EXHAUSTED"
+        chunked = web.post("/api/state", content=iter([huge[:1 << 20]] * 9),
+                           headers={"content-type": "application/json"})
+        assert chunked.status_code == 413  # no Content-Length: counted as it comes
+        small = web.post("/api/state", content=iter([b'{"game": "gomoku", ', b'"moves": ["h8"]}']),
+                         headers={"content-type": "application/json"})
+        assert small.status_code == 200 and small.json()["moves"] == ["h8"]  # handed on whole
+        state = web.post("/api/state", json={"game": "go", "size": 9, "komi": 7.3}).json()
+        assert state["komi"] == 7.3  # as sent, not as the API's float32 holds it
+
+
 def test_sgf_saved_loads_back_into_its_game() -> None:
     boards = [{"game": "gomoku", "size": 15, "rule": "renju", "komi": None,
                "moves": RENJU_MOVES},
@@ -146,6 +179,14 @@ def test_sgf_saved_loads_back_into_its_game() -> None:
         bad = web.post("/api/sgf/load", json={"text": "(;GM[1]SZ[9];B[ee];B[dd])", "game": "go"})
         assert bad.status_code == 400 and bad.json()["error"]["field"] == "sgf"
         assert "alternate" in bad.json()["error"]["message"]
+        # a board no GM[1] game is played on: the objection, not an IndexError naming moves
+        for size, text in ((20, "(;GM[4]SZ[20];B[ta])"), (25, "(;GM[1]SZ[25];B[ya])")):
+            r = web.post("/api/sgf/load", json={"text": text, "game": "go"})
+            assert r.status_code == 400, r.text
+            assert f"the file's board is {size}x{size}" in r.json()["error"]["message"]
+        # a komi Go refuses is the file's fault: not a reason to show it as another game
+        r = web.post("/api/sgf/load", json={"text": "(;GM[1]SZ[9]KM[-90];B[ee])", "game": "go"})
+        assert r.status_code == 400 and r.json()["error"]["field"].endswith("komi"), r.text
 
 
 def test_service_down_is_unavailable_with_what_to_do() -> None:

@@ -373,11 +373,15 @@ def check_size(game: Game, position: search_pb2.Position, field: str) -> int:
     """The request's board size, one of `game.sizes` (else InvalidRequest naming it)."""
     size = game.request_size(position.board_size)
     if size not in game.sizes:
-        low, high = game.sizes[0], game.sizes[-1]
-        served = f"{low}x{low} only" if low == high else f"sizes {low}..{high}"
         raise InvalidRequest(f"{field}.board_size",
-                             f"{game.title} is served on {served}, got {size}")
+                             f"{game.title} is served on {served_sizes(game)}, got {size}")
     return size
+
+
+def served_sizes(game: Game) -> str:
+    """The game's board sizes in words: "15x15 only", "sizes 9..19"."""
+    low, high = game.sizes[0], game.sizes[-1]
+    return f"{low}x{low} only" if low == high else f"sizes {low}..{high}"
 
 
 def setup_points(points: Iterable[search_pb2.Point], size: int, taken: set[int], field: str,

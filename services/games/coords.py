@@ -55,11 +55,17 @@ def _ascii_token(text: str) -> str | None:
     return token if token.isascii() else None
 
 
+def _shown(text: str, limit: int = 24) -> str:
+    """`text` quoted for an error message, cut at `limit` characters: a refusal says what was
+    wrong without echoing a hostile caller's megabyte back."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} chars)"
+
+
 def _column_and_row(token: str, letters: str, size: int) -> tuple[int, int] | None:
     """(x, y) of a column letter from `letters[:size]` followed by a row number 1..size in an
     ASCII `token`, or None."""
-    if len(token) < 2 or token[0] not in letters[:size] or not token[1:].isdigit():
-        return None
+    if not 2 <= len(token) <= 3 or token[0] not in letters[:size] or not token[1:].isdigit():
+        return None  # a row is one or two digits (int() of 5,000 raises a bare ValueError)
     row = int(token[1:])
     return (letters.index(token[0]), row - 1) if 1 <= row <= size else None
 
@@ -69,7 +75,7 @@ def parse_point(name: str, size: int) -> tuple[int, int]:
     token = _ascii_token(name)
     point = None if token is None else _column_and_row(token.lower(), LETTERS, size)
     if point is None:
-        raise CoordinateError(f"unknown coordinate {name!r} on a {size}x{size} board")
+        raise CoordinateError(f"unknown coordinate {_shown(name)} on a {size}x{size} board")
     return point
 
 
@@ -93,13 +99,13 @@ def parse_gtp_vertex(text: str, size: int) -> int | None:
     VertexError for anything else."""
     token = _ascii_token(text)
     if token is None:
-        raise VertexError(f"not a vertex on a {size}x{size} board: {text!r}")
+        raise VertexError(f"not a vertex on a {size}x{size} board: {_shown(text)}")
     token = token.upper()
     if token == "PASS":
         return None
     point = _column_and_row(token, GTP_LETTERS, size)
     if point is None:
-        raise VertexError(f"not a vertex on a {size}x{size} board: {text!r}")
+        raise VertexError(f"not a vertex on a {size}x{size} board: {_shown(text)}")
     x, y = point
     return y * size + x
 

@@ -101,8 +101,8 @@ from services.games.gomoku import (
     five_windows,
     opponent,
 )
+from services.numerals import ascii_int
 from services.protocols.frontend import SearchClientOwner, serve_lines
-from services.protocols.numerals import ascii_int
 from services.search import auth
 
 logger = logging.getLogger(__name__)

@@ -77,6 +77,7 @@ from services.games.go_game import (
     parse_vertex,
     vertex,
 )
+from services.numerals import ascii_decimal, ascii_int
 from services.protocols.frontend import SearchClientOwner
 from services.protocols.go_cleanup import capture_move
 from services.protocols.gtp_analysis import (
@@ -90,7 +91,6 @@ from services.protocols.gtp_analysis import (
     run_to_end,
 )
 from services.protocols.gtp_clock import ClockError, GtpClock
-from services.protocols.numerals import ascii_decimal, ascii_int
 from services.search import auth
 from services.search.validation import MAX_TIME_MS, MAX_VISITS
 

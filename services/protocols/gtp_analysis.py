@@ -60,7 +60,7 @@ from typing import Any
 import grpc
 
 from services.api.movepred.v1 import search_pb2
-from services.protocols.numerals import ascii_int
+from services.numerals import ascii_int
 
 log = logging.getLogger(__name__)
 DEFAULT_INTERVAL_CS = 100  # Leela Zero's and KataGo's default when no interval is given

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from services.protocols.numerals import ascii_decimal, ascii_int
+from services.numerals import ascii_decimal, ascii_int
 
 MIN_MOVES_LEFT = 10
 RESERVE_FRACTION = 0.1

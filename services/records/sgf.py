@@ -62,6 +62,7 @@ from functools import cache
 from pathlib import Path
 
 from services.games.go import BLACK, WHITE
+from services.numerals import ascii_decimal, ascii_int
 
 MIN_SIZE, MAX_SIZE = 2, 25
 DEFAULT_SIZE = 19
@@ -777,12 +778,11 @@ def _parse_size(raw: str | None, pos: int) -> int:
         return DEFAULT_SIZE
     text = _simple(raw)
     cols, sep, rows = text.partition(":")
-    try:
-        size = int(cols)
-        if sep and int(rows) != size:
-            raise _BadGame(f"rectangular board SZ[{text[:12]}] is not supported", pos)
-    except ValueError:
-        raise _BadGame(f"unreadable board size SZ[{text[:12]}]", pos) from None
+    size = ascii_int(cols.strip())
+    if size is None or (sep and ascii_int(rows.strip()) is None):
+        raise _BadGame(f"unreadable board size SZ[{text[:12]}]", pos)
+    if sep and ascii_int(rows.strip()) != size:
+        raise _BadGame(f"rectangular board SZ[{text[:12]}] is not supported", pos)
     if not MIN_SIZE <= size <= MAX_SIZE:
         raise _BadGame(f"unsupported board size SZ[{text[:12]}] "
                        f"(accepted {MIN_SIZE}..{MAX_SIZE})", pos)
@@ -790,22 +790,17 @@ def _parse_size(raw: str | None, pos: int) -> int:
 
 
 def _parse_int(raw: str) -> int:
-    text = _simple(raw)
-    try:
-        return int(float(text)) if text else 0
-    except ValueError:
-        return 0
+    """A number property read as an integer ("2", "2.0"); 0 when absent or not a number."""
+    value = ascii_decimal(_simple(raw))
+    return 0 if value is None else int(value)
 
 
 def _parse_komi(text: str) -> tuple[float | None, bool]:
     """(komi, normalised?): '6.5' -> 6.5; Fox '750' -> 7.5 flagged; '' or junk -> None."""
     if not text:
         return None, False
-    try:
-        value = float(text.replace(",", "."))
-    except ValueError:
-        return None, False
-    if value != value or abs(value) == float("inf"):
+    value = ascii_decimal(text.replace(",", "."))
+    if value is None:
         return None, False
     if abs(value) >= 100 and value == int(value):
         return value / 100, True

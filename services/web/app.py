@@ -38,6 +38,7 @@ from typing import Any
 
 import grpc
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field, ValidationError
@@ -54,6 +55,9 @@ logger = logging.getLogger(__name__)
 STATIC = Path(__file__).resolve().parent / "static"
 MAX_VISITS = 100_000  # the service's own limits (it answers RESOURCE_EXHAUSTED beyond them)
 MAX_TIME_MS = 60_000
+# a request body: an SGF of MAX_SGF_CHARS characters in UTF-8 JSON, with room; bodies are read
+# whole before validation, so an unbounded one would cost memory before any answer
+MAX_BODY_BYTES = 8 << 20
 ANALYZE_CANDIDATES = 8
 HTTP_STATUS = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,
@@ -71,6 +75,71 @@ class SearchBudget(BaseModel):
 
     visits: int = Field(0, ge=0, le=MAX_VISITS)
     time_ms: int = Field(0, ge=0, le=MAX_TIME_MS)
+
+
+class BodyLimit:
+    """ASGI middleware answering 413 to a request whose body is over `limit` bytes: by its
+    Content-Length before reading it, or (chunked, no length) as soon as the bytes read pass
+    it; a chunked body under the limit is read here and handed on whole. (An exception raised
+    from `receive` would not do: FastAPI turns any error while reading a body into a 400.)"""
+
+    def __init__(self, app: Any, limit: int = MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        length = headers.get(b"content-length")
+        if length is not None:
+            if not length.isdigit() or int(length) > self.limit:
+                await self._refuse(send)
+                return
+            await self.app(scope, receive, send)
+            return
+        if b"chunked" not in headers.get(b"transfer-encoding", b"").lower():
+            await self.app(scope, receive, send)  # no body
+            return
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.limit:
+                await self._refuse(send)
+                return
+            if not message.get("more_body", False):
+                break
+        whole = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        handed = False
+
+        async def replay() -> dict:
+            nonlocal handed
+            if handed:
+                return await receive()
+            handed = True
+            return whole
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Any) -> None:
+        body = json.dumps(error_body("RESOURCE_EXHAUSTED",
+                                     f"request body over {self.limit} bytes")).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+class AnalysisBudget(SearchBudget):
+    """An analysis's budget: a search's, and a report every `every` visits (0: the
+    service's default)."""
+
+    every: int = Field(0, ge=0, le=MAX_VISITS)
 
 
 class GenMoveBody(SearchBudget):
@@ -128,6 +197,7 @@ def create_app(client: SearchClient, *, target: str = "") -> FastAPI:
         client.close()
 
     app = FastAPI(title="movepred web board", docs_url=None, redoc_url=None, lifespan=lifespan)
+    app.add_middleware(BodyLimit)
     counts = AnalysisCounts()
     lock = threading.Lock()
 
@@ -143,6 +213,17 @@ def create_app(client: SearchClient, *, target: str = "") -> FastAPI:
     @app.exception_handler(ValidationError)
     async def _validation(request: Request, exc: ValidationError) -> JSONResponse:
         return JSONResponse(error_body("INVALID_ARGUMENT", str(exc)), status_code=400)
+
+    @app.exception_handler(RequestValidationError)
+    async def _request_validation(request: Request,
+                                  exc: RequestValidationError) -> JSONResponse:
+        """A body or query the API's models refuse: 400 INVALID_ARGUMENT naming the first
+        field, like every other refusal here (FastAPI's own 422 echoes the whole input)."""
+        problems = [(".".join(str(p) for p in e.get("loc", ()) if p not in ("body", "query")),
+                     e.get("msg", "")) for e in exc.errors()]
+        message = "; ".join(f"{where}: {msg}" if where else msg for where, msg in problems[:5])
+        field = problems[0][0] if problems else ""
+        return JSONResponse(error_body("INVALID_ARGUMENT", message, field), status_code=400)
 
     @app.get("/")
     def index() -> FileResponse:
@@ -213,18 +294,18 @@ def create_app(client: SearchClient, *, target: str = "") -> FastAPI:
         a failure (a bad position, the service's error) as one `failure` event. However the
         stream ends (the browser closing it included), a call still running is cancelled."""
         try:
+            budget = AnalysisBudget(visits=visits, time_ms=time_ms, every=every)
             board = Board.model_validate(json.loads(board_text))
-            budget = SearchBudget(visits=visits, time_ms=time_ms)
             game, position, current = positions.replay(board)
             game.require_playable(current, "board")
-        except (ValueError, ValidationError) as exc:
+        except (ValueError, ValidationError, RecursionError) as exc:  # RecursionError: "[[[..."
             body = (invalid_body(exc) if isinstance(exc, InvalidRequest)
                     else error_body("INVALID_ARGUMENT", str(exc), "board"))
             yield _event("failure", body)
             return
         size = current.size
         call = client.analyze(position, max_visits=budget.visits, max_time_ms=budget.time_ms,
-                              report_every_visits=max(0, every),
+                              report_every_visits=budget.every,
                               max_candidates=ANALYZE_CANDIDATES)
         reports = iter(call)
         with lock:

@@ -16,12 +16,24 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from services.api.movepred.v1 import search_pb2
-from services.games.base import COLOR_NAMES, Game, InvalidRequest, Position, check_size
+from services.games.base import (
+    COLOR_NAMES,
+    Game,
+    InvalidRequest,
+    Position,
+    check_size,
+    served_sizes,
+)
 from services.games.coords import CoordinateError
 from services.games.registry import UnknownGame, get_game, registered_games
 from services.records.sgf import SgfGame, read_sgf
 
 MAX_SGF_CHARS = 1 << 20  # a loaded SGF text; a real game is a few kB
+MAX_NAME_CHARS = 64  # a game's or rule's name
+MAX_BOARD_SIZE = 2**31 - 1  # the API's int32; the game says which sizes it is served on
+# one under the longest game the search API takes (Go: 4 x 19 x 19 moves), so that a genmove's
+# answer can always be appended and the board shown
+MAX_BOARD_MOVES = 4 * 19 * 19 - 1
 _NAME = re.compile(r"^([A-Za-z]+)(\d+)$")
 
 
@@ -30,11 +42,11 @@ class Board(BaseModel):
     default), rule (one of the game's `rule_names`, "" its default), komi (games with one;
     None: the game's default) and the moves in order, black first."""
 
-    game: str
-    size: int = 0
-    rule: str = ""
+    game: str = Field(max_length=MAX_NAME_CHARS)
+    size: int = Field(0, ge=0, le=MAX_BOARD_SIZE)
+    rule: str = Field("", max_length=MAX_NAME_CHARS)
     komi: float | None = None
-    moves: list[str] = Field(default_factory=list, max_length=4 * 19 * 19)
+    moves: list[str] = Field(default_factory=list, max_length=MAX_BOARD_MOVES)
 
 
 def game_named(name: str) -> Game:
@@ -102,7 +114,9 @@ def state_json(game: Game, board: Board, state: Position) -> dict[str, Any]:
     last = state.moves[-1] if state.moves else None
     return {
         "game": game.name, "title": game.title, "size": size, "rule": board.rule,
-        "komi": getattr(state, "komi", None) if game.default_komi is not None else None,
+        # the page's komi as sent (the API's float32 would show 7.3 as 7.300000190734863)
+        "komi": (None if game.default_komi is None
+                 else board.komi if board.komi is not None else getattr(state, "komi", None)),
         "moves": [game.move_name(m, size) for m in state.moves],
         "cells": [int(c) for c in state.board.reshape(-1)],
         "last": last if last is not None and last < size * size else None,
@@ -164,12 +178,17 @@ def load_sgf(text: str, preferred: str) -> Board:
         try:
             return _record_board(game, record)
         except InvalidRequest as exc:
+            if exc.field.endswith("komi"):  # the file's komi, whichever game takes its moves
+                raise
             objections.append(exc)
     raise objections[0]
 
 
 def _record_board(game: Game, record: SgfGame) -> Board:
     """`record` as a board of `game`, replayed by its rules (InvalidRequest if they refuse)."""
+    if record.size not in game.sizes:  # before naming moves: the notation may not reach
+        raise InvalidRequest("sgf", f"{game.title} is played on {served_sizes(game)}, the "
+                                    f"file's board is {record.size}x{record.size}")
     names = []
     for i, (_, point) in enumerate(record.moves):
         if point is None and not game.has_pass:

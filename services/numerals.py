@@ -1,11 +1,12 @@
-"""Numbers as the text protocols (GTP, Gomocup) write them: ASCII digits only.
+"""Numbers as game records (SGF) and the text protocols (GTP, Gomocup) write them: ASCII
+digits only.
 
 Python's `int` and `float` read more than any GUI or tournament manager sends: other scripts'
 digits ("１９", "٣"), digit separators ("1_0"), "nan", "inf" and surrounding blanks; and
 `str.isdigit` is true for "²", which `int` then refuses. A front-end reading those would answer
-an argument nobody wrote, or fail with an internal error instead of a syntax error. These
-readers take only the plain forms and return None for anything else, so each command says what
-is wrong in its own words.
+an argument nobody wrote, or fail with an internal error instead of a syntax error (and
+`int(float("inf"))` raises OverflowError, not ValueError). These readers take only the plain
+forms and return None for anything else, so each caller says what is wrong in its own words.
 """
 
 from __future__ import annotations
