@@ -21,7 +21,9 @@ API (every position is a `positions.Board`: game, size, rule, komi, moves):
 * ``GET /api/status``: the analyses running, started and cancelled (what the tests watch).
 
 Failures answer ``{"error": {"code", "message", "field", "hint"}}``: the gRPC status name
-(INVALID_ARGUMENT for a bad position found here too), the service's words, and what to do.
+(INVALID_ARGUMENT, HTTP 400, for a bad position or body found here too, never FastAPI's 422
+echoing the input; RESOURCE_EXHAUSTED, HTTP 413, for a body over MAX_BODY_BYTES), the service's
+words, and what to do.
 """
 
 from __future__ import annotations
