@@ -602,3 +602,27 @@ def test_a_broken_gzip_file_is_a_clear_file_level_error(tmp_path: Path) -> None:
     plain.write_bytes(gzip.decompress(whole))
     with pytest.raises(gzip.BadGzipFile):
         list(read_rif(plain))
+
+
+def test_a_record_over_the_cap_ends_the_file_with_a_reason_in_bounded_memory() -> None:
+    """A 20 MB <move> (or millions of children) in one game was held whole by the parser:
+    hundreds of MB from a small .gz. The games before it are kept; it and the rest of the file
+    are one rejection."""
+    import tracemalloc
+
+    head = b'<database><games><game id="1" bresult="1"><move>h8 h9</move></game>'
+    for bulk in (b'<game id="2"><move>' + b"h8 " * (7 << 20) + b"</move></game>",
+                 b'<game id="2">' + b"<x/>" * (5 << 20) + b"</game>"):
+        data = head + bulk + b'<game id="3"><move>h8 h9</move></game></games></database>'
+        tracemalloc.start()
+        try:
+            records = list(read_rif(data, source=SOURCE))
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert isinstance(records[0], RifGame) and records[0].game_id == "1"
+        assert len(records) == 2 and isinstance(records[1], Rejected)
+        assert records[1].reason.startswith(f"record over {rif_module.MAX_RECORD_BYTES} bytes")
+        # allocated while reading (the input was made before): the cap's megabyte of <x/> is
+        # ~26 MB of elements; without the cap, 5M of them took hundreds of MB
+        assert peak < 64 << 20, peak

@@ -20,6 +20,7 @@ import pytest
 from services.games.go import BLACK, WHITE, replay, sgf_point
 from services.records.reasons import summarize
 from services.records.sgf import (
+    MAX_TREE_DEPTH,
     MAX_VALUE_CHARS,
     SgfGame,
     SgfRejected,
@@ -381,6 +382,127 @@ def test_read_archive_zip_and_tar_in_memory(tmp_path: Path) -> None:
     broken = tmp_path / "broken.tar.gz"
     broken.write_bytes(b"not an archive")
     assert next(read_archive(broken)).reason.startswith("unreadable archive")
+
+
+GAME = b"(;GM[1]SZ[9];B[ee];W[dd];B[cc])"
+
+
+def _tar(path: Path, members: int, mode: str = "w:gz") -> Path:
+    with tarfile.open(path, mode) as t:
+        for i in range(members):
+            noise = "".join(random.Random(i).choices("abcdefghij", k=2000)).encode()
+            data = GAME.replace(b"SZ[9]", b"SZ[9]C[%s]" % noise)  # hardly compressible
+            info = tarfile.TarInfo(f"g{i}.sgf")
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    return path
+
+
+def _read_all(path: Path) -> list[SgfGame | SgfRejected]:
+    return list(read_archive(path))  # raising here is the defect: one source lost whole
+
+
+def test_a_damaged_archive_keeps_what_came_before_and_says_where_it_broke(
+        tmp_path: Path) -> None:
+    """Damaged data inside a member raised zlib.error / LZMAError out of the reader; an
+    unreadable header after the first ended the archive in silence."""
+    for mode, suffix in (("w:gz", ".tar.gz"), ("w:xz", ".tar.xz")):
+        path = _tar(tmp_path / f"g{suffix}", 50, mode)
+        raw = bytearray(path.read_bytes())
+        middle = len(raw) // 2
+        raw[middle: middle + 64] = bytes(b ^ 0x5A for b in raw[middle: middle + 64])
+        path.write_bytes(bytes(raw))
+        records = _read_all(path)
+        assert 0 < sum(isinstance(r, SgfGame) for r in records) < 50
+        assert isinstance(records[-1], SgfRejected), suffix
+        assert records[-1].reason.startswith(("unreadable archive member", "archive damaged"))
+    plain = _tar(tmp_path / "three.tar", 3, "w")
+    raw = bytearray(plain.read_bytes())
+    second = raw.index(b"g1.sgf")
+    raw[second + 148: second + 156] = b"9999999\0"  # the second header's checksum
+    plain.write_bytes(bytes(raw))
+    records = _read_all(plain)
+    assert [type(r).__name__ for r in records] == ["SgfGame", "SgfRejected"]
+    assert "unreadable member header" in records[1].reason
+    assert [type(r) for r in _read_all(_tar(tmp_path / "fine.tar", 3, "w"))] == [SgfGame] * 3
+
+
+def test_zip_members_the_reader_cannot_open_are_rejected(tmp_path: Path) -> None:
+    """An encrypted member raised RuntimeError, an unknown method NotImplementedError."""
+    path = tmp_path / "a.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("a.sgf", GAME)
+        z.writestr("b.sgf", GAME)
+    raw = path.read_bytes()
+    for patched, reason in ((_zip_flag(raw, 0x1), "encrypted"),
+                            (_zip_method(raw, 99), "compression method")):
+        bad = tmp_path / f"bad-{reason.split()[0]}.zip"
+        bad.write_bytes(patched)
+        records = _read_all(bad)
+        assert isinstance(records[0], SgfRejected) and reason in records[0].reason, records
+        assert isinstance(records[1], SgfGame)  # the next member is read as before
+
+
+def _zip_flag(raw: bytes, flag: int) -> bytes:
+    """The first member's general-purpose flag OR `flag`, in its local and central headers."""
+    out = bytearray(raw)
+    for signature, at in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):
+        start = out.index(signature)
+        out[start + at] |= flag
+    return bytes(out)
+
+
+def _zip_method(raw: bytes, method: int) -> bytes:
+    out = bytearray(raw)
+    for signature, at in ((b"PK\x03\x04", 8), (b"PK\x01\x02", 10)):
+        start = out.index(signature)
+        out[start + at: start + at + 2] = method.to_bytes(2, "little")
+    return bytes(out)
+
+
+def test_a_zip_member_that_understates_its_size_is_read_only_up_to_the_cap(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The header said 100 bytes, the data inflate to 200 MB: `ZipFile.read` inflated them
+    all at once (GBs from a 1 MB zip); the reader now reads at most the cap."""
+    import tracemalloc
+
+    from services.records import sgf as sgf_module
+
+    monkeypatch.setattr(sgf_module, "MAX_FILE_BYTES", 1 << 20)
+    path = tmp_path / "liar.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z, z.open("bomb.sgf", "w") as m:
+        for _ in range(200):
+            m.write(b" " * (1 << 20))
+    raw = bytearray(path.read_bytes())
+    for signature, at in ((b"PK\x03\x04", 22), (b"PK\x01\x02", 24)):
+        start = raw.index(signature)
+        raw[start + at: start + at + 4] = (100).to_bytes(4, "little")
+    path.write_bytes(bytes(raw))
+    tracemalloc.start()
+    try:
+        records = _read_all(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(records) == 1 and isinstance(records[0], SgfRejected)
+    assert peak < 32 << 20, peak
+
+
+def test_only_text_codecs_are_believed() -> None:
+    """CA[hex] raised LookupError out of the reader; CA[utf-7] let a lone surrogate through,
+    which the Parquet writer then refused, failing the whole source."""
+    for charset in ("hex", "base64", "zlib", "rot13"):
+        assert one(f"(;GM[1]CA[{charset}]SZ[9];B[ee])".encode()).moves  # bytes: decoded
+    game = one(b"(;GM[1]CA[utf-7]SZ[9]RU[+2AA-]PB[Lee];B[ee])")
+    game.rules.encode("utf-8")  # no lone surrogate left
+    assert game.black == "Lee"
+
+
+def test_variations_nested_past_the_cap_are_refused() -> None:
+    deep = "(;GM[1]SZ[9]" + "(;" * (MAX_TREE_DEPTH + 1) + "B[aa]" + ")" * (MAX_TREE_DEPTH + 2)
+    assert rejected(deep).reason == f"variations nested deeper than {MAX_TREE_DEPTH}"
+    per_move = "(;GM[1]SZ[9]" + "(;B[aa];W[bb]" * 300 + ")" * 301  # one variation per move
+    assert len(one(per_move).moves) == 600  # the main line: the first child at every branch
 
 
 # ---- the parser test files of other projects -----------------------------------------------------

@@ -40,6 +40,9 @@ BOARD_SIZE = DEFAULT_SIZE  # RenjuNet games are 15x15
 RIF_SUFFIXES = (".rif", ".rif.gz")  # what read_rif is given to read (.gz: gzip-compressed)
 SNIPPET_CHARS = 200
 CHUNK_BYTES = 1 << 16
+# one record element's bytes (a game is a few hundred): the parser holds an open element
+# whole, so a 300 MB <move> or five million children would cost gigabytes
+MAX_RECORD_BYTES = 1 << 20
 BRESULTS = (0.0, 0.5, 1.0)
 _PLAIN_BRESULTS = {"1": 1.0, "0": 0.0, "0.5": 0.5}  # what parse_bresult makes of them
 # record tag -> attributes that name the record: a player is "name surname", the others take
@@ -153,6 +156,8 @@ class _Reader:
         self.prev = self.cur = b""
         self.window_start = 0  # byte offset of prev
         self.window_line = 1  # line number at window_start
+        self.record_start: int | None = None  # bytes fed when the open record element began
+        self.record_depth = 0  # its depth in the element stack
 
     def run(self, stream: BinaryIO) -> Iterator[RifGame | Rejected]:
         parser = ET.XMLPullParser(events=("start", "end"))
@@ -168,6 +173,10 @@ class _Reader:
             except ET.ParseError as exc:
                 yield self._malformed(exc)
                 return
+            if self.record_start is not None and self._fed() - self.record_start > \
+                    MAX_RECORD_BYTES:
+                yield self._oversized()
+                return
         try:
             parser.close()
         except ET.ParseError as exc:  # e.g. a truncated file: no closing tags
@@ -181,7 +190,11 @@ class _Reader:
         for event, elem in parser.read_events():
             if event == "start":
                 stack.append(elem)
+                if self.record_start is None and (len(stack) == 3 or elem.tag == "game"):
+                    self.record_start, self.record_depth = self._fed(), len(stack)
                 continue
+            if len(stack) == self.record_depth:
+                self.record_start, self.record_depth = None, 0
             stack.pop()
             depth = len(stack)  # 0: root, 1: container, 2: record, deeper: inside one
             if elem.tag == "game":  # a record wherever it is: no <games>, a fragment, nested
@@ -248,6 +261,18 @@ class _Reader:
             return f"duplicate game id {game_id if plain else repr(game_id[:20])}"
         self.seen_ids.add(game_id)
         return None
+
+    def _fed(self) -> int:
+        """Bytes fed to the parser so far."""
+        return self.window_start + len(self.prev) + len(self.cur)
+
+    def _oversized(self) -> Rejected:
+        """A record element over MAX_RECORD_BYTES: no real one is, and the parser cannot drop
+        an element it has not finished, so the rest of the file is not read."""
+        head = (self.prev + self.cur)[:SNIPPET_CHARS].decode("utf-8", errors="replace")
+        reason = (f"record over {MAX_RECORD_BYTES} bytes (open at byte {self.record_start}): "
+                  "the rest of the file is not read")
+        return Rejected(self.source, f"offset {self.record_start}", reason, _truncate(head))
 
     def _remember(self, chunk: bytes) -> None:
         self.window_line += self.prev.count(b"\n")

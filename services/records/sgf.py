@@ -52,11 +52,13 @@ Details that matter:
 from __future__ import annotations
 
 import codecs
+import lzma
 import os
 import re
 import tarfile
 import zipfile
-from collections.abc import Iterator
+import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -68,6 +70,13 @@ MIN_SIZE, MAX_SIZE = 2, 25
 DEFAULT_SIZE = 19
 MAX_FILE_BYTES = 64 << 20
 MAX_VALUE_CHARS = 1 << 20
+# variations nested in variations; each open one costs ~90 bytes, and 64 MB of "(;(;(;..." would
+# cost gigabytes (real files, even one variation per move, stay in the hundreds)
+MAX_TREE_DEPTH = 100_000
+# what a damaged or hostile archive member raises on reading, besides OSError/EOFError/
+# ValueError: a corrupt deflate/xz stream, an encrypted zip member, an unknown zip method
+_MEMBER_ERRORS = (OSError, EOFError, ValueError, tarfile.TarError, zipfile.BadZipFile,
+                  zlib.error, lzma.LZMAError, RuntimeError, NotImplementedError)
 SNIPPET_CHARS = 200
 NOT_SGF_SUFFIXES = frozenset({".gib", ".ngf", ".ugf", ".ugi", ".gtp", ".rif", ".psf"})
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".tar", ".zip")
@@ -178,15 +187,36 @@ def _read_tar(path: Path) -> Iterator[SgfGame | SgfRejected]:
         while True:
             try:
                 member = archive.next()
-            except (OSError, tarfile.TarError, EOFError) as exc:
+            except _MEMBER_ERRORS as exc:
                 yield _file_reject(path.name, f"archive damaged: {exc}", b"")
                 return
+            archive.members = []  # tarfile keeps every header read: ~0.4 KB a member
             if member is None:
+                damage = _tar_damage(archive)
+                if damage:
+                    yield _file_reject(path.name, f"archive damaged: {damage}", b"")
                 return
             if not member.isfile():
                 continue
-            yield from _read_member(path.name, member.name, member.size,
-                                    lambda m=member: archive.extractfile(m).read())
+            yield from _read_member(
+                path.name, member.name, member.size,
+                lambda limit, m=member: archive.extractfile(m).read(limit))
+
+
+def _tar_damage(archive: tarfile.TarFile) -> str | None:
+    """Why the archive ended where `next()` stopped, when it is not its end: tarfile answers
+    None for an unreadable header after the first one, as it does at the end-of-archive
+    blocks, which would lose every member after it without a word. None when only zero bytes
+    (the end blocks, padding) follow."""
+    offset = archive.offset
+    try:
+        archive.fileobj.seek(offset)
+        while chunk := archive.fileobj.read(1 << 20):
+            if chunk.strip(b"\0"):
+                return f"unreadable member header at byte {offset}; the members after it are lost"
+    except _MEMBER_ERRORS as exc:
+        return f"unreadable after byte {offset}: {exc}"
+    return None
 
 
 def _read_zip(path: Path) -> Iterator[SgfGame | SgfRejected]:
@@ -200,11 +230,18 @@ def _read_zip(path: Path) -> Iterator[SgfGame | SgfRejected]:
             if info.is_dir():
                 continue
             yield from _read_member(path.name, info.filename, info.file_size,
-                                    lambda i=info: archive.read(i))
+                                    lambda limit, i=info: _read_zip_member(archive, i, limit))
 
 
-def _read_member(archive_name: str, member: str, size: int, read) -> Iterator[
-        SgfGame | SgfRejected]:
+def _read_zip_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) -> bytes:
+    with archive.open(info) as member:
+        return member.read(limit)
+
+
+def _read_member(archive_name: str, member: str, size: int,
+                 read: Callable[[int], bytes]) -> Iterator[SgfGame | SgfRejected]:
+    """One member's records; `read(limit)` gives at most `limit` of its bytes (a zip's
+    header may understate its size: the bytes read are what counts)."""
     source = f"{archive_name}:{member}"
     suffix = os.path.splitext(member)[1].lower()
     if suffix in NOT_SGF_SUFFIXES:
@@ -214,9 +251,13 @@ def _read_member(archive_name: str, member: str, size: int, read) -> Iterator[
         yield _file_reject(source, f"file too large ({size} bytes > {MAX_FILE_BYTES})", b"")
         return
     try:
-        raw = read()
-    except (OSError, tarfile.TarError, zipfile.BadZipFile, EOFError, ValueError) as exc:
+        raw = read(MAX_FILE_BYTES + 1)
+    except _MEMBER_ERRORS as exc:
         yield _file_reject(source, f"unreadable archive member: {exc}", b"")
+        return
+    if len(raw) > MAX_FILE_BYTES:
+        yield _file_reject(source, f"file too large (over {MAX_FILE_BYTES} bytes, more than "
+                                   f"its header's {size})", b"")
         return
     yield from _read_text_or_bytes(raw, source, suffix)
 
@@ -241,12 +282,15 @@ def _codec_for(charset: str) -> str | None:
     if key in _CHARSETS:
         return _CHARSETS[key]
     try:
-        return codecs.lookup(charset.strip()).name
+        info = codecs.lookup(charset.strip())
     except (LookupError, ValueError):
         return None
+    # CA[hex], CA[zlib], CA[rot13] name bytes-to-bytes codecs, which str.decode refuses
+    return info.name if getattr(info, "_is_text_encoding", True) else None
 
 
 _HIGH_RUNS = re.compile(rb"[\x80-\xff]+")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _KANA = re.compile("[\u3041-\u30ff]")
 _HALFWIDTH_KANA = re.compile("[\uff61-\uff9f]")
 
@@ -278,7 +322,11 @@ def decode_sgf(raw: bytes) -> tuple[str, str, bool]:
         chosen = _codec_for(m.group(1).decode("latin-1")) if m else "utf-8"
     if chosen is not None:
         try:
-            return raw.decode(chosen), chosen, False
+            text = raw.decode(chosen)
+            # utf-7, unicode_escape and kin can decode to lone surrogates, which no Parquet
+            # (UTF-8) writer takes: such a declaration is not believed
+            if not _SURROGATE.search(text):
+                return text, chosen, False
         except UnicodeDecodeError:
             if chosen.startswith("utf-16"):  # a byte-order mark: no other codec will do
                 return raw.decode(chosen, errors="replace"), f"{chosen}/replace", True
@@ -397,7 +445,9 @@ class _TreeWalk:
             else:
                 self.node_no += 1
 
-    def open(self) -> None:
+    def open(self, start: int) -> None:
+        if len(self.frames) >= MAX_TREE_DEPTH:
+            raise _BadGame(f"variations nested deeper than {MAX_TREE_DEPTH}", start)
         self.trees += 1
         if self.frames:
             parent = self.frames[-1]
@@ -600,7 +650,7 @@ class _Parser:
             elif kind == "node":
                 node(m.start())
             elif kind == "open":
-                open_tree()
+                open_tree(m.start())
                 fresh = True
             elif close():
                 return end
