@@ -13,23 +13,62 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 
+MAX_PORT = 65535
+
+
 def setting(default: Any, help: str, *, flag: str | None = None,
-            choices: Iterable[Any] | None = None, cli: bool = True) -> Any:
+            choices: Iterable[Any] | None = None, cli: bool = True,
+            minimum: float | None = None, maximum: float | None = None) -> Any:
     """A dataclass field with its command-line description: `flag` (default ``--`` and the field
-    name with dashes), `choices`, and `cli=False` for a field no command line sets (one
-    given by an object built elsewhere, or by another module's flags)."""
+    name with dashes), `choices`, the range a number must be in (`minimum`, `maximum`,
+    inclusive: the command line refuses others with a usage error), and `cli=False` for a field
+    no command line sets (one given by an object built elsewhere, or by another module's
+    flags)."""
     return dataclasses.field(default=default, metadata={
         "help": help, "flag": flag, "choices": tuple(choices) if choices is not None else None,
-        "cli": cli})
+        "cli": cli, "minimum": minimum, "maximum": maximum})
+
+
+def port_setting(default: Any, help: str, **kwargs: Any) -> Any:
+    """A TCP port (0..65535; 0 where the help says what it means): socket APIs wrap larger
+    numbers modulo 65536, so 70000 would quietly listen on 4464."""
+    return setting(default, help, minimum=0, maximum=MAX_PORT, **kwargs)
+
+
+def _number(value: float | None) -> str:
+    return str(int(value)) if value is not None and float(value).is_integer() else f"{value:g}"
+
+
+def bounded(kind: type, minimum: float | None = None,
+            maximum: float | None = None) -> Callable[[str], Any]:
+    """An argparse `type`: `kind` (int or float) within [minimum, maximum]; NaN and infinities
+    are refused wherever a bound is set."""
+    def parse(text: str) -> Any:
+        value = kind(text)
+        if (minimum is not None and not value >= minimum) or \
+                (maximum is not None and not value <= maximum) or \
+                (kind is float and not math.isfinite(value)):
+            if maximum is None:
+                wanted = f">= {_number(minimum)}"
+            elif minimum is None:
+                wanted = f"<= {_number(maximum)}"
+            else:
+                wanted = f"in {_number(minimum)}..{_number(maximum)}"
+            raise argparse.ArgumentTypeError(f"must be {wanted}, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in "invalid int value"
+    return parse
 
 
 def flag_of(field: dataclasses.Field, prefix: str = "") -> str:
@@ -94,7 +133,8 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, *, prefix: str = "
         if kind is bool:
             options["action"] = argparse.BooleanOptionalAction
         else:
-            options["type"] = kind
+            low, high = field.metadata.get("minimum"), field.metadata.get("maximum")
+            options["type"] = kind if low is None and high is None else bounded(kind, low, high)
             if field.metadata.get("choices"):
                 options["choices"] = field.metadata["choices"]
         group.add_argument(flag_of(field, prefix), **options)

@@ -46,6 +46,29 @@ def test_flags_come_from_the_fields() -> None:
         parser.parse_args(["--mode", "c"])
 
 
+def test_numbers_out_of_their_range_are_usage_errors(capsys: pytest.CaptureFixture) -> None:
+    """Ports past 65535 wrapped (70000 listened on 4464) or raised OverflowError; a limit of 0
+    RPCs started a server that refused every call. The range is the field's."""
+    for argv, message in (
+            (["--port", "70000"], "--port: must be in 0..65535, got 70000"),
+            (["--port", "-1"], "--port: must be in 0..65535, got -1"),
+            (["--metrics-port", "65536"], "--metrics-port: must be in 0..65535"),
+            (["--max-concurrent-rpcs", "0"], "--max-concurrent-rpcs: must be >= 1, got 0"),
+            (["--max-message-bytes", "0"], "--max-message-bytes: must be in 1024..2147483647"),
+            (["--triton-timeout", "nan"], "--triton-timeout: must be in 0.001..3600, got nan"),
+            (["--triton-timeout", "inf"], "--triton-timeout: must be in 0.001..3600, got inf"),
+            (["--processes", "0"], "--processes: must be in 1..256, got 0")):
+        with pytest.raises(SystemExit) as exit_info:
+            server._parse_args(argv)
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err, argv
+    args = server._parse_args(["--port", "0", "--metrics-port", "65535", "--processes", "2"])
+    assert (args.port, args.metrics_port, args.processes) == (0, 65535, 2)
+    parse = settings.bounded(float, 0.5)
+    assert parse("0.5") == 0.5 and parse("1e9") == 1e9
+    with pytest.raises(argparse.ArgumentTypeError, match=r">= 0\.5, got 0\.4"):
+        parse("0.4")
+
+
 def test_prefix_and_per_entry_defaults() -> None:
     parser = argparse.ArgumentParser()
     settings.add_arguments(parser, Example, prefix="train-", defaults={"mode": "b"})

@@ -119,39 +119,44 @@ class ServiceConfig:
     (`services.search.auth`) have flags of their own."""
 
     host: str = settings.setting("127.0.0.1", "address to listen on")
-    port: int = settings.setting(DEFAULT_PORT, "0 picks a free port")
+    port: int = settings.port_setting(DEFAULT_PORT, "0 picks a free port")
     triton_url: str = settings.setting(DEFAULT_TRITON_URL, "Triton gRPC host:port")
-    triton_timeout: float = settings.setting(5.0, "seconds per inference")
-    max_workers: int = settings.setting(DEFAULT_MAX_WORKERS, "RPC threads")
+    triton_timeout: float = settings.setting(5.0, "seconds per inference", minimum=0.001,
+                                             maximum=3600)
+    max_workers: int = settings.setting(DEFAULT_MAX_WORKERS, "RPC threads", minimum=2)
     max_searches: int | None = settings.setting(
         None, "searches (GenMove, Analyze, InferSequence) at once; more get RESOURCE_EXHAUSTED "
               "at once (default: half of --max-workers, which leaves the other half to health "
               "checks and Predict)")
     batch_size: int = settings.setting(mcts.DEFAULT_BATCH_SIZE,
-                                       "leaves per evaluation request of one search")
+                                       "leaves per evaluation request of one search", minimum=1)
     batch_window_ms: float = settings.setting(
         DEFAULT_WINDOW_S * 1000, "how long the cross-request batcher gathers requests for one "
-                                 "Triton call, in milliseconds")
+                                 "Triton call, in milliseconds", minimum=0, maximum=10_000)
     max_batch_boards: int = settings.setting(
-        DEFAULT_MAX_BOARDS, "boards per Triton call at most (the model's max_batch_size)")
+        DEFAULT_MAX_BOARDS, "boards per Triton call at most (the model's max_batch_size)",
+        minimum=1)
     tree_cache_entries: int = settings.setting(
-        DEFAULT_MAX_ENTRIES, "searched trees kept for reuse (0: no tree reuse)")
+        DEFAULT_MAX_ENTRIES, "searched trees kept for reuse (0: no tree reuse)", minimum=0)
     tree_cache_visits: int = settings.setting(
-        DEFAULT_MAX_VISITS, "root visits of all kept trees together, at most")
+        DEFAULT_MAX_VISITS, "root visits of all kept trees together, at most", minimum=0)
     max_message_bytes: int = settings.setting(
-        DEFAULT_MAX_MESSAGE_BYTES, "largest request accepted (RESOURCE_EXHAUSTED above)")
+        DEFAULT_MAX_MESSAGE_BYTES, "largest request accepted (RESOURCE_EXHAUSTED above)",
+        minimum=1024, maximum=2**31 - 1)
     max_concurrent_rpcs: int | None = settings.setting(
-        None, "RPCs handled at once, more get RESOURCE_EXHAUSTED (default: no limit)")
-    metrics_port: int = settings.setting(0, "serve Prometheus metrics on this port (0: off)")
+        None, "RPCs handled at once, more get RESOURCE_EXHAUSTED (default: no limit)",
+        minimum=1)
+    metrics_port: int = settings.port_setting(0, "serve Prometheus metrics on this port (0: off)")
     metrics_host: str = settings.setting("127.0.0.1", "address of the metrics endpoint")
-    health_port: int | None = settings.setting(
+    health_port: int | None = settings.port_setting(
         None, "also answer the gRPC health service alone, in plaintext, on this port (for "
               "probes that speak neither TLS nor tokens; default: off)")
     health_interval_s: float = settings.setting(
         DEFAULT_INTERVAL_S, "seconds between two polls of the models for health",
-        flag="health-interval")
+        flag="health-interval", minimum=0.01, maximum=3600)
     processes: int = settings.setting(
-        1, "server processes sharing the port (SO_REUSEPORT), about one per core")
+        1, "server processes sharing the port (SO_REUSEPORT), about one per core", minimum=1,
+        maximum=256)
     # set by --insecure (services.search.auth's flags)
     insecure: bool = settings.setting(
         False, "listen beyond loopback without TLS and a token", cli=False)
@@ -350,8 +355,6 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     if not served_models(args):
         p.error("every game's model is empty: name at least one model to serve ("
                 + ", ".join(model_flag(g) for g in registered_games()) + ")")
-    if args.processes < 1:
-        p.error(f"--processes must be >= 1, got {args.processes}")
     if args.max_searches is not None and not 1 <= args.max_searches < args.max_workers:
         p.error(f"--max-searches must be in 1..{args.max_workers - 1} (below --max-workers, so "
                 f"health and Predict keep a thread), got {args.max_searches}")

@@ -72,6 +72,7 @@ from typing import IO, Any
 
 from services.atomic_files import atomic_path, atomic_write_text
 from services.processes import alive, cmdline, proc_start_ticks
+from services.settings import MAX_PORT, bounded
 
 log = logging.getLogger(__name__)
 
@@ -971,12 +972,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--model", action="append", dest="models",
         help="model to load (repeatable; default: every model folder with a config.pbtxt)")
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--grpc-port", type=int, default=None)
-    parser.add_argument("--http-port", type=int, default=None)
-    parser.add_argument("--metrics-port", type=int, default=None,
+    port = bounded(int, 1, MAX_PORT)  # default: a free one
+    parser.add_argument("--grpc-port", type=port, default=None)
+    parser.add_argument("--http-port", type=port, default=None)
+    parser.add_argument("--metrics-port", type=port, default=None,
                         help="Prometheus metrics port, on 127.0.0.1 (default: a free one)")
     parser.add_argument("--log-path", type=Path, default=None, help="tritonserver's own log")
-    parser.add_argument("--startup-timeout", type=float, default=60.0)
+    parser.add_argument("--startup-timeout", type=bounded(float, 1, 3600), default=60.0)
     parser.add_argument(
         "--replace-orphan", action="store_true",
         help="stop an orphaned tritonserver (its launcher was killed) holding the ports first")
@@ -1004,7 +1006,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                                      signal.SIGTERM)}
     try:
         server.start()
-    except (TritonServerError, FileNotFoundError) as exc:
+    except (TritonServerError, OSError) as exc:  # OSError: a missing binary, a bad --host
+        server.stop(grace_s=3.0)  # whatever had started; idempotent
         log.error("%s", exc)
         return 1
     except KeyboardInterrupt as exc:

@@ -19,6 +19,7 @@ import uvicorn
 
 from services.cli import DEFAULT_TARGET
 from services.search import auth
+from services.settings import MAX_PORT, bounded
 from services.web.app import create_app
 
 DEFAULT_PORT = 8080
@@ -28,7 +29,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m services.web", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (%(default)s)")
+    p.add_argument("--port", type=bounded(int, 1, MAX_PORT), default=DEFAULT_PORT,
+                   help="port (%(default)s)")
     p.add_argument("--target", default=DEFAULT_TARGET, help="search service host:port")
     p.add_argument("--allow-remote", action="store_true",
                    help="listen on a non-loopback --host (anyone who reaches it plays with "
