@@ -52,6 +52,7 @@ from services.records.rif import RIF_SUFFIXES, RifGame, read_rif
 from services.records.sgf import SgfGame, read_sgf
 from services.search import auth
 from services.search.client import game_position, proto_rule
+from services.settings import bounded
 from services.triton.cli import add_rollout_commands
 
 Handler = Callable[[argparse.Namespace], int]
@@ -62,6 +63,27 @@ DEFAULT_TARGET = "127.0.0.1:50051"
 PNG_CANDIDATES = 40  # analyze --png: candidates asked for when --candidates does not say
 EXIT_RPC_ERROR = 1
 EXIT_USAGE = 2
+# argparse types of the numbers a request carries: within the API's int32 / uint64 (protobuf
+# raises a bare ValueError beyond them; the service's own limits it explains itself)
+COUNT = bounded(int, 0, 2**31 - 1)
+SEED = bounded(int, 0, 2**64 - 1)
+SECONDS = bounded(float, 0.001, 86_400)  # a deadline: not NaN, not negative, not forever
+
+
+def output_file(*suffixes: str) -> Callable[[str], Path]:
+    """An argparse type for a file a command writes after its call: checked before the call
+    (a search can take a minute), so a wrong path costs nothing."""
+    def parse(text: str) -> Path:
+        path = Path(text)
+        if suffixes and path.suffix.lower() not in suffixes:
+            raise argparse.ArgumentTypeError(f"{text}: must end in {', '.join(suffixes)}")
+        if path.is_dir():
+            raise argparse.ArgumentTypeError(f"{text} is a folder")
+        if not path.parent.is_dir():
+            raise argparse.ArgumentTypeError(f"{text}: no folder {path.parent}")
+        return path
+
+    return parse
 
 
 def _console() -> Console:
@@ -75,7 +97,7 @@ def _add_position_args(p: argparse.ArgumentParser) -> None:
                    help="the game (default %(default)s); moves are in its notation")
     p.add_argument("--rule", choices=[r.value for r in Rule], default=None,
                    help="Gomoku's rule (default: freestyle)")
-    p.add_argument("--size", type=int, default=0,
+    p.add_argument("--size", type=COUNT, default=0,
                    help="board size (default: the game's, 15 for Gomoku, 19 for Go; Go takes "
                         "9..19)")
     p.add_argument("moves", nargs="*",
@@ -330,7 +352,7 @@ def add_search_commands(subparsers: Subparsers) -> dict[str, Handler]:
     """Register `predict`, `genmove` and `analyze` (clients of the search service)."""
     p = subparsers.add_parser("predict", help="policy network's move probabilities")
     _add_position_args(p)
-    p.add_argument("--top-k", type=int, default=5, help="moves to list (default 5)")
+    p.add_argument("--top-k", type=COUNT, default=5, help="moves to list (default 5)")
     p.add_argument(
         "-p",
         "--position",
@@ -338,8 +360,8 @@ def add_search_commands(subparsers: Subparsers) -> dict[str, Handler]:
         metavar="MOVES",
         help='another position, quoted: "h8 h9 i8" (repeatable; all go in one request)',
     )
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds (default 10)")
-    p.add_argument("--png", type=Path, default=None,
+    p.add_argument("--timeout", type=SECONDS, default=10.0, help="seconds (default 10)")
+    p.add_argument("--png", type=output_file(".png"), default=None,
                    help="also draw the board with the policy as a heatmap into this PNG")
 
     g = subparsers.add_parser(
@@ -348,11 +370,11 @@ def add_search_commands(subparsers: Subparsers) -> dict[str, Handler]:
         epilog="With neither --visits nor --time-ms the server searches 200 visits.",
     )
     _add_position_args(g)
-    g.add_argument("--visits", type=int, default=0, help="simulations (0: limited by time)")
-    g.add_argument("--time-ms", type=int, default=0, help="time budget (0: limited by visits)")
+    g.add_argument("--visits", type=COUNT, default=0, help="simulations (0: limited by time)")
+    g.add_argument("--time-ms", type=COUNT, default=0, help="time budget (0: limited by visits)")
     g.add_argument(
         "--timeout",
-        type=float,
+        type=SECONDS,
         default=None,
         help="seconds (default: time budget + 10 s, or 300 s)",
     )
@@ -365,16 +387,16 @@ def add_search_commands(subparsers: Subparsers) -> dict[str, Handler]:
         "cancels the search on the server.",
     )
     _add_position_args(a)
-    a.add_argument("--visits", type=int, default=0, help="simulations (0: limited by time)")
-    a.add_argument("--time-ms", type=int, default=0, help="time budget (0: limited by visits)")
-    a.add_argument("--every", type=int, default=0, help="visits between reports (0: 100)")
+    a.add_argument("--visits", type=COUNT, default=0, help="simulations (0: limited by time)")
+    a.add_argument("--time-ms", type=COUNT, default=0, help="time budget (0: limited by visits)")
+    a.add_argument("--every", type=COUNT, default=0, help="visits between reports (0: 100)")
     a.add_argument("--tables", action="store_true", help="print the candidates at every report")
-    a.add_argument("--png", type=Path, default=None,
+    a.add_argument("--png", type=output_file(".png"), default=None,
                    help="draw the final position with the candidates' visits as a heatmap "
                         f"into this PNG (with --candidates 0: the {PNG_CANDIDATES} most visited)")
     a.add_argument(
         "--timeout",
-        type=float,
+        type=SECONDS,
         default=None,
         help="seconds (default: time budget + 10 s, or 300 s)",
     )
@@ -383,7 +405,7 @@ def add_search_commands(subparsers: Subparsers) -> dict[str, Handler]:
 
 
 def _add_search_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--candidates", type=int, default=0, help="candidate moves to list (0: 5)")
+    p.add_argument("--candidates", type=COUNT, default=0, help="candidate moves to list (0: 5)")
     p.add_argument("--no-reuse", action="store_true", help="do not reuse the tree of an "
                    "earlier request of this game")
 
@@ -397,22 +419,30 @@ def record_stones(path: Path, index: int, moves: int | None) -> tuple[Game, int,
     game = game_of_source(str(path))
     if game is None:
         raise ValueError(f"{path}: not a record file of any game (.sgf, .rif)")
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file")
     if str(path).lower().endswith(RIF_SUFFIXES):
-        records = [r for r in read_rif(path) if isinstance(r, RifGame)]
-        if index >= len(records):
-            raise ValueError(f"{path}: no game {index} ({len(records)} readable)")
+        records = _readable(path, list(read_rif(path)), RifGame, index)
         played = list(records[index].moves[:moves])
         return game, game.default_size, played[0::2], played[1::2]
-    sgf_games = [r for r in read_sgf(path) if isinstance(r, SgfGame)]
-    if index >= len(sgf_games):
-        raise ValueError(f"{path}: no game {index} ({len(sgf_games)} readable)")
-    record = sgf_games[index]
+    record = _readable(path, list(read_sgf(path)), SgfGame, index)[index]
     cut = dataclasses.replace(record, moves=record.moves[:moves])
     replayed = go_replay(cut, keep_states=False)
     if replayed.error:
         raise ValueError(f"{path}: game {index}: {replayed.error}")
     black, white = stones_from_board(replayed.states[-1].board)
     return game, record.size, black, white
+
+
+def _readable(path: Path, records: list, kind: type, index: int) -> list:
+    """The records of `kind` read from `path`; ValueError when there is no game `index`,
+    with the first rejection's reason (a file that is not a record at all says why)."""
+    games = [r for r in records if isinstance(r, kind)]
+    if index < len(games):
+        return games
+    rejected = next((r for r in records if not isinstance(r, kind)), None)
+    why = f"; {rejected.reason}" if rejected is not None else ""
+    raise ValueError(f"{path}: no game {index} ({len(games)} readable{why})")
 
 
 def write_inferred(game: Game, path: Path, size: int, rule: str | None,
@@ -446,7 +476,7 @@ def cmd_infer(args: argparse.Namespace) -> int:
     if args.record:
         try:
             game, size, black, white = record_stones(args.record, args.game_index, args.moves)
-        except ValueError as exc:
+        except (ValueError, OSError, EOFError) as exc:  # OSError, EOFError: a broken .gz
             console.print(f"error: {exc}")
             return EXIT_USAGE
         black_stones: list = [game.move_name(p, size) for p in black]
@@ -501,17 +531,17 @@ def add_infer_command(subparsers: Subparsers) -> dict[str, Handler]:
                    help="the game of --black/--white (default %(default)s)")
     p.add_argument("--rule", choices=[r.value for r in Rule], default=None,
                    help="Gomoku's rule (default: freestyle)")
-    p.add_argument("--board-size", type=int, default=0, help="0: the game's default")
+    p.add_argument("--board-size", type=COUNT, default=0, help="0: the game's default")
     p.add_argument("--black", nargs="*", default=[], metavar="POINT", help="black stones")
     p.add_argument("--white", nargs="*", default=[], metavar="POINT", help="white stones")
     p.add_argument("--record", type=Path, default=None, help="a .sgf or .rif record file")
-    p.add_argument("--game-index", type=int, default=0, help="which game of --record (0)")
-    p.add_argument("--moves", type=int, default=None,
+    p.add_argument("--game-index", type=COUNT, default=0, help="which game of --record (0)")
+    p.add_argument("--moves", type=COUNT, default=None,
                    help="the position after this many moves of --record (default: all)")
-    p.add_argument("--iterations", type=int, default=0, help="per restart (0: the paper's)")
-    p.add_argument("--restarts", type=int, default=0, help="0: 5")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--time-ms", type=int, default=0,
+    p.add_argument("--iterations", type=COUNT, default=0, help="per restart (0: the paper's)")
+    p.add_argument("--restarts", type=COUNT, default=0, help="0: 5")
+    p.add_argument("--seed", type=SEED, default=0)
+    p.add_argument("--time-ms", type=COUNT, default=0,
                    help="time budget (0: the server's limit); the best order so far is kept")
     p.add_argument("--neighbour", choices=NEIGHBOURS, default="", help="default: mix")
     p.add_argument("--init", choices=INITS, default="", help="default: greedy")
@@ -519,9 +549,9 @@ def add_infer_command(subparsers: Subparsers) -> dict[str, Handler]:
                    help="restarts as parallel-tempering chains (beyond the paper)")
     p.add_argument("--polish", action="store_true",
                    help="end with a descent over every swp2/mov2 neighbour (beyond the paper)")
-    p.add_argument("--timeout", type=float, default=None,
+    p.add_argument("--timeout", type=SECONDS, default=None,
                    help="seconds (default: time budget + 10 s)")
-    p.add_argument("--out", type=Path, default=None,
+    p.add_argument("--out", type=output_file(), default=None,
                    help="write the inferred game: .sgf (any game) or .rif (Gomoku)")
     auth.add_client_arguments(p)
     return {"infer": cmd_infer}

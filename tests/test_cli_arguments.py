@@ -1,0 +1,60 @@
+"""`movepred` refuses bad arguments with a one-line usage error before it calls anything.
+
+No service runs here: each command either fails in argparse (exit 2) or in its own checks
+before its first call. Each case once ended in a traceback (protobuf's ValueError for a number
+past int32, FileNotFoundError for a missing record, matplotlib's error after the search for a
+PNG path that cannot be written) or in a silent wrap.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from services import cli
+
+CLOSED = "127.0.0.1:1"  # nothing listens: a command that got as far as calling would say so
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["genmove", "--visits", "99999999999999999999"], "--visits: must be in 0..2147483647"),
+    (["analyze", "--every", "-1"], "--every: must be in 0..2147483647, got -1"),
+    (["predict", "--top-k", "2147483648"], "--top-k: must be in 0..2147483647"),
+    (["predict", "--size", "-9"], "--size: must be in 0..2147483647, got -9"),
+    (["predict", "--timeout", "nan"], "--timeout: must be in 0.001..86400, got nan"),
+    (["genmove", "--timeout", "-1"], "--timeout: must be in 0.001..86400, got -1"),
+    (["infer", "--seed", "-1"], "--seed: must be in 0..18446744073709551615, got -1"),
+    (["infer", "--moves", "-1"], "--moves: must be in 0..2147483647, got -1"),
+    (["predict", "--png", "board.txt"], "--png: board.txt: must end in .png"),
+])
+def test_numbers_and_paths_are_checked_by_argparse(argv: list[str], message: str,
+                                                  capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([*argv, "--target", CLOSED])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_output_paths_are_checked_before_the_call(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture) -> None:
+    for argv, message in ((["predict", "--png", str(tmp_path / "no" / "a.png")], "no folder"),
+                          (["analyze", "--png", str(tmp_path)], "must end in .png"),
+                          (["infer", "--out", str(tmp_path), "--black", "h8"], "is a folder")):
+        with pytest.raises(SystemExit):
+            cli.main([*argv, "--target", CLOSED])
+        assert message in capsys.readouterr().err, argv
+
+
+def test_a_record_that_cannot_be_read_says_why(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture) -> None:
+    empty = tmp_path / "empty.sgf"
+    empty.write_text("")
+    folder = tmp_path / "games.rif"
+    folder.mkdir()
+    for record, message in ((tmp_path / "missing.rif", "missing.rif: no such file"),
+                            (folder, "games.rif: no such file"),
+                            (empty, "no game 0 (0 readable; empty file)")):
+        assert cli.main(["infer", "--record", str(record), "--target", CLOSED]) == 2
+        printed = capsys.readouterr().out
+        assert message in " ".join(printed.replace("\n", "").split()), printed  # rich wraps
