@@ -79,7 +79,7 @@ from services.games.registry import game_of_source
 from services.import_closure import closure_digest
 from services.records.reasons import count_reasons
 from services.records.rif import RIF_SUFFIXES, RifGame, read_rif
-from services.settings import DEFAULT_DATASET
+from services.settings import DEFAULT_DATASET, bounded
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SOURCES = (str(ROOT / "data" / "sample" / "selfplay.rif"),)
@@ -431,7 +431,7 @@ def main(argv: list[str] | None = None) -> dict:
                         help=f"RenjuNet files ({', '.join(RIF_SUFFIXES)}), or Go .sgf files / "
                              f"KGS archives ({', '.join(GO_SUFFIXES[1:])}); not both (default: "
                              "the Gomoku sample)")
-    parser.add_argument("--go-board-size", type=int, default=DEFAULT_GO_SIZE,
+    parser.add_argument("--go-board-size", type=bounded(int, 0, 25), default=DEFAULT_GO_SIZE,
                         help="Go: the board size kept (others are quarantined); 0 keeps all")
     parser.add_argument("--out", default=DEFAULT_OUT, help="dataset folder to write")
     parser.add_argument("--work", default=None,
@@ -439,15 +439,17 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--dask", action="store_true",
                         help=f"run the tasks on a local Dask cluster (--dask-workers, default "
                              f"{DEFAULT_DASK_WORKERS})")
-    parser.add_argument("--dask-workers", type=int, default=0, help="local Dask worker processes")
+    parser.add_argument("--dask-workers", type=bounded(int, 0, 1024), default=0,
+                        help="local Dask worker processes")
     parser.add_argument("--dask-address", default=None,
                         help="run the tasks on an existing Dask cluster (tcp://host:8786)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     logs.add_arguments(parser)
     args = parser.parse_args(argv)
-    unknown = [s for s in args.sources if not s.lower().endswith(SOURCE_SUFFIXES)]
-    if unknown:
-        parser.error(unknown_suffix_message(unknown))
+    try:  # the flow checks them too; here a bad list is a usage error before Prefect starts
+        _resolve_sources(args.sources or None)
+    except (ValueError, FileNotFoundError) as exc:
+        parser.error(str(exc))
     configure_logging(args)
     workers = args.dask_workers or (DEFAULT_DASK_WORKERS if args.dask else 0)
     # `python -m flows.ingest` runs this file as __main__: take the flow from the importable

@@ -58,7 +58,7 @@ from prefect.artifacts import create_image_artifact, create_markdown_artifact
 from flows import configure_logging
 from services import logs, settings
 from services.dataset.loader import dataset_game
-from services.dataset.shards import GAME_SPLIT, read_split
+from services.dataset.shards import GAME_SPLIT, read_manifest, read_split
 from services.games.registry import default_game, get_game, registered_games
 from services.models.export import export_torchscript
 from services.settings import DEFAULT_DATASET, DEFAULT_REPOSITORY, DEFAULT_RUN_DIR
@@ -100,11 +100,13 @@ def shown_path(path: str) -> str:
 
 
 def check_dataset(dataset_dir: str) -> None:
-    """Raise `NoDatasetError` with the command to run when `dataset_dir` holds no dataset."""
+    """Raise `NoDatasetError` with the command to run when `dataset_dir` holds no dataset,
+    `DatasetError` (a ValueError) when its manifest is unreadable or of another version."""
     if not (Path(dataset_dir) / "manifest.json").is_file():
         shown = shown_path(dataset_dir)
         raise NoDatasetError(f"no dataset at {shown}: run `make ingest` first (or "
                              f"`python -m flows.ingest SOURCES --out {shown}`)")
+    read_manifest(Path(dataset_dir))
 
 
 def triton_unreachable(url: str, timeout_s: float = TRITON_PROBE_S) -> str | None:

@@ -35,6 +35,8 @@ from services.triton.client import PolicyClient  # noqa: E402
 from services.triton.server import TritonServer  # noqa: E402
 
 SAMPLE = ROOT / "data" / "sample" / "selfplay.rif"
+DEFAULT_WORK = ROOT / "runs" / "demo"
+MARKER = ".movepred-demo"  # in a --work folder the demo made, which a rerun may empty
 
 
 def step(title: str) -> float:
@@ -45,7 +47,9 @@ def step(title: str) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--work", default=str(ROOT / "runs" / "demo"))
+    parser.add_argument("--work", default=str(DEFAULT_WORK),
+                        help="the demo's folder, emptied first (another non-empty folder is "
+                             "refused)")
     parser.add_argument("--steps", type=int, default=600, help="training steps (batch 64)")
     parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
                         help=f"torch threads for training (default {DEFAULT_THREADS})")
@@ -54,8 +58,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configure_logging(args)
     work = Path(args.work)
+    own = work.resolve() == DEFAULT_WORK.resolve() or (work / MARKER).exists()
+    if work.exists() and (not work.is_dir() or any(work.iterdir())) and not own:
+        parser.error(f"--work {work}: not empty and not a demo's folder; the demo empties its "
+                     "folder first, so name a new or empty one")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
+    (work / MARKER).write_text("made by scripts/demo.py; a rerun empties this folder\n")
 
     t = step(f"1. ingest {SAMPLE.relative_to(ROOT)}")
     manifest = ingest(sources=[str(SAMPLE)], out_dir=str(work / "dataset"))

@@ -8,6 +8,7 @@ PNG path that cannot be written) or in a silent wrap.
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -58,3 +59,20 @@ def test_a_record_that_cannot_be_read_says_why(tmp_path: Path,
         assert cli.main(["infer", "--record", str(record), "--target", CLOSED]) == 2
         printed = capsys.readouterr().out
         assert message in " ".join(printed.replace("\n", "").split()), printed  # rich wraps
+
+
+def test_front_ends_refuse_budgets_the_service_would_refuse_at_every_move(
+        capsys: pytest.CaptureFixture) -> None:
+    """A GTP or Gomocup engine started with --visits past the service's limit answered every
+    genmove with an internal error; now it does not start."""
+    from services.protocols import gomocup, gtp
+
+    gtp_parser = argparse.ArgumentParser()
+    gtp.add_arguments(gtp_parser)
+    for parse, argv in ((gtp_parser.parse_args, ["--visits", "100001"]),
+                        (gtp_parser.parse_args, ["--time-ms", "-5"]),
+                        (gomocup._parse_args, ["--visits", "100001"])):
+        with pytest.raises(SystemExit) as exit_info:
+            parse(argv)
+        assert exit_info.value.code == 2 and "must be in 0.." in capsys.readouterr().err
+    assert gtp_parser.parse_args(["--visits", "100000"]).visits == 100_000

@@ -387,6 +387,14 @@ def test_an_unknown_suffix_is_refused_before_anything_is_read(tmp_path: Path, mo
     assert not out.exists()
     with pytest.raises(ValueError, match=r"games\.txt"):
         ingest_mod.source_game(odd)
+    # a missing source, a negative worker count (LocalCluster waited for ever): usage errors
+    # before Prefect starts, not a traceback from inside the flow
+    for argv, message in (([str(tmp_path / "none.rif")], "source file(s) not found"),
+                          ([str(SAMPLE_RIF), "--dask-workers", "-1"], "must be in 0..1024")):
+        with pytest.raises(SystemExit) as exited:
+            main([*argv, "--out", str(out)])
+        assert exited.value.code == 2 and message in capsys.readouterr().err, argv
+    assert not out.exists()
 
 
 def test_one_list_of_archive_suffixes() -> None:

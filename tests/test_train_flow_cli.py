@@ -50,6 +50,12 @@ def test_train_without_a_dataset_says_to_ingest(tmp_path: Path) -> None:
     assert run.stderr.strip() == (f"error: no dataset at {missing}: run `make ingest` first "
                                   f"(or `python -m flows.ingest SOURCES --out {missing}`)")
     assert "Traceback" not in run.stderr
+    missing.mkdir(parents=True)  # a manifest cut short (a disk full): one line, not a traceback
+    (missing / "manifest.json").write_text("")
+    run = subprocess.run([sys.executable, "-m", "flows.train", "--dataset", str(missing)],
+                         cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.startswith(f"error: {missing / 'manifest.json'}: unreadable manifest")
 
 
 def test_train_with_triton_down_publishes_reports_and_names_the_next_command(

@@ -467,7 +467,13 @@ def read_manifest(dataset_dir: Path) -> dict:
     path = Path(dataset_dir) / MANIFEST
     if not path.exists():
         raise DatasetError(f"{path}: no manifest; run the ingest flow first")
-    manifest = json.loads(path.read_text())
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DatasetError(f"{path}: unreadable manifest ({exc}); run the ingest flow again") \
+            from None
+    if not isinstance(manifest, dict):
+        raise DatasetError(f"{path}: not a manifest (a JSON object); run the ingest flow again")
     if manifest.get("schema_version") != SCHEMA_VERSION:
         raise DatasetError(
             f"{path}: schema version {manifest.get('schema_version')}, expected {SCHEMA_VERSION}"

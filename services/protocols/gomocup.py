@@ -104,6 +104,8 @@ from services.games.gomoku import (
 from services.numerals import ascii_int
 from services.protocols.frontend import SearchClientOwner, serve_lines
 from services.search import auth
+from services.search.validation import MAX_VISITS
+from services.settings import bounded
 
 logger = logging.getLogger(__name__)
 
@@ -677,7 +679,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--target", default=DEFAULT_TARGET, help="search service host:port")
     p.add_argument(
         "--visits",
-        type=int,
+        type=bounded(int, 0, MAX_VISITS),  # the service's limit: beyond it every move fails
         default=DEFAULT_VISITS,
         help=f"visits per move when INFO gives no time limit (default {DEFAULT_VISITS})",
     )

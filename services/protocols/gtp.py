@@ -93,6 +93,7 @@ from services.protocols.gtp_analysis import (
 from services.protocols.gtp_clock import ClockError, GtpClock
 from services.search import auth
 from services.search.validation import MAX_TIME_MS, MAX_VISITS
+from services.settings import bounded
 
 NAME = "movepred"
 DEFAULT_TARGET = "127.0.0.1:50051"
@@ -517,10 +518,12 @@ def serve(engine: GtpEngine, stdin: TextIO, stdout: TextIO) -> int:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default=DEFAULT_TARGET, help="search service host:port")
-    p.add_argument("--visits", type=int, default=DEFAULT_VISITS,
+    # the service's limits: beyond them every genmove would fail, not the start
+    p.add_argument("--visits", type=bounded(int, 0, MAX_VISITS), default=DEFAULT_VISITS,
                    help=f"visits per genmove (default {DEFAULT_VISITS}; 0: limited by time)")
-    p.add_argument("--time-ms", type=int, default=0, help="time per genmove (0: by visits)")
-    p.add_argument("--timeout", type=float, default=None,
+    p.add_argument("--time-ms", type=bounded(int, 0, MAX_TIME_MS), default=0,
+                   help="time per genmove (0: by visits)")
+    p.add_argument("--timeout", type=bounded(float, 0.001, 86_400), default=None,
                    help="seconds per GenMove call (default: time budget + 10 s, or 300 s)")
     auth.add_client_arguments(p)
 
