@@ -63,6 +63,7 @@ from services.move_order.evaluation import (  # noqa: E402
 )
 from services.records.rif_writer import write_rif  # noqa: E402
 from services.records.sgf import SgfGame, read_archive  # noqa: E402
+from services.settings import bounded  # noqa: E402
 
 log = logging.getLogger("infer_eval")
 
@@ -343,26 +344,27 @@ def main(argv: list[str] | None = None) -> None:
     p = sub.add_parser("prepare", help="kept-out games and the training sources without them")
     p.add_argument("--game", choices=sorted(COLLECTIONS), required=True)
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--keep-out", type=int, default=KEEP_OUT)
+    p.add_argument("--keep-out", type=bounded(int, 1, 100_000), default=KEEP_OUT)
     r = sub.add_parser("run", help="inference on one set, appended to --results")
     r.add_argument("--game", choices=sorted(COLLECTIONS), required=True)
     r.add_argument("--prepared", type=Path, required=True, help="prepare's --out")
     r.add_argument("--dataset", type=Path, required=True, help="the training dataset")
     r.add_argument("--model", type=Path, required=True, help="a TorchScript policy")
-    r.add_argument("--stones", type=int, default=20)
-    r.add_argument("--limit", type=int, default=100, help="positions (0: every one)")
-    r.add_argument("--restarts", type=int, default=5)
-    r.add_argument("--iterations", type=int, default=0,
+    r.add_argument("--stones", type=bounded(int, 2, 361), default=20)
+    r.add_argument("--limit", type=bounded(int, 0, 1_000_000), default=100,
+                   help="positions (0: every one)")
+    r.add_argument("--restarts", type=bounded(int, 1, 64), default=5)
+    r.add_argument("--iterations", type=bounded(int, 0, 10_000_000), default=0,
                    help="per restart (0: the paper's, 5,000 * (stones / 20)^2)")
-    r.add_argument("--budget", type=int, default=0,
+    r.add_argument("--budget", type=bounded(int, 0, 10_000_000), default=0,
                    help="candidates per position in all (overrides --iterations)")
     r.add_argument("--neighbour", default="mix")
     r.add_argument("--init", default="greedy")
     r.add_argument("--tempering", action="store_true",
                    help="parallel tempering instead of the paper's annealing schedule (the "
                         "restarts are the chains of a temperature ladder)")
-    r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--threads", type=int, default=1)
+    r.add_argument("--seed", type=bounded(int, 0, 2**63 - 1), default=0)
+    r.add_argument("--threads", type=bounded(int, 1, 256), default=1)
     r.add_argument("--device", default="cpu", help="where the network runs (cpu, cuda)")
     r.add_argument("--shard", default="0/1", help="K/N: only the K-th of N interleaved parts "
                    "of the set (several processes append to one --results)")
@@ -378,6 +380,11 @@ def main(argv: list[str] | None = None) -> None:
                    "by side in --panels-png")
     s.add_argument("--panels-png", type=Path, default=ROOT / "docs" / "infer_sequence_fig3.png")
     args = parser.parse_args(argv)
+    for folder in ("prepared", "dataset", "results_dir"):
+        if getattr(args, folder, None) is not None and not getattr(args, folder).is_dir():
+            parser.error(f"--{folder.replace('_', '-')} {getattr(args, folder)}: no such folder")
+    if getattr(args, "model", None) is not None and not args.model.is_file():
+        parser.error(f"--model {args.model}: no such file")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if args.command == "prepare":
         info = prepare(args.game, args.out, args.keep_out)

@@ -43,6 +43,7 @@ from services.dataset.shards import (  # noqa: E402
 from services.games.coords import parse_point  # noqa: E402
 from services.records.rif import read_rif  # noqa: E402
 from services.records.rif_writer import write_rif  # noqa: E402
+from services.settings import bounded  # noqa: E402
 from services.trainer.train import TrainConfig, train  # noqa: E402
 
 TSV = ROOT.parent / "shared" / "data" / "renjunet" / "renjunet-derived-games-dev.tsv"
@@ -112,14 +113,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lr", type=float, default=0.003, help="Adam's rate (paper: 0.003)")
     parser.add_argument("--lr-schedule", choices=["constant", "cosine"], default="constant")
     parser.add_argument("--seconds-per-row", type=float, default=600)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=bounded(int, 1, 256), default=1)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--jobs", type=bounded(int, 1, 256), default=1)
     parser.add_argument("--seeds", default="0", help="seeds per row, comma-separated")
     parser.add_argument("--tsv", type=Path, default=TSV)
     parser.add_argument("--out-dir", type=Path, default=ROOT / "docs",
                         help="where paper_table.md/.png go (another folder keeps docs/ as is)")
     args = parser.parse_args(argv)
+    for flag, text in (("--depths", args.depths), ("--seeds", args.seeds)):
+        if not all(part.strip().isascii() and part.strip().isdigit()
+                   for part in text.split(",") if part.strip()):
+            parser.error(f"{flag} {text}: comma-separated whole numbers")
     if not args.tsv.exists():
         raise SystemExit(f"real RenjuNet-derived games not found at {args.tsv}")
     models = [f"shao_f128_n{int(d)}" for d in args.depths.split(",") if d != ""]

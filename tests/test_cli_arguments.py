@@ -9,12 +9,15 @@ PNG path that cannot be written) or in a silent wrap.
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from services import cli
 
+ROOT = Path(__file__).resolve().parents[1]
 CLOSED = "127.0.0.1:1"  # nothing listens: a command that got as far as calling would say so
 
 
@@ -76,3 +79,20 @@ def test_front_ends_refuse_budgets_the_service_would_refuse_at_every_move(
             parse(argv)
         assert exit_info.value.code == 2 and "must be in 0.." in capsys.readouterr().err
     assert gtp_parser.parse_args(["--visits", "100000"]).visits == 100_000
+
+
+@pytest.mark.parametrize(("script", "argv", "message"), [
+    ("infer_eval.py", ["run", "--game", "go", "--prepared", "/nonexistent", "--dataset", ".",
+                       "--model", "Makefile", "--results", "r.jsonl"], "--prepared /nonexistent"),
+    ("infer_eval.py", ["run", "--game", "go", "--prepared", ".", "--dataset", ".", "--model",
+                       "Makefile", "--results", "r.jsonl", "--threads", "0"], "must be in 1..256"),
+    ("infer_eval.py", ["report", "--results-dir", "/nonexistent"], "no such folder"),
+    ("paper_table.py", ["--depths", "a"], "comma-separated whole numbers"),
+    ("paper_table.py", ["--jobs", "0"], "must be in 1..256, got 0"),
+])
+def test_evaluation_scripts_refuse_bad_arguments_before_any_work(
+        script: str, argv: list[str], message: str) -> None:
+    """They once failed with a traceback, some after building a dataset."""
+    run = subprocess.run([sys.executable, f"scripts/{script}", *argv], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and message in run.stderr and "Traceback" not in run.stderr
