@@ -457,8 +457,14 @@ def main(argv: list[str] | None = None) -> dict:
     from flows.ingest import ingest_on as importable_ingest_on
 
     run = importable_ingest_on(dask_address=args.dask_address, dask_workers=workers)
-    manifest = run(sources=args.sources or None, out_dir=args.out, work_dir=args.work,
-                   progress=not args.no_progress, go_board_size=args.go_board_size or None)
+    try:
+        manifest = run(sources=args.sources or None, out_dir=args.out, work_dir=args.work,
+                       progress=not args.no_progress, go_board_size=args.go_board_size or None)
+    except OSError as exc:
+        if not args.dask_address:
+            raise
+        # Dask's connect timeout (distributed.comm.timeouts.connect, 30 s) passed: one line
+        parser.exit(1, f"error: no Dask scheduler at {args.dask_address}: {exc}\n")
     print(f"{manifest['rows']} unique pairs -> {args.out}  splits: {manifest['splits']}")
     for row in manifest["counts"]:
         print(f"  {row['source']}: read {row['read']} = ingested {row['ingested']} "

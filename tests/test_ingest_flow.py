@@ -460,3 +460,17 @@ def test_import_closure_follows_modules_imported_by_name(tmp_path: Path) -> None
     (pkg / "unused.py").write_text("")
     closure = import_closure("pkg.registry", tmp_path)
     assert set(closure) == {"pkg", "pkg.registry", "pkg.game_a", "pkg.helper"}
+
+
+def test_an_unreachable_dask_scheduler_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    """It ended in two tracebacks after Dask's connect timeout (Prefect still logs the flow
+    run's)."""
+    env = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2s",
+           "OMP_NUM_THREADS": "1"}
+    run = subprocess.run(
+        [sys.executable, "-m", "flows.ingest", str(SAMPLE_RIF), "--out", str(tmp_path / "ds"),
+         "--dask-address", "tcp://127.0.0.1:1", "--no-progress"],
+        cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True,
+        timeout=300)
+    assert run.returncode == 1
+    assert "error: no Dask scheduler at tcp://127.0.0.1:1: Timed out" in run.stderr
