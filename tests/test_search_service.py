@@ -340,8 +340,13 @@ def test_cli_reports_errors(target: str, capsys: pytest.CaptureFixture[str]) -> 
     assert " 8 " in out and "UNAVAILABLE" in out  # the board, then the error
     error = [line for line in out.splitlines() if line.startswith("error:")]
     assert len(error) == 1 and "make triton" in error[0], out  # one line, with what to run
-    assert cli.main(["genmove", "--target", target, "--visits", "-3", "h8"]) == cli.EXIT_RPC_ERROR
+    # past the service's limit (the command line only keeps numbers within the API's int32)
+    assert cli.main(["genmove", "--target", target, "--visits", "100001", "h8"]) == \
+        cli.EXIT_RPC_ERROR
     assert "max_visits" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as usage:  # a negative count never leaves the command line
+        cli.main(["genmove", "--target", target, "--visits", "-3", "h8"])
+    assert usage.value.code == cli.EXIT_USAGE
     assert cli.main(["genmove", "--target", target, "z99"]) == cli.EXIT_USAGE
 
 
