@@ -1075,7 +1075,7 @@ def test_training_job_runs_torchrun_over_indexed_pods() -> None:
         "resources"]
 
 
-def test_nightly_ingest_cronjob(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nightly_ingest_cronjob(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The CronJob's command line passes the ingest flow's own argument parsing (the shell's
     glob standing for archive names), runs on the Dask scheduler's Service, one run at a time,
     with the data volume where the Dask workers have it."""
@@ -1089,7 +1089,11 @@ def test_nightly_ingest_cronjob(monkeypatch: pytest.MonkeyPatch) -> None:
     argv, env = ingest_argv(cron)
     assert argv[:3] == ["python", "-m", "flows.ingest"]
     pattern = next(a for a in argv if "*" in a)
-    archives = [pattern.replace("*", name) for name in ("kgs-2026-01.tar.gz", "extra.sgf")]
+    # the files the glob finds, here (the command line checks that its sources exist)
+    archives = [str(tmp_path / Path(pattern).name.replace("*", name))
+                for name in ("kgs-2026-01.tar.gz", "extra.sgf")]
+    for archive in archives:
+        Path(archive).touch()
     called: dict = {}
 
     def ingest_on(**options: Any):

@@ -577,3 +577,26 @@ def test_rolled_back_version_stays_out_after_a_restart(env: dict,
 
 def test_publish_never_reuses_a_quarantined_number(env: dict, tmp_path: Path) -> None:
     assert _publish_tactical(tmp_path / "tactical-seed2.pt", env["repo"], 2) == 8
+
+
+def test_a_serving_version_that_fails_its_check_is_unloaded_and_never_current(
+        env: dict, tmp_path: Path) -> None:
+    """A version loaded outside `rollout` (the launcher serves the newest published one when
+    nothing is recorded) and then rolled out was refused but kept serving, and was recorded
+    as current, so a restart served it again."""
+    client, repo = env["client"], env["repo"]
+    restore = current_version(client)
+    path = tmp_path / "nan-serving.pt"
+    torch.jit.script(NaNOnEmptyBoard().eval()).save(str(path))
+    bad = publish(path, repo, MODEL_NAME, validate=False)
+    client.load_model(MODEL_NAME,
+                      config=config_json(read_model_config(repo, MODEL_NAME), [bad]))
+    assert current_version(client) == bad  # serving, never checked
+    with pytest.raises(RolloutError, match="already serves but fails the smoke test") as info:
+        rollout(client, repo, bad)
+    assert "unloaded, nothing serves" in str(info.value)
+    assert current_version(client) is None  # a refused model never serves
+    assert read_state(repo, MODEL_NAME)["current"] != bad
+    _assert_quarantined(repo, bad, "already serves but fails the smoke test")
+    rollout(client, repo, restore)  # back to what served, for the tests after this one
+    _assert_only_serving(client, restore)

@@ -98,6 +98,13 @@ def test_version_candidates_follow_the_rollout_record(tmp_path: Path) -> None:
     candidates = server_mod.version_candidates(repository, MODEL_NAME)
     assert [v for v, _ in candidates] == [2, 1, 3]
     assert candidates[0][1] == "the rollout record's current"
+    # no current or previous recorded (every rollout refused): refused versions still never
+    # serve; a version refused once and served since is a candidate again
+    _write_record(repository, current=None, previous=None, history=[
+        {"action": "rollout", "version": 4, "outcome": "refused", "reason": "hung"},
+        {"action": "rollout", "version": 3, "outcome": "refused", "reason": "hung"},
+        {"action": "rollout", "version": 3, "outcome": "serving"}])
+    assert [v for v, _ in server_mod.version_candidates(repository, MODEL_NAME)] == [3, 2, 1]
     (repository / MODEL_NAME / "rollout.json").write_text("{not json")
     assert [v for v, _ in server_mod.version_candidates(repository, MODEL_NAME)] == [4, 3, 2, 1]
     assert server_mod.discover_models(repository) == (MODEL_NAME,)

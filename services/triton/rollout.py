@@ -257,6 +257,7 @@ class _Attempt:
     state: dict[str, Any] = field(init=False)
     ready_before: list[int] = field(init=False)
     serving: int | None = field(init=False)  # what unversioned requests get
+    serving_before: int | None = field(init=False)  # what they got when the attempt began
     smoke: list[SmokeCheck] = field(default_factory=list)
     phases: dict[str, float] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
@@ -266,6 +267,7 @@ class _Attempt:
         self.ready_before = [int(v) for v in self.client.ready_versions(self.model_name)
                              if v.isdigit()]
         self.serving = max(self.ready_before) if self.ready_before else None
+        self.serving_before = self.serving
 
     def phase(self, name: str, since: float) -> float:
         """Record the seconds of phase `name` (begun at `since`); returns now."""
@@ -274,10 +276,19 @@ class _Attempt:
         return now
 
     def refuse(self, reason: str, owned: bool = False) -> RolloutError:
-        """Record the refusal; `owned`: the version's own fault, so it is quarantined (never
-        the serving version)."""
+        """Record the refusal; `owned`: the version's own fault, so it is quarantined. A
+        version refused for its own fault while it serves (loaded outside `rollout`, e.g. by
+        the launcher at start) is unloaded first: a refused model never serves, even if
+        nothing serves then. The refused version is never recorded as current."""
         repository, model_name, version, state = (self.repository, self.model_name,
                                                   self.version, self.state)
+        if owned and version == self.serving:
+            try:
+                self.client.unload_model(model_name)
+                self.serving = None
+                reason += "; it was serving: unloaded, nothing serves until another rollout"
+            except TritonError as exc:
+                reason += f"; it was serving and could not be unloaded: {exc}"
         moved = None
         if owned and version != self.serving and (repository / model_name / str(version)).is_dir():
             try:
@@ -294,7 +305,9 @@ class _Attempt:
             if state["previous"] == version:
                 state["previous"] = None  # never fall back to a quarantined version
         state["history"].append(event)
-        if state["current"] is None or (moved is not None and state["current"] == version):
+        if state["current"] == version and (owned or self.serving != version):
+            state["current"] = None  # refused for its own fault, or no longer serving
+        if state["current"] is None and self.serving != version:
             state["current"] = self.serving
         write_state(repository, model_name, state)
         logger.warning("%s of %s v%s refused: %s", self.action, model_name, version, reason)
@@ -354,9 +367,10 @@ def _check_serving(a: _Attempt, files: dict[str, bytes], stored: StoredPositions
         value_head=value_head_of(files, smoke_boards(a.client, a.model_name)),
         stored=stored, tolerance=a.tolerance)
     a.phase("smoke", since)
-    if not all(c.passed for c in a.smoke if c.blocking):
-        failed = ", ".join(c.name for c in a.smoke if c.blocking and not c.passed)
-        raise a.refuse(f"v{a.version} already serves but fails the smoke test ({failed})")
+    failed = [c for c in a.smoke if c.blocking and not c.passed]
+    if failed:
+        raise a.refuse(f"v{a.version} already serves but fails the smoke test "
+                       f"({', '.join(c.name for c in failed)})", owned=_own_fault(a, failed))
     if a.state["current"] != a.version:
         a.state["current"] = a.version
         write_state(a.repository, a.model_name, a.state)
@@ -396,12 +410,18 @@ def _smoke_test_candidate(a: _Attempt, config: Any, files: dict[str, bytes],
             client.unload_model(candidate)
     failed = [c for c in a.smoke if c.blocking and not c.passed]
     if failed:
-        transient = any(c.name == "answers" and c.detail.startswith(TRANSIENT_PREFIX)
-                        for c in failed)
         raise a.refuse("smoke test failed: " + "; ".join(f"{c.name}: {c.detail}"
                                                          for c in failed),
-                       owned=not transient and _reachable(client, model_name))
+                       owned=_own_fault(a, failed))
     return reference
+
+
+def _own_fault(a: _Attempt, failed: list[SmokeCheck]) -> bool:
+    """Failed smoke checks are the version's fault unless the model did not answer in time
+    (a slow or busy Triton) or Triton itself no longer answers."""
+    transient = any(c.name == "answers" and c.detail.startswith(TRANSIENT_PREFIX)
+                    for c in failed)
+    return not transient and _reachable(a.client, a.model_name)
 
 
 def _switch(a: _Attempt, config: Any, files: dict[str, bytes], reference: np.ndarray) -> None:
@@ -419,17 +439,40 @@ def _switch(a: _Attempt, config: Any, files: dict[str, bytes], reference: np.nda
     try:
         client.load_model(model_name, config=config_json(config, [version]))
     except TritonError as exc:
-        _ensure_serving(client, config, model_name, a.serving, a.notes)
-        raise a.refuse(f"Triton could not switch to v{version}: {_triton_reason(exc)}") from exc
+        back = _switch_back(a, config)
+        raise a.refuse(f"Triton could not switch to v{version}: {_triton_reason(exc)}"
+                       + (f"; {back}" if back else "")) from exc
     t = a.phase("switch", t)
     problem = _verify_switch(client, model_name, version, reference)
     if problem:
-        _ensure_serving(client, config, model_name, a.serving, a.notes, force=True)
-        back = "nothing serves" if a.serving is None else f"switched back to v{a.serving}"
-        raise a.refuse(f"after the switch {problem}; {back}")
+        raise a.refuse(f"after the switch {problem}; {_switch_back(a, config, force=True)}")
     a.smoke.append(SmokeCheck("serving", True, f"unversioned requests answered by v{version} "
                               "with the candidate's logits"))
     a.phase("verify", t)
+
+
+def _switch_back(a: _Attempt, config: Any, force: bool = False) -> str:
+    """After a failed switch: what served before serves again, or, when Triton will not
+    restore it and the refused version answers (a load that finished after its deadline, a
+    failed reload), nothing serves. What happened, for the refusal ("" when nothing had
+    changed)."""
+    client, model_name = a.client, a.model_name
+    _ensure_serving(client, config, model_name, a.serving, a.notes, force=force)
+    try:
+        now = current_version(client, model_name)
+    except TritonError as exc:
+        return f"Triton cannot say what serves now ({exc})"
+    if now == a.version:  # the refused version answers: it must not
+        try:
+            client.unload_model(model_name)
+        except TritonError as exc:
+            return f"v{a.version} still serves and could not be unloaded: {exc}"
+        a.serving = None
+        return (f"v{a.serving_before} could not be restored: unloaded, nothing serves"
+                if a.serving_before is not None else "unloaded, nothing serves")
+    if now is None:
+        return "nothing serves"
+    return f"switched back to v{now}" if force or now != a.serving else ""
 
 
 def _record(a: _Attempt) -> RolloutReport:

@@ -292,12 +292,18 @@ def discover_models(repository: Path) -> tuple[str, ...]:
 
 
 def _refused_versions(history: list[dict[str, Any]]) -> set[int]:
-    """Versions the rollout history records as refused (never to be served as a fallback)."""
+    """Versions whose last outcome in the rollout history is a refusal (never to be served
+    as a fallback; a version refused once and rolled out since is not one)."""
     refused: set[int] = set()
     for entry in history:
-        if isinstance(entry, dict) and entry.get("outcome") == "refused":
-            with contextlib.suppress(TypeError, ValueError):
-                refused.add(int(entry.get("version")))
+        if not isinstance(entry, dict):
+            continue
+        with contextlib.suppress(TypeError, ValueError):
+            version = int(entry.get("version"))
+            if entry.get("outcome") == "refused":
+                refused.add(version)
+            elif entry.get("outcome") == "serving":
+                refused.discard(version)
     return refused
 
 
@@ -305,10 +311,11 @@ def version_candidates(repository: Path, model: str) -> list[tuple[int, str]]:
     """The versions of `model` to try, best first, each with why it is a candidate.
 
     With a rollout record (``rollout.json``): its ``current``, then its ``previous``, then the
-    other published versions newest first, less those the record's history refused. Without a
-    record: the published versions newest first. Serving follows what rollout decided, so a
-    version published later but never rolled out (or rolled back) does not serve after a restart.
-    An unreadable record is reported and treated as none.
+    other published versions newest first; never a version the record's history refused last
+    (with or without a current). Without a record: the published versions newest first.
+    Serving follows what rollout decided, so a version published later but never rolled out
+    (or rolled back) does not serve after a restart. An unreadable record is reported and
+    treated as none.
     """
     from services.triton.publisher import list_versions
     from services.triton.rollout_state import read_state
@@ -325,7 +332,8 @@ def version_candidates(repository: Path, model: str) -> list[tuple[int, str]]:
         if isinstance(version, int) and version not in ordered:
             ordered[version] = f"the rollout record's {key}"
     recorded = bool(ordered)
-    refused = _refused_versions(state.get("history") or []) if recorded else set()
+    # with or without a recorded current: a refused version never serves after a restart
+    refused = _refused_versions(state.get("history") or [])
     fallback = ("a published version, the recorded ones failing" if recorded
                 else "the newest published version whose files check out")
     for version in newest_first:
