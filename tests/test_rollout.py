@@ -600,3 +600,29 @@ def test_a_serving_version_that_fails_its_check_is_unloaded_and_never_current(
     _assert_quarantined(repo, bad, "already serves but fails the smoke test")
     rollout(client, repo, restore)  # back to what served, for the tests after this one
     _assert_only_serving(client, restore)
+
+
+def test_a_version_whose_model_py_changes_during_the_rollout_is_refused(
+        env: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The re-read before the switch compared only model.pt, but Triton loads the whole
+    folder from disk, model.py included."""
+    import services.triton.rollout as rollout_mod
+
+    client, repo = env["client"], env["repo"]
+    serving = current_version(client)
+    version = _publish_tactical(tmp_path / "tactical-seed3.pt", repo, 3)
+    reads = []
+    real_check = rollout_mod.check_version_files
+
+    def model_py_edited_after_the_smoke_test(*args, **kwargs):
+        files, notes = real_check(*args, **kwargs)
+        reads.append(files)
+        if len(reads) == 2:  # the re-read just before the switch
+            files = {**files, "model.py": files["model.py"] + b"\n# edited\n"}
+        return files, notes
+
+    monkeypatch.setattr(rollout_mod, "check_version_files", model_py_edited_after_the_smoke_test)
+    with pytest.raises(RolloutError, match=r"model\.py changed during the rollout"):
+        rollout(client, repo, version)
+    assert len(reads) == 2
+    _assert_only_serving(client, serving)

@@ -433,9 +433,13 @@ def _switch(a: _Attempt, config: Any, files: dict[str, bytes], reference: np.nda
         again, _ = check_version_files(a.repository, model_name, version)
     except ValueError as exc:
         raise a.refuse(f"changed during the rollout: {exc}") from exc
-    if sha256_bytes(again["model.pt"]) != sha256_bytes(files["model.pt"]):
-        raise a.refuse(f"{a.repository / model_name / str(version) / 'model.pt'} changed "
-                       "during the rollout")
+    changed = sorted(n for n in again.keys() | files.keys()
+                     if n not in again or n not in files
+                     or sha256_bytes(again[n]) != sha256_bytes(files[n]))
+    if changed:  # Triton loads every file of the folder, model.py included, not only model.pt
+        folder = a.repository / model_name / str(version)
+        raise a.refuse(f"{', '.join(str(folder / n) for n in changed)} changed during the "
+                       "rollout")
     try:
         client.load_model(model_name, config=config_json(config, [version]))
     except TritonError as exc:
