@@ -498,6 +498,15 @@ def test_only_text_codecs_are_believed() -> None:
     assert game.black == "Lee"
 
 
+def test_utf16_without_a_byte_order_mark_may_start_with_blanks() -> None:
+    """Only a file starting with '(' was recognised; one starting with a newline was
+    quarantined as "binary content (NUL bytes)"."""
+    for codec in ("utf-16-le", "utf-16-be"):
+        for text in ("(;GM[1]SZ[9]PB[李];B[ee])", "\r\n (;GM[1]SZ[9]PB[李];B[ee])"):
+            game = one(text.encode(codec))
+            assert (game.encoding, game.black, len(game.moves)) == (codec, "李", 1), text
+
+
 def test_variations_nested_past_the_cap_are_refused() -> None:
     deep = "(;GM[1]SZ[9]" + "(;" * (MAX_TREE_DEPTH + 1) + "B[aa]" + ")" * (MAX_TREE_DEPTH + 2)
     assert rejected(deep).reason == f"variations nested deeper than {MAX_TREE_DEPTH}"

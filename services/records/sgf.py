@@ -311,10 +311,8 @@ def decode_sgf(raw: bytes) -> tuple[str, str, bool]:
         chosen: str | None = "utf-16"
     elif raw.startswith(codecs.BOM_UTF8):
         chosen, raw = "utf-8", raw[3:]
-    elif raw.startswith(b"(\x00"):
-        chosen = "utf-16-le"
-    elif raw.startswith(b"\x00("):
-        chosen = "utf-16-be"
+    elif (unmarked := _utf16_without_bom(raw)) is not None:
+        chosen = unmarked
     else:
         m = _CA_BYTES.search(raw)
         while m is not None and m.start() and raw[m.start() - 1: m.start()].isalpha():
@@ -332,6 +330,19 @@ def decode_sgf(raw: bytes) -> tuple[str, str, bool]:
                 return raw.decode(chosen, errors="replace"), f"{chosen}/replace", True
     text, codec = _fallback(raw)
     return text, codec, True
+
+
+def _utf16_without_bom(raw: bytes) -> str | None:
+    """"utf-16-le" / "utf-16-be" for UTF-16 without a byte-order mark: the first '(' as a
+    UTF-16 code unit, after nothing but blanks in UTF-16 (a file may start with a newline)."""
+    for codec, paren, low in (("utf-16-le", b"(\x00", 0), ("utf-16-be", b"\x00(", 1)):
+        at = raw.find(paren, 0, 4096)
+        if at < 0 or at % 2:
+            continue
+        before = raw[:at]
+        if not before[1 - low::2].strip(b"\x00") and not before[low::2].strip(b" \t\r\n"):
+            return codec
+    return None
 
 
 def _fallback(raw: bytes) -> tuple[str, str]:
