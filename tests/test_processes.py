@@ -36,13 +36,19 @@ def run_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def started() -> Iterator[list[subprocess.Popen]]:
-    """Processes a test starts; whatever is still running at the end is killed."""
+    """Processes a test starts; whatever is still running at the end is stopped: SIGTERM
+    first (a Triton launcher then takes its server down; SIGKILL would orphan it), SIGKILL
+    after 30 s."""
     procs: list[subprocess.Popen] = []
     yield procs
     for proc in procs:
         if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
 
 
 def movepred(*args: str) -> subprocess.CompletedProcess:
