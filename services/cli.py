@@ -52,7 +52,7 @@ from services.records.rif import RIF_SUFFIXES, RifGame, read_rif
 from services.records.sgf import SgfGame, read_sgf
 from services.search import auth
 from services.search.client import game_position, proto_rule
-from services.settings import bounded
+from services.settings import DEADLINE_S, MAX_INT32, bounded
 from services.triton.cli import add_rollout_commands
 
 Handler = Callable[[argparse.Namespace], int]
@@ -65,9 +65,8 @@ EXIT_RPC_ERROR = 1
 EXIT_USAGE = 2
 # argparse types of the numbers a request carries: within the API's int32 / uint64 (protobuf
 # raises a bare ValueError beyond them; the service's own limits it explains itself)
-COUNT = bounded(int, 0, 2**31 - 1)
+COUNT = bounded(int, 0, MAX_INT32)
 SEED = bounded(int, 0, 2**64 - 1)
-SECONDS = bounded(float, 0.001, 86_400)  # a deadline: not NaN, not negative, not forever
 
 
 def output_file(*suffixes: str) -> Callable[[str], Path]:
@@ -360,7 +359,7 @@ def add_search_commands(subparsers: Subparsers) -> dict[str, Handler]:
         metavar="MOVES",
         help='another position, quoted: "h8 h9 i8" (repeatable; all go in one request)',
     )
-    p.add_argument("--timeout", type=SECONDS, default=10.0, help="seconds (default 10)")
+    p.add_argument("--timeout", type=DEADLINE_S, default=10.0, help="seconds (default 10)")
     p.add_argument("--png", type=output_file(".png"), default=None,
                    help="also draw the board with the policy as a heatmap into this PNG")
 
@@ -374,7 +373,7 @@ def add_search_commands(subparsers: Subparsers) -> dict[str, Handler]:
     g.add_argument("--time-ms", type=COUNT, default=0, help="time budget (0: limited by visits)")
     g.add_argument(
         "--timeout",
-        type=SECONDS,
+        type=DEADLINE_S,
         default=None,
         help="seconds (default: time budget + 10 s, or 300 s)",
     )
@@ -396,7 +395,7 @@ def add_search_commands(subparsers: Subparsers) -> dict[str, Handler]:
                         f"into this PNG (with --candidates 0: the {PNG_CANDIDATES} most visited)")
     a.add_argument(
         "--timeout",
-        type=SECONDS,
+        type=DEADLINE_S,
         default=None,
         help="seconds (default: time budget + 10 s, or 300 s)",
     )
@@ -549,7 +548,7 @@ def add_infer_command(subparsers: Subparsers) -> dict[str, Handler]:
                    help="restarts as parallel-tempering chains (beyond the paper)")
     p.add_argument("--polish", action="store_true",
                    help="end with a descent over every swp2/mov2 neighbour (beyond the paper)")
-    p.add_argument("--timeout", type=SECONDS, default=None,
+    p.add_argument("--timeout", type=DEADLINE_S, default=None,
                    help="seconds (default: time budget + 10 s)")
     p.add_argument("--out", type=output_file(), default=None,
                    help="write the inferred game: .sgf (any game) or .rif (Gomoku)")

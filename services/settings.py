@@ -24,6 +24,7 @@ T = TypeVar("T")
 
 
 MAX_PORT = 65535
+MAX_INT32 = 2**31 - 1  # the largest count an API int32 field holds (protobuf refuses more)
 
 
 def setting(default: Any, help: str, *, flag: str | None = None,
@@ -69,6 +70,10 @@ def bounded(kind: type, minimum: float | None = None,
 
     parse.__name__ = kind.__name__  # argparse names the type in "invalid int value"
     return parse
+
+
+# an argparse type for a client's deadline in seconds: not NaN, not negative, not forever
+DEADLINE_S = bounded(float, 0.001, 86_400)
 
 
 def flag_of(field: dataclasses.Field, prefix: str = "") -> str:

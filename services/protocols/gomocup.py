@@ -243,8 +243,9 @@ def _one_line(text: object) -> str:
 
 def _parse_ints(text: str, count: int) -> list[int] | None:
     """`count` comma-separated integers in ASCII digits (blanks around each allowed), or None."""
-    values = [v for v in (ascii_int(p.strip()) for p in text.split(",")) if v is not None]
-    return values if len(values) == count == text.count(",") + 1 else None
+    parts = text.split(",")
+    values = [v for v in (ascii_int(p.strip()) for p in parts) if v is not None]
+    return values if len(values) == len(parts) == count else None
 
 
 class ProtocolError(Exception):

@@ -93,7 +93,7 @@ from services.protocols.gtp_analysis import (
 from services.protocols.gtp_clock import ClockError, GtpClock
 from services.search import auth
 from services.search.validation import MAX_TIME_MS, MAX_VISITS
-from services.settings import bounded
+from services.settings import DEADLINE_S, bounded
 
 NAME = "movepred"
 DEFAULT_TARGET = "127.0.0.1:50051"
@@ -523,7 +523,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"visits per genmove (default {DEFAULT_VISITS}; 0: limited by time)")
     p.add_argument("--time-ms", type=bounded(int, 0, MAX_TIME_MS), default=0,
                    help="time per genmove (0: by visits)")
-    p.add_argument("--timeout", type=bounded(float, 0.001, 86_400), default=None,
+    p.add_argument("--timeout", type=DEADLINE_S, default=None,
                    help="seconds per GenMove call (default: time budget + 10 s, or 300 s)")
     auth.add_client_arguments(p)
 

@@ -840,9 +840,10 @@ def _parse_size(raw: str | None, pos: int) -> int:
     text = _simple(raw)
     cols, sep, rows = text.partition(":")
     size = ascii_int(cols.strip())
-    if size is None or (sep and ascii_int(rows.strip()) is None):
+    height = ascii_int(rows.strip()) if sep else size
+    if size is None or height is None:
         raise _BadGame(f"unreadable board size SZ[{text[:12]}]", pos)
-    if sep and ascii_int(rows.strip()) != size:
+    if height != size:
         raise _BadGame(f"rectangular board SZ[{text[:12]}] is not supported", pos)
     if not MIN_SIZE <= size <= MAX_SIZE:
         raise _BadGame(f"unsupported board size SZ[{text[:12]}] "

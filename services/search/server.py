@@ -142,7 +142,7 @@ class ServiceConfig:
         DEFAULT_MAX_VISITS, "root visits of all kept trees together, at most", minimum=0)
     max_message_bytes: int = settings.setting(
         DEFAULT_MAX_MESSAGE_BYTES, "largest request accepted (RESOURCE_EXHAUSTED above)",
-        minimum=1024, maximum=2**31 - 1)
+        minimum=1024, maximum=settings.MAX_INT32)
     max_concurrent_rpcs: int | None = settings.setting(
         None, "RPCs handled at once, more get RESOURCE_EXHAUSTED (default: no limit)",
         minimum=1)

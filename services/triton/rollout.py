@@ -257,7 +257,6 @@ class _Attempt:
     state: dict[str, Any] = field(init=False)
     ready_before: list[int] = field(init=False)
     serving: int | None = field(init=False)  # what unversioned requests get
-    serving_before: int | None = field(init=False)  # what they got when the attempt began
     smoke: list[SmokeCheck] = field(default_factory=list)
     phases: dict[str, float] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
@@ -267,7 +266,6 @@ class _Attempt:
         self.ready_before = [int(v) for v in self.client.ready_versions(self.model_name)
                              if v.isdigit()]
         self.serving = max(self.ready_before) if self.ready_before else None
-        self.serving_before = self.serving
 
     def phase(self, name: str, since: float) -> float:
         """Record the seconds of phase `name` (begun at `since`); returns now."""
@@ -283,12 +281,10 @@ class _Attempt:
         repository, model_name, version, state = (self.repository, self.model_name,
                                                   self.version, self.state)
         if owned and version == self.serving:
-            try:
-                self.client.unload_model(model_name)
-                self.serving = None
-                reason += "; it was serving: unloaded, nothing serves until another rollout"
-            except TritonError as exc:
-                reason += f"; it was serving and could not be unloaded: {exc}"
+            failed = self.take_down()
+            reason += ("; it was serving: unloaded, nothing serves until another rollout"
+                       if failed is None else
+                       f"; it was serving and could not be unloaded: {failed}")
         moved = None
         if owned and version != self.serving and (repository / model_name / str(version)).is_dir():
             try:
@@ -315,6 +311,16 @@ class _Attempt:
                             model_name=model_name, version=version, serving=self.serving,
                             smoke=self.smoke, action=self.action, quarantined=where,
                             cause=reason)
+
+    def take_down(self) -> TritonError | None:
+        """Unload the model, so that nothing serves (the refused version answered); the
+        error when Triton would not."""
+        try:
+            self.client.unload_model(self.model_name)
+        except TritonError as exc:
+            return exc
+        self.serving = None
+        return None
 
     def report(self, changed: bool, unloaded: list[int] | None = None) -> RolloutReport:
         return RolloutReport(self.model_name, self.action, self.serving, self.version,
@@ -467,13 +473,12 @@ def _switch_back(a: _Attempt, config: Any, force: bool = False) -> str:
     except TritonError as exc:
         return f"Triton cannot say what serves now ({exc})"
     if now == a.version:  # the refused version answers: it must not
-        try:
-            client.unload_model(model_name)
-        except TritonError as exc:
-            return f"v{a.version} still serves and could not be unloaded: {exc}"
-        a.serving = None
-        return (f"v{a.serving_before} could not be restored: unloaded, nothing serves"
-                if a.serving_before is not None else "unloaded, nothing serves")
+        before = a.serving
+        failed = a.take_down()
+        if failed is not None:
+            return f"v{a.version} still serves and could not be unloaded: {failed}"
+        return (f"v{before} could not be restored: unloaded, nothing serves"
+                if before is not None else "unloaded, nothing serves")
     if now is None:
         return "nothing serves"
     return f"switched back to v{now}" if force or now != a.serving else ""

@@ -97,7 +97,7 @@ class BodyLimit:
         length = headers.get(b"content-length")
         if length is not None:
             if not length.isdigit() or int(length) > self.limit:
-                await self._refuse(send)
+                await self._refuse(scope, receive, send)
                 return
             await self.app(scope, receive, send)
             return
@@ -112,7 +112,7 @@ class BodyLimit:
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
             if size > self.limit:
-                await self._refuse(send)
+                await self._refuse(scope, receive, send)
                 return
             if not message.get("more_body", False):
                 break
@@ -128,13 +128,11 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, send: Any) -> None:
-        body = json.dumps(error_body("RESOURCE_EXHAUSTED",
-                                     f"request body over {self.limit} bytes")).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+    async def _refuse(self, scope: dict, receive: Any, send: Any) -> None:
+        response = JSONResponse(error_body("RESOURCE_EXHAUSTED",
+                                           f"request body over {self.limit} bytes"),
+                                status_code=413)
+        await response(scope, receive, send)
 
 
 class AnalysisBudget(SearchBudget):

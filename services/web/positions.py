@@ -27,10 +27,11 @@ from services.games.base import (
 from services.games.coords import CoordinateError
 from services.games.registry import UnknownGame, get_game, registered_games
 from services.records.sgf import SgfGame, read_sgf
+from services.settings import MAX_INT32
 
 MAX_SGF_CHARS = 1 << 20  # a loaded SGF text; a real game is a few kB
 MAX_NAME_CHARS = 64  # a game's or rule's name
-MAX_BOARD_SIZE = 2**31 - 1  # the API's int32; the game says which sizes it is served on
+MAX_BOARD_SIZE = MAX_INT32  # the API's int32; the game says which sizes it is served on
 # one under the longest game the search API takes (Go: 4 x 19 x 19 moves), so that a genmove's
 # answer can always be appended and the board shown
 MAX_BOARD_MOVES = 4 * 19 * 19 - 1
