@@ -61,7 +61,8 @@ are kept out of our answers (the best candidate of the search that is not one of
 
 Budget: INFO timeout_turn (ms) and, for a timed match, time_left / 15 bound the time of one
 move; the search gets that minus a reserve of 150 ms + 1/6 (at most 1 s) for the round trip and
-the last batch of evaluations, and the gRPC deadline is the turn minus 5 % (at most 200 ms).
+the last batch of evaluations, and the gRPC deadline is the turn minus 10 % (at most 300 ms),
+the time a loaded machine needs to play the quick move below and write it out.
 timeout_turn 0 ("as fast as possible") searches 32 visits; with no time information at all it
 searches --visits (default 400).
 
@@ -119,6 +120,7 @@ FAST_VISITS = 32  # INFO timeout_turn 0: play as fast as possible
 MIN_SEARCH_MS = 20
 MAX_SEARCH_MS = 60_000  # the search service's limit
 MAX_RESERVE_MS = 1_000
+ANSWER_RESERVE_MS = 300  # the most of a turn kept for the answer after the gRPC deadline
 # START's short search of the empty board: a cold search service pays its first leaf batches
 # (Triton's first calls of a model's shapes) there, not in the first timed turn
 WARM_UP_MS = 300
@@ -195,7 +197,10 @@ def search_budget(
     # the search overruns its time by up to one batch of evaluations (tens of ms on a CPU)
     reserve = min(MAX_RESERVE_MS, 150 + turn_ms // 6)
     search_ms = max(MIN_SEARCH_MS, min(MAX_SEARCH_MS, turn_ms - reserve))
-    deadline_ms = max(search_ms, min(turn_ms - min(200, turn_ms // 20), search_ms + 10_000))
+    # what is left after the deadline plays the quick move and writes it: a 2-core machine under
+    # load took over 100 ms for that, so a tenth of the turn, up to 300 ms
+    answer_ms = min(ANSWER_RESERVE_MS, turn_ms // 10)
+    deadline_ms = max(search_ms, min(turn_ms - answer_ms, search_ms + 10_000))
     return Budget(max_visits=0, max_time_ms=search_ms, timeout_s=deadline_ms / 1000)
 
 
