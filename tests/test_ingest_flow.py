@@ -366,6 +366,23 @@ def test_quarantine_is_counted_by_category_with_an_example(tmp_path: Path, sourc
     assert "| unknown coordinate | 1 | unknown coordinate 'p16' at move 2 |" in summary
 
 
+def test_a_damaged_compressed_source_is_quarantined_not_a_failed_run(tmp_path: Path,
+                                                                      sources) -> None:
+    """A .rif.gz cut short raised out of the reader: the task retried it as an I/O error and
+    the run failed, the good sources with it. Now its damage is one quarantined record."""
+    import gzip
+
+    whole = gzip.compress(SAMPLE_RIF.read_bytes())
+    cut = tmp_path / "cut.rif.gz"
+    cut.write_bytes(whole[: len(whole) // 2])
+    manifest = ingest(sources=[*sources, str(cut)], out_dir=str(tmp_path / "ds"))
+    row = next(c for c in manifest["counts"] if c["source"] == "cut.rif.gz")
+    assert row["quarantined"] == 1 and row["read"] == row["ingested"] + 1, row
+    assert list(row["reasons"]) == ["compressed file damaged"], row
+    good = [c for c in manifest["counts"] if c["source"] != "cut.rif.gz"]
+    assert len(good) == len(sources) and all(c["ingested"] > 0 for c in good), good
+
+
 def test_an_unknown_suffix_is_refused_before_anything_is_read(tmp_path: Path, monkeypatch,
                                                               capsys) -> None:
     odd = tmp_path / "games.txt"  # RIF content under a name no reader claims

@@ -586,22 +586,42 @@ def test_a_file_cut_after_a_run_of_blanks_still_quotes_text() -> None:
     assert tail.snippet.endswith("</game>"), tail
 
 
-def test_a_broken_gzip_file_is_a_clear_file_level_error(tmp_path: Path) -> None:
-    """Today: a .gz that is not gzip, or is cut short, raises from the gzip layer (the ingest
-    flow treats that as an I/O error) instead of being read as XML; games before the cut of a
-    truncated .gz are yielded first."""
+def test_a_damaged_gzip_file_keeps_the_games_before_the_damage_and_quarantines_the_rest(
+        tmp_path: Path) -> None:
+    """A .gz cut short, corrupted inside, or not gzip at all raised out of read_rif, and the
+    ingest flow retried it as an I/O error, then failed the whole run: now the games before
+    the damage are read and the rest of the file is one rejection saying what broke."""
     games = [RifGame(SOURCE, str(i), (112, 113 + i % 5)) for i in range(3000)]
     whole = write_rif(games, tmp_path / "a.rif.gz").read_bytes()
-    cut = tmp_path / "cut.rif.gz"
-    cut.write_bytes(whole[: len(whole) // 2])
-    seen = []
-    with pytest.raises(EOFError):
-        seen.extend(read_rif(cut))
-    assert seen and all(isinstance(g, RifGame) for g in seen)
-    plain = tmp_path / "plain.rif.gz"
-    plain.write_bytes(gzip.decompress(whole))
-    with pytest.raises(gzip.BadGzipFile):
-        list(read_rif(plain))
+    cases = {
+        "cut.rif.gz": whole[: len(whole) // 2],  # EOFError from the gzip layer
+        "crc.rif.gz": whole[:-8] + bytes(4) + whole[-4:],  # every byte read, the CRC wrong
+        "plain.rif.gz": gzip.decompress(whole),  # XML under a .gz name: BadGzipFile
+    }
+    for name, data in cases.items():
+        path = tmp_path / name
+        path.write_bytes(data)
+        read = list(read_rif(path))
+        *kept, tail = read
+        assert all(isinstance(g, RifGame) for g in kept), name
+        assert isinstance(tail, Rejected), (name, tail)
+        assert reason_category(tail.reason) == "compressed file damaged", (name, tail.reason)
+        assert tail.reason.endswith("the rest of the file is not read"), tail.reason
+        assert tail.record_id.startswith("offset "), tail
+        assert [g.game_id for g in kept] == [str(i) for i in range(len(kept))], name
+        if name != "plain.rif.gz":  # the last read (the CRC's) loses its chunk of text too
+            assert 0 < len(kept) < len(games), (name, len(kept))
+        if name == "plain.rif.gz":
+            assert not kept and "Not a gzipped file" in tail.reason, tail
+    # zeros inside the deflate data: the damage shows as whatever is met first, bad deflate
+    # data or the garbage it decodes to (malformed XML); never an exception
+    corrupt = bytearray(whole)
+    corrupt[len(whole) // 2 : len(whole) // 2 + 64] = bytes(64)
+    path = tmp_path / "corrupt.rif.gz"
+    path.write_bytes(bytes(corrupt))
+    *kept, tail = read_rif(path)
+    assert 0 < len(kept) < len(games) and all(isinstance(g, RifGame) for g in kept[:-1])
+    assert reason_category(tail.reason) in ("compressed file damaged", "malformed XML"), tail
 
 
 def test_a_record_over_the_cap_ends_the_file_with_a_reason_in_bounded_memory() -> None:

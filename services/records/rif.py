@@ -17,6 +17,7 @@ import gzip
 import io
 import math
 import xml.etree.ElementTree as ET
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -43,6 +44,9 @@ CHUNK_BYTES = 1 << 16
 # one record element's bytes (a game is a few hundred): the parser holds an open element
 # whole, so a 300 MB <move> or five million children would cost gigabytes
 MAX_RECORD_BYTES = 1 << 20
+# what a damaged .gz raises while it is read: cut short (EOFError), not gzip or a bad CRC
+# (gzip.BadGzipFile), corrupt deflate data (zlib.error); other OSErrors are I/O problems
+_COMPRESSION_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error)
 BRESULTS = (0.0, 0.5, 1.0)
 _PLAIN_BRESULTS = {"1": 1.0, "0": 0.0, "0.5": 0.5}  # what parse_bresult makes of them
 # record tag -> attributes that name the record: a player is "name surname", the others take
@@ -127,7 +131,8 @@ def read_rif(
     A str or Path is a file name (gzip-compressed when it ends in .gz); bytes are the content.
 
     Each `<game>` element is one record, and a malformed tail is one more (a Rejected whose
-    record_id starts with "offset"), so records read == games + rejections.
+    record_id starts with "offset"), so records read == games + rejections. A damaged .gz (cut
+    short, corrupt, not gzip) is such a tail too: "compressed file damaged: ...".
     """
     if isinstance(path_or_bytes, bytes | bytearray):
         yield from _Reader(source or "<bytes>").run(io.BytesIO(path_or_bytes))
@@ -161,7 +166,14 @@ class _Reader:
 
     def run(self, stream: BinaryIO) -> Iterator[RifGame | Rejected]:
         parser = ET.XMLPullParser(events=("start", "end"))
-        while chunk := stream.read(CHUNK_BYTES):
+        while True:
+            try:
+                chunk = stream.read(CHUNK_BYTES)
+            except _COMPRESSION_ERRORS as exc:  # the games read before the damage are kept
+                yield self._damaged(exc)
+                return
+            if not chunk:
+                break
             self._remember(chunk)
             try:
                 parser.feed(chunk)  # a parse error is queued behind the events parsed before it
@@ -273,6 +285,16 @@ class _Reader:
         reason = (f"record over {MAX_RECORD_BYTES} bytes (open at byte {self.record_start}): "
                   "the rest of the file is not read")
         return Rejected(self.source, f"offset {self.record_start}", reason, _truncate(head))
+
+    def _damaged(self, exc: Exception) -> Rejected:
+        """The compressed file is damaged where `exc` was raised: the record open there (if
+        any) and the rest of the file are one rejection, as for a file cut short."""
+        where = self._fed() if self.record_start is None else self.record_start
+        detail = _truncate(str(exc) or type(exc).__name__, 120)
+        reason = (f"compressed file damaged: {detail} (after {self._fed()} bytes of text); "
+                  "the rest of the file is not read")
+        tail = (self.prev + self.cur)[-SNIPPET_CHARS:].decode("utf-8", errors="replace")
+        return Rejected(self.source, f"offset {where}", reason, _truncate(tail))
 
     def _remember(self, chunk: bytes) -> None:
         self.window_line += self.prev.count(b"\n")
