@@ -31,7 +31,7 @@ from tritonclient.grpc import model_config_pb2
 
 from services import cli
 from services.games.gomoku_game import known_positions
-from services.triton.client import PolicyClient
+from services.triton.client import PolicyClient, TritonError
 from services.triton.publisher import (
     QUARANTINE_DIR,
     SMOKE_POSITIONS_FILE,
@@ -625,4 +625,46 @@ def test_a_version_whose_model_py_changes_during_the_rollout_is_refused(
     with pytest.raises(RolloutError, match=r"model\.py changed during the rollout"):
         rollout(client, repo, version)
     assert len(reads) == 2
+    _assert_only_serving(client, serving)
+
+
+class _SwitchLandsLateThenNoRestore:
+    """The real client, except that the switch to the candidate loads it and still fails (a
+    load that finished after its deadline), and every later load of the model fails outright
+    (Triton will not restore what served)."""
+
+    def __init__(self, client: PolicyClient) -> None:
+        self._client = client
+        self.switch_loads = 0
+
+    def __getattr__(self, name: str):
+        return getattr(self._client, name)
+
+    def load_model(self, model_name: str, config: str | None = None, **kwargs) -> None:
+        if model_name != MODEL_NAME:  # the candidate's own name: the smoke test's load
+            return self._client.load_model(model_name, config=config, **kwargs)
+        self.switch_loads += 1
+        if self.switch_loads == 1:
+            self._client.load_model(model_name, config=config, **kwargs)
+            raise TritonError("load of the switch: deadline exceeded")
+        raise TritonError("repository unavailable")
+
+
+def test_a_switch_that_lands_after_its_deadline_and_cannot_be_undone_leaves_nothing_serving(
+        env: dict, tmp_path: Path) -> None:
+    """The refused version must not answer: when the version before it cannot be restored,
+    the refused one is unloaded (nothing serves) and the record keeps what it said."""
+    client, repo = env["client"], env["repo"]
+    serving = current_version(client)
+    recorded = read_state(repo, MODEL_NAME)["current"]
+    version = _publish_tactical(tmp_path / "tactical-seed4.pt", repo, 4)
+    late = _SwitchLandsLateThenNoRestore(client)
+    with pytest.raises(RolloutError, match=rf"could not switch to v{version}") as info:
+        rollout(late, repo, version)  # type: ignore[arg-type]
+    assert late.switch_loads == 2  # the switch, then the failed restore of v{serving}
+    assert f"v{serving} could not be restored: unloaded, nothing serves" in str(info.value)
+    assert current_version(client) is None  # a refused model never serves
+    state = read_state(repo, MODEL_NAME)
+    assert state["current"] == recorded and state["history"][-1]["outcome"] == "refused"
+    rollout(client, repo, serving)  # back to what served, for the tests after this one
     _assert_only_serving(client, serving)
