@@ -64,7 +64,7 @@ from services.models.export import export_torchscript
 from services.settings import DEFAULT_DATASET, DEFAULT_REPOSITORY, DEFAULT_RUN_DIR
 from services.trainer import gate
 from services.trainer.plots import plot_curves, plot_stages
-from services.trainer.train import TrainConfig, TrainResult, train
+from services.trainer.train import TrainConfig, TrainResult, check_run, train
 from services.triton.client import PolicyClient
 from services.triton.publisher import (
     SMOKE_POSITIONS_FILE,
@@ -323,7 +323,7 @@ def train_flow(
     logger = get_run_logger()
     check_dataset(dataset_dir)
     game, _ = dataset_game(dataset_dir, "train")
-    config = (config or TrainConfig()).for_game(game)
+    config = check_run(dataset_dir, config or TrainConfig())  # before the task (no retry)
     model, device = config.model, config.device
     model_name = model_name or MODEL_NAMES[game]
     out_dir = Path(run_dir)
@@ -421,8 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     config = settings.from_args(TrainConfig, args)
     try:
         check_dataset(args.dataset_dir)
-        if config.lr_schedule == "cosine" and not config.step_limit():
-            raise ValueError("--lr-schedule cosine decays to 0 at the step limit: give --steps")
+        check_run(args.dataset_dir, config)
     except (NoDatasetError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

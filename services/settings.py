@@ -50,22 +50,31 @@ def _number(value: float | None) -> str:
     return str(int(value)) if value is not None and float(value).is_integer() else f"{value:g}"
 
 
+def out_of_range(value: float, minimum: float | None, maximum: float | None) -> str | None:
+    """'must be ...' when `value` is outside [minimum, maximum] or a float not finite (with
+    a bound set), else None. (No float() of an int: a 400-digit one would overflow.)"""
+    if minimum is None and maximum is None:
+        return None
+    if (minimum is not None and not value >= minimum) or \
+            (maximum is not None and not value <= maximum) or \
+            (isinstance(value, float) and not math.isfinite(value)):
+        if maximum is None:
+            return f"must be >= {_number(minimum)}"
+        if minimum is None:
+            return f"must be <= {_number(maximum)}"
+        return f"must be in {_number(minimum)}..{_number(maximum)}"
+    return None
+
+
 def bounded(kind: type, minimum: float | None = None,
             maximum: float | None = None) -> Callable[[str], Any]:
     """An argparse `type`: `kind` (int or float) within [minimum, maximum]; NaN and infinities
     are refused wherever a bound is set."""
     def parse(text: str) -> Any:
         value = kind(text)
-        if (minimum is not None and not value >= minimum) or \
-                (maximum is not None and not value <= maximum) or \
-                (kind is float and not math.isfinite(value)):
-            if maximum is None:
-                wanted = f">= {_number(minimum)}"
-            elif minimum is None:
-                wanted = f"<= {_number(maximum)}"
-            else:
-                wanted = f"in {_number(minimum)}..{_number(maximum)}"
-            raise argparse.ArgumentTypeError(f"must be {wanted}, got {text}")
+        problem = out_of_range(value, minimum, maximum)
+        if problem:
+            raise argparse.ArgumentTypeError(f"{problem}, got {text}")
         return value
 
     parse.__name__ = kind.__name__  # argparse names the type in "invalid int value"
@@ -153,6 +162,33 @@ def from_args(cls: type[T], args: argparse.Namespace, *, prefix: str = "",
     values = {f.name: getattr(args, dest_of(f, prefix)) for f in dataclasses.fields(cls)
               if hasattr(args, dest_of(f, prefix))}
     return cls(**{**values, **overrides})
+
+
+def check_settings(obj: Any) -> None:
+    """Raise ValueError naming every field of settings object `obj` outside its `minimum` /
+    `maximum` (NaN included) or `choices`: the same rule the command line applies, for an
+    object built another way (a Prefect parameter, a deployment, a test). None passes (a field
+    whose None means "not set")."""
+    problems = []
+    for field in dataclasses.fields(obj):
+        value = getattr(obj, field.name)
+        meta = field.metadata
+        if value is None or not meta:
+            continue
+        low, high = meta.get("minimum"), meta.get("maximum")
+        if (low is not None or high is not None) and not isinstance(value, bool):
+            if not isinstance(value, int | float):
+                problems.append(f"{field.name} must be a number, got {value!r}")
+                continue
+            problem = out_of_range(value, low, high)
+            if problem:
+                problems.append(f"{field.name} {problem}, got {value!r}")
+        choices = meta.get("choices")
+        if choices and value not in choices:
+            problems.append(f"{field.name} must be one of {', '.join(map(str, choices))}, "
+                            f"got {value!r}")
+    if problems:
+        raise ValueError(f"{type(obj).__name__}: " + "; ".join(problems))
 
 
 def field_defaults(cls: type) -> dict[str, Any]:

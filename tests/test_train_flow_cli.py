@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import json
 import os
 import socket
 import subprocess
@@ -78,6 +79,47 @@ def test_train_with_triton_down_publishes_reports_and_names_the_next_command(
     assert f"-m services.triton.server --repository {repo}" in last
     assert f"movepred rollout --triton-url {url} --repository {repo}" in last
     assert "not served" in report
+
+
+def test_bad_training_settings_are_one_line_before_anything_runs(
+        dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--eval-batch 0 failed after a whole epoch (range() step 0), -1 reported loss 0 and
+    top-1 0 to the gate; --grad-clip -1 flipped every gradient; a batch larger than the train
+    split trained no step for every epoch, then published the untrained network; an unknown
+    or other game's model was a Prefect traceback."""
+    from flows.train import main
+
+    run_dir = tmp_path / "run"
+    base = ["--dataset", str(dataset), "--run-dir", str(run_dir), "--steps", "1"]
+    usage = {  # argparse's own refusal: exit 2 with the flag named
+        ("--eval-batch", "0"): "must be >= 1", ("--eval-batch", "-1"): "must be >= 1",
+        ("--grad-clip", "-1"): "must be >= 0", ("--threads", "-1"): "must be in 0..1024",
+        ("--train-eval-rows", "-1"): "must be >= 1", ("--batch-size", "0"): "must be >= 1",
+        ("--learning-rate", "nan"): "must be >= 0", ("--steps", "-1"): "must be >= 0",
+        ("--loader-workers", "-1"): "must be in 0..256", ("--epochs", "0"): "must be >= 1",
+        ("--model", "shao_f9_n9"): "invalid choice",
+    }
+    for flag, message in usage.items():
+        with pytest.raises(SystemExit) as exited:
+            main([*base, *flag])
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and message in err and flag[0] in err, (flag, err)
+    # known only from the dataset: one line on stderr, exit 2
+    rows = json.loads((dataset / "manifest.json").read_text())["splits"]["train"]
+    for flag, message in (
+            (["--batch-size", str(rows + 1)], f"{rows} train rows give no batch of {rows + 1}"),
+            (["--model", "go_res_b2c32"], "holds gomoku positions, model config 'go_res_b2c32'"),
+    ):
+        assert main([*base, *flag]) == 2, flag
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
+    assert not run_dir.exists()  # nothing ran
+    # a config built in code (a Prefect parameter, a deployment) is refused the same way
+    with pytest.raises(ValueError, match=r"grad_clip must be >= 0, got -1; eval_batch must be "
+                                         r">= 1, got 0"):
+        TrainConfig(eval_batch=0, grad_clip=-1)
+    with pytest.raises(ValueError, match="model must be one of"):
+        TrainConfig(model="shao_f9_n9")
 
 
 def test_hint_for_the_default_repository_is_make_triton() -> None:

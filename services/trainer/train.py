@@ -48,12 +48,13 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from services.dataset.loader import ShardLoader, ShardStream, dataset_game
+from services.dataset.loader import ShardLoader, ShardStream
+from services.dataset.row_groups import plan_split
 from services.dataset.shards import GAME_SPLIT, read_manifest, read_split
 from services.games.registry import get_game, registered_games
-from services.models.configs import build, spec
+from services.models.configs import CONFIGS, build, spec
 from services.models.value import split_outputs, value_target
-from services.settings import setting
+from services.settings import check_settings, setting
 from services.trainer.metrics import STAGES, evaluate, rank_share
 
 log = logging.getLogger(__name__)
@@ -81,42 +82,58 @@ class TrainConfig:
 
     model: str | None = setting(
         None, "model config (services/models/configs.py; default by the dataset's game: "
-              f"{', '.join(f'{g} {m}' for g, m in DEFAULT_MODELS.items())})")
+              f"{', '.join(f'{g} {m}' for g, m in DEFAULT_MODELS.items())})",
+        choices=sorted(CONFIGS))
     batch_size: int = setting(
-        32, "rows a step (in a distributed run the global batch, split evenly over the ranks)")
-    learning_rate: float = setting(0.003, "Adam's learning rate")
+        32, "rows a step (in a distributed run the global batch, split evenly over the ranks)",
+        minimum=1)
+    learning_rate: float = setting(0.003, "Adam's learning rate", minimum=0)
     lr_schedule: str = setting("constant", "learning-rate schedule; cosine: to 0 at the step "
                                            "limit (needs one)", choices=("constant", "cosine"))
-    grad_clip: float = setting(1.0, "max gradient norm (0: no clipping)")
-    value_weight: float = setting(1.0, "weight of a value head's loss (`_v` configurations)")
+    # a negative clip would flip every gradient (torch scales by max_norm / norm)
+    grad_clip: float = setting(1.0, "max gradient norm (0: no clipping)", minimum=0)
+    value_weight: float = setting(1.0, "weight of a value head's loss (`_v` configurations)",
+                                  minimum=0)
     # None: DEFAULT_MAX_STEPS, or no step limit when max_seconds gives a time budget (a time
     # budget is not cut short by a step count nobody asked for)
     max_steps: int | None = setting(
         None, f"step limit (default {DEFAULT_MAX_STEPS}; with a time budget and no step "
-              "limit the time budget alone stops the run; 0: no step limit)", flag="steps")
-    max_epochs: int = setting(1000, "epoch limit", flag="epochs")
+              "limit the time budget alone stops the run; 0: no step limit)", flag="steps",
+        minimum=0)
+    max_epochs: int = setting(1000, "epoch limit", flag="epochs", minimum=1)
     max_seconds: float = setting(0.0, "time budget of the training loop (0: no time limit)",
-                                 flag="seconds")
+                                 flag="seconds", minimum=0)
     patience: int = setting(0, "epochs without validation-loss improvement before stopping "
-                               "(0: never)")
-    seed: int = setting(0, "seed of everything the run draws (weights, shuffles, symmetries)")
+                               "(0: never)", minimum=0)
+    seed: int = setting(0, "seed of everything the run draws (weights, shuffles, symmetries)",
+                        minimum=0, maximum=2**63 - 1)
     device: str = setting("cpu", "torch device: cpu, cuda, cuda:N (torchrun's entry also "
                                  "takes auto: the local rank's GPU if any, else the CPU)")
     augment: bool = setting(True, "random board symmetries on the train batches")
-    eval_batch: int = setting(2048, "rows per forward pass when measuring the splits")
-    train_eval_rows: int = setting(4096, "train metrics on a fixed sample of this many rows")
+    eval_batch: int = setting(2048, "rows per forward pass when measuring the splits",
+                              minimum=1)
+    train_eval_rows: int = setting(4096, "train metrics on a fixed sample of this many rows",
+                                   minimum=1)
     checkpoint_every: int = setting(0, "steps between mid-epoch checkpoints (0: only at epoch "
-                                       "ends)")
+                                       "ends)", minimum=0)
     curve_every: int = setting(10, "steps between points of the training-loss curve (each the "
-                                   "mean mini-batch loss since the last; 0: no curve)")
-    shuffle_buffer: int = setting(65536, "rows held by the streaming loader's shuffle buffer")
+                                   "mean mini-batch loss since the last; 0: no curve)",
+                               minimum=0)
+    shuffle_buffer: int = setting(65536, "rows held by the streaming loader's shuffle buffer",
+                                  minimum=0)
     num_threads: int = setting(
         DEFAULT_THREADS, f"torch intra-op threads (default {DEFAULT_THREADS}: one thread per "
                          "core collapses when another process holds a core; more on idle cores "
-                         "or large networks; 0: leave the process's setting)", flag="threads")
+                         "or large networks; 0: leave the process's setting)", flag="threads",
+        minimum=0, maximum=1024)
     # on a GPU the batches are pinned, so their copy to the device overlaps the step
     loader_workers: int = setting(0, "DataLoader worker processes feeding the step (0: batches "
-                                     "are made in this process)")
+                                     "are made in this process)", minimum=0, maximum=256)
+
+    def __post_init__(self) -> None:
+        # the command line refuses these with a usage error; a config built any other way (a
+        # Prefect parameter, a deployment, code) is refused here, before anything is read
+        check_settings(self)
 
     def step_limit(self) -> int:
         """The steps this run may take; 0: no step limit (see `max_steps`)."""
@@ -323,18 +340,11 @@ class _HeldOut:
 
 def _open_stream(dataset_dir: Path, config: TrainConfig, rank: int,
                  world: int) -> ShardStream:
-    """This rank's stream over the train split, refused (`GameMismatchError`) when the model
-    configuration is for another game than the dataset's."""
+    """This rank's stream over the train split (`check_run` has matched the model to it)."""
     stream = ShardStream(dataset_dir, "train", batch_size=rank_batch(config.batch_size, world),
                          shuffle_buffer=config.shuffle_buffer, seed=config.seed,
                          augment=config.augment, results=spec(config.model).value, rank=rank,
                          world_size=world)
-    game = stream.game
-    if spec(config.model).game != game:
-        raise GameMismatchError(
-            f"{dataset_dir} holds {game} positions, model config {config.model!r} is for "
-            f"{spec(config.model).game}; pick a {get_game(game).title} configuration, e.g. "
-            f"{get_game(game).default_config} (services/models/configs.py)")
     return stream
 
 
@@ -606,6 +616,32 @@ class _Run:
                            curve=list(state["curve"]))
 
 
+def check_run(dataset_dir: str | Path, config: TrainConfig) -> TrainConfig:
+    """`config` with its model named (the dataset's game's default when none is), once what
+    can be known before training is right: a step limit for the cosine schedule, a model for
+    the dataset's game, a train split of at least one batch. Reads the shards' metadata only,
+    so a command line can refuse a run in one line before anything starts. Raises ValueError
+    (`GameMismatchError` for a model of another game)."""
+    if config.lr_schedule == "cosine" and not config.step_limit():
+        raise ValueError("the cosine schedule decays to 0 at the step limit: give max_steps "
+                         "(--steps) with it")
+    plan = plan_split(Path(dataset_dir), "train")
+    config = config.for_game(plan.game)
+    model = spec(config.model)
+    if model.game != plan.game:
+        game = get_game(plan.game)
+        raise GameMismatchError(
+            f"{dataset_dir} holds {plan.game} positions, model config {config.model!r} is for "
+            f"{model.game}; pick a {game.title} configuration, e.g. {game.default_config} "
+            "(services/models/configs.py)")
+    # the loader drops a last partial batch: fewer rows than a batch would train no step
+    # and still run every epoch's evaluation, then publish the untrained network
+    if plan.rows < config.batch_size:
+        raise ValueError(f"{dataset_dir}: {plan.rows} train rows give no batch of "
+                         f"{config.batch_size}: give a smaller batch size (--batch-size)")
+    return config
+
+
 def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
           checkpoint: Path | None = None) -> TrainResult:
     """Train per `config`; with `checkpoint`, resume from it if present and keep it updated.
@@ -619,11 +655,7 @@ def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
     if config.num_threads:
         torch.set_num_threads(config.num_threads)
     rank, world = process_group()
-    if config.lr_schedule == "cosine" and not config.step_limit():  # before any shard is read
-        raise ValueError("the cosine schedule decays to 0 at the step limit: give max_steps "
-                         "(--steps) with it")
-    if not config.model:
-        config = config.for_game(dataset_game(dataset_dir, "train")[0])
+    config = check_run(dataset_dir, config)
     stream = _open_stream(dataset_dir, config, rank, world)
     held_out = _read_held_out(dataset_dir, stream, config, rank, world)
     run = _Run(dataset_dir, config, stream, held_out, checkpoint, progress, rank, world)
