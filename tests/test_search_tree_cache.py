@@ -139,3 +139,30 @@ def test_reuse_keeps_the_visit_accounting(opening, visits, extension, budget) ->
     r = mcts.search(later, Centre(), max_visits=budget, batch_size=8, tree=hit.root)
     assert r.reused_visits == hit.visits
     assert r.total_visits == max(budget, hit.visits) == r.reused_visits + r.new_visits
+
+
+def test_answers_are_read_off_the_tree_before_the_cache_shares_it() -> None:
+    """The tree went into the cache before its answer was built: another request could take it
+    and search on (virtual loss, new visits) while this one read it, and answer with visits it
+    never made. Here the cache lets a "later search" add visits the moment it holds a tree."""
+    from services.search.client import SearchClient
+    from services.search.server import build_service
+    from tests.evaluators import UniformEvaluator
+
+    class TakenAtOnce(TreeCache):
+        def put(self, state, root, model_name, model_version) -> bool:
+            kept = super().put(state, root, model_name, model_version)
+            root.child_n += 1000  # another search's visits, as soon as the tree is shared
+            return kept
+
+    service = build_service(UniformEvaluator(), port=0)
+    service.servicer.trees = TakenAtOnce()
+    service.start()
+    try:
+        with SearchClient(f"127.0.0.1:{service.port}") as client:
+            moved = client.genmove(["h8", "h9"], max_visits=64, timeout=30)
+            assert moved.total_visits <= 64, moved.total_visits
+            final = list(client.analyze(["h8", "h10"], max_visits=64, timeout=30))[-1]
+            assert final.final and final.total_visits <= 64, final.total_visits
+    finally:
+        service.stop()

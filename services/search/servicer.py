@@ -392,7 +392,8 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
 
     def _finish_search(self, state: State, search: mcts.Search, reuse: bool) -> None:
         """Count the playouts and keep the tree for the game's next move (a clean tree: this
-        runs only when no batch failed)."""
+        runs only when no batch failed). Called once the answer is built: a cached tree may be
+        taken and searched on by another request at once."""
         self.metrics.playouts.inc(search.visits)
         if reuse:
             self.trees.put(state, search.root, search.model_name, search.model_version)
@@ -445,8 +446,11 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             finally:
                 if search.model_version:
                     call.served_by(search.model_name, search.model_version)
+            # the answer is read off the tree before the cache holds it: from then on another
+            # request may take the tree and search on in it
+            response = genmove_response(state, search.result(top_children=k), k)
             self._finish_search(state, search, reuse)
-        return genmove_response(state, search.result(top_children=k), k)
+        return response
 
     # ------------------------------------------------------------------ Analyze
     def _analyze(
@@ -493,9 +497,10 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             if report is None:
                 break
             yield report
+        final = analyze_response(a.state, search, a.candidates, final=True)  # before the cache
         self._finish_search(a.state, search, reuse)
         if not should_stop():
-            yield analyze_response(a.state, search, a.candidates, final=True)
+            yield final
 
     # ------------------------------------------------------------------ InferSequence
     def _infer_sequence(
