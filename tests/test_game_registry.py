@@ -125,6 +125,8 @@ def test_requests_of_the_test_game_are_validated_by_it(served: tuple[str, Path])
         (_position((0, 0), (3, 0)), "position.moves[1]: (3, 0) is off the 3x3 board"),
         (_position((0, 0), (1, 0), (0, 1), (1, 1), (0, 2)), "position: the game is over"),
         (search_pb2.Position(game_name="tic-tac-no"), "position.game_name: unknown game"),
+        (search_pb2.Position(game_name="x" * 20_000),  # quoted cut short, not echoed whole
+         f"position.game_name: unknown game {'x' * 24!r}... (20000 chars) (registered: "),
         (search_pb2.Position(), "position.game: GOMOKU is not served by this server"),
     ]
     with SearchClient(target) as client:

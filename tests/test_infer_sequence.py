@@ -106,6 +106,11 @@ INVALID = [
      f"max_time_ms: must be in 0..{MAX_INFER_TIME_MS}"),
     (dict(black=["h8"], white=[], neighbour="swap"), "neighbour: unknown neighbour 'swap'"),
     (dict(black=["h8"], white=[], init="best"), "init: unknown init 'best'"),
+    (dict(black=["h8"], white=[], init="neighbour"), "init: unknown init 'neighbour'"),
+    # a long name is quoted cut short: echoed whole it overflowed the status metadata (16 KiB)
+    # and the client got RESOURCE_EXHAUSTED "stream removed" instead
+    (dict(black=["h8"], white=[], neighbour="y" * 200_000),
+     f"neighbour: unknown neighbour {'y' * 24!r}... (200000 chars) (one of"),
     (dict(black=["h8"], white=[], board_size=19), "board_size:"),
     (dict(black=["h8"], white=[], rule=9), "rule: unknown rule 9"),
 ]

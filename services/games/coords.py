@@ -23,6 +23,8 @@ So on 19x19 the same point is index 72, (x, y) = (15, 3), RenjuNet "p4", GTP "Q4
 
 from __future__ import annotations
 
+from services.quoting import shown
+
 LETTERS = "abcdefghijklmnopqrs"  # RenjuNet uses a-o on 15x15; Go's 19x19 fits too
 GTP_LETTERS = "ABCDEFGHJKLMNOPQRSTUVWXYZ"  # no I, as in GTP; 25 letters covers 25x25
 SGF_LETTERS = "abcdefghijklmnopqrstuvwxyz"
@@ -55,12 +57,6 @@ def _ascii_token(text: str) -> str | None:
     return token if token.isascii() else None
 
 
-def _shown(text: str, limit: int = 24) -> str:
-    """`text` quoted for an error message, cut at `limit` characters: a refusal says what was
-    wrong without echoing a hostile caller's megabyte back."""
-    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} chars)"
-
-
 def _column_and_row(token: str, letters: str, size: int) -> tuple[int, int] | None:
     """(x, y) of a column letter from `letters[:size]` followed by a row number 1..size in an
     ASCII `token`, or None."""
@@ -75,7 +71,7 @@ def parse_point(name: str, size: int) -> tuple[int, int]:
     token = _ascii_token(name)
     point = None if token is None else _column_and_row(token.lower(), LETTERS, size)
     if point is None:
-        raise CoordinateError(f"unknown coordinate {_shown(name)} on a {size}x{size} board")
+        raise CoordinateError(f"unknown coordinate {shown(name)} on a {size}x{size} board")
     return point
 
 
@@ -99,13 +95,13 @@ def parse_gtp_vertex(text: str, size: int) -> int | None:
     VertexError for anything else."""
     token = _ascii_token(text)
     if token is None:
-        raise VertexError(f"not a vertex on a {size}x{size} board: {_shown(text)}")
+        raise VertexError(f"not a vertex on a {size}x{size} board: {shown(text)}")
     token = token.upper()
     if token == "PASS":
         return None
     point = _column_and_row(token, GTP_LETTERS, size)
     if point is None:
-        raise VertexError(f"not a vertex on a {size}x{size} board: {_shown(text)}")
+        raise VertexError(f"not a vertex on a {size}x{size} board: {shown(text)}")
     x, y = point
     return y * size + x
 

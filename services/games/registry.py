@@ -13,6 +13,7 @@ import threading
 
 from services.api.movepred.v1 import search_pb2
 from services.games.base import Game, Position
+from services.quoting import shown
 
 # The modules of the built-in games, imported on first lookup (each calls `register`).
 BUILTIN_MODULES = ("services.games.gomoku_game", "services.games.go_game",
@@ -59,7 +60,7 @@ def get_game(name: str) -> Game:
     try:
         return _games[name]
     except KeyError:
-        raise UnknownGame(f"unknown game {name!r} (registered: "
+        raise UnknownGame(f"unknown game {shown(name)} (registered: "
                           f"{', '.join(sorted(_games))})") from None
 
 

@@ -61,6 +61,7 @@ from services.move_order.greedy import greedy_order
 from services.move_order.likelihood import DEFAULT_MAX_BOARDS, PrefixScorer, Scored
 from services.move_order.neighbours import NAMES, every_neighbour, propose
 from services.move_order.problem import Problem
+from services.quoting import shown
 from services.search.mcts import PolicyEvaluator
 
 log = logging.getLogger(__name__)
@@ -96,9 +97,10 @@ class AnnealingParams:
         if not (self.t_start > 0 and self.t_end > 0):
             raise ValueError(f"temperatures must be > 0, got {self.t_start} -> {self.t_end}")
         if self.neighbour not in NAMES:
-            raise ValueError(f"unknown neighbour {self.neighbour!r} (one of {', '.join(NAMES)})")
+            raise ValueError(f"unknown neighbour {shown(self.neighbour)} "
+                             f"(one of {', '.join(NAMES)})")
         if self.init not in INITS:
-            raise ValueError(f"unknown init {self.init!r} (one of {', '.join(INITS)})")
+            raise ValueError(f"unknown init {shown(self.init)} (one of {', '.join(INITS)})")
         if self.candidates < 1 or (self.candidates > 1 and not self.lockstep):
             raise ValueError(f"candidates must be >= 1, and 1 without lockstep, got "
                              f"{self.candidates} (lockstep {self.lockstep})")

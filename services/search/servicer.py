@@ -751,9 +751,10 @@ def infer_sequence_request(request: search_pb2.InferSequenceRequest) -> Inferenc
                                  neighbour=request.neighbour or "mix",
                                  init=request.init or "greedy", seed=request.seed,
                                  tempering=request.tempering, polish=request.polish)
-    except ValueError as exc:
-        field = "neighbour" if "neighbour" in str(exc) else "init"
-        raise validation.InvalidRequest(field, str(exc)) from None
+    except ValueError as exc:  # the one of the two named first in its message
+        text = str(exc)
+        field = "neighbour" if text.startswith("unknown neighbour") else "init"
+        raise validation.InvalidRequest(field, text) from None
     return InferenceJob(problem, params, request.max_time_ms or MAX_INFER_TIME_MS)
 
 

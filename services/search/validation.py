@@ -54,6 +54,7 @@ from services.api.movepred.v1 import search_pb2
 from services.games.base import Game, InvalidRequest, Position, RequestTooLarge
 from services.games.gomoku_game import RENJU_MOVE_COST
 from services.games.registry import UnknownGame, default_game, game_for_proto, get_game
+from services.quoting import shown
 
 __all__ = ["InvalidRequest", "RequestTooLarge"]  # defined with the games, raised from here too
 
@@ -90,8 +91,8 @@ def game_of(position: search_pb2.Position, field: str = "position") -> Game:
         what = "game_name" if position.game_name and not position.game else "game"
         raise InvalidRequest(f"{field}.{what}", str(exc)) from None
     if by_enum is not None and by_enum is not game:
-        raise InvalidRequest(f"{field}.game_name",
-                             f"{position.game_name!r} is not {search_pb2.Game.Name(position.game)}")
+        raise InvalidRequest(f"{field}.game_name", f"{shown(position.game_name)} is not "
+                                                   f"{search_pb2.Game.Name(position.game)}")
     return game
 
 
