@@ -141,6 +141,19 @@ def test_reuse_keeps_the_visit_accounting(opening, visits, extension, budget) ->
     assert r.total_visits == max(budget, hit.visits) == r.reused_visits + r.new_visits
 
 
+
+def test_go_trees_are_keyed_by_the_exact_komi() -> None:
+    """The key printed komi to 6 digits: 7 and 7.0000005 (a float32 7.000000476...) shared a
+    tree, so a search under one komi answered for the other, where a tie is a loss."""
+    from services.games.go import GoState
+    from services.games.go_game import GoSearchState
+
+    seven = GoSearchState(GoState(9), komi=7.0).play(40)
+    nearly = GoSearchState(GoState(9), komi=float(np.float32(7.0000005))).play(40)
+    assert nearly.komi != seven.komi and f"{nearly.komi:g}" == f"{seven.komi:g}"
+    assert base_key(nearly) != base_key(seven)
+    assert base_key(GoSearchState(GoState(9), komi=7.0).play(40)) == base_key(seven)
+
 def test_answers_are_read_off_the_tree_before_the_cache_shares_it() -> None:
     """The tree went into the cache before its answer was built: another request could take it
     and search on (virtual loss, new visits) while this one read it, and answer with visits it

@@ -179,9 +179,11 @@ class GoSearchState:
         """The network input: compact int8 [4, size, size] seen from the side to move."""
         return go_features.compact(self.state)
 
-    def base_key(self) -> tuple[str, int, bytes]:
-        """What the game is besides its moves (the tree cache's key, with `moves`)."""
-        return (self.rule, self.size, self.setup)
+    def base_key(self) -> tuple[str, float, int, bytes]:
+        """What the game is besides its moves (the tree cache's key, with `moves`): the komi
+        exactly (`rule` prints it to 6 digits, and a tree searched under komi 7 must not
+        answer for 7.0000005, where a tie is a loss)."""
+        return ("go-area", float(self.komi), self.size, self.setup)
 
     # ---- Go only ----------------------------------------------------------------------------
     def score(self) -> float:
