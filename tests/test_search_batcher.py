@@ -20,6 +20,7 @@ from services.search import mcts
 from services.search.batcher import BatchingEvaluator, BatchOutput
 from services.search.metrics import Metrics
 from services.triton.client import TritonUnavailableError
+from tests.evaluators import HungEvaluator
 
 
 @dataclass(frozen=True)
@@ -191,6 +192,55 @@ def test_an_error_reaches_every_caller_of_the_call_then_it_recovers(make_batcher
     assert metrics.value("movepred_triton_errors_total", kind="unavailable") == 1
     inner.fail = None
     assert batcher.infer(boards_for(0, 1)).logits.shape == (1, 225)
+
+
+def test_a_hung_call_gives_up_at_each_callers_deadline_and_sends_nothing_more(
+        make_batcher) -> None:
+    """Callers waited (`done.wait()`) with no limit: behind a hung Triton call every caller
+    stayed queued past its own deadline, holding its gRPC thread and search slot, and the
+    client saw DEADLINE_EXCEEDED. Now each gives up at its deadline with EvaluatorTimeout
+    (UNAVAILABLE in time), and its boards never go to Triton."""
+    inner = HungEvaluator()
+    batcher = make_batcher(inner, window_s=0.0)
+    outcomes: dict[str, str] = {}
+
+    def search(name: str, first: bool = False) -> None:
+        with batcher.participant(time.monotonic() + 0.3):
+            if not first:
+                while not inner.calls:  # queued behind the hung call
+                    time.sleep(0.005)
+            try:
+                batcher.infer(boards_for(len(outcomes), 2))
+                outcomes[name] = "answered"
+            except mcts.EvaluatorTimeout as exc:
+                outcomes[name] = str(exc)
+
+    def predict() -> None:
+        while not inner.calls:
+            time.sleep(0.005)
+        try:
+            batcher.infer(boards_for(9, 1), deadline=time.monotonic() + 0.3)
+            outcomes["predict"] = "answered"
+        except mcts.EvaluatorTimeout as exc:
+            outcomes["predict"] = str(exc)
+
+    threads = [threading.Thread(target=search, args=("hung", True)),
+               threading.Thread(target=search, args=("queued",)),
+               threading.Thread(target=predict)]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    waited = time.monotonic() - started
+    assert not any(t.is_alive() for t in threads)
+    assert "in a call under way" in outcomes["hung"], outcomes
+    assert "in the queue behind another call" in outcomes["queued"], outcomes
+    assert "in the queue behind another call" in outcomes["predict"], outcomes
+    assert waited < 20  # each at its own deadline, not after the hung call
+    inner.release.set()
+    assert batcher.infer(boards_for(0, 1)).logits.shape == (1, 225)  # it recovers
+    assert inner.calls == [2, 1]  # the given-up boards were never sent
 
 
 def test_wrong_output_shape_is_an_evaluator_error(make_batcher) -> None:

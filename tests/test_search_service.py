@@ -82,6 +82,27 @@ def _abort_code(call, request, timeout: float = 5.0) -> tuple[grpc.StatusCode, s
     return info.value.code(), info.value.details()
 
 
+def test_a_hung_triton_is_unavailable_within_each_deadline() -> None:
+    """Behind a hung Triton call the batcher's callers waited with no limit: a GenMove and a
+    Predict got DEADLINE_EXCEEDED and kept their threads. Now both answer UNAVAILABLE before
+    their deadlines, saying why."""
+    from tests.evaluators import HungEvaluator
+
+    hung = HungEvaluator()
+    service = build_service(hung, port=0).start()
+    try:
+        with SearchClient(f"127.0.0.1:{service.port}") as client:
+            for ask in (lambda: client.genmove(["h8"], max_visits=50, timeout=2.0),
+                        lambda: client.predict(["h8"], timeout=2.0)):
+                with pytest.raises(grpc.RpcError) as info:
+                    ask()
+                assert info.value.code() == grpc.StatusCode.UNAVAILABLE, info.value.details()
+                assert info.value.details().startswith("Triton is hung or overloaded: no answer")
+    finally:
+        hung.release.set()
+        service.stop()
+
+
 REQUESTS = {
     "Predict": search_pb2.PredictRequest,
     "GenMove": search_pb2.GenMoveRequest,

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.search.mcts import EvaluatorError, PolicyEvaluator, value_rows
+from services.search.mcts import EvaluatorError, EvaluatorTimeout, PolicyEvaluator, value_rows
 from services.search.metrics import Metrics
 
 DEFAULT_WINDOW_S = 0.002
@@ -90,11 +90,14 @@ class BatchingEvaluator:
 
     # ------------------------------------------------------------------ callers
     @contextlib.contextmanager
-    def participant(self) -> Iterator[None]:
-        """Mark the calling thread as a search that will call `infer` again and again."""
+    def participant(self, deadline: float | None = None) -> Iterator[None]:
+        """Mark the calling thread as a search that will call `infer` again and again;
+        `deadline` (a `time.monotonic()` instant, the outermost one counts) bounds each of its
+        waits for an answer (see `infer`)."""
         depth = getattr(self._local, "depth", 0)
         self._local.depth = depth + 1
         if depth == 0:
+            self._local.deadline = deadline
             with self._cv:
                 self._participants += 1
         try:
@@ -102,11 +105,19 @@ class BatchingEvaluator:
         finally:
             self._local.depth = depth
             if depth == 0:
+                self._local.deadline = None
                 with self._cv:
                     self._participants -= 1
                     self._cv.notify_all()  # the batch being gathered may now be complete
 
-    def infer(self, boards: np.ndarray) -> BatchOutput:
+    def infer(self, boards: np.ndarray, deadline: float | None = None) -> BatchOutput:
+        """The rows of one (merged) call of `inner` for `boards`. `deadline` (a
+        `time.monotonic()` instant; default the participant's): a wait for the answer that
+        would pass it gives up with EvaluatorTimeout, its boards left out of any call not yet
+        sent. Without it a hung call held every caller queued behind it, one after another,
+        past their own deadlines."""
+        if deadline is None:
+            deadline = getattr(self._local, "deadline", None)
         arr = np.ascontiguousarray(boards)
         if arr.ndim not in (3, 4) or arr.shape[0] < 1:  # Go: compact [N, 4, size, size]
             raise EvaluatorError(
@@ -132,11 +143,30 @@ class BatchingEvaluator:
                 self._cv.notify_all()
         if alone:
             self._run([request])
-        request.done.wait()
+        waited = time.monotonic()
+        if not request.done.wait(None if deadline is None else max(0.0, deadline - waited)):
+            self._give_up(request, time.monotonic() - waited)
         if request.error is not None:
             raise copy.copy(request.error)  # one exception object per waiting thread
         assert request.output is not None
         return request.output
+
+    def _give_up(self, request: _Request, waited_s: float) -> None:
+        """The caller's deadline passed before its answer: take its boards out of the queue
+        (a call already under way finishes for nobody) and raise EvaluatorTimeout, unless the
+        answer came just now."""
+        with self._cv:
+            if request.done.is_set():
+                return
+            queued = request in self._queue
+            if queued:
+                self._queue.remove(request)
+                if request.transient:
+                    self._transient -= 1
+                self._cv.notify_all()  # the batch being gathered may now be complete
+        where = "in the queue behind another call" if queued else "in a call under way"
+        raise EvaluatorTimeout(f"no answer from the policy network within the request's "
+                               f"deadline ({waited_s:.2f} s waited {where})")
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop the worker; waiting and later callers get EvaluatorError."""

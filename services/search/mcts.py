@@ -99,6 +99,11 @@ class EvaluatorError(RuntimeError):
     """The evaluator answered with something the search cannot use (e.g. a wrong shape)."""
 
 
+class EvaluatorTimeout(EvaluatorError):
+    """No answer came before the caller's deadline (the batcher's wait gave up): the network
+    is hung or overloaded; the caller answers UNAVAILABLE in time, and frees its thread."""
+
+
 class NonFiniteOutputError(EvaluatorError):
     """The network answered NaN or infinite logits, or a non-finite value from a value head.
 

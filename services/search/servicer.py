@@ -10,6 +10,9 @@ field, even while Triton is down). Error mapping:
   at once, never queued: a waiting search would hold an RPC thread that health and Predict need
 * `InvalidRequest` (and a finished game)          -> INVALID_ARGUMENT "<field>: <message>"
 * `TritonUnavailableError` (refused, down, late)  -> UNAVAILABLE "Triton is unreachable: ..."
+* `EvaluatorTimeout` (no answer before the request's deadline less the reply's margin: a
+  hung or overloaded Triton, the call queued behind another) -> UNAVAILABLE "Triton is hung
+  or overloaded: ...", in time for the client, its thread and search slot freed
 * `NonFiniteOutputError` (NaN/Inf logits, or a non-finite value next to finite ones), or the
   same refused by policy_model.py inside Triton -> INTERNAL naming the model and version,
   counted in `movepred_nonfinite_outputs_total{model}`: a broken model's answer is never
@@ -176,6 +179,8 @@ def _status(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
         return grpc.StatusCode.INVALID_ARGUMENT, f"position: {exc}"
     if isinstance(exc, TritonUnavailableError):
         return grpc.StatusCode.UNAVAILABLE, f"Triton is unreachable: {exc}"
+    if isinstance(exc, mcts.EvaluatorTimeout):
+        return grpc.StatusCode.UNAVAILABLE, f"Triton is hung or overloaded: {exc}"
     if isinstance(exc, mcts.NonFiniteOutputError):
         return grpc.StatusCode.INTERNAL, f"policy network failed: {exc}"
     if isinstance(exc, (TritonRequestError, mcts.EvaluatorError)):
@@ -246,7 +251,8 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
     def Predict(
         self, request: search_pb2.PredictRequest, context: grpc.ServicerContext
     ) -> search_pb2.PredictResponse:
-        return self._unary("Predict", context, lambda call: self._predict(request, call))
+        return self._unary("Predict", context,
+                           lambda call: self._predict(request, call, context.time_remaining()))
 
     def GenMove(
         self, request: search_pb2.GenMoveRequest, context: grpc.ServicerContext
@@ -400,12 +406,13 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
 
     # ------------------------------------------------------------------ Predict
     def _predict(
-        self, request: search_pb2.PredictRequest, call: Call
+        self, request: search_pb2.PredictRequest, call: Call, time_remaining: float | None
     ) -> search_pb2.PredictResponse:
         states, k, batched = validation.predict_batch(request)
         batcher = self.batcher_for(states[0], "positions[0]" if batched else "position")
         boards = np.stack([mcts.network_input(s) for s in states]).astype(np.int8, copy=False)
-        out = batcher.infer(boards)  # one Triton call: the batcher never splits a request
+        _, deadline = search_end(0, time_remaining)  # an answer in time, or UNAVAILABLE
+        out = batcher.infer(boards, deadline)  # one Triton call: the batcher never splits one
         call.served_by(out.model_name, out.model_version)
         logits = np.asarray(out.logits, dtype=np.float32)
         points = mcts.policy_size(states[0])
@@ -441,7 +448,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             reuse = not request.disable_tree_reuse
             search = self._new_search(state, reuse)
             try:
-                with batcher.participant():
+                with batcher.participant(deadline):
                     search.run(budget.max_visits, end, lambda: not context.is_active(), deadline)
             finally:
                 if search.model_version:
@@ -479,7 +486,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         search = self._new_search(a.state, reuse)
         batcher = self.batcher_for(a.state)
         every = a.report_every
-        with batcher.participant():
+        with batcher.participant(deadline):
             search.start()
         call.served_by(search.model_name, search.model_version)
         next_report = (search.total_visits // every + 1) * every
@@ -488,7 +495,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             # registered with the batcher only while searching, never while a report is sent;
             # the report at the end of the budget is the final one, sent below
             report = None
-            with batcher.participant():
+            with batcher.participant(deadline):
                 for total in batches:
                     if total >= next_report and not total >= a.budget.max_visits > 0:
                         next_report = (total // every + 1) * every
@@ -516,7 +523,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             stop = StopWhen(end if deadline is None else min(end, deadline),
                             lambda: not context.is_active())
             try:
-                with batcher.participant():
+                with batcher.participant(deadline):
                     inferred = run_inference(job.problem, job.params, watched,
                                              batcher.max_boards, stop)
             finally:
