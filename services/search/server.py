@@ -80,6 +80,7 @@ from services.games.base import Game
 from services.games.registry import default_game, registered_games
 from services.search import auth, mcts
 from services.search.batcher import DEFAULT_MAX_BOARDS, DEFAULT_WINDOW_S
+from services.search.decoding import TolerantDecoding
 from services.search.metrics import Metrics, MetricsServer
 from services.search.readiness import DEFAULT_INTERVAL_S, ReadinessWatcher
 from services.search.servicer import SearchServicer
@@ -247,7 +248,8 @@ def build_service(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="movepred-rpc"),
         options=[("grpc.max_receive_message_length", c.max_message_bytes)],
         maximum_concurrent_rpcs=c.max_concurrent_rpcs,
-        interceptors=(auth.BearerTokenInterceptor(token),) if token else (),
+        interceptors=((auth.BearerTokenInterceptor(token),) if token else ())
+        + (TolerantDecoding(SERVICE_NAME),),
     )
     search_pb2_grpc.add_SearchServiceServicer_to_server(servicer, server)
     health_servicer = health.HealthServicer()

@@ -9,6 +9,8 @@ field, even while Triton is down). Error mapping:
   -> RESOURCE_EXHAUSTED
   at once, never queued: a waiting search would hold an RPC thread that health and Predict need
 * `InvalidRequest` (and a finished game)          -> INVALID_ARGUMENT "<field>: <message>"
+* bytes that are not the request message (invalid UTF-8 in a string; `decoding`)
+  -> INVALID_ARGUMENT "request: not a valid <Method> request: ..."
 * `TritonUnavailableError` (refused, down, late)  -> UNAVAILABLE "Triton is unreachable: ..."
 * `EvaluatorTimeout` (no answer before the request's deadline less the reply's margin: a
   hung or overloaded Triton, the call queued behind another) -> UNAVAILABLE "Triton is hung
@@ -69,6 +71,7 @@ from services.move_order.likelihood import Scored
 from services.move_order.problem import Problem, problem_from_stones
 from services.search import mcts, validation
 from services.search.batcher import DEFAULT_MAX_BOARDS, DEFAULT_WINDOW_S, BatchingEvaluator
+from services.search.decoding import decoded
 from services.search.metrics import Metrics
 from services.search.tree_cache import TreeCache
 from services.triton.client import TritonRequestError, TritonUnavailableError
@@ -252,25 +255,28 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         self, request: search_pb2.PredictRequest, context: grpc.ServicerContext
     ) -> search_pb2.PredictResponse:
         return self._unary("Predict", context,
-                           lambda call: self._predict(request, call, context.time_remaining()))
+                           lambda call: self._predict(decoded(request), call,
+                                                       context.time_remaining()))
 
     def GenMove(
         self, request: search_pb2.GenMoveRequest, context: grpc.ServicerContext
     ) -> search_pb2.GenMoveResponse:
-        return self._unary("GenMove", context, lambda call: self._genmove(request, context, call))
+        return self._unary("GenMove", context,
+                           lambda call: self._genmove(decoded(request), context, call))
 
     def Analyze(
         self, request: search_pb2.AnalyzeRequest, context: grpc.ServicerContext
     ) -> Iterator[search_pb2.AnalyzeResponse]:
         # the call is also counted when gRPC drops the generator of a cancelled call
         with self._observed("Analyze", context) as call:
-            yield from self._analyze(request, context, call)
+            yield from self._analyze(decoded(request), context, call)
 
     def InferSequence(
         self, request: search_pb2.InferSequenceRequest, context: grpc.ServicerContext
     ) -> search_pb2.InferSequenceResponse:
         return self._unary(
-            "InferSequence", context, lambda call: self._infer_sequence(request, context, call)
+            "InferSequence", context,
+            lambda call: self._infer_sequence(decoded(request), context, call)
         )
 
     # ------------------------------------------------------------------ plumbing
