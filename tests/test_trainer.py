@@ -153,6 +153,58 @@ def test_checkpoint_from_another_config_is_refused(dataset: Path, tmp_path: Path
         train(dataset, small(model="shao_f128_n0", max_steps=4), progress=False, checkpoint=ckpt)
 
 
+def test_a_damaged_checkpoint_is_a_checkpoint_error_not_a_traceback(dataset: Path,
+                                                                     tmp_path: Path) -> None:
+    """A checkpoint cut short raised RuntimeError from torch's zip reader, an empty one
+    EOFError, one missing its keys KeyError: tracebacks (a Job crash-looping) instead of
+    "damaged checkpoint ... delete it to start over"."""
+    ckpt = tmp_path / "ckpt.pt"
+    train(dataset, small(max_steps=2), progress=False, checkpoint=ckpt)
+    whole = ckpt.read_bytes()
+    assert not list(tmp_path.glob(".*.tmp"))  # written through a temporary file, renamed
+    edited = torch.load(ckpt, weights_only=True)
+    del edited["optimizer"]
+    no_optimizer = tmp_path / "no-optimizer.pt"
+    torch.save(edited, no_optimizer)
+    torch.save({"weights": 1}, tmp_path / "foreign.pt")
+    cases = {"cut": whole[: len(whole) // 2], "empty": b""}
+    for name, data in cases.items():
+        (tmp_path / f"{name}.pt").write_bytes(data)
+    for name in ("cut", "empty", "no-optimizer", "foreign"):
+        with pytest.raises(CheckpointError, match="start over") as info:
+            train(dataset, small(max_steps=4), progress=False, checkpoint=tmp_path / f"{name}.pt")
+        assert str(tmp_path / f"{name}.pt") in str(info.value), name
+
+
+def test_a_checkpoint_resumes_only_on_the_dataset_it_began_on(dataset: Path,
+                                                                tmp_path: Path) -> None:
+    """A re-ingest since (another manifest) was resumed at the old loader position, over other
+    rows, or refused with a loader-state message naming no cause."""
+    import shutil
+
+    copy = tmp_path / "dataset"
+    shutil.copytree(dataset, copy)
+    ckpt = tmp_path / "ckpt.pt"
+    train(copy, small(max_steps=2), progress=False, checkpoint=ckpt)
+    manifest = copy / "manifest.json"
+    manifest.write_text(manifest.read_text().replace("{", '{"note": "re-ingested", ', 1))
+    with pytest.raises(CheckpointError, match=r"began on another version of .*start over"):
+        train(copy, small(max_steps=4), progress=False, checkpoint=ckpt)
+
+
+def test_a_finished_run_rerun_takes_no_more_steps(dataset: Path, tmp_path: Path) -> None:
+    """A run stopped by its epoch limit, rerun on its checkpoint, trained one more epoch each
+    time (the budgets were checked only inside the loop)."""
+    ckpt = tmp_path / "ckpt.pt"
+    first = train(dataset, small(max_steps=0, max_epochs=1, batch_size=512), progress=False,
+                  checkpoint=ckpt)
+    again = train(dataset, small(max_steps=0, max_epochs=1, batch_size=512), progress=False,
+                  checkpoint=ckpt)
+    assert first.metrics["stopped"] == again.metrics["stopped"] == "max_epochs"
+    assert again.metrics["steps"] == first.metrics["steps"] > 0
+    assert again.metrics["epochs"] == first.metrics["epochs"] == 1
+
+
 def test_export_refuses_a_model_with_nan(tmp_path: Path) -> None:
     model = build("shao_f32_n2")
     with torch.no_grad():

@@ -461,6 +461,16 @@ def commit_manifest(manifest: dict, out_dir: Path) -> list[str]:
     return remove_unlisted(out_dir, manifest)
 
 
+def manifest_sha256(dataset_dir: Path | str) -> str:
+    """The sha256 of the dataset's manifest: which version of the dataset this is (a commit
+    writes a new manifest), e.g. for a checkpoint to be resumed only on the data it began on."""
+    path = Path(dataset_dir) / MANIFEST
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise DatasetError(f"{path}: unreadable manifest ({exc})") from None
+
+
 def read_manifest(dataset_dir: Path) -> dict:
     """The dataset's manifest, checked: its schema version and board encoding are ones this
     reader knows (DatasetError naming the file otherwise)."""

@@ -48,9 +48,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from services.atomic_files import atomic_path
 from services.dataset.loader import ShardLoader, ShardStream
 from services.dataset.row_groups import plan_split
-from services.dataset.shards import GAME_SPLIT, read_manifest, read_split
+from services.dataset.shards import GAME_SPLIT, manifest_sha256, read_manifest, read_split
 from services.games.registry import get_game, registered_games
 from services.models.configs import CONFIGS, build, spec
 from services.models.value import split_outputs, value_target
@@ -163,7 +164,10 @@ class TrainResult:
 
 
 class CheckpointError(ValueError):
-    """A checkpoint that does not belong to this run's configuration."""
+    """A checkpoint that cannot be resumed: damaged, or of another configuration or dataset."""
+
+
+START_OVER = "delete it to start over (services.trainer.distributed: --fresh)"
 
 
 def _scheduler(optimizer: torch.optim.Optimizer, config: TrainConfig):
@@ -181,33 +185,56 @@ def _scheduler(optimizer: torch.optim.Optimizer, config: TrainConfig):
 
 def save_checkpoint(path: Path, model, optimizer, scheduler, config: TrainConfig, state: dict,
                     history: list[dict]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(), "config": asdict(config), "state": state,
-                "history": history, "torch_rng": torch.get_rng_state()}, tmp)
-    tmp.replace(path)
+    """Write the checkpoint atomically and durably (a unique temporary name, fsynced, then
+    renamed): a crash leaves the previous checkpoint, never an empty or torn one."""
+    with atomic_path(path) as tmp:
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(), "config": asdict(config),
+                    "state": state, "history": history, "torch_rng": torch.get_rng_state()}, tmp)
+
+
+# what torch.load and the restores raise on a file that is not a whole checkpoint of ours: cut
+# short (EOFError, RuntimeError from the zip reader), other bytes, missing keys, wrong types
+_DAMAGED = (EOFError, RuntimeError, OSError, ValueError, KeyError, TypeError, AttributeError,
+            IndexError)
 
 
 def load_checkpoint(path: Path, model, optimizer, scheduler, config: TrainConfig):
     """Restore a checkpoint written by `save_checkpoint`. It holds only tensors and plain
     Python values (numbers, strings, lists, dicts), so it is read with ``weights_only=True``:
-    a file that would need to run code to unpickle is refused, not executed."""
+    a file that would need to run code to unpickle is refused, not executed. A damaged one is
+    a CheckpointError saying so, never a traceback from deep inside torch."""
     try:
         ckpt = torch.load(path, map_location=config.device, weights_only=True)
     except pickle.UnpicklingError as exc:
         raise CheckpointError(f"{path}: not a plain trainer checkpoint (refused to unpickle "
                               f"anything but tensors and plain values): {exc}") from exc
-    if ckpt["config"]["model"] != config.model:
+    except _DAMAGED as exc:
+        raise CheckpointError(f"{path}: damaged checkpoint ({type(exc).__name__}: "
+                              f"{str(exc)[:200]}); {START_OVER}") from exc
+    try:
+        saved_model = ckpt["config"]["model"]
+    except _DAMAGED as exc:
+        raise CheckpointError(f"{path}: not a trainer checkpoint (no config); {START_OVER}") \
+            from exc
+    if saved_model != config.model:
         raise CheckpointError(f"{path}: checkpoint is for model config "
-                              f"{ckpt['config']['model']!r}, this run trains {config.model!r}")
+                              f"{saved_model!r}, this run trains {config.model!r}")
     try:
         model.load_state_dict(ckpt["model"])
     except RuntimeError as exc:
         raise CheckpointError(f"{path}: weights do not fit {config.model!r}: {exc}") from exc
-    optimizer.load_state_dict(ckpt["optimizer"])
-    scheduler.load_state_dict(ckpt["scheduler"])
-    torch.set_rng_state(ckpt["torch_rng"])
-    return ckpt["state"], ckpt["history"]
+    except _DAMAGED as exc:
+        raise CheckpointError(f"{path}: damaged checkpoint (no weights); {START_OVER}") from exc
+    try:
+        optimizer.load_state_dict(ckpt["optimizer"])
+        scheduler.load_state_dict(ckpt["scheduler"])
+        torch.set_rng_state(ckpt["torch_rng"])
+        state, history = dict(ckpt["state"]), list(ckpt["history"])
+    except _DAMAGED as exc:
+        raise CheckpointError(f"{path}: damaged checkpoint ({type(exc).__name__}: "
+                              f"{str(exc)[:200]}); {START_OVER}") from exc
+    return state, history
 
 
 def value_loss(value: torch.Tensor, results: torch.Tensor) -> torch.Tensor:
@@ -392,8 +419,10 @@ class _Run:
             stepped = DistributedDataParallel(
                 self.model, device_ids=[torch.device(config.device).index] if cuda else None)
         self.step = make_step(stepped, self.optimizer, self.scheduler, config)
+        # which version of the dataset the run trains on: a checkpoint resumes only on it
         self.state: dict = {"epoch": 0, "step": 0, "best_val_loss": float("inf"),
-                            "bad_epochs": 0, "stopped": "", "loader": None, "curve": []}
+                            "bad_epochs": 0, "stopped": "", "loader": None, "curve": [],
+                            "dataset_manifest_sha256": manifest_sha256(dataset_dir)}
         # the losses since the last curve point, summed on the device (no host sync a step)
         self._curve_sum: torch.Tensor | None = None
         self._curve_steps = 0
@@ -409,9 +438,16 @@ class _Run:
         loader position it holds."""
         loader_state = None
         if self.checkpoint is not None and self.checkpoint.exists():
+            dataset = self.state["dataset_manifest_sha256"]
             self.state, self.history = load_checkpoint(self.checkpoint, self.model,
                                                        self.optimizer, self.scheduler,
                                                        self.config)
+            trained_on = self.state.setdefault("dataset_manifest_sha256", dataset)
+            if trained_on != dataset:  # a re-ingest committed since: other rows, other ids
+                raise CheckpointError(
+                    f"{self.checkpoint}: began on another version of {self.dataset_dir} "
+                    f"(manifest sha256 {str(trained_on)[:12]}, now {dataset[:12]}); "
+                    f"{START_OVER}")
             self.state["stopped"] = ""  # a budget that stopped the last run may have been raised
             self.state.setdefault("curve", [])  # a checkpoint of a version without the curve
             partial, steps = self.state.get("curve_partial", [0.0, 0])
@@ -424,6 +460,17 @@ class _Run:
         if loader_state:
             self.batches.load_state_dict(loader_state)
         self.done = sum(loader_state["batches"]) if loader_state else 0
+
+    def stop_if_spent(self) -> None:
+        """A resumed run whose budgets are already spent (its step, epoch or patience limit
+        reached) takes no step: a finished run rerun trained one more epoch each time."""
+        state, config = self.state, self.config
+        if self.limit and state["step"] >= self.limit:
+            state["stopped"] = "max_steps"
+        elif state["epoch"] >= config.max_epochs:
+            state["stopped"] = "max_epochs"
+        elif config.patience and state["bad_epochs"] >= config.patience:
+            state["stopped"] = "early_stop"
 
     def log_start(self) -> None:
         """Start the clocks and log what the run is about to do."""
@@ -662,8 +709,7 @@ def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
     run.resume()
     run.log_start()
     run.model.train()
-    if run.limit and run.state["step"] >= run.limit:
-        run.state["stopped"] = "max_steps"
+    run.stop_if_spent()
     while not run.state["stopped"]:
         run.close_epoch(run.run_epoch())
     return run.result()
