@@ -407,6 +407,8 @@ def build_parser() -> argparse.ArgumentParser:
     for flag, name, help_text in FLOW_FLAGS:
         default = defaults[name].default
         kind = type(default) if default is not None else str
+        if name == "gate_tolerance":  # a share of top-1: NaN or a negative would be nonsense
+            kind = settings.bounded(float, 0, 1)
         parser.add_argument(flag, dest=name, type=kind, default=default,
                             help=help_text + (f" (default {default})" if default else ""))
     settings.add_arguments(parser, TrainConfig, title="training settings (TrainConfig)")

@@ -322,3 +322,26 @@ def test_torchrun_entry_writes_on_rank_0_only(dataset: Path, tmp_path: Path) -> 
     assert metrics["validation"]["n"] == len(read_split(dataset, "validation")[1])
     scripted = torch.jit.load(str(run_dir / "model.pt"))
     assert scripted(torch.zeros(1, 15, 15, dtype=torch.int8)).shape == (1, 225)
+
+
+def test_a_rerun_of_a_finished_run_does_not_publish_its_model_again(
+        dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A Job applied again on its run dir resumed the finished checkpoint, took no step and
+    published the same network as a new version, every time."""
+    from services.triton.publisher import list_versions
+
+    repo = tmp_path / "repo"
+    argv = ["--dataset", str(dataset), "--run-dir", str(tmp_path / "run"), "--model",
+            "shao_f32_n2", "--steps", "4", "--batch-size", "64", "--device", "cpu",
+            "--repository", str(repo), "--log-level", "WARNING"]
+    assert distributed.main(argv) == 0
+    first = json.loads(capsys.readouterr().out.split("\nmetrics.json")[0])["publish"]
+    assert first["published"] and first["version"] == 1
+    assert distributed.main(argv) == 0
+    again = json.loads(capsys.readouterr().out.split("\nmetrics.json")[0])["publish"]
+    assert again == {"published": False, "model_name": "gomoku_policy", "version": 1,
+                     "gate": "published already by this run", "already": True}
+    assert list_versions(repo, "gomoku_policy") == [1]
+    assert distributed.main([*argv, "--fresh"]) == 0  # a new run: its model is published
+    assert json.loads(capsys.readouterr().out.split("\nmetrics.json")[0])["publish"]["version"] == 2
+    assert list_versions(repo, "gomoku_policy") == [1, 2]

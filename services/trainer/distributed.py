@@ -36,8 +36,9 @@ import torch
 import torch.distributed as dist
 
 from services import logs, settings
+from services.atomic_files import atomic_write_text
 from services.dataset.loader import dataset_game
-from services.dataset.shards import DatasetError
+from services.dataset.shards import DatasetError, manifest_sha256
 from services.trainer import gate
 from services.trainer.train import (
     CheckpointError,
@@ -52,6 +53,9 @@ log = logging.getLogger(__name__)
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.json"
 MODEL_FILE = "model.pt"
+# rank 0's record of what this run dir published: a rerun of a finished run (a Job applied
+# again) finds its model published already instead of publishing it once more
+PUBLISHED = "published.json"
 CHECK_ROWS = 64  # real validation positions the export check runs on, next to random ones
 # every rank trains on its own GPU when the machine has them: the device a torchrun entry takes
 # unless told (the single-process trainer's default stays the CPU)
@@ -125,10 +129,20 @@ def publish_version(result: TrainResult, dataset_dir: Path, repository: str,
                     model_name: str | None, tolerance: float,
                     run_dir: Path | None = None) -> dict:
     """The train flow's gate and publication (no rollout: `movepred rollout` does that), run
-    by rank 0 outside a Prefect flow."""
+    by rank 0 outside a Prefect flow. With `run_dir`, a model this run dir published already
+    (the same step, dataset, repository and name: `PUBLISHED`) is not published again."""
     from flows.train import MODEL_NAMES, export_and_publish, unservable_reason
 
     name = model_name or MODEL_NAMES[result.metrics["game"]]
+    what = {"step": result.metrics["steps"], "dataset_manifest_sha256":
+            manifest_sha256(dataset_dir), "repository": str(Path(repository).resolve()),
+            "model_name": name}
+    record = _published(run_dir) if run_dir else None
+    if record is not None and {k: record.get(k) for k in what} == what:
+        log.info("%s v%s is this run's model (step %d), published already; not again", name,
+                 record.get("version"), what["step"])
+        return {"published": False, "model_name": name, "version": record.get("version"),
+                "gate": "published already by this run", "already": True}
     decision = gate.check(result.metrics, Path(repository), name, dataset_dir,
                           tolerance=tolerance)
     if not decision.passed:
@@ -139,7 +153,19 @@ def publish_version(result: TrainResult, dataset_dir: Path, repository: str,
                 "reason": why_not}
     version = export_and_publish.fn(result, repository, name, str(dataset_dir), decision,
                                     str(run_dir) if run_dir else None)
+    if run_dir:
+        atomic_write_text(json.dumps({**what, "version": version}, indent=2) + "\n",
+                          run_dir / PUBLISHED)
     return {"published": True, "model_name": name, "version": version, "gate": decision.reason}
+
+
+def _published(run_dir: Path) -> dict | None:
+    """What `run_dir` published last (None: nothing, or an unreadable record)."""
+    try:
+        record = json.loads((run_dir / PUBLISHED).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -148,17 +174,20 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", required=True, help="dataset folder (every rank reads it)")
     parser.add_argument("--run-dir", required=True,
-                        help="checkpoint, metrics.json, model.pt (written by rank 0)")
+                        help="checkpoint, metrics.json, model.pt, published.json (written by "
+                             "rank 0)")
     parser.add_argument("--fresh", action="store_true",
-                        help="ignore (delete) a checkpoint in the run dir instead of resuming")
-    parser.add_argument("--timeout", type=float, default=1800.0,
+                        help="ignore (delete) a checkpoint and published.json in the run dir "
+                             "instead of resuming")
+    parser.add_argument("--timeout", type=settings.bounded(float, 1, 7 * 86_400), default=1800.0,
                         help="seconds a rank waits in a collective before the run fails")
     parser.add_argument("--repository", default=None,
                         help="publish the gated model as the next version here (rank 0)")
     parser.add_argument("--model-name", default=None,
                         help="model name to publish as (default by game: gomoku_policy, "
                              "go_policy)")
-    parser.add_argument("--gate-tolerance", type=float, default=gate.DEFAULT_TOLERANCE,
+    parser.add_argument("--gate-tolerance", type=settings.bounded(float, 0, 1),
+                        default=gate.DEFAULT_TOLERANCE,
                         help="top-1 the new version may lose against the serving one "
                              f"(default {gate.DEFAULT_TOLERANCE})")
     settings.add_arguments(parser, TrainConfig, defaults={"device": DEFAULT_DEVICE},
@@ -187,6 +216,7 @@ def run(args: argparse.Namespace) -> dict | None:
             run_dir.mkdir(parents=True, exist_ok=True)
             if args.fresh:
                 checkpoint.unlink(missing_ok=True)
+                (run_dir / PUBLISHED).unlink(missing_ok=True)
         if backend:
             dist.barrier()  # the run dir is ready (and a stale checkpoint gone) for every rank
             if rank == 0:
