@@ -25,7 +25,9 @@ How a run goes:
 
 1. the positions are read from every source, the first `limit` kept;
 2. positions whose id is already in `out/summary.csv` as answered (an order, or the service's
-   INVALID_ARGUMENT) are not run again: a run stopped half way is resumed by running it again;
+   INVALID_ARGUMENT) for the same request (stones and budget: its `request` column) are not
+   run again: a run stopped half way is resumed by running it again, and a rerun with other
+   moves, budget or seed runs every position anew;
 3. one `infer-position` task per position, at most `concurrency` at a time. A call the
    service answers UNAVAILABLE (Triton or the service down), RESOURCE_EXHAUSTED (every search
    slot busy) or DEADLINE_EXCEEDED is retried after a delay; INVALID_ARGUMENT (stones no game
@@ -46,6 +48,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import hashlib
 import io
 import json
 import logging
@@ -81,7 +84,8 @@ JSONL_SUFFIX = ".jsonl"
 SUMMARY = "summary.csv"
 COLUMNS = ("position_id", "source", "game", "board_size", "stones", "status",
            "geometric_mean", "greedy_geometric_mean", "exact_match", "move_match_rate",
-           "restarts_min", "restarts_max", "restarts_std", "seconds", "record", "message")
+           "restarts_min", "restarts_max", "restarts_std", "seconds", "record", "message",
+           "request")
 OK, INVALID, FAILED = "ok", "invalid", "failed"
 ANSWERED = frozenset({OK, INVALID})  # statuses a resumed run does not run again
 # codes a later call may not get: the service or Triton down, every search slot busy, a call
@@ -277,6 +281,17 @@ def read_positions(sources: Sequence[str], moves: int, game: str | None = None) 
 
 
 # ------------------------------------------------------------------------------ summary
+def request_key(position: InferPosition, budget: dict) -> str:
+    """What a summary row answered: the position's stones, game, size and rule and the budget
+    (the client's deadline aside), hashed. A resumed run keeps a row only for the same request:
+    rerun with more moves, another budget or seed, a row's answer is not the one asked for."""
+    asked = {"game": position.game, "board_size": position.board_size, "rule": position.rule,
+             "black": [list(s) if isinstance(s, tuple) else s for s in position.black],
+             "white": [list(s) if isinstance(s, tuple) else s for s in position.white],
+             **{k: v for k, v in budget.items() if k != "timeout"}}
+    return hashlib.sha256(json.dumps(asked, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def read_summary(path: Path) -> dict[str, dict[str, str]]:
     """The rows of a summary.csv by position id (the last row of an id wins); {} when none."""
     if not path.is_file():
@@ -426,7 +441,10 @@ def infer_flow(sources: list[str], out: str, target: str, moves: int = DEFAULT_M
     found = read_positions(sources, moves, game)
     positions = found.positions[:limit] if limit is not None else found.positions
     previous = read_summary(summary_path)
-    done = {i for i, row in previous.items() if row.get("status") in ANSWERED}
+    budget = _budget(iterations, restarts, seed, time_ms, neighbour, init, timeout_s)
+    keys = {p.position_id: request_key(p, budget) for p in positions}
+    done = {i for i, row in previous.items()
+            if row.get("status") in ANSWERED and row.get("request") == keys.get(i)}
     todo = [p for p in positions if p.position_id not in done]
     logger.info("%d position(s) from %d source(s) (%s skipped: %s); %d answered before, %d to "
                 "run against %s", len(positions), len(sources), sum(found.skipped.values()),
@@ -437,7 +455,6 @@ def infer_flow(sources: list[str], out: str, target: str, moves: int = DEFAULT_M
         progress=100.0 * (total - len(todo)) / total, key="infer-progress",
         description=f"positions answered of {len(positions)}")
     runner = infer_position.with_options(retries=retries, retry_delay_seconds=retry_delay_s)
-    budget = _budget(iterations, restarts, seed, time_ms, neighbour, init, timeout_s)
     rows = dict(previous)
     ran = Counter()
     queue = iter(todo)
@@ -461,6 +478,7 @@ def infer_flow(sources: list[str], out: str, target: str, moves: int = DEFAULT_M
             row = {"position_id": p.position_id, "source": p.source, "game": p.game,
                    "board_size": p.board_size, "stones": p.stones, "status": FAILED,
                    "message": str(exc)}
+        row["request"] = keys[p.position_id]
         ran[row["status"]] += 1
         rows[p.position_id] = row
         append_row(summary_path, row)

@@ -143,6 +143,11 @@ def test_infer_flow_orders_a_collection_records_the_invalid_and_resumes(
     assert {f.name: f.stat().st_mtime_ns for f in out.iterdir() if f.name != SUMMARY} == before
     assert "0 run now (0 ordered, 0 invalid, 0 failed), 3 answered before" in \
         Artifact.get("infer-summary").data
+    # another budget (here the seed) is another request: the rows keyed by position id alone
+    # answered it with the old orders
+    reseeded = main([rif, go, "--out", str(out), "--target", live, "--moves", str(MOVES),
+                     *(a for k, v in {**BUDGET, "seed": 6}.items() for a in (f"--{k}", str(v)))])
+    assert (reseeded["ran"], reseeded["resumed"]) == (3, 0)
 
     # the service unreachable: the call is retried, then the position fails, and so the run
     stones = tmp_path / "stones.jsonl"
@@ -157,3 +162,17 @@ def test_infer_flow_orders_a_collection_records_the_invalid_and_resumes(
     assert row["status"] == "failed" and "UNAVAILABLE" in row["message"]
     (run,) = task_runs(failed.state_details.flow_run_id)
     assert run.run_count == 2  # tried, then retried once
+
+
+def test_a_row_answers_only_its_own_request() -> None:
+    from flows.infer import InferPosition, request_key
+
+    budget = {"iterations": 20, "restarts": 2, "seed": 5, "max_time_ms": 0, "neighbour": "",
+              "init": "", "timeout": 30.0}
+    position = InferPosition("a.rif:0", "a.rif", "gomoku", 15, ("h8", "i9"), ("h9",))
+    key = request_key(position, budget)
+    assert request_key(position, {**budget, "timeout": 99.0}) == key  # the deadline aside
+    more_moves = InferPosition("a.rif:0", "a.rif", "gomoku", 15, ("h8", "i9"), ("h9", "j9"))
+    assert request_key(more_moves, budget) != key
+    for changed in ({"seed": 6}, {"iterations": 30}, {"restarts": 3}, {"neighbour": "swp2"}):
+        assert request_key(position, {**budget, **changed}) != key, changed
