@@ -205,6 +205,42 @@ def test_a_finished_run_rerun_takes_no_more_steps(dataset: Path, tmp_path: Path)
     assert again.metrics["epochs"] == first.metrics["epochs"] == 1
 
 
+def test_held_out_splits_are_checked_like_the_train_split(dataset: Path, tmp_path: Path) -> None:
+    """A validation move outside the board was an IndexError at the first evaluation, after an
+    epoch (a device-side assert on a GPU), and -100 was silently left out of the loss; a
+    missing test split was a traceback from inside the flow."""
+    import json
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from services.dataset.shards import DatasetError, read_split
+    from services.trainer.train import check_run
+
+    for bad_move in (225, -100):
+        copy = tmp_path / f"moved-{bad_move}"
+        shutil.copytree(dataset, copy)
+        manifest = json.loads((copy / "manifest.json").read_text())
+        entry = next(f for f in manifest["files"] if f["split"] == "validation")
+        path = copy / entry["path"]
+        table = pq.read_table(path)
+        moves = table["move"].to_pylist()
+        moves[len(moves) // 2] = bad_move
+        index = table.schema.get_field_index("move")
+        pq.write_table(table.set_column(index, table.schema.field(index),
+                                        pa.array(moves, table.schema.field(index).type)), path)
+        with pytest.raises(DatasetError, match=r"split 'validation': move outside 0\.\.224"):
+            read_split(copy, "validation")
+    no_test = tmp_path / "no-test"
+    shutil.copytree(dataset, no_test)
+    manifest = json.loads((no_test / "manifest.json").read_text())
+    manifest["files"] = [f for f in manifest["files"] if f["split"] != "test"]
+    (no_test / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(DatasetError, match="split 'test' has no shards"):
+        check_run(no_test, small())
+
+
 def test_export_refuses_a_model_with_nan(tmp_path: Path) -> None:
     model = build("shao_f32_n2")
     with torch.no_grad():

@@ -583,8 +583,15 @@ def read_split(dataset_dir: Path, split: str,
         boards = unpack_planes(stored, size).view(np.int8).reshape(shape)
     else:
         boards = stored.view(np.int8).reshape(shape).copy()  # writable, owned by the caller
+    if table["move"].null_count:
+        raise DatasetError(f"{dataset_dir}: split {split!r}: {table['move'].null_count} null "
+                           "move(s)")
     moves = table["move"].to_numpy().astype(np.int64)
-    plies = table["ply"].to_numpy().astype(np.int64)
+    points = get_game(game).policy_size(size)
+    if moves.min() < 0 or moves.max() >= points:  # as the train loader checks its rows
+        raise DatasetError(f"{dataset_dir}: split {split!r}: move outside 0..{points - 1} "
+                           f"(min {moves.min()}, max {moves.max()})")
+    plies = table["ply"].to_numpy(zero_copy_only=False).astype(np.int64)
     if not results:
         return boards, moves, plies
     return boards, moves, plies, table["result"].to_numpy(zero_copy_only=False).astype(np.float32)

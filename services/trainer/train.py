@@ -666,7 +666,8 @@ class _Run:
 def check_run(dataset_dir: str | Path, config: TrainConfig) -> TrainConfig:
     """`config` with its model named (the dataset's game's default when none is), once what
     can be known before training is right: a step limit for the cosine schedule, a model for
-    the dataset's game, a train split of at least one batch. Reads the shards' metadata only,
+    the dataset's game, validation and test splits of the train split's game and size, a train
+    split of at least one batch. Reads the shards' metadata only,
     so a command line can refuse a run in one line before anything starts. Raises ValueError
     (`GameMismatchError` for a model of another game)."""
     if config.lr_schedule == "cosine" and not config.step_limit():
@@ -681,6 +682,14 @@ def check_run(dataset_dir: str | Path, config: TrainConfig) -> TrainConfig:
             f"{dataset_dir} holds {plan.game} positions, model config {config.model!r} is for "
             f"{model.game}; pick a {game.title} configuration, e.g. {game.default_config} "
             "(services/models/configs.py)")
+    # every evaluation measures validation and test: they must exist and be the train split's
+    # game and size (else a traceback, or a shape error, after an epoch of training)
+    for split in ("validation", "test"):
+        held = plan_split(Path(dataset_dir), split)
+        if (held.game, held.board_size) != (plan.game, plan.board_size):
+            raise ValueError(f"{dataset_dir}: split {split!r} holds {held.game} "
+                             f"{held.board_size}x{held.board_size} rows, the train split "
+                             f"{plan.game} {plan.board_size}x{plan.board_size}")
     # the loader drops a last partial batch: fewer rows than a batch would train no step
     # and still run every epoch's evaluation, then publish the untrained network
     if plan.rows < config.batch_size:
