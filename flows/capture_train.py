@@ -95,6 +95,8 @@ from prefect.tasks import exponential_backoff
 from flows import configure_logging
 from services import logs
 from services.atomic_files import atomic_path, atomic_write_text
+from services.games.capture_game import MAX_SIZE as CAPTURE_MAX_SIZE
+from services.games.capture_game import MIN_SIZE as CAPTURE_MIN_SIZE
 from services.policy_search.fitness import GAMES
 from services.policy_search.runs import (
     NETWORKS,
@@ -105,6 +107,7 @@ from services.policy_search.runs import (
     run_together,
     weights_fitness,
 )
+from services.settings import bounded
 
 logger = logging.getLogger(__name__)
 
@@ -449,6 +452,11 @@ def _csv(kind: type, choices: tuple | None = None):
     return parse
 
 
+# board sizes the Capture Game is played on: a size outside failed only when its cell (or the
+# generalisation after the whole grid) came to be played
+BOARD_SIZES = tuple(range(CAPTURE_MIN_SIZE, CAPTURE_MAX_SIZE + 1))
+
+
 def _steps(text: str) -> tuple[float, float]:
     try:
         alpha_mu, alpha_sigma = (float(v) for v in text.split(":"))
@@ -506,15 +514,17 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", default=DEFAULT_OUT, help="folder for runs and results")
     parser.add_argument("--networks", type=_csv(str, tuple(NETWORKS)),
                         default=list(NETWORKS), help="comma-separated: mdrnn,mdlstm")
-    parser.add_argument("--sizes", type=_csv(int), default=list(SIZES),
+    parser.add_argument("--sizes", type=_csv(int, BOARD_SIZES), default=list(SIZES),
                         help="board sizes trained on, comma-separated (default 5,7)")
     parser.add_argument("--optimisers", type=_csv(str, OPTIMISERS), default=list(OPTIMISERS),
                         help="comma-separated: pgpe,es,cmaes")
-    parser.add_argument("--runs", type=int, default=10, help="independent runs per cell")
-    parser.add_argument("--evaluations", type=int, default=12_000,
+    parser.add_argument("--runs", type=bounded(int, 1, 10_000), default=10,
+                        help="independent runs per cell")
+    parser.add_argument("--evaluations", type=bounded(int, 1, 10**9), default=12_000,
                         help="episodes (fitness evaluations) per run")
-    parser.add_argument("--games", type=int, default=GAMES, help="games per fitness evaluation")
-    parser.add_argument("--final-games", type=int, default=400,
+    parser.add_argument("--games", type=bounded(int, 1, 10**6), default=GAMES,
+                        help="games per fitness evaluation")
+    parser.add_argument("--final-games", type=bounded(int, 1, 10**7), default=400,
                         help="games that score a run's final network")
     parser.add_argument("--lazy", type=_lazy, default=None, metavar="FIRST:LAST",
                         help="also run every cell with lazy evaluation, FIRST growing to LAST "
@@ -535,27 +545,27 @@ def main(argv: list[str] | None = None) -> dict:
                         help="also run every cell against an opponent that grows greedy: its "
                              "moves random with a probability falling from 1 to 0 over a share "
                              "C in (0, 1] of the budget (see runs.py)")
-    parser.add_argument("--scout", type=int, default=0, metavar="N",
+    parser.add_argument("--scout", type=bounded(int, 0, 10**6), default=0, metavar="N",
                         help="also run every cell with scouting: N random networks drawn "
                              "around the start first, the optimiser started from the best "
                              "(see runs.py)")
-    parser.add_argument("--cmaes-first", type=int, default=0, metavar="N",
+    parser.add_argument("--cmaes-first", type=bounded(int, 0, 10**9), default=0, metavar="N",
                         help="also run every PGPE cell as CMA-ES for its first N episodes, "
                              "then PGPE from CMA-ES's mean and widths (see runs.py)")
-    parser.add_argument("--pgpe-memory", type=int, default=0, metavar="N",
+    parser.add_argument("--pgpe-memory", type=bounded(int, 0, 10**6), default=0, metavar="N",
                         help="also run every PGPE cell with its steps normalised by the best "
                              "fitness of the last N generations, not the best ever (pgpe.py)")
     parser.add_argument("--common-draws", action="store_true",
                         help="also run every cell with each generation's candidates playing "
                              "the same opponent draws (common random numbers; see fitness.py)")
-    parser.add_argument("--cmaes-popsize", type=int, default=0, metavar="N",
+    parser.add_argument("--cmaes-popsize", type=bounded(int, 0, 10**6), default=0, metavar="N",
                         help="also run every CMA-ES cell with a population of N (default: "
                              "the library's 4 + 3 ln d)")
     parser.add_argument("--abandon", type=_abandon, default=None, metavar="EPISODES:FITNESS",
                         help="also run every cell dropping a start whose candidates average "
                              "below FITNESS after EPISODES episodes of its own, for a fresh "
                              "random start (see runs.py)")
-    parser.add_argument("--weight-decay", type=float, default=0.0, metavar="C",
+    parser.add_argument("--weight-decay", type=bounded(float, 0), default=0.0, metavar="C",
                         help="also run every cell telling the optimiser each candidate's "
                              "fitness less C x its mean squared weight (see runs.py)")
     parser.add_argument("--combine", action="store_true",
@@ -563,21 +573,23 @@ def main(argv: list[str] | None = None) -> dict:
                              "instead of one cell each")
     parser.add_argument("--restarts", action="store_true",
                         help="also run every CMA-ES cell with IPOP restarts (see cmaes.py)")
-    parser.add_argument("--generalise", type=_csv(int), default=list(GENERALISE_SIZES),
+    parser.add_argument("--generalise", type=_csv(int, BOARD_SIZES), default=list(GENERALISE_SIZES),
                         help="board sizes the best small-board networks are also asked on")
-    parser.add_argument("--together", type=int, default=10,
+    parser.add_argument("--together", type=bounded(int, 1, 10_000), default=10,
                         help="runs of a cell played in lock step in one task (one batch of "
                              "games per generation; 1: every run its own task)")
-    parser.add_argument("--checkpoint-every", type=int, default=10,
+    parser.add_argument("--checkpoint-every", type=bounded(int, 1, 10**6), default=10,
                         help="generations between a run's checkpoints")
-    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS,
+    parser.add_argument("--workers", type=bounded(int, 0, 1024), default=DEFAULT_WORKERS,
                         help="local Dask worker processes (0: run in the flow's process)")
     parser.add_argument("--address", default=None,
                         help="an existing Dask scheduler (tcp://host:8786) instead")
-    parser.add_argument("--seed", type=int, default=0, help="the grid's seed")
+    parser.add_argument("--seed", type=bounded(int, 0, 2**63 - 1), default=0,
+                        help="the grid's seed")
     parser.add_argument("--replot", type=Path, default=None, metavar="PNG",
                         help="run nothing: plot --out's results.json as Fig. 3 into PNG")
-    parser.add_argument("--dpi", type=int, default=90, help="the --replot figure's dpi")
+    parser.add_argument("--dpi", type=bounded(int, 10, 1200), default=90,
+                        help="the --replot figure's dpi")
     logs.add_arguments(parser)
     args = parser.parse_args(argv)
     if args.replot is not None:
@@ -587,8 +599,6 @@ def main(argv: list[str] | None = None) -> dict:
         plot_curves(json.loads(results_json.read_text()), args.replot, dpi=args.dpi)
         print(f"{args.replot}: Fig. 3 of {results_json}")
         return {"replot": str(args.replot)}
-    if min(args.runs, args.evaluations, args.games, args.together) < 1:
-        parser.error("--runs, --evaluations, --games and --together must be >= 1")
     # options RunSpec checks (episode counts against the budget, sizes), with the optimiser
     # each one is for
     for option, optimiser in (("scout", "pgpe"), ("cmaes_first", "pgpe"),

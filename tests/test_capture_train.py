@@ -786,3 +786,25 @@ def test_weight_decay_tells_the_fitness_less_the_mean_squared_weight_and_keeps_t
             RunSpec("mdrnn", 5, "pgpe", weight_decay=bad)
     with pytest.raises(SystemExit):
         main(["--out", str(tmp_path / "grid"), "--weight-decay", "2"])
+
+
+def test_bad_grid_options_are_usage_errors_before_anything_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--checkpoint-every 0 was a ZeroDivisionError after the first generation, --generalise
+    25 a failure after the whole grid had run, --sizes 3 one when its cell came to be played,
+    a negative --workers or --seed a traceback."""
+    from flows.capture_train import main
+
+    out = tmp_path / "grid"
+    for flag, message in ((["--checkpoint-every", "0"], "must be in 1..1000000"),
+                          (["--generalise", "5,25"], "comma-separated values of (5, 6, 7, 8, 9)"),
+                          (["--sizes", "3"], "comma-separated values of (5, 6, 7, 8, 9)"),
+                          (["--workers", "-1"], "must be in 0..1024"),
+                          (["--seed", "-1"], "must be in 0.."),
+                          (["--runs", "0"], "must be in 1..10000"),
+                          (["--dpi", "0"], "must be in 10..1200")):
+        with pytest.raises(SystemExit) as exited:
+            main(["--out", str(out), *flag])
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and flag[0] in err and message in err, (flag, err)
+    assert not out.exists()
