@@ -14,6 +14,7 @@ are checked end to end, reading the service's Prometheus registry to see its Tri
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import threading
@@ -107,6 +108,54 @@ def test_bytes_that_are_not_the_message_are_invalid_argument(target: str, method
                            type(good)(position=_pos("h8")) if method != "InferSequence"
                            else search_pb2.InferSequenceRequest(black=[_point("h8")]),
                            timeout=10)[0] == grpc.StatusCode.UNAVAILABLE
+
+
+def test_search_trees_are_admitted_by_the_memory_they_may_take() -> None:
+    """A 20-byte GenMove of 100,000 visits (or one bounded by time alone, with no visit cap
+    at all) could build a gigabyte of tree, and the searches allowed at once several: now each
+    reserves its tree's bound, and one that does not fit is RESOURCE_EXHAUSTED at once."""
+    from services.search.servicer import VISIT_BYTES_PER_POINT
+    from tests.evaluators import HungEvaluator, UniformEvaluator
+
+    per_visit = VISIT_BYTES_PER_POINT * 225
+    # room for one 100,000-visit Gomoku tree, not two
+    mb = -(-100_000 * per_visit // (1 << 20))
+    hung = HungEvaluator()
+    service = build_service(hung, port=0, search_memory_mb=mb).start()
+    target = f"127.0.0.1:{service.port}"
+    try:
+        with SearchClient(target) as client:
+            def time_bounded() -> None:  # ends UNAVAILABLE at its deadline (Triton hangs)
+                with contextlib.suppress(grpc.RpcError):
+                    client.genmove(["h8"], max_time_ms=60_000, timeout=5)
+
+            held = threading.Thread(target=time_bounded)
+            held.start()  # bounded by time alone: it reserves 100,000 visits' tree
+            waited = time.monotonic()
+            while service.servicer.search_memory.reserved == 0:
+                assert time.monotonic() - waited < 4, "the search never started"
+                time.sleep(0.01)
+            assert service.servicer.search_memory.reserved == 100_000 * per_visit
+            with pytest.raises(grpc.RpcError) as info:
+                client.genmove(["h8", "h9"], max_visits=100_000, timeout=10)
+            assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "--search-memory-mb" in info.value.details()
+            with pytest.raises(grpc.RpcError) as info:
+                list(client.analyze(["h8", "h9"], max_visits=50_000, timeout=10))
+            assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            held.join(30)
+            assert not held.is_alive()
+            assert service.servicer.search_memory.reserved == 0  # released when it ended
+    finally:
+        hung.release.set()
+        service.stop()
+    # what fits runs: small searches side by side, and a time-bounded one stops at its cap
+    service = build_service(UniformEvaluator(), port=0, search_memory_mb=mb).start()
+    try:
+        with SearchClient(f"127.0.0.1:{service.port}") as client:
+            assert client.genmove(["h8"], max_visits=300, timeout=30).total_visits >= 300
+    finally:
+        service.stop()
 
 
 def test_a_hung_triton_is_unavailable_within_each_deadline() -> None:

@@ -104,6 +104,11 @@ SEARCH_SHARE_OF_WORKERS = 0.5
 logger = logging.getLogger(__name__)
 
 
+# the search trees' memory: about 5 time-bounded 19x19 searches (1.4 GB each at most), or
+# thousands of 800-visit ones
+DEFAULT_SEARCH_MEMORY_MB = 8192
+
+
 def default_max_searches(max_workers: int) -> int:
     """The search limit for `max_workers` RPC threads: half of them, at least 1."""
     return max(1, int(max_workers * SEARCH_SHARE_OF_WORKERS))
@@ -137,6 +142,11 @@ class ServiceConfig:
     max_batch_boards: int = settings.setting(
         DEFAULT_MAX_BOARDS, "boards per Triton call at most (the model's max_batch_size)",
         minimum=1)
+    search_memory_mb: int = settings.setting(
+        DEFAULT_SEARCH_MEMORY_MB, "memory the trees of the GenMove/Analyze searches running at "
+        "once may hold together, in MB; each reserves its visit limit (100,000 for a search "
+        "bounded by time alone) times an estimate per visit, and one that does not fit gets "
+        "RESOURCE_EXHAUSTED (0: no limit)", minimum=0, maximum=1 << 30)
     tree_cache_entries: int = settings.setting(
         DEFAULT_MAX_ENTRIES, "searched trees kept for reuse (0: no tree reuse)", minimum=0)
     tree_cache_visits: int = settings.setting(
@@ -243,6 +253,7 @@ def build_service(
         metrics=metrics,
         max_searches=c.max_searches if c.max_searches is not None
         else default_max_searches(max_workers),
+        search_memory_bytes=c.search_memory_mb << 20 if c.search_memory_mb else None,
     )
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="movepred-rpc"),

@@ -8,6 +8,8 @@ field, even while Triton is down). Error mapping:
 * `SearchLimitExceeded` (`max_searches` GenMove/Analyze/InferSequence already running)
   -> RESOURCE_EXHAUSTED
   at once, never queued: a waiting search would hold an RPC thread that health and Predict need
+* `SearchMemoryExceeded` (the running searches' trees would pass `search_memory_bytes`:
+  `SearchMemory`) -> RESOURCE_EXHAUSTED saying what it needs and what is held
 * `InvalidRequest` (and a finished game)          -> INVALID_ARGUMENT "<field>: <message>"
 * bytes that are not the request message (invalid UTF-8 in a string; `decoding`)
   -> INVALID_ARGUMENT "request: not a valid <Method> request: ..."
@@ -147,6 +149,52 @@ class SearchLimitExceeded(RuntimeError):
         self.limit = limit
 
 
+class SearchMemoryExceeded(RuntimeError):
+    """The running searches' trees hold so much of `search_memory_bytes` that this one's might
+    not fit."""
+
+
+# bytes a search tree holds per visit and policy point (one node a visit, arrays over its
+# candidates): measured with tracemalloc at 27 (Gomoku) and 35-36 (Go 9x9, 19x19), rounded up
+VISIT_BYTES_PER_POINT = 40
+
+
+class SearchMemory:
+    """Admission by memory: each search reserves what its tree may grow to (its visit cap
+    times `VISIT_BYTES_PER_POINT` times the game's policy points) while it runs; one that
+    would take the reserved total past `limit_bytes` is refused at once. Without it a 20-byte
+    GenMove (19x19, 100,000 visits) could build a tree of over a gigabyte, and the searches
+    allowed at once could take the machine's memory together."""
+
+    def __init__(self, limit_bytes: int | None) -> None:
+        self.limit_bytes = limit_bytes  # None: no limit
+        self.reserved = 0
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def tree_bytes(state: State, visits: int) -> int:
+        return visits * VISIT_BYTES_PER_POINT * mcts.policy_size(state)
+
+    @contextlib.contextmanager
+    def reserve(self, state: State, visits: int) -> Iterator[None]:
+        need = self.tree_bytes(state, visits)
+        with self._lock:
+            limit = self.limit_bytes
+            if limit is not None and self.reserved + need > limit:
+                mb = 1 << 20
+                raise SearchMemoryExceeded(
+                    f"this search may need {need / mb:.0f} MB of tree ({visits} visits on "
+                    f"{mcts.policy_size(state)} points), and the searches running now hold "
+                    f"{self.reserved / mb:.0f} MB of the server's {limit / mb:.0f} MB "
+                    "(--search-memory-mb): ask fewer visits or retry later")
+            self.reserved += need
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.reserved -= need
+
+
 @dataclass
 class Call:
     """What the servicer learnt about one RPC while handling it, for its log line."""
@@ -172,7 +220,7 @@ def nonfinite_model(exc: BaseException) -> str | None:
 
 def _status(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
     """The gRPC status for a known failure (None: unexpected, let gRPC report UNKNOWN)."""
-    if isinstance(exc, SearchLimitExceeded):
+    if isinstance(exc, (SearchLimitExceeded, SearchMemoryExceeded)):
         return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
     if isinstance(exc, validation.RequestTooLarge):
         return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
@@ -206,6 +254,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         tree_cache: TreeCache | None = None,
         metrics: Metrics | None = None,
         max_searches: int | None = None,
+        search_memory_bytes: int | None = None,
     ) -> None:
         """`evaluator`: the policy of the default game (Gomoku), or a mapping from registered
         game names to their policies (every game the server serves); `go_evaluator`: Go's
@@ -213,7 +262,10 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
 
         `max_searches`: GenMove/Analyze searches run at once, at most (more are refused
         with RESOURCE_EXHAUSTED at once, never queued: a queued search would hold an RPC
-        thread that health checks and Predict need); None: no limit."""
+        thread that health checks and Predict need); None: no limit.
+
+        `search_memory_bytes`: what the trees of the GenMove/Analyze searches running at once
+        may hold together (`SearchMemory`); None: no limit."""
         if max_searches is not None and max_searches < 1:
             raise ValueError(f"max_searches must be >= 1 (or None), got {max_searches}")
         self.max_searches = max_searches
@@ -232,6 +284,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             for name, e in self.evaluators.items()
         }
         self.trees = tree_cache if tree_cache is not None else TreeCache()
+        self.search_memory = SearchMemory(search_memory_bytes)
 
     def close(self) -> None:
         """Stop the batching threads (after the server has stopped)."""
@@ -449,13 +502,13 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         state, budget = validation.genmove_request(request)
         k = validation.max_candidates(request.max_candidates, points=mcts.policy_size(state))
         batcher = self.batcher_for(state)
-        with self._search_slot():
+        with self._search_slot(), self.search_memory.reserve(state, budget.visit_cap):
             end, deadline = search_end(budget.max_time_ms, context.time_remaining())
             reuse = not request.disable_tree_reuse
             search = self._new_search(state, reuse)
             try:
                 with batcher.participant(deadline):
-                    search.run(budget.max_visits, end, lambda: not context.is_active(), deadline)
+                    search.run(budget.visit_cap, end, lambda: not context.is_active(), deadline)
             finally:
                 if search.model_version:
                     call.served_by(search.model_name, search.model_version)
@@ -471,7 +524,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
     ) -> Iterator[search_pb2.AnalyzeResponse]:
         a = validation.analyze_request(request)
         self.batcher_for(a.state)  # an unserved game: INVALID_ARGUMENT, not a search slot
-        with self._search_slot():
+        with self._search_slot(), self.search_memory.reserve(a.state, a.budget.visit_cap):
             yield from self._analysis(a, request, context, call)
 
     def _analysis(
@@ -496,14 +549,15 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             search.start()
         call.served_by(search.model_name, search.model_version)
         next_report = (search.total_visits // every + 1) * every
-        batches = search.batches(a.budget.max_visits, end, should_stop, deadline)
+        cap = a.budget.visit_cap
+        batches = search.batches(cap, end, should_stop, deadline)
         while True:
             # registered with the batcher only while searching, never while a report is sent;
             # the report at the end of the budget is the final one, sent below
             report = None
             with batcher.participant(deadline):
                 for total in batches:
-                    if total >= next_report and not total >= a.budget.max_visits > 0:
+                    if total >= next_report and not total >= cap:
                         next_report = (total // every + 1) * every
                         report = analyze_response(a.state, search, a.candidates, final=False)
                         break

@@ -79,6 +79,12 @@ class Budget:
     max_visits: int
     max_time_ms: int
 
+    @property
+    def visit_cap(self) -> int:
+        """The visits the search stops at: `max_visits`, or MAX_VISITS for a search bounded by
+        time alone (its tree, and the memory it holds, is bounded like any other)."""
+        return self.max_visits or MAX_VISITS
+
 
 def game_of(position: search_pb2.Position, field: str = "position") -> Game:
     """The registered game `position` names (`game_name`, else `game`; neither: Gomoku)."""
