@@ -27,7 +27,8 @@ How a run goes:
 2. positions whose id is already in `out/summary.csv` as answered (an order, or the service's
    INVALID_ARGUMENT) for the same request (stones and budget: its `request` column) are not
    run again: a run stopped half way is resumed by running it again, and a rerun with other
-   moves, budget or seed runs every position anew;
+   moves, budget or seed runs every position anew (as does a summary written before rows
+   named their request);
 3. one `infer-position` task per position, at most `concurrency` at a time. A call the
    service answers UNAVAILABLE (Triton or the service down), RESOURCE_EXHAUSTED (every search
    slot busy) or DEADLINE_EXCEEDED is retried after a delay; INVALID_ARGUMENT (stones no game
@@ -310,7 +311,13 @@ def _csv_text(rows: Sequence[dict], header: bool) -> str:
 
 
 def append_row(path: Path, row: dict) -> None:
-    """Append one finished position at once, so a run stopped later keeps it."""
+    """Append one finished position at once, so a run stopped later keeps it (a summary with
+    other columns, an older version's, is first rewritten with these, its rows kept)."""
+    if path.is_file() and path.stat().st_size:
+        with path.open(newline="", encoding="utf-8") as f:
+            columns = next(csv.reader(f), [])
+        if tuple(columns) != COLUMNS:
+            atomic_write_text(_csv_text(list(read_summary(path).values()), header=True), path)
     header = not path.is_file() or path.stat().st_size == 0
     with path.open("a", newline="", encoding="utf-8") as f:
         f.write(_csv_text([row], header))

@@ -164,7 +164,8 @@ class BatchingEvaluator:
                 if request.transient:
                     self._transient -= 1
                 self._cv.notify_all()  # the batch being gathered may now be complete
-        where = "in the queue behind another call" if queued else "in a call under way"
+        where = ("in the queue behind another call" if queued
+                 else "its boards taken into a call that has not answered")
         raise EvaluatorTimeout(f"no answer from the policy network within the request's "
                                f"deadline ({waited_s:.2f} s waited {where})")
 

@@ -101,7 +101,7 @@ class EvaluatorError(RuntimeError):
 
 class EvaluatorTimeout(EvaluatorError):
     """No answer came before the caller's deadline (the batcher's wait gave up): the network
-    is hung or overloaded; the caller answers UNAVAILABLE in time, and frees its thread."""
+    is hung or overloaded; the caller ends DEADLINE_EXCEEDED at once and frees its thread."""
 
 
 class NonFiniteOutputError(EvaluatorError):

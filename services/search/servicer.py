@@ -14,9 +14,10 @@ field, even while Triton is down). Error mapping:
 * bytes that are not the request message (invalid UTF-8 in a string; `decoding`)
   -> INVALID_ARGUMENT "request: not a valid <Method> request: ..."
 * `TritonUnavailableError` (refused, down, late)  -> UNAVAILABLE "Triton is unreachable: ..."
-* `EvaluatorTimeout` (no answer before the request's deadline less the reply's margin: a
-  hung or overloaded Triton, the call queued behind another) -> UNAVAILABLE "Triton is hung
-  or overloaded: ...", in time for the client, its thread and search slot freed
+* `EvaluatorTimeout` (the network gave no answer before the request's own deadline: a hung
+  or overloaded Triton, the call queued behind another; `wait_deadline`) -> DEADLINE_EXCEEDED
+  "no answer from the policy network ...", the thread and search slot freed at the deadline
+  instead of after the hung call
 * `NonFiniteOutputError` (NaN/Inf logits, or a non-finite value next to finite ones), or the
   same refused by policy_model.py inside Triton -> INTERNAL naming the model and version,
   counted in `movepred_nonfinite_outputs_total{model}`: a broken model's answer is never
@@ -100,6 +101,9 @@ CLIENT_CODES = frozenset({
 # does not start a batch that its recent batches say would end after that point.
 DEADLINE_MARGIN_FRACTION = 0.2
 DEADLINE_MARGIN_MAX_S = 0.5
+# what of the request's deadline a wait for the network leaves for the status (`wait_deadline`)
+REPLY_ALLOWANCE_FRACTION = 0.05
+REPLY_ALLOWANCE_MAX_S = 0.05
 
 
 State = mcts.State
@@ -135,6 +139,18 @@ def search_end(max_time_ms: int, time_remaining: float | None) -> tuple[float, f
         return end, None
     margin = min(DEADLINE_MARGIN_MAX_S, DEADLINE_MARGIN_FRACTION * time_remaining)
     return end, now + max(0.0, time_remaining - margin)
+
+
+def wait_deadline(time_remaining: float | None) -> float | None:
+    """The `time.monotonic()` instant a wait for the network gives up (None: no deadline): the
+    request's own deadline less `REPLY_ALLOWANCE_*` for the status to reach the client. Later
+    than `search_end`'s deadline on purpose: a batch that runs past the search's soft stop (the
+    root's first evaluation included) still finishes and is answered within the reply margin;
+    only a call that cannot be answered in time at all is given up, its thread freed."""
+    if time_remaining is None:
+        return None
+    allowance = min(REPLY_ALLOWANCE_MAX_S, REPLY_ALLOWANCE_FRACTION * time_remaining)
+    return time.monotonic() + max(0.0, time_remaining - allowance)
 
 
 class SearchLimitExceeded(RuntimeError):
@@ -231,7 +247,7 @@ def _status(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
     if isinstance(exc, TritonUnavailableError):
         return grpc.StatusCode.UNAVAILABLE, f"Triton is unreachable: {exc}"
     if isinstance(exc, mcts.EvaluatorTimeout):
-        return grpc.StatusCode.UNAVAILABLE, f"Triton is hung or overloaded: {exc}"
+        return grpc.StatusCode.DEADLINE_EXCEEDED, str(exc)
     if isinstance(exc, mcts.NonFiniteOutputError):
         return grpc.StatusCode.INTERNAL, f"policy network failed: {exc}"
     if isinstance(exc, (TritonRequestError, mcts.EvaluatorError)):
@@ -470,8 +486,8 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         states, k, batched = validation.predict_batch(request)
         batcher = self.batcher_for(states[0], "positions[0]" if batched else "position")
         boards = np.stack([mcts.network_input(s) for s in states]).astype(np.int8, copy=False)
-        _, deadline = search_end(0, time_remaining)  # an answer in time, or UNAVAILABLE
-        out = batcher.infer(boards, deadline)  # one Triton call: the batcher never splits one
+        # one Triton call (the batcher never splits a request), waited for until the deadline
+        out = batcher.infer(boards, wait_deadline(time_remaining))
         call.served_by(out.model_name, out.model_version)
         logits = np.asarray(out.logits, dtype=np.float32)
         points = mcts.policy_size(states[0])
@@ -503,11 +519,12 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         k = validation.max_candidates(request.max_candidates, points=mcts.policy_size(state))
         batcher = self.batcher_for(state)
         with self._search_slot(), self.search_memory.reserve(state, budget.visit_cap):
-            end, deadline = search_end(budget.max_time_ms, context.time_remaining())
+            remaining = context.time_remaining()
+            end, deadline = search_end(budget.max_time_ms, remaining)
             reuse = not request.disable_tree_reuse
             search = self._new_search(state, reuse)
             try:
-                with batcher.participant(deadline):
+                with batcher.participant(wait_deadline(remaining)):
                     search.run(budget.visit_cap, end, lambda: not context.is_active(), deadline)
             finally:
                 if search.model_version:
@@ -534,7 +551,9 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         context: grpc.ServicerContext,
         call: Call,
     ) -> Iterator[search_pb2.AnalyzeResponse]:
-        end, deadline = search_end(a.budget.max_time_ms, context.time_remaining())
+        remaining = context.time_remaining()
+        end, deadline = search_end(a.budget.max_time_ms, remaining)
+        waits_end = wait_deadline(remaining)
         stopped = threading.Event()
         context.add_callback(stopped.set)  # runs when the RPC ends, e.g. cancelled by the client
 
@@ -545,7 +564,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         search = self._new_search(a.state, reuse)
         batcher = self.batcher_for(a.state)
         every = a.report_every
-        with batcher.participant(deadline):
+        with batcher.participant(waits_end):
             search.start()
         call.served_by(search.model_name, search.model_version)
         next_report = (search.total_visits // every + 1) * every
@@ -555,7 +574,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             # registered with the batcher only while searching, never while a report is sent;
             # the report at the end of the budget is the final one, sent below
             report = None
-            with batcher.participant(deadline):
+            with batcher.participant(waits_end):
                 for total in batches:
                     if total >= next_report and not total >= cap:
                         next_report = (total // every + 1) * every
@@ -578,12 +597,13 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         with top_level_fields("request."):
             batcher = self.batcher_for(job.problem.start, "request")
         with self._search_slot():
-            end, deadline = search_end(job.max_time_ms, context.time_remaining())
+            remaining = context.time_remaining()
+            end, deadline = search_end(job.max_time_ms, remaining)
             watched = WatchedEvaluator(batcher)
             stop = StopWhen(end if deadline is None else min(end, deadline),
                             lambda: not context.is_active())
             try:
-                with batcher.participant(deadline):
+                with batcher.participant(wait_deadline(remaining)):
                     inferred = run_inference(job.problem, job.params, watched,
                                              batcher.max_boards, stop)
             finally:

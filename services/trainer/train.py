@@ -195,8 +195,8 @@ def save_checkpoint(path: Path, model, optimizer, scheduler, config: TrainConfig
 
 # what torch.load and the restores raise on a file that is not a whole checkpoint of ours: cut
 # short (EOFError, RuntimeError from the zip reader), other bytes, missing keys, wrong types
-_DAMAGED = (EOFError, RuntimeError, OSError, ValueError, KeyError, TypeError, AttributeError,
-            IndexError)
+# (an OSError is the file system's, not the file's: reported without "start over")
+_DAMAGED = (EOFError, RuntimeError, ValueError, KeyError, TypeError, AttributeError, IndexError)
 
 
 def load_checkpoint(path: Path, model, optimizer, scheduler, config: TrainConfig):
@@ -209,6 +209,8 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, config: TrainConfig
     except pickle.UnpicklingError as exc:
         raise CheckpointError(f"{path}: not a plain trainer checkpoint (refused to unpickle "
                               f"anything but tensors and plain values): {exc}") from exc
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read the checkpoint ({exc})") from exc
     except _DAMAGED as exc:
         raise CheckpointError(f"{path}: damaged checkpoint ({type(exc).__name__}: "
                               f"{str(exc)[:200]}); {START_OVER}") from exc
