@@ -16,6 +16,12 @@ Scenarios (``--only`` takes their names, comma-separated):
   NOT_SERVING, then Triton restarted on the same ports: time from its readiness to the first OK
   Predict and to SERVING; 0 wrong answers (every OK answer's policy equals the policy computed in
   this process from the TorchScript file of the version the answer names).
+* ``triton-hang``: SIGSTOP Triton (a hung server: its port still accepts, nothing answers) under
+  Predict load and GenMove calls, then SIGCONT: the longest call during the hang against its
+  deadline (goal: no call outlives its deadline by more than 0.5 s, none is refused for want of
+  a search slot), time until health says NOT_SERVING, and from the resume to the first OK
+  Predict and to SERVING; 0 wrong answers. A call's length is the client's; the service's own
+  wait for the hung call ends at each request's deadline too (`servicer.wait_deadline`).
 * ``service-kill``: SIGKILL the search service while clients call it, restart it on the same
   port after an outage: time from its readiness to each client's first OK call (goal <= 1 s).
 * ``rollout``: rollout of a new version and rollback under Predict load: 0 failed requests.
@@ -92,8 +98,8 @@ SERVICE_NAME = "movepred.v1.SearchService"
 SIZE = 15
 DOC_BEGIN = "<!-- faults:begin -->"
 DOC_END = "<!-- faults:end -->"
-SCENARIOS = ("triton-kill", "service-kill", "rollout", "corrupt", "publish-disk-full",
-             "ingest-kill", "soak")
+SCENARIOS = ("triton-kill", "triton-hang", "service-kill", "rollout", "corrupt",
+             "publish-disk-full", "ingest-kill", "soak")
 POLICY_ATOL = 1e-4  # float32 policy from the service vs float64 reference here
 CORRUPT_KINDS = ("truncated", "nan", "wrong-shape", "not-torchscript", "garbage")
 
@@ -443,6 +449,11 @@ class Stack:
         assert self.triton is not None and self.triton.pid is not None
         os.kill(self.triton.pid, signal.SIGKILL)
 
+    def signal_triton(self, sig: int) -> None:
+        """Send `sig` to the tritonserver process only (SIGSTOP: it hangs, SIGCONT: it goes on)."""
+        assert self.triton is not None and self.triton.pid is not None
+        os.kill(self.triton.pid, sig)
+
     def stop_triton(self) -> None:
         if self.triton is not None:
             self.triton.stop(grace_s=5)
@@ -646,6 +657,75 @@ class Suite:
         add_delay(out, "Triton ready -> first OK Predict", first_ok, ready, 1.0)
         add_delay(out, "Triton ready -> health SERVING", serving, ready, 1.0)
         out.add("requests (by code)", codes_text(calls))
+        out.add("wrong answers", f"{len(wrong)} of {sum(c.code == 'OK' for c in calls)} OK",
+                "0", not wrong, f"wrong answers: {wrong[0].wrong if wrong else ''}")
+
+    # ---- SIGSTOP Triton: hung, not dead
+    def triton_hang(self, out: Outcome) -> None:
+        self.ensure_up()
+        steady = 2.0 if self.quick else 4.0
+        hang = 4.0 if self.quick else 10.0
+        deadline_s = 2.0
+        searches: list[Call] = []
+        stop = threading.Event()
+
+        def genmoves() -> None:  # a search client alongside the Predict load
+            with SearchClient(self.stack.target) as client:
+                while not stop.is_set():
+                    sent = time.monotonic()
+                    try:
+                        client.genmove(["h8"], max_visits=64, timeout=deadline_s,
+                                       reuse_tree=False)  # every search asks Triton
+                        code = "OK"
+                    except grpc.RpcError as exc:
+                        code = exc.code().name
+                    searches.append(Call(sent, time.monotonic(), code))
+                    stop.wait(0.05)
+
+        searcher = threading.Thread(target=genmoves, daemon=True, name="faults-genmove")
+        with HealthWatch(self.stack.target) as health, \
+                PredictLoad(self.stack.target, self.reference, self.threads(),
+                            timeout_s=deadline_s) as load:
+            searcher.start()
+            time.sleep(steady)
+            stopped = time.monotonic()
+            self.stack.signal_triton(signal.SIGSTOP)
+            try:
+                time.sleep(hang)
+            finally:
+                resumed = time.monotonic()
+                self.stack.signal_triton(signal.SIGCONT)
+            until = resumed + (10 if self.quick else 20)
+            while time.monotonic() < until:
+                ok_after = [c for c in load.snapshot() if c.code == "OK" and c.sent >= resumed]
+                if ok_after and health.first("SERVING", resumed) is not None:
+                    break
+                time.sleep(0.05)
+            time.sleep(1.0)
+            stop.set()
+            load.stop()
+            searcher.join(deadline_s + 5)
+            calls = load.snapshot()
+        during = [c for c in [*calls, *searches] if stopped <= c.sent < resumed]
+        longest = max((c.done - c.sent for c in during), default=None)
+        out.add("hang", f"{hang:.0f} s (SIGSTOP, then SIGCONT); calls' deadline "
+                        f"{deadline_s:.0f} s")
+        out.add("longest call sent during the hang", seconds_text(longest),
+                f"<= {deadline_s + 0.5:g} s", within(longest, deadline_s + 0.5),
+                f"a call sent during the hang took {seconds_text(longest)}, past its "
+                f"{deadline_s:g} s deadline")
+        add_delay(out, "time to health NOT_SERVING", health.first("NOT_SERVING", stopped),
+                  stopped, 2.0)
+        add_delay(out, "resumed -> first OK Predict",
+                  min((c.done for c in calls if c.code == "OK" and c.sent >= resumed),
+                      default=None), resumed, 1.0)
+        add_delay(out, "resumed -> health SERVING", health.first("SERVING", resumed), resumed,
+                  1.0)
+        out.add("Predicts (by code)", codes_text(calls))
+        refused = [c for c in searches if c.code == "RESOURCE_EXHAUSTED"]
+        out.add("GenMoves (by code)", codes_text(searches), "no RESOURCE_EXHAUSTED",
+                not refused, f"{len(refused)} GenMove(s) found no free search slot")
+        wrong = [c for c in calls if c.code == "OK" and c.wrong]
         out.add("wrong answers", f"{len(wrong)} of {sum(c.code == 'OK' for c in calls)} OK",
                 "0", not wrong, f"wrong answers: {wrong[0].wrong if wrong else ''}")
 
@@ -1128,6 +1208,7 @@ def run_suite(names: list[str], quick: bool, soak_seconds: float, root: Path
             wait_ok(stack.target, reference, 60)
         runners: dict[str, Callable[[Outcome], None]] = {
             "triton-kill": suite.triton_kill,
+            "triton-hang": suite.triton_hang,
             "service-kill": suite.service_kill,
             "rollout": suite.rollout_rollback,
             "corrupt": suite.corrupt,

@@ -140,6 +140,23 @@ def test_publish_disk_full_scenario_end_to_end(tmp_path: Path) -> None:
     assert "publish" in names and "left in the model folder" in names
 
 
+def test_triton_hang_scenario_end_to_end(tmp_path: Path) -> None:
+    """A hung Triton (SIGSTOP): calls sent during the hang end DEADLINE_EXCEEDED, health goes
+    NOT_SERVING and back, and no answer is wrong. Its timing goals are the benchmark's to
+    judge on a quiet machine, not this test's."""
+    from tests.triton_fixtures import require_tritonserver
+
+    require_tritonserver()
+    (outcome,) = faults.run_suite(["triton-hang"], quick=True, soak_seconds=1, root=tmp_path)
+    figures = {f.name: f for f in outcome.figures}
+    assert "DEADLINE_EXCEEDED" in figures["Predicts (by code)"].value, figures
+    assert figures["time to health NOT_SERVING"].value != "never", figures
+    assert figures["resumed -> health SERVING"].value != "never", figures
+    assert figures["resumed -> first OK Predict"].value != "never", figures
+    assert figures["wrong answers"].passed, figures["wrong answers"]
+    assert figures["GenMoves (by code)"].passed, figures["GenMoves (by code)"]
+
+
 def test_soak_spans_split_cpu_between_the_suite_and_other_processes() -> None:
     samples = [faults.Sample(t, 70.0, service, machine, suite) for t, service, machine, suite in
                ((0.0, 1.0, 100.0, 10.0), (30.0, 4.0, 160.0, 40.0), (60.0, 7.0, 250.0, 70.0))]
