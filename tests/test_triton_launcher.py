@@ -373,3 +373,42 @@ def test_orphan_of_a_killed_launcher_is_named_and_can_be_replaced(
         if orphan_pgid is not None:  # normally stopped by the replacing launcher already
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(orphan_pgid, signal.SIGKILL)
+
+
+def test_a_start_waits_for_a_rollout_under_way_before_reading_its_record(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The launcher read rollout.json and loaded while a rollout held the model's lock: it
+    could load what the rollout was about to refuse or replace. Now it waits for the lock, and
+    serves what the record says once the rollout is done."""
+    import logging
+
+    from services.triton.rollout_state import rollout_lock
+
+    require_tritonserver()
+    repository = make_repository(tmp_path)
+    _publish_tiny(repository, tmp_path / "ts", [0, 1])
+    _write_record(repository, current=1, previous=None)
+    server = TritonServer(repository, models=[MODEL_NAME], log_path=tmp_path / "triton.log")
+    started = threading.Event()
+    errors: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            server.start()
+        except BaseException as exc:  # reported by the assertions below
+            errors.append(exc)
+        started.set()
+
+    caplog.set_level(logging.INFO, logger="services.triton.server")
+    try:
+        with rollout_lock(repository, MODEL_NAME, 5.0):  # a rollout of v2 under way
+            threading.Thread(target=start, daemon=True).start()
+            _wait_for(lambda: "waiting for the rollout under way" in caplog.text, 120,
+                      "the launcher to wait for the rollout lock")
+            assert not started.is_set()  # nothing loaded while the lock is held
+            _write_record(repository, current=2, previous=1)  # the rollout's record
+        assert started.wait(120) and not errors, errors
+        assert server.served == {MODEL_NAME: 2}  # the record as the rollout left it
+        assert _ready_versions(server, MODEL_NAME) == ["2"]
+    finally:
+        server.stop()

@@ -307,6 +307,19 @@ def _refused_versions(history: list[dict[str, Any]]) -> set[int]:
     return refused
 
 
+def _lock_is_free(repository: Path, model: str) -> bool:
+    """Whether nobody holds `model`'s rollout lock just now (for the log line only)."""
+    from services.triton.rollout_state import rollout_lock
+
+    try:
+        with rollout_lock(repository, model, 0.0):
+            return True
+    except TimeoutError:
+        return False
+    except OSError:  # no lock file can be made (a read-only repository): nobody holds one
+        return True
+
+
 def version_candidates(repository: Path, model: str) -> list[tuple[int, str]]:
     """The versions of `model` to try, best first, each with why it is a candidate.
 
@@ -800,6 +813,28 @@ class TritonServer:
 
     def _load_model(self, model: str, deadline: float
                     ) -> tuple[int | None, list[SkippedVersion], bool]:
+        """`_load_model_locked` under the model's rollout lock: a rollout under way (its smoke
+        test, its switch, its record) finishes before the record is read, so the launcher
+        never loads what a rollout is about to refuse or to replace. A lock still held at the
+        start-up deadline (a stuck rollout) is logged, and the model loaded without it."""
+        from services.triton.rollout_state import rollout_lock
+
+        if not (self.repository / model).is_dir():
+            return self._load_model_locked(model, deadline)
+        if not _lock_is_free(self.repository, model):
+            log.info("%s: waiting for the rollout under way to finish", model)
+        with contextlib.ExitStack() as held:
+            try:
+                held.enter_context(rollout_lock(self.repository, model,
+                                                max(deadline - time.monotonic(), 1.0)))
+            except TimeoutError as exc:
+                log.warning("%s: %s; loading what its record says now", model, exc)
+            except OSError as exc:  # a read-only repository: no rollout can run there either
+                log.debug("%s: no rollout lock (%s)", model, exc)
+            return self._load_model_locked(model, deadline)
+
+    def _load_model_locked(self, model: str, deadline: float
+                           ) -> tuple[int | None, list[SkippedVersion], bool]:
         """(version now serving or None, what was skipped, whether Triton refused a version
         whose files checked out) for one model."""
         skipped: list[SkippedVersion] = []
