@@ -21,7 +21,7 @@ import fcntl
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 # folder fsync errors that mean "not supported here", not "failed"
@@ -95,16 +95,19 @@ def atomic_write_text(text: str, path: Path) -> None:
 
 
 @contextlib.contextmanager
-def locked(path: Path, timeout_s: float | None = None, holder: str = "another process"
-           ) -> Iterator[None]:
+def locked(path: Path, timeout_s: float | None = None, holder: str = "another process",
+           on_wait: Callable[[], None] | None = None) -> Iterator[None]:
     """Hold an exclusive `flock` on `path` for the block: a folder is locked itself, any
     other path is a lock file, created if missing. Waits for the lock without limit when
-    `timeout_s` is None, else raises TimeoutError naming `holder` after that many seconds.
+    `timeout_s` is None, else raises TimeoutError naming `holder` after that many seconds;
+    `on_wait` is called once when the lock is not free at once (e.g. to log the wait).
     The lock goes with the file descriptor: a killed holder releases it."""
     path = Path(path)
     flags = os.O_RDONLY | os.O_DIRECTORY if path.is_dir() else os.O_RDWR | os.O_CREAT
     fd = os.open(path, flags, 0o644)
     try:
+        if on_wait is not None and not _flock_now(fd):
+            on_wait()
         if timeout_s is None:
             fcntl.flock(fd, fcntl.LOCK_EX)
         else:
@@ -114,15 +117,20 @@ def locked(path: Path, timeout_s: float | None = None, holder: str = "another pr
         os.close(fd)  # releases the lock
 
 
+def _flock_now(fd: int) -> bool:
+    """Take the lock if it is free (True), else False without waiting."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EAGAIN, errno.EACCES):
+            raise
+        return False
+    return True
+
+
 def _flock_within(fd: int, path: Path, timeout_s: float, holder: str) -> None:
     deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                raise
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"{holder} holds {path} (waited {timeout_s:.0f} s)") from exc
+    while not _flock_now(fd):
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"{holder} holds {path} (waited {timeout_s:.0f} s)")
         time.sleep(_LOCK_POLL_S)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -86,12 +86,14 @@ def describe_event(event: dict[str, Any]) -> str:
 
 
 @contextlib.contextmanager
-def rollout_lock(repository: Path, model_name: str, timeout_s: float) -> Iterator[None]:
+def rollout_lock(repository: Path, model_name: str, timeout_s: float,
+                 on_wait: Callable[[], None] | None = None) -> Iterator[None]:
     """Hold the model's rollout lock (``<repo>/<model>/.rollout.lock``) for the block;
-    TimeoutError after `timeout_s` while another rollout of the model holds it."""
+    TimeoutError after `timeout_s` while another rollout of the model holds it (`on_wait`:
+    called once when it is not free at once)."""
     model_dir = Path(repository) / model_name
     if not model_dir.is_dir():
         raise FileNotFoundError(f"model folder {model_dir} does not exist")
     with atomic_files.locked(model_dir / LOCK_FILE, timeout_s,
-                             holder=f"another rollout of {model_name}"):
+                             holder=f"another rollout of {model_name}", on_wait=on_wait):
         yield

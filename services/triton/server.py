@@ -307,19 +307,6 @@ def _refused_versions(history: list[dict[str, Any]]) -> set[int]:
     return refused
 
 
-def _lock_is_free(repository: Path, model: str) -> bool:
-    """Whether nobody holds `model`'s rollout lock just now (for the log line only)."""
-    from services.triton.rollout_state import rollout_lock
-
-    try:
-        with rollout_lock(repository, model, 0.0):
-            return True
-    except TimeoutError:
-        return False
-    except OSError:  # no lock file can be made (a read-only repository): nobody holds one
-        return True
-
-
 def version_candidates(repository: Path, model: str) -> list[tuple[int, str]]:
     """The versions of `model` to try, best first, each with why it is a candidate.
 
@@ -821,12 +808,12 @@ class TritonServer:
 
         if not (self.repository / model).is_dir():
             return self._load_model_locked(model, deadline)
-        if not _lock_is_free(self.repository, model):
-            log.info("%s: waiting for the rollout under way to finish", model)
         with contextlib.ExitStack() as held:
             try:
-                held.enter_context(rollout_lock(self.repository, model,
-                                                max(deadline - time.monotonic(), 1.0)))
+                held.enter_context(rollout_lock(
+                    self.repository, model, max(deadline - time.monotonic(), 1.0),
+                    on_wait=lambda: log.info("%s: waiting for the rollout under way to finish",
+                                             model)))
             except TimeoutError as exc:
                 log.warning("%s: %s; loading what its record says now", model, exc)
             except OSError as exc:  # a read-only repository: no rollout can run there either
