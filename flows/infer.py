@@ -294,11 +294,18 @@ def request_key(position: InferPosition, budget: dict) -> str:
 
 
 def read_summary(path: Path) -> dict[str, dict[str, str]]:
-    """The rows of a summary.csv by position id (the last row of an id wins); {} when none."""
+    """The rows of a summary.csv by position id (the last row of an id wins); {} when none.
+    A summary with other columns (an older version's) is rewritten with `COLUMNS`, its rows
+    kept, so the rows appended after it line up with its header."""
     if not path.is_file():
         return {}
     with path.open(newline="", encoding="utf-8") as f:
-        return {row["position_id"]: row for row in csv.DictReader(f)}
+        reader = csv.DictReader(f)
+        rows = {row["position_id"]: row for row in reader}
+        columns = tuple(reader.fieldnames or ())
+    if rows and columns != COLUMNS:
+        atomic_write_text(_csv_text(list(rows.values()), header=True), path)
+    return rows
 
 
 def _csv_text(rows: Sequence[dict], header: bool) -> str:
@@ -311,13 +318,8 @@ def _csv_text(rows: Sequence[dict], header: bool) -> str:
 
 
 def append_row(path: Path, row: dict) -> None:
-    """Append one finished position at once, so a run stopped later keeps it (a summary with
-    other columns, an older version's, is first rewritten with these, its rows kept)."""
-    if path.is_file() and path.stat().st_size:
-        with path.open(newline="", encoding="utf-8") as f:
-            columns = next(csv.reader(f), [])
-        if tuple(columns) != COLUMNS:
-            atomic_write_text(_csv_text(list(read_summary(path).values()), header=True), path)
+    """Append one finished position at once, so a run stopped later keeps it (after
+    `read_summary`, which gives the file these columns)."""
     header = not path.is_file() or path.stat().st_size == 0
     with path.open("a", newline="", encoding="utf-8") as f:
         f.write(_csv_text([row], header))

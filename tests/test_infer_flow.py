@@ -181,13 +181,15 @@ def test_a_row_answers_only_its_own_request() -> None:
 def test_a_summary_of_older_columns_is_rewritten_before_a_row_is_appended(tmp_path: Path) -> None:
     """A summary.csv without the request column got rows of 17 fields under its 16-column
     header: csv read the extra one under the key None, so those rows never counted as
-    answered and ran again on every resume."""
+    answered and ran again on every resume. The flow reads the summary (and gives it today's
+    columns) before it appends."""
     from flows.infer import COLUMNS, append_row, read_summary
 
     old_columns = [c for c in COLUMNS if c != "request"]
     summary = tmp_path / SUMMARY
     summary.write_text(",".join(old_columns) + "\n" + "old:0,old,gomoku,15,10,ok"
                        + "," * (len(old_columns) - 6) + "\n", encoding="utf-8")
+    assert set(read_summary(summary)) == {"old:0"}  # what the flow does first
     append_row(summary, {"position_id": "new:0", "status": "ok", "request": "abc"})
     rows = read_summary(summary)
     assert summary.read_text(encoding="utf-8").splitlines()[0] == ",".join(COLUMNS)
