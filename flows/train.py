@@ -60,6 +60,7 @@ from services import logs, settings
 from services.dataset.loader import dataset_game
 from services.dataset.shards import GAME_SPLIT, read_manifest, read_split
 from services.games.registry import default_game, get_game, registered_games
+from services.models.configs import spec
 from services.models.export import export_torchscript
 from services.settings import DEFAULT_DATASET, DEFAULT_REPOSITORY, DEFAULT_RUN_DIR
 from services.trainer import gate
@@ -322,8 +323,8 @@ def train_flow(
     """
     logger = get_run_logger()
     check_dataset(dataset_dir)
-    game, _ = dataset_game(dataset_dir, "train")
     config = check_run(dataset_dir, config or TrainConfig())  # before the task (no retry)
+    game = spec(config.model).game  # the dataset's: check_run matched them
     model, device = config.model, config.device
     model_name = model_name or MODEL_NAMES[game]
     out_dir = Path(run_dir)

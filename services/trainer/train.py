@@ -212,8 +212,7 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, config: TrainConfig
     except OSError as exc:
         raise CheckpointError(f"{path}: cannot read the checkpoint ({exc})") from exc
     except _DAMAGED as exc:
-        raise CheckpointError(f"{path}: damaged checkpoint ({type(exc).__name__}: "
-                              f"{str(exc)[:200]}); {START_OVER}") from exc
+        raise _damaged(path, exc) from exc
     try:
         saved_model = ckpt["config"]["model"]
     except _DAMAGED as exc:
@@ -234,9 +233,13 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, config: TrainConfig
         torch.set_rng_state(ckpt["torch_rng"])
         state, history = dict(ckpt["state"]), list(ckpt["history"])
     except _DAMAGED as exc:
-        raise CheckpointError(f"{path}: damaged checkpoint ({type(exc).__name__}: "
-                              f"{str(exc)[:200]}); {START_OVER}") from exc
+        raise _damaged(path, exc) from exc
     return state, history
+
+
+def _damaged(path: Path, exc: BaseException) -> CheckpointError:
+    return CheckpointError(f"{path}: damaged checkpoint ({type(exc).__name__}: "
+                           f"{str(exc)[:200]}); {START_OVER}")
 
 
 def value_loss(value: torch.Tensor, results: torch.Tensor) -> torch.Tensor:
