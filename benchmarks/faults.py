@@ -581,6 +581,26 @@ def codes_text(calls: list[Call]) -> str:
     return ", ".join(f"{k} {v}" for k, v in counts.most_common())
 
 
+def wait_recovered(load: PredictLoad, health: HealthWatch, since: float, within_s: float
+                   ) -> None:
+    """Wait (at most `within_s`) for an OK Predict sent after `since` and health SERVING after
+    it, then one more second of load."""
+    until = since + within_s
+    while time.monotonic() < until:
+        ok_after = [c for c in load.snapshot() if c.code == "OK" and c.sent >= since]
+        if ok_after and health.first("SERVING", since) is not None:
+            break
+        time.sleep(0.05)
+    time.sleep(1.0)
+
+
+def add_wrong_answers(out: Outcome, calls: list[Call]) -> None:
+    """The judged row of wrong answers among the OK Predicts."""
+    wrong = [c for c in calls if c.code == "OK" and c.wrong]
+    out.add("wrong answers", f"{len(wrong)} of {sum(c.code == 'OK' for c in calls)} OK",
+            "0", not wrong, f"wrong answers: {wrong[0].wrong if wrong else ''}")
+
+
 # ----------------------------------------------------------------------------- scenarios
 @dataclass
 class Suite:
@@ -630,14 +650,7 @@ class Suite:
             t_start = time.monotonic()
             startup = self.stack.start_triton()
             ready = time.monotonic()
-            deadline = ready + (10 if self.quick else 20)
-            while time.monotonic() < deadline:
-                calls = load.snapshot()
-                ok_after = [c for c in calls if c.code == "OK" and c.sent >= ready]
-                if ok_after and health.first("SERVING", ready) is not None:
-                    break
-                time.sleep(0.05)
-            time.sleep(1.0)
+            wait_recovered(load, health, ready, 10 if self.quick else 20)
             load.stop()
             calls = load.snapshot()
         unavailable = min((c.done for c in calls if c.code == "UNAVAILABLE" and c.done >= killed),
@@ -646,7 +659,6 @@ class Suite:
         first_ok = min((c.done for c in calls if c.code == "OK" and c.sent >= ready),
                        default=None)
         serving = health.first("SERVING", ready)
-        wrong = [c for c in calls if c.code == "OK" and c.wrong]
         out.add("health SERVING before the kill", "yes" if healthy_before else "no", "yes",
                 healthy_before)
         add_delay(out, "time to first UNAVAILABLE", unavailable, killed, 2.0)
@@ -657,8 +669,7 @@ class Suite:
         add_delay(out, "Triton ready -> first OK Predict", first_ok, ready, 1.0)
         add_delay(out, "Triton ready -> health SERVING", serving, ready, 1.0)
         out.add("requests (by code)", codes_text(calls))
-        out.add("wrong answers", f"{len(wrong)} of {sum(c.code == 'OK' for c in calls)} OK",
-                "0", not wrong, f"wrong answers: {wrong[0].wrong if wrong else ''}")
+        add_wrong_answers(out, calls)
 
     # ---- SIGSTOP Triton: hung, not dead
     def triton_hang(self, out: Outcome) -> None:
@@ -695,13 +706,7 @@ class Suite:
             finally:
                 resumed = time.monotonic()
                 self.stack.signal_triton(signal.SIGCONT)
-            until = resumed + (10 if self.quick else 20)
-            while time.monotonic() < until:
-                ok_after = [c for c in load.snapshot() if c.code == "OK" and c.sent >= resumed]
-                if ok_after and health.first("SERVING", resumed) is not None:
-                    break
-                time.sleep(0.05)
-            time.sleep(1.0)
+            wait_recovered(load, health, resumed, 10 if self.quick else 20)
             stop.set()
             load.stop()
             searcher.join(deadline_s + 5)
@@ -725,9 +730,7 @@ class Suite:
         refused = [c for c in searches if c.code == "RESOURCE_EXHAUSTED"]
         out.add("GenMoves (by code)", codes_text(searches), "no RESOURCE_EXHAUSTED",
                 not refused, f"{len(refused)} GenMove(s) found no free search slot")
-        wrong = [c for c in calls if c.code == "OK" and c.wrong]
-        out.add("wrong answers", f"{len(wrong)} of {sum(c.code == 'OK' for c in calls)} OK",
-                "0", not wrong, f"wrong answers: {wrong[0].wrong if wrong else ''}")
+        add_wrong_answers(out, calls)
 
     # ---- SIGKILL the search service
     def service_kill(self, out: Outcome) -> None:
