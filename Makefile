@@ -1,7 +1,6 @@
 # movepred: the README's two commands are `make demo` and `make test`.
 VENV   := .venv
 PY     := $(VENV)/bin/python
-export PREFECT_HOME ?= $(CURDIR)/.prefect
 
 TRITON_GRPC_PORT ?= 8001
 TRITON_HTTP_PORT ?= 8000
@@ -44,12 +43,13 @@ ingest: setup     ## run the ingest flow: make ingest SOURCES="a.rif b.rif" [DAS
 	    $(if $(filter local,$(DASK)),--dask,$(if $(DASK),--dask-address $(DASK)))
 
 schedule: setup   ## serve the ingest flow on CRON (default nightly 03:00 UTC), foreground
-	PREFECT_API_URL=$${PREFECT_API_URL:-http://127.0.0.1:$(PREFECT_PORT)/api} \
+	PREFECT_API_URL="$$($(PY) -c 'import flows, sys; print(flows.configured_api_url() or sys.argv[1])' \
+	    http://127.0.0.1:$(PREFECT_PORT)/api)" \
 	    $(PY) -m services.processes exec --name schedules -- \
 	    $(PY) -m flows.schedules $(SOURCES) $(if $(CRON),--cron "$(CRON)") \
 	    $(if $(DASK),--dask-address $(DASK))
 
-prefect-server: setup  ## Prefect API + UI on http://127.0.0.1:$(PREFECT_PORT), state in .prefect/, foreground
+prefect-server: setup  ## Prefect API + UI on http://127.0.0.1:$(PREFECT_PORT), state in Prefect's home (~/.prefect), foreground
 	$(PY) -m services.processes exec --name prefect --port api=$(PREFECT_PORT) \
 	    --health http://127.0.0.1:$(PREFECT_PORT)/api/health -- \
 	    $(VENV)/bin/prefect server start --host 127.0.0.1 --port $(PREFECT_PORT)

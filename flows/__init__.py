@@ -7,8 +7,12 @@ Modules:
     schedules  the nightly `ingest` (and `train`) deployments, served until interrupted
 
 Prefect settings that make local runs quiet and robust are defaulted here, before Prefect is
-imported by any flow module: a project-local PREFECT_HOME, no telemetry, and a longer timeout
-for the ephemeral API server's first start (its database migration takes a while on 2 cores).
+imported by any flow module (no telemetry, a longer timeout for the ephemeral API server's first
+start, whose database migration takes a while on 2 cores, and the log levels below), each only
+where the caller set it neither in the environment nor in the active Prefect profile: importing
+the flows never changes the caller's Prefect. PREFECT_HOME is left alone, so the runs go to the
+API the user's profile names (a `prefect server`, Prefect Cloud) and, only when none is
+configured, to Prefect's temporary local server; `configure_logging` says which in one line.
 
 Logging: Prefect's level is INFO, so a flow's and its tasks' lines (``get_run_logger``) reach
 the run's log in the Prefect UI; the project's own loggers (``services.*``, ``flows.*``: the
@@ -22,32 +26,89 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import tomllib
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
-_ROOT = Path(__file__).resolve().parents[1]
-os.environ.setdefault("PREFECT_HOME", str(_ROOT / ".prefect"))
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO")
 RUN_LOGGERS = ("services", "flows")
-os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", ",".join(RUN_LOGGERS))
-# outside a flow run (the search service in the demo's process) those lines have no run to go
-# to: they are printed as usual, with no warning about it
-os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
-# the ephemeral API server's own access and start-up lines are not the run's: keep them quiet
-os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "WARNING")
+PREFECT_DEFAULTS = {
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+    "PREFECT_LOGGING_LEVEL": "INFO",
+    "PREFECT_LOGGING_EXTRA_LOGGERS": ",".join(RUN_LOGGERS),
+    # outside a flow run (the search service in the demo's process) those lines have no run to
+    # go to: they are printed as usual, with no warning about it
+    "PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW": "ignore",
+    # the ephemeral API server's own access and start-up lines are not the run's: keep them quiet
+    "PREFECT_SERVER_LOGGING_LEVEL": "WARNING",
+}
+
+
+def active_profile_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The settings of the caller's active Prefect profile, read as Prefect reads them (without
+    importing Prefect, whose settings are fixed on import): the profiles file
+    PREFECT_PROFILES_PATH, else PREFECT_HOME/profiles.toml (PREFECT_HOME defaults to
+    ~/.prefect); the profile PREFECT_PROFILE, else the file's ``active``. {} when there is no
+    such file or profile, or the file cannot be read (Prefect then uses its own defaults)."""
+    env = os.environ if environ is None else environ
+    home = Path(env.get("PREFECT_HOME") or "~/.prefect").expanduser()
+    path = Path(env.get("PREFECT_PROFILES_PATH") or home / "profiles.toml").expanduser()
+    try:
+        profiles = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return {}
+    name = env.get("PREFECT_PROFILE") or profiles.get("active")
+    table = profiles.get("profiles", {})
+    chosen = table.get(name) if isinstance(table, dict) and isinstance(name, str) else None
+    return {str(k): str(v) for k, v in chosen.items()} if isinstance(chosen, dict) else {}
+
+
+def apply_prefect_defaults(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
+    """Set each of `PREFECT_DEFAULTS` in `environ` (the process environment) that neither
+    `environ` nor the active profile sets; returns what it set."""
+    env = os.environ if environ is None else environ
+    profile = active_profile_settings(env)
+    chosen = {k: v for k, v in PREFECT_DEFAULTS.items() if k not in env and k not in profile}
+    env.update(chosen)
+    return chosen
+
+
+def configured_api_url(environ: Mapping[str, str] | None = None) -> str | None:
+    """The Prefect API the caller configured (PREFECT_API_URL in the environment, else in the
+    active profile), None when none is: then Prefect runs flows on a temporary local server."""
+    env = os.environ if environ is None else environ
+    return env.get("PREFECT_API_URL") or active_profile_settings(env).get("PREFECT_API_URL")
+
+
+def prefect_api_line() -> str:
+    """One line saying where this process's flow runs are recorded (Prefect's own settings)."""
+    from prefect.context import get_settings_context
+
+    context = get_settings_context()
+    url = context.settings.api.url
+    if url:
+        return f"Prefect API: {url} (profile {context.profile.name!r}); the runs are recorded there"
+    return (f"Prefect API: none configured (profile {context.profile.name!r} and the environment "
+            "name no PREFECT_API_URL); the runs go to a temporary local Prefect server with its "
+            f"state in {context.settings.home}")
+
+
+apply_prefect_defaults()
 # A flow run that no entry point configured (a deployment's run, a test, a notebook) leaves the
 # root logger at Prefect's WARNING: the project's loggers take Prefect's level themselves, so
 # their INFO lines still reach the run's log. `configure_logging` hands them back to the root.
 for _name in RUN_LOGGERS:
     if logging.getLogger(_name).level == logging.NOTSET:
-        logging.getLogger(_name).setLevel(os.environ["PREFECT_LOGGING_LEVEL"].upper())
+        logging.getLogger(_name).setLevel(
+            (os.environ.get("PREFECT_LOGGING_LEVEL")
+             or active_profile_settings().get("PREFECT_LOGGING_LEVEL") or "INFO").upper())
 
 
 def configure_logging(args: argparse.Namespace) -> None:
     """`services.logs.configure_from(args)` for a flow's command line, and Prefect's own
     console handler taken off the root logger, so each line is printed once, in one format
-    (the run's lines still go to the Prefect API through its API handlers)."""
+    (the run's lines still go to the Prefect API through its API handlers); then one line
+    saying which Prefect API the runs go to (`prefect_api_line`)."""
     from prefect.logging.handlers import PrefectConsoleHandler
 
     from services import logs
@@ -60,3 +121,4 @@ def configure_logging(args: argparse.Namespace) -> None:
     for handler in list(root.handlers):
         if isinstance(handler, PrefectConsoleHandler):
             root.removeHandler(handler)
+    logging.getLogger(__name__).info("%s", prefect_api_line())
