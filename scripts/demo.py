@@ -16,6 +16,7 @@ DEFAULT_THREADS: with one thread per core it collapsed 20x whenever another proc
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shutil
 import sys
 import time
@@ -37,6 +38,10 @@ from services.triton.server import TritonServer  # noqa: E402
 SAMPLE = ROOT / "data" / "sample" / "selfplay.rif"
 DEFAULT_WORK = ROOT / "runs" / "demo"
 MARKER = ".movepred-demo"  # in a --work folder the demo made, which a rerun may empty
+# The demo's network: 600 steps of 64 train a policy whose tactical answers lead the rollout's
+# smoke test by 3.5 logits or more on every float path measured (docs/testing.md), so the demo
+# serves on every machine, not only where a shorter run happened to scrape through.
+DEMO_TRAINING = TrainConfig(model="shao_f32_n2_v", max_steps=600, batch_size=64)
 
 
 def step(title: str) -> float:
@@ -50,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", default=str(DEFAULT_WORK),
                         help="the demo's folder, emptied first (another non-empty folder is "
                              "refused)")
-    parser.add_argument("--steps", type=int, default=600, help="training steps (batch 64)")
+    parser.add_argument("--steps", type=int, default=DEMO_TRAINING.max_steps,
+                        help=f"training steps (batch {DEMO_TRAINING.batch_size})")
     parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
                         help=f"torch threads for training (default {DEFAULT_THREADS})")
     logs.add_arguments(parser)
@@ -75,8 +81,8 @@ def main(argv: list[str] | None = None) -> int:
 
     t = step("2. train shao_f32_n2_v (policy + value head) and publish")
     out = train_flow(dataset_dir=str(work / "dataset"), repository=str(work / "model_repository"),
-                     config=TrainConfig(model="shao_f32_n2_v", max_steps=args.steps,
-                                        batch_size=64, num_threads=args.threads),
+                     config=dataclasses.replace(DEMO_TRAINING, max_steps=args.steps,
+                                                num_threads=args.threads),
                      run_dir=str(work / "train"))
     m = out["metrics"]
     print(f"published gomoku_policy version {out['version']}: validation top-1 "

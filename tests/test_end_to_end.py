@@ -22,6 +22,7 @@ from services.trainer.train import TrainConfig
 from services.triton.client import PolicyClient
 from services.triton.server import TritonServer
 from tests.conftest import SAMPLE_RIF
+from tests.training_recipes import SERVED_RECIPES
 
 S = 15
 STEPS = 120
@@ -152,13 +153,14 @@ def test_new_version_rolls_out_without_failed_requests(stack, search) -> None:
     thread.start()
     try:
         out = train_flow(dataset_dir=str(stack["dataset"]), repository=str(stack["repo"]),
-                         # 300 steps: the rollout's smoke test wants fives taken and fours
-                         # blocked, which 20 steps do not learn
-                         config=TrainConfig(max_steps=300, batch_size=64, seed=1),
+                         # a recipe that passes the rollout's smoke test (fives taken, fours
+                         # blocked) with margin on every float path (tests/training_recipes.py)
+                         config=SERVED_RECIPES["make demo"],
                          gate_tolerance=1.0,
                          run_dir=str(stack["work"] / "run2"),
                          triton_url=stack["triton"].grpc_url)
         assert out["version"] == 2
+        assert out["served"], out.get("rollout")
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and (not versions or versions[-1] != "2"):
             time.sleep(0.05)

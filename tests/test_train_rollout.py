@@ -1,9 +1,10 @@
 """The train flow publishes a version with its stored positions and rolls it out on a running
 Triton through the smoke test; a refusal is the flow's answer, not a traceback.
 
-The module trains the demo's network the demo's way (`scripts/demo.py`: shao_f32_n2_v, 600
-steps of 64 on the shipped sample) and checks that it passes every blocking smoke check, then
-trains a one-step network that the smoke test must refuse and quarantine while v1 keeps serving.
+The module trains the demo's network the demo's way (`scripts/demo.py`'s `DEMO_TRAINING`, a
+recipe `tests/test_training_recipes.py` checks to pass with margin on every float path) and
+checks that it passes every blocking smoke check, then trains a one-step network that the smoke
+test must refuse and quarantine while v1 keeps serving.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from services.triton.publisher import (
 from services.triton.rollout import read_state, rollout
 from services.triton.server import TritonServer
 from tests.conftest import SAMPLE_RIF
+from tests.training_recipes import SERVED_RECIPES
 from tests.triton_fixtures import MODEL_NAME, require_tritonserver
 
 pytestmark = [
@@ -33,21 +35,18 @@ pytestmark = [
     pytest.mark.filterwarnings(r"ignore:`torch\.jit\.\w+` is deprecated:DeprecationWarning"),
 ]
 
-DEMO_STEPS = 600  # scripts/demo.py's default
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory, prefect_harness) -> dict:
     from flows.ingest import ingest
     from flows.train import train_flow
-    from services.trainer.train import TrainConfig
 
     require_tritonserver()
     work = tmp_path_factory.mktemp("train-rollout")
     ingest(sources=[str(SAMPLE_RIF)], out_dir=str(work / "dataset"))
     out = train_flow(dataset_dir=str(work / "dataset"), repository=str(work / "repo"),
-                     config=TrainConfig(model="shao_f32_n2_v", max_steps=DEMO_STEPS,
-                                        batch_size=64, num_threads=1),
+                     config=SERVED_RECIPES["make demo"],
                      run_dir=str(work / "run1"))
     assert out["version"] == 1
     with TritonServer(work / "repo", log_path=work / "triton.log",

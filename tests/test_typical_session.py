@@ -2,10 +2,13 @@
 
 `make triton` (terminal 1), `make ingest && make train` (terminal 2), `make serve` (terminal 3),
 then `make genmove MOVES="h8 h9"`. The commands are the Make targets' own (`make -n` in the
-copy, with free ports and a small step count given as Make variables), run in a copy of the
-working tree that holds no dataset, no published version and no Prefect database, as a fresh
-clone after `make setup`. Also: the session's errors before their step has run are one line
-that names the command to run.
+copy, with free ports given as Make variables, and the README's training defaults), run in a
+copy of the working tree that holds no dataset, no published version and no Prefect database,
+as a fresh clone after `make setup`. The session runs twice: on torch's `default` kernels and on
+this machine's native ones (`ATEN_CPU_CAPABILITY`), since the kernels steer training and the
+trained network must pass the rollout's smoke test on either (`tests/training_recipes.py`: the
+defaults lead it by several logits on every float path). Also: the session's errors before their
+step has run are one line that names the command to run.
 """
 
 from __future__ import annotations
@@ -26,9 +29,10 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from tests.training_recipes import native_float_path
+
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
-STEPS = 400  # enough for the rollout's tactical smoke checks (150 steps are not)
 START_TIMEOUT_S = 240.0
 
 pytestmark = [
@@ -60,15 +64,17 @@ def fresh_copy(dest: Path) -> Path:
 class Session:
     """Make targets run in the copy, with this machine's ports and the test's interpreter."""
 
-    def __init__(self, repo: Path, tmp: Path) -> None:
+    def __init__(self, repo: Path, tmp: Path, float_path: str) -> None:
         self.repo, self.tmp = repo, tmp
         self.grpc_port, self.http_port, self.search_port = free_port(), free_port(), free_port()
         self.make_vars = [f"PY={PY}", f"TRITON_GRPC_PORT={self.grpc_port}",
                           f"TRITON_HTTP_PORT={self.http_port}",
-                          f"SEARCH_PORT={self.search_port}", f"STEPS={STEPS}", "VISITS=64"]
+                          f"SEARCH_PORT={self.search_port}", "VISITS=64"]
         env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-        # what the Makefile exports; one torch/OpenMP thread on this shared machine
-        self.env = {**env, "PREFECT_HOME": str(repo / ".prefect"), "OMP_NUM_THREADS": "1"}
+        # a Prefect home of the session's own (a user's ~/.prefect); one torch/OpenMP thread on
+        # this shared machine; the float path torch's kernels take
+        self.env = {**env, "PREFECT_HOME": str(tmp / "prefect-home"), "OMP_NUM_THREADS": "1",
+                    "ATEN_CPU_CAPABILITY": float_path}
         self.background: list[subprocess.Popen] = []
 
     def command(self, target: str, *extra: str) -> str:
@@ -146,10 +152,10 @@ def search_serving(port: int) -> bool:
     return reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
-@pytest.fixture(scope="module")
-def session(tmp_path_factory) -> Iterator[Session]:
+@pytest.fixture(scope="module", params=sorted({"default", native_float_path()}))
+def session(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[Session]:
     tmp = tmp_path_factory.mktemp("session")
-    s = Session(fresh_copy(tmp / "movepred"), tmp)
+    s = Session(fresh_copy(tmp / "movepred"), tmp, request.param)
     try:
         yield s
     finally:

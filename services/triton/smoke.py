@@ -261,22 +261,41 @@ def _empty_board_check(game: Game, top: int, centre_radius: int | None) -> Smoke
 
 def _tactics_check(client: PolicyClient, game: Game, model_name: str, version: int
                    ) -> tuple[SmokeCheck, np.ndarray | None]:
+    """`tactics_check` on the answers of `version` to the game's `tactical_positions` (also
+    returns the values Triton sent)."""
+    boards = np.stack([b for b, _ in game.tactical_positions().values()])
+    result = client.infer(boards, model_version=version, model_name=model_name)
+    return tactics_check(game, result.logits), result.values
+
+
+def tactical_margins(game: Game, logits: np.ndarray) -> dict[str, float]:
+    """Per tactical position, how far its best right answer's logit lies above the
+    `TACTICAL_TOP_K`-th best other legal point: > 0 exactly when the answer is among the
+    `TACTICAL_TOP_K` best (the check passes), and the size of the lead tells how far a network
+    is from failing it (a float path or a seed moves a logit by a fraction of one)."""
+    margins = {}
+    for (name, (board, answers)), row in zip(game.tactical_positions().items(), logits,
+                                             strict=True):
+        scores = np.where(board.reshape(-1) == 0, row.astype(np.float64), -np.inf)
+        others = np.sort(np.delete(scores, list(answers)))[::-1]
+        margins[name] = float(max(scores[a] for a in answers) - others[TACTICAL_TOP_K - 1])
+    return margins
+
+
+def tactics_check(game: Game, logits: np.ndarray) -> SmokeCheck:
     """Every answer of the game's `tactical_positions` among the raw policy's
-    `TACTICAL_TOP_K` best legal points (blocking); also returns the values Triton sent."""
+    `TACTICAL_TOP_K` best legal points (blocking), given the network's `logits` on them."""
     tactics = game.tactical_positions()
     size = game.default_size
 
     def _name(move: int) -> str:
         return game.move_name(move, size)
 
-    boards = np.stack([b for b, _ in tactics.values()])
-    result = client.infer(boards, model_version=version, model_name=model_name)
     k = TACTICAL_TOP_K
-    if not np.isfinite(result.logits).all():
-        return SmokeCheck("tactics", False, "non-finite logits on the tactical positions"), \
-            result.values
+    if not np.isfinite(logits).all():
+        return SmokeCheck("tactics", False, "non-finite logits on the tactical positions")
     ranks, misses = [], []
-    for (name, (board, answers)), row in zip(tactics.items(), result.logits, strict=True):
+    for (name, (board, answers)), row in zip(tactics.items(), logits, strict=True):
         legal = board.reshape(-1) == 0
         order = np.argsort(-np.where(legal, row.astype(np.float64), -np.inf), kind="stable")
         position = {int(p): r for r, p in enumerate(order, start=1)}
@@ -290,7 +309,7 @@ def _tactics_check(client: PolicyClient, game: Game, model_name: str, version: i
     else:
         detail = (f"all {len(tactics)} (take a five, block a four) answered within the top {k} "
                   f"(ranks {', '.join(str(r) for r in ranks)})")
-    return SmokeCheck("tactics", not misses, detail), result.values
+    return SmokeCheck("tactics", not misses, detail)
 
 
 def _stored_checks(

@@ -1,0 +1,93 @@
+"""The training recipes whose networks the suite serves, and how far each network stands from
+failing the rollout's tactical smoke check, on any of this machine's float paths.
+
+Why: a freshly trained network that must be served passes the smoke test (take a five, block a
+four among the policy's 5 best points) only if training went well enough, and training is
+chaotic: torch picks its CPU kernels by the processor (`ATEN_CPU_CAPABILITY`: default, avx2,
+avx512), and another kernel's rounding sends the run down another trajectory, as another seed
+would. A recipe that passes by a fraction of a logit on one machine fails on the next (400 steps
+of 32 did). So a test that needs a served network trains one of `SERVED_RECIPES`, each
+checked by `tests/test_training_recipes.py` under every float path this machine supports to
+lead the smoke test by `MARGIN_LOGITS` or more on every position.
+
+Run one check by hand (prints JSON):
+    ATEN_CPU_CAPABILITY=avx2 .venv/bin/python -m tests.training_recipes "make demo" DATASET
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from scripts.demo import DEMO_TRAINING
+from services.dataset.build import deduplicate, source_pairs
+from services.dataset.shards import SCHEMA_VERSION, SPLITS, atomic_write_json, write_split_shards
+from services.games.registry import get_game
+from services.records.rif import read_rif
+from services.trainer.train import TrainConfig, train
+from services.triton.smoke import tactical_margins, tactics_check
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE_RIF = ROOT / "data" / "sample" / "selfplay.rif"
+
+# The lead over the smoke test's limit every tactical answer keeps, in logits (e^2: the answer
+# is at least 7x as likely as the 5th-best other point). Measured on the sample, 6 seeds x the
+# three float paths of an AVX-512 machine (docs/testing.md): README defaults >= 5.5, demo
+# >= 3.5; 400 steps of 32 went down to 0.19 and failed on an AVX2 machine.
+MARGIN_LOGITS = 2.0
+
+SERVED_RECIPES: dict[str, TrainConfig] = {
+    # `make ingest && make train` as the README runs them: the trainer's defaults
+    "make train": TrainConfig(),
+    # scripts/demo.py (`make demo`), also the network of the train-rollout and end-to-end tests
+    "make demo": DEMO_TRAINING,
+}
+
+# x86 kernel levels in increasing order; torch accepts the lower-case names
+X86_FLOAT_PATHS = ("default", "avx2", "avx512")
+
+
+def native_float_path() -> str:
+    """The kernel level torch picks on this machine when nothing forces one."""
+    return torch.backends.cpu.get_cpu_capability().lower()
+
+
+def float_paths() -> list[str]:
+    """Every `ATEN_CPU_CAPABILITY` this machine can run, from `default` to its native one."""
+    native = native_float_path()
+    if native in X86_FLOAT_PATHS:
+        return list(X86_FLOAT_PATHS[:X86_FLOAT_PATHS.index(native) + 1])
+    return ["default"] if native == "default" else ["default", native]
+
+
+def write_sample_dataset(out: Path) -> Path:
+    """The shipped sample's shards and manifest (what `make ingest` writes), without Prefect."""
+    out.mkdir(parents=True, exist_ok=True)
+    result = source_pairs("sample", read_rif(SAMPLE_RIF))
+    files = write_split_shards(deduplicate([result.pairs]), out)
+    atomic_write_json({"schema_version": SCHEMA_VERSION, "files": files,
+                       "splits": {s: sum(f["rows"] for f in files if f["split"] == s)
+                                  for s in SPLITS}}, out / "manifest.json")
+    return out
+
+
+def margins_after_training(recipe: str, dataset: Path) -> dict:
+    """Train `SERVED_RECIPES[recipe]` on `dataset` as its command does and measure the network
+    on the game's tactical positions: the smoke test's verdict and each position's margin."""
+    result = train(dataset, SERVED_RECIPES[recipe], progress=False)
+    game = get_game("gomoku")
+    boards = np.stack([b for b, _ in game.tactical_positions().values()])
+    with torch.inference_mode():
+        out = result.model.eval()(torch.from_numpy(boards))
+    logits = (out[0] if isinstance(out, (tuple, list)) else out).numpy()
+    check = tactics_check(game, logits)
+    return {"recipe": recipe, "float_path": native_float_path(), "passed": check.passed,
+            "detail": check.detail, "margins": tactical_margins(game, logits)}
+
+
+if __name__ == "__main__":
+    print(json.dumps(margins_after_training(sys.argv[1], Path(sys.argv[2]))))
