@@ -13,7 +13,10 @@ words ("v7 replaced v6", "v8 refused (reason), v7 kept serving", "rolled back v8
 the model card of the version that serves (else the recorded one, else the newest published):
 model config, dataset manifest hash and rows, code commit, training recipe, metrics by split
 and stage, gate result, created time (`services.triton.model_card`; ``--json``: under
-``model_card``).
+``model_card``). It also says whether ``configs/serving.pbtxt``, what a stock Triton started
+with ``--model-config-name=serving`` loads (`services.triton.rollout_state`), is pinned to the
+recorded version of today's ``config.pbtxt``; ``--pin`` rewrites it so (after ``config.pbtxt``
+changed: a new stock config).
 """
 
 from __future__ import annotations
@@ -99,11 +102,23 @@ def cmd_serving(args: argparse.Namespace) -> int:
     from services.triton.client import PolicyClient, TritonError
     from services.triton.publisher import latest_version, list_versions, quarantined_versions
     from services.triton.rollout import current_version
-    from services.triton.rollout_state import describe_event, read_state
+    from services.triton.rollout_state import (
+        describe_event,
+        pinned_config_is_current,
+        pinned_config_path,
+        read_state,
+        rollout_lock,
+        write_pinned_config,
+    )
 
     try:
         state = read_state(args.repository, args.model_name)
-    except ValueError as exc:
+        if args.pin:
+            with rollout_lock(args.repository, args.model_name, timeout_s=300):
+                state = read_state(args.repository, args.model_name)
+                write_pinned_config(args.repository, args.model_name, state["current"])
+        pinned_current = pinned_config_is_current(args.repository, args.model_name)
+    except (ValueError, OSError, TimeoutError) as exc:
         print(f"error: {exc}")
         return EXIT_REFUSED
     unreachable = None
@@ -120,7 +135,7 @@ def cmd_serving(args: argparse.Namespace) -> int:
            "published": list_versions(args.repository, args.model_name),
            "quarantined": quarantined_versions(args.repository, args.model_name),
            "history": state["history"][-5:], "triton_error": unreachable,
-           "model_card": card}
+           "pinned_config_current": pinned_current, "model_card": card}
     if args.json:
         print(json.dumps(out, indent=2))
     else:
@@ -135,6 +150,11 @@ def cmd_serving(args: argparse.Namespace) -> int:
             print(f"warning: Triton serves {_named(serving, 'nothing')} but the record says "
                   f"v{state['current']}: `movepred rollout --triton-url {args.triton_url} "
                   f"--repository {args.repository} --version {state['current']}` restores it")
+        if not pinned_current:
+            print(f"warning: {pinned_config_path(args.repository, args.model_name)} is not "
+                  f"config.pbtxt pinned to the recorded version: a stock Triton restarted with "
+                  f"--model-config-name would load another; `movepred serving --repository "
+                  f"{args.repository} --model-name {args.model_name} --pin` rewrites it")
         if out["history"]:
             print("history (newest last):")
             for event in out["history"]:
@@ -179,4 +199,7 @@ def add_rollout_commands(subparsers: argparse._SubParsersAction) -> dict:
     _add_common(b)
     s = subparsers.add_parser("serving", help="the version Triton serves and the rollout record")
     _add_common(s)
+    s.add_argument("--pin", action="store_true",
+                   help="first rewrite configs/serving.pbtxt (what a stock Triton started with "
+                        "--model-config-name=serving loads) from config.pbtxt and the record")
     return {"rollout": cmd_rollout, "rollback": cmd_rollback, "serving": cmd_serving}

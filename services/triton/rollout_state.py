@@ -4,11 +4,19 @@ The record keeps the current and previous versions and a history of rollouts, ro
 refusals (`describe_event` words them); it is written atomically and is the truth about what
 serves: the launcher (`services.triton.server`) starts Triton pinned to its ``current``.
 Rollouts of one model are serialised with an ``flock`` on ``<repo>/<model>/.rollout.lock``.
+
+A stock Triton (deploy/: compose and Kubernetes) cannot read the record, so every write of the
+record also writes ``<repo>/<model>/configs/serving.pbtxt``: the model's ``config.pbtxt`` with
+its version policy replaced by ``specific [current]`` (`write_pinned_config`). Started with
+``--model-config-name=serving``, Triton loads that file instead of ``config.pbtxt`` (which it
+falls back to while nothing was rolled out), so a restart serves what the last rollout or
+rollback chose, not the newest folder.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -18,11 +26,14 @@ from typing import Any
 from services import atomic_files
 from services.triton.publisher import (
     DEFAULT_MODEL_NAME,
+    parse_config,
 )
 
 STATE_FILE = "rollout.json"
 LOCK_FILE = ".rollout.lock"
 HISTORY_LIMIT = 100
+# `tritonserver --model-config-name=serving` loads <model>/configs/serving.pbtxt when it exists
+PINNED_CONFIG_NAME = "serving"
 
 
 def state_path(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> Path:
@@ -48,6 +59,53 @@ def write_state(repository: Path, model_name: str, state: dict[str, Any]) -> Non
     state = {**state, "history": state["history"][-HISTORY_LIMIT:], "updated_at": now_text()}
     atomic_files.atomic_write_text(json.dumps(state, indent=2) + "\n",
                                    state_path(repository, model_name))
+    write_pinned_config(repository, model_name, state.get("current"))
+
+
+def pinned_config_path(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> Path:
+    return Path(repository) / model_name / "configs" / f"{PINNED_CONFIG_NAME}.pbtxt"
+
+
+def pinned_config_text(config: Path, version: int) -> str:
+    """`config` (a ``config.pbtxt``) with its version policy ``specific [version]``; the rest
+    as Triton parses it (comments are not kept: the header names the file they are in)."""
+    from google.protobuf import text_format
+
+    pinned = parse_config(config)
+    pinned.version_policy.Clear()
+    pinned.version_policy.specific.versions.append(int(version))
+    digest = hashlib.sha256(config.read_bytes()).hexdigest()
+    return (f"# {config.name} pinned to v{version}, the serving record's current version "
+            f"({STATE_FILE}), for tritonserver --model-config-name={PINNED_CONFIG_NAME}.\n"
+            f"# Written by every rollout and rollback: edit {config.name}, not this file "
+            "(a change reaches it at the next rollout or `movepred serving --pin`).\n"
+            f"# {config.name} sha256 {digest}\n" + text_format.MessageToString(pinned))
+
+
+def write_pinned_config(repository: Path, model_name: str, version: int | None) -> None:
+    """Keep ``configs/serving.pbtxt`` pinned to `version`; without a version (nothing serves)
+    or a ``config.pbtxt``, remove it, so Triton falls back to ``config.pbtxt``."""
+    path = pinned_config_path(repository, model_name)
+    config = Path(repository) / model_name / "config.pbtxt"
+    if version is None or not config.is_file():
+        path.unlink(missing_ok=True)
+        return
+    path.parent.mkdir(exist_ok=True)
+    atomic_files.atomic_write_text(pinned_config_text(config, version), path)
+
+
+def pinned_config_is_current(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> bool:
+    """Whether ``configs/serving.pbtxt`` is what `write_pinned_config` writes now from the
+    record and ``config.pbtxt`` (False after ``config.pbtxt`` changed, or the file was lost)."""
+    path = pinned_config_path(repository, model_name)
+    config = Path(repository) / model_name / "config.pbtxt"
+    current = read_state(repository, model_name)["current"]
+    if current is None or not config.is_file():
+        return not path.exists()
+    try:
+        return path.read_text() == pinned_config_text(config, current)
+    except (OSError, ValueError):
+        return False
 
 
 def now_text() -> str:
