@@ -12,7 +12,7 @@ start, whose database migration takes a while on 2 cores, and the log levels bel
 where the caller set it neither in the environment nor in the active Prefect profile: importing
 the flows never changes the caller's Prefect. PREFECT_HOME is left alone, so the runs go to the
 API the user's profile names (a `prefect server`, Prefect Cloud) and, only when none is
-configured, to Prefect's temporary local server; `configure_logging` says which in one line.
+configured, to Prefect's temporary local server; `announce_prefect_api` says which in one line.
 
 Logging: Prefect's level is INFO, so a flow's and its tasks' lines (``get_run_logger``) reach
 the run's log in the Prefect UI; the project's own loggers (``services.*``, ``flows.*``: the
@@ -107,8 +107,7 @@ for _name in RUN_LOGGERS:
 def configure_logging(args: argparse.Namespace) -> None:
     """`services.logs.configure_from(args)` for a flow's command line, and Prefect's own
     console handler taken off the root logger, so each line is printed once, in one format
-    (the run's lines still go to the Prefect API through its API handlers); then one line
-    saying which Prefect API the runs go to (`prefect_api_line`)."""
+    (the run's lines still go to the Prefect API through its API handlers)."""
     from prefect.logging.handlers import PrefectConsoleHandler
 
     from services import logs
@@ -121,4 +120,9 @@ def configure_logging(args: argparse.Namespace) -> None:
     for handler in list(root.handlers):
         if isinstance(handler, PrefectConsoleHandler):
             root.removeHandler(handler)
+
+
+def announce_prefect_api() -> None:
+    """Log `prefect_api_line`: an entry point calls it once its arguments are checked, just
+    before its flow runs (a refused command line stays one line)."""
     logging.getLogger(__name__).info("%s", prefect_api_line())

@@ -92,7 +92,7 @@ from prefect.artifacts import (
 from prefect.futures import as_completed
 from prefect.tasks import exponential_backoff
 
-from flows import configure_logging
+from flows import announce_prefect_api, configure_logging
 from services import logs
 from services.atomic_files import atomic_path, atomic_write_text
 from services.games.capture_game import MAX_SIZE as CAPTURE_MAX_SIZE
@@ -616,6 +616,7 @@ def main(argv: list[str] | None = None) -> dict:
     from flows.capture_train import capture_train_on as importable
 
     flow_ = importable(address=args.address, workers=args.workers)
+    announce_prefect_api()
     result = flow_(out_dir=args.out, networks=args.networks, sizes=args.sizes,
                    optimisers=args.optimisers, runs=args.runs, evaluations=args.evaluations,
                    games=args.games, seed=args.seed, lazy=args.lazy,

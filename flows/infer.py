@@ -70,7 +70,7 @@ from prefect.artifacts import (
 )
 from prefect.futures import PrefectFuture, as_completed
 
-from flows import configure_logging
+from flows import announce_prefect_api, configure_logging
 from services import logs
 from services.atomic_files import atomic_write_text
 from services.games.base import Game
@@ -588,6 +588,7 @@ def main(argv: list[str] | None = None) -> dict:
         "tls_client_key": args.tls_client_key, "tls_server_name": args.tls_server_name,
         "token_file": args.token_file, "token_env": args.token_env,
         "wait_for_ready": args.wait_for_ready}.items() if v}
+    announce_prefect_api()
     result = infer_flow(sources=args.sources, out=args.out, target=args.target,
                         moves=args.moves, game=args.game, iterations=args.iterations,
                         restarts=args.restarts, seed=args.seed, limit=args.limit,

@@ -52,7 +52,7 @@ from prefect.cache_policies import INPUTS
 from prefect.futures import as_completed
 from prefect.tasks import exponential_backoff
 
-from flows import configure_logging
+from flows import announce_prefect_api, configure_logging
 from services import logs
 from services.dataset.build import source_pairs
 from services.dataset.dedup import BuildSettings, build_shards
@@ -457,6 +457,7 @@ def main(argv: list[str] | None = None) -> dict:
     from flows.ingest import ingest_on as importable_ingest_on
 
     run = importable_ingest_on(dask_address=args.dask_address, dask_workers=workers)
+    announce_prefect_api()
     try:
         manifest = run(sources=args.sources or None, out_dir=args.out, work_dir=args.work,
                        progress=not args.no_progress, go_board_size=args.go_board_size or None)

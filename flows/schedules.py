@@ -39,7 +39,7 @@ from prefect import flow, serve
 from prefect.deployments.runner import RunnerDeployment
 from prefect.schedules import Cron
 
-from flows import configure_logging
+from flows import announce_prefect_api, configure_logging
 from flows.ingest import DEFAULT_OUT, DEFAULT_SOURCES, ingest, ingest_on
 from flows.train import train_flow
 from services import logs, settings
@@ -150,6 +150,7 @@ def main(argv: list[str] | None = None) -> None:
         deployments.append(importable_train(
             args.out, settings.from_args(TrainConfig, args, prefix=TRAIN_PREFIX),
             args.train_cron, args.timezone, args.repository, args.run_dir))
+    announce_prefect_api()
     serve(*deployments)
 
 

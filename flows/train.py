@@ -55,7 +55,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_image_artifact, create_markdown_artifact
 
-from flows import configure_logging
+from flows import announce_prefect_api, configure_logging
 from services import logs, settings
 from services.dataset.loader import dataset_game
 from services.dataset.shards import GAME_SPLIT, read_manifest, read_split
@@ -428,6 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     except (NoDatasetError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    announce_prefect_api()
     out = train_flow(config=config, **{name: getattr(args, name) for _, name, _ in FLOW_FLAGS})
     m = out["metrics"]
     summary = {k: out[k] for k in ("version", "published", "served", "gate", "exported")}

@@ -4,9 +4,11 @@ Before the search limit, 8 GenMoves of 8 s against `--max-workers 8` took every 
 2 s health check and a Predict timed out, so a liveness probe would have killed a busy pod.
 Now at most `--max-searches` searches run (the excess is refused with RESOURCE_EXHAUSTED at
 once, not queued) and the other threads stay free: with twice the limit of long GenMoves
-under way, health answers with p99 < 100 ms (measured over many calls, from another process
-than the server's, so the test's own threads do not compete for the server's GIL) and a Predict
-is answered.
+under way, every health check is answered while all of them still run, with p99 far inside a
+probe's timeout (measured over many calls, from another process than the server's, so the
+test's own threads do not compete for the server's GIL; p50 and p99 are printed), and a Predict
+is answered. The bound tells starvation (a check waiting for a search's thread waits seconds)
+from a slow machine, so it is a quarter of the probe's 2 s, not a speed target.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ MAX_WORKERS = 8  # the Kubernetes setting (deploy/k8s/search-deployment.yaml)
 MAX_SEARCHES = 4
 SEARCH_MS = 8000
 HEALTH_CALLS = 300
-HEALTH_P99_S = 0.100
+HEALTH_P99_S = 0.5  # a quarter of the 2 s probe timeout below: starvation, not speed
 OPENINGS = [["h8"], ["h8", "h9"], ["h8", "i9"], ["g7"], ["h8", "g9", "i7"], ["a1"], ["o15"],
             ["h8", "h7", "h6"]]
 

@@ -10,12 +10,13 @@ of 32 did). So a test that needs a served network trains one of `SERVED_RECIPES`
 checked by `tests/test_training_recipes.py` under every float path this machine supports to
 lead the smoke test by `MARGIN_LOGITS` or more on every position.
 
-Run one check by hand (prints JSON):
-    ATEN_CPU_CAPABILITY=avx2 .venv/bin/python -m tests.training_recipes "make demo" DATASET
+Run one check by hand (prints JSON; an optional seed replaces the recipe's own):
+    ATEN_CPU_CAPABILITY=avx2 .venv/bin/python -m tests.training_recipes "make demo" DATASET [SEED]
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -36,8 +37,8 @@ SAMPLE_RIF = ROOT / "data" / "sample" / "selfplay.rif"
 
 # The lead over the smoke test's limit every tactical answer keeps, in logits (e^2: the answer
 # is at least 7x as likely as the 5th-best other point). Measured on the sample, 6 seeds x the
-# three float paths of an AVX-512 machine (docs/testing.md): README defaults >= 5.5, demo
-# >= 3.5; 400 steps of 32 went down to 0.19 and failed on an AVX2 machine.
+# three float paths of an AVX-512 machine (docs/testing.md): README defaults >= 5.4, demo
+# >= 3.3; 400 steps of 32 went down to 0.19 and failed on an AVX2 machine.
 MARGIN_LOGITS = 2.0
 
 SERVED_RECIPES: dict[str, TrainConfig] = {
@@ -75,19 +76,25 @@ def write_sample_dataset(out: Path) -> Path:
     return out
 
 
-def margins_after_training(recipe: str, dataset: Path) -> dict:
-    """Train `SERVED_RECIPES[recipe]` on `dataset` as its command does and measure the network
-    on the game's tactical positions: the smoke test's verdict and each position's margin."""
-    result = train(dataset, SERVED_RECIPES[recipe], progress=False)
+def margins_after_training(recipe: str, dataset: Path, seed: int | None = None) -> dict:
+    """Train `SERVED_RECIPES[recipe]` on `dataset` as its command does (with `seed` instead of
+    its own, to see the spread over seeds) and measure the network on the game's tactical
+    positions: the smoke test's verdict and each position's margin."""
+    config = SERVED_RECIPES[recipe]
+    if seed is not None:
+        config = dataclasses.replace(config, seed=seed)
+    result = train(dataset, config, progress=False)
     game = get_game("gomoku")
     boards = np.stack([b for b, _ in game.tactical_positions().values()])
     with torch.inference_mode():
         out = result.model.eval()(torch.from_numpy(boards))
     logits = (out[0] if isinstance(out, (tuple, list)) else out).numpy()
     check = tactics_check(game, logits)
-    return {"recipe": recipe, "float_path": native_float_path(), "passed": check.passed,
+    return {"recipe": recipe, "seed": result.config.seed, "float_path": native_float_path(),
+            "passed": check.passed,
             "detail": check.detail, "margins": tactical_margins(game, logits)}
 
 
 if __name__ == "__main__":
-    print(json.dumps(margins_after_training(sys.argv[1], Path(sys.argv[2]))))
+    print(json.dumps(margins_after_training(sys.argv[1], Path(sys.argv[2]),
+                                            int(sys.argv[3]) if len(sys.argv) > 3 else None)))
