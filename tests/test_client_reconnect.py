@@ -21,11 +21,13 @@ from services.triton import client as triton_client
 from tests.evaluators import UniformEvaluator
 
 OUTAGE_S = 12.0  # default backoff: attempts at ~1, 2.6, 5.2, 9.3, 15.8 s -> ~4 s late
-RECONNECT_BOUND_S = 1.0
+# the longest backoff with its jitter (0.6 s) plus a loaded machine's connect and call, far
+# from the ~4 s that gRPC's default backoff leaves after such an outage
+RECONNECT_BOUND_S = 2.0
 
 
 @pytest.mark.integration  # a 12 s outage against gRPC's own reconnect timers
-def test_client_reconnects_within_a_second_after_a_long_outage() -> None:
+def test_client_reconnects_within_two_seconds_after_a_long_outage() -> None:
     service = build_service(UniformEvaluator()).start()
     port = service.port
     client = SearchClient(f"127.0.0.1:{port}", wait_for_ready=True)

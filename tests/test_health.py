@@ -36,7 +36,10 @@ SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 GOMOKU = game_service_name("gomoku")
 GO = game_service_name("go")
-RECOVERY_S = 1.0  # health must be SERVING again this soon after Triton / the model is back
+# health must be SERVING again this soon after Triton / the model is back: ten of the watcher's
+# 0.2 s polls, so a loaded machine's lag is not read as a missed recovery (without the watcher
+# health never came back; with gRPC's default backoff, seconds late)
+RECOVERY_S = 2.0
 
 
 def status(service: Service, name: str) -> int:
