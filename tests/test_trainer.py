@@ -10,8 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-from services.dataset.build import deduplicate, source_pairs
-from services.dataset.shards import SCHEMA_VERSION, SPLITS, atomic_write_json, write_split_shards
 from services.models.configs import build
 from services.models.export import ExportError, export_torchscript
 from services.models.shao import ShaoPolicyNet
@@ -21,17 +19,12 @@ from services.trainer.metrics import stage_labels, stage_of
 from services.trainer.train import CheckpointError, TrainConfig, train
 from services.triton.publisher import list_versions, publish
 from tests.conftest import SAMPLE_RIF
+from tests.training_recipes import write_dataset, write_sample_dataset
 
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("ds")
-    result = source_pairs("sample", read_rif(SAMPLE_RIF))
-    files = write_split_shards(deduplicate([result.pairs]), out)
-    atomic_write_json({"schema_version": SCHEMA_VERSION, "files": files,
-                       "splits": {s: sum(f["rows"] for f in files if f["split"] == s)
-                                  for s in SPLITS}}, out / "manifest.json")
-    return out
+    return write_sample_dataset(tmp_path_factory.mktemp("ds"))
 
 
 def small(**kw) -> TrainConfig:
@@ -103,14 +96,6 @@ def test_worker_fed_training_matches_in_process_and_resumes(dataset: Path,
         for a, b in zip(straight.model.state_dict().values(), other.model.state_dict().values(),
                         strict=True):
             assert torch.equal(a, b)
-
-
-def write_dataset(out: Path, records) -> Path:
-    files = write_split_shards(deduplicate([source_pairs("sample", records).pairs]), out)
-    atomic_write_json({"schema_version": SCHEMA_VERSION, "files": files,
-                       "splits": {s: sum(f["rows"] for f in files if f["split"] == s)
-                                  for s in SPLITS}}, out / "manifest.json")
-    return out
 
 
 @pytest.mark.integration  # trains a network for seconds: too heavy for the unit tier

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -65,15 +66,19 @@ def float_paths() -> list[str]:
     return ["default"] if native == "default" else ["default", native]
 
 
-def write_sample_dataset(out: Path) -> Path:
-    """The shipped sample's shards and manifest (what `make ingest` writes), without Prefect."""
+def write_dataset(out: Path, records: Iterable[object]) -> Path:
+    """Shards and manifest of `records` (what `make ingest` writes for them), without Prefect."""
     out.mkdir(parents=True, exist_ok=True)
-    result = source_pairs("sample", read_rif(SAMPLE_RIF))
-    files = write_split_shards(deduplicate([result.pairs]), out)
+    files = write_split_shards(deduplicate([source_pairs("sample", records).pairs]), out)
     atomic_write_json({"schema_version": SCHEMA_VERSION, "files": files,
                        "splits": {s: sum(f["rows"] for f in files if f["split"] == s)
                                   for s in SPLITS}}, out / "manifest.json")
     return out
+
+
+def write_sample_dataset(out: Path) -> Path:
+    """The shipped sample's dataset (`make ingest` with no sources)."""
+    return write_dataset(out, read_rif(SAMPLE_RIF))
 
 
 def margins_after_training(recipe: str, dataset: Path, seed: int | None = None) -> dict:
