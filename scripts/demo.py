@@ -39,7 +39,7 @@ SAMPLE = ROOT / "data" / "sample" / "selfplay.rif"
 DEFAULT_WORK = ROOT / "runs" / "demo"
 MARKER = ".movepred-demo"  # in a --work folder the demo made, which a rerun may empty
 # The demo's network: 600 steps of 64 train a policy whose tactical answers lead the rollout's
-# smoke test by 3.3 logits or more on every float path measured (docs/testing.md), so the demo
+# smoke test by 3.4 logits or more on every float path measured (docs/testing.md), so the demo
 # serves on every machine, not only where a shorter run happened to scrape through.
 DEMO_TRAINING = TrainConfig(model="shao_f32_n2_v", max_steps=600, batch_size=64)
 

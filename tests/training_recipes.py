@@ -38,8 +38,8 @@ SAMPLE_RIF = ROOT / "data" / "sample" / "selfplay.rif"
 
 # The lead over the smoke test's limit every tactical answer keeps, in logits (e^2: the answer
 # is at least 7x as likely as the 5th-best other point). Measured on the sample, 6 seeds x the
-# three float paths of an AVX-512 machine (docs/testing.md): README defaults >= 5.4, demo
-# >= 3.3; 400 steps of 32 went down to 0.19 and failed on an AVX2 machine.
+# three float paths of an AVX-512 machine (docs/testing.md): README defaults >= 5.7, demo
+# >= 3.4; 400 steps of 32 went down to 0.19 and failed on an AVX2 machine.
 MARGIN_LOGITS = 2.0
 
 SERVED_RECIPES: dict[str, TrainConfig] = {
