@@ -43,8 +43,8 @@ ingest: setup     ## run the ingest flow: make ingest SOURCES="a.rif b.rif" [DAS
 	    $(if $(filter local,$(DASK)),--dask,$(if $(DASK),--dask-address $(DASK)))
 
 schedule: setup   ## serve the ingest flow on CRON (default nightly 03:00 UTC), foreground
-	PREFECT_API_URL="$$($(PY) -c 'import flows, sys; print(flows.configured_api_url() or sys.argv[1])' \
-	    http://127.0.0.1:$(PREFECT_PORT)/api)" \
+	api="$$($(PY) -c 'import flows, sys; print(flows.configured_api_url() or sys.argv[1])' \
+	    http://127.0.0.1:$(PREFECT_PORT)/api)" && PREFECT_API_URL="$$api" \
 	    $(PY) -m services.processes exec --name schedules -- \
 	    $(PY) -m flows.schedules $(SOURCES) $(if $(CRON),--cron "$(CRON)") \
 	    $(if $(DASK),--dask-address $(DASK))

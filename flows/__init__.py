@@ -13,6 +13,9 @@ where the caller set it neither in the environment nor in the active Prefect pro
 the flows never changes the caller's Prefect. PREFECT_HOME is left alone, so the runs go to the
 API the user's profile names (a `prefect server`, Prefect Cloud) and, only when none is
 configured, to Prefect's temporary local server; `announce_prefect_api` says which in one line.
+(The defaults are environment variables, which Prefect ranks above a `.env`, `prefect.toml` or
+`[tool.prefect]` in the working directory: a setting the caller keeps there, and not in the
+environment or the profile, gives way to them. None of them names the API.)
 
 Logging: Prefect's level is INFO, so a flow's and its tasks' lines (``get_run_logger``) reach
 the run's log in the Prefect UI; the project's own loggers (``services.*``, ``flows.*``: the

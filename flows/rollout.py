@@ -21,6 +21,8 @@ from pathlib import Path
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 
+from flows import announce_prefect_api, configure_logging
+from services import logs
 from services.settings import DEFAULT_REPOSITORY
 from services.triton import DEFAULT_TRITON_URL
 from services.triton.client import PolicyClient, default_model_name
@@ -85,7 +87,10 @@ def main(argv: list[str] | None = None) -> None:
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--version", type=int, default=None)
     what.add_argument("--rollback", action="store_true")
+    logs.add_arguments(parser)
     args = parser.parse_args(argv)
+    configure_logging(args)
+    announce_prefect_api()
     if args.rollback:
         out = rollback_flow(triton_url=args.triton_url, repository=args.repository,
                             model_name=args.model_name)

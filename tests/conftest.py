@@ -6,14 +6,17 @@ use); tests build fixtures from ../shared at run time and skip clearly when it i
 
 from __future__ import annotations
 
+import atexit
 import csv
 import functools
 import importlib
 import inspect
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import types
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -22,8 +25,17 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-import flows  # noqa: F401  (sets Prefect defaults before anything imports Prefect)
-from services.games.coords import parse_point
+# The suite's Prefect is its own, never the developer's: a fresh Prefect home and no API or
+# profile of theirs (flows run on a temporary local server, or the session's test harness),
+# for every test and every process a test starts. Set before Prefect is first imported.
+for _variable in ("PREFECT_API_URL", "PREFECT_API_KEY", "PREFECT_PROFILE",
+                  "PREFECT_PROFILES_PATH"):
+    os.environ.pop(_variable, None)
+os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="movepred-tests-prefect-")
+atexit.register(shutil.rmtree, os.environ["PREFECT_HOME"], ignore_errors=True)
+
+import flows  # noqa: E402, F401  (sets Prefect defaults before anything imports Prefect)
+from services.games.coords import parse_point  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"

@@ -25,7 +25,7 @@ from services.triton.client import PolicyClient, TritonError
 from services.triton.publisher import parse_config, publish
 from services.triton.rollout import rollback, rollout
 from services.triton.rollout_state import (
-    PINNED_CONFIG_NAME,
+    PINNED_CONFIG_ENV,
     pinned_config_is_current,
     pinned_config_path,
     pinned_config_text,
@@ -42,6 +42,7 @@ from tests.test_deploy_configs import (
     flag_value,
     free_port,
     k8s_object,
+    load_yaml_docs,
     only_container,
 )
 from tests.triton_fixtures import build_tactical_policy, require_tritonserver
@@ -51,12 +52,21 @@ REPLACED = ("--model-repository", "--http-port", "--grpc-port", "--metrics-port"
             "--allow-metrics", "--metrics-config")
 
 
-def test_compose_and_kubernetes_start_triton_on_the_pinned_configs() -> None:
+PINNED = "serving"  # the --model-config-name the deploy starts Triton with
+
+
+def test_compose_and_kubernetes_start_triton_on_the_configs_their_rollouts_pin() -> None:
     triton = only_container(k8s_object("Deployment", "triton"))
     for argv in (compose()["services"]["triton"]["command"],
                  [*triton.get("command", []), *triton.get("args", [])]):
-        assert flag_value(argv, "--model-config-name") == PINNED_CONFIG_NAME
+        assert flag_value(argv, "--model-config-name") == PINNED
         assert flag_value(argv, "--model-control-mode") == "explicit"
+    # the jobs that roll versions out pin that name
+    assert compose()["services"]["jobs"]["environment"][PINNED_CONFIG_ENV] == PINNED
+    (job,) = load_yaml_docs(DEPLOY / "k8s" / "jobs" / "rollout-job.yaml")
+    rollout_job = job["spec"]["template"]["spec"]["containers"][0]
+    assert rollout_job["command"][:2] == ["movepred", "rollout"]
+    assert {e["name"]: e["value"] for e in rollout_job["env"]}[PINNED_CONFIG_ENV] == PINNED
     # compose's rollouts read the config Triton loads, so they pin the stock config
     jobs = {v["target"]: v for v in compose()["services"]["jobs"]["volumes"]}
     stock = jobs[f"/models/{MODEL_NAME}/config.pbtxt"]
@@ -64,7 +74,7 @@ def test_compose_and_kubernetes_start_triton_on_the_pinned_configs() -> None:
 
 
 def test_the_pinned_stock_config_differs_only_in_its_version_policy(tmp_path: Path) -> None:
-    pinned = text_format.Parse(pinned_config_text(STOCK_CONFIG, 7),
+    pinned = text_format.Parse(pinned_config_text(STOCK_CONFIG, 7, PINNED),
                                model_config_pb2.ModelConfig())
     assert list(pinned.version_policy.specific.versions) == [7]
     shipped = parse_config(STOCK_CONFIG)
@@ -73,27 +83,33 @@ def test_the_pinned_stock_config_differs_only_in_its_version_policy(tmp_path: Pa
     assert pinned == shipped
 
 
-def test_every_record_write_keeps_the_pinned_config(tmp_path: Path) -> None:
+def test_every_record_write_keeps_the_pinned_config(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     model = tmp_path / MODEL_NAME
     model.mkdir()
     (model / "config.pbtxt").write_text(STOCK_CONFIG.read_text())
     state = read_state(tmp_path, MODEL_NAME)
+    path = pinned_config_path(tmp_path, MODEL_NAME, PINNED)
+    write_state(tmp_path, MODEL_NAME, {**state, "current": 2})
+    assert not path.exists()  # no stock Triton named: nothing pinned (the launcher pins)
+    monkeypatch.setenv(PINNED_CONFIG_ENV, PINNED)
     write_state(tmp_path, MODEL_NAME, {**state, "current": 3, "previous": 2})
-    pinned = parse_config(pinned_config_path(tmp_path, MODEL_NAME))
-    assert list(pinned.version_policy.specific.versions) == [3]
-    assert pinned_config_is_current(tmp_path, MODEL_NAME)
-    # a new stock config (a changed ConfigMap): the pinned one is out of date until re-pinned
+    assert list(parse_config(path).version_policy.specific.versions) == [3]
+    assert pinned_config_is_current(tmp_path, MODEL_NAME, PINNED)
+    # a new stock config (a changed ConfigMap): the pin is out of date until re-pinned
     (model / "config.pbtxt").write_text(STOCK_CONFIG.read_text().replace(
         "max_queue_delay_microseconds: 100", "max_queue_delay_microseconds: 200"))
-    assert not pinned_config_is_current(tmp_path, MODEL_NAME)
-    write_pinned_config(tmp_path, MODEL_NAME, 3)
-    assert pinned_config_is_current(tmp_path, MODEL_NAME)
-    assert parse_config(pinned_config_path(tmp_path, MODEL_NAME)).dynamic_batching \
-        .max_queue_delay_microseconds == 200
-    # nothing serves: no pin, Triton falls back to config.pbtxt
+    assert not pinned_config_is_current(tmp_path, MODEL_NAME, PINNED)
+    write_pinned_config(tmp_path, MODEL_NAME, 3, PINNED)
+    assert pinned_config_is_current(tmp_path, MODEL_NAME, PINNED)
+    assert parse_config(path).dynamic_batching.max_queue_delay_microseconds == 200
+    # nothing serves now: the last pin stays (not the newest folder, maybe a refused version)
     write_state(tmp_path, MODEL_NAME, {**state, "current": None})
-    assert not pinned_config_path(tmp_path, MODEL_NAME).exists()
-    assert pinned_config_is_current(tmp_path, MODEL_NAME)
+    assert list(parse_config(path).version_policy.specific.versions) == [3]
+    # a pin that cannot be written is logged; the record is written all the same
+    (model / "config.pbtxt").write_text("not a config {")
+    write_state(tmp_path, MODEL_NAME, {**state, "current": 4})
+    assert read_state(tmp_path, MODEL_NAME)["current"] == 4
 
 
 def python_backend_variant(stock: Path) -> str:
@@ -170,8 +186,10 @@ class StockTriton:
 
 
 @pytest.mark.timeout(600)
-def test_a_restarted_stock_triton_serves_the_rolled_back_version(tmp_path: Path) -> None:
+def test_a_restarted_stock_triton_serves_the_rolled_back_version(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     require_tritonserver()
+    monkeypatch.setenv(PINNED_CONFIG_ENV, PINNED)  # as compose's jobs and the rollout Job
     repository = tmp_path / "models"
     (repository / MODEL_NAME).mkdir(parents=True)
     (repository / MODEL_NAME / "config.pbtxt").write_text(python_backend_variant(STOCK_CONFIG))
@@ -191,7 +209,7 @@ def test_a_restarted_stock_triton_serves_the_rolled_back_version(tmp_path: Path)
         triton.stop()  # the container restarts: the newest folder is v2, the record says v1
         triton.start()
         assert triton.served() == (["1"], "1")
-        pinned = parse_config(pinned_config_path(repository, MODEL_NAME))
+        pinned = parse_config(pinned_config_path(repository, MODEL_NAME, PINNED))
         assert list(pinned.version_policy.specific.versions) == [1]
     finally:
         triton.stop()

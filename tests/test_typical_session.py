@@ -5,10 +5,10 @@ then `make genmove MOVES="h8 h9"`. The commands are the Make targets' own (`make
 copy, with free ports given as Make variables, and the README's training defaults), run in a
 copy of the working tree that holds no dataset, no published version and no Prefect database,
 as a fresh clone after `make setup`. The session runs twice: on torch's `default` kernels and on
-this machine's native ones (`ATEN_CPU_CAPABILITY`), since the kernels steer training and the
-trained network must pass the rollout's smoke test on either (`tests/training_recipes.py`: the
-defaults lead it by several logits on every float path). Also: the session's errors before their
-step has run are one line that names the command to run.
+this machine's native ones (torch's, oneDNN's and MKL's instruction sets capped or not), since
+the kernels steer training and the trained network must pass the rollout's smoke test on either
+(`tests/training_recipes.py`: the defaults lead it by several logits on every float path).
+Also: the session's errors before their step has run are one line that names the command to run.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.training_recipes import native_float_path
+from tests.training_recipes import NATIVE, float_path_environment
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -73,8 +73,8 @@ class Session:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
         # a Prefect home of the session's own (a user's ~/.prefect); one torch/OpenMP thread on
         # this shared machine; the float path torch's kernels take
-        self.env = {**env, "PREFECT_HOME": str(tmp / "prefect-home"), "OMP_NUM_THREADS": "1",
-                    "ATEN_CPU_CAPABILITY": float_path}
+        self.env = {**float_path_environment(float_path, env),
+                    "PREFECT_HOME": str(tmp / "prefect-home"), "OMP_NUM_THREADS": "1"}
         self.background: list[subprocess.Popen] = []
 
     def command(self, target: str, *extra: str) -> str:
@@ -152,7 +152,7 @@ def search_serving(port: int) -> bool:
     return reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
-@pytest.fixture(scope="module", params=sorted({"default", native_float_path()}))
+@pytest.fixture(scope="module", params=["default", NATIVE])
 def session(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[Session]:
     tmp = tmp_path_factory.mktemp("session")
     s = Session(fresh_copy(tmp / "movepred"), tmp, request.param)

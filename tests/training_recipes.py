@@ -10,16 +10,19 @@ of 32 did). So a test that needs a served network trains one of `SERVED_RECIPES`
 checked by `tests/test_training_recipes.py` under every float path this machine supports to
 lead the smoke test by `MARGIN_LOGITS` or more on every position.
 
-Run one check by hand (prints JSON; an optional seed replaces the recipe's own):
-    ATEN_CPU_CAPABILITY=avx2 .venv/bin/python -m tests.training_recipes "make demo" DATASET [SEED]
+Run one check by hand (prints JSON; an optional seed replaces the recipe's own; the float path
+`default`, `avx2` or `native`, default native):
+    .venv/bin/python -m tests.training_recipes "make demo" DATASET [SEED [FLOAT_PATH]]
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -49,21 +52,50 @@ SERVED_RECIPES: dict[str, TrainConfig] = {
     "make demo": DEMO_TRAINING,
 }
 
-# x86 kernel levels in increasing order; torch accepts the lower-case names
-X86_FLOAT_PATHS = ("default", "avx2", "avx512")
+# A float path is the instruction-set level of all three libraries whose kernels training runs
+# on: torch's own (ATen), oneDNN's (convolutions) and MKL's (matrix products); each picks the
+# CPU's best unless capped, and each changes the trained network (seen here). The x86 levels
+# below a machine's own, lowest first; "native" caps nothing.
+CAPPED_FLOAT_PATHS: dict[str, dict[str, str]] = {
+    "default": {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41",
+                "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"},
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+             "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+}
+NATIVE = "native"
+FLOAT_PATH_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
 
 
-def native_float_path() -> str:
-    """The kernel level torch picks on this machine when nothing forces one."""
-    return torch.backends.cpu.get_cpu_capability().lower()
+def float_path_environment(path: str, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`base` (this process's environment) with the variables of float path `path` set, and
+    those of any other path removed."""
+    env = {k: v for k, v in (os.environ if base is None else base).items()
+           if k not in FLOAT_PATH_VARIABLES}
+    return {**env, **CAPPED_FLOAT_PATHS.get(path, {})}
+
+
+def native_aten_capability() -> str:
+    """torch's own kernel level on this machine when nothing caps it (asked in a process of
+    its own: this one may run capped)."""
+    run = subprocess.run([sys.executable, "-c", "import torch; print(torch.backends.cpu."
+                          "get_cpu_capability().lower())"], env=float_path_environment(NATIVE),
+                         capture_output=True, text=True, timeout=120, check=True)
+    return run.stdout.strip()
 
 
 def float_paths() -> list[str]:
-    """Every `ATEN_CPU_CAPABILITY` this machine can run, from `default` to its native one."""
-    native = native_float_path()
-    if native in X86_FLOAT_PATHS:
-        return list(X86_FLOAT_PATHS[:X86_FLOAT_PATHS.index(native) + 1])
-    return ["default"] if native == "default" else ["default", native]
+    """This machine's float paths: every capped level below its own, lowest first, then
+    `NATIVE`."""
+    native = native_aten_capability()
+    levels = list(CAPPED_FLOAT_PATHS)
+    below = levels[:levels.index(native)] if native in levels else (
+        ["default"] if native != "default" else [])
+    return [*below, NATIVE]
+
+
+def aten_capability() -> str:
+    """torch's own kernel level in this process."""
+    return torch.backends.cpu.get_cpu_capability().lower()
 
 
 def write_dataset(out: Path, records: Iterable[object]) -> Path:
@@ -95,11 +127,27 @@ def margins_after_training(recipe: str, dataset: Path, seed: int | None = None) 
         out = result.model.eval()(torch.from_numpy(boards))
     logits = (out[0] if isinstance(out, (tuple, list)) else out).numpy()
     check = tactics_check(game, logits)
-    return {"recipe": recipe, "seed": result.config.seed, "float_path": native_float_path(),
+    return {"recipe": recipe, "seed": result.config.seed, "aten": aten_capability(),
             "passed": check.passed,
             "detail": check.detail, "margins": tactical_margins(game, logits)}
 
 
+def margins_in_process(recipe: str, dataset: Path, path: str, seed: int | None = None) -> dict:
+    """`margins_after_training` in a process of its own on float path `path` (the libraries
+    read their caps once, at start-up); the result also names the path."""
+    run = subprocess.run([sys.executable, "-m", "tests.training_recipes", recipe, str(dataset),
+                          *([] if seed is None else [str(seed)])], cwd=ROOT,
+                         env={**float_path_environment(path), "OMP_NUM_THREADS": "1"},
+                         capture_output=True, text=True, timeout=900)
+    if run.returncode:
+        raise RuntimeError(f"{recipe} on {path}: {run.stderr[-3000:]}")
+    return {**json.loads(run.stdout.strip().splitlines()[-1]), "float_path": path}
+
+
 if __name__ == "__main__":
-    print(json.dumps(margins_after_training(sys.argv[1], Path(sys.argv[2]),
-                                            int(sys.argv[3]) if len(sys.argv) > 3 else None)))
+    if len(sys.argv) > 4:  # a float path: run in a process capped to it
+        print(json.dumps(margins_in_process(sys.argv[1], Path(sys.argv[2]), sys.argv[4],
+                                            int(sys.argv[3]))))
+    else:
+        print(json.dumps(margins_after_training(sys.argv[1], Path(sys.argv[2]),
+                                                int(sys.argv[3]) if len(sys.argv) > 3 else None)))

@@ -13,10 +13,10 @@ words ("v7 replaced v6", "v8 refused (reason), v7 kept serving", "rolled back v8
 the model card of the version that serves (else the recorded one, else the newest published):
 model config, dataset manifest hash and rows, code commit, training recipe, metrics by split
 and stage, gate result, created time (`services.triton.model_card`; ``--json``: under
-``model_card``). It also says whether ``configs/serving.pbtxt``, what a stock Triton started
-with ``--model-config-name=serving`` loads (`services.triton.rollout_state`), is pinned to the
-recorded version of today's ``config.pbtxt``; ``--pin`` rewrites it so (after ``config.pbtxt``
-changed: a new stock config).
+``model_card``). Where a stock Triton serves the repository (``MOVEPRED_PINNED_CONFIG``, see
+`services.triton.rollout_state`), it also says whether the config it loads on a restart is
+pinned to the recorded version of today's ``config.pbtxt``; ``--pin`` rewrites it so (after
+``config.pbtxt`` changed: a new stock config).
 """
 
 from __future__ import annotations
@@ -103,21 +103,29 @@ def cmd_serving(args: argparse.Namespace) -> int:
     from services.triton.publisher import latest_version, list_versions, quarantined_versions
     from services.triton.rollout import current_version
     from services.triton.rollout_state import (
+        PINNED_CONFIG_ENV,
         describe_event,
         pinned_config_is_current,
+        pinned_config_name,
         pinned_config_path,
         read_state,
         rollout_lock,
         write_pinned_config,
     )
 
+    pinned = pinned_config_name()
+    if args.pin and pinned is None:
+        print(f"error: --pin needs {PINNED_CONFIG_ENV}: the --model-config-name of the stock "
+              "Triton that serves this repository")
+        return EXIT_USAGE
     try:
         state = read_state(args.repository, args.model_name)
         if args.pin:
             with rollout_lock(args.repository, args.model_name, timeout_s=300):
                 state = read_state(args.repository, args.model_name)
-                write_pinned_config(args.repository, args.model_name, state["current"])
-        pinned_current = pinned_config_is_current(args.repository, args.model_name)
+                write_pinned_config(args.repository, args.model_name, state["current"], pinned)
+        pinned_current = (None if pinned is None
+                          else pinned_config_is_current(args.repository, args.model_name, pinned))
     except (ValueError, OSError, TimeoutError) as exc:
         print(f"error: {exc}")
         return EXIT_REFUSED
@@ -150,11 +158,12 @@ def cmd_serving(args: argparse.Namespace) -> int:
             print(f"warning: Triton serves {_named(serving, 'nothing')} but the record says "
                   f"v{state['current']}: `movepred rollout --triton-url {args.triton_url} "
                   f"--repository {args.repository} --version {state['current']}` restores it")
-        if not pinned_current:
-            print(f"warning: {pinned_config_path(args.repository, args.model_name)} is not "
-                  f"config.pbtxt pinned to the recorded version: a stock Triton restarted with "
-                  f"--model-config-name would load another; `movepred serving --repository "
-                  f"{args.repository} --model-name {args.model_name} --pin` rewrites it")
+        if pinned is not None and not pinned_current:
+            print(f"warning: {pinned_config_path(args.repository, args.model_name, pinned)} is "
+                  f"not config.pbtxt pinned to the recorded version: the stock Triton restarted "
+                  f"with --model-config-name={pinned} would load another; `movepred serving "
+                  f"--repository {args.repository} --model-name {args.model_name} --pin` "
+                  "rewrites it")
         if out["history"]:
             print("history (newest last):")
             for event in out["history"]:
@@ -200,6 +209,7 @@ def add_rollout_commands(subparsers: argparse._SubParsersAction) -> dict:
     s = subparsers.add_parser("serving", help="the version Triton serves and the rollout record")
     _add_common(s)
     s.add_argument("--pin", action="store_true",
-                   help="first rewrite configs/serving.pbtxt (what a stock Triton started with "
-                        "--model-config-name=serving loads) from config.pbtxt and the record")
+                   help="first rewrite configs/$MOVEPRED_PINNED_CONFIG.pbtxt (what the stock "
+                        "Triton started with that --model-config-name loads) from config.pbtxt "
+                        "and the record")
     return {"rollout": cmd_rollout, "rollback": cmd_rollback, "serving": cmd_serving}

@@ -79,6 +79,7 @@ from services.triton.publisher import (
 )
 from services.triton.quarantine import QUARANTINE_REASON, quarantine
 from services.triton.rollout_state import (
+    keep_pinned,
     now_text,
     read_state,
     rollout_lock,
@@ -380,6 +381,8 @@ def _check_serving(a: _Attempt, files: dict[str, bytes], stored: StoredPositions
     if a.state["current"] != a.version:
         a.state["current"] = a.version
         write_state(a.repository, a.model_name, a.state)
+    else:  # the record stands; a stale pin (a new config.pbtxt) is brought up to date
+        keep_pinned(a.repository, a.model_name, a.version)
     a.notes.append(f"v{a.version} was already serving; nothing changed")
     return a.report(changed=False)
 

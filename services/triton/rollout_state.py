@@ -5,12 +5,16 @@ refusals (`describe_event` words them); it is written atomically and is the trut
 serves: the launcher (`services.triton.server`) starts Triton pinned to its ``current``.
 Rollouts of one model are serialised with an ``flock`` on ``<repo>/<model>/.rollout.lock``.
 
-A stock Triton (deploy/: compose and Kubernetes) cannot read the record, so every write of the
-record also writes ``<repo>/<model>/configs/serving.pbtxt``: the model's ``config.pbtxt`` with
-its version policy replaced by ``specific [current]`` (`write_pinned_config`). Started with
-``--model-config-name=serving``, Triton loads that file instead of ``config.pbtxt`` (which it
-falls back to while nothing was rolled out), so a restart serves what the last rollout or
-rollback chose, not the newest folder.
+A stock Triton (deploy/: compose and Kubernetes) cannot read the record. Where one serves the
+repository, its deployment names the config it starts Triton with (``--model-config-name=NAME``)
+in ``MOVEPRED_PINNED_CONFIG=NAME`` for the jobs that roll versions out; then every write of the
+record also writes ``<repo>/<model>/configs/NAME.pbtxt``: the model's ``config.pbtxt`` with its
+version policy replaced by ``specific [current]`` (`write_pinned_config`). Triton loads that file
+instead of ``config.pbtxt`` (which it falls back to until the first rollout), so a restart
+serves what the last rollout or rollback chose, not the newest folder. Without the variable
+nothing is pinned: the project's launcher pins each load itself, and a pin written from its
+python-backend config would break a stock Triton sharing the folder. A pin that cannot be
+written (an unreadable config, a read-only folder) is logged and never fails the rollout.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
+import os
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,8 +38,9 @@ from services.triton.publisher import (
 STATE_FILE = "rollout.json"
 LOCK_FILE = ".rollout.lock"
 HISTORY_LIMIT = 100
-# `tritonserver --model-config-name=serving` loads <model>/configs/serving.pbtxt when it exists
-PINNED_CONFIG_NAME = "serving"
+# the --model-config-name of the stock Triton serving the repository, where one does
+PINNED_CONFIG_ENV = "MOVEPRED_PINNED_CONFIG"
+logger = logging.getLogger(__name__)
 
 
 def state_path(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> Path:
@@ -59,14 +66,20 @@ def write_state(repository: Path, model_name: str, state: dict[str, Any]) -> Non
     state = {**state, "history": state["history"][-HISTORY_LIMIT:], "updated_at": now_text()}
     atomic_files.atomic_write_text(json.dumps(state, indent=2) + "\n",
                                    state_path(repository, model_name))
-    write_pinned_config(repository, model_name, state.get("current"))
+    keep_pinned(repository, model_name, state.get("current"))
 
 
-def pinned_config_path(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> Path:
-    return Path(repository) / model_name / "configs" / f"{PINNED_CONFIG_NAME}.pbtxt"
+def pinned_config_name() -> str | None:
+    """The config name a stock Triton serving this repository loads (``MOVEPRED_PINNED_CONFIG``,
+    its ``--model-config-name``), None where no stock Triton does."""
+    return os.environ.get(PINNED_CONFIG_ENV) or None
 
 
-def pinned_config_text(config: Path, version: int) -> str:
+def pinned_config_path(repository: Path, model_name: str, name: str) -> Path:
+    return Path(repository) / model_name / "configs" / f"{name}.pbtxt"
+
+
+def pinned_config_text(config: Path, version: int, name: str) -> str:
     """`config` (a ``config.pbtxt``) with its version policy ``specific [version]``; the rest
     as Triton parses it (comments are not kept: the header names the file they are in)."""
     from google.protobuf import text_format
@@ -76,34 +89,49 @@ def pinned_config_text(config: Path, version: int) -> str:
     pinned.version_policy.specific.versions.append(int(version))
     digest = hashlib.sha256(config.read_bytes()).hexdigest()
     return (f"# {config.name} pinned to v{version}, the serving record's current version "
-            f"({STATE_FILE}), for tritonserver --model-config-name={PINNED_CONFIG_NAME}.\n"
+            f"({STATE_FILE}), for tritonserver --model-config-name={name}.\n"
             f"# Written by every rollout and rollback: edit {config.name}, not this file "
             "(a change reaches it at the next rollout or `movepred serving --pin`).\n"
             f"# {config.name} sha256 {digest}\n" + text_format.MessageToString(pinned))
 
 
-def write_pinned_config(repository: Path, model_name: str, version: int | None) -> None:
-    """Keep ``configs/serving.pbtxt`` pinned to `version`; without a version (nothing serves)
-    or a ``config.pbtxt``, remove it, so Triton falls back to ``config.pbtxt``."""
-    path = pinned_config_path(repository, model_name)
-    config = Path(repository) / model_name / "config.pbtxt"
-    if version is None or not config.is_file():
-        path.unlink(missing_ok=True)
+def write_pinned_config(repository: Path, model_name: str, version: int | None,
+                        name: str) -> None:
+    """Pin ``configs/<name>.pbtxt`` to `version`. Without a version (nothing serves) the last
+    pin stays: a restart then brings back what served last, not the newest folder (which may
+    be the version just refused). ValueError or OSError when it cannot be written."""
+    if version is None:
         return
+    config = Path(repository) / model_name / "config.pbtxt"
+    path = pinned_config_path(repository, model_name, name)
     path.parent.mkdir(exist_ok=True)
-    atomic_files.atomic_write_text(pinned_config_text(config, version), path)
+    atomic_files.atomic_write_text(pinned_config_text(config, version, name), path)
 
 
-def pinned_config_is_current(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> bool:
-    """Whether ``configs/serving.pbtxt`` is what `write_pinned_config` writes now from the
-    record and ``config.pbtxt`` (False after ``config.pbtxt`` changed, or the file was lost)."""
-    path = pinned_config_path(repository, model_name)
+def keep_pinned(repository: Path, model_name: str, version: int | None) -> None:
+    """`write_pinned_config` with the deployment's name, a failure logged (the record stays the
+    truth; `movepred serving` reports a stale pin)."""
+    name = pinned_config_name()
+    if name is None:
+        return
+    try:
+        write_pinned_config(repository, model_name, version, name)
+    except (OSError, ValueError) as exc:
+        logger.warning("could not pin %s's configs/%s.pbtxt to v%s (a restarted stock Triton "
+                       "may serve another version): %s", model_name, name, version, exc)
+
+
+def pinned_config_is_current(repository: Path, model_name: str, name: str) -> bool:
+    """Whether ``configs/<name>.pbtxt`` is ``config.pbtxt`` pinned to the recorded version
+    (False after ``config.pbtxt`` changed, or the file was lost; True while nothing is
+    recorded)."""
+    path = pinned_config_path(repository, model_name, name)
     config = Path(repository) / model_name / "config.pbtxt"
     current = read_state(repository, model_name)["current"]
-    if current is None or not config.is_file():
-        return not path.exists()
+    if current is None:
+        return True
     try:
-        return path.read_text() == pinned_config_text(config, current)
+        return path.read_text() == pinned_config_text(config, current, name)
     except (OSError, ValueError):
         return False
 
