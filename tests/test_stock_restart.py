@@ -213,3 +213,25 @@ def test_a_restarted_stock_triton_serves_the_rolled_back_version(
         assert list(pinned.version_policy.specific.versions) == [1]
     finally:
         triton.stop()
+
+
+def test_serving_pin_rewrites_a_stale_pin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from services.cli import main
+
+    model = tmp_path / MODEL_NAME
+    model.mkdir()
+    (model / "config.pbtxt").write_text(STOCK_CONFIG.read_text())
+    write_state(tmp_path, MODEL_NAME, {**read_state(tmp_path, MODEL_NAME), "current": 5})
+    argv = ["serving", "--triton-url", f"127.0.0.1:{free_port()}", "--repository",
+            str(tmp_path), "--model-name", MODEL_NAME]
+    monkeypatch.delenv(PINNED_CONFIG_ENV, raising=False)
+    assert main([*argv, "--pin"]) == 2  # which name Triton loads is the deployment's to say
+    assert PINNED_CONFIG_ENV in capsys.readouterr().out
+    monkeypatch.setenv(PINNED_CONFIG_ENV, PINNED)
+    main(argv)  # Triton is not there: exit 1, the pin still reported
+    assert "--pin` rewrites it" in capsys.readouterr().out
+    main([*argv, "--pin"])
+    assert "--pin` rewrites it" not in capsys.readouterr().out
+    pinned = parse_config(pinned_config_path(tmp_path, MODEL_NAME, PINNED))
+    assert list(pinned.version_policy.specific.versions) == [5]
