@@ -230,7 +230,7 @@ def test_serving_without_triton_or_record_never_prints_vnone(
     repo = make_repository(tmp_path)
     url = f"127.0.0.1:{free_port()}"  # nothing listens there
     rc = triton_cli.cmd_serving(triton_cli.argparse.Namespace(
-        triton_url=url, repository=repo, model_name=MODEL_NAME, json=False))
+        triton_url=url, repository=repo, model_name=MODEL_NAME, json=False, pin=False))
     out = capsys.readouterr().out
     assert rc == triton_cli.EXIT_REFUSED
     assert "vNone" not in out and "None" not in out
