@@ -40,8 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_RIF = ROOT / "data" / "sample" / "selfplay.rif"
 
 # The lead over the smoke test's limit every tactical answer keeps, in logits (e^2: the answer
-# is at least 7x as likely as the 5th-best other point). Measured on the sample, 6 seeds x the
-# three float paths of an AVX-512 machine (docs/testing.md): README defaults >= 5.7, demo
+# is at least 7x as likely as the 5th-best other point). Measured on the sample, 4 to 6 seeds
+# on each float path of an AVX-512 machine (docs/testing.md): README defaults >= 5.3, demo
 # >= 3.4; 400 steps of 32 went down to 0.19 and failed on an AVX2 machine.
 MARGIN_LOGITS = 2.0
 
