@@ -76,6 +76,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from services.evaluator import PolicyEvaluator  # noqa: E402
 from services.games.base import Game, Position  # noqa: E402
 from services.games.registry import get_game  # noqa: E402
 from services.models import configs  # noqa: E402
@@ -89,7 +90,6 @@ from services.move_order.greedy import greedy_order  # noqa: E402
 from services.move_order.likelihood import PrefixScorer, Scored, scored  # noqa: E402
 from services.move_order.problem import Problem, problem_from_stones  # noqa: E402
 from services.records.rif import RifGame, read_rif  # noqa: E402
-from services.search.mcts import PolicyEvaluator  # noqa: E402
 from services.triton.client import PolicyClient  # noqa: E402
 from services.triton.server import TritonServer  # noqa: E402
 

@@ -24,13 +24,13 @@ from services.dataset.go_build import go_deduplicate, go_source_pairs
 from services.dataset.loader import (
     ShardStream,
     dataset_game,
-    expand_planes,
     make_loader,
     random_symmetry_torch,
 )
 from services.dataset.shards import DatasetError, atomic_write_json, read_split
 from services.games.go import GoState, sgf_name
 from services.games.go_features import N_GO_PLANES
+from services.games.go_game import GO
 from services.games.symmetry import N_SYMMETRIES, point_table
 from services.models.configs import build
 from services.models.export import check_inputs, export_torchscript
@@ -138,7 +138,7 @@ def test_go_batches_are_compact_planes_with_passes(go_dataset: Path) -> None:
     assert len(moves_seen) == stream.rows == len(stored)
     assert min(moves_seen) >= 0 and max(moves_seen) == PASS  # passes reach the trainer
     assert moves_seen.count(PASS) == stored.count(PASS) > 0  # and stay passes
-    planes = expand_planes(boards)
+    planes = GO.expand_planes(boards)
     assert planes.shape == (len(boards), N_GO_PLANES, S, S) and planes.dtype == torch.float32
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+from services.evaluator import EvaluatorError, NonFiniteOutputError, finite_outputs
 from services.games import gomoku_game
 from services.games.coords import index_name, parse_point
 from services.games.gomoku import BLACK, EMPTY, WHITE, GomokuState, Rule, board_from_ascii
@@ -368,20 +369,20 @@ def test_masked_softmax_refuses_non_finite_legal_logits(bad: float) -> None:
 
 def test_finite_outputs_refuses_nan_and_inf_but_keeps_the_no_value_convention() -> None:
     logits = np.zeros((3, 4), np.float32)
-    assert mcts.finite_outputs(logits, None, "m", "2") is None
+    assert finite_outputs(logits, None, "m", "2") is None
     np.testing.assert_array_equal(
-        mcts.finite_outputs(logits, np.array([[0.5], [-1.0], [0.0]]), "m", "2"), [0.5, -1, 0])
+        finite_outputs(logits, np.array([[0.5], [-1.0], [0.0]]), "m", "2"), [0.5, -1, 0])
     # NaN for every board: a network without a value head (policy_model.py's convention)
-    assert mcts.finite_outputs(logits, np.full(3, np.nan, np.float32), "m", "2") is None
+    assert finite_outputs(logits, np.full(3, np.nan, np.float32), "m", "2") is None
     for bad in (np.nan, np.inf, -np.inf):
         broken = logits.copy()
         broken[1, 2] = bad
-        with pytest.raises(mcts.NonFiniteOutputError,
+        with pytest.raises(NonFiniteOutputError,
                            match=r"model m version 2 .*non-finite logits .*1 of 3 boards"):
-            mcts.finite_outputs(broken, None, "m", "2")
+            finite_outputs(broken, None, "m", "2")
     for values in ([0.5, np.nan, 0.1], [np.inf, np.inf, np.inf], [np.nan, -np.inf, np.nan]):
-        with pytest.raises(mcts.NonFiniteOutputError, match=r"model m version 2 .*values"):
-            mcts.finite_outputs(logits, np.array(values, np.float32), "m", "2")
+        with pytest.raises(NonFiniteOutputError, match=r"model m version 2 .*values"):
+            finite_outputs(logits, np.array(values, np.float32), "m", "2")
 
 
 class NaNEvaluator(UniformEvaluator):
@@ -404,7 +405,7 @@ class NaNEvaluator(UniformEvaluator):
 @pytest.mark.parametrize("nan_logits", [True, False])
 def test_search_never_picks_a_move_from_nan(nan_logits: bool) -> None:
     state = GomokuState.from_moves([pt("h8")])
-    with pytest.raises(mcts.NonFiniteOutputError, match="model test_value version 8"):
+    with pytest.raises(NonFiniteOutputError, match="model test_value version 8"):
         mcts.search(state, NaNEvaluator(nan_logits), max_visits=100, batch_size=8)
 
 
@@ -640,11 +641,11 @@ class HolderWinsEvaluator(UniformEvaluator):
 def test_leaf_values_are_minus_the_network_value_and_zero_without_one() -> None:
     got = mcts.leaf_values(np.array([0.5, -2.0, 0.0], np.float32), 3)
     assert got.tolist() == [-0.5, 1.0, 0.0]  # clipped
-    with pytest.raises(mcts.EvaluatorError, match="finite"):
+    with pytest.raises(EvaluatorError, match="finite"):
         mcts.leaf_values(np.array([0.5, np.nan, np.inf], np.float32), 3)
     assert mcts.leaf_values(None, 3).tolist() == [0.0, 0.0, 0.0]
     assert mcts.leaf_values(np.array([[0.25], [-0.25]]), 2).tolist() == [-0.25, 0.25]
-    with pytest.raises(mcts.EvaluatorError, match="values"):
+    with pytest.raises(EvaluatorError, match="values"):
         mcts.leaf_values(np.zeros(3), 2)
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from services import numerics
 from services.api.movepred.v1 import search_pb2
+from services.evaluator import NonFiniteOutputError
 from services.games import go_features
 from services.games.ascii_board import board_from_ascii
 from services.games.base import InvalidRequest
@@ -37,7 +38,6 @@ from services.move_order.problem import (
     problem_from_stones,
     stones_from_board,
 )
-from services.search.mcts import NonFiniteOutputError
 
 GOMOKU = get_game("gomoku")
 GO = get_game("go")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+from services.evaluator import EvaluatorError, EvaluatorTimeout
 from services.games.gomoku import GomokuState
 from services.search import mcts
 from services.search.batcher import BatchingEvaluator, BatchOutput
@@ -215,7 +216,7 @@ def test_a_hung_call_gives_up_at_each_callers_deadline_and_sends_nothing_more(
             try:
                 batcher.infer(boards_for(len(outcomes), 2))
                 outcomes[name] = "answered"
-            except mcts.EvaluatorTimeout as exc:
+            except EvaluatorTimeout as exc:
                 outcomes[name] = str(exc)
 
     def predict() -> None:
@@ -223,7 +224,7 @@ def test_a_hung_call_gives_up_at_each_callers_deadline_and_sends_nothing_more(
         try:
             batcher.infer(boards_for(9, 1), deadline=time.monotonic() + 0.3)
             outcomes["predict"] = "answered"
-        except mcts.EvaluatorTimeout as exc:
+        except EvaluatorTimeout as exc:
             outcomes["predict"] = str(exc)
 
     # the first caller's deadline leaves a loaded machine seconds to send its call
@@ -250,7 +251,7 @@ def test_wrong_output_shape_is_an_evaluator_error(make_batcher) -> None:
             return Out(np.zeros((len(boards) - 1, 225), np.float32))
 
     batcher = make_batcher(Short())
-    with pytest.raises(mcts.EvaluatorError, match="for 3 boards"):
+    with pytest.raises(EvaluatorError, match="for 3 boards"):
         batcher.infer(boards_for(0, 3))
 
 
@@ -304,14 +305,14 @@ def test_wrong_values_shape_is_an_evaluator_error(make_batcher) -> None:
             return ValueOut(board_logits(boards), np.zeros(len(boards) + 1, np.float32))
 
     batcher = make_batcher(Short())
-    with pytest.raises(mcts.EvaluatorError, match="values"):
+    with pytest.raises(EvaluatorError, match="values"):
         batcher.infer(boards_for(0, 3))
 
 
 def test_closed_batcher_refuses(make_batcher) -> None:
     batcher = make_batcher(BoardEvaluator())
     batcher.close()
-    with pytest.raises(mcts.EvaluatorError, match="closed"):
+    with pytest.raises(EvaluatorError, match="closed"):
         batcher.infer(boards_for(0, 1))
 
 

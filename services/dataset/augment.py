@@ -99,8 +99,8 @@ def random_symmetry_torch(boards: torch.Tensor, moves: torch.Tensor,
     work (see benchmarks/loader.py).
     """
     n, size = boards.shape[0], boards.shape[-1]
-    channels = boards.shape[1] if boards.dim() == 4 else 1
     cells = size * size
+    channels = boards[0].numel() // cells if n else 1  # planes per row move alike
     key = (size, str(boards.device))
     if key not in _DEVICE_TABLES:
         table = torch.as_tensor(point_table(size), dtype=torch.int64, device=boards.device)

@@ -11,9 +11,9 @@ with `batch_size=None` (`make_loader` builds one). Each batch is a dict:
                                 1 won, 0 lost, 0.5 draw, NaN unknown (the shards' `result`)
     worker  int                 which of this rank's workers made it (used for resumption)
 
-Boards stay compact int8 until they reach the model's device, where `expand_planes` (or the
-model itself: every built model takes compact inputs) turns them into float feature planes:
-`services.games.encoding.planes_torch` for Gomoku, `go_planes.planes_torch` for Go. Shipping
+Boards stay compact int8 until they reach the model's device, where the model itself (every
+built model takes compact inputs), or the game's `Game.expand_planes` for a bare network, turns
+them into float feature planes. Shipping
 int8 is 4x (Gomoku 3 planes) to 17x (Go) less host-to-device traffic than float planes.
 
 The game of a split comes from its shards' `game` column (schema 2, one game per split, as
@@ -104,7 +104,6 @@ from services.dataset.row_groups import (
     split_for_ranks,
 )
 from services.dataset.shuffle import ShuffleBuffer, batch_tensors, plain_alloc
-from services.games import encoding, go_planes
 
 STATE_VERSION = 1
 
@@ -113,16 +112,6 @@ PACKET_ROWS = 16384  # rows a worker hands to the main process at once
 
 
 COLUMNS = ("boards", "moves", "results")  # what a batch holds, in block order
-
-
-def expand_planes(boards: torch.Tensor) -> torch.Tensor:
-    """Compact int8 boards of a batch -> float feature planes, on the boards' device: Gomoku
-    [B, s, s] -> [B, 3, s, s] (encoding.planes_torch), Go [B, 4, s, s] -> [B, 17, s, s]
-    (go_planes.planes_torch). Built models do this themselves; this is for code that feeds
-    a bare network."""
-    if boards.dim() == 4:
-        return go_planes.planes_torch(boards)
-    return encoding.planes_torch(boards)
 
 
 def fresh_progress(epoch: int, workers: int) -> dict:
@@ -574,5 +563,5 @@ def make_loader(dataset_dir: str | Path, split: str = "train", batch_size: int =
 
 
 __all__ = ["COLUMNS", "MIN_UNITS_PER_RANK", "PACKET_ROWS", "STATE_VERSION", "ShardLoader",
-           "ShardStream", "board_matrix", "dataset_game", "expand_planes", "fresh_progress",
+           "ShardStream", "board_matrix", "dataset_game", "fresh_progress",
            "make_loader", "random_symmetry_torch"]

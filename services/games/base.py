@@ -158,6 +158,10 @@ class Game(ABC):
     has_pass: ClassVar[bool] = False
     input_planes: ClassVar[int] = 0  # 0: the network takes the board [S, S]; C: [C, S, S]
     input_max_value: ClassVar[int] = 2  # largest int8 value of the network input
+    # True: the input is seen from the side to move (own / opponent stones); False: its cells
+    # are colours (black, white), so a value head's output is Black's and is turned to the
+    # mover's by the model
+    input_from_mover: ClassVar[bool] = False
     default_model: ClassVar[str]  # Triton model name
     default_config: ClassVar[str] = ""  # network config trained by default
     record_formats: ClassVar[tuple[str, ...]] = ()  # file suffixes of its game records (lower case)
@@ -259,6 +263,19 @@ class Game(ABC):
         except InvalidRequest as exc:
             return exc.message
         return ""
+
+    # ---- network input: compact boards -> the float planes a network sees ----------------
+    def expand_planes(self, boards: Any) -> Any:
+        """Compact int8 network inputs of a batch (torch [N, *input_shape]) -> the float
+        feature planes its networks see, on the boards' device. Built models do this
+        themselves; this is for code that feeds a bare network (tests, benchmarks)."""
+        raise NotImplementedError(f"{self.title} has no plane encoder")
+
+    def stone_cells(self, inputs: Any) -> Any:
+        """The stones of a batch of network inputs ([N, S, S]; numpy or torch): the board
+        itself, or the first plane of a game whose input is planes (that plane holds the
+        stones)."""
+        return inputs[:, 0] if self.input_planes else inputs
 
     # ---- what the search asks -----------------------------------------------------------
     def network_input(self, state: Position) -> np.ndarray:

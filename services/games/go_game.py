@@ -232,6 +232,7 @@ class GoGame(Game):
     has_pass = True
     input_planes = go_features.COMPACT_CHANNELS
     input_max_value = go_features.MAX_LIBERTIES  # liberties 0..4, move age 0..4
+    input_from_mover = True  # plane 0: own and opponent stones
     default_model = "go_policy"
     default_config = "go_res_b2c32_v"
     record_formats = (".sgf", *ARCHIVE_SUFFIXES)  # SGF files and archives of them
@@ -290,6 +291,12 @@ class GoGame(Game):
         """The board with GTP letters (`GoState.ascii`)."""
         s: Any = state
         return s.state.ascii()
+
+    def expand_planes(self, boards):
+        """[N, 4, S, S] compact planes -> the 17 float planes (`go_planes`)."""
+        from services.games import go_planes  # torch: imported by the trainers, not the rules
+
+        return go_planes.planes_torch(boards)
 
     def network_input(self, state: Position) -> np.ndarray:
         s: Any = state

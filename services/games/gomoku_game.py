@@ -88,6 +88,12 @@ class GomokuGame(Game):
     rule_names = tuple(r.value for r in Rule)  # freestyle (the default), standard, renju
     sgf_game_type = "4"
 
+    def expand_planes(self, boards):
+        """[N, S, S] cells -> black, white and empty one-hot planes (`encoding`)."""
+        from services.games import encoding  # torch: imported by the trainers, not the rules
+
+        return encoding.planes_torch(boards)
+
     def record_text(self, suffix: str, moves: Sequence[int], size: int, *,
                     rule: str | None = None, comments: Sequence[str] = (),
                     summary: str = "", komi: float | None = None) -> str:

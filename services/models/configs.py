@@ -20,6 +20,7 @@ from services.games.capture_game import CAPTURE
 from services.games.go_features import N_GO_PLANES
 from services.games.go_game import GO
 from services.games.gomoku_game import GOMOKU
+from services.games.registry import get_game
 from services.models.mdrnn import MDLSTM, MDRNN
 from services.models.resnet import GoPolicy, ResidualPolicyNet
 from services.models.shao import BoardPolicy, ShaoPolicyNet
@@ -33,7 +34,8 @@ class ModelSpec:
     value: bool = False  # forward returns (logits, value)
 
     def with_value(self) -> ModelSpec:
-        return ModelSpec(self.game, lambda: PolicyValue(self.make()), value=True)
+        colours = not get_game(self.game).input_from_mover
+        return ModelSpec(self.game, lambda: PolicyValue(self.make(), colours), value=True)
 
 
 def _shao(filters: int, n: int, **kw) -> ModelSpec:

@@ -39,15 +39,18 @@ class ValueHead(nn.Module):
 class PolicyValue(nn.Module):
     """Compact int8 boards -> (logits as the wrapped policy's, value [N] for the mover)."""
 
-    def __init__(self, policy: nn.Module) -> None:
+    def __init__(self, policy: nn.Module, cells_are_colours: bool) -> None:
         super().__init__()
         self.policy = policy
         self.value_head = ValueHead(policy.net.channels)
+        # the input's cells are colours, not the mover's stones (`Game.input_from_mover`):
+        # the head then learns Black's value, and the mover's is its negation on White's turn
+        self.cells_are_colours = cells_are_colours
 
     def forward(self, boards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.policy.net.features(self.policy.encode(boards))
         value = self.value_head(x)
-        if boards.dim() == 3:  # Gomoku cells: the head's value is Black's
+        if self.cells_are_colours:  # black to move when both colours have as many stones
             black_to_move = (boards == 1).sum(dim=(1, 2)) == (boards == 2).sum(dim=(1, 2))
             value = torch.where(black_to_move, value, -value)
         return self.policy.net.policy(x), value

@@ -57,12 +57,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from services.evaluator import PolicyEvaluator
 from services.move_order.greedy import greedy_order
 from services.move_order.likelihood import DEFAULT_MAX_BOARDS, PrefixScorer, Scored
 from services.move_order.neighbours import NAMES, every_neighbour, propose
 from services.move_order.problem import Problem
 from services.quoting import shown
-from services.search.mcts import PolicyEvaluator
 
 log = logging.getLogger(__name__)
 

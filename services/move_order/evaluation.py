@@ -32,11 +32,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+from services.evaluator import PolicyEvaluator
 from services.games.base import Game
 from services.move_order.annealing import AnnealingParams, infer_order
 from services.move_order.likelihood import PrefixScorer
 from services.move_order.problem import problem_from_stones
-from services.search.mcts import PolicyEvaluator
 
 log = logging.getLogger(__name__)
 

@@ -46,9 +46,9 @@ from typing import Any
 import numpy as np
 
 from services import numerics
+from services.evaluator import EvaluatorError, PolicyEvaluator, finite_outputs
 from services.games.base import Position
 from services.move_order.problem import Problem
-from services.search.mcts import EvaluatorError, PolicyEvaluator, finite_outputs
 
 DEFAULT_MAX_BOARDS = 256  # max_batch_size of the served models' config.pbtxt
 DEFAULT_CACHE_SIZE = 50_000  # logits rows kept by input (a 15x15 row: 900 bytes)

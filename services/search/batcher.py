@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.search.mcts import EvaluatorError, EvaluatorTimeout, PolicyEvaluator, value_rows
+from services.evaluator import EvaluatorError, EvaluatorTimeout, PolicyEvaluator, value_rows
 from services.search.metrics import Metrics
 
 DEFAULT_WINDOW_S = 0.002

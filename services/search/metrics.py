@@ -34,7 +34,7 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from services.search.mcts import EvaluatorError
+from services.evaluator import EvaluatorError
 from services.triton.client import TritonRequestError, TritonUnavailableError
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)

@@ -76,6 +76,7 @@ from grpc_reflection.v1alpha import reflection
 
 from services import logs, processes, settings
 from services.api.movepred.v1 import search_pb2, search_pb2_grpc
+from services.evaluator import PolicyEvaluator
 from services.games.base import Game
 from services.games.registry import default_game, registered_games
 from services.search import auth, mcts
@@ -211,10 +212,10 @@ class Service:
 
 
 def build_service(
-    evaluator: mcts.PolicyEvaluator | dict[str, mcts.PolicyEvaluator],
+    evaluator: PolicyEvaluator | dict[str, PolicyEvaluator],
     config: ServiceConfig | None = None,
     *,
-    go_evaluator: mcts.PolicyEvaluator | None = None,
+    go_evaluator: PolicyEvaluator | None = None,
     metrics: Metrics | None = None,
     tls: auth.ServerTLS | None = None,
     token: str | None = None,
@@ -322,7 +323,7 @@ class WatchedServer:
         return getattr(self._server, name)
 
 
-def build_server(evaluator: mcts.PolicyEvaluator, config: ServiceConfig | None = None,
+def build_server(evaluator: PolicyEvaluator, config: ServiceConfig | None = None,
                  **overrides: Any) -> tuple[WatchedServer, int]:
     """A bound but not yet started server and its port (`config` and `overrides` as for
     `build_service`; port 0 picks a free one).

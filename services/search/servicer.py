@@ -67,6 +67,15 @@ import grpc
 import numpy as np
 
 from services.api.movepred.v1 import search_pb2, search_pb2_grpc
+from services.evaluator import (
+    EvaluatorError,
+    EvaluatorTimeout,
+    NonFiniteOutputError,
+    PolicyEvaluator,
+    PolicyOutput,
+    finite_outputs,
+    value_rows,
+)
 from services.games.base import BLACK
 from services.games.registry import UnknownGame, default_game, game_for_proto, get_game
 from services.move_order.annealing import AnnealingParams, default_iterations, infer_order
@@ -226,7 +235,7 @@ class Call:
 def nonfinite_model(exc: BaseException) -> str | None:
     """The model named by a non-finite-output failure (found here, or refused by the model
     inside Triton); None for any other failure."""
-    if isinstance(exc, mcts.NonFiniteOutputError):
+    if isinstance(exc, NonFiniteOutputError):
         return exc.model_name or "?"
     if isinstance(exc, TritonRequestError) and NONFINITE_MARKER in str(exc):
         found = re.match(r"infer (\S+)", str(exc))  # PolicyClient: "infer <model> ..."
@@ -246,11 +255,11 @@ def _status(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
         return grpc.StatusCode.INVALID_ARGUMENT, f"position: {exc}"
     if isinstance(exc, TritonUnavailableError):
         return grpc.StatusCode.UNAVAILABLE, f"Triton is unreachable: {exc}"
-    if isinstance(exc, mcts.EvaluatorTimeout):
+    if isinstance(exc, EvaluatorTimeout):
         return grpc.StatusCode.DEADLINE_EXCEEDED, str(exc)
-    if isinstance(exc, mcts.NonFiniteOutputError):
+    if isinstance(exc, NonFiniteOutputError):
         return grpc.StatusCode.INTERNAL, f"policy network failed: {exc}"
-    if isinstance(exc, (TritonRequestError, mcts.EvaluatorError)):
+    if isinstance(exc, (TritonRequestError, EvaluatorError)):
         return grpc.StatusCode.INTERNAL, f"policy network failed: {exc}"
     return None
 
@@ -260,9 +269,9 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
 
     def __init__(
         self,
-        evaluator: mcts.PolicyEvaluator | Mapping[str, mcts.PolicyEvaluator],
+        evaluator: PolicyEvaluator | Mapping[str, PolicyEvaluator],
         *,
-        go_evaluator: mcts.PolicyEvaluator | None = None,
+        go_evaluator: PolicyEvaluator | None = None,
         batch_size: int = mcts.DEFAULT_BATCH_SIZE,
         c_puct: float = mcts.DEFAULT_C_PUCT,
         batch_window_s: float = DEFAULT_WINDOW_S,
@@ -376,7 +385,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             model = nonfinite_model(exc)
             if model is not None:
                 self.metrics.nonfinite_outputs.labels(model).inc()
-            if isinstance(exc, mcts.NonFiniteOutputError):
+            if isinstance(exc, NonFiniteOutputError):
                 call.served_by(exc.model_name, exc.model_version)
             context.abort(*status)
             raise AssertionError("context.abort always raises") from exc  # pragma: no cover
@@ -492,9 +501,9 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         logits = np.asarray(out.logits, dtype=np.float32)
         points = mcts.policy_size(states[0])
         if logits.shape != (len(states), points):
-            raise mcts.EvaluatorError(f"evaluator returned logits of shape {logits.shape}")
+            raise EvaluatorError(f"evaluator returned logits of shape {logits.shape}")
         values = predict_values(
-            mcts.finite_outputs(logits, getattr(out, "values", None), str(out.model_name),
+            finite_outputs(logits, getattr(out, "values", None), str(out.model_name),
                                 str(out.model_version)),
             len(states),
         )
@@ -615,9 +624,9 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
 
 
 def served_evaluators(
-    evaluator: mcts.PolicyEvaluator | Mapping[str, mcts.PolicyEvaluator],
-    go_evaluator: mcts.PolicyEvaluator | None = None,
-) -> dict[str, mcts.PolicyEvaluator]:
+    evaluator: PolicyEvaluator | Mapping[str, PolicyEvaluator],
+    go_evaluator: PolicyEvaluator | None = None,
+) -> dict[str, PolicyEvaluator]:
     """Registered game name -> evaluator of every game served (see `SearchServicer`);
     ValueError for a name that no game is registered under."""
     single = not isinstance(evaluator, Mapping)
@@ -635,7 +644,7 @@ def served_evaluators(
 def predict_values(values: np.ndarray | None, n: int) -> list[float | None]:
     """The network's value of each of `n` positions for its side to move, None where there is
     none (no value output, or NaN: a network without a value head)."""
-    rows = mcts.value_rows(values, n)
+    rows = value_rows(values, n)
     if rows is None:
         return [None] * n
     return [float(x) if np.isfinite(x) else None for x in rows.astype(np.float32, copy=False)]
@@ -767,13 +776,13 @@ class StopWhen:
 class WatchedEvaluator:
     """The batcher, counting its calls and boards and remembering the model that answered."""
 
-    def __init__(self, inner: mcts.PolicyEvaluator) -> None:
+    def __init__(self, inner: PolicyEvaluator) -> None:
         self.inner = inner
         self.calls = 0
         self.boards = 0
         self.model: tuple[str, str] | None = None
 
-    def infer(self, boards: np.ndarray) -> mcts.PolicyOutput:
+    def infer(self, boards: np.ndarray) -> PolicyOutput:
         out = self.inner.infer(boards)
         self.calls += 1
         self.boards += len(boards)
