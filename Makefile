@@ -11,7 +11,7 @@ SEARCH_METRICS_PORT ?= 50053
 TRITON_GRPC ?= 127.0.0.1:$(TRITON_GRPC_PORT)
 SEARCH      ?= 127.0.0.1:$(SEARCH_PORT)
 
-.PHONY: setup demo test test-fast lint sample ingest schedule prefect-server train triton serve predict genmove status stop \
+.PHONY: setup demo test test-fast lint lint-only sample ingest schedule prefect-server train triton serve predict genmove status stop \
         web proto bench faults clean
 
 setup:            ## virtualenv with pinned dependencies + generated gRPC code
@@ -21,14 +21,19 @@ demo: setup       ## ingest the shipped sample, train, publish v1, serve, Predic
 	$(PY) scripts/demo.py
 
 test: setup       ## lint + the whole test suite, unit and integration (fails when no test runs)
-	$(VENV)/bin/ruff check .
+	$(MAKE) --no-print-directory lint-only
 	$(PY) -m pytest -q --durations=25
 
 test-fast: setup  ## the unit tests only: no Triton, Prefect, subprocess services or ../shared
 	$(PY) -m pytest -q -m unit --durations=25
 
-lint: setup
+lint: setup       ## ruff, the import layers (pyproject.toml's contracts) and no game told by a tensor's rank
+	$(MAKE) --no-print-directory lint-only
+
+lint-only:
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports --no-cache --no-logo
+	$(PY) scripts/check_game_shapes.py
 
 proto: setup      ## regenerate gRPC code from proto/
 	$(PY) -m services.api.generate

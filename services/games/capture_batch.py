@@ -379,7 +379,7 @@ def _best_empty(cells, rows, scores, out):
 # ---- the batch API ------------------------------------------------------------------------
 def board_size(cells: np.ndarray) -> int:
     """The side S of boards given as [B, S, S] or [B, S*S]."""
-    if cells.ndim == 3:
+    if cells.ndim == 3:  # layout: [B, S, S] boards or flat [B, S * S] rows
         return int(cells.shape[-1])
     side = math.isqrt(int(cells.shape[-1]))
     if side * side != cells.shape[-1]:

@@ -14,6 +14,6 @@ simulated annealing from a greedy order. One concept per module:
 * `annealing`: the annealing loop with restarts and a seeded generator, the restarts run
   as chains in lock step (one evaluator call per step for all of them) or one after another.
 
-Everything runs on any `PolicyEvaluator` (services.search.mcts): the Triton client, the
+Everything runs on any `PolicyEvaluator` (services.evaluator): the Triton client, the
 search's batcher, or an in-process network.
 """
