@@ -1,10 +1,10 @@
 """Tic-tac-toe as a registered game, defined here only: the proof that a game is one module.
 
-Nothing outside this module (and the `config.pbtxt` its test writes next to its model) knows
-about it: the search service validates its requests, searches it and names its moves by asking
-this `Game`, and the Triton client takes its shapes from it. Three in a row wins; a full board
-without one is a draw. The network input is the int8 board [3, 3] (0 empty, 1 X, 2 O), the
-policy has 9 entries.
+Nothing outside this module (and the `config.pbtxt` its test writes next to its model,
+generated from this game by `services.games.triton_config`) knows about it: the search service
+validates its requests, searches it and names its moves by asking this `Game`, and the Triton
+client takes its shapes from it. Three in a row wins; a full board without one is a draw. The
+network input is the int8 board [3, 3] (0 empty, 1 X, 2 O), the policy has 9 entries.
 """
 
 from __future__ import annotations
@@ -16,23 +16,10 @@ import numpy as np
 from services.api.movepred.v1 import search_pb2
 from services.games.base import BLACK, WHITE, Game, check_size, simple_position
 from services.games.registry import register
+from services.games.triton_config import config_text
 
 SIZE = 3
 LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
-
-# The model's Triton config: int8 boards [N, 3, 3] -> logits [N, 9] (and a value, NaN for a
-# policy-only network), through the project's python-backend model.py.
-CONFIG_PBTXT = """name: "tictactoe_policy"
-backend: "python"
-max_batch_size: 64
-input [ { name: "boards" data_type: TYPE_INT8 dims: [ 3, 3 ] } ]
-output [
-  { name: "logits" data_type: TYPE_FP32 dims: [ 9 ] },
-  { name: "value" data_type: TYPE_FP32 dims: [ 1 ] }
-]
-version_policy: { latest: { num_versions: 1 } }
-instance_group [ { kind: KIND_CPU count: 1 } ]
-"""
 
 
 @dataclass(frozen=True)
@@ -106,3 +93,6 @@ class TicTacToe(Game):
 
 
 TICTACTOE = register(TicTacToe())
+# its Triton config, generated from its model I/O as every game's is: int8 boards [N, 3, 3] ->
+# logits [N, 9] and a value (NaN for a policy-only network)
+CONFIG_PBTXT = config_text(TICTACTOE, max_batch_size=64)
