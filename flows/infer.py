@@ -73,6 +73,7 @@ from prefect.futures import PrefectFuture, as_completed
 from flows import announce_prefect_api, configure_logging
 from services import logs
 from services.atomic_files import atomic_write_text
+from services.defaults import SEARCH_TARGET
 from services.games.base import Game
 from services.games.go import replay as go_replay
 from services.games.registry import default_game, game_of_source, get_game
@@ -551,7 +552,7 @@ def main(argv: list[str] | None = None) -> dict:
                         help=f".sgf (Go), {', '.join(RIF_SUFFIXES)} (RenjuNet) or "
                              f"{JSONL_SUFFIX} (stone sets) files")
     parser.add_argument("--out", required=True, help="folder for the games and summary.csv")
-    parser.add_argument("--target", default="127.0.0.1:50051", help="search service host:port")
+    parser.add_argument("--target", default=SEARCH_TARGET, help="search service host:port")
     parser.add_argument("--moves", type=int, default=DEFAULT_MOVES,
                         help="records: the position after this many moves (%(default)s)")
     parser.add_argument("--game", default=None,
