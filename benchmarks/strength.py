@@ -57,8 +57,8 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from services.coords import index_name  # noqa: E402
 from services.games import gomoku_game  # noqa: E402
-from services.games.coords import index_name  # noqa: E402
 from services.games.gomoku import BLACK, EMPTY, WHITE, GomokuState, Rule  # noqa: E402
 from services.games.symmetry import N_SYMMETRIES, transform_board  # noqa: E402
 from services.models.value import split_outputs  # noqa: E402

@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from services.api.movepred.v1 import search_pb2  # noqa: E402
-from services.games.coords import parse_point  # noqa: E402
+from services.coords import parse_point  # noqa: E402
 from services.games.registry import get_game  # noqa: E402
 from services.move_order.annealing import AnnealingParams  # noqa: E402
 from services.move_order.evaluation import (  # noqa: E402

@@ -2,7 +2,7 @@
 
 Packages (each lists its modules):
     api         gRPC code generated from `proto/` at setup time (not committed)
-    games       the `Game` interface and registry; rules, coordinates, encodings, symmetries
+    games       the `Game` interface and registry; rules, encodings, symmetries
     records     game-record readers and writers (.rif, SGF) and the self-play sample games
     dataset     replay into pairs, canonical dedup, splits, Parquet shards, the streaming loader
     models      policy networks (Shao et al. CNN, residual), value heads, named configurations
@@ -16,6 +16,7 @@ Modules:
     atomic_files    files that appear whole or not at all; an exclusive lock between processes
     checksums       file checksums shared by the dataset writer and the model publisher
     compiled        numba kernels: cached on disk where writable, compiled per process elsewhere
+    coords          every coordinate system: flat index, RenjuNet names, GTP vertices, SGF letters
     cli             the `movepred` command line
     grpc_options    gRPC channel options of every client (search service, Triton)
     import_closure  the project modules a module imports, found by reading their sources

@@ -37,8 +37,8 @@ from rich.table import Table
 from rich.text import Text
 
 from services.api.movepred.v1 import search_pb2
+from services.coords import CoordinateError
 from services.games.base import COLOR_NAMES, Game, InvalidRequest
-from services.games.coords import CoordinateError
 from services.games.go import replay as go_replay
 from services.games.gomoku import Rule
 from services.games.registry import default_game, game_of_source, get_game, registered_games

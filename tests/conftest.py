@@ -35,7 +35,7 @@ os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="movepred-tests-prefect-")
 atexit.register(shutil.rmtree, os.environ["PREFECT_HOME"], ignore_errors=True)
 
 import flows  # noqa: E402, F401  (sets Prefect defaults before anything imports Prefect)
-from services.games.coords import parse_point  # noqa: E402
+from services.coords import parse_point  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"

@@ -17,7 +17,7 @@ from matplotlib import image
 
 from services import cli
 from services.board_image import BOARD_COLOUR, PNG_PX, point_pixel
-from services.games.coords import parse_point
+from services.coords import parse_point
 from services.games.go_game import parse_vertex
 from services.search.client import SearchClient, game_position
 

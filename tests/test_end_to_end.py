@@ -15,7 +15,7 @@ import grpc
 import numpy as np
 import pytest
 
-from services.games.coords import parse_point
+from services.coords import parse_point
 from services.search.client import SearchClient
 from services.search.server import build_server
 from services.trainer.train import TrainConfig

@@ -22,7 +22,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from services.games.coords import index_name, parse_point
+from services.coords import index_name, parse_point
 from services.games.gomoku import GomokuState, Rule
 from services.protocols.gomocup import (
     FAST_VISITS,

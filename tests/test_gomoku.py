@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from services.games.coords import CoordinateError, parse_point, point_name
+from services.coords import CoordinateError, parse_point, point_name
 from services.games.encoding import planes_numpy, planes_torch
 from services.games.gomoku import (
     BLACK,
@@ -108,7 +108,7 @@ def test_coordinates_are_ascii_only() -> None:
 
 
 def test_gtp_vertices_are_ascii_only() -> None:
-    from services.games.coords import VertexError, parse_gtp_vertex
+    from services.coords import VertexError, parse_gtp_vertex
 
     assert parse_gtp_vertex("q16", 19) == 15 * 19 + 15 and parse_gtp_vertex(" PASS", 19) is None
     for bad in ("D\uff14", "\u212a4", "pa\u017fs", "I5", "T20", "D1_0"):  # long s uppers to S

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+from services.coords import index_name, parse_point
 from services.evaluator import EvaluatorError, NonFiniteOutputError, finite_outputs
 from services.games import gomoku_game
-from services.games.coords import index_name, parse_point
 from services.games.gomoku import BLACK, EMPTY, WHITE, GomokuState, Rule, board_from_ascii
 from services.search import mcts
 

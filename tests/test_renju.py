@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from services.coords import index_name, parse_point
 from services.games import renju
-from services.games.coords import index_name, parse_point
 from services.games.gomoku import (
     BLACK,
     EMPTY,

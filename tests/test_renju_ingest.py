@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from services.coords import parse_point
 from services.dataset.build import deduplicate, source_pairs
 from services.dataset.pairs import FORBIDDEN_CUT, replay, replay_games
 from services.games import renju
-from services.games.coords import parse_point
 from services.games.gomoku import BLACK, ForbiddenMove, GomokuState, IllegalMove, Rule
 from services.records.rif import RifGame, game_rule, read_rif
 from services.records.rif_writer import write_rif

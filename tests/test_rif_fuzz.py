@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.games.coords import index_name
+from services.coords import index_name
 from services.records import Rejected, RifGame, read_rif, summarize, write_rif
 from services.records import rif as rif_module
 from services.records.rif import SNIPPET_CHARS, reason_category

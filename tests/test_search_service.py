@@ -31,7 +31,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from services import cli
 from services.api.movepred.v1 import search_pb2, search_pb2_grpc
-from services.games.coords import index_name
+from services.coords import index_name
 from services.games.gomoku import GomokuState, Rule
 from services.search.client import SearchClient, position
 from services.search.mcts import masked_softmax

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from services.games.coords import parse_point
+from services.coords import parse_point
 from services.games.gomoku import BLACK, EMPTY, WHITE, GomokuState, Rule, board_from_ascii
 from services.records import RifGame, read_rif, summarize
 from services.records.selfplay import CENTER, choose_move, generate, main, play_game

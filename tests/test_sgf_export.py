@@ -18,7 +18,7 @@ import pytest
 from sgfmill import sgf
 
 from services import cli
-from services.games.coords import parse_point
+from services.coords import parse_point
 from services.games.gomoku import BLACK, WHITE, GomokuState, Rule
 from services.protocols.sgf_export import (
     app_version,

@@ -2,7 +2,7 @@
 
 Conventions shared by every module: a point is a flat index y * size + x, x the column from the
 left (0 = 'a'), y the row from the bottom (0 = '1'); boards are int8 arrays board[y, x]
-holding EMPTY=0, BLACK=1, WHITE=2 (`coords` has every notation).
+holding EMPTY=0, BLACK=1, WHITE=2 (`services.coords` has every notation).
 
 Modules:
     base         the `Game` interface: what the platform asks of a board game
@@ -11,7 +11,6 @@ Modules:
     go_game      Go as a `Game`, and `GoSearchState`, the Go position the services play on
     capture_game the Capture Game (Atari-Go, PyBrain's rules) as a `Game`, 5x5 to 9x9
     capture_batch  the Capture Game on many boards at once: rules, greedy opponent, play_games
-    coords       every coordinate system: flat index, RenjuNet names, GTP vertices, SGF letters
     gomoku       Gomoku rules on a square board (15x15 by default)
     renju        Renju forbidden points for black (overline, double-four, double-three)
     go           Go rules: captures, suicide, simple ko, passes, set-up stones, area scoring

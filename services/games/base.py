@@ -12,7 +12,7 @@ A `Game` answers:
 * shapes: `default_size` and `sizes` (the board sizes served), `policy_size(size)` (the
   points, plus the pass last when `has_pass`), `input_shape(size)` and `input_max_value` (the
   int8 network input of one position: the board [S, S], or [C, S, S] planes);
-* names: `move_name` / `parse_move` in the game's notation (`services.games.coords`);
+* names: `move_name` / `parse_move` in the game's notation (`services.coords`);
 * rules: `position_from_request` (a validated position from a search API `Position`),
   `expand` (what a search node is: terminal, a proven win, the moves to search),
   `require_playable`, `base_key` (what a game is besides its moves: the tree cache's key);
@@ -34,8 +34,8 @@ from typing import Any, ClassVar, NamedTuple, Protocol
 
 import numpy as np
 
+from services import coords
 from services.api.movepred.v1 import search_pb2
-from services.games import coords
 
 BLACK, WHITE = 1, 2  # the cell values of every game, and the API's Color values
 COLOR_NAMES = {BLACK: "black", WHITE: "white"}

@@ -44,11 +44,10 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
+# the coordinate systems live in services.coords; these names are the Go ones
+from services.coords import GTP_LETTERS, SGF_LETTERS, sgf_name, sgf_point  # noqa: F401
+from services.coords import gtp_name as point_name
 from services.games.ascii_board import board_from_ascii
-
-# the coordinate systems live in services.games.coords; these names are the Go ones
-from services.games.coords import GTP_LETTERS, SGF_LETTERS, sgf_name, sgf_point  # noqa: F401
-from services.games.coords import gtp_name as point_name
 from services.games.go_scan import group_liberties, legal_points, neighbour_table
 
 EMPTY, BLACK, WHITE = 0, 1, 2

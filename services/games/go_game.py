@@ -33,8 +33,10 @@ from typing import Any
 
 import numpy as np
 
+from services import coords
 from services.api.movepred.v1 import search_pb2
-from services.games import coords, go, go_features
+from services.coords import VertexError  # noqa: F401 (what parse_vertex raises)
+from services.games import go, go_features
 from services.games.base import (
     COLOR_NAMES,
     BoardNotes,
@@ -45,7 +47,6 @@ from services.games.base import (
     RequestTooLarge,
     setup_points,
 )
-from services.games.coords import VertexError  # noqa: F401 (what parse_vertex raises)
 from services.games.go import (
     BLACK,
     EMPTY,

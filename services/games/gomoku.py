@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from services.coords import index_name
 from services.games import renju
 from services.games.ascii_board import board_from_ascii  # noqa: F401 (re-exported)
-from services.games.coords import index_name
 
 if TYPE_CHECKING:
     from services.games.gomoku_game import GomokuGame

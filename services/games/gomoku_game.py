@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from services import coords
 from services.api.movepred.v1 import search_pb2
-from services.games import coords, renju
+from services.games import renju
 from services.games.base import (
     COLOR_NAMES,
     BoardNotes,

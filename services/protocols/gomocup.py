@@ -91,8 +91,8 @@ from typing import Any, TextIO
 import grpc
 import numpy as np
 
+from services.coords import index_name
 from services.games import renju
-from services.games.coords import index_name
 from services.games.gomoku import (
     BLACK,
     DEFAULT_SIZE,

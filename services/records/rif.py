@@ -25,7 +25,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import BinaryIO
 
-from services.games.coords import (
+from services.coords import (
     LETTERS,
     index_name,
     parse_point,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import IO, Protocol
 from xml.sax.saxutils import escape, quoteattr
 
-from services.games.coords import index_name
+from services.coords import index_name
 from services.records.rif import BOARD_SIZE
 
 CONTAINERS = (

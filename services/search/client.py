@@ -24,8 +24,8 @@ from pathlib import Path
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.api.movepred.v1 import search_pb2, search_pb2_grpc
+from services.coords import parse_point
 from services.games.base import Game
-from services.games.coords import parse_point
 from services.games.go_game import DEFAULT_KOMI, GO_SIZE, parse_vertex
 from services.games.gomoku import DEFAULT_SIZE, Rule
 from services.games.registry import default_game, get_game

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from services.api.movepred.v1 import search_pb2
+from services.coords import CoordinateError
 from services.games.base import (
     COLOR_NAMES,
     Game,
@@ -24,7 +25,6 @@ from services.games.base import (
     check_size,
     served_sizes,
 )
-from services.games.coords import CoordinateError
 from services.games.registry import UnknownGame, get_game, registered_games
 from services.records.sgf import SgfGame, read_sgf
 from services.settings import MAX_INT32

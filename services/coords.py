@@ -19,6 +19,9 @@ SGF letters         "pd"          column and row letters a.., the row from the *
 ==================  ============  ====================================================
 
 So on 19x19 the same point is index 72, (x, y) = (15, 3), RenjuNet "p4", GTP "Q4", SGF "pp".
+
+A bottom utility (it imports only `services.quoting`): the record codecs (services.records)
+and the games (services.games) both name points, and the codecs may import no game.
 """
 
 from __future__ import annotations
