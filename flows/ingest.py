@@ -1,7 +1,7 @@
 """Prefect flow `ingest`: game records -> deduplicated Parquet shards + manifest.
 
 Gomoku: RenjuNet `.rif` / `.rif.gz` files (`RIF_SUFFIXES`), each game replayed under its own
-rule (`services.records.rif.game_rule`: renju unless the rule names a Gomoku one). Go: `.sgf`
+rule (`services.games.gomoku.game_rule`: renju unless the rule names a Gomoku one). Go: `.sgf`
 files and KGS month archives (`GO_SUFFIXES`: `.sgf` and `services.records.sgf.ARCHIVE_SUFFIXES`),
 games of one board size (`go_board_size`, default 19; other sizes are quarantined). A file of
 any other suffix is refused before anything is read. One run, one game: Go and Gomoku go to

@@ -32,9 +32,10 @@ from services.dataset.build import (
 )
 from services.dataset.canonical import split_of, zobrist
 from services.dataset.pairs import replay
+from services.games.gomoku import game_rule
 from services.games.symmetry import N_SYMMETRIES, point_table
 from services.records import sgf
-from services.records.rif import Rejected, RifGame, game_rule
+from services.records.rif import Rejected, RifGame
 
 
 def canonicalize_reference(boards: np.ndarray, moves: np.ndarray, size: int):

@@ -18,8 +18,15 @@ from services.coords import parse_point
 from services.dataset.build import deduplicate, source_pairs
 from services.dataset.pairs import FORBIDDEN_CUT, replay, replay_games
 from services.games import renju
-from services.games.gomoku import BLACK, ForbiddenMove, GomokuState, IllegalMove, Rule
-from services.records.rif import RifGame, game_rule, read_rif
+from services.games.gomoku import (
+    BLACK,
+    ForbiddenMove,
+    GomokuState,
+    IllegalMove,
+    Rule,
+    game_rule,
+)
+from services.records.rif import RifGame, read_rif
 from services.records.rif_writer import write_rif
 from tests.conftest import renjunet_games
 from tests.reference_impls import deduplicate_reference, source_pairs_reference

@@ -41,8 +41,8 @@ from services.dataset.canonical import (
     split_codes,
 )
 from services.dataset.pairs import game_plies, replay_games
-from services.games.gomoku import DEFAULT_SIZE, Rule
-from services.records.rif import Rejected, RifGame, game_rule
+from services.games.gomoku import DEFAULT_SIZE, Rule, game_rule
+from services.records.rif import Rejected, RifGame
 
 BOARD_SIZE = DEFAULT_SIZE  # RenjuNet records: Gomoku/Renju on 15x15
 # rows of one board column chunk: its int32 offsets must stay below 2**31 bytes

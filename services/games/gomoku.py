@@ -74,6 +74,33 @@ class Rule(StrEnum):
     RENJU = "renju"
 
 
+# Gomoku rules, under which black has no forbidden points, by their names in a RenjuNet
+# record (lower case, letters and digits only): names holding one of _GOMOKU_WORDS, and the
+# opening rules of Gomoku named without it. Every other rule of a RenjuNet export (RIF,
+# Yamaguchi, Taraguchi, Soosorv, Sakata, Tarannikov, ...) is a renju opening rule: renju
+# rules from move 1.
+_GOMOKU_WORDS = ("gomoku", "freestyle", "caro")
+_GOMOKU_OPENINGS = frozenset({"pro", "longpro", "swap", "swap2", "chineseswap", "standard"})
+
+
+@functools.cache
+def game_rule(name: str) -> Rule:
+    """The rules a game of a .rif file is replayed under, from its rule's name (`RifGame.rule`
+    of services.records.rif, which keeps the name as the file has it).
+
+    A Gomoku rule (freestyle, Gomoku, Swap2, Pro, ...) is `Rule.FREESTYLE`, or
+    `Rule.STANDARD` when its name says standard (exactly five wins); anything else, a rule
+    missing or named by a bare id included, is `Rule.RENJU`: a .rif file is a RenjuNet export,
+    a renju database, and reading a Gomoku game as renju can only end it early at a forbidden
+    point, while reading a renju game as Gomoku would teach its forbidden moves.
+    """
+    key = "".join(c for c in name.lower() if c.isalnum())
+    if "renju" in key or not (key in _GOMOKU_OPENINGS
+                              or any(word in key for word in _GOMOKU_WORDS)):
+        return Rule.RENJU
+    return Rule.STANDARD if "standard" in key else Rule.FREESTYLE
+
+
 class IllegalMove(ValueError):
     """A move that the rules do not allow; the message says why."""
 

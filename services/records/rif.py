@@ -31,13 +31,12 @@ from services.coords import (
     parse_point,
     point_name,
 )
-from services.games.gomoku import DEFAULT_SIZE, Rule
 from services.records.reasons import reason_category
 
-__all__ = ["RIF_SUFFIXES", "Rejected", "RifGame", "game_rule", "parse_bresult", "parse_moves",
-           "read_rif", "reason_category"]
+__all__ = ["RIF_SUFFIXES", "Rejected", "RifGame", "parse_bresult", "parse_moves", "read_rif",
+           "reason_category"]
 
-BOARD_SIZE = DEFAULT_SIZE  # RenjuNet games are 15x15
+BOARD_SIZE = 15  # RenjuNet games are 15x15
 RIF_SUFFIXES = (".rif", ".rif.gz")  # what read_rif is given to read (.gz: gzip-compressed)
 SNIPPET_CHARS = 200
 CHUNK_BYTES = 1 << 16
@@ -66,7 +65,9 @@ class RifGame:
     source: str
     game_id: str
     moves: tuple[int, ...]
-    rule: str = ""  # the rule's name from the rules table (its id when not in it)
+    # the rule's name from the rules table (its id when not in it), as the file has it: which
+    # rules that means for play is the game's to say (`services.games.gomoku.game_rule`)
+    rule: str = ""
     bresult: float | None = None  # Black's score: 1 won, 0 lost, 0.5 draw, None unknown
     black: str = ""
     white: str = ""
@@ -86,31 +87,6 @@ def _new_game(values: dict) -> RifGame:
     game = object.__new__(RifGame)
     game.__dict__.update(values)
     return game
-
-
-# Gomoku rules, under which black has no forbidden points, by their names (lower case, letters
-# and digits only): names holding one of _GOMOKU_WORDS, and the opening rules of Gomoku
-# named without it. Every other rule of a RenjuNet export (RIF, Yamaguchi, Taraguchi,
-# Soosorv, Sakata, Tarannikov, ...) is a renju opening rule: renju rules from move 1.
-_GOMOKU_WORDS = ("gomoku", "freestyle", "caro")
-_GOMOKU_OPENINGS = frozenset({"pro", "longpro", "swap", "swap2", "chineseswap", "standard"})
-
-
-@cache
-def game_rule(name: str) -> Rule:
-    """The rules a game of a .rif file is replayed under, from its rule's name.
-
-    A Gomoku rule (freestyle, Gomoku, Swap2, Pro, ...) is `Rule.FREESTYLE`, or
-    `Rule.STANDARD` when its name says standard (exactly five wins); anything else, a rule
-    missing or named by a bare id included, is `Rule.RENJU`: a .rif file is a RenjuNet export,
-    a renju database, and reading a Gomoku game as renju can only end it early at a forbidden
-    point, while reading a renju game as Gomoku would teach its forbidden moves.
-    """
-    key = "".join(c for c in name.lower() if c.isalnum())
-    if "renju" in key or not (key in _GOMOKU_OPENINGS
-                              or any(word in key for word in _GOMOKU_WORDS)):
-        return Rule.RENJU
-    return Rule.STANDARD if "standard" in key else Rule.FREESTYLE
 
 
 @dataclass(frozen=True)

@@ -63,9 +63,12 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from services.games.go import BLACK, WHITE
 from services.numerals import ascii_decimal, ascii_int
 
+# The colours of a record's moves, set-up stones and result: the games' cell values
+# (services.games.base), written here because a codec imports no game (tests/test_sgf_writer.py
+# checks that they agree).
+BLACK, WHITE = 1, 2
 MIN_SIZE, MAX_SIZE = 2, 25
 DEFAULT_SIZE = 19
 MAX_FILE_BYTES = 64 << 20
