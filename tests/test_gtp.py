@@ -36,7 +36,7 @@ from services.api.movepred.v1 import search_pb2
 from services.games.go import BLACK, WHITE, GoState
 from services.games.go_game import parse_vertex, vertex
 from services.protocols.go_cleanup import capture_move, dead_chains
-from services.protocols.gtp import COMMANDS, GtpEngine, build_position, go_sgf, score_text
+from services.protocols.gtp import COMMANDS, GtpEngine, build_position, score_text
 from services.protocols.gtp_analysis import (
     AnalysisStream,
     AnalyzeArgsError,
@@ -44,6 +44,7 @@ from services.protocols.gtp_analysis import (
     parse_analyze_args,
 )
 from services.protocols.gtp_clock import GtpClock
+from services.records.sgf_writer import go_sgf
 from services.search import validation
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,10 +21,10 @@ import pytest
 
 from flows.infer import SUMMARY, infer_flow, main
 from services.games.registry import get_game
-from services.protocols.gtp import go_sgf
 from services.records.rif import RifGame, read_rif
 from services.records.rif_writer import write_rif
 from services.records.sgf import SgfGame, read_sgf
+from services.records.sgf_writer import go_sgf
 from tests.test_infer_sequence import closed_port, live, triton_url  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")

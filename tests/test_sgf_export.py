@@ -20,16 +20,15 @@ from sgfmill import sgf
 from services import cli
 from services.coords import parse_point
 from services.games.gomoku import BLACK, WHITE, GomokuState, Rule
-from services.protocols.sgf_export import (
+from services.protocols.sgf_export import play_game, result_of
+from services.records.sgf import SgfGame, SgfRejected, read_sgf
+from services.records.sgf_writer import (
     app_version,
     game_to_sgf,
     parse_sgf_point,
-    play_game,
-    result_of,
     sgf_point,
     write_sgf,
 )
-from services.records.sgf import SgfGame, SgfRejected, read_sgf
 from services.search.client import SearchClient
 from tests.triton_fixtures import search_service, triton_server  # noqa: F401  (fixtures)
 

@@ -63,6 +63,7 @@ from services.games.base import (
     simple_position,
 )
 from services.games.registry import register
+from services.records.sgf_writer import APP_NAME, app_version, sgf_point, sgf_record
 
 EMPTY = 0
 MIN_SIZE, MAX_SIZE = 5, 9  # the sizes served: the paper's 5x5 and 7x7, and up to 9x9
@@ -209,9 +210,6 @@ class CaptureGame(Game):
         suicide), `summary` as GC. ValueError for a move the rules refuse."""
         if suffix != ".sgf":
             return super().record_text(suffix, moves, size)
-        from services.protocols.sgf_export import sgf_point
-        from services.records.sgf_writer import APP_NAME, app_version, sgf_record
-
         state = self.start(size)
         for i, move in enumerate(moves):
             try:

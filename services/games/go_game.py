@@ -58,6 +58,7 @@ from services.games.go import (
 )
 from services.games.registry import register
 from services.records.sgf import ARCHIVE_SUFFIXES
+from services.records.sgf_writer import go_sgf
 
 GO_SIZE = 19  # the default size (board_size 0 in a request, GTP before any boardsize)
 # The sizes served (requests, GTP `boardsize`): 9..19, see services/games/go.py for why.
@@ -248,8 +249,6 @@ class GoGame(Game):
         Chinese rules the GTP front-end plays. A pass (`size * size`) is written B[] / W[]."""
         if suffix != ".sgf":
             return super().record_text(suffix, moves, size)
-        from services.protocols.gtp import go_sgf  # the writer lives with the GTP front-end
-
         colours = (BLACK, WHITE)
         return go_sgf([(colours[i % 2], None if p == size * size else p)
                        for i, p in enumerate(moves)], size=size, comments=list(comments),

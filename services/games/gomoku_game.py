@@ -44,6 +44,7 @@ from services.games.gomoku import (
 )
 from services.games.registry import register
 from services.records.rif import RIF_SUFFIXES, RifGame
+from services.records.sgf_writer import game_to_sgf
 
 # API rule values -> rules (RULE_UNSPECIFIED: freestyle)
 RULES = {
@@ -101,8 +102,6 @@ class GomokuGame(Game):
         """SGF (GM[4], the rule in RU) or RenjuNet RIF (the move comments, which RIF has no
         place for, go into the database comment after `summary`)."""
         if suffix == ".sgf":
-            from services.protocols.sgf_export import game_to_sgf
-
             return game_to_sgf(moves, size=size, rule=rule or Rule.FREESTYLE,
                                comments=dict(enumerate(comments)), game_comment=summary or None)
         if suffix == ".rif":

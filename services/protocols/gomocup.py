@@ -92,6 +92,7 @@ import grpc
 import numpy as np
 
 from services.coords import index_name
+from services.defaults import SEARCH_TARGET
 from services.games import renju
 from services.games.gomoku import (
     BLACK,
@@ -104,6 +105,7 @@ from services.games.gomoku import (
 )
 from services.numerals import ascii_int
 from services.protocols.frontend import SearchClientOwner, serve_lines
+from services.records.sgf_writer import app_version, write_sgf
 from services.search import auth
 from services.search.validation import MAX_VISITS
 from services.settings import bounded
@@ -114,7 +116,6 @@ SIZE = DEFAULT_SIZE
 NAME = "movepred"
 AUTHOR = "movepred developers"
 COUNTRY = "unknown"
-DEFAULT_TARGET = "127.0.0.1:50051"
 DEFAULT_VISITS = 400
 FAST_VISITS = 32  # INFO timeout_turn 0: play as fast as possible
 MIN_SEARCH_MS = 20
@@ -266,7 +267,7 @@ class Brain(SearchClientOwner):
 
     def __init__(
         self,
-        target: str = DEFAULT_TARGET,
+        target: str = SEARCH_TARGET,
         *,
         visits: int = DEFAULT_VISITS,
         debug: bool = False,
@@ -420,8 +421,6 @@ class Brain(SearchClientOwner):
         return [f"FORBID {cells}."]
 
     def _cmd_yxshowinfo(self, param: str) -> list[str]:
-        from services.protocols.sgf_export import app_version
-
         return [f"MESSAGE {NAME} {app_version()}", "MESSAGE INFO MAX_THREAD_NUM 1",
                 "MESSAGE INFO MAX_HASH_SIZE 0"]
 
@@ -446,8 +445,6 @@ class Brain(SearchClientOwner):
         return []
 
     def _cmd_about(self, param: str) -> list[str]:
-        from services.protocols.sgf_export import app_version
-
         return [
             f'name="{NAME}", version="{app_version()}", author="{AUTHOR}", country="{COUNTRY}"'
         ]
@@ -640,7 +637,7 @@ class Brain(SearchClientOwner):
         """With --sgf-dir, write the game so far (if any) as SGF; a failure only goes to stderr."""
         if self.sgf_dir is None or not self.moves:
             return
-        from services.protocols.sgf_export import result_of, write_sgf
+        from services.protocols.sgf_export import result_of
 
         try:
             state = GomokuState.from_moves(self.moves, rule=self.rule)
@@ -682,7 +679,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         prog="python -m services.protocols.gomocup",
         description="Gomocup/Piskvork protocol brain backed by the movepred search service.",
     )
-    p.add_argument("--target", default=DEFAULT_TARGET, help="search service host:port")
+    p.add_argument("--target", default=SEARCH_TARGET, help="search service host:port")
     p.add_argument(
         "--visits",
         type=bounded(int, 0, MAX_VISITS),  # the service's limit: beyond it every move fails

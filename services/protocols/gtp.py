@@ -68,7 +68,8 @@ from typing import Any, TextIO
 import grpc
 
 from services.api.movepred.v1 import search_pb2
-from services.games.go import BLACK, WHITE, GoState, IllegalMove, opponent, sgf_name
+from services.defaults import SEARCH_TARGET
+from services.games.go import BLACK, WHITE, GoState, IllegalMove, opponent
 from services.games.go_game import (
     DEFAULT_KOMI,
     GO_SIZE,
@@ -91,12 +92,12 @@ from services.protocols.gtp_analysis import (
     run_to_end,
 )
 from services.protocols.gtp_clock import ClockError, GtpClock
+from services.records.sgf_writer import app_version
 from services.search import auth
 from services.search.validation import MAX_TIME_MS, MAX_VISITS
 from services.settings import DEADLINE_S, bounded
 
 NAME = "movepred"
-DEFAULT_TARGET = "127.0.0.1:50051"
 DEFAULT_VISITS = 200
 PROTOCOL_VERSION = "2"
 COMMANDS = (
@@ -203,39 +204,13 @@ def build_position(
     )
 
 
-def go_sgf(
-    moves: Sequence[Move],
-    *,
-    size: int = GO_SIZE,
-    komi: float = DEFAULT_KOMI,
-    black: str = "",
-    white: str = "",
-    result: str | None = None,
-    comments: Sequence[str | None] = (),
-    event: str | None = None,
-) -> str:
-    """An SGF (FF[4], GM[1]) record of a Go game: one node per move, passes as B[] / W[]."""
-    from services.records.sgf_writer import APP_NAME, app_version, sgf_record
-
-    root = [("GM", "1"), ("FF", "4"), ("CA", "UTF-8"), ("AP", f"{APP_NAME}:{app_version()}"),
-            ("SZ", str(size)), ("KM", f"{komi:g}"), ("RU", "Chinese")]
-    root += [(key, value) for key, value in (("PB", black), ("PW", white)) if value]
-    if result is not None:
-        root.append(("RE", result))
-    if event:
-        root.append(("EV", event))
-    return sgf_record(root, [("B" if color == BLACK else "W", sgf_name(point, size),
-                              comments[i] if i < len(comments) else None)
-                             for i, (color, point) in enumerate(moves)])
-
-
 class GtpEngine(SearchClientOwner):
     """The GTP state machine: `handle(line)` returns the whole answer (None for an empty or
     comment line). `client_factory()` makes the search client on first use."""
 
     def __init__(
         self,
-        target: str = DEFAULT_TARGET,
+        target: str = SEARCH_TARGET,
         *,
         visits: int = DEFAULT_VISITS,
         time_ms: int = 0,
@@ -292,8 +267,6 @@ class GtpEngine(SearchClientOwner):
         return NAME
 
     def cmd_version(self, args: list[str]) -> str:
-        from services.protocols.sgf_export import app_version
-
         return app_version()
 
     def cmd_known_command(self, args: list[str]) -> str:
@@ -517,7 +490,7 @@ def serve(engine: GtpEngine, stdin: TextIO, stdout: TextIO) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target", default=DEFAULT_TARGET, help="search service host:port")
+    p.add_argument("--target", default=SEARCH_TARGET, help="search service host:port")
     # the service's limits: beyond them every genmove would fail, not the start
     p.add_argument("--visits", type=bounded(int, 0, MAX_VISITS), default=DEFAULT_VISITS,
                    help=f"visits per genmove (default {DEFAULT_VISITS}; 0: limited by time)")

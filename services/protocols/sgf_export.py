@@ -1,18 +1,10 @@
-"""SGF (FF[4]) records of Gomoku games, and `movepred play`: the service playing itself.
-
-`game_to_sgf` writes one game: GM[4] (Gomoku/Renju), SZ, RU (our rule name: freestyle,
-standard or renju; SGF defines no RU values for GM[4]), PB/PW, RE, DT, AP, then one node per
-move, black first. Moves are repository points `y * size + x` (y from the *bottom*); SGF letters
-give the column from the left and the row from the *top*, so a point is written as
-`LETTERS[x] + LETTERS[size - 1 - y]` (the centre h8 of 15x15 is `hh`, a1 is `ao`).
-
-Results follow the SGF convention: "B+" / "W+" (a winner; Gomoku has no score), "0" (draw,
-the board filled up), "?" (unknown, e.g. the move limit ended a self-play game), or None for
-no RE at all.
+"""`movepred play`: the search service playing itself, or a game's reference player; the
+games are written as records (the writers are codecs: `services.records.sgf_writer`).
 
 `movepred play --target HOST:PORT --visits N --out game.sgf` asks GenMove for both sides until
-somebody makes five, the board is full or `--max-moves` is reached, and writes the game with
-each move's search statistics as a comment.
+somebody makes five, the board is full or `--max-moves` is reached, and writes the game
+(`game_to_sgf`, GM[4]) with each move's search statistics as a comment; `result_of` gives the
+SGF result of a Gomoku position.
 
 `movepred play --game NAME [--size S] [--games N] [--seed K] [--out DIR]`, for a game with a
 reference player (`Game.opponent`: the Capture Game's greedy player), plays the served network
@@ -24,38 +16,20 @@ numbered games), writes each game where the Game writes records (`Game.write_rec
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from services.defaults import SEARCH_TARGET
 from services.games.base import Game, Position
 from services.games.gomoku import BLACK, DEFAULT_SIZE, WHITE, GomokuState, Rule
 from services.games.registry import default_game, get_game, registered_games
-from services.records.sgf_writer import APP_NAME, app_version, sgf_record
+from services.records.sgf_writer import APP_NAME, game_to_sgf, write_sgf_text
 
 PlayResult = TypeVar("PlayResult")
 
-SGF_LETTERS = "abcdefghijklmnopqrstuvwxyz"
-GOMOKU_GM = 4
 DEFAULT_PLAY_VISITS = 200
-
-
-def sgf_point(point: int, size: int = DEFAULT_SIZE) -> str:
-    """Repository point (y from the bottom) -> SGF letters (column, row from the top)."""
-    if not 0 <= point < size * size:
-        raise ValueError(f"point {point} is off the {size}x{size} board")
-    y, x = divmod(point, size)
-    return SGF_LETTERS[x] + SGF_LETTERS[size - 1 - y]
-
-
-def parse_sgf_point(value: str, size: int = DEFAULT_SIZE) -> int:
-    """The inverse of `sgf_point`."""
-    if len(value) != 2 or any(c not in SGF_LETTERS[:size] for c in value):
-        raise ValueError(f"not a point on a {size}x{size} board: {value!r}")
-    x, row = SGF_LETTERS.index(value[0]), SGF_LETTERS.index(value[1])
-    return (size - 1 - row) * size + x
 
 
 def result_of(state: GomokuState) -> str | None:
@@ -67,69 +41,6 @@ def result_of(state: GomokuState) -> str | None:
     if state.is_over:
         return "0"
     return None
-
-
-def game_to_sgf(
-    moves: Sequence[int],
-    size: int = DEFAULT_SIZE,
-    rule: Rule | str = Rule.FREESTYLE,
-    black: str = APP_NAME,
-    white: str = APP_NAME,
-    result: str | None = None,
-    comments: Mapping[int, str] | None = None,
-    *,
-    date: dt.date | str | None = None,
-    game_comment: str | None = None,
-    event: str | None = None,
-) -> str:
-    """One game as SGF text (ends with a newline).
-
-    `moves` are points `y * size + x`, black first, alternating. `comments` maps a move's index
-    in `moves` (0 = the first move) to the C[] of that move's node. `date` defaults to today
-    (DT is YYYY-MM-DD). Raises ValueError for a point off the board or played twice, or a
-    comment for a move that is not in `moves`; game rules (fives, renju) are not checked.
-    """
-    if not 1 <= size <= len(SGF_LETTERS):
-        raise ValueError(f"board size {size} cannot be written as SGF")
-    seen: set[int] = set()
-    for i, p in enumerate(moves):
-        if not 0 <= p < size * size:
-            raise ValueError(f"moves[{i}]: point {p} is off the {size}x{size} board")
-        if p in seen:
-            raise ValueError(f"moves[{i}]: point {sgf_point(p, size)} is already occupied")
-        seen.add(p)
-    comments = dict(comments or {})
-    bad = sorted(k for k in comments if not 0 <= k < len(moves))
-    if bad:
-        raise ValueError(f"comments for moves {bad} which are not in the game")
-    rule_name = Rule(rule.lower() if isinstance(rule, str) else rule).value
-    if date is None:
-        date = dt.date.today()
-    date_text = date.isoformat() if isinstance(date, dt.date) else str(date)
-
-    root = [("FF", "4"), ("GM", str(GOMOKU_GM)), ("CA", "UTF-8"),
-            ("AP", f"{APP_NAME}:{app_version()}"), ("SZ", str(size)), ("RU", rule_name),
-            ("PB", black), ("PW", white), ("DT", date_text)]
-    if event:
-        root.append(("EV", event))
-    if result is not None:
-        root.append(("RE", result))
-    if game_comment:
-        root.append(("GC", game_comment))
-    return sgf_record(root, [("B" if i % 2 == 0 else "W", sgf_point(p, size), comments.get(i))
-                             for i, p in enumerate(moves)])
-
-
-def write_sgf(path: str | Path, moves: Sequence[int], **kwargs: Any) -> Path:
-    """Write `game_to_sgf(moves, **kwargs)` to `path` (UTF-8, parent folders created)."""
-    return write_sgf_text(path, game_to_sgf(moves, **kwargs))
-
-
-def write_sgf_text(path: str | Path, text: str) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 # ---- self-play through the search service ------------------------------------------------------
@@ -372,7 +283,7 @@ def add_play_command(subparsers: Any) -> dict[str, Callable[[argparse.Namespace]
     )
     from services.search.auth import add_client_arguments
 
-    p.add_argument("--target", default="127.0.0.1:50051", help="search service host:port")
+    p.add_argument("--target", default=SEARCH_TARGET, help="search service host:port")
     add_client_arguments(p)  # TLS, token: the same options as every client
     p.add_argument("--rule", choices=[r.value for r in Rule], default=Rule.FREESTYLE.value)
     p.add_argument(
