@@ -2,8 +2,8 @@
 
 Packages (each lists its modules):
     api         gRPC code generated from `proto/` at setup time (not committed)
-    games       the `Game` interface and registry; rules, encodings, symmetries
-    records     game-record readers and writers (.rif, SGF) and the self-play sample games
+    games       the `Game` interface and registry; rules, encodings, symmetries, self-play sample
+    records     game-record codecs: readers and writers of .rif and SGF files and archives
     dataset     replay into pairs, canonical dedup, splits, Parquet shards, the streaming loader
     models      policy networks (Shao et al. CNN, residual), value heads, named configurations
     trainer     the training loop, evaluation, the publish gate, data-parallel training

@@ -12,6 +12,7 @@ Modules:
     capture_game the Capture Game (Atari-Go, PyBrain's rules) as a `Game`, 5x5 to 9x9
     capture_batch  the Capture Game on many boards at once: rules, greedy opponent, play_games
     gomoku       Gomoku rules on a square board (15x15 by default)
+    gomoku_selfplay  rule-based Gomoku self-play games (the shipped sample)
     renju        Renju forbidden points for black (overline, double-four, double-three)
     go           Go rules: captures, suicide, simple ko, passes, set-up stones, area scoring
     go_fast      incremental compiled Go replay that writes a game's compact planes in one pass
