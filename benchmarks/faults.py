@@ -86,9 +86,10 @@ from benchmarks.host import cpu_model  # noqa: E402
 from services import logs  # noqa: E402
 from services.api.movepred.v1 import search_pb2  # noqa: E402
 from services.games.registry import get_game  # noqa: E402
+from services.repository.publish import publish  # noqa: E402
+from services.repository.versions import list_versions  # noqa: E402
 from services.search.client import DEFAULT_PREDICT_TIMEOUT_S, SearchClient  # noqa: E402
 from services.triton.client import PolicyClient  # noqa: E402
-from services.triton.publisher import list_versions, publish  # noqa: E402
 from services.triton.server import TritonServer, free_port  # noqa: E402
 
 logger = logging.getLogger("faults")
@@ -880,7 +881,7 @@ class Suite:
         script = (
             "import resource, signal, sys\n"
             "from pathlib import Path\n"
-            "from services.triton.publisher import publish\n"
+            "from services.repository.publish import publish\n"
             "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a kill\n"
             f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
             f"v = publish(Path({str(self.good_model)!r}), Path({str(self.stack.repository)!r}),"

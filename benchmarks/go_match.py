@@ -249,17 +249,17 @@ def search_service(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
     if args.target:
         yield args.target, f"search service at {args.target}"
         return
+    from services.repository.versions import latest_version
     from services.search.server import build_service
+    from services.trainer.go_model import publish_go_model
     from services.triton.client import PolicyClient
-    from services.triton.go_model import publish_go_model
-    from services.triton.publisher import latest_version
     from services.triton.server import TritonServer
 
     go_model = get_game("go").default_model
     gomoku_model = get_game("gomoku").default_model
     with ExitStack() as stack:
         if args.repository:
-            from services.triton.publisher import dims_accept, model_io
+            from services.repository.configs import dims_accept, model_io
 
             repository = Path(args.repository)
             version = latest_version(repository, go_model)

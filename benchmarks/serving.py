@@ -66,10 +66,10 @@ sys.path.insert(0, str(ROOT))
 from services.games.registry import get_game  # noqa: E402
 from services.models.configs import build  # noqa: E402
 from services.models.export import export_torchscript  # noqa: E402
+from services.repository.publish import publish  # noqa: E402
 from services.search.client import SearchClient  # noqa: E402
 from services.search.server import DEFAULT_MAX_WORKERS  # noqa: E402
 from services.triton.client import PolicyClient  # noqa: E402
-from services.triton.publisher import publish  # noqa: E402
 from services.triton.rollout import read_model_config  # noqa: E402
 from services.triton.server import TritonServer, free_port  # noqa: E402
 

@@ -42,8 +42,8 @@ from serving import _ints, tune_config  # noqa: E402
 from services.games.registry import get_game  # noqa: E402
 from services.models.configs import build  # noqa: E402
 from services.models.export import export_torchscript  # noqa: E402
+from services.repository.publish import publish  # noqa: E402
 from services.triton.client import PolicyClient  # noqa: E402
-from services.triton.publisher import publish  # noqa: E402
 from services.triton.server import TritonServer  # noqa: E402
 
 

@@ -23,10 +23,10 @@ from prefect.artifacts import create_markdown_artifact
 
 from flows import announce_prefect_api, configure_logging
 from services import logs
+from services.defaults import TRITON_URL
+from services.repository.versions import latest_version
 from services.settings import DEFAULT_REPOSITORY
-from services.triton import DEFAULT_TRITON_URL
 from services.triton.client import PolicyClient, default_model_name
-from services.triton.publisher import latest_version
 from services.triton.rollout import RolloutError, rollback, rollout
 
 MODEL_NAME = default_model_name()
@@ -54,7 +54,7 @@ def switch_version(triton_url: str, repository: str, version: int | None,
 
 @flow(name="rollout", persist_result=True)  # the report survives a state read back from the API
 def rollout_flow(
-    triton_url: str = DEFAULT_TRITON_URL,
+    triton_url: str = TRITON_URL,
     repository: str = DEFAULT_REPOSITORY,
     version: int | None = None,
     model_name: str = MODEL_NAME,
@@ -70,7 +70,7 @@ def rollout_flow(
 
 @flow(name="rollback", persist_result=True)
 def rollback_flow(
-    triton_url: str = DEFAULT_TRITON_URL,
+    triton_url: str = TRITON_URL,
     repository: str = DEFAULT_REPOSITORY,
     model_name: str = MODEL_NAME,
 ) -> dict:
@@ -81,7 +81,7 @@ def rollback_flow(
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--triton-url", default=DEFAULT_TRITON_URL)
+    parser.add_argument("--triton-url", default=TRITON_URL)
     parser.add_argument("--repository", default=DEFAULT_REPOSITORY)
     parser.add_argument("--model-name", default=MODEL_NAME)
     what = parser.add_mutually_exclusive_group()

@@ -32,11 +32,13 @@ process held a core).
 With `--triton-url` and Triton not answering there, the version is still published and the
 report written; the run ends with one line saying it is not served and what to run next.
 
-The version is published with ``smoke_positions.npz`` (up to `SMOKE_ROWS` validation positions
-as the network takes them, and the moves played) and its top-1 on them in the metadata; with
-`--triton-url` it is rolled out by `services.triton.rollout.rollout` (smoke-tested on those
-positions, then pinned), never by a plain load of the newest folder, which would bring back a
-rolled-back version. A refused version (quarantined by the rollout) is reported in the result
+The version is published (`services.trainer.publish`: the gate, the checked export and the
+publication, shared with the distributed trainer) with ``smoke_positions.npz`` (up to
+`SMOKE_ROWS` validation positions as the network takes them, and the moves played) and its
+top-1 on them in the metadata; with `--triton-url` it is rolled out by
+`services.triton.rollout.rollout` (smoke-tested on those positions, then pinned), never by a
+plain load of the newest folder, which would bring back a rolled-back version. A refused version
+(quarantined by the rollout) is reported in the result
 (``rollout``), the report and the ``rollout-summary`` artifact; the serving version stays.
 """
 
@@ -48,7 +50,6 @@ import inspect
 import json
 import logging
 import sys
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
@@ -57,30 +58,19 @@ from prefect.artifacts import create_image_artifact, create_markdown_artifact
 
 from flows import announce_prefect_api, configure_logging
 from services import logs, settings
-from services.dataset.loader import dataset_game
-from services.dataset.shards import GAME_SPLIT, read_manifest, read_split
-from services.games.registry import default_game, get_game, registered_games
+from services.dataset.shards import GAME_SPLIT, read_manifest
+from services.defaults import MODEL_FILE, TRITON_URL
+from services.games.registry import default_game
 from services.models.configs import spec
-from services.models.export import export_torchscript
+from services.repository import gate
 from services.settings import DEFAULT_DATASET, DEFAULT_REPOSITORY, DEFAULT_RUN_DIR
-from services.trainer import gate
+from services.trainer import publish
 from services.trainer.plots import plot_curves, plot_stages
+from services.trainer.publish import MODEL_NAMES, check_gate, export_checked, unservable_reason
 from services.trainer.train import TrainConfig, TrainResult, check_run, train
 from services.triton.client import PolicyClient
-from services.triton.publisher import (
-    SMOKE_POSITIONS_FILE,
-    config_file,
-    config_io,
-    dims_accept,
-    publish,
-    write_smoke_positions,
-)
 
-# the Triton model each game publishes as (its `Game.default_model`)
-MODEL_NAMES = {g.name: g.default_model for g in registered_games()}
 MODEL_NAME = default_game().default_model
-SMOKE_ROWS = 256  # validation positions stored with a version for the rollout's smoke test
-CHECK_ROWS = 64  # real validation positions the export check runs on, next to random ones
 TRITON_PROBE_S = 3.0  # how long the flow waits for Triton to say it is live before publishing
 
 log = logging.getLogger(__name__)
@@ -135,7 +125,7 @@ def serving_hint(triton_url: str | None, repository: str, model_name: str,
              else f"`.venv/bin/python -m services.triton.server --repository {repository}`")
     return (f"{why} {model_name} v{version} is published in {repository} but not served. "
             f"Next: {start} (it starts on the newest good version), or with Triton running: "
-            f"`.venv/bin/movepred rollout --triton-url {triton_url or '127.0.0.1:8001'} "
+            f"`.venv/bin/movepred rollout --triton-url {triton_url or TRITON_URL} "
             f"--repository {repository}"
             + (f" --model-name {model_name}`" if model_name != MODEL_NAME else "`"))
 
@@ -146,87 +136,15 @@ def fit(dataset_dir: str, config: TrainConfig, checkpoint: str | None) -> TrainR
     return train(Path(dataset_dir), config, checkpoint=Path(checkpoint) if checkpoint else None)
 
 
-def unservable_reason(repository: str, model_name: str, dataset_dir: str) -> str | None:
-    """Why a model of this dataset cannot be published as `model_name`, or None if it can:
-    there must be a config.pbtxt (the repository's, else the tracked template) whose input
-    dims take the dataset's board shape ([s, s] Gomoku cells, [4, s, s] Go planes; a -1 dim,
-    as in the tracked go_policy config, takes any size)."""
-    game, size = dataset_game(dataset_dir, "train")
-    shape = list(get_game(game).input_shape(size))
-    config = config_file(Path(repository), model_name)
-    if config is None:
-        return (f"no Triton config.pbtxt for {model_name!r} in {repository} or the tracked "
-                "templates")
-    io = config_io(config)
-    dims = list(io[0]) if io is not None else None
-    if dims is None or not dims_accept(dims, shape):  # -1: any size
-        return f"{config} takes input dims {dims}, this {game} dataset's boards are {shape}"
-    return None
-
-
-def _export(result: TrainResult, model_file: Path, dataset_dir: str) -> float:
-    """TorchScript export checked against the eager model on random inputs of the dataset's
-    game and on real validation positions; return the max abs difference."""
-    game, size = dataset_game(dataset_dir, "validation")
-    boards = read_split(Path(dataset_dir), "validation")[0][:CHECK_ROWS]
-    return export_torchscript(result.model, model_file, board_size=size, game=game,
-                              boards=boards)
-
-
-def smoke_rows(dataset_dir: str, rows: int = SMOKE_ROWS) -> tuple | None:
-    """Up to `rows` validation positions, evenly spaced over the split (every game stage), as
-    the network takes them, and the moves played: (boards int8, moves int64); None when the
-    split is empty (the version then has no stored positions, and the rollout says so)."""
-    import numpy as np
-
-    boards, moves, _ = read_split(Path(dataset_dir), "validation")
-    if not len(moves):
-        return None
-    pick = np.unique(np.linspace(0, len(moves) - 1, min(rows, len(moves))).astype(np.int64))
-    return boards[pick], moves[pick].astype(np.int64)
-
-
-@task
-def export_and_publish(result: TrainResult, repository: str, model_name: str,
-                       dataset_dir: str, decision: gate.GateDecision | None = None,
-                       run_dir: str | None = None) -> int:
-    """Export, verify against the eager model, then publish atomically as the next version,
-    with real validation positions (``smoke_positions.npz``) and the model's top-1 on them,
-    for the rollout's smoke test, and the model card (`services.triton.model_card`: dataset
-    manifest hash and rows, code commit, recipe, metrics, the gate's `decision`)."""
-    import torch
-
-    from services.trainer.metrics import evaluate
-    from services.triton.model_card import build_card
-
-    card = build_card(config_name=result.config.model, model=result.model,
-                      dataset_dir=dataset_dir, recipe=result.config, metrics=result.metrics,
-                      metrics_source="the training run's final evaluation", gate=decision)
-    with tempfile.TemporaryDirectory() as tmp:
-        model_file = Path(tmp) / "model.pt"
-        diff = _export(result, model_file, dataset_dir)
-        metadata = {**result.summary(), **card, "export_max_abs_diff": diff}
-        extra_files = {}
-        rows = smoke_rows(dataset_dir)
-        if rows is not None:
-            boards, moves = rows
-            positions = Path(tmp) / SMOKE_POSITIONS_FILE
-            write_smoke_positions(positions, boards, moves)
-            exported = torch.jit.load(str(model_file), map_location="cpu")
-            top1 = evaluate(exported, boards, moves, "cpu")["top1"]  # serving must reproduce it
-            metadata["smoke_positions"] = {"file": SMOKE_POSITIONS_FILE, "rows": len(moves),
-                                           "top1": top1}
-            extra_files[SMOKE_POSITIONS_FILE] = positions
-        source = f"train run {Path(run_dir).resolve()}" if run_dir else "trainer"
-        return publish(model_file, Path(repository), model_name, metadata=metadata,
-                       extra_files=extra_files, source=source)
+# the trainer's publication (services.trainer.publish) as a task of this flow
+export_and_publish = task(publish.export_and_publish)
 
 
 @task
 def export_to_run_dir(result: TrainResult, run_dir: str, dataset_dir: str) -> dict:
     """Export and verify into the run folder (games the repository cannot serve yet)."""
-    model_file = Path(run_dir) / "model.pt"
-    diff = _export(result, model_file, dataset_dir)
+    model_file = Path(run_dir) / MODEL_FILE
+    diff = export_checked(result, model_file, dataset_dir)
     metadata = {**result.summary(), "export_max_abs_diff": diff}
     (Path(run_dir) / "model.json").write_text(json.dumps(metadata, indent=2, default=str) + "\n")
     return {"path": str(model_file), "export_max_abs_diff": diff}
@@ -334,7 +252,7 @@ def train_flow(
     logger.info("training %s (%s) on %s into %s: %s", model, game, dataset_dir, model_name,
                 f"{config.step_limit()} steps" if config.step_limit() else "no step limit")
     result = fit(dataset_dir, config, str(checkpoint))
-    decision = gate.check(result.metrics, Path(repository), model_name, Path(dataset_dir),
+    decision = check_gate(result.metrics, Path(repository), model_name, Path(dataset_dir),
                           tolerance=gate_tolerance, device=device)
     logger.info("gate %s: %s", "passed" if decision.passed else "refused", decision.reason)
     served: bool | None = None  # None: no Triton asked

@@ -147,20 +147,16 @@ def test_publishing_runs_the_model_at_the_games_sizes(tmp_path: Path) -> None:
     """A free-size model is test-run at its game's largest, smallest and default size: a
     Capture Game model that cannot answer 5x5 boards is refused (19x19 and 9x9 alone would
     pass it)."""
-    from services.triton.publisher import (
-        CHECK_SIZES,
-        check_sizes_for,
-        list_versions,
-        publish,
-        validate_model_file,
-    )
+    from services.games.go_game import GO
+    from services.repository.model_check import check_sizes_for, validate_model_file
+    from services.repository.publish import publish
+    from services.repository.versions import list_versions
 
-    assert check_sizes_for(CAPTURE.default_model) == (9, 5)
-    assert check_sizes_for("go_policy") == (19, 9) == CHECK_SIZES
-    assert check_sizes_for("no_such_model") == CHECK_SIZES
+    assert check_sizes_for(CAPTURE) == (9, 5)
+    assert check_sizes_for(GO) == (19, 9)
     path = tmp_path / "big.pt"
     torch.jit.script(BigBoardsOnly()).save(str(path))
-    assert validate_model_file(path, (-1, -1), -1) is False  # at 19x19 and 9x9 it answers
+    assert validate_model_file(path, CAPTURE, (-1, -1), -1, sizes=(19, 9)) is False  # it answers
     repository = make_repository(tmp_path, CAPTURE.default_model)
     with pytest.raises(ValueError, match=r"int8 \[2,5,5\]"):
         publish(path, repository, CAPTURE.default_model)

@@ -298,7 +298,7 @@ def test_every_config_parses_and_describes_the_policy(path: Path) -> None:
     ids=[MODEL_NAME, GO_MODEL_NAME],
 )
 def test_embedded_and_stock_configs_agree(embedded_path: Path, stock_path: Path) -> None:
-    from services.triton.publisher import dims_accept
+    from services.repository.configs import dims_accept
 
     def agree(embedded_tensors, stock_tensors) -> bool:
         """Same names and dtypes; the stock dims are the embedded ones, or one of the sizes
@@ -372,9 +372,9 @@ def test_stock_tensor_names_bind_to_the_exported_torchscript(tmp_path: Path) -> 
 
 
 def test_go_stock_tensor_names_bind_to_the_exported_go_torchscript(tmp_path: Path) -> None:
-    """The Go export (services.triton.go_model) names forward()'s argument `boards` too."""
+    """The Go export (services.trainer.go_model) names forward()'s argument `boards` too."""
     torch = pytest.importorskip("torch")
-    from services.triton.go_model import build_go_model, export_go_torchscript
+    from services.trainer.go_model import build_go_model, export_go_torchscript
 
     path = tmp_path / "model.pt"
     export_go_torchscript(build_go_model("go_res_b2c32"), path, n_check=2)  # policy-only
@@ -391,7 +391,7 @@ def test_go_value_export_names_its_argument_boards(tmp_path: Path) -> None:
     """A Go network with a value head (`PolicyValue`, scripted as it is, no wrapper) binds by
     the same input name and answers (logits [N, 362], value [N])."""
     torch = pytest.importorskip("torch")
-    from services.triton.go_model import build_go_model, export_go_torchscript
+    from services.trainer.go_model import build_go_model, export_go_torchscript
 
     path = tmp_path / "model.pt"
     export_go_torchscript(build_go_model("go_res_b2c32_v"), path, n_check=2)
@@ -403,7 +403,7 @@ def test_go_value_export_names_its_argument_boards(tmp_path: Path) -> None:
 
 
 def _stock_repository(root: Path, config_text: str) -> Path:
-    from services.triton.publisher import publish
+    from services.repository.publish import publish
     from tests.triton_fixtures import build_tiny_policy
 
     repository = root / "model_repository"

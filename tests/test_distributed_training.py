@@ -328,7 +328,7 @@ def test_a_rerun_of_a_finished_run_does_not_publish_its_model_again(
         dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """A Job applied again on its run dir resumed the finished checkpoint, took no step and
     published the same network as a new version, every time."""
-    from services.triton.publisher import list_versions
+    from services.repository.versions import list_versions
 
     repo = tmp_path / "repo"
     argv = ["--dataset", str(dataset), "--run-dir", str(tmp_path / "run"), "--model",

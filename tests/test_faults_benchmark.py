@@ -63,7 +63,7 @@ def test_window_policy_takes_a_five_and_blocks_a_four(tmp_path: Path) -> None:
 
 
 def test_corrupt_kinds_are_refused_by_the_publisher_test_run(tmp_path: Path) -> None:
-    from services.triton.publisher import validate_model_file
+    from services.repository.model_check import validate_model_file
 
     good = faults.save_script(faults.WindowPolicy(), tmp_path / "good.pt")
     assert validate_model_file(good) is True  # a value head

@@ -22,10 +22,10 @@ import torch
 
 from services.api.movepred.v1 import search_pb2
 from services.games.registry import get_game, registered_games
+from services.repository.publish import publish
 from services.search.client import SearchClient
 from services.search.server import build_service
 from services.triton.client import PolicyClient
-from services.triton.publisher import publish
 from services.triton.server import TritonServer
 from tests.tictactoe_game import CONFIG_PBTXT, TICTACTOE
 from tests.triton_fixtures import require_tritonserver, run_local, save_scripted

@@ -436,8 +436,8 @@ def test_triton_answers_every_go_size_from_one_version(live: Live) -> None:
     """9x9, 13x13 and 19x19 boards to the same go_policy version: logits [N, S*S+1] equal to
     the TorchScript file run here; also two sizes at once from several threads (Triton's
     dynamic batcher may hand both to one execute call: one forward pass per size)."""
+    from services.trainer.go_model import sample_inputs
     from services.triton.client import TritonRequestError
-    from services.triton.go_model import sample_inputs
     from tests.triton_fixtures import run_in_threads, run_local
 
     inputs = {s: sample_inputs(6, s, seed=s) for s in (9, 13, 19)}
@@ -547,7 +547,7 @@ def test_concurrent_searches_on_two_board_sizes(live: Live) -> None:
 
 @pytest.mark.timeout(600)
 def test_go_rollout_smoke_tests_go_positions(live: Live) -> None:
-    from services.triton.go_model import publish_go_model
+    from services.trainer.go_model import publish_go_model
     from services.triton.rollout import rollout
 
     version = publish_go_model(live.repository, seed=1)

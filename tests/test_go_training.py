@@ -437,7 +437,7 @@ def test_kgs_games_train_and_resume_as_19x19_go(kgs_dataset: Path, tmp_path: Pat
 
 
 def test_servable_configs_follow_the_dims(go_dataset: Path, tmp_path: Path) -> None:
-    from flows.train import unservable_reason
+    from services.trainer.publish import unservable_reason
 
     repo = str(tmp_path / "empty-repo")  # falls back to the tracked templates
     assert unservable_reason(repo, "go_policy", str(go_dataset)) is None  # [4, -1, -1]

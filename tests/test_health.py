@@ -20,10 +20,10 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from services.repository.publish import publish
 from services.search.readiness import REMEDY, game_service_name
 from services.search.server import SERVICE_NAME, Service, build_service
 from services.triton.client import PolicyClient
-from services.triton.publisher import publish
 from services.triton.server import TritonServer, free_port
 from tests.triton_fixtures import (
     MODEL_NAME,

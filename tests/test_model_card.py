@@ -6,7 +6,7 @@ it and how good it is, and `movepred serving` prints it.
   commit of this checkout, the TrainConfig, metrics (top-1/top-5 per split, top-1 by stage,
   value figures), the gate's decision, the created time; `movepred serving` against a real
   Triton serving it prints each of them;
-* a Go version published with `services.triton.go_model` on a dataset carries the same
+* a Go version published with `services.trainer.go_model` on a dataset carries the same
   fields, metrics included, and no path into a temporary folder that no longer exists; one
   published from a trainer checkpoint takes the checkpoint's recipe and last evaluation;
 * a Capture Game version published from a policy search's best_network.pt carries its fitness.
@@ -47,7 +47,7 @@ def paths_in(value: Any) -> list[str]:
 
 
 def assert_card(meta: dict, dataset: Path | None, splits: tuple[str, ...]) -> None:
-    from services.triton.model_card import CARD_FIELDS
+    from services.repository.model_card import CARD_FIELDS
 
     for field in (*CARD_FIELDS, "published_at", "sha256", "version", "source"):
         assert field in meta, field
@@ -138,7 +138,7 @@ def go_dataset(tmp_path_factory) -> Path:
 
 
 def test_go_model_card_has_metrics_and_no_dangling_path(tmp_path: Path, go_dataset: Path) -> None:
-    from services.triton.go_model import publish_go_model
+    from services.trainer.go_model import publish_go_model
 
     repo = tmp_path / "repo"
     version = publish_go_model(repo, "go_res_b2c32", seed=3, dataset=go_dataset)
@@ -155,7 +155,7 @@ def test_go_model_card_has_metrics_and_no_dangling_path(tmp_path: Path, go_datas
 
 
 def test_go_model_card_from_a_checkpoint(tmp_path: Path) -> None:
-    from services.triton.go_model import build_go_model, publish_go_model
+    from services.trainer.go_model import build_go_model, publish_go_model
 
     net = build_go_model("go_res_b2c32", seed=5)
     recipe = {"model": "go_res_b2c32", "max_steps": 7, "batch_size": 16}
@@ -174,8 +174,8 @@ def test_go_model_card_from_a_checkpoint(tmp_path: Path) -> None:
 
 def test_capture_model_card_has_the_policy_search_fitness(tmp_path: Path) -> None:
     from services.models.configs import build
+    from services.repository.model_card import render
     from services.triton.capture_model import DEFAULT_CONFIG, publish_capture_model
-    from services.triton.model_card import render
 
     weights = tmp_path / "best_network.pt"
     torch.save({"config": DEFAULT_CONFIG, "model": build(DEFAULT_CONFIG).state_dict(),

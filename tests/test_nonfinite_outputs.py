@@ -25,10 +25,10 @@ import pytest
 import torch
 
 from services.api.movepred.v1 import search_pb2
+from services.repository.publish import BACKEND_SOURCE
 from services.search.client import SearchClient
 from services.search.server import build_service
 from services.triton.client import PolicyClient, TritonRequestError
-from services.triton.publisher import POLICY_MODEL_PY
 from tests.triton_fixtures import (
     MODEL_NAME,
     TRACKED_REPOSITORY,
@@ -160,7 +160,7 @@ def load_from_bytes(client: PolicyClient, module: torch.nn.Module, tmp: Path,
     assert json.loads(config)["name"] == MODEL_NAME
     client.load_model(MODEL_NAME, config=config, files={
         f"file:{version}/model.pt": path.read_bytes(),
-        f"file:{version}/model.py": POLICY_MODEL_PY.read_bytes(),
+        f"file:{version}/model.py": BACKEND_SOURCE.read_bytes(),
     })
 
 

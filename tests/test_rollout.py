@@ -30,17 +30,14 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
 from services import cli
-from services.games.gomoku_game import known_positions
+from services.games.gomoku_game import GOMOKU, known_positions
+from services.repository.publish import publish
+from services.repository.quarantine import QUARANTINE_REASON
+from services.repository.rollout_state import read_state, state_path
+from services.repository.smoke_positions import SMOKE_POSITIONS_FILE, write_smoke_positions
+from services.repository.version_files import check_version_files
+from services.repository.versions import QUARANTINE_DIR, list_versions, quarantined_versions
 from services.triton.client import PolicyClient, TritonError
-from services.triton.publisher import (
-    QUARANTINE_DIR,
-    SMOKE_POSITIONS_FILE,
-    list_versions,
-    publish,
-    quarantined_versions,
-    write_smoke_positions,
-)
-from services.triton.quarantine import QUARANTINE_REASON
 from services.triton.rollout import (
     CANDIDATE_SUFFIX,
     RolloutError,
@@ -49,10 +46,8 @@ from services.triton.rollout import (
     read_model_config,
     rollout,
 )
-from services.triton.rollout_state import read_state, state_path
 from services.triton.server import TritonServer
 from services.triton.smoke import masked_policy, smoke_test, top1_hits
-from services.triton.version_files import check_version_files
 from tests.test_deploy_configs import (
     TRITON_HTTP_PORT,
     k8s_object,
@@ -149,7 +144,7 @@ def _publish_tactical(path: Path, repo: Path, seed: int) -> int:
     model = build_tactical_policy(path, seed=seed)
     positions = path.with_name(SMOKE_POSITIONS_FILE)
     write_smoke_positions(positions, *STORED)
-    top1 = float(top1_hits(run_local_outputs(model, STORED[0])[0], *STORED).mean())
+    top1 = float(top1_hits(run_local_outputs(model, STORED[0])[0], *STORED, GOMOKU).mean())
     assert top1 > 0.7  # the scripted network completes and blocks most fours
     metadata = {"seed": seed, "smoke_positions": {"rows": len(STORED[1]), "top1": top1},
                 "metrics": {"validation": {"top1": top1}}}

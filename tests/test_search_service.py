@@ -494,7 +494,7 @@ class Live:
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
-    from services.triton.publisher import publish
+    from services.repository.publish import publish
     from services.triton.server import TritonServer, free_port
     from tests.triton_fixtures import (
         MODEL_NAME,
@@ -840,7 +840,7 @@ def test_value_model_end_to_end(live: Live, capsys: pytest.CaptureFixture[str]) 
     """Runs last: publishes a network with a value head as the next gomoku_policy version.
     Predict then reports the value for the side to move (the local TorchScript's), per
     position of a batch too, and GenMove searches with it; v1 (policy-only) left it unset."""
-    from services.triton.publisher import publish
+    from services.repository.publish import publish
     from tests.triton_fixtures import MODEL_NAME, build_value_model, run_local_outputs
 
     live.bring_up()

@@ -11,25 +11,28 @@ import numpy as np
 import pytest
 import torch
 
+from services.games.go_game import GO
 from services.games.gomoku import BLACK, WHITE, Rule, has_five, makes_five
-from services.games.gomoku_game import tactical_positions
-from services.trainer import gate
-from services.triton import cli as triton_cli
-from services.triton.publisher import (
-    QUARANTINE_DIR,
+from services.games.gomoku_game import GOMOKU, tactical_positions
+from services.repository import gate
+from services.repository.model_check import validate_model_file
+from services.repository.publish import publish
+from services.repository.quarantine import QUARANTINE_REASON, quarantine
+from services.repository.rollout_state import describe_event
+from services.repository.smoke_positions import (
     SMOKE_POSITIONS_FILE,
-    list_versions,
-    next_version,
-    publish,
-    quarantined_versions,
     read_smoke_positions,
-    validate_model_file,
     write_smoke_positions,
 )
-from services.triton.quarantine import QUARANTINE_REASON, quarantine
-from services.triton.rollout_state import describe_event
+from services.repository.version_files import check_version_files
+from services.repository.versions import (
+    QUARANTINE_DIR,
+    list_versions,
+    next_version,
+    quarantined_versions,
+)
+from services.triton import cli as triton_cli
 from services.triton.smoke import TACTICAL_TOP_K, SmokeCheck, checks_markdown, top1_hits
-from services.triton.version_files import check_version_files
 from tests.triton_fixtures import (
     MODEL_NAME,
     TinyPolicy,
@@ -78,15 +81,15 @@ def test_four_positions_fixture_and_top1_hits() -> None:
         assert move in _winning(board, mover) | _winning(board, 3 - mover)
     logits = np.zeros((len(moves), S * S), np.float32)
     logits[np.arange(len(moves)), moves] = 1.0
-    assert top1_hits(logits, boards, moves).all()
+    assert top1_hits(logits, boards, moves, GOMOKU).all()
     logits = boards.reshape(len(boards), -1).astype(np.float32)  # the garbage model
-    assert top1_hits(logits, boards, moves).mean() < 0.1
+    assert top1_hits(logits, boards, moves, GOMOKU).mean() < 0.1
     # a stone's logit never counts, a Go pass always does
     go = np.zeros((1, 4, 9, 9), np.int8)
     go[0, 0, 0, 0] = 1
     row = np.zeros((1, 82), np.float32)
     row[0, 0], row[0, 81] = 5.0, 1.0
-    assert top1_hits(row, go, np.array([81])).all()
+    assert top1_hits(row, go, np.array([81]), GO).all()
 
 
 class NaNWithStones(torch.nn.Module):
@@ -190,16 +193,16 @@ def test_gate_floors() -> None:
 
 
 def test_gate_compares_with_the_recorded_serving_version(tmp_path: Path) -> None:
-    from services.triton.rollout_state import read_state, write_state
+    from services.repository.rollout_state import read_state, reference_version, write_state
 
     repo = make_repository(tmp_path)
     tiny = build_tiny_policy(tmp_path / "tiny.pt")
     publish(tiny, repo, MODEL_NAME)
     publish(tiny, repo, MODEL_NAME)
-    assert gate.reference_version(repo, MODEL_NAME) == 2  # no record: the newest
+    assert reference_version(repo, MODEL_NAME) == 2  # no record: the newest
     state = read_state(repo, MODEL_NAME)
     write_state(repo, MODEL_NAME, {**state, "current": 1, "previous": 2})  # v2 rolled back
-    assert gate.reference_version(repo, MODEL_NAME) == 1
+    assert reference_version(repo, MODEL_NAME) == 1
 
 
 def test_history_in_words() -> None:

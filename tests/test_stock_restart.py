@@ -21,10 +21,9 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from services.triton.client import PolicyClient, TritonError
-from services.triton.publisher import parse_config, publish
-from services.triton.rollout import rollback, rollout
-from services.triton.rollout_state import (
+from services.repository.configs import parse_config
+from services.repository.publish import publish
+from services.repository.rollout_state import (
     PINNED_CONFIG_ENV,
     pinned_config_is_current,
     pinned_config_path,
@@ -33,6 +32,8 @@ from services.triton.rollout_state import (
     write_pinned_config,
     write_state,
 )
+from services.triton.client import PolicyClient, TritonError
+from services.triton.rollout import rollback, rollout
 from services.triton.server import find_tritonserver, prepare_backend_dir, server_environment
 from tests.test_deploy_configs import (
     DEPLOY,

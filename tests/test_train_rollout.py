@@ -16,14 +16,10 @@ import numpy as np
 import pytest
 import torch
 
+from services.repository.smoke_positions import SMOKE_POSITIONS_FILE, read_smoke_positions
+from services.repository.versions import QUARANTINE_DIR, list_versions
 from services.trainer.metrics import evaluate
 from services.triton.client import PolicyClient
-from services.triton.publisher import (
-    QUARANTINE_DIR,
-    SMOKE_POSITIONS_FILE,
-    list_versions,
-    read_smoke_positions,
-)
 from services.triton.rollout import read_state, rollout
 from services.triton.server import TritonServer
 from tests.conftest import SAMPLE_RIF

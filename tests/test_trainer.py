@@ -14,10 +14,11 @@ from services.models.configs import build
 from services.models.export import ExportError, export_torchscript
 from services.models.shao import ShaoPolicyNet
 from services.records.rif import RifGame, read_rif
-from services.trainer import gate
+from services.repository.publish import publish
+from services.repository.versions import list_versions
 from services.trainer.metrics import stage_labels, stage_of
+from services.trainer.publish import check_gate
 from services.trainer.train import CheckpointError, TrainConfig, train
-from services.triton.publisher import list_versions, publish
 from tests.conftest import SAMPLE_RIF
 from tests.training_recipes import write_dataset, write_sample_dataset
 
@@ -242,13 +243,13 @@ def test_gate_refuses_a_worse_model_and_leaves_the_repository(dataset: Path,
     good = train(dataset, small(max_steps=150), progress=False)
     export_torchscript(good.model, tmp_path / "good.pt")
     publish(tmp_path / "good.pt", repo)
-    assert gate.check(good.metrics, repo, "gomoku_policy", dataset).passed
+    assert check_gate(good.metrics, repo, "gomoku_policy", dataset).passed
 
     worse = train(dataset, small(max_steps=1, seed=3), progress=False)
-    decision = gate.check(worse.metrics, repo, "gomoku_policy", dataset, tolerance=0.01)
+    decision = check_gate(worse.metrics, repo, "gomoku_policy", dataset, tolerance=0.01)
     assert not decision.passed
     assert "below version 1" in decision.reason
     assert list_versions(repo) == [1]
 
     nan_metrics = {**good.metrics, "validation": {**good.metrics["validation"], "finite": False}}
-    assert "NaN" in gate.check(nan_metrics, repo, "gomoku_policy", dataset).reason
+    assert "NaN" in check_gate(nan_metrics, repo, "gomoku_policy", dataset).reason

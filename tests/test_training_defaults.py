@@ -126,7 +126,7 @@ def test_checkpoint_that_runs_code_is_refused(dataset: Path, tmp_path: Path) -> 
 
 
 def test_go_checkpoint_that_runs_code_is_refused(tmp_path: Path) -> None:
-    from services.triton.go_model import build_go_model
+    from services.trainer.go_model import build_go_model
 
     marker = tmp_path / "code-ran"
     ckpt = tmp_path / "go.pt"

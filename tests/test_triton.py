@@ -17,13 +17,16 @@ import pytest
 import torch
 
 import services.triton.server as server_mod
+from services.games.go_game import GO
+from services.games.gomoku_game import GOMOKU
+from services.repository.publish import publish
+from services.repository.versions import latest_version, list_versions
 from services.triton.client import (
     PolicyClient,
     PolicyResult,
     TritonRequestError,
     TritonUnavailableError,
 )
-from services.triton.publisher import latest_version, list_versions, publish
 from services.triton.server import TritonServer, TritonServerError, prepare_backend_dir
 from tests.triton_fixtures import (
     MODEL_NAME,
@@ -195,7 +198,7 @@ def test_value_model_serves_logits_and_value(triton_server: TritonSetup) -> None
 def test_a_config_without_value_still_serves_logits(triton_server: TritonSetup) -> None:  # noqa: F811
     """An older repository's config (or deploy/triton-stock's) declares `logits` only: the
     client asks for no output by name, so it works, and `values` is None."""
-    from services.triton.publisher import POLICY_MODEL_PY
+    from services.repository.publish import BACKEND_SOURCE
     from services.triton.rollout import config_json, read_model_config
 
     config = read_model_config(triton_server.repository, MODEL_NAME)
@@ -205,7 +208,7 @@ def test_a_config_without_value_still_serves_logits(triton_server: TritonSetup) 
     model = triton_server.models_dir / "value-seed0.pt"  # made by the test above
     if not model.is_file():
         build_value_model(model, seed=0)
-    files = {"file:1/model.pt": model.read_bytes(), "file:1/model.py": POLICY_MODEL_PY.read_bytes()}
+    files = {"file:1/model.pt": model.read_bytes(), "file:1/model.py": BACKEND_SOURCE.read_bytes()}
     boards = random_boards(4, seed=9)
     with PolicyClient(triton_server.server.grpc_url, timeout_s=30.0) as client:
         client.load_model(name, config=config_json(config, [1], name=name), files=files)
@@ -422,7 +425,8 @@ class _BadValue(torch.nn.Module):
 
 
 def test_validate_model_file_checks_the_value_head(tmp_path: Path) -> None:
-    from services.triton.publisher import model_io, validate_model_file
+    from services.repository.configs import model_io
+    from services.repository.model_check import validate_model_file
 
     policy = build_tiny_policy(tmp_path / "tiny.pt")
     assert validate_model_file(policy) is False  # no value head
@@ -490,22 +494,23 @@ class _Only19(torch.nn.Module):
 
 
 def test_validate_model_file_runs_variable_dims_at_19_and_9(tmp_path: Path) -> None:
-    from services.triton.go_model import build_go_model, export_go_torchscript
-    from services.triton.publisher import check_shapes, dims_accept, model_io, validate_model_file
+    from services.repository.configs import dims_accept, model_io
+    from services.repository.model_check import check_shapes, validate_model_file
+    from services.trainer.go_model import build_go_model, export_go_torchscript
 
     dims, n_moves = model_io(tmp_path, "go_policy")
-    assert check_shapes(dims, n_moves) == [((4, 19, 19), 362), ((4, 9, 9), 82)]
-    assert check_shapes((15, 15), 225) == [((15, 15), 225)]
+    assert check_shapes(GO, dims, n_moves) == [((4, 19, 19), 362), ((4, 9, 9), 82)]
+    assert check_shapes(GOMOKU, (15, 15), 225) == [((15, 15), 225)]
     assert dims_accept(dims, (4, 13, 13)) and not dims_accept(dims, (3, 13, 13))
     assert not dims_accept((4, 19, 19), (4, 9, 9))
     good = tmp_path / "go.pt"
     export_go_torchscript(build_go_model("go_res_b2c32"), good, n_check=2)
-    assert validate_model_file(good, dims, n_moves) is False
+    assert validate_model_file(good, GO, dims, n_moves) is False
     only19 = tmp_path / "only19.pt"
     torch.jit.script(_Only19()).save(str(only19))
-    assert validate_model_file(only19, (4, 19, 19), 362) is False  # a fixed 19x19 config
+    assert validate_model_file(only19, GO, (4, 19, 19), 362) is False  # a fixed 19x19 config
     with pytest.raises(ValueError, match=r"int8 \[2,4,9,9\] gave \(2, 324\), expected \(2, 82\)"):
-        validate_model_file(only19, dims, n_moves)
+        validate_model_file(only19, GO, dims, n_moves)
     repository = tmp_path / "repo"
     (repository / "go_policy").mkdir(parents=True)
     with pytest.raises(ValueError, match="expected"):  # publish checks both sizes too
@@ -569,7 +574,7 @@ def test_policy_model_makes_one_forward_per_board_shape(
     """One `execute` call holding 9x9 and 19x19 Go requests (as the dynamic batcher may hand
     them over): one forward pass per shape, every request answered with its own rows, equal
     to the TorchScript run here; a bad shape fails alone."""
-    from services.triton.go_model import build_go_model, export_go_torchscript, sample_inputs
+    from services.trainer.go_model import build_go_model, export_go_torchscript, sample_inputs
 
     version_dir = tmp_path / "go_policy" / "1"
     version_dir.mkdir(parents=True)

@@ -25,8 +25,8 @@ import pytest
 
 import services.triton.server as server_mod
 from services import processes
+from services.repository.publish import publish
 from services.triton.client import PolicyClient
-from services.triton.publisher import publish
 from services.triton.server import TritonServer, TritonServerError
 from tests.triton_fixtures import (
     GO_MODEL_NAME,
@@ -382,7 +382,7 @@ def test_a_start_waits_for_a_rollout_under_way_before_reading_its_record(
     serves what the record says once the rollout is done."""
     import logging
 
-    from services.triton.rollout_state import rollout_lock
+    from services.repository.rollout_state import rollout_lock
 
     require_tritonserver()
     repository = make_repository(tmp_path)

@@ -27,10 +27,10 @@ from fastapi.testclient import TestClient
 
 from services.games import renju
 from services.games.registry import default_game, get_game, registered_games
+from services.repository.publish import publish
 from services.search.client import SearchClient, game_position
 from services.search.server import build_service
 from services.triton.client import PolicyClient
-from services.triton.publisher import publish
 from services.triton.server import TritonServer
 from services.web.app import create_app
 from tests.triton_fixtures import (

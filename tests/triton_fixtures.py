@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import torch
 
-from services.triton.publisher import publish
+from services.repository.publish import publish
 from services.triton.server import TritonServer, find_tritonserver
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -325,7 +325,7 @@ GO_CONFIG = "go_res_b2c32"  # the small Go network of services/models/configs.py
 def add_go_model(repository: Path, seed: int = 0) -> Path:
     """Copy the tracked go_policy config into `repository` and publish an untrained
     `GO_CONFIG` network (weights from `seed`) as its next version; returns its model.pt."""
-    from services.triton.go_model import publish_go_model
+    from services.trainer.go_model import publish_go_model
 
     (repository / GO_MODEL_NAME).mkdir(parents=True, exist_ok=True)
     shutil.copyfile(
@@ -339,7 +339,7 @@ def add_go_model(repository: Path, seed: int = 0) -> Path:
 def add_go_value_model(repository: Path, seed: int = 0) -> Path:
     """Publish a `GO_VALUE_CONFIG` network (`value_network`) as the next version of the Go
     model in `repository` (its config already there); returns its model.pt."""
-    from services.triton.go_model import publish_go_model
+    from services.trainer.go_model import publish_go_model
 
     version = publish_go_model(repository, GO_VALUE_CONFIG, seed=seed,
                                model=value_network(GO_VALUE_CONFIG, seed))

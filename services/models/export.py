@@ -3,7 +3,7 @@
 The served file must compute what was trained: a mismatch, NaN or Inf refuses the export, so a
 broken model never reaches the repository. One export for every game and both output forms
 (logits, or (logits, value) with a value head): the trainer, the flows and the Triton Go
-publisher (`services.triton.go_model`) all call `export_torchscript`. It lives in the models
+publisher (`services.trainer.go_model`) all call `export_torchscript`. It lives in the models
 package, which depends only on torch, numpy and `services.games`, so that `services.triton`
 can use it without importing `services.trainer` (which imports triton).
 

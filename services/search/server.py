@@ -76,6 +76,7 @@ from grpc_reflection.v1alpha import reflection
 
 from services import logs, processes, settings
 from services.api.movepred.v1 import search_pb2, search_pb2_grpc
+from services.defaults import TRITON_URL
 from services.evaluator import PolicyEvaluator
 from services.games.base import Game
 from services.games.registry import default_game, registered_games
@@ -86,7 +87,6 @@ from services.search.metrics import Metrics, MetricsServer
 from services.search.readiness import DEFAULT_INTERVAL_S, ReadinessWatcher
 from services.search.servicer import SearchServicer
 from services.search.tree_cache import DEFAULT_MAX_ENTRIES, DEFAULT_MAX_VISITS, TreeCache
-from services.triton import DEFAULT_TRITON_URL
 from services.triton.server import free_port
 
 SERVICE_NAME = search_pb2.DESCRIPTOR.services_by_name["SearchService"].full_name
@@ -127,7 +127,7 @@ class ServiceConfig:
 
     host: str = settings.setting("127.0.0.1", "address to listen on")
     port: int = settings.port_setting(DEFAULT_PORT, "0 picks a free port")
-    triton_url: str = settings.setting(DEFAULT_TRITON_URL, "Triton gRPC host:port")
+    triton_url: str = settings.setting(TRITON_URL, "Triton gRPC host:port")
     triton_timeout: float = settings.setting(5.0, "seconds per inference", minimum=0.001,
                                              maximum=3600)
     max_workers: int = settings.setting(DEFAULT_MAX_WORKERS, "RPC threads", minimum=2)

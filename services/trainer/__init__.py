@@ -1,10 +1,15 @@
-"""Training loop, evaluation and publication gate of policy networks (the TorchScript export is
-`services.models.export`).
+"""Training loop, evaluation and publication of policy networks (the TorchScript export is
+`services.models.export`; the model repository they are published into is
+`services.repository`).
 
 Modules:
     train        supervised training of a policy network on the shards
     metrics      evaluation: loss, top-1/top-5 accuracy, top-1 by game stage
-    gate         the publish gate: a model is published only if it is sound and not worse
+    publish      what publishing a trained network takes: the gate measured against the serving
+                 version (its rule: `services.repository.gate`), the checked export, the
+                 stored positions and the model card
+    go_model     TorchScript export and publication of the Go networks (untrained, or from a
+                 trainer checkpoint)
     plots        PNG plots of a run: learning curves, top-1 by game stage
     distributed  data-parallel training over processes, GPUs or machines (`torchrun`)
 """

@@ -39,7 +39,15 @@ from services import logs, settings
 from services.atomic_files import atomic_write_text
 from services.dataset.loader import dataset_game
 from services.dataset.shards import DatasetError, manifest_sha256
-from services.trainer import gate
+from services.defaults import MODEL_FILE
+from services.repository import gate
+from services.trainer.publish import (
+    MODEL_NAMES,
+    check_gate,
+    export_and_publish,
+    export_checked,
+    unservable_reason,
+)
 from services.trainer.train import (
     CheckpointError,
     GameMismatchError,
@@ -52,11 +60,9 @@ from services.trainer.train import (
 log = logging.getLogger(__name__)
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.json"
-MODEL_FILE = "model.pt"
 # rank 0's record of what this run dir published: a rerun of a finished run (a Job applied
 # again) finds its model published already instead of publishing it once more
 PUBLISHED = "published.json"
-CHECK_ROWS = 64  # real validation positions the export check runs on, next to random ones
 # every rank trains on its own GPU when the machine has them: the device a torchrun entry takes
 # unless told (the single-process trainer's default stays the CPU)
 DEFAULT_DEVICE = "auto"
@@ -110,14 +116,9 @@ def write_outputs(result: TrainResult, dataset_dir: Path, run_dir: Path) -> dict
     """Rank 0's files: metrics.json (with the training-loss curve), curves.png and the
     TorchScript export checked against the eager model on random inputs and real validation
     positions."""
-    from services.dataset.shards import read_split
-    from services.models.export import export_torchscript
     from services.trainer.plots import plot_curves
 
-    game, size = dataset_game(dataset_dir, "validation")
-    boards = read_split(dataset_dir, "validation")[0][:CHECK_ROWS]
-    diff = export_torchscript(result.model, run_dir / MODEL_FILE, board_size=size, game=game,
-                              boards=boards)
+    diff = export_checked(result, run_dir / MODEL_FILE, dataset_dir)
     summary = {**result.summary(), "export_max_abs_diff": diff, "history": result.history,
                "curve": result.curve}
     (run_dir / METRICS).write_text(json.dumps(summary, indent=2, default=str) + "\n")
@@ -131,8 +132,6 @@ def publish_version(result: TrainResult, dataset_dir: Path, repository: str,
     """The train flow's gate and publication (no rollout: `movepred rollout` does that), run
     by rank 0 outside a Prefect flow. With `run_dir`, a model this run dir published already
     (the same step, dataset, repository and name: `PUBLISHED`) is not published again."""
-    from flows.train import MODEL_NAMES, export_and_publish, unservable_reason
-
     name = model_name or MODEL_NAMES[result.metrics["game"]]
     what = {"step": result.metrics["steps"], "dataset_manifest_sha256":
             manifest_sha256(dataset_dir), "repository": str(Path(repository).resolve()),
@@ -143,7 +142,7 @@ def publish_version(result: TrainResult, dataset_dir: Path, repository: str,
                  record.get("version"), what["step"])
         return {"published": False, "model_name": name, "version": record.get("version"),
                 "gate": "published already by this run", "already": True}
-    decision = gate.check(result.metrics, Path(repository), name, dataset_dir,
+    decision = check_gate(result.metrics, Path(repository), name, dataset_dir,
                           tolerance=tolerance)
     if not decision.passed:
         return {"published": False, "model_name": name, "gate": decision.reason}
@@ -151,8 +150,8 @@ def publish_version(result: TrainResult, dataset_dir: Path, repository: str,
     if why_not:
         return {"published": False, "model_name": name, "gate": decision.reason,
                 "reason": why_not}
-    version = export_and_publish.fn(result, repository, name, str(dataset_dir), decision,
-                                    str(run_dir) if run_dir else None)
+    version = export_and_publish(result, repository, name, str(dataset_dir), decision,
+                                 str(run_dir) if run_dir else None)
     if run_dir:
         atomic_write_text(json.dumps({**what, "version": version}, indent=2) + "\n",
                           run_dir / PUBLISHED)

@@ -11,6 +11,9 @@ whose game result is known: `value_mse` (against +1 won / -1 lost / 0 drawn for 
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import torch
 from torch import nn
@@ -143,4 +146,27 @@ def _metrics(sums: list[float], stages: tuple[int, int], by_stage: bool) -> dict
             labels[s]: {"top1": float(counts[1, s] / counts[0, s]), "n": int(counts[0, s])}
             for s in range(len(labels)) if counts[0, s]
         }
+    return out
+
+
+def evaluate_dataset(model: nn.Module, dataset_dir: Path | str, device: str = "cpu",
+                     splits: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """`evaluate` (top-1, top-5, loss, top-1 by stage, the value head's figures) of `model` on
+    every split of a dataset that has rows (`splits`: these only), by the stages of the
+    dataset's game: the metrics a model card records for a network evaluated at publish time
+    (`services.repository.model_card`)."""
+    from services.dataset.shards import SPLITS, read_manifest, read_split
+
+    manifest = read_manifest(Path(dataset_dir))
+    rows: dict[str, int] = {}
+    for entry in manifest.get("files", []):
+        rows[entry["split"]] = rows.get(entry["split"], 0) + int(entry.get("rows", 0))
+    out: dict[str, Any] = {}
+    with torch.inference_mode():
+        for split in splits or SPLITS:
+            if not rows.get(split):
+                continue
+            boards, moves, plies, results = read_split(Path(dataset_dir), split, results=True)
+            out[split] = evaluate(model, boards, moves, device, plies=plies,
+                                  stages=STAGES[manifest.get("game")], results=results)
     return out

@@ -47,10 +47,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from services.defaults import MODEL_FILE
 from services.games.base import BLACK, WHITE
 from services.games.capture_game import CAPTURE
 from services.models.configs import build, spec
 from services.models.export import ExportError, export_torchscript
+from services.repository.model_card import build_card
+from services.repository.publish import publish
 
 log = logging.getLogger(__name__)
 
@@ -182,9 +185,6 @@ def publish_capture_model(repository: Path, config: str | None = None, seed: int
                           model_name: str = DEFAULT_MODEL_NAME) -> int:
     """Export a Capture Game network (`config` with `weights`, else seeded random weights;
     `resolve_config`) and publish it as the next version of `model_name`; returns it."""
-    from services.triton.model_card import build_card
-    from services.triton.publisher import publish
-
     config = resolve_config(config, weights)
     model = build_capture_model(config, seed, weights)
     metrics = policy_search_record(weights)
@@ -194,12 +194,13 @@ def publish_capture_model(repository: Path, config: str | None = None, seed: int
                         else "none: random weights, or a weights file without its fitness"))
     source = str(Path(weights).resolve()) if weights else f"random {config} weights, seed {seed}"
     with tempfile.TemporaryDirectory(prefix="capture-export-") as tmp:
-        path = Path(tmp) / "model.pt"
+        path = Path(tmp) / MODEL_FILE
         diff = export_capture_torchscript(model, path)
         metadata = {**card, "game": CAPTURE.name, "seed": seed,
                     "weights": str(Path(weights).resolve()) if weights else None,
                     "export_max_abs_diff": diff}
-        version = publish(path, Path(repository), model_name, metadata=metadata, source=source)
+        version = publish(path, Path(repository), model_name, metadata=metadata, source=source,
+                          game=CAPTURE)
     log.info("published %s v%d (%s, %s)", model_name, version, config,
              weights or f"random weights, seed {seed}")
     return version

@@ -12,9 +12,9 @@ launcher starts Triton from), the published and quarantined versions, the recent
 words ("v7 replaced v6", "v8 refused (reason), v7 kept serving", "rolled back v8 -> v7"), and
 the model card of the version that serves (else the recorded one, else the newest published):
 model config, dataset manifest hash and rows, code commit, training recipe, metrics by split
-and stage, gate result, created time (`services.triton.model_card`; ``--json``: under
+and stage, gate result, created time (`services.repository.model_card`; ``--json``: under
 ``model_card``). Where a stock Triton serves the repository (``MOVEPRED_PINNED_CONFIG``, see
-`services.triton.rollout_state`), it also says whether the config it loads on a restart is
+`services.repository.rollout_state`), it also says whether the config it loads on a restart is
 pinned to the recorded version of today's ``config.pbtxt``; ``--pin`` rewrites it so (after
 ``config.pbtxt`` changed: a new stock config).
 """
@@ -25,7 +25,7 @@ import argparse
 import json
 from pathlib import Path
 
-from services.triton import DEFAULT_TRITON_URL
+from services.defaults import TRITON_URL
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_REPOSITORY = REPO_ROOT / "model_repository"
@@ -34,9 +34,9 @@ EXIT_USAGE = 2
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
-    from services.triton.publisher import DEFAULT_MODEL_NAME  # lazy: it imports numpy
+    from services.repository.versions import DEFAULT_MODEL_NAME  # lazy: it imports the games
 
-    p.add_argument("--triton-url", default=DEFAULT_TRITON_URL, help="Triton gRPC host:port")
+    p.add_argument("--triton-url", default=TRITON_URL, help="Triton gRPC host:port")
     p.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY,
                    help="the model repository Triton serves")
     p.add_argument("--model-name", default=DEFAULT_MODEL_NAME)
@@ -51,8 +51,8 @@ def _print_report(args: argparse.Namespace, report: object) -> None:
 
 
 def _run(args: argparse.Namespace, action: str) -> int:
+    from services.repository.versions import latest_version
     from services.triton.client import PolicyClient, TritonError
-    from services.triton.publisher import latest_version
     from services.triton.rollout import RolloutError, rollback, rollout
 
     version = getattr(args, "version", None)
@@ -99,10 +99,7 @@ def _listed(versions: list[int]) -> str:
 
 
 def cmd_serving(args: argparse.Namespace) -> int:
-    from services.triton.client import PolicyClient, TritonError
-    from services.triton.publisher import latest_version, list_versions, quarantined_versions
-    from services.triton.rollout import current_version
-    from services.triton.rollout_state import (
+    from services.repository.rollout_state import (
         PINNED_CONFIG_ENV,
         describe_event,
         pinned_config_is_current,
@@ -112,6 +109,10 @@ def cmd_serving(args: argparse.Namespace) -> int:
         rollout_lock,
         write_pinned_config,
     )
+    from services.repository.version_files import read_version_metadata
+    from services.repository.versions import latest_version, list_versions, quarantined_versions
+    from services.triton.client import PolicyClient, TritonError
+    from services.triton.rollout import current_version
 
     pinned = pinned_config_name()
     if args.pin and pinned is None:
@@ -137,7 +138,7 @@ def cmd_serving(args: argparse.Namespace) -> int:
             serving, unreachable = None, str(exc)
     carded = next((v for v in (serving, state["current"]) if v is not None),
                   None) or latest_version(args.repository, args.model_name)
-    card = _version_metadata(args.repository, args.model_name, carded)
+    card = read_version_metadata(args.repository, args.model_name, carded)
     out = {"model_name": args.model_name, "serving": serving, "recorded_current": state["current"],
            "recorded_previous": state["previous"],
            "published": list_versions(args.repository, args.model_name),
@@ -173,22 +174,10 @@ def cmd_serving(args: argparse.Namespace) -> int:
         if carded is None:
             print("model card: nothing published")
         else:
-            from services.triton.model_card import render
+            from services.repository.model_card import render
 
             print("\n".join(render({"model_name": args.model_name, "version": carded, **card})))
     return EXIT_REFUSED if unreachable else 0
-
-
-def _version_metadata(repository: Path, model_name: str, version: int | None) -> dict:
-    """A published version's metadata.json ({} when there is none or it is not JSON)."""
-    if version is None:
-        return {}
-    path = Path(repository) / model_name / str(version) / "metadata.json"
-    try:
-        meta = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return meta if isinstance(meta, dict) else {}
 
 
 def add_rollout_commands(subparsers: argparse._SubParsersAction) -> dict:

@@ -31,11 +31,7 @@ from tritonclient.utils import InferenceServerException
 from services.games.base import Game, ModelIO
 from services.games.registry import default_game, game_for_model, get_game
 from services.grpc_options import RECONNECT_OPTIONS
-from services.triton import DEFAULT_TRITON_URL  # noqa: F401 (the clients' default address)
-
-INPUT_NAME = "boards"
-OUTPUT_NAME = "logits"
-VALUE_NAME = "value"
+from services.repository.configs import INPUT_NAME, OUTPUT_NAME, VALUE_NAME
 
 
 def io_of_game(game: str | Game) -> ModelIO:

@@ -1,6 +1,6 @@
 """Triton python-backend model for the policy networks (Gomoku and Go).
 
-`services.triton.publisher.publish` copies this file as ``model.py`` into every published
+`services.repository.publish.publish` copies this file as ``model.py`` into every published
 version folder, next to ``model.pt`` (TorchScript: int8 boards [N, 15, 15] -> float32 logits
 [N, 225] for ``gomoku_policy``; compact Go inputs int8 [N, 4, S, S] -> float32 logits
 [N, S * S + 1] for ``go_policy``, any board size S). The shapes come from the model's config

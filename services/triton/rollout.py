@@ -40,12 +40,13 @@ highest READY version of the model) to `version`, in five steps:
    candidate's logits, else serving is switched back.
 5. **Record.** ``<repo>/<model>/rollout.json`` (written atomically) keeps the current and
    previous versions and a history of rollouts, rollbacks and refusals (`describe_event` words
-   them). The record is the truth about what serves: the launcher (`services.triton.server`)
+   them). The record is the truth about what serves: the launcher (`services.triton.launcher`)
    starts Triton pinned to its ``current``, so a restart serves what the last rollout chose.
 
-The jobs live in modules of their own: `version_files` (step 1), `smoke` (step 3),
-`rollout_state` (the record and the lock, step 5) and `quarantine`; this module loads, switches
-and runs the transaction (`_rollout_locked`, one function per step).
+The jobs live in modules of their own: `services.repository.version_files` (step 1), `smoke`
+(step 3), `services.repository.rollout_state` (the record and the lock, step 5) and
+`services.repository.quarantine`; this module loads, switches and runs the transaction
+(`_rollout_locked`, one function per step).
 
 Any refusal raises `RolloutError` (with the reason and the smoke checks); the version that was
 serving keeps serving. A refusal that belongs to the version (its files, Triton cannot load it,
@@ -70,15 +71,10 @@ from typing import Any
 
 import numpy as np
 
-from services.trainer import gate
-from services.triton.client import PolicyClient, TritonError
-from services.triton.publisher import (
-    DEFAULT_MODEL_NAME,
-    list_versions,
-    parse_config,
-)
-from services.triton.quarantine import QUARANTINE_REASON, quarantine
-from services.triton.rollout_state import (
+from services.repository import gate
+from services.repository.configs import CONFIG_FILE, parse_config
+from services.repository.quarantine import QUARANTINE_REASON, quarantine
+from services.repository.rollout_state import (
     keep_pinned,
     now_text,
     read_state,
@@ -86,20 +82,19 @@ from services.triton.rollout_state import (
     state_path,
     write_state,
 )
+from services.repository.smoke_positions import StoredPositions, stored_positions
+from services.repository.version_files import check_version_files, sha256_bytes
+from services.repository.versions import DEFAULT_MODEL_NAME, list_versions
+from services.triton.client import PolicyClient, TritonError
 from services.triton.smoke import (
     CONSISTENCY_ATOL,
     TRANSIENT_PREFIX,
     SmokeCheck,
     checks_markdown,
+    model_game,
     smoke_boards,
     smoke_test,
     value_head_of,
-)
-from services.triton.version_files import (
-    StoredPositions,
-    check_version_files,
-    sha256_bytes,
-    stored_positions,
 )
 
 logger = logging.getLogger(__name__)
@@ -193,7 +188,7 @@ class RolloutReport:
 
 def read_model_config(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> Any:
     """The on-disk ``config.pbtxt`` as a ``ModelConfig`` protobuf."""
-    return parse_config(Path(repository) / model_name / "config.pbtxt")
+    return parse_config(Path(repository) / model_name / CONFIG_FILE)
 
 
 def config_json(config: Any, versions: list[int], name: str | None = None) -> str:
@@ -359,7 +354,7 @@ def _checked_files(a: _Attempt) -> tuple[Any, dict[str, bytes], StoredPositions 
         raise a.refuse(str(exc)) from exc  # the model's config, not the version's fault
     try:
         files, file_notes = check_version_files(a.repository, a.model_name, a.version)
-        stored = stored_positions(files, config, a.version)
+        stored = stored_positions(files, config, a.version, model_game(a.client, a.model_name))
     except ValueError as exc:
         raise a.refuse(str(exc), owned=True) from exc
     a.notes += file_notes

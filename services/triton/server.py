@@ -86,7 +86,7 @@ _PYTHON_BACKEND_FILES = ("libtriton_python.so", "triton_python_backend_utils.py"
 _STUB_NAME = "triton_python_backend_stub"
 _LOG_TAIL_LINES = 25
 # What to run when a model has nothing to serve.
-NEXT_STEP = ("run `make ingest && make train` (or publish with services.triton.publisher and "
+NEXT_STEP = ("run `make ingest && make train` (or publish with services.repository.publish and "
              "`movepred rollout`)")
 
 
@@ -317,8 +317,8 @@ def version_candidates(repository: Path, model: str) -> list[tuple[int, str]]:
     (or rolled back) does not serve after a restart. An unreadable record is reported and
     treated as none.
     """
-    from services.triton.publisher import list_versions
-    from services.triton.rollout_state import read_state
+    from services.repository.rollout_state import read_state
+    from services.repository.versions import list_versions
 
     newest_first = sorted(list_versions(repository, model), reverse=True)
     try:
@@ -347,7 +347,7 @@ def pinned_config_json(config_path: Path, version: int) -> str:
     the config override of a repository-API load that serves exactly `version`."""
     from google.protobuf import json_format
 
-    from services.triton.publisher import parse_config
+    from services.repository.configs import parse_config
 
     config = parse_config(config_path)
     config.version_policy.Clear()
@@ -357,7 +357,7 @@ def pinned_config_json(config_path: Path, version: int) -> str:
 
 def _check_files(repository: Path, model: str, version: int) -> None:
     """Raise ValueError with the reason when a version folder cannot be served."""
-    from services.triton.version_files import check_version_files
+    from services.repository.version_files import check_version_files
 
     check_version_files(repository, model, version)
 
@@ -804,7 +804,7 @@ class TritonServer:
         test, its switch, its record) finishes before the record is read, so the launcher
         never loads what a rollout is about to refuse or to replace. A lock still held at the
         start-up deadline (a stuck rollout) is logged, and the model loaded without it."""
-        from services.triton.rollout_state import rollout_lock
+        from services.repository.rollout_state import rollout_lock
 
         if not (self.repository / model).is_dir():
             return self._load_model_locked(model, deadline)

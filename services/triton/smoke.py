@@ -1,7 +1,8 @@
 """The smoke test a model version passes before it serves (`smoke_test`, see
 `services.triton.rollout` for where it runs).
 
-Its game (`services.games.base.Game`, found by the model's input) gives the known positions
+Its game (`services.games.base.Game`, the one the client serves the model for) gives the known
+positions
 (`Game.smoke_positions`) and the positions with a forced answer (`Game.tactical_positions`);
 the checks: answers from the asked version, shape, finite logits, a well-formed masked policy,
 the same answer alone, in a batch and on a repeat, the empty board's top move, tactics, a
@@ -11,21 +12,20 @@ positions stored with the version.
 
 from __future__ import annotations
 
-import io
 import logging
 from dataclasses import dataclass
 
 import numpy as np
 
+from services.defaults import MODEL_FILE
 from services.games.base import Game
-from services.games.registry import get_game, registered_games
+from services.games.registry import get_game
 from services.numerics import masked_softmax
-from services.trainer import gate
+from services.repository import gate
+from services.repository.model_check import load_model
+from services.repository.smoke_positions import SMOKE_POSITIONS_FILE, StoredPositions
+from services.repository.version_files import version_metadata
 from services.triton.client import PolicyClient, TritonError, TritonUnavailableError
-from services.triton.publisher import (
-    SMOKE_POSITIONS_FILE,
-)
-from services.triton.version_files import StoredPositions, version_metadata
 
 logger = logging.getLogger(__name__)
 CONSISTENCY_ATOL = 1e-4
@@ -62,17 +62,14 @@ def smoke_positions(game: Game) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return game.smoke_positions()
 
 
-def game_of_input(board_shape: tuple[int, ...]) -> Game | None:
-    """The registered game whose default network input is `board_shape` (None: no game's)."""
-    for game in registered_games():
-        if game.input_shape() == tuple(int(d) for d in board_shape):
-            return game
-    return None
+def model_game(client: PolicyClient, model_name: str) -> Game:
+    """The game `client` serves `model_name` for (`PolicyClient.io_of`)."""
+    return get_game(client.io_of(model_name).game)
 
 
 def smoke_boards(client: PolicyClient, model_name: str) -> np.ndarray:
     """The boards `smoke_test` sends to `model_name` (its game's `smoke_positions`)."""
-    known = smoke_positions(get_game(client.io_of(model_name).game))
+    known = smoke_positions(model_game(client, model_name))
     return np.stack([b for b, _ in known.values()])
 
 
@@ -90,7 +87,7 @@ def value_head_of(files: dict[str, bytes], boards: np.ndarray) -> bool | None:
     try:
         import torch
 
-        model = torch.jit.load(io.BytesIO(files["model.pt"]), map_location="cpu").eval()
+        model = load_model(files[MODEL_FILE])
         with torch.inference_mode():
             out = model(torch.from_numpy(np.ascontiguousarray(boards[:1])))
     except Exception as exc:  # any failure: unknown, and Triton's answers decide
@@ -99,10 +96,12 @@ def value_head_of(files: dict[str, bytes], boards: np.ndarray) -> bool | None:
     return isinstance(out, (tuple, list))
 
 
-def top1_hits(logits: np.ndarray, boards: np.ndarray, moves: np.ndarray) -> np.ndarray:
-    """Per row, whether the best unoccupied point (a Go pass always counts) is the move
-    played: the trainer's top-1 (`services.trainer.metrics.evaluate`), in numpy."""
-    stones = boards[:, 0] if boards.ndim == 4 else boards
+def top1_hits(logits: np.ndarray, boards: np.ndarray, moves: np.ndarray, game: Game
+               ) -> np.ndarray:
+    """Per row, whether the best unoccupied point (a pass always counts) is the move played:
+    the trainer's top-1 (`services.trainer.metrics.evaluate`), in numpy. `boards` are network
+    inputs of `game`, whose stones it reads (`Game.stone_cells`)."""
+    stones = game.stone_cells(boards)
     occupied = stones.reshape(len(boards), -1) != 0
     extra = logits.shape[1] - occupied.shape[1]
     if extra:
@@ -138,7 +137,7 @@ def smoke_test(
     only). `value_head` True makes finite values blocking. `serving_version` of
     `serving_model` (the version serving now; None: nothing) is asked about the stored
     positions for the agreement check, blocking when `compare_blocking`; `tolerance` is the
-    gate's (`services.trainer.gate`).
+    gate's (`services.repository.gate`).
     """
     io = client.io_of(model_name)
     game = get_game(io.game)
@@ -215,7 +214,7 @@ def smoke_test(
             tactics, tactical_values = _tactics_check(client, game, model_name, version)
             checks.append(tactics)
             values.append(tactical_values)
-        checks += _stored_checks(client, model_name, version, stored, serving_model,
+        checks += _stored_checks(client, game, model_name, version, stored, serving_model,
                                  serving_version, tolerance, compare_blocking, values)
     except TritonError as exc:
         checks.append(SmokeCheck("answers", False, _no_answer(version, exc)))
@@ -314,6 +313,7 @@ def tactics_check(game: Game, logits: np.ndarray) -> SmokeCheck:
 
 def _stored_checks(
     client: PolicyClient,
+    game: Game,
     model_name: str,
     version: int,
     stored: StoredPositions | None,
@@ -335,7 +335,7 @@ def _stored_checks(
     n = len(stored.moves)
     logits, stored_values = _infer_rows(client, stored.boards, version, model_name)
     values.append(stored_values)
-    hits = top1_hits(logits, stored.boards, stored.moves)
+    hits = top1_hits(logits, stored.boards, stored.moves, game)
     top1 = float(hits.mean())
     checks = []
     if stored.top1 is not None:
@@ -369,7 +369,7 @@ def _stored_checks(
         checks.append(SmokeCheck(name, False, f"v{serving_version} did not answer: {exc}",
                                  blocking=False))
         return checks
-    serving_hits = top1_hits(serving_logits, stored.boards, stored.moves)
+    serving_hits = top1_hits(serving_logits, stored.boards, stored.moves, game)
     floor = gate.paired_floor(serving_hits, hits, tolerance)
     checks.append(SmokeCheck(
         name, top1 >= floor,

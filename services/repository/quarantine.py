@@ -10,19 +10,14 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import asdict
+from collections.abc import Sequence
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from services import atomic_files
-from services.triton.publisher import (
-    QUARANTINE_DIR,
-    locked_model_dir,
-)
-from services.triton.rollout_state import now_text
-
-if TYPE_CHECKING:
-    from services.triton.smoke import SmokeCheck
+from services.repository.rollout_state import now_text
+from services.repository.versions import QUARANTINE_DIR, locked_model_dir
 
 logger = logging.getLogger(__name__)
 QUARANTINE_REASON = "reason.json"
@@ -33,15 +28,17 @@ def quarantine(
     model_name: str,
     version: int,
     reason: str,
-    smoke: list[SmokeCheck] | None = None,
+    smoke: Sequence[Any] | None = None,
     action: str = "rollout",
 ) -> Path:
     """Move ``<repo>/<model>/<version>/`` to ``<repo>/<model>/quarantine/<version>/`` (a
     numbered sibling, ``<version>-2``, when that name is taken) and write ``reason.json``
-    there (reason, time, action, smoke checks); return the new folder.
+    there (reason, time, action, the rollout's smoke checks: dataclasses or dicts); return
+    the new folder.
 
     Triton looks at numeric folders only, so the version can no longer be loaded by a restart
-    or a plain load, and `publisher.next_version` counts quarantined numbers. The move is one
+    or a plain load, and `services.repository.versions.next_version` counts quarantined
+    numbers. The move is one
     ``os.rename`` under the publishers' lock on the model folder."""
     model_dir = Path(repository) / model_name
     source = model_dir / str(version)
@@ -56,10 +53,14 @@ def quarantine(
         atomic_files.fsync_dir(folder)
     record = {"model_name": model_name, "version": version, "action": action,
               "reason": reason, "at": now_text(), "from": str(source),
-              "smoke": [asdict(c) for c in smoke or []]}
+              "smoke": [_plain(c) for c in smoke or []]}
     atomic_files.atomic_write_text(json.dumps(record, indent=2) + "\n", target / QUARANTINE_REASON)
     logger.warning("%s v%d quarantined in %s: %s", model_name, version, target, reason)
     return target
+
+
+def _plain(check: Any) -> Any:
+    return asdict(check) if is_dataclass(check) and not isinstance(check, type) else check
 
 
 def quarantine_reason(folder: Path) -> str:

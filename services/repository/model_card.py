@@ -1,8 +1,9 @@
 """The model card of a published version: which data, code and recipe made it, and how good it is.
 
-Every publisher (the train flow, `services.triton.go_model`, `services.triton.capture_model`)
-builds the card with `build_card` and passes it to `services.triton.publisher.publish`, which
-stores it in the version's ``metadata.json`` next to what it adds itself (version, sha256,
+Every publisher (the train flow and the distributed trainer through
+`services.trainer.publish`, `services.trainer.go_model`, `services.triton.capture_model`) builds
+the card with `build_card` and passes it to `services.repository.publish.publish`, which stores
+it in the version's ``metadata.json`` next to what it adds itself (version, sha256,
 ``published_at``: the created time, ``value_head``). The card's fields (`CARD_FIELDS`):
 
 * ``model_config``: the network configuration (``services.models.configs``: name, game, value
@@ -15,7 +16,8 @@ stores it in the version's ``metadata.json`` next to what it adds itself (versio
 * ``config``: the training recipe (``TrainConfig`` as a dict), None for an untrained network;
 * ``metrics``: per split (train, validation, test, held-out games) top-1, top-5, loss, rows,
   top-1 by game stage where measured, and the value head's MSE and sign accuracy; a
-  ``metrics_source`` says where they come from (the training run, an evaluation at publish);
+  ``metrics_source`` says where they come from (the training run, an evaluation at publish).
+  The card takes them as numbers: the trainer measures them (`services.trainer.metrics`);
 * ``gate``: the publish gate's decision (passed, reason, the candidate's and the serving
   version's top-1), or ``{"passed": None, "reason": ...}`` when the publisher runs no gate.
 
@@ -106,28 +108,6 @@ def build_card(*, config_name: str, model: Any | None = None,
             "dataset": dataset_card(dataset_dir), "code": code_version(),
             "config": _plain(recipe), "metrics": metrics,
             "metrics_source": metrics_source, "gate": gate_out}
-
-
-def evaluate_dataset(model: Any, dataset_dir: Path | str, device: str = "cpu",
-                     splits: tuple[str, ...] | None = None) -> dict[str, Any]:
-    """Top-1, top-5, loss, top-1 by stage (and the value head's figures) of `model` on every
-    split of the dataset that has rows, as the trainer measures them."""
-    import torch
-
-    from services.dataset.shards import read_split
-    from services.trainer.metrics import STAGES, evaluate
-
-    card = dataset_card(dataset_dir) or {}
-    game = card.get("game")
-    out: dict[str, Any] = {}
-    with torch.inference_mode():
-        for split in splits or _splits():
-            if not card.get("rows", {}).get(split):
-                continue
-            boards, moves, plies, results = read_split(Path(dataset_dir), split, results=True)
-            out[split] = evaluate(model, boards, moves, device, plies=plies,
-                                  stages=STAGES[game], results=results)
-    return out
 
 
 # ------------------------------------------------------------------------- printing

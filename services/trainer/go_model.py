@@ -4,7 +4,7 @@ Triton's ``go_policy`` model (model_repository/go_policy/config.pbtxt) takes com
 inputs [N, 4, S, S] (`services.games.go_features.compact`, seen from the side to move; S from 9
 to 19, one network for every size: it is fully convolutional) and answers float32 logits
 [N, S * S + 1]: the points (y * S + x), then the pass. The export check runs at 19x19, and
-publishing test-runs the file at 19x19 and 9x9 (`services.triton.publisher.check_shapes`).
+publishing test-runs the file at 19x19 and 9x9 (`services.repository.model_check.check_shapes`).
 A network with a value head (a ``go_res_*_v`` configuration, `services.models.value.PolicyValue`)
 is served as well: its export returns ``(logits, value [N])``, which Triton answers as
 ``value``.
@@ -19,13 +19,15 @@ of ``go_policy``.
 
 CLI::
 
-    python -m services.triton.go_model --repository model_repository \
+    python -m services.trainer.go_model --repository model_repository \
         [--config go_res_b2c32] [--seed 0] [--checkpoint runs/go/train/checkpoint.pt]
 
 publishes an untrained (seeded) network, or the weights of a trainer checkpoint, and prints the
-version. The version's ``metadata.json`` carries the model card (`services.triton.model_card`):
+version. The version's ``metadata.json`` carries the model card (`services.repository.model_card`):
 with ``--dataset DIR`` the network's top-1/top-5 (by stage) on each split of that Go dataset,
-else the checkpoint's last evaluation.
+measured by the trainer's metrics (`services.trainer.metrics.evaluate_dataset`), else the
+checkpoint's last evaluation. It lives with the trainer because it reads the trainer's
+checkpoints and measures with the trainer's metrics.
 """
 
 from __future__ import annotations
@@ -40,11 +42,15 @@ import numpy as np
 import torch
 from torch import nn
 
+from services.defaults import MODEL_FILE
 from services.games import go_features
 from services.games.go import GoState
 from services.games.go_game import GO
 from services.models.configs import build, spec
 from services.models.export import ExportError, export_torchscript
+from services.repository.model_card import build_card
+from services.repository.publish import publish
+from services.trainer.metrics import evaluate_dataset
 
 DEFAULT_CONFIG = "go_res_b2c32"
 DEFAULT_GO_MODEL_NAME = GO.default_model
@@ -127,9 +133,6 @@ def publish_go_model(
     the trainer measures them); else those of the checkpoint's last evaluation; else none (an
     untrained network, said as such). Its ``source`` is the checkpoint, or the config and seed,
     never the temporary export folder."""
-    from services.triton.model_card import build_card, evaluate_dataset
-    from services.triton.publisher import publish
-
     net = model if model is not None else build_go_model(config, seed, checkpoint)
     recipe, metrics = checkpoint_record(checkpoint)
     source_of_metrics = "the training run's last evaluation (checkpoint)" if metrics else None
@@ -143,16 +146,17 @@ def publish_go_model(
     source = (str(Path(checkpoint).resolve()) if checkpoint else
               "given network" if model is not None else f"untrained {config}, seed {seed}")
     with tempfile.TemporaryDirectory(prefix="go-export-") as tmp:
-        path = Path(tmp) / "model.pt"
+        path = Path(tmp) / MODEL_FILE
         diff = export_go_torchscript(net, path)
         metadata = {**card, "game": GO.name, "seed": seed,
                     "checkpoint": str(Path(checkpoint).resolve()) if checkpoint else None,
                     "export_max_abs_diff": diff}
-        return publish(path, Path(repository), model_name, metadata=metadata, source=source)
+        return publish(path, Path(repository), model_name, metadata=metadata, source=source,
+                       game=GO)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m services.triton.go_model",
+    p = argparse.ArgumentParser(prog="python -m services.trainer.go_model",
                                 description="Publish a Go policy network as a go_policy version.")
     p.add_argument("--repository", type=Path, required=True, help="Triton model repository")
     p.add_argument("--config", default=DEFAULT_CONFIG, help=f"default {DEFAULT_CONFIG}")

@@ -2,7 +2,8 @@
 
 The record keeps the current and previous versions and a history of rollouts, rollbacks and
 refusals (`describe_event` words them); it is written atomically and is the truth about what
-serves: the launcher (`services.triton.server`) starts Triton pinned to its ``current``.
+serves: the launcher (`services.triton.launcher`) starts Triton pinned to its ``current``, and
+the trainer's gate measures a new model against it (`reference_version`).
 Rollouts of one model are serialised with an ``flock`` on ``<repo>/<model>/.rollout.lock``.
 
 A stock Triton (deploy/: compose and Kubernetes) cannot read the record. Where one serves the
@@ -30,10 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from services import atomic_files
-from services.triton.publisher import (
-    DEFAULT_MODEL_NAME,
-    parse_config,
-)
+from services.defaults import MODEL_FILE
+from services.repository.configs import CONFIG_FILE, parse_config
+from services.repository.versions import DEFAULT_MODEL_NAME, latest_version, version_dir
 
 STATE_FILE = "rollout.json"
 LOCK_FILE = ".rollout.lock"
@@ -102,7 +102,7 @@ def write_pinned_config(repository: Path, model_name: str, version: int | None,
     be the version just refused). ValueError or OSError when it cannot be written."""
     if version is None:
         return
-    config = Path(repository) / model_name / "config.pbtxt"
+    config = Path(repository) / model_name / CONFIG_FILE
     path = pinned_config_path(repository, model_name, name)
     path.parent.mkdir(exist_ok=True)
     atomic_files.atomic_write_text(pinned_config_text(config, version, name), path)
@@ -126,7 +126,7 @@ def pinned_config_is_current(repository: Path, model_name: str, name: str) -> bo
     (False after ``config.pbtxt`` changed, or the file was lost; True while nothing is
     recorded)."""
     path = pinned_config_path(repository, model_name, name)
-    config = Path(repository) / model_name / "config.pbtxt"
+    config = Path(repository) / model_name / CONFIG_FILE
     current = read_state(repository, model_name)["current"]
     if current is None:
         return True
@@ -134,6 +134,20 @@ def pinned_config_is_current(repository: Path, model_name: str, name: str) -> bo
         return path.read_text() == pinned_config_text(config, current, name)
     except (OSError, ValueError):
         return False
+
+
+def reference_version(repository: Path, model_name: str) -> int | None:
+    """The version a new model must not be worse than: the one the record says serves (a
+    rolled-back newer version is no yardstick) while its network is there, else the newest
+    published one; None when nothing is published."""
+    try:
+        current = read_state(repository, model_name)["current"]
+    except ValueError:
+        current = None
+    if current is not None and (version_dir(repository, model_name, current) / MODEL_FILE
+                                ).is_file():
+        return int(current)
+    return latest_version(repository, model_name)
 
 
 def now_text() -> str:
