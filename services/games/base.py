@@ -313,6 +313,11 @@ class Game(ABC):
         """The replay work of a request's position, in moves (moves and set-up stones)."""
         return len(position.moves) + len(position.setup_black) + len(position.setup_white)
 
+    def replay_cost_note(self) -> str:
+        """How `replay_cost` weighs a move unlike the others, in words for the message of a
+        request over the limit ("a renju move counts 3"); "" when every move counts one."""
+        return ""
+
     # ---- records --------------------------------------------------------------------------
     def write_record(self, path: str | Path, moves: Sequence[int], size: int, *,
                      rule: str | None = None, comments: Sequence[str] = (),

@@ -12,16 +12,14 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from services.coords import index_name
 from services.games import renju
 from services.games.ascii_board import board_from_ascii  # noqa: F401 (re-exported)
-
-if TYPE_CHECKING:
-    from services.games.gomoku_game import GomokuGame
+from services.games.base import Game
+from services.games.registry import get_game
 
 EMPTY, BLACK, WHITE = 0, 1, 2
 DEFAULT_SIZE = 15
@@ -115,11 +113,14 @@ class ForbiddenMove(IllegalMove):
         super().__init__(f"move {index_name(point, size)} is forbidden for black ({reason})")
 
 
-@functools.cache
-def _gomoku_game() -> GomokuGame:
-    from services.games.gomoku_game import GOMOKU  # that module imports this one
+GAME_NAME = "gomoku"  # the name services.games.gomoku_game registers these rules' Game under
 
-    return GOMOKU
+
+@functools.cache
+def _gomoku_game() -> Game:
+    """The registered Gomoku `Game`. Looked up, not imported: the Game (services.games
+    .gomoku_game) is built on these rules, and the registry imports it on first lookup."""
+    return get_game(GAME_NAME)
 
 
 def opponent(color: int) -> int:
@@ -192,7 +193,7 @@ class GomokuState:
         return state
 
     @property
-    def game(self) -> GomokuGame:
+    def game(self) -> Game:
         """The `Game` these rules belong to (what the search and the services ask)."""
         return _gomoku_game()
 

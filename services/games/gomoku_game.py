@@ -32,6 +32,7 @@ from services.games.gomoku import (
     DEFAULT_SIZE,
     EMPTY,
     FOUR_SUM,
+    GAME_NAME,
     WHITE,
     GomokuState,
     IllegalMove,
@@ -77,7 +78,7 @@ def winning_points(state: GomokuState, color: int, sums: np.ndarray | None = Non
 
 
 class GomokuGame(Game):
-    name = "gomoku"
+    name = GAME_NAME
     title = "Gomoku"
     proto_game = search_pb2.GOMOKU
     default_size = DEFAULT_SIZE
@@ -170,6 +171,9 @@ class GomokuGame(Game):
     def replay_cost(self, position: search_pb2.Position) -> int:
         n = super().replay_cost(position)
         return n * (RENJU_MOVE_COST if position.rule == search_pb2.RENJU else 1)
+
+    def replay_cost_note(self) -> str:
+        return f"a renju move counts {RENJU_MOVE_COST}"
 
     def require_playable(self, state: Position, field: str) -> None:
         s: Any = state

@@ -30,7 +30,8 @@ Defaults and limits (documented in the report and the CLI help):
   `position`.
 
 * Replay work per request: the moves and set-up stones of all positions of one request
-  together, a renju move counting RENJU_MOVE_COST (black's forbidden-point checks make it about
+  together, each as its game weighs it (`Game.replay_cost`: a renju move counts
+  `services.games.gomoku_game.RENJU_MOVE_COST`, black's forbidden-point checks making it about
   three times dearer), at most MAX_REQUEST_MOVES (`replay_cost`, checked before anything is
   replayed). This bounds one valid request's CPU: without it, 256 renju positions of 170 moves
   took about 1 s of a core to validate, 256 Go positions of 600 moves about 0.9 s; within the
@@ -52,8 +53,13 @@ from dataclasses import dataclass
 
 from services.api.movepred.v1 import search_pb2
 from services.games.base import Game, InvalidRequest, Position, RequestTooLarge
-from services.games.gomoku_game import RENJU_MOVE_COST
-from services.games.registry import UnknownGame, default_game, game_for_proto, get_game
+from services.games.registry import (
+    UnknownGame,
+    default_game,
+    game_for_proto,
+    get_game,
+    registered_games,
+)
 from services.quoting import shown
 
 __all__ = ["InvalidRequest", "RequestTooLarge"]  # defined with the games, raised from here too
@@ -69,7 +75,7 @@ DEFAULT_REPORT_EVERY = 100
 MAX_POSITIONS = 256  # Predict positions per request: one Triton batch (max_batch_size 256)
 # Replay work of one request, in moves (set-up stones count as moves). Measured on the 2-core
 # machine: a Gomoku move 3.5 us (freestyle, the fast path) to 15 us (replayed one by one), a Go
-# move about 18 us, a renju move about 45 us (`RENJU_MOVE_COST`); so 16,384 moves cost at most
+# move about 18 us, a renju move about 45 us (`Game.replay_cost`); so 16,384 moves cost at most
 # ~0.3 s of a core.
 MAX_REQUEST_MOVES = 16_384
 
@@ -160,7 +166,7 @@ def budget(max_visits: int, max_time_ms: int) -> Budget:
 
 def replay_cost(positions: Iterable[search_pb2.Position]) -> int:
     """The replay work of `positions`, in moves (see MAX_REQUEST_MOVES): moves plus set-up
-    stones, as each game counts them (`Game.replay_cost`: a renju move RENJU_MOVE_COST times).
+    stones, as each game counts them (`Game.replay_cost`: a renju move three times).
     Reads only the field lengths."""
     return sum(game_of(p, f"positions[{i}]").replay_cost(p) for i, p in enumerate(positions))
 
@@ -170,12 +176,18 @@ def check_replay_cost(positions: Iterable[search_pb2.Position], field: str) -> N
     request may ask for (before any of it is done)."""
     cost = replay_cost(positions)
     if cost > MAX_REQUEST_MOVES:
+        notes = "".join(f"; {note}" for note in _replay_cost_notes())
         raise RequestTooLarge(
             field,
-            f"the request replays {cost} moves (moves and set-up stones of all positions; a "
-            f"renju move counts {RENJU_MOVE_COST}), at most {MAX_REQUEST_MOVES} per request: "
-            "split it into several requests",
+            f"the request replays {cost} moves (moves and set-up stones of all positions"
+            f"{notes}), at most {MAX_REQUEST_MOVES} per request: split it into several requests",
         )
+
+
+def _replay_cost_notes() -> list[str]:
+    """How the registered games weigh their moves (`Game.replay_cost_note`), for the message
+    of a request over MAX_REQUEST_MOVES."""
+    return [note for note in (game.replay_cost_note() for game in registered_games()) if note]
 
 
 def predict_request(request: search_pb2.PredictRequest) -> tuple[State, int]:
