@@ -38,6 +38,7 @@ from rich.text import Text
 
 from services.api.movepred.v1 import search_pb2
 from services.coords import CoordinateError
+from services.defaults import SEARCH_TARGET
 from services.games.base import COLOR_NAMES, Game, InvalidRequest
 from services.games.go import replay as go_replay
 from services.games.gomoku import Rule
@@ -51,7 +52,8 @@ from services.protocols.sgf_export import add_play_command
 from services.records.rif import RIF_SUFFIXES, RifGame, read_rif
 from services.records.sgf import SgfGame, read_sgf
 from services.search import auth
-from services.search.client import game_position, proto_rule
+from services.search.advice import next_step
+from services.search.client import game_position, proto_rule, search_client_factory
 from services.settings import DEADLINE_S, MAX_INT32, bounded
 from services.triton.cli import add_rollout_commands
 
@@ -59,7 +61,6 @@ Handler = Callable[[argparse.Namespace], int]
 Subparsers = argparse._SubParsersAction  # what ArgumentParser.add_subparsers returns
 Registrar = Callable[[Subparsers], dict[str, Handler]]
 
-DEFAULT_TARGET = "127.0.0.1:50051"
 PNG_CANDIDATES = 40  # analyze --png: candidates asked for when --candidates does not say
 EXIT_RPC_ERROR = 1
 EXIT_USAGE = 2
@@ -90,7 +91,7 @@ def _console() -> Console:
 
 
 def _add_position_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target", default=DEFAULT_TARGET, help="search service host:port")
+    p.add_argument("--target", default=SEARCH_TARGET, help="search service host:port")
     p.add_argument("--game", choices=[g.name for g in registered_games()],
                    default=default_game().name,
                    help="the game (default %(default)s); moves are in its notation")
@@ -108,7 +109,7 @@ def _client_factory(console: Console, args: argparse.Namespace) -> Callable[[], 
     """What makes the search client from the target and security options; None (after
     printing why) when those options cannot be used."""
     try:
-        return auth.search_client_factory(args)
+        return search_client_factory(args)
     except auth.AuthConfigError as exc:
         console.print(f"error: {exc}")
         return None
@@ -148,20 +149,6 @@ def _write_png(console: Console, args: argparse.Namespace, position: search_pb2.
         return
     path = draw_board(game, state, values, args.png, title=title, percent=percent)
     console.print(f"wrote {path}")
-
-
-def next_step(code: grpc.StatusCode | None, details: str) -> str:
-    """What to run next for a failed call: the service down, Triton down, or not allowed."""
-    if code == grpc.StatusCode.UNAVAILABLE:
-        if "Triton" in details:
-            return ("the search service is up but Triton is not serving: start it with "
-                    "`make triton` (and publish a model with `make ingest && make train`)")
-        return "the search service is not reachable: start it with `make serve`"
-    if code == grpc.StatusCode.UNAUTHENTICATED:
-        return "give the service's token with --token-file or $MOVEPRED_TOKEN"
-    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        return "the service is busy or the request too large: retry later or split it"
-    return ""
 
 
 def _rpc_error(console: Console, exc: grpc.RpcError) -> int:
@@ -524,7 +511,7 @@ def add_infer_command(subparsers: Subparsers) -> dict[str, Handler]:
         "a record (--record: .sgf Go, .rif Gomoku; its final position, or after --moves). "
         "Unset budgets are the paper's recipe (5 restarts, 5000 * (stones/20)^2 iterations), "
         "within the server's limits.")
-    p.add_argument("--target", default=DEFAULT_TARGET, help="search service host:port")
+    p.add_argument("--target", default=SEARCH_TARGET, help="search service host:port")
     p.add_argument("--game", choices=[g.name for g in registered_games()],
                    default=default_game().name,
                    help="the game of --black/--white (default %(default)s)")

@@ -4,5 +4,6 @@ Modules:
     frontend    what the text-protocol front-ends share: one search client, the stdin/stdout loop
     gomocup     a Gomocup / Piskvork protocol brain that asks the search service for its moves
     gtp         a GTP engine for Go (`movepred gtp`) driving the search service
-    sgf_export  SGF records of played games and `movepred play` (the service playing itself)
+    sgf_export  `movepred play`: the service playing itself or a reference player, the games
+                written by the record codecs (`services.records.sgf_writer`)
 """

@@ -695,9 +695,11 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None,
          stdout: TextIO | None = None) -> int:
     """Run the brain on `stdin`/`stdout` (the process's by default)."""
+    from services.search.client import search_client_factory
+
     args = _parse_args(argv)
     try:
-        factory = auth.search_client_factory(args)
+        factory = search_client_factory(args)
     except auth.AuthConfigError as exc:  # stdout belongs to the protocol
         print(f"movepred gomocup: error: {exc}", file=sys.stderr)
         return 2

@@ -94,6 +94,7 @@ from services.protocols.gtp_analysis import (
 from services.protocols.gtp_clock import ClockError, GtpClock
 from services.records.sgf_writer import app_version
 from services.search import auth
+from services.search.client import search_client_factory
 from services.search.validation import MAX_TIME_MS, MAX_VISITS
 from services.settings import DEADLINE_S, bounded
 
@@ -505,7 +506,7 @@ def engine_from(args: argparse.Namespace) -> GtpEngine:
     """The engine the options of `add_arguments` describe (AuthConfigError for unusable
     security options)."""
     return GtpEngine(args.target, visits=args.visits, time_ms=args.time_ms,
-                     timeout_s=args.timeout, client_factory=auth.search_client_factory(args))
+                     timeout_s=args.timeout, client_factory=search_client_factory(args))
 
 
 def cmd_gtp(args: argparse.Namespace) -> int:

@@ -197,9 +197,10 @@ def _with_search_client(args: argparse.Namespace,
     import grpc
 
     from services.search import auth
+    from services.search.client import search_client_factory
 
     try:
-        make_client = auth.search_client_factory(args)
+        make_client = search_client_factory(args)
     except auth.AuthConfigError as exc:
         print(f"error: {exc}")
         return None, 2

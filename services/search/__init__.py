@@ -11,5 +11,6 @@ Modules:
     readiness   health that follows the models' readiness on Triton
     auth        TLS (optionally mutual) and the bearer token
     metrics     Prometheus metrics of the service
-    client      the Python client (the `movepred` CLI, tests)
+    client      the Python client (the `movepred` CLI, tests) and the front-ends' client factory
+    advice      what to do about a failed call, the same in every front-end
 """

@@ -10,9 +10,10 @@ service's status and its public API description.
 Client side: `ClientAuth` holds what a client needs (CA to trust, optional client certificate
 for mutual TLS, token) and makes the channel (`ClientAuth.channel`); `add_client_arguments` /
 `client_auth_from` give every front-end (the `movepred` CLI, GTP engine, Gomocup brain) the same
-options. The token is sent as call metadata, so it also works over a plaintext channel on
-loopback (a server binding a non-loopback address refuses to run without TLS and a token,
-unless `--insecure`).
+options (`services.search.client.search_client_factory` makes their clients from them). The
+token is sent as call metadata, so it also works over a plaintext channel on loopback (a
+server binding a non-loopback address refuses to run without TLS and a token, unless
+`--insecure`).
 
 Tokens come from a file (`--token-file`, first line, whitespace stripped) or from an
 environment variable (`--token-env VAR`, default `MOVEPRED_TOKEN`; an explicitly named variable
@@ -310,21 +311,6 @@ def client_auth_from(args: argparse.Namespace) -> ClientAuth:
     return ClientAuth(tls=tls, tls_ca=args.tls_ca, client_cert=args.tls_client_cert,
                       client_key=args.tls_client_key, token=token,
                       server_name=args.tls_server_name)
-
-
-def search_client_factory(args: argparse.Namespace,
-                          target: str | None = None) -> Callable[[], Any]:
-    """Makes `SearchClient`s for `target` (default `args.target`) with the security and
-    wait-for-ready options of `add_client_arguments`. The options are read now, so a missing
-    token file or variable is an `AuthConfigError` at start-up, not at the first move."""
-    from services.search.client import SearchClient
-
-    client_auth = client_auth_from(args)
-    if client_auth.tls:  # unreadable PEM files: fail now too
-        client_auth.credentials()
-    address = target or args.target
-    wait = bool(getattr(args, "wait_for_ready", False))
-    return lambda: SearchClient(address, auth=client_auth, wait_for_ready=wait)
 
 
 # ------------------------------------------------------------------- throwaway certificates

@@ -18,7 +18,8 @@ for the connection instead of failing with UNAVAILABLE at once.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import argparse
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -29,7 +30,7 @@ from services.games.base import Game
 from services.games.go_game import DEFAULT_KOMI, GO_SIZE, parse_vertex
 from services.games.gomoku import DEFAULT_SIZE, Rule
 from services.games.registry import default_game, get_game
-from services.search.auth import ClientAuth
+from services.search.auth import ClientAuth, client_auth_from
 from services.search.validation import MAX_TIME_MS  # an InferSequence's time limit
 
 MoveLike = str | tuple[int, int]
@@ -301,3 +302,17 @@ class SearchClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def search_client_factory(args: argparse.Namespace,
+                          target: str | None = None) -> Callable[[], SearchClient]:
+    """Makes `SearchClient`s for `target` (default `args.target`) with the security and
+    wait-for-ready options of `services.search.auth.add_client_arguments`. The options are read
+    now, so a missing token file or variable is an `AuthConfigError` at start-up, not at the
+    first move."""
+    client_auth = client_auth_from(args)
+    if client_auth.tls:  # unreadable PEM files: fail now too
+        client_auth.credentials()
+    address = target or args.target
+    wait = bool(getattr(args, "wait_for_ready", False))
+    return lambda: SearchClient(address, auth=client_auth, wait_for_ready=wait)

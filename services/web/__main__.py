@@ -17,8 +17,9 @@ from collections.abc import Sequence
 
 import uvicorn
 
-from services.cli import DEFAULT_TARGET
+from services.defaults import SEARCH_TARGET
 from services.search import auth
+from services.search.client import search_client_factory
 from services.settings import MAX_PORT, bounded
 from services.web.app import create_app
 
@@ -31,7 +32,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     p.add_argument("--port", type=bounded(int, 1, MAX_PORT), default=DEFAULT_PORT,
                    help="port (%(default)s)")
-    p.add_argument("--target", default=DEFAULT_TARGET, help="search service host:port")
+    p.add_argument("--target", default=SEARCH_TARGET, help="search service host:port")
     p.add_argument("--allow-remote", action="store_true",
                    help="listen on a non-loopback --host (anyone who reaches it plays with "
                         "this process's token)")
@@ -48,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     try:
-        make_client = auth.search_client_factory(args)
+        make_client = search_client_factory(args)
     except auth.AuthConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

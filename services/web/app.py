@@ -45,9 +45,9 @@ from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field, ValidationError
 
-from services.cli import next_step
 from services.games.base import COLOR_NAMES, InvalidRequest
 from services.games.registry import default_game, registered_games
+from services.search.advice import next_step
 from services.search.client import SearchClient
 from services.web import positions
 from services.web.positions import Board
@@ -166,7 +166,7 @@ def error_body(code: str, message: str, field: str = "", hint: str = "") -> dict
 
 def rpc_error_body(exc: grpc.RpcError) -> tuple[int, dict[str, Any]]:
     """(HTTP status, error body) of a failed call: its gRPC status, the service's words and
-    the CLI's advice (`services.cli.next_step`)."""
+    the advice every front-end gives (`services.search.advice.next_step`)."""
     code = exc.code() if hasattr(exc, "code") else None
     details = " ".join(str(exc.details() if hasattr(exc, "details") else exc).split())
     field = details.split(":", 1)[0] if code == grpc.StatusCode.INVALID_ARGUMENT else ""
