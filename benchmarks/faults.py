@@ -90,7 +90,8 @@ from services.repository.publish import publish  # noqa: E402
 from services.repository.versions import list_versions  # noqa: E402
 from services.search.client import DEFAULT_PREDICT_TIMEOUT_S, SearchClient  # noqa: E402
 from services.triton.client import PolicyClient  # noqa: E402
-from services.triton.server import TritonServer, free_port  # noqa: E402
+from services.triton.launcher import TritonServer  # noqa: E402
+from services.triton.ports import free_port  # noqa: E402
 
 logger = logging.getLogger("faults")
 

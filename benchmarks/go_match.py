@@ -253,7 +253,7 @@ def search_service(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
     from services.search.server import build_service
     from services.trainer.go_model import publish_go_model
     from services.triton.client import PolicyClient
-    from services.triton.server import TritonServer
+    from services.triton.launcher import TritonServer
 
     go_model = get_game("go").default_model
     gomoku_model = get_game("gomoku").default_model

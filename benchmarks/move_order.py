@@ -91,7 +91,7 @@ from services.move_order.likelihood import PrefixScorer, Scored, scored  # noqa:
 from services.move_order.problem import Problem, problem_from_stones  # noqa: E402
 from services.records.rif import RifGame, read_rif  # noqa: E402
 from services.triton.client import PolicyClient  # noqa: E402
-from services.triton.server import TritonServer  # noqa: E402
+from services.triton.launcher import TritonServer  # noqa: E402
 
 SAMPLE = ROOT / "data" / "sample" / "selfplay.rif"
 RERUNS = 3  # runs of a variant with its steps rescaled toward the paper's boards

@@ -70,8 +70,9 @@ from services.repository.publish import publish  # noqa: E402
 from services.search.client import SearchClient  # noqa: E402
 from services.search.server import DEFAULT_MAX_WORKERS  # noqa: E402
 from services.triton.client import PolicyClient  # noqa: E402
+from services.triton.launcher import TritonServer  # noqa: E402
+from services.triton.ports import free_port  # noqa: E402
 from services.triton.rollout import read_model_config  # noqa: E402
-from services.triton.server import TritonServer, free_port  # noqa: E402
 
 _TICK = os.sysconf("SC_CLK_TCK")
 PREDICT_MOVES = ["h8", "h9", "i8", "g7"]

@@ -44,7 +44,7 @@ from services.models.configs import build  # noqa: E402
 from services.models.export import export_torchscript  # noqa: E402
 from services.repository.publish import publish  # noqa: E402
 from services.triton.client import PolicyClient  # noqa: E402
-from services.triton.server import TritonServer  # noqa: E402
+from services.triton.launcher import TritonServer  # noqa: E402
 
 
 def random_boards(n: int, size: int, seed: int = 0) -> np.ndarray:

@@ -33,7 +33,7 @@ from services.cli import main as cli  # noqa: E402
 from services.search.server import build_server  # noqa: E402
 from services.trainer.train import DEFAULT_THREADS, TrainConfig  # noqa: E402
 from services.triton.client import PolicyClient  # noqa: E402
-from services.triton.server import TritonServer  # noqa: E402
+from services.triton.launcher import TritonServer  # noqa: E402
 
 SAMPLE = ROOT / "data" / "sample" / "selfplay.rif"
 DEFAULT_WORK = ROOT / "runs" / "demo"

@@ -20,6 +20,9 @@ TRITON_URL = f"127.0.0.1:{TRITON_GRPC_PORT}"  # Triton's gRPC address on this ma
 MODEL_FILE = "model.pt"  # the TorchScript network
 BACKEND_FILE = "model.py"  # Triton's python backend, copied into each version
 METADATA_FILE = "metadata.json"  # what the version is (training run, data, figures)
+# the rollout's side model of a model under test: <model>__candidate (never served to clients;
+# a health check leaves it out)
+CANDIDATE_SUFFIX = "__candidate"
 
 # ---- limits ------------------------------------------------------------------------------
 # Boards in one Triton call: every served model's max_batch_size, the search's batcher limit

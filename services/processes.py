@@ -1,9 +1,10 @@
 """What the platform runs on this machine, from the launchers' pid files: see it, stop it.
 
 Every long-running piece started locally leaves a JSON pid file in `run_dir()`
-(``<triton home>/run``, ``$MOVEPRED_TRITON_HOME/run`` when set) while it runs:
+(``<triton home>/run``: `triton_home`, the platform's local state folder, ``.triton`` in the
+checkout or ``$MOVEPRED_TRITON_HOME``) while it runs:
 
-* Triton: ``tritonserver-<grpc port>.pid``, written by `services.triton.server.TritonServer`;
+* Triton: ``tritonserver-<grpc port>.pid``, written by `services.triton.launcher.TritonServer`;
 * the search service: ``search-<port>.pid``, written by `services.search.server.main`;
 * anything else (the Prefect server, the scheduled flows' worker, a web app): started through
   ``python -m services.processes exec --name NAME [--port P] [--health URL] -- COMMAND ...``,
@@ -42,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from services.atomic_files import atomic_write_text
+from services.defaults import CANDIDATE_SUFFIX
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +54,22 @@ DEFAULT_STOP_TIMEOUT_S = 10.0
 HEALTH_TIMEOUT_S = 1.0
 SEARCH_SERVICE = "movepred.v1.SearchService"  # the search service's readiness name
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
+ROOT = Path(__file__).resolve().parents[1]
+# The platform's local state on this machine (gitignored): the Triton launcher's python backend
+# folder and every launcher's pid files; $MOVEPRED_TRITON_HOME moves it.
+TRITON_HOME_ENV = "MOVEPRED_TRITON_HOME"
+DEFAULT_TRITON_HOME = ROOT / ".triton"
+
+
+def triton_home() -> Path:
+    """The platform's local state folder: ``$MOVEPRED_TRITON_HOME``, else ``.triton`` in the
+    checkout."""
+    return Path(os.environ.get(TRITON_HOME_ENV) or DEFAULT_TRITON_HOME)
 
 
 def run_dir() -> Path:
-    """Where the launchers keep their pid files (the Triton launcher's folder)."""
-    from services.triton.server import pid_dir
-
-    return pid_dir()
+    """Where the launchers keep their pid files: ``<triton home>/run``."""
+    return triton_home() / "run"
 
 
 # --------------------------------------------------------------------------- /proc
@@ -254,8 +265,6 @@ def _triton_health(base_url: str) -> str:
             index = json.loads(response.read())
     except (urllib.error.URLError, OSError, ValueError) as exc:
         return f"up, repository index unreadable ({getattr(exc, 'reason', exc)})"
-    from services.triton.rollout import CANDIDATE_SUFFIX
-
     models = [m for m in index if isinstance(m, dict)
               and not str(m.get("name", "")).endswith(CANDIDATE_SUFFIX)]
     if not models:

@@ -120,8 +120,8 @@ INTEGRATION_FIXTURES = frozenset({"triton_server", "prefect_harness", "renjunet_
 
 # (module, name) of what a test needs Triton, Prefect's server or GNU Go for
 INTEGRATION_NAMES = {
-    ("services.triton.server", "TritonServer"): "starts Triton",
-    ("services.triton.server", "find_tritonserver"): "needs the tritonserver binary",
+    ("services.triton.launcher", "TritonServer"): "starts Triton",
+    ("services.triton.installation", "find_tritonserver"): "needs the tritonserver binary",
     ("prefect.testing.utilities", "prefect_test_harness"): "starts a Prefect server",
     ("benchmarks.go_match", "find_gnugo"): "plays GNU Go",
     ("torch.multiprocessing.spawn", "spawn"): "spawns a process group",
@@ -295,7 +295,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
         return
     import prefect.flows
 
-    import services.triton.server as triton_server_module
+    from services.triton import installation as triton_installation
+    from services.triton.launcher import TritonServer
 
     popen_init = subprocess.Popen.__init__
 
@@ -305,8 +306,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
         popen_init(self, args, *rest, **kwargs)
 
     patch = pytest.MonkeyPatch()
-    patch.setattr(triton_server_module.TritonServer, "start", _tripwire("starts Triton"))
-    patch.setattr(triton_server_module, "find_tritonserver",
+    patch.setattr(TritonServer, "start", _tripwire("starts Triton"))
+    patch.setattr(triton_installation, "find_tritonserver",
                   _tripwire("looks for the tritonserver binary"))
     if "tests.triton_fixtures" in sys.modules:
         patch.setattr(sys.modules["tests.triton_fixtures"], "find_tritonserver",

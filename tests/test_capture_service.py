@@ -41,7 +41,7 @@ from services.triton.capture_model import (
     publish_capture_model,
 )
 from services.triton.client import PolicyClient
-from services.triton.server import TritonServer
+from services.triton.launcher import TritonServer
 from tests.triton_fixtures import make_repository, require_tritonserver
 
 CONFIG = "capture_mdrnn_k2"  # the paper's 12-weight network

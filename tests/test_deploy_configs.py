@@ -459,7 +459,8 @@ def test_triton_core_accepts_the_stock_config(tmp_path: Path) -> None:
     """The embedded Triton has no PyTorch backend, but its core parses, normalises and
     validates the model config before it looks the backend up: the stock config must get
     exactly that far, and a broken config must be stopped earlier (control)."""
-    from services.triton.server import TritonServer, TritonServerError
+    from services.triton.launcher import TritonServer
+    from services.triton.server_errors import TritonServerError
     from tests.triton_fixtures import require_tritonserver
 
     require_tritonserver()
@@ -487,7 +488,7 @@ def test_triton_core_accepts_the_stock_config(tmp_path: Path) -> None:
 
 def test_tritonserver_flags_exist() -> None:
     """Every flag compose and Kubernetes pass to tritonserver exists in Triton 2.51's CLI."""
-    from services.triton.server import find_tritonserver, server_environment
+    from services.triton.installation import find_tritonserver, server_environment
 
     try:
         binary = find_tritonserver()

@@ -20,7 +20,7 @@ from services.search.client import SearchClient
 from services.search.server import build_server
 from services.trainer.train import TrainConfig
 from services.triton.client import PolicyClient
-from services.triton.server import TritonServer
+from services.triton.launcher import TritonServer
 from tests.conftest import SAMPLE_RIF
 from tests.training_recipes import SERVED_RECIPES
 

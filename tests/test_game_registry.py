@@ -26,7 +26,7 @@ from services.repository.publish import publish
 from services.search.client import SearchClient
 from services.search.server import build_service
 from services.triton.client import PolicyClient
-from services.triton.server import TritonServer
+from services.triton.launcher import TritonServer
 from tests.tictactoe_game import CONFIG_PBTXT, TICTACTOE
 from tests.triton_fixtures import require_tritonserver, run_local, save_scripted
 

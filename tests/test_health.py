@@ -24,7 +24,8 @@ from services.repository.publish import publish
 from services.search.readiness import REMEDY, game_service_name
 from services.search.server import SERVICE_NAME, Service, build_service
 from services.triton.client import PolicyClient
-from services.triton.server import TritonServer, free_port
+from services.triton.launcher import TritonServer
+from services.triton.ports import free_port
 from tests.triton_fixtures import (
     MODEL_NAME,
     build_tiny_policy,

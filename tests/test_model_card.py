@@ -97,7 +97,7 @@ def test_train_flow_version_carries_its_model_card(trained) -> None:
 
 
 def test_movepred_serving_prints_the_model_card(trained) -> None:
-    from services.triton.server import TritonServer
+    from services.triton.launcher import TritonServer
 
     repo = trained["work"] / "repo"
     meta = trained["meta"]

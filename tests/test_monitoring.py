@@ -266,7 +266,7 @@ def live_metrics(triton_server: TritonSetup) -> Iterator[tuple[set[str], set[str
     from services.search.client import SearchClient
     from services.search.server import LIBRARY_CONFIG, build_service
     from services.triton.client import PolicyClient
-    from services.triton.server import free_port
+    from services.triton.ports import free_port
 
     policy = PolicyClient(triton_server.server.grpc_url, timeout_s=10.0)
     config = dataclasses.replace(LIBRARY_CONFIG, metrics_port=free_port("127.0.0.1"))

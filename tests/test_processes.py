@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from services import processes
-from services.triton.server import free_port
+from services.triton.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable

@@ -38,6 +38,7 @@ from services.repository.smoke_positions import SMOKE_POSITIONS_FILE, write_smok
 from services.repository.version_files import check_version_files
 from services.repository.versions import QUARANTINE_DIR, list_versions, quarantined_versions
 from services.triton.client import PolicyClient, TritonError
+from services.triton.launcher import TritonServer
 from services.triton.rollout import (
     CANDIDATE_SUFFIX,
     RolloutError,
@@ -46,7 +47,6 @@ from services.triton.rollout import (
     read_model_config,
     rollout,
 )
-from services.triton.server import TritonServer
 from services.triton.smoke import masked_policy, smoke_test, top1_hits
 from tests.test_deploy_configs import (
     TRITON_HTTP_PORT,

@@ -29,7 +29,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.search.client import SearchClient
 from services.search.server import SERVICE_NAME
-from services.triton.server import free_port
+from services.triton.ports import free_port
 from tests.triton_fixtures import TritonSetup, triton_server  # noqa: F401 (pytest fixture)
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,7 +19,7 @@ import grpc
 
 from services.search.client import SearchClient
 from services.search.server import MIN_UPTIME_S
-from services.triton.server import free_port
+from services.triton.ports import free_port
 from tests.triton_fixtures import triton_server  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]

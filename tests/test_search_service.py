@@ -343,7 +343,7 @@ def test_a_message_over_the_size_limit_is_refused(stub) -> None:
 
 
 def test_metrics_endpoint_counts_requests_by_code(stub) -> None:
-    from services.triton.server import free_port
+    from services.triton.ports import free_port
 
     policy = PolicyClient(f"127.0.0.1:{closed_port()}", timeout_s=2.0)
     service = build_service(policy, port=0, metrics_port=free_port()).start()
@@ -431,7 +431,7 @@ def test_python_client(target: str) -> None:
 
 def test_cli_says_to_start_the_service_when_it_is_down(capsys: pytest.CaptureFixture[str]
                                                       ) -> None:
-    from services.triton.server import free_port
+    from services.triton.ports import free_port
 
     target = f"127.0.0.1:{free_port()}"  # nothing listens there
     assert cli.main(["predict", "--target", target, "--timeout", "2", "h8"]) == cli.EXIT_RPC_ERROR
@@ -463,7 +463,7 @@ class Live:
     """A search service whose Triton starts late (on a port fixed in advance)."""
 
     target: str
-    triton: object  # services.triton.server.TritonServer, not started until `bring_up`
+    triton: object  # services.triton.launcher.TritonServer, not started until `bring_up`
     model_path: Path
     metrics: Metrics
     outage_codes: list[grpc.StatusCode] = field(default_factory=list)
@@ -495,7 +495,8 @@ class Live:
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     from services.repository.publish import publish
-    from services.triton.server import TritonServer, free_port
+    from services.triton.launcher import TritonServer
+    from services.triton.ports import free_port
     from tests.triton_fixtures import (
         MODEL_NAME,
         build_tiny_policy,

@@ -25,7 +25,7 @@ from services import logs
 from services.games.registry import BUILTIN_MODULES, registered_games
 from services.search.client import SearchClient
 from services.search.server import build_service
-from services.triton.server import free_port
+from services.triton.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -14,7 +14,7 @@ import pytest
 
 from services.api.movepred.v1 import search_pb2
 from services.search.client import SearchClient
-from services.triton.server import free_port
+from services.triton.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 

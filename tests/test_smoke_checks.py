@@ -228,7 +228,7 @@ def test_history_in_words() -> None:
 
 def test_serving_without_triton_or_record_never_prints_vnone(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from services.triton.server import free_port
+    from services.triton.ports import free_port
 
     repo = make_repository(tmp_path)
     url = f"127.0.0.1:{free_port()}"  # nothing listens there

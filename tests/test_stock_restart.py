@@ -33,8 +33,8 @@ from services.repository.rollout_state import (
     write_state,
 )
 from services.triton.client import PolicyClient, TritonError
+from services.triton.installation import find_tritonserver, prepare_backend_dir, server_environment
 from services.triton.rollout import rollback, rollout
-from services.triton.server import find_tritonserver, prepare_backend_dir, server_environment
 from tests.test_deploy_configs import (
     DEPLOY,
     MODEL_NAME,

@@ -10,7 +10,7 @@ import sys
 import prefect
 import pytest
 
-import services.triton.server as triton_server_module
+import services.triton.launcher as triton_launcher_module
 from tests.conftest import (
     INTEGRATION_FIXTURES,
     ROOT,
@@ -44,7 +44,7 @@ def _names_shared_data():
 
 
 def _imports_triton_in_its_body():
-    from services.triton.server import TritonServer
+    from services.triton.launcher import TritonServer
 
     return TritonServer
 
@@ -78,7 +78,7 @@ def test_the_classifier_finds_what_makes_a_test_integration() -> None:
 
 def test_a_unit_test_cannot_start_triton_a_flow_or_a_python_module(tmp_path) -> None:
     # the class by its name as a string: naming it would make this test integration
-    triton_server = getattr(triton_server_module, "TritonServer")  # noqa: B009
+    triton_server = getattr(triton_launcher_module, "TritonServer")  # noqa: B009
     with pytest.raises(AssertionError, match=r"a unit test starts Triton: mark it"):
         triton_server.start(None)  # the guard stops it before anything is read
 

@@ -20,8 +20,8 @@ from services.repository.smoke_positions import SMOKE_POSITIONS_FILE, read_smoke
 from services.repository.versions import QUARANTINE_DIR, list_versions
 from services.trainer.metrics import evaluate
 from services.triton.client import PolicyClient
+from services.triton.launcher import TritonServer
 from services.triton.rollout import read_state, rollout
-from services.triton.server import TritonServer
 from tests.conftest import SAMPLE_RIF
 from tests.training_recipes import SERVED_RECIPES
 from tests.triton_fixtures import MODEL_NAME, require_tritonserver

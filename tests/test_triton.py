@@ -16,18 +16,20 @@ import numpy as np
 import pytest
 import torch
 
-import services.triton.server as server_mod
 from services.games.go_game import GO
 from services.games.gomoku_game import GOMOKU
 from services.repository.publish import publish
 from services.repository.versions import latest_version, list_versions
+from services.triton import health_wait, installation, launcher, ports
 from services.triton.client import (
     PolicyClient,
     PolicyResult,
     TritonRequestError,
     TritonUnavailableError,
 )
-from services.triton.server import TritonServer, TritonServerError, prepare_backend_dir
+from services.triton.installation import prepare_backend_dir
+from services.triton.launcher import TritonServer
+from services.triton.server_errors import TritonLoadError, TritonServerError
 from tests.triton_fixtures import (
     MODEL_NAME,
     TritonSetup,
@@ -241,7 +243,7 @@ def test_stopped_server_raises_unavailable(tmp_path: Path) -> None:
     client.close()
     # Nothing listens there at all: same error class.
     with (
-        PolicyClient(f"127.0.0.1:{server_mod.free_port()}", timeout_s=1.0) as nobody,
+        PolicyClient(f"127.0.0.1:{ports.free_port()}", timeout_s=1.0) as nobody,
         pytest.raises(TritonUnavailableError),
     ):
         nobody.infer(random_boards(1))
@@ -255,7 +257,7 @@ def test_a_loaded_version_slow_to_answer_ready_is_still_served(
     require_tritonserver()
     repository = make_repository(tmp_path)
     publish(build_tiny_policy(tmp_path / "m.pt"), repository)
-    real_ok = server_mod._http_ok
+    real_ok = health_wait.http_ok
     misses = {"left": 0}
 
     def slow_ready(opener, url: str) -> bool:
@@ -264,7 +266,7 @@ def test_a_loaded_version_slow_to_answer_ready_is_still_served(
             return False  # what a probe that timed out answers
         return real_ok(opener, url)
 
-    monkeypatch.setattr(server_mod, "_http_ok", slow_ready)
+    monkeypatch.setattr(health_wait, "http_ok", slow_ready)
     with TritonServer(repository, startup_timeout_s=60) as server:
         misses["left"] = 3
         server.load_version(MODEL_NAME, 1)
@@ -272,8 +274,8 @@ def test_a_loaded_version_slow_to_answer_ready_is_still_served(
         with PolicyClient(server.grpc_url, timeout_s=10.0) as client:
             assert client.infer(random_boards(1)).model_version == "1"
         misses["left"] = 10**6
-        monkeypatch.setattr(server_mod, "READY_AFTER_LOAD_S", 0.3)
-        with pytest.raises(server_mod.TritonLoadError, match=r"not ready 0\.3 s after its load"):
+        monkeypatch.setattr(launcher, "READY_AFTER_LOAD_S", 0.3)
+        with pytest.raises(TritonLoadError, match=r"not ready 0\.3 s after its load"):
             server.load_version(MODEL_NAME, 1)
 
 
@@ -306,11 +308,11 @@ def test_start_errors_are_clear(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 def test_stub_numpy_2_is_refused_before_start(tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """numpy >= 2 in the stub's environment makes every output empty: refused up front."""
-    version = server_mod.stub_numpy_version()
+    version = installation.stub_numpy_version()
     assert version is not None and version.startswith("1.")  # the pinned 1.26.4 here
-    server_mod.check_stub_numpy(version)  # accepted
-    server_mod.check_stub_numpy(None)  # no numpy: the stub's own import error says so
-    monkeypatch.setattr(server_mod, "stub_numpy_version", lambda: "2.5.2")
+    installation.check_stub_numpy(version)  # accepted
+    installation.check_stub_numpy(None)  # no numpy: the stub's own import error says so
+    monkeypatch.setattr(installation, "stub_numpy_version", lambda: "2.5.2")
     server = TritonServer(make_repository(tmp_path))
     with pytest.raises(TritonServerError, match=r"numpy 2\.5\.2"):
         server.start()
@@ -324,14 +326,14 @@ def test_missing_library_path_times_out_with_log(
     require_tritonserver()
     repository = make_repository(tmp_path)
     publish(build_tiny_policy(tmp_path / "m.pt"), repository)
-    real_env = server_mod.server_environment
+    real_env = installation.server_environment
 
     def without_libs(binary: Path, base: dict[str, str] | None = None) -> dict[str, str]:
         env = real_env(binary, base)
         env.pop("LD_LIBRARY_PATH", None)
         return env
 
-    monkeypatch.setattr(server_mod, "server_environment", without_libs)
+    monkeypatch.setattr(installation, "server_environment", without_libs)
     server = TritonServer(repository, startup_timeout_s=4.0)
     t0 = time.monotonic()
     with pytest.raises(TritonServerError) as info:

@@ -1,4 +1,4 @@
-"""The Triton launcher (services/triton/server.py) against a real tritonserver: which version of
+"""The Triton launcher (services/triton/launcher.py) against a real tritonserver: which version of
 which model it serves (pinned from the rollout record, bad folders skipped), and that it never
 reports a server it did not start (busy ports, orphans of a killed launcher, pid files)."""
 
@@ -23,11 +23,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import services.triton.server as server_mod
 from services import processes
+from services.processes import TRITON_HOME_ENV
 from services.repository.publish import publish
+from services.triton import pid_files, ports, version_choice
 from services.triton.client import PolicyClient
-from services.triton.server import TritonServer, TritonServerError
+from services.triton.launcher import TritonServer
+from services.triton.server_errors import TritonServerError
 from tests.triton_fixtures import (
     GO_MODEL_NAME,
     MODEL_NAME,
@@ -53,7 +55,7 @@ NEXT_STEP = "make ingest && make train"
 def triton_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A Triton home of the test's own, so its pid files meet no other launcher's."""
     home = tmp_path / "triton-home"
-    monkeypatch.setenv(server_mod.TRITON_HOME_ENV, str(home))
+    monkeypatch.setenv(TRITON_HOME_ENV, str(home))
     return home
 
 
@@ -92,10 +94,10 @@ def test_version_candidates_follow_the_rollout_record(tmp_path: Path) -> None:
     for version in (1, 2, 3, 4):
         (repository / MODEL_NAME / str(version)).mkdir()
     (repository / MODEL_NAME / "quarantine" / "5").mkdir(parents=True)
-    assert [v for v, _ in server_mod.version_candidates(repository, MODEL_NAME)] == [4, 3, 2, 1]
+    assert [v for v, _ in version_choice.version_candidates(repository, MODEL_NAME)] == [4, 3, 2, 1]
     _write_record(repository, current=2, previous=1, history=[
         {"action": "rollout", "version": 4, "outcome": "refused", "reason": "smoke test"}])
-    candidates = server_mod.version_candidates(repository, MODEL_NAME)
+    candidates = version_choice.version_candidates(repository, MODEL_NAME)
     assert [v for v, _ in candidates] == [2, 1, 3]
     assert candidates[0][1] == "the rollout record's current"
     # no current or previous recorded (every rollout refused): refused versions still never
@@ -104,11 +106,11 @@ def test_version_candidates_follow_the_rollout_record(tmp_path: Path) -> None:
         {"action": "rollout", "version": 4, "outcome": "refused", "reason": "hung"},
         {"action": "rollout", "version": 3, "outcome": "refused", "reason": "hung"},
         {"action": "rollout", "version": 3, "outcome": "serving"}])
-    assert [v for v, _ in server_mod.version_candidates(repository, MODEL_NAME)] == [3, 2, 1]
+    assert [v for v, _ in version_choice.version_candidates(repository, MODEL_NAME)] == [3, 2, 1]
     (repository / MODEL_NAME / "rollout.json").write_text("{not json")
-    assert [v for v, _ in server_mod.version_candidates(repository, MODEL_NAME)] == [4, 3, 2, 1]
-    assert server_mod.discover_models(repository) == (MODEL_NAME,)
-    config = json.loads(server_mod.pinned_config_json(
+    assert [v for v, _ in version_choice.version_candidates(repository, MODEL_NAME)] == [4, 3, 2, 1]
+    assert version_choice.discover_models(repository) == (MODEL_NAME,)
+    config = json.loads(version_choice.pinned_config_json(
         repository / MODEL_NAME / "config.pbtxt", 3))
     assert [int(v) for v in config["version_policy"]["specific"]["versions"]] == [3]
     assert config["name"] == MODEL_NAME and config["backend"] == "python"
@@ -202,7 +204,7 @@ def test_a_version_triton_refuses_falls_back_and_a_named_model_must_load(
     with pytest.raises(TritonServerError, match="this version cannot start"):
         server.start()
     assert not server.is_running()
-    assert not list(server_mod.pid_dir().glob("*.pid"))
+    assert not list(pid_files.pid_dir().glob("*.pid"))
 
 
 def test_fresh_repository_starts_and_says_what_to_run(tmp_path: Path) -> None:
@@ -267,7 +269,7 @@ def test_ports_held_by_another_listener_are_a_clear_error(
     repository = make_repository(tmp_path)
     _publish_tiny(repository, tmp_path / "ts", [0])
     server = TritonServer(repository, http_port=foreign_http_server,
-                          grpc_port=server_mod.free_port(), startup_timeout_s=60)
+                          grpc_port=ports.free_port(), startup_timeout_s=60)
     with pytest.raises(TritonServerError,
                        match=f"HTTP port {foreign_http_server} .* already in use"):
         server.start()
@@ -277,7 +279,7 @@ def test_ports_held_by_another_listener_are_a_clear_error(
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         grpc_port = holder.getsockname()[1]
-        server = TritonServer(repository, grpc_port=grpc_port, http_port=server_mod.free_port())
+        server = TritonServer(repository, grpc_port=grpc_port, http_port=ports.free_port())
         with pytest.raises(TritonServerError, match=f"gRPC port {grpc_port} .* already in use"):
             server.start()
         assert server.pid is None
@@ -311,7 +313,7 @@ def test_orphan_of_a_killed_launcher_is_named_and_can_be_replaced(
     repository = tmp_path / "model_repository"
     shutil.copytree(TRACKED_REPOSITORY / MODEL_NAME, repository / MODEL_NAME,
                     ignore=lambda d, names: [n for n in names if n != "config.pbtxt"])
-    grpc_port, http_port = server_mod.free_port(), server_mod.free_port()
+    grpc_port, http_port = ports.free_port(), ports.free_port()
     pid_file = triton_home / "run" / f"tritonserver-{grpc_port}.pid"
     launcher_log = tmp_path / "launcher.log"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -336,7 +338,7 @@ def test_orphan_of_a_killed_launcher_is_named_and_can_be_replaced(
 
         launcher.send_signal(signal.SIGKILL)
         launcher.wait(timeout=10)
-        assert server_mod._is_tritonserver(orphan_pid) and _http_ready(http_port)
+        assert pid_files.is_tritonserver(orphan_pid) and _http_ready(http_port)
 
         server = TritonServer(repository, grpc_port=grpc_port, http_port=http_port,
                               log_path=tmp_path / "triton.log")
@@ -345,7 +347,7 @@ def test_orphan_of_a_killed_launcher_is_named_and_can_be_replaced(
         message = str(info.value)
         assert "orphaned tritonserver" in message and f"port {grpc_port}" in message
         assert f"kill -- -{orphan_pgid}" in message and "--replace-orphan" in message
-        assert server.pid is None and server_mod._is_tritonserver(orphan_pid)
+        assert server.pid is None and pid_files.is_tritonserver(orphan_pid)
 
         server = TritonServer(repository, grpc_port=grpc_port, http_port=http_port,
                               log_path=tmp_path / "triton.log", replace_orphan=True)

@@ -31,7 +31,7 @@ from services.repository.publish import publish
 from services.search.client import SearchClient, game_position
 from services.search.server import build_service
 from services.triton.client import PolicyClient
-from services.triton.server import TritonServer
+from services.triton.launcher import TritonServer
 from services.web.app import create_app
 from tests.triton_fixtures import (
     GO_MODEL_NAME,

@@ -23,7 +23,8 @@ import pytest
 import torch
 
 from services.repository.publish import publish
-from services.triton.server import TritonServer, find_tritonserver
+from services.triton.installation import find_tritonserver
+from services.triton.launcher import TritonServer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TRACKED_REPOSITORY = REPO_ROOT / "model_repository"

@@ -87,7 +87,7 @@ from services.search.metrics import Metrics, MetricsServer
 from services.search.readiness import DEFAULT_INTERVAL_S, ReadinessWatcher
 from services.search.servicer import SearchServicer
 from services.search.tree_cache import DEFAULT_MAX_ENTRIES, DEFAULT_MAX_VISITS, TreeCache
-from services.triton.server import free_port
+from services.triton.ports import free_port
 
 SERVICE_NAME = search_pb2.DESCRIPTOR.services_by_name["SearchService"].full_name
 DEFAULT_PORT = 50051

@@ -1,7 +1,17 @@
 """Serving the policy networks with a real Triton Inference Server.
 
 Modules:
-    server         start/stop ``tritonserver`` (from nvidia-pytriton) on a model repository
+    server         ``python -m services.triton.server``: run Triton (nvidia-pytriton's
+                   ``tritonserver``) on a model repository until stopped
+    launcher       `TritonServer`: start and stop ``tritonserver``, each model pinned to its
+                   version
+    installation   the ``tritonserver`` binary, the python backend folder and the environment
+                   the server runs with
+    version_choice which version of each model the launcher serves at start
+    pid_files      the launchers' pid files: whose server runs on which ports, orphans
+    ports          free and taken TCP ports
+    health_wait    waiting until the server answers ready
+    server_errors  the launcher's errors
     client         `PolicyClient` (gRPC) for policy logits; a model's shapes come from its game
                    (`services.games.registry`)
     rollout        roll a published version in (smoke-tested first) and roll it back

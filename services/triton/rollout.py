@@ -71,6 +71,7 @@ from typing import Any
 
 import numpy as np
 
+from services.defaults import CANDIDATE_SUFFIX
 from services.repository import gate
 from services.repository.configs import CONFIG_FILE, parse_config
 from services.repository.quarantine import QUARANTINE_REASON, quarantine
@@ -98,7 +99,6 @@ from services.triton.smoke import (
 )
 
 logger = logging.getLogger(__name__)
-CANDIDATE_SUFFIX = "__candidate"
 
 
 class RolloutError(RuntimeError):
