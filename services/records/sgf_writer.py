@@ -93,7 +93,8 @@ def sgf_record(root: Sequence[tuple[str, str]],
 # ---- points ----------------------------------------------------------------------------------
 def sgf_point(point: int, size: int = GOMOKU_SIZE) -> str:
     """Repository point (y from the bottom) -> SGF letters (column, row from the top);
-    ValueError for a point off the board."""
+    ValueError for a point off the board. `services.coords.sgf_name` checked, for writers
+    (`services.coords.sgf_point` goes the other way, from letters to a point)."""
     if not 0 <= point < size * size:
         raise ValueError(f"point {point} is off the {size}x{size} board")
     return coords.sgf_name(point, size)
