@@ -76,7 +76,7 @@ from grpc_reflection.v1alpha import reflection
 
 from services import logs, processes, settings
 from services.api.movepred.v1 import search_pb2, search_pb2_grpc
-from services.defaults import TRITON_URL
+from services.defaults import SEARCH_PORT, TRITON_URL
 from services.evaluator import PolicyEvaluator
 from services.games.base import Game
 from services.games.registry import default_game, registered_games
@@ -90,7 +90,6 @@ from services.search.tree_cache import DEFAULT_MAX_ENTRIES, DEFAULT_MAX_VISITS, 
 from services.triton.ports import free_port
 
 SERVICE_NAME = search_pb2.DESCRIPTOR.services_by_name["SearchService"].full_name
-DEFAULT_PORT = 50051
 # RPC threads. A Predict holds its thread while it waits for its Triton batch, so this also caps
 # how many concurrent Predicts one process can merge into a batch: with 16, 64 concurrent
 # Predicts of the paper's network travelled in batches of <= 16 and cost 1.7x a direct call on
@@ -126,7 +125,7 @@ class ServiceConfig:
     (`services.search.auth`) have flags of their own."""
 
     host: str = settings.setting("127.0.0.1", "address to listen on")
-    port: int = settings.port_setting(DEFAULT_PORT, "0 picks a free port")
+    port: int = settings.port_setting(SEARCH_PORT, "0 picks a free port")
     triton_url: str = settings.setting(TRITON_URL, "Triton gRPC host:port")
     triton_timeout: float = settings.setting(5.0, "seconds per inference", minimum=0.001,
                                              maximum=3600)
