@@ -85,6 +85,7 @@ from benchmarks.doc_sections import write_doc_section  # noqa: E402
 from benchmarks.host import cpu_model  # noqa: E402
 from services import logs  # noqa: E402
 from services.api.movepred.v1 import search_pb2  # noqa: E402
+from services.defaults import MODEL_FILE  # noqa: E402
 from services.games.registry import get_game  # noqa: E402
 from services.repository.publish import publish  # noqa: E402
 from services.repository.versions import list_versions  # noqa: E402
@@ -821,7 +822,7 @@ class Suite:
             publisher = f"refused ({type(exc).__name__})"
             if kind == "truncated":  # corrupted on disk after a good publish
                 version = publish(self.good_model, self.stack.repository, MODEL)
-                (self.stack.repository / MODEL / str(version) / "model.pt").write_bytes(
+                (self.stack.repository / MODEL / str(version) / MODEL_FILE).write_bytes(
                     bad.read_bytes())
             else:
                 version = publish(bad, self.stack.repository, MODEL, validate=False)

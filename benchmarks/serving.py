@@ -63,6 +63,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from services.defaults import MODEL_FILE  # noqa: E402
 from services.games.registry import get_game  # noqa: E402
 from services.models.configs import build  # noqa: E402
 from services.models.export import export_torchscript  # noqa: E402
@@ -420,8 +421,8 @@ def main(argv: list[str] | None = None) -> None:
     gen_rows = []
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "repo"
-        export_torchscript(build(args.model), Path(tmp) / "model.pt")
-        publish(Path(tmp) / "model.pt", repo)
+        export_torchscript(build(args.model), Path(tmp) / MODEL_FILE)
+        publish(Path(tmp) / MODEL_FILE, repo)
         model = get_game("gomoku").default_model
         print("triton model config: " + tune_config(repo, model, args.instances,
                                                      args.kind, args.queue_delay_us), flush=True)

@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from serving import _ints, tune_config  # noqa: E402
 
+from services.defaults import MODEL_FILE  # noqa: E402
 from services.games.registry import get_game  # noqa: E402
 from services.models.configs import build  # noqa: E402
 from services.models.export import export_torchscript  # noqa: E402
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
     boards = random_boards(args.batch, game.default_size)
     figures: dict = {"model": args.model, "batch": args.batch, "device": gpu, "triton": []}
     with tempfile.TemporaryDirectory() as tmp:
-        model_file = Path(tmp) / "model.pt"
+        model_file = Path(tmp) / MODEL_FILE
         export_torchscript(build(args.model), model_file)
         for host_copies, name in ((True, "torch_host"), (False, "torch_device")):
             rate = torch_rate(model_file, boards, device, args.seconds, host_copies)

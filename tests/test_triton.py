@@ -584,8 +584,16 @@ def test_policy_model_makes_one_forward_per_board_shape(
     export_go_torchscript(build_go_model("go_res_b2c32"), model_pt, n_check=2)
     config_text = (Path(__file__).resolve().parents[1] / "model_repository" / "go_policy"
                    / "config.pbtxt").read_text()
+    # logits that follow the board need the game's pass declared: by the config's parameter or
+    # by what the publisher records in the version's metadata, never guessed from the shape
+    with pytest.raises(ValueError, match="pass_move"):
+        _policy_model_in_process(monkeypatch, version_dir, config_text)
+    (version_dir / "metadata.json").write_text(json.dumps({"pass_move": True}))
     model = _policy_model_in_process(monkeypatch, version_dir, config_text)
     assert model.board_shape == (4, -1, -1) and model.n_moves == -1 and model.send_value
+    assert model.pass_move is True
+    declared = config_text + 'parameters { key: "pass_move" value: { string_value: "false" } }\n'
+    assert _policy_model_in_process(monkeypatch, version_dir, declared).pass_move is False
 
     forward, shapes = model.model, []
 

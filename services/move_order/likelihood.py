@@ -46,11 +46,12 @@ from typing import Any
 import numpy as np
 
 from services import numerics
+from services.defaults import MAX_BATCH_BOARDS
 from services.evaluator import EvaluatorError, PolicyEvaluator, finite_outputs
 from services.games.base import Position
 from services.move_order.problem import Problem
 
-DEFAULT_MAX_BOARDS = 256  # max_batch_size of the served models' config.pbtxt
+DEFAULT_MAX_BOARDS = MAX_BATCH_BOARDS  # max_batch_size of the served models' config.pbtxt
 DEFAULT_CACHE_SIZE = 50_000  # logits rows kept by input (a 15x15 row: 900 bytes)
 # move sequences kept with their position (~0.5-1 KB) and masked policy (float64: 1.8 KB on
 # 15x15, 2.9 KB on 19x19), and as many masked policies by input and legal mask (the same

@@ -6,8 +6,9 @@ searches, sending each batch as its own Triton request wastes the network's batc
 like KataGo's analysis engine batches the positions of concurrent queries: callers hand their
 boards to `infer` and block; one worker thread takes the first waiting request, gathers the
 others that arrive within `window_s` (about 2 ms) or until `max_boards` boards (Triton's
-`max_batch_size`, 256), sends ONE infer call with all of them, and gives every caller its own
-rows of the answer (or the error, to every caller of that call).
+`max_batch_size`, `services.defaults.MAX_BATCH_BOARDS`), sends ONE infer call with all of
+them, and gives every caller its own rows of the answer (or the error, to every caller of that
+call).
 
 It does not wait needlessly: searches register as *participants* (`with batcher.participant()`)
 for their whole run, and a plain `infer` caller counts as one while it waits; when every
@@ -33,11 +34,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from services.defaults import MAX_BATCH_BOARDS
 from services.evaluator import EvaluatorError, EvaluatorTimeout, PolicyEvaluator, value_rows
 from services.search.metrics import Metrics
 
 DEFAULT_WINDOW_S = 0.002
-DEFAULT_MAX_BOARDS = 256  # max_batch_size of model_repository/gomoku_policy/config.pbtxt
+DEFAULT_MAX_BOARDS = MAX_BATCH_BOARDS  # every served model's max_batch_size
 
 
 @dataclass(frozen=True)

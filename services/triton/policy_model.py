@@ -4,14 +4,19 @@
 version folder, next to ``model.pt`` (TorchScript: int8 boards [N, 15, 15] -> float32 logits
 [N, 225] for ``gomoku_policy``; compact Go inputs int8 [N, 4, S, S] -> float32 logits
 [N, S * S + 1] for ``go_policy``, any board size S). The shapes come from the model's config
-(``dims`` of the one input and of the ``logits`` output), so one file serves both. It runs
-inside Triton's python stub, so it must import nothing from ``services``.
+(``dims`` of the one input and of the ``logits`` output), so one file serves every game. It
+runs inside Triton's python stub, so it must import nothing from ``services``: what it needs to
+know of the game is declared to it, never guessed from a tensor's shape.
 
 Variable sizes: an input dim of -1 in the config is free (``go_policy`` declares [4, -1, -1]:
 one fully convolutional network answers 9x9, 13x13 and 19x19 boards alike; which sizes are
 *served* is the clients' and the search service's business). A board must match the fixed
 dims. The logits per board are the config's ``logits`` dims when fixed; when -1 they follow the
-board: H * W points, plus one (the pass, last) when the input has planes ([C, H, W]: Go).
+board: H * W points, plus one (the pass, last) when the model's game has a pass. Whether it has
+one is declared: the config's ``pass_move`` parameter (``parameters { key: "pass_move" value:
+{ string_value: "true" } }``), else the ``pass_move`` the publisher records in the version's
+``metadata.json`` from the model's game; a config whose logits follow the board and a version
+that declare neither are refused at load.
 
 Value head: a network with one (``services.models.value.PolicyValue``) returns the tuple
 ``(logits, value)``, value float32 [N] in [-1, 1] for the side to move of each board. When the
@@ -44,9 +49,16 @@ import numpy as np
 import torch
 import triton_python_backend_utils as pb_utils
 
+# The names below are services.repository.configs' tensor names and services.defaults' file
+# names: this file runs inside Triton's python stub and imports nothing of the project, so it
+# keeps its own copy of them.
 INPUT_NAME = "boards"
 OUTPUT_NAME = "logits"
 VALUE_NAME = "value"
+MODEL_FILE = "model.pt"
+METADATA_FILE = "metadata.json"
+PASS_PARAMETER = "pass_move"  # config parameter / metadata key: a pass logit follows the points
+_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 
 
 def _dims(config: dict, key: str, name: str | None = None) -> tuple[int, ...]:
@@ -69,6 +81,28 @@ def _output_names(config: dict) -> set[str]:
         return {str(o["name"]) for o in config.get("output", [])}
     except (KeyError, TypeError):
         return set()
+
+
+def _pass_move(config: dict, version_dir: str) -> bool | None:
+    """Whether a board's logits end with a pass logit: the config's ``pass_move`` parameter,
+    else the ``pass_move`` the publisher recorded in the version's ``metadata.json`` (from the
+    model's game); None when neither says. ValueError for a parameter that is not a boolean."""
+    try:
+        text = config["parameters"][PASS_PARAMETER]["string_value"]
+    except (KeyError, TypeError):
+        text = None
+    if text is not None:
+        value = str(text).strip().lower()
+        if value in _TRUE or value in _FALSE:
+            return value in _TRUE
+        raise ValueError(f"config parameter {PASS_PARAMETER} is {text!r}, expected true or false")
+    try:
+        with open(os.path.join(version_dir, METADATA_FILE)) as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return None
+    recorded = meta.get(PASS_PARAMETER) if isinstance(meta, dict) else None
+    return recorded if isinstance(recorded, bool) else None
 
 
 def _log_info(message: str) -> None:
@@ -95,11 +129,18 @@ class TritonPythonModel:
         self.model_name = args.get("model_name", "?")
         self.model_version = args["model_version"]
         self.device = _select_device(args)
-        self.model = torch.jit.load(os.path.join(version_dir, "model.pt"), map_location=self.device)
-        self.model.eval()
         config = json.loads(args.get("model_config", "{}"))
         self.board_shape = _dims(config, "input")
         self.n_moves = _dims(config, "output", OUTPUT_NAME)[-1]
+        self.pass_move = _pass_move(config, version_dir)
+        if self.n_moves == -1 and self.pass_move is None:
+            raise ValueError(
+                f"{self.model_name} v{self.model_version}: the config's logits follow the board "
+                f"(dims [-1]) but neither its {PASS_PARAMETER!r} parameter nor the version's "
+                f"{METADATA_FILE} says whether a pass logit follows the points")
+        self.model = torch.jit.load(os.path.join(version_dir, MODEL_FILE),
+                                    map_location=self.device)
+        self.model.eval()
         self.send_value = VALUE_NAME in _output_names(config)  # the config declares it
         _log_info(
             f"{self.model_name} v{self.model_version}: TorchScript policy on {self.device}, "
@@ -118,11 +159,11 @@ class TritonPythonModel:
             for got, want in zip(shape, self.board_shape, strict=True))
 
     def _moves_for(self, shape: tuple[int, ...]) -> int:
-        """Logits per board of `shape`: the config's fixed width, else the board's points
-        (plus the pass for a board with planes, i.e. Go)."""
+        """Logits per board of `shape`: the config's fixed width, else the board's points,
+        plus the pass when the model's game has one (`pass_move`, declared)."""
         if self.n_moves != -1:
             return self.n_moves
-        return int(shape[-1]) * int(shape[-2]) + (1 if len(shape) >= 3 else 0)
+        return int(shape[-1]) * int(shape[-2]) + int(bool(self.pass_move))
 
     def _forward(self, boards: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """(logits float32 [N, n_moves], value float32 [N] or None without a value head)."""
