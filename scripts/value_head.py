@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> None:
             r = train(Path(tmp), config, progress=False)
             m = r.metrics
             late_m = evaluate(r.model, boards[late], moves[late], "cpu",
-                              results=results[late])
+                              results=results[late], game=m["game"])
             keep = ("top1", "top5", "loss", "value_n", "value_mse", "value_sign")
             print(json.dumps({
                 "model": model, "epochs": m["epochs"], "steps": m["steps"],

@@ -203,7 +203,7 @@ def test_reduced_metrics_are_those_of_the_whole_split(dataset: Path, runs: dict)
     model = make_model(config)[0]
     model.load_state_dict(runs["ranks"][0]["straight"]["weights"])
     boards, moves, plies = read_split(dataset, "validation")
-    whole = evaluate(model, boards, moves, "cpu", plies)
+    whole = evaluate(model, boards, moves, "cpu", plies, game="gomoku")
     two = runs["ranks"][0]["straight"]["metrics"]["validation"]
     assert two["n"] == whole["n"] == len(moves)
     assert two["top1"] == whole["top1"] and two["top5"] == whole["top5"]

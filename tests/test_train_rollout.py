@@ -62,7 +62,7 @@ def test_publish_stores_real_positions_and_their_top1(trained: dict) -> None:
     assert meta["smoke_positions"]["rows"] == len(moves)
     model = torch.jit.load(str(folder / "model.pt"), map_location="cpu")
     assert meta["smoke_positions"]["top1"] == pytest.approx(
-        evaluate(model, boards, moves, "cpu")["top1"])
+        evaluate(model, boards, moves, "cpu", game=meta["game"])["top1"])
 
 
 def test_the_demo_network_passes_every_blocking_smoke_check(trained: dict) -> None:

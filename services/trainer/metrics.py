@@ -18,7 +18,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from services.games.registry import registered_games
+from services.games.base import Game
+from services.games.registry import get_game, registered_games
 from services.models.value import split_outputs, value_target
 
 STAGE_WIDTH = 10
@@ -37,10 +38,11 @@ def stage_of(plies: np.ndarray, width: int = STAGE_WIDTH, last: int = LAST_STAGE
     return np.minimum(plies // width, last // width)
 
 
-def occupied_mask(inputs: torch.Tensor, n_logits: int) -> torch.Tensor:
-    """True on occupied points: Gomoku cells [N, S, S] or Go compact [N, C, S, S] (channel 0
-    holds the stones); a trailing pass logit is never masked."""
-    stones = inputs[:, 0] if inputs.dim() == 4 else inputs
+def occupied_mask(inputs: torch.Tensor, n_logits: int, game: Game) -> torch.Tensor:
+    """True on occupied points of `game`'s network inputs (Gomoku cells [N, S, S], Go compact
+    [N, C, S, S]: `Game.stone_cells` reads the stones); a trailing pass logit is never
+    masked."""
+    stones = game.stone_cells(inputs)
     mask = stones.reshape(len(inputs), -1) != 0
     extra = n_logits - mask.shape[1]
     return torch.nn.functional.pad(mask, (0, extra), value=False) if extra else mask
@@ -56,8 +58,10 @@ def rank_share(n: int, rank: int, world_size: int) -> slice:
 def evaluate(model: nn.Module, boards: np.ndarray, moves: np.ndarray, device: str,
              plies: np.ndarray | None = None, batch: int = 2048,
              stages: tuple[int, int] = (STAGE_WIDTH, LAST_STAGE),
-             results: np.ndarray | None = None, reduce: bool = False) -> dict:
-    """Metrics of `model` (int8 boards -> logits, or (logits, value)) on one split; `stages` =
+             results: np.ndarray | None = None, reduce: bool = False, *,
+             game: Game | str) -> dict:
+    """Metrics of `model` (int8 boards -> logits, or (logits, value)) on one split of `game`'s
+    positions (a `Game` or its name: its inputs say where the stones are); `stages` =
     (bucket width, last bucket's first ply) of the by-stage top-1 (see `STAGES`); `results`
     (the movers' results, NaN unknown) score a value head.
 
@@ -65,7 +69,8 @@ def evaluate(model: nn.Module, boards: np.ndarray, moves: np.ndarray, device: st
     of the initialised process group calls this together: the additive counts (loss sum, hits,
     rows per stage, value errors) are summed over the ranks before any ratio is taken, so each
     rank gets the metrics of the whole split, equal to one process evaluating all of it."""
-    sums = _sums(model, boards, moves, device, plies, batch, stages, results)
+    played = get_game(game) if isinstance(game, str) else game
+    sums = _sums(model, boards, moves, device, plies, batch, stages, results, played)
     if reduce and torch.distributed.is_initialized():
         packed = torch.tensor(sums, dtype=torch.float64, device=device)
         torch.distributed.all_reduce(packed)
@@ -80,7 +85,7 @@ _FIXED = 10
 
 def _sums(model: nn.Module, boards: np.ndarray, moves: np.ndarray, device: str,
           plies: np.ndarray | None, batch: int, stages: tuple[int, int],
-          results: np.ndarray | None) -> list[float]:
+          results: np.ndarray | None, game: Game) -> list[float]:
     """The additive counts of one share of a split (see `evaluate`): loss sum, rows, top-1 and
     top-5 hits, non-finite batches, whether the model gave values, the value head's known rows,
     squared-error sum, decisive rows and right signs, then rows and top-1 hits per stage."""
@@ -102,7 +107,7 @@ def _sums(model: nn.Module, boards: np.ndarray, moves: np.ndarray, device: str,
             finite &= bool(torch.isfinite(value).all())
             values[i:i + batch] = value.float().cpu().numpy()
         loss_sum += nn.functional.cross_entropy(logits, m, reduction="sum").item()
-        masked = logits.masked_fill(occupied_mask(b, logits.shape[1]), float("-inf"))
+        masked = logits.masked_fill(occupied_mask(b, logits.shape[1], game), float("-inf"))
         best = masked.topk(5, dim=1).indices
         hit1[i:i + batch] = (best[:, 0] == m).cpu().numpy()
         hit5[i:i + batch] = (best == m[:, None]).any(dim=1).cpu().numpy()
@@ -168,5 +173,6 @@ def evaluate_dataset(model: nn.Module, dataset_dir: Path | str, device: str = "c
                 continue
             boards, moves, plies, results = read_split(Path(dataset_dir), split, results=True)
             out[split] = evaluate(model, boards, moves, device, plies=plies,
-                                  stages=STAGES[manifest.get("game")], results=results)
+                                  stages=STAGES[manifest.get("game")], results=results,
+                                  game=manifest.get("game"))
     return out

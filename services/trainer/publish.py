@@ -54,7 +54,7 @@ def check_gate(metrics: dict, repository: Path, model_name: str, dataset_dir: Pa
         return gate.decide(candidate, None, None, tolerance)
     serving = load_model(version_dir(repository, model_name, version) / MODEL_FILE, device)
     boards, moves, _ = read_split(dataset_dir, "validation")
-    serving_top1 = evaluate(serving, boards, moves, device)["top1"]
+    serving_top1 = evaluate(serving, boards, moves, device, game=metrics["game"])["top1"]
     return gate.decide(candidate, version, serving_top1, tolerance)
 
 
@@ -118,7 +118,8 @@ def export_and_publish(result: TrainResult, repository: str, model_name: str,
             positions = Path(tmp) / SMOKE_POSITIONS_FILE
             write_smoke_positions(positions, boards, moves)
             exported = load_model(model_file)
-            top1 = evaluate(exported, boards, moves, "cpu")["top1"]  # serving must reproduce it
+            # serving must reproduce it
+            top1 = evaluate(exported, boards, moves, "cpu", game=result.metrics["game"])["top1"]
             metadata["smoke_positions"] = {"file": SMOKE_POSITIONS_FILE, "rows": len(moves),
                                            "top1": top1}
             extra_files[SMOKE_POSITIONS_FILE] = positions

@@ -499,7 +499,7 @@ class _Run:
             return evaluate(self.model, rows[0], rows[1], config.device,
                             rows[2] if plies else None, batch=config.eval_batch,
                             stages=self.stages, results=rows[-1] if self.has_value else None,
-                            reduce=self.world > 1)
+                            reduce=self.world > 1, game=self.stream.game)
         out = {"train": run(held.train, plies=False), "validation": run(held.validation),
                "test": run(held.test)}
         if held.game_test is not None:
