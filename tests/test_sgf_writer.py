@@ -13,8 +13,8 @@ def test_the_reader_colours_are_the_games_cell_values() -> None:
 
 
 def test_the_gomoku_defaults_are_the_games() -> None:
-    assert sgf_writer.GOMOKU_RULES == tuple(rule.value for rule in gomoku.Rule)
-    assert sgf_writer.GOMOKU_RULES[0] == gomoku.Rule.FREESTYLE  # the default rule
+    assert tuple(rule.value for rule in gomoku.Rule) == sgf_writer.GOMOKU_RULES
+    assert gomoku.Rule(sgf_writer.GOMOKU_RULES[0]) is gomoku.Rule.FREESTYLE  # the default rule
     assert sgf_writer.GOMOKU_SIZE == gomoku.DEFAULT_SIZE
 
 
