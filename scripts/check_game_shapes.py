@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import sys
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,7 +59,7 @@ def findings(source: str) -> Iterator[int]:
         if not isinstance(node, ast.Compare):
             continue
         operands = [node.left, *node.comparators]
-        for a, b in zip(operands, operands[1:], strict=False):
+        for a, b in pairwise(operands):
             if (_is_rank(a) and _is_board_rank(b)) or (_is_rank(b) and _is_board_rank(a)):
                 if ALLOW_MARK not in lines[node.lineno - 1]:
                     yield node.lineno
