@@ -91,6 +91,13 @@ output [
   }}
 ]
 
+# Whether a board's logits end with the pass: model.py's only way to know the logits per board
+# of a size it has not seen (it never guesses a game from a board's shape).
+parameters: {{
+  key: "pass_move"
+  value: {{ string_value: "{str(io.pass_move).lower()}" }}
+}}
+
 # Only the newest version is served: loading (or reloading) the model brings up the newest
 # version folder and then unloads the previous one.
 version_policy: {{ latest: {{ num_versions: 1 }} }}
