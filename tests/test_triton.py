@@ -7,6 +7,7 @@ test (which moves the served version to 2) comes after those that expect version
 from __future__ import annotations
 
 import json
+import re
 import sysconfig
 import threading
 import time
@@ -582,10 +583,14 @@ def test_policy_model_makes_one_forward_per_board_shape(
     version_dir.mkdir(parents=True)
     model_pt = version_dir / "model.pt"
     export_go_torchscript(build_go_model("go_res_b2c32"), model_pt, n_check=2)
-    config_text = (Path(__file__).resolve().parents[1] / "model_repository" / "go_policy"
-                   / "config.pbtxt").read_text()
-    # logits that follow the board need the game's pass declared: by the config's parameter or
-    # by what the publisher records in the version's metadata, never guessed from the shape
+    served = (Path(__file__).resolve().parents[1] / "model_repository" / "go_policy"
+              / "config.pbtxt").read_text()
+    assert _policy_model_in_process(monkeypatch, version_dir, served).pass_move is True
+    # without the generated config's declaration, logits that follow the board need the
+    # game's pass from what the publisher records in the version's metadata, never guessed
+    # from the shape
+    config_text = re.sub(r"parameters: \{.*?\n\}\n", "", served, flags=re.S)
+    assert "pass_move" not in config_text
     with pytest.raises(ValueError, match="pass_move"):
         _policy_model_in_process(monkeypatch, version_dir, config_text)
     (version_dir / "metadata.json").write_text(json.dumps({"pass_move": True}))
