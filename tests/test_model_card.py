@@ -152,6 +152,7 @@ def test_go_model_card_has_metrics_and_no_dangling_path(tmp_path: Path, go_datas
     assert meta["source"] == "untrained go_res_b2c32, seed 3"
     assert meta["gate"]["passed"] is None  # published by hand: said as such
     assert meta["config"] is None  # no training recipe: untrained
+    assert meta["game"] == "go" and meta["pass_move"] is True  # the backend's logits width
 
 
 def test_go_model_card_from_a_checkpoint(tmp_path: Path) -> None:

@@ -138,7 +138,10 @@ def test_publish_stores_extra_files_and_value_head(tmp_path: Path) -> None:
     stored_boards, stored_moves = read_smoke_positions(folder / SMOKE_POSITIONS_FILE)
     np.testing.assert_array_equal(stored_boards, boards)
     np.testing.assert_array_equal(stored_moves, moves)
-    assert json.loads((folder / "metadata.json").read_text())["value_head"] is True
+    meta = json.loads((folder / "metadata.json").read_text())
+    # what the version is of: its game, and whether its policy ends with a pass (the python
+    # backend reads it when the config's logits follow the board)
+    assert meta["value_head"] is True and meta["game"] == "gomoku" and meta["pass_move"] is False
     v2 = publish(build_tiny_policy(tmp_path / "tiny.pt"), repo, MODEL_NAME)
     assert json.loads((repo / MODEL_NAME / str(v2) / "metadata.json").read_text()
                       )["value_head"] is False
