@@ -27,16 +27,17 @@ game); this module adds the bookkeeping and `GoGame`, what the services ask of G
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
-from typing import Any
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 import numpy as np
 
 from services import coords
 from services.api.movepred.v1 import search_pb2
 from services.coords import VertexError  # noqa: F401 (what parse_vertex raises)
-from services.games import go, go_features
+from services.games import go, go_encoders, go_features
 from services.games.base import (
     COLOR_NAMES,
     BoardNotes,
@@ -241,6 +242,10 @@ class GoGame(Game):
     written_formats = (".sgf",)
     stages = (50, 300)  # Go games run to 200-300 moves
     default_komi = DEFAULT_KOMI
+    # the network inputs a Go model may take, by name (`services.games.go_encoders`); "basic"
+    # is the one above (`input_planes`, `expand_planes`, `network_input`, `features()`)
+    encoders: ClassVar[Mapping[str, go_encoders.GoEncoder]] = MappingProxyType(
+        go_encoders.ENCODERS)
 
     def record_text(self, suffix: str, moves: Sequence[int], size: int, *,
                     rule: str | None = None, comments: Sequence[str] = (),
@@ -266,9 +271,11 @@ class GoGame(Game):
                       f"with komi {s.komi:g}" if score else "two passes: a tie (jigo)")
         return BoardNotes(captures=captures, result=result)
 
-    def random_inputs(self, n: int, size: int | None = None, seed: int = 0) -> np.ndarray:
+    def random_inputs(self, n: int, size: int | None = None, seed: int = 0,
+                      encoder: str = "basic") -> np.ndarray:
         """Random compact planes every feature plane is exercised by: stones 0..2, liberties
-        1..4 on stones only, a few move ages 1..4, at most one ko point."""
+        1..4 on stones only, a few move ages 1..4, at most one ko point; for another of
+        `encoders`, its input computed from those."""
         rng = np.random.default_rng(seed)
         s = size or GO_SIZE
         stones = rng.integers(0, 3, (n, s, s))
@@ -278,7 +285,8 @@ class GoGame(Game):
         ko = np.zeros((n, s * s), dtype=np.int64)
         has_ko = rng.random(n) < 0.5
         ko[has_ko, rng.integers(0, s * s, int(has_ko.sum()))] = 1
-        return np.stack([stones, libs, age, ko.reshape(n, s, s)], axis=1).astype(np.int8)
+        basic = np.stack([stones, libs, age, ko.reshape(n, s, s)], axis=1).astype(np.int8)
+        return basic if encoder == "basic" else self.encoders[encoder].compact_batch(basic)
 
     def move_name(self, move: int, size: int) -> str:
         return vertex(move, size)

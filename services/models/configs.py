@@ -3,10 +3,12 @@
 `shao_fF_nN` is Shao et al.'s network with F filters and N 3x3 convs (`_fc`: their fully
 connected top, `_bn`: with batch norm). `res_bBcC` is a residual network of B blocks of C
 channels; `go_` configurations take compact Go inputs (services/games/go_features.py) and
-predict a pass as well. A `_v` suffix adds a value head (services/models/value.py). Every built
-model takes compact int8 inputs and returns logits, or (logits, value) with a value head, except
-the Capture Game's `capture_mdrnn_kK` / `capture_mdlstm_kK` (services/models/mdrnn.py, K hidden
-neurons per sweep): (own, opponent) planes [N, 2, S, S] -> move preferences [N, S, S] in (0, 1).
+predict a pass as well; a `go_..._x` one takes Go's extended input instead (the basic planes and
+the tactical channels: services/games/go_encoders.py, `ModelSpec.encoder`). A `_v` suffix adds a
+value head (services/models/value.py). Every built model takes compact int8 inputs and returns
+logits, or (logits, value) with a value head, except the Capture Game's `capture_mdrnn_kK` /
+`capture_mdlstm_kK` (services/models/mdrnn.py, K hidden neurons per sweep): (own, opponent)
+planes [N, 2, S, S] -> move preferences [N, S, S] in (0, 1).
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ from dataclasses import dataclass
 from torch import nn
 
 from services.games.capture_game import CAPTURE
+from services.games.go_encoders import N_EXTENDED_PLANES
 from services.games.go_features import N_GO_PLANES
 from services.games.go_game import GO
 from services.games.gomoku_game import GOMOKU
 from services.games.registry import get_game
 from services.models.mdrnn import MDLSTM, MDRNN
-from services.models.resnet import GoPolicy, ResidualPolicyNet
+from services.models.resnet import GoExtendedPolicy, GoPolicy, ResidualPolicyNet
 from services.models.shao import BoardPolicy, ShaoPolicyNet
 from services.models.value import PolicyValue
 
@@ -32,10 +35,14 @@ class ModelSpec:
     game: str  # the registered name of the game it plays (services.games.registry)
     make: Callable[[], nn.Module]
     value: bool = False  # forward returns (logits, value)
+    # the input it takes, by the game's encoder name ("basic": the game's `input_shape`;
+    # Go's others: `GoGame.encoders`)
+    encoder: str = "basic"
 
     def with_value(self) -> ModelSpec:
         colours = not get_game(self.game).input_from_mover
-        return ModelSpec(self.game, lambda: PolicyValue(self.make(), colours), value=True)
+        return ModelSpec(self.game, lambda: PolicyValue(self.make(), colours), value=True,
+                         encoder=self.encoder)
 
 
 def _shao(filters: int, n: int, **kw) -> ModelSpec:
@@ -51,6 +58,12 @@ def _go(blocks: int, channels: int) -> ModelSpec:
         ResidualPolicyNet(N_GO_PLANES, blocks, channels, pass_logit=True)))
 
 
+def _go_x(blocks: int, channels: int) -> ModelSpec:
+    return ModelSpec(GO.name, lambda: GoExtendedPolicy(
+        ResidualPolicyNet(N_EXTENDED_PLANES, blocks, channels, pass_logit=True)),
+        encoder="extended")
+
+
 _POLICIES: dict[str, ModelSpec] = {
     **{f"shao_f128_n{n}": _shao(128, n) for n in (0, 1, 2, 4, 6, 8, 10)},  # Table III
     "shao_f128_n4_fc": _shao(128, 4, head="fc"),
@@ -63,12 +76,15 @@ _POLICIES: dict[str, ModelSpec] = {
     "go_res_b6c96": _go(6, 96),
     "go_res_b10c128": _go(10, 128),
     "go_res_b2c32": _go(2, 32),  # small Go network for tests
+    "go_res_b6c96_x": _go_x(6, 96),  # the extended input (tactical channels)
+    "go_res_b2c32_x": _go_x(2, 32),
     "capture_mdrnn_k2": ModelSpec(CAPTURE.name, lambda: MDRNN(2)),  # 12 weights (the paper's)
     "capture_mdlstm_k2": ModelSpec(CAPTURE.name, lambda: MDLSTM(2)),  # 52 weights
 }
 # with a value head: the served search uses it at leaves that are not finished games
 _WITH_VALUE = ("shao_f32_n2", "shao_f128_n2", "shao_f128_n4", "res_b2c32", "res_b6c96",
-               "res_b10c128", "go_res_b2c32", "go_res_b6c96", "go_res_b10c128")
+               "res_b10c128", "go_res_b2c32", "go_res_b6c96", "go_res_b10c128",
+               "go_res_b2c32_x", "go_res_b6c96_x")
 CONFIGS: dict[str, ModelSpec] = {
     **_POLICIES, **{f"{name}_v": _POLICIES[name].with_value() for name in _WITH_VALUE}}
 

@@ -41,19 +41,25 @@ def export_torchscript(model: nn.Module, path: Path, board_size: int | None = No
                        n_check: int = 64, atol: float = 1e-4, seed: int = 0,
                        game: str = DEFAULT_GAME,
                        boards: np.ndarray | torch.Tensor | None = None,
-                       n_moves: int | None = None) -> float:
+                       n_moves: int | None = None,
+                       inputs: np.ndarray | torch.Tensor | None = None) -> float:
     """Script `model` (int8 boards -> logits, or (logits, value) with a value head), verify
     it, save it; return the max abs diff over its outputs.
 
     The check runs on `n_check` random inputs of `game` (see `check_inputs`) plus `boards`,
     real positions (e.g. a slice of the validation split) where given: random Go planes are
     not positions that occur, and a difference could hide in the features they never set.
-    With `n_moves`, the logits must be [N, n_moves] and a value [N].
+    With `n_moves`, the logits must be [N, n_moves] and a value [N]. `inputs`: the random
+    check inputs to use instead of `check_inputs`' (a network that takes another of the game's
+    encoders, e.g. `GoGame.random_inputs(..., encoder="extended")`).
     """
     model = model.to("cpu").eval()
     scripted = torch.jit.script(model)
     board_size = board_size or get_game(game).default_size
-    inputs = check_inputs(game, board_size, n_check, seed)
+    if inputs is None:
+        inputs = check_inputs(game, board_size, n_check, seed)
+    else:
+        inputs = torch.as_tensor(np.asarray(inputs), dtype=torch.int8)
     if boards is not None:
         real = torch.as_tensor(np.asarray(boards), dtype=torch.int8)
         if real.shape[1:] != inputs.shape[1:]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from services.games import go_planes
+from services.games import go_extended_planes, go_planes
 from services.models.shao import BoardPolicy
 
 
@@ -66,3 +66,12 @@ class GoPolicy(BoardPolicy):
     def encode(self, boards: torch.Tensor) -> torch.Tensor:
         return go_planes.planes_torch(boards)
 
+
+
+class GoExtendedPolicy(BoardPolicy):
+    """Extended compact Go inputs int8 [N, 10, S, S] (`services.games.go_encoders`: the basic
+    planes and the tactical channels) -> logits [N, S*S + 1]: `GoPolicy` for a network built
+    on the extended encoder's 44 planes."""
+
+    def encode(self, boards: torch.Tensor) -> torch.Tensor:
+        return go_extended_planes.planes_torch(boards)
