@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.host import cpu_model  # noqa: E402
-from services.dataset.go_pairs import GoPairs, game_pairs  # noqa: E402
+from services.games.go_replay import GoPairs, game_pairs  # noqa: E402
 from services.records.sgf import SgfGame, read_archive  # noqa: E402
 from tests.go_reference import game_pairs_reference  # noqa: E402
 

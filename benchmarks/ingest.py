@@ -22,7 +22,7 @@ Figures, each measured in a fresh child process (so peak memory is that run's ow
     and peak RSS during the stage (the kernel's high-water mark, reset before each stage
     through /proc/self/clear_refs); positions/s per core = raw pairs / CPU seconds of the
     whole run. Best and median of --repeat runs.
-  * the steps inside `source_pairs` and `deduplicate` (`services.dataset.build.STEP_TIMES`);
+  * the steps inside `source_pairs` and `deduplicate` (`services.step_times.STEP_TIMES`);
   * the shard writer's own parts (default columns, the splits' parts in shard order: slices
     of `deduplicate`'s output, which comes in that order, else filter + sort; Parquet encoding
     with and without compression, SHA-256, write + fsync), re-done one by one with the functions and
@@ -65,6 +65,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from services import step_times  # noqa: E402
 from services.dataset import build, shards  # noqa: E402
 from services.dataset.shards import (  # noqa: E402
     ROW_GROUP_ROWS,
@@ -73,6 +74,7 @@ from services.dataset.shards import (  # noqa: E402
     write_quarantine,
     write_split_shards,
 )
+from services.games import gomoku_replay  # noqa: E402
 from services.records import rif  # noqa: E402
 from services.records.rif import RifGame, read_rif  # noqa: E402
 from tests.reference_impls import deduplicate_reference, source_pairs_reference  # noqa: E402
@@ -176,7 +178,7 @@ def synthetic_pairs(rows: int, seed: int = 0, chunk_rows: int = ROW_GROUP_ROWS) 
     Hashes are the boards' Zobrist hashes (a function of the board, as in real tables). The
     table comes in chunks of `chunk_rows`, as the flow reads its intermediate files back.
     """
-    from services.dataset.canonical import zobrist_table
+    from services.games.canonical import zobrist_table
 
     rng = np.random.default_rng(seed)
     cells = SIZE * SIZE
@@ -209,7 +211,7 @@ def synthetic_pairs(rows: int, seed: int = 0, chunk_rows: int = ROW_GROUP_ROWS) 
         boards = np.zeros((n, cells), np.int8)
         boards[e, (base[p][e] + i * step[p][e]) % cells] = i % 2 + 1
         chunks.append(pa.table({
-            "board": build._binary_column(boards).chunk(0),
+            "board": gomoku_replay.binary_column(boards).chunk(0),
             "move": pa.array(move[r0:r0 + n], pa.int16()),
             "board_size": pa.array(np.full(n, SIZE, np.int8)),
             "to_move": pa.array((k % 2 + 1).astype(np.int8)),
@@ -236,7 +238,7 @@ def end_to_end(path: str, out: str, reference: bool = False, limit: int | None =
     """records -> shards, stage by stage; `reference` runs the original implementation."""
     from itertools import islice
 
-    build.STEP_TIMES = {}
+    step_times.STEP_TIMES = {}
     stages: list[dict] = []
     original_parse = rif.parse_moves
     if reference:
@@ -247,7 +249,7 @@ def end_to_end(path: str, out: str, reference: bool = False, limit: int | None =
     finally:
         rif.parse_moves = original_parse
     name = Path(path).name
-    pairs = source_pairs_reference if reference else build.source_pairs
+    pairs = source_pairs_reference if reference else gomoku_replay.source_pairs
     dedup = deduplicate_reference if reference else build.deduplicate
     with stage(stages, "replay + hash + canonicalise"):
         result = pairs(name, records)
@@ -259,7 +261,7 @@ def end_to_end(path: str, out: str, reference: bool = False, limit: int | None =
         files = write_split_shards(table, Path(out))
         write_quarantine(result.quarantine, Path(out))
     return {
-        "stages": stages, "steps": build.STEP_TIMES, "positions": positions,
+        "stages": stages, "steps": step_times.STEP_TIMES, "positions": positions,
         "games": result.ingested, "records": result.read, "quarantined": result.quarantined,
         "unique": table.num_rows, "shards": [(f["path"], f["rows"], f["sha256"]) for f in files],
         "peak_rss": _peak_total(),
@@ -276,7 +278,7 @@ def writer_parts(path: str, out: str) -> dict:
     """The shard writer's parts (services/dataset/shards.py), re-done one by one with its
     functions and options on the dedup output of `path`."""
     records = list(read_rif(path))
-    table = build.deduplicate([build.source_pairs(Path(path).name, records).pairs])
+    table = build.deduplicate([gomoku_replay.source_pairs(Path(path).name, records).pairs])
     del records
     stages: list[dict] = []
     fill = getattr(shards, "with_pair_columns", None)
@@ -312,10 +314,10 @@ def dedup_synthetic(rows: int, reference: bool) -> dict:
     stages: list[dict] = []
     with stage(stages, "generate synthetic rows (not part of the figure)"):
         table = synthetic_pairs(rows)
-    build.STEP_TIMES = {}
+    step_times.STEP_TIMES = {}
     with stage(stages, "reference: Arrow group_by + split" if reference else "dedup + split"):
         out = (deduplicate_reference if reference else build.deduplicate)([table])
-    return {"stages": stages, "steps": build.STEP_TIMES, "rows": table.num_rows,
+    return {"stages": stages, "steps": step_times.STEP_TIMES, "rows": table.num_rows,
             "unique": out.num_rows, "input_bytes": table.nbytes,
             "splits": {s: int(pc.sum(pc.equal(out["split"], s)).as_py()) for s in SPLITS}}
 

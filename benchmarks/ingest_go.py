@@ -8,8 +8,8 @@
 
 Figures, each run in a fresh child process (CPU = user + system of the process and its
 threads, DuckDB's included; best and median of --repeat):
-  * records -> canonical pairs in memory (`go_source_pairs`: read, replay, features,
-    canonicalise), the part that the baseline below compares with;
+  * records -> canonical pairs in memory (`services.dataset.sources.read_source_pairs`:
+    read, replay, features, canonicalise), the part that the baseline below compares with;
   * end to end without Prefect: the ingest flow's own steps called directly, stage by stage:
     read + replay (captures, ko) + features + canonicalise + the Parquet intermediate
     (`read_source.fn`, per archive), then dedup + split + shards (`build_shards`, DuckDB),
@@ -136,15 +136,17 @@ def kernel_costs(sgf: Path, tmp: str) -> tuple[float, float]:
 
 
 def pairs_only(sources: list[str]) -> dict:
-    """Records -> canonical pair tables in memory (`go_source_pairs`: read, replay, features,
-    canonicalise), no intermediate, no dedup: the part the sgfmill baseline compares with."""
+    """Records -> canonical pair tables in memory (`read_source_pairs`: read, replay,
+    features, canonicalise), no intermediate, no dedup: the part the sgfmill baseline
+    compares with."""
     sys.path.insert(0, str(ROOT))
-    from services.dataset.go_build import go_source_pairs
+    from services.dataset.sources import read_source_pairs
+    from services.games.go_game import GO
 
     u, y = _cpu()
     positions = 0
     for s in sources:
-        positions += go_source_pairs(s).pairs.num_rows
+        positions += read_source_pairs(GO, s, board_size=19).pairs.num_rows
     u2, y2 = _cpu()
     return {"positions": positions, "user": u2 - u, "sys": y2 - y}
 

@@ -122,13 +122,14 @@ def policy_move(policy: TorchPolicy, state: GomokuState, tactics: bool = False) 
 
 def train_policy(model: str, steps: int, seconds: float, seed: int, out: Path) -> dict:
     """Shards of the shipped sample, a trained `model`, its TorchScript export at `out`."""
-    from services.dataset.build import deduplicate, source_pairs
+    from services.dataset.build import deduplicate
     from services.dataset.shards import (
         SCHEMA_VERSION,
         SPLITS,
         atomic_write_json,
         write_split_shards,
     )
+    from services.games.gomoku_replay import source_pairs
     from services.models.export import export_torchscript
     from services.records.rif import read_rif
     from services.trainer.train import TrainConfig, train

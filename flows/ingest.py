@@ -1,17 +1,17 @@
 """Prefect flow `ingest`: game records -> deduplicated Parquet shards + manifest.
 
-Gomoku: RenjuNet `.rif` / `.rif.gz` files (`RIF_SUFFIXES`), each game replayed under its own
-rule (`services.games.gomoku.game_rule`: renju unless the rule names a Gomoku one). Go: `.sgf`
-files and KGS month archives (`GO_SUFFIXES`: `.sgf` and `services.records.sgf.ARCHIVE_SUFFIXES`),
-games of one board size (`go_board_size`, default 19; other sizes are quarantined). A file of
-any other suffix is refused before anything is read. One run, one game: Go and Gomoku go to
-separate dataset folders. Per source, read = ingested + quarantined, and quarantined records
-are counted by reason category (`services.records.reasons`, the first full reason of each
-kept as its example). Two kinds of game keep their pairs up to a move, count as ingested and
-also have a row in the quarantine table: a Go game cut short by an illegal move (`truncated`,
-"cut short by an illegal move: ..."; see services/dataset/go_build.py) and a renju game cut
-at a forbidden black move (`cut_at_forbidden`, "cut at a forbidden move: ..."; the move
-itself is no target; see services/dataset/pairs.py).
+Every registered game goes through the same path: a source file's suffix names its game
+(`Game.record_formats`: Gomoku's RenjuNet `.rif` / `.rif.gz`, Go's `.sgf` files and KGS month
+archives), the game replays its records (`Game.replay_source`: its codecs, its rules, each
+Gomoku game under its own rule, Go games of one board size), and
+`services.dataset.sources.write_source_pairs` writes the pairs. A file of any other suffix is
+refused before anything is read. One run, one game: each game goes to its own dataset folder.
+Per source, read = ingested + quarantined, and quarantined records are counted by reason
+category (`services.records.reasons`, the first full reason of each kept as its example).
+Games a game's replay keeps up to a move (`Game.kept_notes`: a Go game cut short by an illegal
+move, `truncated`; a renju game cut at a forbidden black move, `cut_at_forbidden`, the move
+itself no target) count as ingested and also have a row in the quarantine table, and are
+counted by kind.
 
 Run: python -m flows.ingest [SOURCES ...] --out artifacts/dataset
          [--dask | --dask-address tcp://scheduler:8786]
@@ -54,16 +54,7 @@ from prefect.tasks import exponential_backoff
 
 from flows import announce_prefect_api, configure_logging
 from services import logs
-from services.dataset.build import source_pairs
 from services.dataset.dedup import BuildSettings, build_shards
-from services.dataset.go_build import (
-    DEFAULT_GO_SIZE,
-    GO_SUFFIXES,
-    TRUNCATED,
-    is_go_source,
-    write_go_source_pairs,
-)
-from services.dataset.pairs import FORBIDDEN_CUT
 from services.dataset.shards import (
     COMPRESSION,
     QUARANTINE_SCHEMA,
@@ -75,10 +66,10 @@ from services.dataset.shards import (
     write_quarantine,
     write_table_atomic,
 )
-from services.games.registry import game_of_source
+from services.dataset.sources import write_source_pairs
+from services.games.registry import game_of_source, get_game, registered_games
 from services.import_closure import closure_digest
 from services.records.reasons import count_reasons
-from services.records.rif import RIF_SUFFIXES, RifGame, read_rif
 from services.settings import DEFAULT_DATASET, bounded
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,7 +79,8 @@ INTERMEDIATE_VERSION = 2  # bump when the intermediate files' layout changes
 # the module that defines the read task: its import closure is the code that turns a source
 # into intermediates, and any change to it is a new cache key
 PIPELINE_ENTRY = "flows.ingest"
-SOURCE_SUFFIXES = (*RIF_SUFFIXES, *GO_SUFFIXES)  # what a source file's name may end with
+# what a source file's name may end with: every registered game's record formats
+SOURCE_SUFFIXES = tuple(s for g in registered_games() for s in g.record_formats)
 RETRIES = 3  # delays 1, 2, 4 s (+ up to 50 % jitter)
 DEFAULT_DASK_WORKERS = 2
 
@@ -131,9 +123,12 @@ def intermediate_stem(name: str, fp: str) -> str:
     result_serializer="json",
 )
 def read_source(path: str, name: str, fingerprint: str, work_dir: str,
-                version: str = PIPELINE_VERSION,
-                go_board_size: int | None = DEFAULT_GO_SIZE) -> dict:
+                version: str = PIPELINE_VERSION, board_size: int | None = None) -> dict:
     """Parse and replay one source into intermediate files; return their summary.
+
+    The source's game (`source_game`) replays it (`Game.replay_source`: its record codecs,
+    rules and board encoding), and `services.dataset.sources.write_source_pairs` writes the
+    pairs; `board_size`: the one size kept (None: every size).
 
     Malformed records go to quarantine and never raise; an exception here is an I/O problem
     (retried) or a source that changed after the flow fingerprinted it (fails the run).
@@ -141,52 +136,31 @@ def read_source(path: str, name: str, fingerprint: str, work_dir: str,
     p = Path(path)
     if sha256_file(p) != fingerprint:
         raise RuntimeError(f"{p}: changed while the ingest ran (fingerprint mismatch)")
-    truncated = cut = 0
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
     stem = intermediate_stem(name, fingerprint)
     pairs_path = work / f"{stem}.pairs.parquet"
     quarantine_path = work / f"{stem}.quarantine.parquet"
-    game = source_game(p)
-    if is_go_source(p):
-        # written as it is read: an archive's pairs need not fit in memory
-        result = write_go_source_pairs(p, pairs_path, name, board_size=go_board_size)
-        truncated = result.truncated
-        n_pairs, pairs_sha256 = result.rows, result.sha256
-    else:
-        rules: dict[str, str] = {}
-
-        def records():
-            for record in read_rif(p, source=name):
-                if isinstance(record, RifGame):
-                    rules[record.game_id] = record.rule
-                yield record
-
-        result = source_pairs(name, records())
-        ids = result.pairs["game_id"].to_pylist() if result.pairs.num_rows else []
-        result.pairs = result.pairs.append_column(
-            "rule", pa.array([rules.get(i, "") for i in ids], pa.string()))
-        cut = result.cut
-        n_pairs = result.pairs.num_rows
-        pairs_sha256 = write_table_atomic(result.pairs, pairs_path)
+    game = get_game(source_game(p))
+    # written as it is read: an archive's pairs need not fit in memory
+    result = write_source_pairs(game, p, pairs_path, name, board_size=board_size)
     quarantine = pa.Table.from_pylist(result.quarantine, schema=QUARANTINE_SCHEMA)
     reasons, examples = count_reasons(  # quarantined records only, not the kept games' notes
         q["reason"] for q in result.quarantine
-        if not q["reason"].startswith((TRUNCATED, FORBIDDEN_CUT)))
+        if not q["reason"].startswith(tuple(game.kept_notes.values())))
     return {
         "source": name,
-        "game": game,
+        "game": game.name,
         "fingerprint": fingerprint,
         "read": result.read,
         "ingested": result.ingested,
         "quarantined": result.quarantined,
-        "truncated": truncated,
-        "cut_at_forbidden": cut,
+        **{kind: result.notes.get(kind, 0) for kind in game.kept_notes},
         "reasons": dict(sorted(reasons.items())),
         "reason_examples": dict(sorted(examples.items())),
-        "pairs": n_pairs,
+        "pairs": result.rows,
         "pairs_path": str(pairs_path),
-        "pairs_sha256": pairs_sha256,
+        "pairs_sha256": result.sha256,
         "quarantine_path": str(quarantine_path),
         "quarantine_sha256": write_table_atomic(quarantine, quarantine_path),
     }
@@ -202,8 +176,8 @@ def _intact(summary: dict) -> bool:
 
 def source_game(path: str | Path) -> str:
     """The registered name of the game whose records the file's suffix names
-    (`Game.record_formats`: Go for GO_SUFFIXES, Gomoku for RIF_SUFFIXES); a file of any other
-    suffix is refused (ValueError naming it and the suffixes accepted)."""
+    (`Game.record_formats`); a file of any other suffix is refused (ValueError naming it and
+    the suffixes accepted)."""
     game = game_of_source(str(path))
     if game is None:
         raise ValueError(unknown_suffix_message([str(path)]))
@@ -211,9 +185,10 @@ def source_game(path: str | Path) -> str:
 
 
 def unknown_suffix_message(paths: list[str]) -> str:
+    by_game = "; ".join(f"{g.title} {', '.join(g.record_formats)}"
+                        for g in registered_games() if g.record_formats)
     return (f"unknown source file type: {', '.join(paths)}; accepted suffixes: "
-            f"{', '.join(SOURCE_SUFFIXES)} (RenjuNet {', '.join(RIF_SUFFIXES)}; Go "
-            f"{', '.join(GO_SUFFIXES)})")
+            f"{', '.join(SOURCE_SUFFIXES)} ({by_game})")
 
 
 def _resolve_sources(sources: list[str] | None) -> list[Path]:
@@ -227,8 +202,9 @@ def _resolve_sources(sources: list[str] | None) -> list[Path]:
         raise FileNotFoundError(f"source file(s) not found: {', '.join(missing)}")
     games = {source_game(p) for p in paths}
     if len(games) > 1:
-        raise ValueError("this run mixes Go and Gomoku sources: ingest Go and Gomoku into "
-                         "separate dataset folders (one run each)")
+        raise ValueError(f"this run mixes the sources of several games "
+                         f"({', '.join(sorted(games))}): ingest each game into its own "
+                         "dataset folder (one run each)")
     names = Counter(p.name for p in paths)
     clashes = sorted(n for n, k in names.items() if k > 1)
     if clashes:
@@ -237,13 +213,13 @@ def _resolve_sources(sources: list[str] | None) -> list[Path]:
 
 
 def _run_reads(paths: list[Path], fps: dict[Path, str], work: Path, progress: bool,
-               refresh: bool = False, go_board_size: int | None = DEFAULT_GO_SIZE,
+               refresh: bool = False, board_size: int | None = None,
                ) -> tuple[dict[str, dict], set[str]]:
     """Submit one read task per source; return summaries by name and the names served from
     Prefect's cache."""
     reader = read_source.with_options(refresh_cache=True) if refresh else read_source
     futures = [reader.submit(str(p), p.name, fps[p], str(work), PIPELINE_VERSION,
-                             go_board_size) for p in paths]
+                             board_size) for p in paths]
     summaries, cached = {}, set()
     bar = _progress_bar(len(futures), "re-reading" if refresh else "reading") if progress else None
     try:
@@ -270,11 +246,10 @@ def _progress_bar(total: int, label: str):
     return bar, bar.add_task(label, total=total)
 
 
-def _counts_row(summary: dict, reasons: list[str], cached: bool) -> dict:
+def _counts_row(summary: dict, reasons: list[str], cached: bool, notes: dict[str, str]) -> dict:
     row = {"source": summary["source"], "read": summary["read"],
-           "ingested": summary["ingested"], "quarantined": summary["quarantined"],
-           "truncated": summary.get("truncated", 0),
-           "cut at a forbidden move": summary.get("cut_at_forbidden", 0)}
+           "ingested": summary["ingested"], "quarantined": summary["quarantined"]}
+    row.update({words: summary.get(kind, 0) for kind, words in notes.items()})
     row.update({f"quarantined: {r}": summary["reasons"].get(r, 0) for r in reasons})
     row.update({"raw pairs": summary["pairs"], "unique pairs": summary["unique_pairs"],
                 "cached": "yes" if cached else "no"})
@@ -284,13 +259,13 @@ def _counts_row(summary: dict, reasons: list[str], cached: bool) -> dict:
 @flow(name="ingest")
 def ingest(sources: list[str] | None = None, out_dir: str = DEFAULT_OUT,
            work_dir: str | None = None, progress: bool = False,
-           go_board_size: int | None = DEFAULT_GO_SIZE) -> dict:
+           board_size: int | None = None) -> dict:
     """Ingest every source and write shards, quarantine and manifest into `out_dir`.
 
     `work_dir` holds the per-source intermediates (default `<out_dir>.work`); it must be on a
-    file system that every task worker and the flow see. Sources are all Gomoku or all Go;
-    `go_board_size`: the one Go board size kept (None: all, but then the trainer's
-    `read_split` refuses a split that mixes sizes). Returns the manifest.
+    file system that every task worker and the flow see. Sources are all of one game;
+    `board_size`: the one board size kept (None: the game's default size; 0: every size, but
+    then the trainer's `read_split` refuses a split that mixes sizes). Returns the manifest.
     """
     logger = get_run_logger()
     paths = _resolve_sources(sources)
@@ -301,15 +276,19 @@ def ingest(sources: list[str] | None = None, out_dir: str = DEFAULT_OUT,
         stale.unlink(missing_ok=True)
 
     fps = {p: fingerprint(p) for p in paths}
-    game = source_game(paths[0])
+    played = get_game(source_game(paths[0]))
+    game = played.name
+    kept_size = played.default_size if board_size is None else (board_size or None)
+    # games kept up to a point, with a note: {kind: what happened to them, in words}
+    notes = {kind: prefix.rstrip(": ") for kind, prefix in played.kept_notes.items()}
     logger.info("ingesting %d %s source(s) into %s (intermediates in %s)", len(paths), game,
                 out, work)
-    summaries, cached = _run_reads(paths, fps, work, progress, go_board_size=go_board_size)
+    summaries, cached = _run_reads(paths, fps, work, progress, board_size=kept_size)
     logger.info("%d source(s) read, %d of them from the cache", len(paths), len(cached))
     damaged = [p for p in paths if not _intact(summaries[p.name])]
     if damaged:  # a cached summary outlived its intermediate file: compute it again
         again, _ = _run_reads(damaged, fps, work, progress, refresh=True,
-                              go_board_size=go_board_size)
+                              board_size=kept_size)
         summaries.update(again)
         cached -= set(again)
         still = [n for n in again if not _intact(again[n])]
@@ -326,9 +305,9 @@ def ingest(sources: list[str] | None = None, out_dir: str = DEFAULT_OUT,
     quarantine = [row for s in ordered
                   for row in pq.read_table(s["quarantine_path"]).to_pylist()]
     quarantine_entry = write_quarantine(quarantine, out)
-    counts = [{k: s.get(k, 0) for k in ("source", "read", "ingested", "quarantined", "truncated",
-                                        "cut_at_forbidden", "pairs", "unique_pairs", "reasons",
-                                        "reason_examples")} for s in ordered]
+    counts = [{k: s.get(k, 0) for k in ("source", "read", "ingested", "quarantined", *notes,
+                                        "pairs", "unique_pairs", "reasons", "reason_examples")}
+              for s in ordered]
     manifest = {
         "schema_version": SCHEMA_VERSION,
         "game": game,
@@ -351,23 +330,24 @@ def ingest(sources: list[str] | None = None, out_dir: str = DEFAULT_OUT,
     reasons = sorted({r for s in ordered for r in s["reasons"]})
     create_table_artifact(
         key="ingest-counts",
-        table=[_counts_row(s, reasons, s["source"] in cached) for s in ordered],
+        table=[_counts_row(s, reasons, s["source"] in cached, notes) for s in ordered],
         description="Records per source (read = ingested + quarantined, quarantined by "
-                    "reason category; truncated: Go games cut at an illegal move; cut at a "
-                    "forbidden move: renju games whose pairs end before a forbidden black "
-                    "move; both ingested), raw and unique (position, move) pairs, whether the "
-                    "source was served from the cache",
+                    "reason category"
+                    + "".join(f"; {words}: games kept up to that point, ingested"
+                              for words in notes.values())
+                    + "), raw and unique (position, move) pairs, whether the source was "
+                    "served from the cache",
     )
     create_markdown_artifact(key="ingest-summary", markdown=_summary_markdown(
-        manifest, out, len(cached), len(damaged), removed))
+        manifest, out, len(cached), len(damaged), removed, notes))
     return manifest
 
 
 def _summary_markdown(manifest: dict, out: Path, n_cached: int, n_damaged: int,
-                      removed: list[str]) -> str:
+                      removed: list[str], notes: dict[str, str]) -> str:
     rows = manifest["rows"]
-    truncated = sum(c.get("truncated", 0) for c in manifest["counts"])
-    cut = sum(c.get("cut_at_forbidden", 0) for c in manifest["counts"])
+    noted = {words: sum(c.get(kind, 0) for c in manifest["counts"])
+             for kind, words in notes.items()}
     lines = [
         "# Ingest",
         "",
@@ -375,8 +355,7 @@ def _summary_markdown(manifest: dict, out: Path, n_cached: int, n_damaged: int,
         + (f", {n_damaged} recomputed after a missing intermediate" if n_damaged else "")
         + f"), {sum(c['read'] for c in manifest['counts'])} records read, "
         f"{sum(c['quarantined'] for c in manifest['counts'])} quarantined"
-        + (f", {truncated} truncated at an illegal move" if truncated else "")
-        + (f", {cut} cut at a forbidden move" if cut else "")
+        + "".join(f", {n} {words}" for words, n in noted.items() if n)
         + f"; {manifest['raw_pairs']} pairs, "
         f"**{rows} unique** after symmetry dedup, written to `{out}`.",
         "",
@@ -428,11 +407,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sources", nargs="*",
-                        help=f"RenjuNet files ({', '.join(RIF_SUFFIXES)}), or Go .sgf files / "
-                             f"KGS archives ({', '.join(GO_SUFFIXES[1:])}); not both (default: "
-                             "the Gomoku sample)")
-    parser.add_argument("--go-board-size", type=bounded(int, 0, 25), default=DEFAULT_GO_SIZE,
-                        help="Go: the board size kept (others are quarantined); 0 keeps all")
+                        help="record files of one game: "
+                             + "; ".join(f"{g.title} {', '.join(g.record_formats)}"
+                                         for g in registered_games() if g.record_formats)
+                             + " (default: the Gomoku sample)")
+    parser.add_argument("--board-size", type=bounded(int, 0, 25), default=None,
+                        help="the board size kept (other sizes are quarantined; default: the "
+                             "game's default size, Go 19); 0 keeps every size")
     parser.add_argument("--out", default=DEFAULT_OUT, help="dataset folder to write")
     parser.add_argument("--work", default=None,
                         help="folder for per-source intermediates (default: OUT.work)")
@@ -460,20 +441,20 @@ def main(argv: list[str] | None = None) -> dict:
     announce_prefect_api()
     try:
         manifest = run(sources=args.sources or None, out_dir=args.out, work_dir=args.work,
-                       progress=not args.no_progress, go_board_size=args.go_board_size or None)
+                       progress=not args.no_progress, board_size=args.board_size)
     except OSError as exc:
         if not args.dask_address:
             raise
         # Dask's connect timeout (distributed.comm.timeouts.connect, 30 s) passed: one line
         parser.exit(1, f"error: no Dask scheduler at {args.dask_address}: {exc}\n")
     print(f"{manifest['rows']} unique pairs -> {args.out}  splits: {manifest['splits']}")
+    kept_notes = get_game(manifest["game"]).kept_notes
     for row in manifest["counts"]:
         print(f"  {row['source']}: read {row['read']} = ingested {row['ingested']} "
               f"+ quarantined {row['quarantined']}"
               + (f" {row['reasons']}" if row["reasons"] else "")
-              + (f", truncated {row['truncated']}" if row.get("truncated") else "")
-              + (f", cut at a forbidden move {row['cut_at_forbidden']}"
-                 if row.get("cut_at_forbidden") else ""))
+              + "".join(f", {prefix.rstrip(': ')} {row[kind]}"
+                        for kind, prefix in kept_notes.items() if row.get(kind)))
     return manifest
 
 

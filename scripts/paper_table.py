@@ -34,13 +34,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from services.coords import parse_point  # noqa: E402
-from services.dataset.build import deduplicate, source_pairs  # noqa: E402
+from services.dataset.build import deduplicate  # noqa: E402
 from services.dataset.shards import (  # noqa: E402
     SCHEMA_VERSION,
     SPLITS,
     atomic_write_json,
     write_split_shards,
 )
+from services.games.gomoku_replay import source_pairs  # noqa: E402
 from services.records.rif import read_rif  # noqa: E402
 from services.records.rif_writer import write_rif  # noqa: E402
 from services.settings import bounded  # noqa: E402

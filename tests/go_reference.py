@@ -1,5 +1,5 @@
 """Interpreted Go references that compiled code must match exactly: the pairs of the compiled
-replay (services/games/go_fast.py, via `services.dataset.go_pairs.game_pairs`), byte for byte:
+replay (services/games/go_fast.py, via `services.games.go_replay.game_pairs`), byte for byte:
 `replay` keeping every `GoState`, then the compact planes per position (their liberties by the
 compiled scan, which the tests check against `liberties_reference`); and the per-point
 liberties, legal mask and compact planes of the compiled scans (services/games/go_scan.py): a
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.dataset.go_pairs import GoPairs, pairs_of
 from services.games.go import EMPTY, GameRecord, GoState, neighbours, replay
 from services.games.go_features import COMPACT_CHANNELS, MAX_LIBERTIES, RECENT_MOVES
+from services.games.go_replay import GoPairs, pairs_of
 
 
 def game_pairs_reference(game: GameRecord) -> GoPairs:

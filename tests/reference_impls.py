@@ -6,9 +6,9 @@ show what the fast paths buy) compare the production results with these, value f
 They live with the tests because nothing in production calls them.
 
 * `canonicalize_reference`: all 8 symmetry images of each board materialised, hashed and
-  lexsorted (`services.dataset.canonical.canonicalize` / `canonical_pairs`).
+  lexsorted (`services.games.canonical.canonicalize` / `canonical_pairs`).
 * `source_pairs_reference`, `pairs_table_reference`: one `replay` per game, one Python bytes
-  object per board (`services.dataset.build.source_pairs` / `pairs_table`).
+  object per board (`services.games.gomoku_replay.source_pairs` / `pairs_table`).
 * `deduplicate_reference`: Arrow's group_by on (board, move) (`build.deduplicate`, row for
   row up to order; it also accepts tables `deduplicate` refuses).
 * `sgf_token_by_token`: `read_sgf` with the main-line fast path switched off, every token
@@ -24,15 +24,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from services.dataset.build import (
-    BOARD_SIZE,
-    SourceResult,
-    _move_snippet,
-    quarantine_row,
-)
-from services.dataset.canonical import split_of, zobrist
-from services.dataset.pairs import replay
-from services.games.gomoku import game_rule
+from services.dataset.splits import split_of
+from services.games.base import SourceResult, quarantine_row
+from services.games.canonical import zobrist
+from services.games.gomoku import CUT_NOTE, game_rule
+from services.games.gomoku_replay import BOARD_SIZE, _move_snippet, replay
 from services.games.symmetry import N_SYMMETRIES, point_table
 from services.records import sgf
 from services.records.rif import Rejected, RifGame
@@ -72,7 +68,7 @@ def source_pairs_reference(source: str, records: Iterable[RifGame | Rejected]) -
                                                     _move_snippet(record.moves)))
             continue
         if game.cut is not None:
-            result.cut += 1
+            result.note(CUT_NOTE)
             result.quarantine.append(quarantine_row(source, record.game_id, game.cut,
                                                     _move_snippet(record.moves)))
         result.ingested += 1

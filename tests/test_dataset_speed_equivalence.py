@@ -19,18 +19,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from services.dataset import build, canonical
-from services.dataset.build import deduplicate, pairs_table, source_pairs
-from services.dataset.canonical import (
-    canonical_pairs,
-    canonicalize,
-    split_codes,
-    split_of,
-    zobrist_table,
-)
-from services.dataset.pairs import replay, replay_games
+from services.dataset import build, splits
+from services.dataset.build import deduplicate
 from services.dataset.shards import SPLITS, split_parts, write_split_shards
+from services.dataset.splits import split_codes, split_of
+from services.games import canonical, gomoku_replay
+from services.games.canonical import canonical_pairs, canonicalize, zobrist_table
 from services.games.gomoku import Rule
+from services.games.gomoku_replay import pairs_table, replay, replay_games, source_pairs
 from services.games.symmetry import N_SYMMETRIES, point_table
 from services.records import rif
 from services.records.rif import RifGame, read_rif
@@ -177,7 +173,7 @@ def test_hashes_canonical_forms_and_splits_are_pinned() -> None:
     assert moves.tolist() == [112, 97, 97, 128, 84, 2]
     assert split_of(hashes).tolist() == ["test", "train", "train", "train", "validation",
                                          "train"]
-    assert np.array(canonical.SPLIT_NAMES)[split_codes(hashes)].tolist() == \
+    assert np.array(splits.SPLIT_NAMES)[split_codes(hashes)].tolist() == \
         split_of(hashes).tolist()
     edge = np.array([0, 1, 2**63, 12345678901234567890, 2**64 - 1], np.uint64)
     assert split_of(edge).tolist() == ["test", "train", "train", "train", "train"]
@@ -234,7 +230,7 @@ def test_pairs_table_matches_reference() -> None:
     args = (np.concatenate([r.boards for r in reps]), np.concatenate([r.moves for r in reps]),
             np.concatenate([r.to_move for r in reps]), np.concatenate([r.plies for r in reps]),
             [f"g{i}" for i, r in enumerate(reps) for _ in r.moves], "s")
-    results = build.mover_results(
+    results = gomoku_replay.mover_results(
         np.concatenate([np.full(len(r.moves), g.bresult, np.float32)
                         for g, r in zip(records, reps, strict=True)]), args[3])
     assert pairs_table(*args, results).equals(pairs_table_reference(*args, results))

@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from services.dataset.build import deduplicate, source_pairs
+from services.dataset.build import deduplicate
 from services.dataset.loader import ShardStream
 from services.dataset.shards import (
     SCHEMA_VERSION,
@@ -39,6 +39,7 @@ from services.dataset.shards import (
     read_split,
     write_split_shards,
 )
+from services.games.gomoku_replay import source_pairs
 from services.records.rif import RifGame, read_rif
 from services.trainer import distributed
 from services.trainer.metrics import evaluate

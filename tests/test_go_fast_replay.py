@@ -18,13 +18,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from services.dataset.go_pairs import (
-    GoPairs,
-    canonicalize_packed,
-    game_packed_pairs,
-    game_pairs,
-)
 from services.games.go import BLACK, WHITE, GoState, board_from_ascii, replay
+from services.games.go_replay import GoPairs, canonicalize_packed, game_packed_pairs, game_pairs
 from services.records.sgf import SgfGame, read_archive
 from tests.go_reference import game_pairs_reference
 

@@ -17,14 +17,12 @@ import pytest
 from flows.ingest import ingest
 from services.dataset import shards
 from services.dataset.dedup import MIN_TRAIN_OCCURRENCES
-from services.dataset.go_build import (
-    TRUNCATED,
-    go_deduplicate,
-    go_source_pairs,
-    write_go_source_pairs,
-)
-from services.dataset.go_pairs import PACKED_BOARD, pack_planes, packed_width, unpack_planes
+from services.dataset.go_build import go_deduplicate
 from services.dataset.shards import DatasetError, read_manifest, read_split
+from services.dataset.sources import read_source_pairs, write_source_pairs
+from services.games.go import TRUNCATED, TRUNCATED_NOTE
+from services.games.go_game import GO
+from services.games.go_replay import PACKED_BOARD, pack_planes, packed_width, unpack_planes
 from tests.conftest import SAMPLE_RIF, SHARED_DATA
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
@@ -117,8 +115,9 @@ def test_an_illegal_move_truncates_the_game_and_is_counted(tmp_path: Path) -> No
     # B plays on W's stone at move 3: the two pairs before it are kept
     path = tmp_path / "illegal.sgf"
     path.write_text("(;GM[1]FF[4]SZ[19]RE[B+R];B[pd];W[dp];B[dp];W[pp])")
-    result = go_source_pairs(path)
-    assert (result.read, result.ingested, result.quarantined, result.truncated) == (1, 1, 0, 1)
+    result = read_source_pairs(GO, path, board_size=19)
+    assert (result.read, result.ingested, result.quarantined,
+            result.notes[TRUNCATED_NOTE]) == (1, 1, 0, 1)
     assert result.pairs.num_rows == 2
     assert result.quarantine[0]["reason"].startswith(TRUNCATED)
     table = go_deduplicate([result.pairs])
@@ -128,7 +127,7 @@ def test_an_illegal_move_truncates_the_game_and_is_counted(tmp_path: Path) -> No
 def test_a_run_mixing_go_and_gomoku_is_refused(tmp_path: Path) -> None:
     sgf = tmp_path / "one.sgf"
     sgf.write_text("(;GM[1]FF[4]SZ[19];B[pd];W[dp])")
-    with pytest.raises(ValueError, match="separate dataset folders"):
+    with pytest.raises(ValueError, match=r"several games \(go, gomoku\): ingest each game"):
         ingest(sources=[str(sgf), str(SAMPLE_RIF)], out_dir=str(tmp_path / "ds"))
 
 
@@ -202,12 +201,14 @@ def test_manifest_names_the_codecs_written(go_dataset) -> None:
 
 
 def test_streamed_intermediate_holds_the_in_memory_pairs(tmp_path: Path, monkeypatch) -> None:
-    from services.dataset import go_build
+    from services.dataset import sources as source_pairs_module
+    from services.games import go_replay
 
-    monkeypatch.setattr(go_build, "BATCH_ROWS", 100)  # many row groups
+    monkeypatch.setattr(source_pairs_module, "BATCH_ROWS", 100)  # many row groups
+    monkeypatch.setattr(go_replay, "TABLE_ROWS", 100)  # of many tables
     sources = kgs_sources()
-    want = go_source_pairs(sources[-1])
-    got = write_go_source_pairs(sources[-1], tmp_path / "pairs.parquet")
+    want = read_source_pairs(GO, sources[-1], board_size=19)
+    got = write_source_pairs(GO, sources[-1], tmp_path / "pairs.parquet", board_size=19)
     table = pq.read_table(tmp_path / "pairs.parquet")
     assert pq.ParquetFile(tmp_path / "pairs.parquet").metadata.num_row_groups > 2
     assert got.rows == table.num_rows == want.pairs.num_rows
@@ -244,7 +245,7 @@ def test_go_incremental_run_writes_the_bytes_of_a_run_from_scratch(tmp_path: Pat
 def test_packed_boards_are_equal_and_ordered_exactly_as_the_boards() -> None:
     """Dedup groups and sorts packed boards: packing must be a bijection that keeps the byte
     order of the compact planes (real positions, and every value at the planes' bounds)."""
-    pairs = go_source_pairs(kgs_sources()[-1]).pairs
+    pairs = read_source_pairs(GO, kgs_sources()[-1], board_size=19).pairs
     boards = np.frombuffer(b"".join(pairs["board"].to_pylist()), np.uint8).reshape(
         pairs.num_rows, -1)
     rng = np.random.default_rng(0)
@@ -277,12 +278,12 @@ def test_duckdb_build_gives_the_in_memory_go_dedup_row_for_row(tmp_path: Path,
     monkeypatch.setattr(dedup, "FETCH_ROWS", 5)
     source = kgs_sources()[-1]
     path = tmp_path / "pairs.parquet"
-    write_go_source_pairs(source, path)
+    write_source_pairs(GO, source, path, board_size=19)
     settings = dedup.BuildSettings(min_train_occurrences=2**31, holdout_games=0.0, threads=1,
                                    temp_dir=tmp_path)
     got = pa.Table.from_batches(list(dedup.sorted_pairs([path], "go", settings)))
     want = pa.concat_tables([part for _, part in shards.split_parts(
-        go_deduplicate([go_source_pairs(source).pairs]))])
+        go_deduplicate([read_source_pairs(GO, source, board_size=19).pairs]))])
     hashes, moves = want["position_hash"].to_numpy(), want["move"].to_numpy()
     tied = (hashes[1:] == hashes[:-1]) & (moves[1:] == moves[:-1])
     assert tied.sum() > 10  # positions with equal stones and move, other ages or ko
@@ -302,7 +303,7 @@ def test_both_dedups_keep_the_rule_of_the_smallest_game_id(tmp_path: Path) -> No
 
     source = kgs_sources()[-1]
     path = tmp_path / "pairs.parquet"
-    write_go_source_pairs(source, path)
+    write_source_pairs(GO, source, path, board_size=19)
     raw = pq.read_table(path)
     ids = sorted(set(raw["game_id"].to_pylist()))
     rule_of = {g: f"rule-{len(ids) - i:05d}" for i, g in enumerate(ids)}  # reversed order
@@ -312,7 +313,7 @@ def test_both_dedups_keep_the_rule_of_the_smallest_game_id(tmp_path: Path) -> No
     settings = dedup.BuildSettings(min_train_occurrences=2**31, holdout_games=0.0, threads=1,
                                    temp_dir=tmp_path)
     out_of_core = pa.Table.from_batches(list(dedup.sorted_pairs([path], "go", settings)))
-    pairs = go_source_pairs(source).pairs
+    pairs = read_source_pairs(GO, source, board_size=19).pairs
     pairs = pairs.set_column(pairs.column_names.index("rule"), "rule",
                              pa.array([rule_of[g] for g in pairs["game_id"].to_pylist()]))
     in_memory = pa.concat_tables([part for _, part in shards.split_parts(
@@ -388,7 +389,7 @@ def test_each_source_s_unique_count_is_the_rows_its_build_alone_writes(tmp_path:
     paths = []
     for source in kgs_sources()[-2:]:
         paths.append(tmp_path / f"{source.name}.pairs.parquet")
-        write_go_source_pairs(source, paths[-1], source.name)
+        write_source_pairs(GO, source, paths[-1], source.name, board_size=19)
     settings = dedup.BuildSettings(temp_dir=tmp_path)
     raw = pq.read_table(paths[-1], columns=["position_hash", "move"])
     keys = set(zip(raw["position_hash"].to_pylist(), raw["move"].to_pylist(), strict=True))

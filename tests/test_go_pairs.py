@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from services.dataset.go_pairs import (
+from services.games.go import MAX_SIZE, MIN_SIZE
+from services.games.go_replay import (
     canonicalize,
     game_pairs,
     pack_planes,
@@ -15,7 +16,6 @@ from services.dataset.go_pairs import (
     pairs_table,
     unpack_planes,
 )
-from services.games.go import MAX_SIZE, MIN_SIZE
 from services.games.symmetry import N_SYMMETRIES, point_table
 from services.records.sgf import SgfGame, read_sgf
 

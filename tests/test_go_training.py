@@ -3,9 +3,9 @@ of all planes with the move (pass stays S*S), resumption, a Go network trained e
 TorchScript export checked against eager, and a resumed Go run reaching the same weights.
 
 Most tests run on a synthetic 9x9 dataset (random legal games, passes included) built with the
-project's own Go ingest (`go_source_pairs` -> `go_deduplicate` -> shards), so they need nothing
-outside the repository; the last ones use the real KGS dev games from ../shared (skipped when
-absent)."""
+project's own Go ingest (`read_source_pairs` -> `go_deduplicate` -> shards), so they need
+nothing outside the repository; the last ones use the real KGS dev games from ../shared
+(skipped when absent)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import torch
 
 from services.dataset import shards
 from services.dataset.augment import Augmenter
-from services.dataset.go_build import go_deduplicate, go_source_pairs
+from services.dataset.go_build import go_deduplicate
 from services.dataset.loader import (
     ShardStream,
     dataset_game,
@@ -28,6 +28,7 @@ from services.dataset.loader import (
     random_symmetry_torch,
 )
 from services.dataset.shards import DatasetError, atomic_write_json, read_split
+from services.dataset.sources import read_source_pairs
 from services.games.go import GoState, sgf_name
 from services.games.go_features import N_GO_PLANES
 from services.games.go_game import GO
@@ -76,7 +77,7 @@ def random_games_sgf(n_games: int, size: int, seed: int, max_moves: int = 70) ->
 def write_go_dataset(sources: list[Path], out: Path, board_size: int,
                      row_group_rows: int | None = None) -> dict:
     """Ingest Go sources with the project's builder into `out`; small row groups on request."""
-    table = go_deduplicate([go_source_pairs(p, board_size=board_size).pairs for p in sources])
+    table = go_deduplicate([read_source_pairs(GO, p, board_size=board_size).pairs for p in sources])
     with pytest.MonkeyPatch.context() as mp:
         if row_group_rows:
             mp.setattr(shards, "ROW_GROUP_ROWS", row_group_rows)
@@ -242,7 +243,7 @@ def packed_copy(plain: Path, out: Path) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from services.dataset.go_pairs import pack_planes
+    from services.games.go_replay import pack_planes
 
     out.mkdir()
     manifest = json.loads((plain / "manifest.json").read_text())
@@ -265,7 +266,7 @@ def test_packed_shards_read_as_the_plain_ones(go_dataset: Path, tmp_path: Path) 
     """Go shards whose boards are packed (the manifest's writer.board_encoding) give the
     loader, `read_rows` and `read_split` the very planes the plain shards give."""
     packed = packed_copy(go_dataset, tmp_path / "packed")
-    from services.dataset.go_pairs import packed_width
+    from services.games.go_replay import packed_width
 
     assert {len(board) for board, _ in split_rows(packed)} == {packed_width(S)}  # stored packed
     for augment in (False, True):

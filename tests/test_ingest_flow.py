@@ -24,8 +24,8 @@ from flows.ingest import ingest, ingest_on, main, read_source
 from flows.schedules import DEFAULT_CRON, nightly_deployment
 from services import atomic_files
 from services.dataset import shards
-from services.dataset.pairs import FORBIDDEN_CUT
 from services.dataset.shards import read_manifest, read_split
+from services.games.gomoku_replay import FORBIDDEN_CUT
 from services.import_closure import import_closure
 from services.records.rif import RIF_SUFFIXES, RifGame, read_rif
 from services.records.rif_writer import write_rif
@@ -415,11 +415,14 @@ def test_an_unknown_suffix_is_refused_before_anything_is_read(tmp_path: Path, mo
 
 
 def test_one_list_of_archive_suffixes() -> None:
-    from services.dataset.go_build import GO_SUFFIXES
+    from services.games.go_game import GO
+    from services.games.gomoku_game import GOMOKU
     from services.records.sgf import ARCHIVE_SUFFIXES
 
-    assert (".sgf", *ARCHIVE_SUFFIXES) == GO_SUFFIXES
-    assert (*RIF_SUFFIXES, *GO_SUFFIXES) == ingest_mod.SOURCE_SUFFIXES
+    assert (".sgf", *ARCHIVE_SUFFIXES) == GO.record_formats
+    assert GOMOKU.record_formats == RIF_SUFFIXES
+    # what the flow accepts is what the registered games read
+    assert set(ingest_mod.SOURCE_SUFFIXES) == {*RIF_SUFFIXES, *GO.record_formats}
     for suffix in ARCHIVE_SUFFIXES:  # every archive the reader opens is a Go source
         assert ingest_mod.source_game(f"kgs-2024-01{suffix}") == "go"
     assert ingest_mod.source_game("renjunet.rif.gz") == "gomoku"
@@ -434,7 +437,7 @@ def _copy_code(dest: Path) -> Path:
 
 def test_cache_key_changes_with_any_module_the_read_task_imports(tmp_path: Path) -> None:
     closure = import_closure(ingest_mod.PIPELINE_ENTRY, ingest_mod.ROOT)
-    assert {"flows.ingest", "services.dataset.build", "services.dataset.go_pairs",
+    assert {"flows.ingest", "services.dataset.build", "services.games.go_replay",
             "services.games.go_fast", "services.games.renju", "services.records.reasons",
             "services.records.sgf"} <= set(closure)
     assert "services.search.server" not in closure

@@ -15,17 +15,18 @@ import numpy as np
 import pytest
 
 from services.coords import parse_point
-from services.dataset.build import deduplicate, source_pairs
-from services.dataset.pairs import FORBIDDEN_CUT, replay, replay_games
+from services.dataset.build import deduplicate
 from services.games import renju
 from services.games.gomoku import (
     BLACK,
+    CUT_NOTE,
     ForbiddenMove,
     GomokuState,
     IllegalMove,
     Rule,
     game_rule,
 )
+from services.games.gomoku_replay import FORBIDDEN_CUT, replay, replay_games, source_pairs
 from services.records.rif import RifGame, read_rif
 from services.records.rif_writer import write_rif
 from tests.conftest import renjunet_games
@@ -66,7 +67,7 @@ def test_every_forbidden_move_of_the_real_games_is_found() -> None:
 def test_real_renju_games_keep_their_pairs_up_to_the_forbidden_move(renjunet_rif: Path) -> None:
     result = source_pairs("renjunet", read_rif(renjunet_rif))
     games = renjunet_games()
-    assert (result.read, result.ingested, result.quarantined, result.cut) == \
+    assert (result.read, result.ingested, result.quarantined, result.notes.get(CUT_NOTE, 0)) == \
         (len(games), len(games), 0, len(FORBIDDEN_IN_REAL_GAMES))
     notes = {q["record_id"]: q["reason"] for q in result.quarantine}
     assert set(notes) == set(FORBIDDEN_IN_REAL_GAMES)
@@ -89,7 +90,8 @@ def test_freestyle_games_keep_every_move(tmp_path: Path) -> None:
     games = [dataclasses.replace(g, rule="freestyle") for g in renjunet_games()]
     path = write_rif(games, tmp_path / "freestyle.rif")
     result = source_pairs("freestyle", read_rif(path))
-    assert (result.cut, result.quarantined, result.ingested) == (0, 0, len(games))
+    assert (result.notes.get(CUT_NOTE, 0), result.quarantined, result.ingested) == \
+        (0, 0, len(games))
     assert result.pairs.num_rows == sum(len(g.moves) for g in games)
 
 
@@ -105,8 +107,8 @@ def test_reference_pipeline_agrees_on_renju_games(renjunet_rif: Path, tmp_path: 
     slow = source_pairs_reference("more", read_rif(path))
     assert fast.pairs.equals(slow.pairs)
     assert fast.quarantine == slow.quarantine
-    assert (fast.read, fast.ingested, fast.cut) == (slow.read, slow.ingested, slow.cut) == \
-        (len(games) + 1, len(games) + 1, len(FORBIDDEN_IN_REAL_GAMES) + 1)
+    assert (fast.read, fast.ingested, fast.notes) == (slow.read, slow.ingested, slow.notes) == \
+        (len(games) + 1, len(games) + 1, {CUT_NOTE: len(FORBIDDEN_IN_REAL_GAMES) + 1})
     assert deduplicate([fast.pairs]).num_rows == deduplicate_reference([slow.pairs]).num_rows
 
 

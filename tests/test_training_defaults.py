@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from services.dataset.build import deduplicate, source_pairs
+from services.dataset.build import deduplicate
 from services.dataset.shards import SCHEMA_VERSION, SPLITS, atomic_write_json, write_split_shards
+from services.games.gomoku_replay import source_pairs
 from services.records.rif import read_rif
 from services.trainer import train as trainer
 from services.trainer.train import CheckpointError, TrainConfig, train

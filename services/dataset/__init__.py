@@ -1,9 +1,7 @@
 """Training data: (position, next move) pairs, canonical dedup, Parquet shards and loading.
 
 Modules:
-    pairs       a Gomoku/Renju game's moves -> (position, next move) pairs, replayed under its rule
-    go_pairs    Go records -> compact pairs, canonical under the 8 symmetries (packed boards)
-    canonical   symmetry-canonical positions, their 64-bit hashes and the split of a hash
+    splits      the split of a position hash (train, validation, test)
     build       .rif records -> raw pairs per source; the in-memory dedup of pair tables
     go_build    Go sources (.sgf files, archives) -> raw pairs and quarantine per source
     dedup       dedup, split and shard writing out of core: one DuckDB query over the sources

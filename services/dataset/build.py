@@ -1,16 +1,15 @@
-"""From game records to the deduplicated pair table that the shards hold.
+"""The in-memory dedup of pair tables: what the shards hold, from every source's raw pairs.
 
-One function per step so the flow can run them as tasks: `source_pairs` turns one source's
-games into raw pairs (and quarantine rows for games that break the rules), `deduplicate`
-merges every source's pairs under symmetry and assigns splits.
+The games replay their records into raw pairs (`Game.replay_source`; the Gomoku one is
+`services.games.gomoku_replay.source_pairs`); `deduplicate` merges every source's pairs under
+symmetry and assigns splits. The ingest flow deduplicates out of core instead
+(`services.dataset.dedup`), to the same rows.
 
-Both work on whole columns: `source_pairs` collects every game's moves, replays them as one
-batch (`replay_games`), hashes and canonicalises every position at once (`canonical_pairs`)
-and wraps the boards' single buffer as the Arrow board column; `deduplicate` sorts the rows
-by (split, position hash, move), compares the full board bytes of neighbours with equal keys
-(so a hash collision never merges different positions), reduces each group with numpy and
-gathers the unique boards once, in the order the shards store them (so the shard writer only
-slices). Their results are the ones the plain per-game / Arrow group_by implementations in
+It works on whole columns: `deduplicate` sorts the rows by (split, position hash, move),
+compares the full board bytes of neighbours with equal keys (so a hash collision never merges
+different positions), reduces each group with numpy and gathers the unique boards once, in
+the order the shards store them (so the shard writer only slices). Its results (and the Gomoku
+replay's) are the ones the plain per-game / Arrow group_by implementations in
 tests/reference_impls.py give (row for row; `deduplicate`'s row order is the shards'), which
 the equivalence tests and benchmarks/ingest.py compare them with.
 
@@ -22,31 +21,17 @@ would ask for huge pages) and nothing board-sized is copied more than once.
 
 from __future__ import annotations
 
-import os
-import time
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from itertools import pairwise
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from services.dataset.canonical import (
-    SPLIT_NAMES,
-    canonical_pairs,
-    canonicalize,
-    empty_array,
-    split_codes,
-)
-from services.dataset.pairs import game_plies, replay_games
-from services.games.gomoku import DEFAULT_SIZE, Rule, game_rule
-from services.records.rif import Rejected, RifGame
+from services import step_times
+from services.dataset.splits import SPLIT_NAMES, split_codes
+from services.games.canonical import empty_array
+from services.games.gomoku_replay import binary_column
 
-BOARD_SIZE = DEFAULT_SIZE  # RenjuNet records: Gomoku/Renju on 15x15
-# rows of one board column chunk: its int32 offsets must stay below 2**31 bytes
-_MAX_CHUNK_BYTES = 2**31 - 1
 # deduplicate's scratch, in boards: rows gathered per step from a chunked board column
 _TAKE_ROWS = 1 << 18
 # rows per block where each block is worked on while it is in cache (boards gathered and
@@ -55,158 +40,11 @@ _TAKE_ROWS = 1 << 18
 _GATHER_ROWS = 1 << 14
 # rows per block of 8-byte columns (sort keys, neighbour comparisons): 512 KiB
 _BLOCK_ROWS = 1 << 16
-# set to {} to have source_pairs / deduplicate add [user s, system s, wall s] per step
-# (benchmarks/ingest.py)
-STEP_TIMES: dict[str, list[float]] | None = None
 _PAIR_COLUMNS = {
     "board": pa.binary(), "move": pa.int16(), "board_size": pa.int8(), "to_move": pa.int8(),
     "ply": pa.int16(), "count": pa.int32(), "position_hash": pa.uint64(),
     "game_id": pa.string(), "source": pa.string(),
 }
-
-
-@dataclass
-class SourceResult:
-    """What one source file produced: raw pairs plus the bookkeeping that must reconcile."""
-
-    source: str
-    pairs: pa.Table
-    quarantine: list[dict] = field(default_factory=list)
-    read: int = 0
-    ingested: int = 0
-    # renju games cut at a forbidden black move: ingested up to it, noted in the quarantine
-    # rows (reason FORBIDDEN_CUT...) without counting as quarantined
-    cut: int = 0
-
-    @property
-    def quarantined(self) -> int:
-        return len(self.quarantine) - self.cut
-
-
-@contextmanager
-def _step(name: str) -> Iterator[None]:
-    if STEP_TIMES is None:
-        yield
-        return
-    start = os.times()
-    wall = time.perf_counter()
-    try:
-        yield
-    finally:
-        end = os.times()
-        total = STEP_TIMES.setdefault(name, [0.0, 0.0, 0.0])
-        total[0] += end.user - start.user
-        total[1] += end.system - start.system
-        total[2] += time.perf_counter() - wall
-
-
-def quarantine_row(source: str, record_id: str, reason: str, snippet: str = "") -> dict:
-    return {"source": source, "record_id": record_id, "reason": reason, "snippet": snippet[:200]}
-
-
-def _move_snippet(moves) -> str:
-    return " ".join(str(m) for m in moves[:40])
-
-
-def source_pairs(source: str, records: Iterable[RifGame | Rejected]) -> SourceResult:
-    result = SourceResult(source=source, pairs=pa.table({}))
-    games: list[tuple[int, ...]] = []
-    game_ids: list[str] = []
-    bresults: list[float] = []  # Black's result per game, NaN unknown
-    rules: list[Rule] = []  # each game's own (renju: forbidden moves end it)
-    rejected_before: list[int] = []  # per game: quarantine rows of earlier Rejected records
-    with _step("pairs: collect records"):
-        for record in records:
-            result.read += 1
-            if isinstance(record, Rejected):
-                result.quarantine.append(
-                    quarantine_row(source, record.record_id, record.reason, record.snippet))
-                continue
-            games.append(record.moves)
-            game_ids.append(record.game_id)
-            bresults.append(np.nan if record.bresult is None else record.bresult)
-            rules.append(game_rule(record.rule))
-            rejected_before.append(len(result.quarantine))
-    with _step("pairs: replay (legality)"):
-        replayed = replay_games(games, BOARD_SIZE, rules)
-    ok = np.fromiter((e is None for e in replayed.errors), dtype=bool, count=len(games))
-    noted = [g for g, c in enumerate(replayed.cuts) if c is not None]
-    result.cut = len(noted)
-    if not ok.all() or noted:  # quarantine rows in record order, as one by one gives them
-        rejected, merged, done = result.quarantine, [], 0
-        for g in sorted([*np.flatnonzero(~ok).tolist(), *noted]):
-            merged.extend(rejected[done:rejected_before[g]])
-            done = rejected_before[g]
-            merged.append(quarantine_row(source, game_ids[g],
-                                         replayed.errors[g] or replayed.cuts[g],
-                                         _move_snippet(games[g])))
-        result.quarantine = merged + rejected[done:]
-    result.ingested = int(ok.sum())
-    if ok.all():
-        lengths, moves = replayed.legal, replayed.moves
-    else:
-        lengths = np.where(ok, replayed.legal, 0)
-        moves = replayed.moves[np.repeat(ok, replayed.legal)]
-    plies = game_plies(lengths)
-    with _step("pairs: hash + canonical boards"):
-        boards, canon_moves, hashes = canonical_pairs(moves, lengths, BOARD_SIZE)
-    with _step("pairs: Arrow table"):
-        game_of_row = np.repeat(np.arange(len(games), dtype=np.int32), lengths)
-        ids = pa.array(game_ids, pa.string()).take(pa.array(game_of_row, pa.int32()))
-        result.pairs = _raw_pairs_table(
-            boards, canon_moves, (plies % 2 + 1).astype(np.int8), plies, hashes, ids, source,
-            mover_results(np.asarray(bresults, np.float32)[game_of_row], plies))
-    return result
-
-
-def mover_results(bresults: np.ndarray, plies: np.ndarray) -> np.ndarray:
-    """float32 result of the player making each move (Black moves at even plies) from Black's
-    result of its game: 1 won, 0 lost, 0.5 draw, NaN unknown (what the value head learns)."""
-    b = np.asarray(bresults, np.float32)
-    return np.where(np.asarray(plies) % 2 == 0, b, np.float32(1) - b).astype(np.float32)
-
-
-def pairs_table(boards: np.ndarray, moves: np.ndarray, to_move: np.ndarray, plies: np.ndarray,
-                game_ids: list[str], source: str,
-                results: np.ndarray | None = None) -> pa.Table:
-    """Canonicalise raw pairs; one row per occurrence (count 1), not yet deduplicated."""
-    cb, cm, h = canonicalize(boards, moves, BOARD_SIZE)
-    return _raw_pairs_table(cb, cm, to_move, plies, h, pa.array(game_ids, pa.string()), source,
-                            results)
-
-
-def _binary_column(rows: np.ndarray) -> pa.ChunkedArray:
-    """A [n, width] byte matrix as a binary column wrapping its buffer (no copy per row)."""
-    rows = np.ascontiguousarray(rows).view(np.uint8)
-    n, width = rows.shape
-    per_chunk = max(1, _MAX_CHUNK_BYTES // max(width, 1))
-    chunks = []
-    for r0 in range(0, n, per_chunk):
-        part = rows[r0:r0 + per_chunk]
-        offsets = np.arange(0, (len(part) + 1) * width, width, dtype=np.int32)
-        chunks.append(pa.Array.from_buffers(
-            pa.binary(), len(part), [None, pa.py_buffer(offsets), pa.py_buffer(part)]))
-    return pa.chunked_array(chunks, pa.binary())
-
-
-def _raw_pairs_table(boards: np.ndarray, moves: np.ndarray, to_move: np.ndarray,
-                     plies: np.ndarray, hashes: np.ndarray, game_ids: pa.Array,
-                     source: str, results: np.ndarray | None = None) -> pa.Table:
-    n = len(moves)
-    if results is None:
-        results = np.full(n, np.nan, np.float32)
-    return pa.table({
-        "board": _binary_column(boards),
-        "move": pa.array(moves, pa.int16()),
-        "board_size": pa.array(np.full(n, BOARD_SIZE, np.int8)),
-        "to_move": pa.array(np.asarray(to_move).astype(np.int8)),
-        "ply": pa.array(np.asarray(plies).astype(np.int16)),
-        "count": pa.array(np.ones(n, np.int32)),
-        "position_hash": pa.array(hashes, pa.uint64()),
-        "result": pa.array(np.asarray(results, np.float32), pa.float32()),
-        "game_id": game_ids,
-        "source": pa.repeat(pa.scalar(source, pa.string()), n),
-    })
 
 
 def deduplicate(tables: list[pa.Table]) -> pa.Table:
@@ -224,19 +62,19 @@ def deduplicate(tables: list[pa.Table]) -> pa.Table:
     the ingest, and grouping by hash would split such a pair across groups.
     """
     table = pa.concat_tables(tables)
-    with _step("dedup: board matrix"):
+    with step_times.step("dedup: board matrix"):
         boards = _FixedRows.of(table)
     if boards is None:
         raise ValueError("deduplicate: not a pair table (the columns, types, fixed-width "
                          "boards and no nulls source_pairs gives)")
     n = table.num_rows
-    with _step("dedup: sort by (split, hash, move)"):
+    with step_times.step("dedup: sort by (split, hash, move)"):
         hashes = _numpy(table["position_hash"], np.uint64)
         moves = _numpy(table["move"], np.int16)
         # the shards' order: by split (a function of the hash), then (hash, move)
         row_splits = split_codes(hashes)
         order, same = _sort_pairs(hashes, moves, row_splits)
-    with _step("dedup: compare boards"):
+    with step_times.step("dedup: compare boards"):
         # rows next to an equal key, each read once: neighbour pairs (p, p + 1) with
         # same[p] must hold equal boards, else the run is regrouped by board bytes
         involved = np.flatnonzero(np.r_[same, False] | np.r_[False, same])
@@ -255,7 +93,7 @@ def deduplicate(tables: list[pa.Table]) -> pa.Table:
         del buffer, scratch
         if differ:  # equal keys, different boards: regroup those runs by (hash, board bytes)
             _regroup_by_board(boards, hashes, order, same, np.concatenate(differ))
-    with _step("dedup: reduce groups + split"):
+    with step_times.step("dedup: reduce groups + split"):
         starts = np.flatnonzero(np.r_[True, ~same]) if n else np.zeros(0, np.int64)
         del same
         # each group's first row, groups in (split, hash, move, board) order
@@ -288,16 +126,16 @@ def deduplicate(tables: list[pa.Table]) -> pa.Table:
         if "result" in table.column_names:
             columns["result"] = pa.array(_group_mean_known(
                 _numpy(table["result"], np.float32), order, starts), pa.float32())
-    with _step("dedup: min game_id / source"):
+    with step_times.step("dedup: min game_id / source"):
         columns["game_id"] = _group_min_string(table["game_id"], order, starts)
         columns["source"] = _group_min_string(table["source"], order, starts)
-    with _step("dedup: unique boards"):
+    with step_times.step("dedup: unique boards"):
         unique_boards, fingerprints = _gather_rows(boards, first)
-    with _step("dedup: check no pair in two groups"):
+    with step_times.step("dedup: check no pair in two groups"):
         if not _all_different(unique_boards, columns["move"].to_numpy(), fingerprints):
             raise ValueError("deduplicate: one (board, move) under several position hashes "
                              "(the hash must be a function of the canonical board)")
-    columns["board"] = _binary_column(unique_boards)
+    columns["board"] = binary_column(unique_boards)
     names = ["board", "move", "board_size", "to_move", "ply", "count", "position_hash",
              "result", "game_id", "source", "split"]
     return pa.table({name: columns[name] for name in names if name in columns})

@@ -22,7 +22,7 @@ What the query does (every row of the intermediates is one occurrence of a canon
    function of its position (position hash) alone, so a position never sits in two of train,
    validation and test (no leakage, under any symmetry): a position that occurs at least
    `MIN_TRAIN_OCCURRENCES` times outside the held-out games (every move from it together)
-   goes to train, any other by its hash (`canonical.split_codes`: 5 % validation, 5 % test).
+   goes to train, any other by its hash (`splits.split_codes`: 5 % validation, 5 % test).
    Positions that recur across games (the empty board, common openings) are the ones the
    engine meets most: splitting them by hash alone sent each one wholesale to validation or
    test one time in ten, and the trained network never saw it (the empty board of the
@@ -50,7 +50,7 @@ from typing import NamedTuple
 
 import pyarrow as pa
 
-from services.dataset import canonical
+from services.dataset import splits
 from services.dataset.shards import (
     GAME_SPLIT,
     PACKED_BOARDS,
@@ -69,7 +69,7 @@ DEFAULT_MEMORY_LIMIT = "1GB"
 # rows per record batch fetched from DuckDB (Go: ~6 MB of packed boards; 4x as many rows
 # measured no cheaper)
 FETCH_ROWS = 1 << 14
-_MIX = 0x9E3779B97F4A7C15  # canonical.split_codes' multiplier: the same split per hash
+_MIX = 0x9E3779B97F4A7C15  # splits.split_codes' multiplier: the same split per hash
 _SPLIT_BITS = 24  # split_codes keeps the top 24 bits of the mixed hash
 
 
@@ -87,8 +87,8 @@ class BuildSettings:
 
 def _below(fraction: float) -> int:
     """The bound under which the top 24 bits of a mixed hash fall for `fraction` of hashes:
-    canonical.split_codes' own, so the SQL split of a hash is the one split_of gives."""
-    return int(canonical._below(fraction))
+    splits.split_codes' own, so the SQL split of a hash is the one split_of gives."""
+    return int(splits._below(fraction))
 
 
 def _mixed(expr: str) -> str:
@@ -113,9 +113,9 @@ def _sql_list(paths: Sequence[Path]) -> str:
 
 def _key_column(present: set[str]) -> str:
     """The board column the intermediates group and sort by: Go intermediates hold the
-    boards packed (`go_pairs.PACKED_BOARD`: equal and ordered exactly as the boards are),
+    boards packed (`go_replay.PACKED_BOARD`: equal and ordered exactly as the boards are),
     Gomoku ones the boards themselves. One dataset holds one game: not both."""
-    from services.dataset.go_pairs import PACKED_BOARD
+    from services.games.go_replay import PACKED_BOARD
 
     if PACKED_BOARD in present:
         if "board" in present:
@@ -404,10 +404,10 @@ def _merge_groups(rows: pa.Table) -> pa.Table:
 
 
 def _unpacked(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """`batch` with its packed Go boards (`go_pairs.pack_planes`) unpacked."""
+    """`batch` with its packed Go boards (`go_replay.pack_planes`) unpacked."""
     import numpy as np
 
-    from services.dataset.go_pairs import packed_width, unpack_planes
+    from services.games.go_replay import packed_width, unpack_planes
 
     n = batch.num_rows
     boards = batch.column(0)

@@ -75,7 +75,7 @@ OTHER_CODEC = "zstd"
 COMPRESSION = {"board": BOARD_CODEC, "other columns": OTHER_CODEC}
 # What the board column's bytes are (the manifest's writer.board_encoding). PLAIN: the int8
 # cells or compact planes themselves (Gomoku). PACKED: Go's compact planes packed
-# (`services.dataset.go_pairs.pack_planes`: each plane's cells as digits, 5 / 3 / 3 / 8 to a
+# (`services.games.go_replay.pack_planes`: each plane's cells as digits, 5 / 3 / 3 / 8 to a
 # byte, 361 bytes at 19x19 against 1,444), unpacked by the readers here and in the loader.
 # Why packed: the build sorts and merges packed boards anyway, and writing them as they are
 # spares unpacking (~0.5 CPU-s a million positions) and LZ4 of four times the bytes (~1 CPU-s);
@@ -506,7 +506,7 @@ def board_encoding(manifest: dict, where: Path | str = MANIFEST) -> str:
 def board_bytes(encoding: str, channels: int, size: int) -> int:
     """Bytes of one stored board: `channels` int8 planes of size x size, packed or not."""
     if encoding == PACKED_BOARDS:
-        from services.dataset.go_pairs import packed_width
+        from services.games.go_replay import packed_width
 
         return packed_width(size)
     return channels * size * size
@@ -518,7 +518,7 @@ def decoded_boards(stored: np.ndarray, encoding: str, size: int) -> np.ndarray:
     pool (reused from read to read rather than faulted in afresh), PLAIN ones as they are."""
     if encoding != PACKED_BOARDS:
         return stored
-    from services.dataset.go_pairs import unpack_planes
+    from services.games.go_replay import unpack_planes
 
     n = len(stored)
     width = COMPACT_CHANNELS * size * size
@@ -578,7 +578,7 @@ def read_split(dataset_dir: Path, split: str,
                            f"({encoding} {game} {size}x{size} boards)")
     stored = stored.reshape(table.num_rows, width)
     if encoding == PACKED_BOARDS:
-        from services.dataset.go_pairs import unpack_planes
+        from services.games.go_replay import unpack_planes
 
         boards = unpack_planes(stored, size).view(np.int8).reshape(shape)
     else:

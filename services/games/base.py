@@ -27,7 +27,7 @@ A `Position` is an immutable state with `game`, `size`, `to_move`, `moves`, `boa
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple, Protocol
@@ -147,6 +147,39 @@ class ModelIO:
         return f"int8 [N, {lead}S, S] with S in {sizes[0]}..{sizes[-1]}"
 
 
+def quarantine_row(source: str, record_id: str, reason: str, snippet: str = "") -> dict:
+    """One row of a dataset's quarantine table: a record not ingested (or kept with a note),
+    why, and the start of its moves."""
+    return {"source": source, "record_id": record_id, "reason": reason, "snippet": snippet[:200]}
+
+
+@dataclass
+class SourceResult:
+    """What replaying one source (a record file) produced: its raw pairs (when kept in memory;
+    a table of the intermediate layout) and the bookkeeping that must reconcile,
+    `read = ingested + quarantined`.
+
+    `notes`: games kept up to a point that also have a row in `quarantine` (by kind, the keys
+    of the game's `kept_notes`): they count as ingested, not as quarantined. `rows` and
+    `sha256` describe the intermediate file when the pairs were written instead of held."""
+
+    source: str
+    pairs: Any = None
+    quarantine: list[dict] = field(default_factory=list)
+    read: int = 0
+    ingested: int = 0
+    notes: dict[str, int] = field(default_factory=dict)
+    rows: int = 0
+    sha256: str = ""
+
+    @property
+    def quarantined(self) -> int:
+        return len(self.quarantine) - sum(self.notes.values())
+
+    def note(self, kind: str) -> None:
+        self.notes[kind] = self.notes.get(kind, 0) + 1
+
+
 class Game(ABC):
     """One board game, as every service sees it (see the module docstring)."""
 
@@ -172,6 +205,9 @@ class Game(ABC):
     rule_names: ClassVar[tuple[str, ...]] = ()  # rule options a request may name, default first
     default_komi: ClassVar[float | None] = None  # None: the game has no komi
     sgf_game_type: ClassVar[str] = "1"  # its SGF GM[] value (1: Go stones)
+    # games the replay keeps up to a point with a note in the quarantine table, by kind:
+    # {kind: the note's reason prefix} (`SourceResult.notes`; the ingest's counts name them)
+    kept_notes: ClassVar[dict[str, str]] = {}
 
     # ---- shapes -------------------------------------------------------------------------
     def policy_size(self, size: int | None = None) -> int:
@@ -341,6 +377,18 @@ class Game(ABC):
         """The text of `write_record`'s file for `suffix` (one of `written_formats`);
         `komi` for a game that has one (None: its default)."""
         raise ValueError(f"{self.title} games have no {suffix} writer")
+
+    def replay_source(self, path: Path, result: SourceResult, *,
+                      board_size: int | None = None, packed: bool = True) -> Iterator[Any]:
+        """The raw training pairs of every game in the record file `path` (one of
+        `record_formats`), replayed under the rules: pyarrow tables of the intermediate
+        layout (the shards' columns but `split`, one row per occurrence, each board in its
+        canonical symmetry image), a batch at a time, at least one (empty when no game gave a
+        pair). Records read, ingested and quarantined (with reasons) are counted into
+        `result` on the way. `board_size`: the only size kept (others quarantined; None: the
+        game's sizes); `packed`: boards as the shards store them (the game's packed encoding,
+        where it has one) rather than as network inputs."""
+        raise NotImplementedError(f"{self.title} has no record replay")
 
     # ---- new positions and the rollout smoke test ----------------------------------------
     @abstractmethod

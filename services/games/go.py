@@ -50,6 +50,12 @@ from services.coords import gtp_name as point_name
 from services.games.ascii_board import board_from_ascii
 from services.games.go_scan import group_liberties, legal_points, neighbour_table
 
+GAME_NAME = "go"  # the name services.games.go_game registers these rules' Game under
+# A game replayed into training pairs that hits an illegal move keeps its pairs before it: its
+# note in the quarantine table starts with TRUNCATED, and the ingest counts such games under
+# TRUNCATED_NOTE.
+TRUNCATED = "cut short by an illegal move: "
+TRUNCATED_NOTE = "truncated"
 EMPTY, BLACK, WHITE = 0, 1, 2
 MIN_SIZE, MAX_SIZE = 2, 25
 # Board sizes Go is *served* on (Triton's go_policy, the search service, `movepred gtp`): 9..19.

@@ -15,7 +15,7 @@ followed by a move resume play, set-up stones (via `GoState.add_stones`, so the 
 errors), and the same error strings. `game_compact` returns exactly what `replay` +
 `compact` build (tests/test_go_fast_replay.py compares them on the real archives). The
 kernel's state set-up and move step (`start_state`, `play`) also drive the replay that packs
-canonical images for the Parquet intermediates (`services.dataset.go_pairs.game_packed_pairs`).
+canonical images for the Parquet intermediates (`services.games.go_replay.game_packed_pairs`).
 """
 
 from __future__ import annotations

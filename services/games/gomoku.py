@@ -103,6 +103,13 @@ class IllegalMove(ValueError):
     """A move that the rules do not allow; the message says why."""
 
 
+# A renju game replayed into training pairs ends before a forbidden black move (the player lost
+# by it; records keep it): the game's note in the quarantine table starts with this, and the
+# ingest counts such games under CUT_NOTE.
+FORBIDDEN_CUT = "cut at a forbidden move: "
+CUT_NOTE = "cut_at_forbidden"
+
+
 class ForbiddenMove(IllegalMove):
     """A black move on a renju forbidden point. Apart from other illegal moves because a
     record may hold one (a player who lost by it): the game is valid up to that move."""

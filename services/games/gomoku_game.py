@@ -9,8 +9,9 @@ blocks) and the tree cache's key.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -25,12 +26,15 @@ from services.games.base import (
     InvalidRequest,
     Position,
     RequestTooLarge,
+    SourceResult,
     setup_points,
 )
 from services.games.gomoku import (
     BLACK,
+    CUT_NOTE,
     DEFAULT_SIZE,
     EMPTY,
+    FORBIDDEN_CUT,
     FOUR_SUM,
     GAME_NAME,
     WHITE,
@@ -90,6 +94,20 @@ class GomokuGame(Game):
     stages = (10, 100)  # 10-move bands, every ply past 100 in one
     rule_names = tuple(r.value for r in Rule)  # freestyle (the default), standard, renju
     sgf_game_type = "4"
+    # renju games cut at a forbidden black move
+    kept_notes: ClassVar[dict[str, str]] = {CUT_NOTE: FORBIDDEN_CUT}
+
+    def replay_source(self, path: Path, result: SourceResult, *,
+                      board_size: int | None = None, packed: bool = True) -> Iterator[Any]:
+        """A RenjuNet file's games replayed, each under its own rule (renju unless the record
+        names a Gomoku one): `services.games.gomoku_replay`. Boards are stored as they are
+        (no packed encoding); every record is 15x15."""
+        from services.games import gomoku_replay  # pyarrow: ingest only, not the rules
+
+        if board_size not in (None, DEFAULT_SIZE):
+            raise ValueError(f"{self.title} records are {DEFAULT_SIZE}x{DEFAULT_SIZE}, "
+                             f"not {board_size}x{board_size}")
+        return gomoku_replay.replay_source(Path(path), result)
 
     def expand_planes(self, boards):
         """[N, S, S] cells -> black, white and empty one-hot planes (`encoding`)."""

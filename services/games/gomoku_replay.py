@@ -20,17 +20,35 @@ pairs end. Only the games that fail the test (a handful in real data) are handed
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
+from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
-from services.games.gomoku import BLACK, WHITE, ForbiddenMove, GomokuState, IllegalMove, Rule
+from services.games.base import SourceResult, quarantine_row
+from services.games.canonical import canonical_pairs, canonicalize
+from services.games.gomoku import (  # FORBIDDEN_CUT: what the notes of cut games start with
+    BLACK,
+    CUT_NOTE,
+    DEFAULT_SIZE,
+    FORBIDDEN_CUT,
+    WHITE,
+    ForbiddenMove,
+    GomokuState,
+    IllegalMove,
+    Rule,
+    game_rule,
+)
 from services.games.renju import first_forbidden_games
+from services.records.rif import Rejected, RifGame, read_rif
+from services.step_times import step
 
-# how the note of a game cut at a forbidden move starts (its quarantine-table reason)
-FORBIDDEN_CUT = "cut at a forbidden move: "
+BOARD_SIZE = DEFAULT_SIZE  # RenjuNet records: Gomoku/Renju on 15x15
+# rows of one board column chunk: its int32 offsets must stay below 2**31 bytes
+_MAX_CHUNK_BYTES = 2**31 - 1
 # moves per block of whole games in suspect_games: its scratch arrays stay small (in cache)
 _SUSPECT_MOVES = 1 << 15
 
@@ -214,3 +232,131 @@ def _has_five(rows: np.ndarray) -> np.ndarray:
     falling = lines[0] & (lines[1] << 1) & (lines[2] << 2) & (lines[3] << 3) & (lines[4] << 4)
     found |= (vertical | rising | falling).any(axis=(1, 2))
     return found
+
+
+def _move_snippet(moves) -> str:
+    return " ".join(str(m) for m in moves[:40])
+
+
+def source_pairs(source: str, records: Iterable[RifGame | Rejected]) -> SourceResult:
+    """Every record's raw canonical pairs (one row per occurrence, the intermediate layout
+    without the `rule` column) and the source's bookkeeping, replayed together as one batch
+    (`replay_games`, `canonical_pairs`): rejected records and refused games quarantined in
+    record order, renju games cut at a forbidden move kept with a `cut_at_forbidden` note."""
+    result = SourceResult(source=source, pairs=pa.table({}))
+    games: list[tuple[int, ...]] = []
+    game_ids: list[str] = []
+    bresults: list[float] = []  # Black's result per game, NaN unknown
+    rules: list[Rule] = []  # each game's own (renju: forbidden moves end it)
+    rejected_before: list[int] = []  # per game: quarantine rows of earlier Rejected records
+    with step("pairs: collect records"):
+        for record in records:
+            result.read += 1
+            if isinstance(record, Rejected):
+                result.quarantine.append(
+                    quarantine_row(source, record.record_id, record.reason, record.snippet))
+                continue
+            games.append(record.moves)
+            game_ids.append(record.game_id)
+            bresults.append(np.nan if record.bresult is None else record.bresult)
+            rules.append(game_rule(record.rule))
+            rejected_before.append(len(result.quarantine))
+    with step("pairs: replay (legality)"):
+        replayed = replay_games(games, BOARD_SIZE, rules)
+    ok = np.fromiter((e is None for e in replayed.errors), dtype=bool, count=len(games))
+    noted = [g for g, c in enumerate(replayed.cuts) if c is not None]
+    if noted:
+        result.notes[CUT_NOTE] = len(noted)
+    if not ok.all() or noted:  # quarantine rows in record order, as one by one gives them
+        rejected, merged, done = result.quarantine, [], 0
+        for g in sorted([*np.flatnonzero(~ok).tolist(), *noted]):
+            merged.extend(rejected[done:rejected_before[g]])
+            done = rejected_before[g]
+            merged.append(quarantine_row(source, game_ids[g],
+                                         replayed.errors[g] or replayed.cuts[g],
+                                         _move_snippet(games[g])))
+        result.quarantine = merged + rejected[done:]
+    result.ingested = int(ok.sum())
+    if ok.all():
+        lengths, moves = replayed.legal, replayed.moves
+    else:
+        lengths = np.where(ok, replayed.legal, 0)
+        moves = replayed.moves[np.repeat(ok, replayed.legal)]
+    plies = game_plies(lengths)
+    with step("pairs: hash + canonical boards"):
+        boards, canon_moves, hashes = canonical_pairs(moves, lengths, BOARD_SIZE)
+    with step("pairs: Arrow table"):
+        game_of_row = np.repeat(np.arange(len(games), dtype=np.int32), lengths)
+        ids = pa.array(game_ids, pa.string()).take(pa.array(game_of_row, pa.int32()))
+        result.pairs = _raw_pairs_table(
+            boards, canon_moves, (plies % 2 + 1).astype(np.int8), plies, hashes, ids, source,
+            mover_results(np.asarray(bresults, np.float32)[game_of_row], plies))
+    return result
+
+
+def mover_results(bresults: np.ndarray, plies: np.ndarray) -> np.ndarray:
+    """float32 result of the player making each move (Black moves at even plies) from Black's
+    result of its game: 1 won, 0 lost, 0.5 draw, NaN unknown (what the value head learns)."""
+    b = np.asarray(bresults, np.float32)
+    return np.where(np.asarray(plies) % 2 == 0, b, np.float32(1) - b).astype(np.float32)
+
+
+def pairs_table(boards: np.ndarray, moves: np.ndarray, to_move: np.ndarray, plies: np.ndarray,
+                game_ids: list[str], source: str,
+                results: np.ndarray | None = None) -> pa.Table:
+    """Canonicalise raw pairs; one row per occurrence (count 1), not yet deduplicated."""
+    cb, cm, h = canonicalize(boards, moves, BOARD_SIZE)
+    return _raw_pairs_table(cb, cm, to_move, plies, h, pa.array(game_ids, pa.string()), source,
+                            results)
+
+
+def binary_column(rows: np.ndarray) -> pa.ChunkedArray:
+    """A [n, width] byte matrix as a binary column wrapping its buffer (no copy per row)."""
+    rows = np.ascontiguousarray(rows).view(np.uint8)
+    n, width = rows.shape
+    per_chunk = max(1, _MAX_CHUNK_BYTES // max(width, 1))
+    chunks = []
+    for r0 in range(0, n, per_chunk):
+        part = rows[r0:r0 + per_chunk]
+        offsets = np.arange(0, (len(part) + 1) * width, width, dtype=np.int32)
+        chunks.append(pa.Array.from_buffers(
+            pa.binary(), len(part), [None, pa.py_buffer(offsets), pa.py_buffer(part)]))
+    return pa.chunked_array(chunks, pa.binary())
+
+
+def _raw_pairs_table(boards: np.ndarray, moves: np.ndarray, to_move: np.ndarray,
+                     plies: np.ndarray, hashes: np.ndarray, game_ids: pa.Array,
+                     source: str, results: np.ndarray | None = None) -> pa.Table:
+    n = len(moves)
+    if results is None:
+        results = np.full(n, np.nan, np.float32)
+    return pa.table({
+        "board": binary_column(boards),
+        "move": pa.array(moves, pa.int16()),
+        "board_size": pa.array(np.full(n, BOARD_SIZE, np.int8)),
+        "to_move": pa.array(np.asarray(to_move).astype(np.int8)),
+        "ply": pa.array(np.asarray(plies).astype(np.int16)),
+        "count": pa.array(np.ones(n, np.int32)),
+        "position_hash": pa.array(hashes, pa.uint64()),
+        "result": pa.array(np.asarray(results, np.float32), pa.float32()),
+        "game_id": game_ids,
+        "source": pa.repeat(pa.scalar(source, pa.string()), n),
+    })
+
+def replay_source(path: Path, result: SourceResult) -> Iterator[pa.Table]:
+    """`GomokuGame.replay_source`: a RenjuNet file's pairs (`source_pairs`) with each row's
+    rule name as the record gives it (the `rule` column), as one table."""
+    rules: dict[str, str] = {}
+
+    def records() -> Iterator[RifGame | Rejected]:
+        for record in read_rif(path, source=result.source):
+            if isinstance(record, RifGame):
+                rules[record.game_id] = record.rule
+            yield record
+
+    replayed = source_pairs(result.source, records())
+    for name in ("quarantine", "read", "ingested", "notes"):
+        setattr(result, name, getattr(replayed, name))
+    pairs = replayed.pairs
+    ids = pairs["game_id"].to_pylist() if pairs.num_rows else []
+    yield pairs.append_column("rule", pa.array([rules.get(i, "") for i in ids], pa.string()))

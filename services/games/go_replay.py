@@ -17,16 +17,18 @@ packs that image straight from the replay's board, so no position's planes are w
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 from numba import njit
 
-from services.dataset.canonical import frozen_point_table, split_of, symmetry_zobrist
-from services.games.go import BLACK, WHITE
+from services.games.base import SourceResult, quarantine_row
+from services.games.canonical import frozen_point_table, symmetry_zobrist
+from services.games.go import BLACK, GAME_NAME, TRUNCATED, TRUNCATED_NOTE, WHITE
 from services.games.go_fast import (
     LEGAL,
     OFF_BOARD_MOVE,
@@ -40,9 +42,12 @@ from services.games.go_fast import (
     start_state,
 )
 from services.games.go_features import COMPACT_CHANNELS, MAX_LIBERTIES, RECENT_MOVES
-from services.games.go_game import GO
 from services.games.symmetry import N_SYMMETRIES
-from services.records.sgf import SgfGame
+from services.records.sgf import SgfGame, SgfRejected, read_archive, read_sgf
+
+# rows of games canonicalised and tabled together: big enough that numpy and Arrow calls
+# are few, small enough (~12 MB of boards) that the memory is reused, not faulted in anew
+TABLE_ROWS = 1 << 13
 
 
 @dataclass(frozen=True)
@@ -630,7 +635,7 @@ def _pairs_columns(games: Sequence[GoPairs | PackedPairs], game_ids: Sequence[st
         pair_values = pa.array([r for g in games for r in g.rank_pair], pa.string())
         ranks = pair_values.take(2 * game_of_row + (to_move == WHITE))
     return pa.table({
-        "game": pa.array([GO.name], pa.string()).take(np.zeros(n, np.int32)),
+        "game": pa.array([GAME_NAME], pa.string()).take(np.zeros(n, np.int32)),
         "rule": pa.array(list(rules), pa.string()).take(game_of_row),
         "board_size": pa.array(np.full(n, size, np.int8)),
         board_name: board,
@@ -657,7 +662,87 @@ def fixed_binary(rows: np.ndarray) -> pa.Array:
                                                   pa.py_buffer(rows.reshape(-1))])
 
 
+def replay_source(path: Path, result: SourceResult, board_size: int | None,
+                  packed: bool) -> Iterator[pa.Table]:
+    """`GoGame.replay_source`: tables of the ingested games' pairs (boards packed or not,
+    `pairs_tables`), in record order, at least one; read / ingested / quarantine / truncated
+    counted into `result` on the way.
+
+    Bookkeeping: a record the reader rejects (`SgfRejected`) and a game of another board size
+    than `board_size` is quarantined (one quarantine row, reason and snippet); a game whose
+    replay hits an illegal move keeps the pairs before that move and counts as ingested, with
+    a `TRUNCATED` note in the quarantine table."""
+    name = result.source
+    replay = game_packed_pairs if packed else game_pairs
+    batch: list[tuple[GoPairs | PackedPairs, str, str]] = []  # games tabled together (speed)
+    held = 0
+    yielded = False
+    for record in _records(path):
+        result.read += 1
+        rid = _record_id(record, name)
+        if isinstance(record, SgfRejected):
+            result.quarantine.append(quarantine_row(name, rid, record.reason, record.snippet))
+            continue
+        if board_size is not None and record.size != board_size:
+            result.quarantine.append(quarantine_row(
+                name, rid, f"board size {record.size} (this dataset holds "
+                f"{board_size}x{board_size} games)", _moves_snippet(record, record.size)))
+            continue
+        try:
+            pairs = replay(record)
+        except Exception as exc:  # a record the replay cannot handle at all
+            result.quarantine.append(quarantine_row(
+                name, rid, f"replay failed: {exc}", _moves_snippet(record, record.size)))
+            continue
+        result.ingested += 1
+        if pairs.error is not None:
+            result.note(TRUNCATED_NOTE)
+            result.quarantine.append(quarantine_row(
+                name, rid, f"{TRUNCATED}{pairs.error} (pairs kept up to move "
+                f"{len(pairs.moves)})", _moves_snippet(record, record.size)))
+        if len(pairs.moves):
+            batch.append((pairs, f"{record.source}#{record.game_index}", record.rules))
+            held += len(pairs.moves)
+            if held >= TABLE_ROWS:
+                yield _batch_table(batch, name, packed)
+                yielded = True
+                batch, held = [], 0
+    if batch or not yielded:
+        yield _batch_table(batch, name, packed)
+
+
+def _records(path: Path) -> Iterable[SgfGame | SgfRejected]:
+    if path.name.lower().endswith(".sgf"):
+        return read_sgf(path)
+    return read_archive(path)
+
+
+def _record_id(record: SgfGame | SgfRejected, name: str) -> str:
+    """'game N', prefixed with the archive member when the record comes from one."""
+    own = record.record_id if isinstance(record, SgfRejected) else f"game {record.game_index}"
+    member = record.source.split(":", 1)[1] if record.source.startswith(name + ":") else ""
+    return f"{member}: {own}" if member else own
+
+
+def _moves_snippet(game: SgfGame, size: int) -> str:
+    out = []
+    for color, point in game.moves[:40]:
+        where = "pass" if point is None else f"{point % size},{point // size}"
+        out.append(f"{'BW'[color - 1]}[{where}]")
+    return " ".join(out)
+
+
+def _batch_table(batch: list[tuple[GoPairs | PackedPairs, str, str]], name: str,
+                 packed: bool) -> pa.Table:
+    if not batch:
+        return pairs_tables([], [], name, [], packed)
+    games, ids, rules = zip(*batch, strict=True)
+    if packed:  # replayed straight into canonical packed images (`game_packed_pairs`)
+        return packed_pairs_tables(games, ids, name, rules)
+    return pairs_tables(games, ids, name, rules)
+
+
 __all__ = ["PACKED_BOARD", "GoPairs", "PackedPairs", "board_image_hashes", "canonicalize",
            "canonicalize_packed", "fixed_binary", "game_packed_pairs", "game_pairs",
            "pack_planes", "packed_pairs_tables", "packed_width", "pairs_of", "pairs_table",
-           "pairs_tables", "split_of", "unpack_planes"]
+           "pairs_tables", "replay_source", "unpack_planes"]

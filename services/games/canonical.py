@@ -17,7 +17,6 @@ tests/reference_impls.py holds the plain 8-full-boards implementation; `canonica
 
 from __future__ import annotations
 
-import math
 from functools import cache
 from itertools import pairwise
 
@@ -27,7 +26,6 @@ import pyarrow as pa
 from services.games.symmetry import N_SYMMETRIES, point_table
 
 ZOBRIST_SEED = 20160101  # fixed forever: changing it changes every hash and split
-SPLIT_NAMES = ("train", "validation", "test")  # split_codes' code -> name
 _NO_MOVE = np.iinfo(np.int32).max
 # rows per block in canonical_pairs: its scratch arrays (8 B per stone on each row's board)
 # and the block's boards stay in cache; 2**15 measured fastest, 2**18 a third slower
@@ -186,35 +184,3 @@ def _canonical_block(moves: np.ndarray, lengths: np.ndarray, size: int, boards: 
         target = np.repeat(row_base, count)
         target += np.take(flat_moves, lookup, mode="clip")
         flat_boards[target] = parity + 1
-
-
-def split_codes(position_hash: np.ndarray, validation: float = 0.05,
-                test: float = 0.05) -> np.ndarray:
-    """int8 index into SPLIT_NAMES of each position hash (the split `split_of` names)."""
-    # Mix the bits again so the split does not depend on the low bits of one Zobrist key.
-    if isinstance(position_hash, np.ndarray) and position_hash.dtype == np.uint64:
-        mixed = np.multiply(position_hash, np.uint64(0x9E3779B97F4A7C15),
-                            out=empty_array(len(position_hash), np.uint64))
-    else:
-        mixed = position_hash * np.uint64(0x9E3779B97F4A7C15)
-    mixed >>= np.uint64(40)
-    # u = mixed / 2**24 in [0, 1) decides; u < fraction exactly when mixed < _below(fraction)
-    codes = np.zeros(len(position_hash), dtype=np.int8)
-    codes[mixed < _below(validation + test)] = 1
-    codes[mixed < _below(test)] = 2
-    return codes
-
-
-def _below(fraction: float) -> np.uint64:
-    """The integer bound b with (m / 2**24 < fraction) == (m < b) for integers 0 <= m < 2**24
-    (the scaling by 2**24 is exact, and m < x == m < ceil(x) for an integer m)."""
-    limit = float(fraction) * float(1 << 24)
-    if not limit > 0:  # (NaN too)
-        return np.uint64(0)
-    return np.uint64(min(math.ceil(limit), 1 << 24)) if limit < 1 << 24 else np.uint64(1 << 24)
-
-
-def split_of(position_hash: np.ndarray, validation: float = 0.05, test: float = 0.05) -> np.ndarray:
-    """Deterministic split from the position hash: 'train', 'validation' or 'test'."""
-    names = np.array(SPLIT_NAMES, dtype=object)
-    return names[split_codes(position_hash, validation, test)]
