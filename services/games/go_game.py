@@ -27,8 +27,9 @@ game); this module adds the bookkeeping and `GoGame`, what the services ask of G
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from functools import cache
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar
 
@@ -46,6 +47,7 @@ from services.games.base import (
     InvalidRequest,
     Position,
     RequestTooLarge,
+    SourceResult,
     setup_points,
 )
 from services.games.go import (
@@ -227,7 +229,7 @@ MAX_GO_MOVES = 4 * GO_MAX_SIZE * GO_MAX_SIZE  # moves of a request, whatever the
 
 
 class GoGame(Game):
-    name = "go"
+    name = go.GAME_NAME
     title = "Go"
     proto_game = search_pb2.GO
     default_size = GO_SIZE
@@ -239,6 +241,8 @@ class GoGame(Game):
     default_model = "go_policy"
     default_config = "go_res_b2c32_v"
     record_formats = (".sgf", *ARCHIVE_SUFFIXES)  # SGF files and archives of them
+    # games cut short by an illegal move keep their pairs up to it, with a note
+    kept_notes: ClassVar[dict[str, str]] = {go.TRUNCATED_NOTE: go.TRUNCATED}
     written_formats = (".sgf",)
     stages = (50, 300)  # Go games run to 200-300 moves
     default_komi = DEFAULT_KOMI
@@ -299,6 +303,15 @@ class GoGame(Game):
         """The board with GTP letters (`GoState.ascii`)."""
         s: Any = state
         return s.state.ascii()
+
+    def replay_source(self, path: Path, result: SourceResult, *,
+                      board_size: int | None = None, packed: bool = True) -> Iterator[Any]:
+        """SGF files and archives of them, each game replayed under Go's rules into compact
+        planes seen from the mover, packed (`go_replay.pack_planes`) as the shards store them
+        unless `packed` is False: `services.games.go_replay`."""
+        from services.games import go_replay  # pyarrow: ingest only, not the rules
+
+        return go_replay.replay_source(Path(path), result, board_size, packed)
 
     def expand_planes(self, boards):
         """[N, 4, S, S] compact planes -> the 17 float planes (`go_planes`)."""
