@@ -74,7 +74,7 @@ from services.dataset.shards import (  # noqa: E402
     write_quarantine,
     write_split_shards,
 )
-from services.games import gomoku_replay  # noqa: E402
+from services.games import gomoku_replay, pair_tables  # noqa: E402
 from services.records import rif  # noqa: E402
 from services.records.rif import RifGame, read_rif  # noqa: E402
 from tests.reference_impls import deduplicate_reference, source_pairs_reference  # noqa: E402
@@ -211,7 +211,7 @@ def synthetic_pairs(rows: int, seed: int = 0, chunk_rows: int = ROW_GROUP_ROWS) 
         boards = np.zeros((n, cells), np.int8)
         boards[e, (base[p][e] + i * step[p][e]) % cells] = i % 2 + 1
         chunks.append(pa.table({
-            "board": gomoku_replay.binary_column(boards).chunk(0),
+            "board": pair_tables.binary_column(boards).chunk(0),
             "move": pa.array(move[r0:r0 + n], pa.int16()),
             "board_size": pa.array(np.full(n, SIZE, np.int8)),
             "to_move": pa.array((k % 2 + 1).astype(np.int8)),

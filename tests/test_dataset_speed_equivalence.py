@@ -23,7 +23,7 @@ from services.dataset import build, splits
 from services.dataset.build import deduplicate
 from services.dataset.shards import SPLITS, split_parts, write_split_shards
 from services.dataset.splits import split_codes, split_of
-from services.games import canonical, gomoku_replay
+from services.games import canonical, pair_tables
 from services.games.canonical import canonical_pairs, canonicalize, zobrist_table
 from services.games.gomoku import Rule
 from services.games.gomoku_replay import pairs_table, replay, replay_games, source_pairs
@@ -230,7 +230,7 @@ def test_pairs_table_matches_reference() -> None:
     args = (np.concatenate([r.boards for r in reps]), np.concatenate([r.moves for r in reps]),
             np.concatenate([r.to_move for r in reps]), np.concatenate([r.plies for r in reps]),
             [f"g{i}" for i, r in enumerate(reps) for _ in r.moves], "s")
-    results = gomoku_replay.mover_results(
+    results = pair_tables.mover_results(
         np.concatenate([np.full(len(r.moves), g.bresult, np.float32)
                         for g, r in zip(records, reps, strict=True)]), args[3])
     assert pairs_table(*args, results).equals(pairs_table_reference(*args, results))

@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 from services import step_times
 from services.dataset.splits import SPLIT_NAMES, split_codes
 from services.games.canonical import empty_array
-from services.games.gomoku_replay import binary_column
+from services.games.pair_tables import binary_column
 
 # deduplicate's scratch, in boards: rows gathered per step from a chunked board column
 _TAKE_ROWS = 1 << 18

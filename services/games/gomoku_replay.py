@@ -28,8 +28,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from services.games import pair_tables
 from services.games.base import SourceResult, quarantine_row
-from services.games.canonical import canonical_pairs, canonicalize
+from services.games.canonical import canonical_pairs
 from services.games.gomoku import (  # FORBIDDEN_CUT: what the notes of cut games start with
     BLACK,
     CUT_NOTE,
@@ -42,13 +43,12 @@ from services.games.gomoku import (  # FORBIDDEN_CUT: what the notes of cut game
     Rule,
     game_rule,
 )
+from services.games.pair_tables import mover_results, raw_pairs_table
 from services.games.renju import first_forbidden_games
 from services.records.rif import Rejected, RifGame, read_rif
 from services.step_times import step
 
 BOARD_SIZE = DEFAULT_SIZE  # RenjuNet records: Gomoku/Renju on 15x15
-# rows of one board column chunk: its int32 offsets must stay below 2**31 bytes
-_MAX_CHUNK_BYTES = 2**31 - 1
 # moves per block of whole games in suspect_games: its scratch arrays stay small (in cache)
 _SUSPECT_MOVES = 1 << 15
 
@@ -288,60 +288,19 @@ def source_pairs(source: str, records: Iterable[RifGame | Rejected]) -> SourceRe
     with step("pairs: Arrow table"):
         game_of_row = np.repeat(np.arange(len(games), dtype=np.int32), lengths)
         ids = pa.array(game_ids, pa.string()).take(pa.array(game_of_row, pa.int32()))
-        result.pairs = _raw_pairs_table(
+        result.pairs = raw_pairs_table(
             boards, canon_moves, (plies % 2 + 1).astype(np.int8), plies, hashes, ids, source,
-            mover_results(np.asarray(bresults, np.float32)[game_of_row], plies))
+            mover_results(np.asarray(bresults, np.float32)[game_of_row], plies), BOARD_SIZE)
     return result
-
-
-def mover_results(bresults: np.ndarray, plies: np.ndarray) -> np.ndarray:
-    """float32 result of the player making each move (Black moves at even plies) from Black's
-    result of its game: 1 won, 0 lost, 0.5 draw, NaN unknown (what the value head learns)."""
-    b = np.asarray(bresults, np.float32)
-    return np.where(np.asarray(plies) % 2 == 0, b, np.float32(1) - b).astype(np.float32)
 
 
 def pairs_table(boards: np.ndarray, moves: np.ndarray, to_move: np.ndarray, plies: np.ndarray,
                 game_ids: list[str], source: str,
                 results: np.ndarray | None = None) -> pa.Table:
-    """Canonicalise raw pairs; one row per occurrence (count 1), not yet deduplicated."""
-    cb, cm, h = canonicalize(boards, moves, BOARD_SIZE)
-    return _raw_pairs_table(cb, cm, to_move, plies, h, pa.array(game_ids, pa.string()), source,
-                            results)
+    """Canonical raw pairs of 15x15 boards (`pair_tables.pairs_table`)."""
+    return pair_tables.pairs_table(boards, moves, to_move, plies, game_ids, source, results,
+                                   size=BOARD_SIZE)
 
-
-def binary_column(rows: np.ndarray) -> pa.ChunkedArray:
-    """A [n, width] byte matrix as a binary column wrapping its buffer (no copy per row)."""
-    rows = np.ascontiguousarray(rows).view(np.uint8)
-    n, width = rows.shape
-    per_chunk = max(1, _MAX_CHUNK_BYTES // max(width, 1))
-    chunks = []
-    for r0 in range(0, n, per_chunk):
-        part = rows[r0:r0 + per_chunk]
-        offsets = np.arange(0, (len(part) + 1) * width, width, dtype=np.int32)
-        chunks.append(pa.Array.from_buffers(
-            pa.binary(), len(part), [None, pa.py_buffer(offsets), pa.py_buffer(part)]))
-    return pa.chunked_array(chunks, pa.binary())
-
-
-def _raw_pairs_table(boards: np.ndarray, moves: np.ndarray, to_move: np.ndarray,
-                     plies: np.ndarray, hashes: np.ndarray, game_ids: pa.Array,
-                     source: str, results: np.ndarray | None = None) -> pa.Table:
-    n = len(moves)
-    if results is None:
-        results = np.full(n, np.nan, np.float32)
-    return pa.table({
-        "board": binary_column(boards),
-        "move": pa.array(moves, pa.int16()),
-        "board_size": pa.array(np.full(n, BOARD_SIZE, np.int8)),
-        "to_move": pa.array(np.asarray(to_move).astype(np.int8)),
-        "ply": pa.array(np.asarray(plies).astype(np.int16)),
-        "count": pa.array(np.ones(n, np.int32)),
-        "position_hash": pa.array(hashes, pa.uint64()),
-        "result": pa.array(np.asarray(results, np.float32), pa.float32()),
-        "game_id": game_ids,
-        "source": pa.repeat(pa.scalar(source, pa.string()), n),
-    })
 
 def replay_source(path: Path, result: SourceResult) -> Iterator[pa.Table]:
     """`GomokuGame.replay_source`: a RenjuNet file's pairs (`source_pairs`) with each row's
