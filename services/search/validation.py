@@ -52,6 +52,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from services.api.movepred.v1 import search_pb2
+from services.defaults import MAX_BATCH_BOARDS
 from services.games.base import Game, InvalidRequest, Position, RequestTooLarge
 from services.games.registry import (
     UnknownGame,
@@ -72,7 +73,7 @@ MAX_VISITS = 100_000
 MAX_TIME_MS = 60_000
 DEFAULT_CANDIDATES = 5
 DEFAULT_REPORT_EVERY = 100
-MAX_POSITIONS = 256  # Predict positions per request: one Triton batch (max_batch_size 256)
+MAX_POSITIONS = MAX_BATCH_BOARDS  # Predict positions per request: one Triton batch
 # Replay work of one request, in moves (set-up stones count as moves). Measured on the 2-core
 # machine: a Gomoku move 3.5 us (freestyle, the fast path) to 15 us (replayed one by one), a Go
 # move about 18 us, a renju move about 45 us (`Game.replay_cost`); so 16,384 moves cost at most
