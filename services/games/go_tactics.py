@@ -52,7 +52,9 @@ from services.games.go_scan import neighbour_table
 CAPTURE_SIZE, SELF_ATARI_SIZE, LIBERTIES_AFTER, LADDER_CAPTURE, LADDER_ESCAPE, SENSIBLE = range(6)
 TACTICAL_CHANNELS = 6
 MAX_COUNT = 7  # the cap of the three counts
-MAX_LADDER_PLAYS = 200  # stones one ladder read may place
+# stones one ladder read may place, its branches included: every read of the 14.8k positions of
+# the KGS dev archive's 19x19 games ends within 300 (`benchmarks/go_tactics.py` checks this)
+MAX_LADDER_PLAYS = 1000
 CAPTURED, ESCAPED, UNKNOWN = 0, 1, 2  # a ladder read's verdicts (on the prey)
 SUICIDE = -2  # what `_play` answers for a move without a liberty
 
@@ -254,7 +256,7 @@ def _read(cells, nbrs, prey, prey_to_move, ko, max_plays, work):
     one of the ataris catches it). `ko`: the point the side to move may not retake (-1: none).
     A depth-first search with its frames in `work` (numba cannot cache a recursive kernel)."""
     (boards, tries, kind, first, count, next_try, verdict, kos, mark, clock, stack, stones,
-     scratch) = work
+     scratch) = work[:13]
     colour = cells[prey]
     boards[0, :] = cells
     kind[0] = 1 if prey_to_move else 0
@@ -327,12 +329,11 @@ def _read(cells, nbrs, prey, prey_to_move, ko, max_plays, work):
 
 # ---- one position -----------------------------------------------------------------------------
 @kernel
-def _groups(cells, nbrs, label, gsize, gfirst, members, libstart, libs):
+def _groups(cells, nbrs, label, gsize, gfirst, members, libstart, libs, mark, clock):
     """Label every group: `label[p]` its id (-1 on empty points), `gsize` its stones,
     `members[gfirst[g]:gfirst[g] + gsize[g]]` the stones, `libs[libstart[g]:libstart[g + 1]]`
     its distinct liberties. Returns the number of groups."""
     n = cells.shape[0]
-    mark = np.zeros(n, np.int32)
     for p in range(n):
         label[p] = -1
     groups = 0
@@ -345,7 +346,8 @@ def _groups(cells, nbrs, label, gsize, gfirst, members, libstart, libs):
             continue
         g = groups
         groups += 1
-        tick = g + 1
+        clock[0] += 1
+        tick = clock[0]
         label[start] = g
         gfirst[g] = used
         members[used] = start
@@ -402,17 +404,12 @@ def _position(cells, ko, nbrs, size, max_plays, work, out):
     `work`: the ladder reader's arrays (`_work`)."""
     n = cells.shape[0]
     mark, clock, stack, scratch = work[8], work[9], work[10], work[12]
-    label = np.empty(n, np.int64)
-    gsize = np.zeros(n, np.int64)
-    gfirst = np.zeros(n, np.int64)
-    members = np.empty(n, np.int64)
-    libstart = np.zeros(n + 1, np.int64)
-    libs = np.empty(4 * n, np.int64)
-    groups = _groups(cells, nbrs, label, gsize, gfirst, members, libstart, libs)
+    label, gsize, gfirst, members, libstart, libs, legal = work[13:]
+    groups = _groups(cells, nbrs, label, gsize, gfirst, members, libstart, libs, mark, clock)
     tick = clock[0]
     own = np.empty(4, np.int64)
     taken = np.empty(4, np.int64)
-    legal = np.zeros(n, np.bool_)
+    legal[:] = False
     for p in range(n):
         if cells[p] != 0 or ko[p] != 0:
             continue
@@ -444,11 +441,6 @@ def _position(cells, ko, nbrs, size, max_plays, work, out):
                 own[n_own] = g
                 n_own += 1
                 group_size += gsize[g]
-                for k in range(libstart[g], libstart[g + 1]):
-                    q2 = libs[k]
-                    if mark[q2] != tick:
-                        mark[q2] = tick
-                        liberties += 1
             elif libstart[g + 1] - libstart[g] == 1:  # an opponent group in atari: captured
                 seen = False
                 for k in range(n_taken):
@@ -459,10 +451,23 @@ def _position(cells, ko, nbrs, size, max_plays, work, out):
                 taken[n_taken] = g
                 n_taken += 1
                 captured += gsize[g]
+        # the liberties of the groups the stone joins, counted up to the cap (all that the
+        # channels need: a large group's liberties are not walked for every point it touches)
+        for o in range(n_own):
+            g = own[o]
+            for k in range(libstart[g], libstart[g + 1]):
+                if liberties >= MAX_COUNT:
+                    break
+                q2 = libs[k]
+                if mark[q2] != tick:
+                    mark[q2] = tick
+                    liberties += 1
         # captured stones next to the new group become its liberties
         for t in range(n_taken):
             g = taken[t]
             for k in range(gfirst[g], gfirst[g] + gsize[g]):
+                if liberties >= MAX_COUNT:
+                    break
                 s = members[k]
                 for j in range(4):
                     q = nbrs[s, j]
@@ -517,17 +522,22 @@ def _position(cells, ko, nbrs, size, max_plays, work, out):
 
 @kernel
 def _work(points, max_plays):
-    """The ladder reader's arrays: a board and a frame per depth (every frame but the first
-    follows a play), the tries of every open frame (at most a try per point, and the
-    extension, each), then `mark`, `clock`, `stack`, a group's stones and a scratch list
-    shared with the position's own walks."""
+    """The ladder reader's arrays: a board per depth (every frame but the first follows a
+    play), the tries of every open frame (at most one per point and the extension, each), a
+    frame's kind, first try, number of tries, next try, verdict so far and ko point per depth;
+    then `mark` and `clock` (the stamps of every walk), `stack`, a group's stones and a scratch
+    list, which the position's own walks share; then the position's groups (`_groups`: label,
+    size, first stone, stones, first liberty, liberties) and its legal points."""
     depth = max_plays + 2
-    return (np.zeros((depth, points), np.uint8), np.zeros(depth * (points + 1), np.int64),
-            np.zeros(depth, np.int64), np.zeros(depth, np.int64), np.zeros(depth, np.int64),
-            np.zeros(depth, np.int64), np.zeros(depth, np.int64), np.zeros(depth, np.int64),
+    return (np.empty((depth, points), np.uint8), np.empty(depth * (points + 1), np.int64),
+            np.empty(depth, np.int64), np.empty(depth, np.int64), np.empty(depth, np.int64),
+            np.empty(depth, np.int64), np.empty(depth, np.int64), np.empty(depth, np.int64),
             np.zeros(points, np.int64),
             np.zeros(1, np.int64), np.zeros(points, np.int64), np.zeros(points, np.int64),
-            np.zeros(3, np.int64))
+            np.zeros(3, np.int64),
+            np.empty(points, np.int64), np.empty(points, np.int64), np.empty(points, np.int64),
+            np.empty(points, np.int64), np.empty(points + 1, np.int64),
+            np.empty(4 * points, np.int64), np.empty(points, np.bool_))
 
 
 @kernel
