@@ -35,11 +35,12 @@ Ladders are read by the standard chase: the prey (a group in atari, to move) ext
 liberty or captures an adjacent chasing group in atari (either may save it); with three
 liberties it is out, with one it is caught, with two the hunter ataris it from one of the two
 liberties (both are tried, the one that leaves the prey's extension the fewer empty neighbours
-first), and so on. Simple ko holds in the read as `services.games.go` plays it (without it a
-capture and its retake would loop); the ko point of plane 3 bars the mover's first move. A
-read places at most `MAX_LADDER_PLAYS` stones (both sides, the branches tried included; a
-ladder from one corner of a 19x19 board to the other takes about 70); one that runs out proves
-nothing, so it sets neither ladder channel.
+first), and so on; the hunter only ataris, it never saves its own stones in atari (the read is
+a chase of ataris, nothing else). Simple ko holds in the read as `services.games.go` plays it
+(without it a capture and its retake would loop); the ko point of plane 3 bars the mover's
+first move. A read places at most `MAX_LADDER_PLAYS` stones (both sides, the branches tried
+included; a ladder from one corner of a 19x19 board to the other takes about 70); one that
+runs out proves nothing, so it sets neither ladder channel.
 """
 
 from __future__ import annotations
