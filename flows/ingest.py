@@ -79,8 +79,11 @@ INTERMEDIATE_VERSION = 2  # bump when the intermediate files' layout changes
 # the module that defines the read task: its import closure is the code that turns a source
 # into intermediates, and any change to it is a new cache key
 PIPELINE_ENTRY = "flows.ingest"
-# what a source file's name may end with: every registered game's record formats
-SOURCE_SUFFIXES = tuple(s for g in registered_games() for s in g.record_formats)
+def source_suffixes() -> tuple[str, ...]:
+    """What a source file's name may end with: every registered game's record formats."""
+    return tuple(s for g in registered_games() for s in g.record_formats)
+
+
 RETRIES = 3  # delays 1, 2, 4 s (+ up to 50 % jitter)
 DEFAULT_DASK_WORKERS = 2
 
@@ -188,13 +191,13 @@ def unknown_suffix_message(paths: list[str]) -> str:
     by_game = "; ".join(f"{g.title} {', '.join(g.record_formats)}"
                         for g in registered_games() if g.record_formats)
     return (f"unknown source file type: {', '.join(paths)}; accepted suffixes: "
-            f"{', '.join(SOURCE_SUFFIXES)} ({by_game})")
+            f"{', '.join(source_suffixes())} ({by_game})")
 
 
 def _resolve_sources(sources: list[str] | None) -> list[Path]:
     paths = sorted({Path(s).resolve() for s in (sources or DEFAULT_SOURCES)},
                    key=lambda p: (p.name, str(p)))
-    unknown = [str(p) for p in paths if not p.name.lower().endswith(SOURCE_SUFFIXES)]
+    unknown = [str(p) for p in paths if not p.name.lower().endswith(source_suffixes())]
     if unknown:  # before anything is read: an unknown file is never read as .rif
         raise ValueError(unknown_suffix_message(unknown))
     missing = [str(p) for p in paths if not p.is_file()]

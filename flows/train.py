@@ -12,7 +12,7 @@ written as PNG next to the checkpoint, embedded in the ``train-summary`` markdow
 attached as image artifacts ``train-curves`` and ``train-stages`` (Prefect's
 `create_image_artifact`, the image as a data URI, so it shows wherever the run folder is).
 
-The dataset's game (from its shards) picks the default model configuration (`DEFAULT_MODELS`)
+The dataset's game (from its shards) picks the default model configuration (`Game.default_config`)
 and model name (`gomoku_policy`, `go_policy`); a configuration of the other game is refused. A
 Go model goes through the same training, metrics (train / validation / test every epoch), gate
 and checked TorchScript export (on random Go planes and real validation positions). It is
@@ -60,13 +60,13 @@ from flows import announce_prefect_api, configure_logging
 from services import logs, settings
 from services.dataset.shards import GAME_SPLIT, read_manifest
 from services.defaults import MODEL_FILE, TRITON_URL
-from services.games.registry import default_game
+from services.games.registry import default_game, get_game, registered_games
 from services.models.configs import spec
 from services.repository import gate
 from services.settings import DEFAULT_DATASET, DEFAULT_REPOSITORY, DEFAULT_RUN_DIR
 from services.trainer import publish
 from services.trainer.plots import plot_curves, plot_stages
-from services.trainer.publish import MODEL_NAMES, check_gate, export_checked, unservable_reason
+from services.trainer.publish import check_gate, export_checked, unservable_reason
 from services.trainer.train import TrainConfig, TrainResult, check_run, train
 from services.triton.client import PolicyClient
 
@@ -235,8 +235,8 @@ def train_flow(
     """Train, gate, export, publish; returns the published version (or None) and metrics.
 
     `config`: every training setting (None: `TrainConfig()`'s defaults); its model, when it
-    names none, and `model_name` default to the dataset's game's (`DEFAULT_MODELS`,
-    `MODEL_NAMES`). A `triton_url` where no Triton answers does not fail the run: the version
+    names none, and `model_name` default to the dataset's game's (`Game.default_config`,
+    `Game.default_model`). A `triton_url` where no Triton answers does not fail the run: the version
     is published and the result's `served` is False with `next` saying what to run.
     """
     logger = get_run_logger()
@@ -244,7 +244,7 @@ def train_flow(
     config = check_run(dataset_dir, config or TrainConfig())  # before the task (no retry)
     game = spec(config.model).game  # the dataset's: check_run matched them
     model, device = config.model, config.device
-    model_name = model_name or MODEL_NAMES[game]
+    model_name = model_name or get_game(game).default_model
     out_dir = Path(run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     checkpoint = out_dir / "checkpoint.pt"
@@ -311,7 +311,8 @@ FLOW_FLAGS = (
     ("--run-dir", "run_dir", "checkpoint, plots and report.md"),
     ("--triton-url", "triton_url", "a running Triton to serve the new version (host:port)"),
     ("--model-name", "model_name",
-     f"model name to publish as (default by the dataset's game: {MODEL_NAMES})"),
+     "model name to publish as (default: the dataset's game's, e.g. "
+     + ", ".join(f"{g.name} {g.default_model}" for g in registered_games()) + ")"),
     ("--gate-tolerance", "gate_tolerance",
      "top-1 the new version may lose against the serving one"),
 )

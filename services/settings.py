@@ -28,16 +28,25 @@ MAX_INT32 = 2**31 - 1  # the largest count an API int32 field holds (protobuf re
 
 
 def setting(default: Any, help: str, *, flag: str | None = None,
-            choices: Iterable[Any] | None = None, cli: bool = True,
-            minimum: float | None = None, maximum: float | None = None) -> Any:
+            choices: Iterable[Any] | Callable[[], Iterable[Any]] | None = None,
+            cli: bool = True, minimum: float | None = None,
+            maximum: float | None = None) -> Any:
     """A dataclass field with its command-line description: `flag` (default ``--`` and the field
-    name with dashes), `choices`, the range a number must be in (`minimum`, `maximum`,
-    inclusive: the command line refuses others with a usage error), and `cli=False` for a field
-    no command line sets (one given by an object built elsewhere, or by another module's
-    flags)."""
+    name with dashes), `choices` (or a function giving them when asked: a registry that grows
+    after this module's import, as model configurations do), the range a number must be in
+    (`minimum`, `maximum`, inclusive: the command line refuses others with a usage error), and
+    `cli=False` for a field no command line sets (one given by an object built elsewhere, or
+    by another module's flags)."""
     return dataclasses.field(default=default, metadata={
-        "help": help, "flag": flag, "choices": tuple(choices) if choices is not None else None,
+        "help": help, "flag": flag,
+        "choices": choices if choices is None or callable(choices) else tuple(choices),
         "cli": cli, "minimum": minimum, "maximum": maximum})
+
+
+def choices_of(meta: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """A setting's choices now (a function of them is called)."""
+    choices = meta.get("choices")
+    return tuple(choices()) if callable(choices) else choices
 
 
 def port_setting(default: Any, help: str, **kwargs: Any) -> Any:
@@ -150,7 +159,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, *, prefix: str = "
             low, high = field.metadata.get("minimum"), field.metadata.get("maximum")
             options["type"] = kind if low is None and high is None else bounded(kind, low, high)
             if field.metadata.get("choices"):
-                options["choices"] = field.metadata["choices"]
+                options["choices"] = choices_of(field.metadata)
         group.add_argument(flag_of(field, prefix), **options)
     return group
 
@@ -183,7 +192,7 @@ def check_settings(obj: Any) -> None:
             problem = out_of_range(value, low, high)
             if problem:
                 problems.append(f"{field.name} {problem}, got {value!r}")
-        choices = meta.get("choices")
+        choices = choices_of(meta)
         if choices and value not in choices:
             problems.append(f"{field.name} must be one of {', '.join(map(str, choices))}, "
                             f"got {value!r}")

@@ -27,24 +27,10 @@ from services.search.client import SearchClient
 from services.search.server import build_service
 from services.triton.client import PolicyClient
 from services.triton.launcher import TritonServer
-from tests.tictactoe_game import CONFIG_PBTXT, TICTACTOE
+from tests.tictactoe_game import CONFIG_PBTXT, TICTACTOE, TinyTicTacToePolicy
 from tests.triton_fixtures import require_tritonserver, run_local, save_scripted
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-class TinyTicTacToePolicy(torch.nn.Module):
-    """int8 boards [N, 3, 3] -> logits [N, 9]: one-hot planes, a 3x3 and a 1x1 convolution."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 4, kernel_size=3, padding=1)
-        self.head = torch.nn.Conv2d(4, 1, kernel_size=1)
-
-    def forward(self, boards: torch.Tensor) -> torch.Tensor:
-        b = boards.long()
-        planes = torch.stack([b == 1, b == 2, b == 0], dim=1).float()
-        return self.head(torch.relu(self.conv(planes))).flatten(1)
 
 
 def _position(*moves: tuple[int, int]) -> search_pb2.Position:

@@ -422,7 +422,7 @@ def test_one_list_of_archive_suffixes() -> None:
     assert (".sgf", *ARCHIVE_SUFFIXES) == GO.record_formats
     assert GOMOKU.record_formats == RIF_SUFFIXES
     # what the flow accepts is what the registered games read
-    assert set(ingest_mod.SOURCE_SUFFIXES) == {*RIF_SUFFIXES, *GO.record_formats}
+    assert set(ingest_mod.source_suffixes()) == {*RIF_SUFFIXES, *GO.record_formats}
     for suffix in ARCHIVE_SUFFIXES:  # every archive the reader opens is a Go source
         assert ingest_mod.source_game(f"kgs-2024-01{suffix}") == "go"
     assert ingest_mod.source_game("renjunet.rif.gz") == "gomoku"

@@ -20,7 +20,7 @@ from services.games.registry import default_game, get_game, registered_games
 from services.search import server
 from services.search.server import ServiceConfig
 from services.trainer import distributed
-from services.trainer.train import DEFAULT_MODELS, TrainConfig
+from services.trainer.train import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -131,7 +131,7 @@ def test_the_flow_takes_the_config_and_its_deployment_passes_it_whole(tmp_path: 
 
 def test_the_model_default_is_the_dataset_games() -> None:
     assert TrainConfig().model is None
-    assert TrainConfig().for_game("go").model == DEFAULT_MODELS["go"]
+    assert TrainConfig().for_game("go").model == get_game("go").default_config
     assert TrainConfig(model="shao_f32_n2").for_game("go").model == "shao_f32_n2"
 
 

@@ -15,6 +15,7 @@ import torch
 from services.dataset.build import deduplicate
 from services.dataset.shards import SCHEMA_VERSION, SPLITS, atomic_write_json, write_split_shards
 from services.games.gomoku_replay import source_pairs
+from services.games.registry import get_game
 from services.records.rif import read_rif
 from services.trainer import train as trainer
 from services.trainer.train import CheckpointError, TrainConfig, train
@@ -77,11 +78,11 @@ def test_time_budget_is_not_stopped_by_the_default_step_count(
 
 
 def test_a_config_without_a_model_trains_the_games_default(dataset: Path) -> None:
-    """`TrainConfig().model` is None: the dataset's game picks it (`DEFAULT_MODELS`), as every
+    """`TrainConfig().model` is None: the dataset's game picks it (`Game.default_config`), as every
     command line and the train flow do; the result and its checkpoint name the model."""
     assert TrainConfig().model is None
     result = train(dataset, small(model=None, max_steps=2), progress=False)
-    assert result.config.model == trainer.DEFAULT_MODELS["gomoku"] == "shao_f32_n2_v"
+    assert result.config.model == get_game("gomoku").default_config == "shao_f32_n2_v"
     assert "value_mse" in result.metrics["validation"]  # the default has a value head
 
 

@@ -9,16 +9,33 @@ network input is the int8 board [3, 3] (0 empty, 1 X, 2 O), the policy has 9 ent
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import torch
 
 from services.api.movepred.v1 import search_pb2
-from services.games.base import BLACK, WHITE, Game, check_size, simple_position
+from services.games.base import (
+    BLACK,
+    WHITE,
+    Game,
+    SourceResult,
+    check_size,
+    quarantine_row,
+    simple_position,
+)
+from services.games.pair_tables import pairs_table
 from services.games.registry import register
 from services.games.triton_config import config_text
+from services.models.configs import ModelSpec, register_config
+from services.records.sgf import SgfRejected, read_sgf
 
 SIZE = 3
+RECORD_SUFFIX = ".ttt.sgf"  # SGF records of the game (longer than Go's .sgf, so they are ours)
+SGF_GAME_TYPES = frozenset({"40"})  # the GM[] value its records carry
 LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
 
 
@@ -75,6 +92,50 @@ class TicTacToe(Game):
     default_size = SIZE
     sizes = (SIZE,)
     default_model = "tictactoe_policy"
+    default_config = "tictactoe_tiny"  # registered below, beside the game
+    record_formats = (RECORD_SUFFIX,)
+
+    def replay_source(self, path: Path, result: SourceResult, *,
+                      board_size: int | None = None, packed: bool = True) -> Iterator[pa.Table]:
+        """SGF records (GM[40], SZ[3]) replayed by the rules: a record the reader rejects, of
+        another size or with an illegal move is quarantined; every position before a move is a
+        pair, with the mover's result from RE."""
+        boards, moves, to_move, plies, results, ids = [], [], [], [], [], []
+        for record in read_sgf(path, source=result.source, game_types=SGF_GAME_TYPES):
+            result.read += 1
+            if isinstance(record, SgfRejected):
+                result.quarantine.append(quarantine_row(result.source, record.record_id,
+                                                        record.reason, record.snippet))
+                continue
+            record_id = f"game {record.game_index}"
+            if record.size != SIZE:
+                result.quarantine.append(quarantine_row(result.source, record_id,
+                                                        f"board size {record.size}"))
+                continue
+            state, rows = self.start(), []
+            try:
+                for ply, (_, point) in enumerate(record.moves):
+                    rows.append((state.board.copy(), point, state.to_move, ply))
+                    state = state.play(point)
+            except (ValueError, TypeError, IndexError) as exc:
+                result.quarantine.append(quarantine_row(result.source, record_id,
+                                                        f"illegal move: {exc}"))
+                continue
+            result.ingested += 1
+            black = {BLACK: 1.0, WHITE: 0.0}.get(
+                record.winner, 0.5 if record.result_kind == "draw" else np.nan)
+            for board, point, mover, ply in rows:
+                boards.append(board)
+                moves.append(point)
+                to_move.append(mover)
+                plies.append(ply)
+                results.append(black if mover == BLACK else 1.0 - black)
+                ids.append(f"{result.source}#{record.game_index}")
+        yield pairs_table(np.array(boards, np.int8).reshape(-1, SIZE, SIZE),
+                          np.array(moves, np.int64), np.array(to_move, np.int8),
+                          np.array(plies, np.int64), ids, result.source,
+                          np.array(results, np.float32), size=SIZE).append_column(
+            "rule", pa.array([""] * len(ids), pa.string()))
 
     def start(self, size: int | None = None) -> TicTacToeState:
         return TicTacToeState()
@@ -93,6 +154,24 @@ class TicTacToe(Game):
 
 
 TICTACTOE = register(TicTacToe())
+
+
+class TinyTicTacToePolicy(torch.nn.Module):
+    """int8 boards [N, 3, 3] -> logits [N, 9]: one-hot planes, a 3x3 and a 1x1 convolution."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, kernel_size=3, padding=1)
+        self.head = torch.nn.Conv2d(8, 1, kernel_size=1)
+
+    def forward(self, boards: torch.Tensor) -> torch.Tensor:
+        b = boards.long()
+        planes = torch.stack([b == 1, b == 2, b == 0], dim=1).float()
+        return self.head(torch.relu(self.conv(planes))).flatten(1)
+
+
+# the game's network, registered beside it as every game's are
+register_config(TICTACTOE.default_config, ModelSpec(TICTACTOE.name, TinyTicTacToePolicy))
 # its Triton config, generated from its model I/O as every game's is: int8 boards [N, 3, 3] ->
 # logits [N, 9] and a value (NaN for a policy-only network)
 CONFIG_PBTXT = config_text(TICTACTOE, max_batch_size=64)

@@ -19,7 +19,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from services.dataset.shards import (
-    GAMES,
     PLAIN_BOARDS,
     SCHEMA_KEY,
     SCHEMA_VERSION,
@@ -27,6 +26,7 @@ from services.dataset.shards import (
     board_bytes,
     board_encoding,
     decoded_boards,
+    known_games,
     read_manifest,
 )
 from services.games.registry import default_game, get_game
@@ -44,7 +44,7 @@ class SplitPlan:
     unit_rows: np.ndarray  # int64 [units]
     unit_start: np.ndarray  # int64 [units]: id of the unit's first row (cumulative rows)
     board_size: int
-    game: str = DEFAULT_GAME  # a registered game name (shards.GAMES)
+    game: str = DEFAULT_GAME  # a registered game name (shards.known_games)
     # a unit that is a part of its row group (`split_for_ranks`): its first row inside the
     # group, and the group's rows; None: every unit is a whole row group
     unit_offset: np.ndarray | None = None
@@ -162,10 +162,10 @@ def plan_split(dataset_dir: Path, split: str) -> SplitPlan:
     if len(sizes) != 1:
         where = ", ".join(f"{s} in {p}" for s, p in sorted(sizes.items()))
         raise DatasetError(f"{manifest_path}: split {split!r} mixes board sizes ({where})")
-    if len(games) != 1 or not set(games) <= set(GAMES):
+    if len(games) != 1 or not set(games) <= set(known_games()):
         where = ", ".join(f"{g!r} in {p}" for g, p in sorted(games.items()))
         raise DatasetError(f"{manifest_path}: split {split!r} must hold one game of "
-                           f"{GAMES}, found {where}")
+                           f"{known_games()}, found {where}")
     game = next(iter(games))
     if manifest.get("game", game) != game:
         raise DatasetError(f"{manifest_path}: says game {manifest['game']!r}, but the shards "

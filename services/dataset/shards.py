@@ -91,7 +91,12 @@ _OWNED = re.compile(
     r"|^\..+\.tmp$"
 )
 
-GAMES = tuple(g.name for g in registered_games())  # the `game` column's values
+def known_games() -> tuple[str, ...]:
+    """The `game` column's values: every game registered now (one registered after this
+    module's import too)."""
+    return tuple(g.name for g in registered_games())
+
+
 GO_CHANNELS = COMPACT_CHANNELS
 
 PAIR_SCHEMA = pa.schema(
@@ -555,7 +560,7 @@ def read_split(dataset_dir: Path, split: str,
             continue
         games = pc.unique(part["game"]).to_pylist()
         sizes = pc.unique(part["board_size"]).to_pylist()
-        if len(games) != 1 or len(sizes) != 1 or games[0] not in GAMES:
+        if len(games) != 1 or len(sizes) != 1 or games[0] not in known_games():
             raise DatasetError(f"{path}: mixes games {games} / board sizes {sizes}; a split "
                                f"must hold one game and one board size")
         if kind is None:

@@ -31,7 +31,8 @@ def pairs_table(boards: np.ndarray, moves: np.ndarray, to_move: np.ndarray, plie
     """Raw pairs of S x S cell boards (int8, [n, S, S] or [n, S * S]) canonicalised
     (`services.games.canonical.canonicalize`); one row per occurrence (count 1), not yet
     deduplicated."""
-    cb, cm, h = canonicalize(boards, moves, size)
+    flat = np.asarray(boards).reshape(len(moves), size * size)
+    cb, cm, h = canonicalize(flat, moves, size)
     return raw_pairs_table(cb, cm, to_move, plies, h, pa.array(game_ids, pa.string()), source,
                            results, size)
 

@@ -94,12 +94,12 @@ def game_for_model(model_name: str) -> Game | None:
 
 
 def game_of_source(path: str) -> Game | None:
-    """The game whose record files (`Game.record_formats`) `path`'s suffix names."""
+    """The game whose record files (`Game.record_formats`) `path`'s suffix names: the longest
+    suffix that matches decides (a game may read `.ttt.sgf` files beside Go's `.sgf`)."""
     name = str(path).lower()
-    for game in registered_games():
-        if game.record_formats and name.endswith(game.record_formats):
-            return game
-    return None
+    matches = [(len(suffix), game) for game in registered_games()
+               for suffix in game.record_formats if name.endswith(suffix)]
+    return max(matches, key=lambda m: m[0])[1] if matches else None
 
 
 def default_game() -> Game:

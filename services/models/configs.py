@@ -89,6 +89,17 @@ CONFIGS: dict[str, ModelSpec] = {
     **_POLICIES, **{f"{name}_v": _POLICIES[name].with_value() for name in _WITH_VALUE}}
 
 
+def register_config(name: str, model: ModelSpec) -> ModelSpec:
+    """Add a named configuration (a game defined elsewhere brings its own networks: its
+    `Game.default_config` names one registered here). A name is registered once; the same
+    spec again is a no-op."""
+    known = CONFIGS.get(name)
+    if known is not None and known is not model:
+        raise ValueError(f"a model config named {name!r} is registered already")
+    CONFIGS[name] = model
+    return model
+
+
 def spec(name: str) -> ModelSpec:
     if name not in CONFIGS:
         raise ValueError(f"unknown model config {name!r}; known: {', '.join(sorted(CONFIGS))}")

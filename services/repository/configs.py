@@ -15,6 +15,7 @@ from typing import Any
 
 from services.atomic_files import atomic_path
 from services.games.registry import default_game, game_for_model
+from services.games.triton_config import config_text
 from services.repository.versions import DEFAULT_MODEL_NAME
 
 CONFIG_FILE = "config.pbtxt"
@@ -25,16 +26,23 @@ VALUE_NAME = "value"  # float32 [1] per board: the value head's, NaN without one
 
 
 def ensure_model_config(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> Path:
-    """``<repo>/<model>/config.pbtxt``, copied from the tracked ``model_repository`` if missing."""
+    """``<repo>/<model>/config.pbtxt``: when missing, copied from the tracked
+    ``model_repository``, else generated from the model's game (`Game.default_model`,
+    `services.games.triton_config`), so a game added later needs no committed config."""
     config = Path(repository) / model_name / CONFIG_FILE
     if config.is_file():
         return config
     template = CONFIG_TEMPLATES / model_name / CONFIG_FILE
-    if not template.is_file():
-        raise FileNotFoundError(f"{config} missing and there is no template at {template}")
+    game = game_for_model(model_name)
+    if not template.is_file() and game is None:
+        raise FileNotFoundError(f"{config} missing, there is no template at {template} and no "
+                                f"registered game serves a model named {model_name!r}")
     config.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(config) as tmp:
-        shutil.copyfile(template, tmp)
+        if template.is_file():
+            shutil.copyfile(template, tmp)
+        else:
+            Path(tmp).write_text(config_text(game), encoding="utf-8")
     return config
 
 

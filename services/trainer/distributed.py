@@ -40,9 +40,9 @@ from services.atomic_files import atomic_write_text
 from services.dataset.loader import dataset_game
 from services.dataset.shards import DatasetError, manifest_sha256
 from services.defaults import MODEL_FILE
+from services.games.registry import get_game
 from services.repository import gate
 from services.trainer.publish import (
-    MODEL_NAMES,
     check_gate,
     export_and_publish,
     export_checked,
@@ -132,7 +132,7 @@ def publish_version(result: TrainResult, dataset_dir: Path, repository: str,
     """The train flow's gate and publication (no rollout: `movepred rollout` does that), run
     by rank 0 outside a Prefect flow. With `run_dir`, a model this run dir published already
     (the same step, dataset, repository and name: `PUBLISHED`) is not published again."""
-    name = model_name or MODEL_NAMES[result.metrics["game"]]
+    name = model_name or get_game(result.metrics["game"]).default_model
     what = {"step": result.metrics["steps"], "dataset_manifest_sha256":
             manifest_sha256(dataset_dir), "repository": str(Path(repository).resolve()),
             "model_name": name}

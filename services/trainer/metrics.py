@@ -2,7 +2,7 @@
 
 Occupied points are masked out before ranking, so a prediction is always a legal move (Go: a
 pass, the last logit, is never masked; ko and suicide are not masked either). Stages are each
-game's buckets of the ply (`Game.stages`, in `STAGES`): Gomoku 10-move buckets (0-9, 10-19,
+game's buckets of the ply (`Game.stages`): Gomoku 10-move buckets (0-9, 10-19,
 ...) with every ply past 100 in one bucket; Go games run to 200-300 moves, so Go uses 50-move
 buckets with every ply past 300 in one. A model with a value head is also scored on the rows
 whose game result is known: `value_mse` (against +1 won / -1 lost / 0 drawn for the mover) and
@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from services.games.base import Game
-from services.games.registry import get_game, registered_games
+from services.games.registry import get_game
 from services.models.value import split_outputs, value_target
 
 STAGE_WIDTH = 10
@@ -27,7 +27,6 @@ LAST_STAGE = 100  # plies >= 100 share one bucket
 # (bucket width, first ply of the last open-ended bucket) per game
 
 # (bucket width, first ply of the last open-ended bucket) per game: each game's `Game.stages`
-STAGES: dict[str, tuple[int, int]] = {g.name: g.stages for g in registered_games()}
 
 
 def stage_labels(width: int = STAGE_WIDTH, last: int = LAST_STAGE) -> list[str]:
@@ -62,7 +61,7 @@ def evaluate(model: nn.Module, boards: np.ndarray, moves: np.ndarray, device: st
              game: Game | str) -> dict:
     """Metrics of `model` (int8 boards -> logits, or (logits, value)) on one split of `game`'s
     positions (a `Game` or its name: its inputs say where the stones are); `stages` =
-    (bucket width, last bucket's first ply) of the by-stage top-1 (see `STAGES`); `results`
+    (bucket width, last bucket's first ply) of the by-stage top-1 (see `Game.stages`); `results`
     (the movers' results, NaN unknown) score a value head.
 
     `reduce`: the rows given are this rank's share of the split (`rank_share`) and every rank
@@ -173,6 +172,6 @@ def evaluate_dataset(model: nn.Module, dataset_dir: Path | str, device: str = "c
                 continue
             boards, moves, plies, results = read_split(Path(dataset_dir), split, results=True)
             out[split] = evaluate(model, boards, moves, device, plies=plies,
-                                  stages=STAGES[manifest.get("game")], results=results,
+                                  stages=get_game(manifest.get("game")).stages, results=results,
                                   game=manifest.get("game"))
     return out

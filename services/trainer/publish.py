@@ -20,7 +20,8 @@ import numpy as np
 from services.dataset.loader import dataset_game
 from services.dataset.shards import read_split
 from services.defaults import MODEL_FILE
-from services.games.registry import get_game, registered_games
+from services.games.registry import game_for_model, get_game
+from services.games.triton_config import io_dims
 from services.models.export import export_torchscript
 from services.repository import gate
 from services.repository.configs import config_file, config_io, dims_accept
@@ -33,8 +34,6 @@ from services.repository.versions import version_dir
 from services.trainer.metrics import evaluate
 from services.trainer.train import TrainResult
 
-# the Triton model each game publishes as (its `Game.default_model`)
-MODEL_NAMES = {g.name: g.default_model for g in registered_games()}
 SMOKE_ROWS = 256  # validation positions stored with a version for the rollout's smoke test
 CHECK_ROWS = 64  # real validation positions the export check runs on, next to random ones
 
@@ -60,19 +59,24 @@ def check_gate(metrics: dict, repository: Path, model_name: str, dataset_dir: Pa
 
 def unservable_reason(repository: str, model_name: str, dataset_dir: str) -> str | None:
     """Why a model of this dataset cannot be published as `model_name`, or None if it can:
-    there must be a config.pbtxt (the repository's, else the tracked template) whose input
-    dims take the dataset's board shape ([s, s] Gomoku cells, [4, s, s] Go planes; a -1 dim,
+    there must be a config.pbtxt (the repository's, else the tracked template, else the one
+    the model's game generates, which publishing writes) whose input dims take the dataset's
+    board shape ([s, s] Gomoku cells, [4, s, s] Go planes; a -1 dim,
     as in the tracked go_policy config, takes any size)."""
     game, size = dataset_game(dataset_dir, "train")
     shape = list(get_game(game).input_shape(size))
     config = config_file(Path(repository), model_name)
-    if config is None:
-        return (f"no Triton config.pbtxt for {model_name!r} in {repository} or the tracked "
-                "templates")
-    io = config_io(config)
-    dims = list(io[0]) if io is not None else None
+    if config is None:  # publishing writes the config its game generates, if it has one
+        served = game_for_model(model_name)
+        if served is None:
+            return (f"no Triton config.pbtxt for {model_name!r} in {repository} or the tracked "
+                    "templates, and no registered game serves that model")
+        where, dims = f"the config {served.title} generates", list(io_dims(served)[0])
+    else:
+        io = config_io(config)
+        where, dims = str(config), (list(io[0]) if io is not None else None)
     if dims is None or not dims_accept(dims, shape):  # -1: any size
-        return f"{config} takes input dims {dims}, this {game} dataset's boards are {shape}"
+        return f"{where} takes input dims {dims}, this {game} dataset's boards are {shape}"
     return None
 
 

@@ -56,7 +56,7 @@ from services.games.registry import get_game, registered_games
 from services.models.configs import CONFIGS, build, spec
 from services.models.value import split_outputs, value_target
 from services.settings import check_settings, setting
-from services.trainer.metrics import STAGES, evaluate, rank_share
+from services.trainer.metrics import evaluate, rank_share
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,6 @@ DEFAULT_MAX_STEPS = 2000
 DEFAULT_THREADS = 1
 # model configuration by the dataset's game when none is named (`model` None): small, with a
 # value head
-DEFAULT_MODELS = {g.name: g.default_config for g in registered_games()}
 # seconds between two progress lines in the log (and at each epoch's evaluation)
 PROGRESS_EVERY_S = 30.0
 
@@ -83,8 +82,8 @@ class TrainConfig:
 
     model: str | None = setting(
         None, "model config (services/models/configs.py; default by the dataset's game: "
-              f"{', '.join(f'{g} {m}' for g, m in DEFAULT_MODELS.items())})",
-        choices=sorted(CONFIGS))
+              f"{', '.join(f'{g.name} {g.default_config}' for g in registered_games())})",
+        choices=lambda: sorted(CONFIGS))
     batch_size: int = setting(
         32, "rows a step (in a distributed run the global batch, split evenly over the ranks)",
         minimum=1)
@@ -145,9 +144,9 @@ class TrainConfig:
         return self.max_steps
 
     def for_game(self, game: str) -> TrainConfig:
-        """This configuration with its model named: the game's default (`DEFAULT_MODELS`) when
+        """This configuration with its model named: the game's default config when
         none is."""
-        return self if self.model else replace(self, model=DEFAULT_MODELS[game])
+        return self if self.model else replace(self, model=get_game(game).default_config)
 
 
 @dataclass
@@ -413,7 +412,7 @@ class _Run:
         self.held_out, self.checkpoint, self.rank, self.world = held_out, checkpoint, rank, world
         self.limit = config.step_limit()
         self.has_value = spec(config.model).value
-        self.stages = STAGES[stream.game]
+        self.stages = get_game(stream.game).stages
         self.model, self.optimizer, self.scheduler = make_model(config)
         # DDP averages the gradients over the ranks during backward (and starts every rank from
         # rank 0's weights); evaluation and checkpoints use the bare model, whose state_dict
@@ -706,7 +705,7 @@ def check_run(dataset_dir: str | Path, config: TrainConfig) -> TrainConfig:
 def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
           checkpoint: Path | None = None) -> TrainResult:
     """Train per `config`; with `checkpoint`, resume from it if present and keep it updated.
-    A config naming no model trains the dataset's game's default (`DEFAULT_MODELS`); the
+    A config naming no model trains the dataset's game's default (`Game.default_config`); the
     result's config names it.
 
     With `progress`, the run logs (INFO, logger ``services.trainer.train``) its budgets and
