@@ -35,7 +35,7 @@ from services.games.go_game import GO
 from services.games.symmetry import N_SYMMETRIES, point_table
 from services.models.configs import build
 from services.models.export import check_inputs, export_torchscript
-from services.trainer.metrics import STAGES, stage_labels
+from services.trainer.metrics import stage_labels
 from services.trainer.train import GameMismatchError, TrainConfig, train
 from tests.conftest import SHARED_DATA, split_rows
 
@@ -320,7 +320,7 @@ def test_go_training_reports_every_split_each_epoch_and_exports(go_dataset: Path
             assert {"loss", "top1", "top5", "n"} <= set(epoch[split]), split
             assert 0 <= epoch[split]["top1"] <= epoch[split]["top5"] <= 1
     assert m["test"] == result.history[-1]["test"]  # final figures = last evaluation
-    assert set(m["validation"]["top1_by_stage"]) <= set(stage_labels(*STAGES["go"]))
+    assert set(m["validation"]["top1_by_stage"]) <= set(stage_labels(*GO.stages))
     # random legal games: any legal point is as likely as any other (~1/50), a trained
     # network still learns that the move's point is empty and ply-dependent passes
     assert m["validation"]["loss"] < np.log(PASS + 1)
