@@ -188,10 +188,10 @@ def source_game(path: str | Path) -> str:
 
 
 def unknown_suffix_message(paths: list[str]) -> str:
-    by_game = "; ".join(f"{g.title} {', '.join(g.record_formats)}"
-                        for g in registered_games() if g.record_formats)
+    games = sorted((g for g in registered_games() if g.record_formats), key=lambda g: g.name)
+    by_game = "; ".join(f"{g.title} {', '.join(g.record_formats)}" for g in games)
     return (f"unknown source file type: {', '.join(paths)}; accepted suffixes: "
-            f"{', '.join(source_suffixes())} ({by_game})")
+            f"{', '.join(sorted(source_suffixes()))} ({by_game})")
 
 
 def _resolve_sources(sources: list[str] | None) -> list[Path]:
@@ -431,9 +431,10 @@ def main(argv: list[str] | None = None) -> dict:
     logs.add_arguments(parser)
     args = parser.parse_args(argv)
     try:  # the flow checks them too; here a bad list is a usage error before Prefect starts
-        _resolve_sources(args.sources or None)
+        paths = _resolve_sources(args.sources or None)
     except (ValueError, FileNotFoundError) as exc:
         parser.error(str(exc))
+    kept_notes = get_game(source_game(paths[0])).kept_notes
     configure_logging(args)
     workers = args.dask_workers or (DEFAULT_DASK_WORKERS if args.dask else 0)
     # `python -m flows.ingest` runs this file as __main__: take the flow from the importable
@@ -451,7 +452,6 @@ def main(argv: list[str] | None = None) -> dict:
         # Dask's connect timeout (distributed.comm.timeouts.connect, 30 s) passed: one line
         parser.exit(1, f"error: no Dask scheduler at {args.dask_address}: {exc}\n")
     print(f"{manifest['rows']} unique pairs -> {args.out}  splits: {manifest['splits']}")
-    kept_notes = get_game(manifest["game"]).kept_notes
     for row in manifest["counts"]:
         print(f"  {row['source']}: read {row['read']} = ingested {row['ingested']} "
               f"+ quarantined {row['quarantined']}"

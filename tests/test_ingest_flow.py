@@ -25,6 +25,7 @@ from flows.schedules import DEFAULT_CRON, nightly_deployment
 from services import atomic_files
 from services.dataset import shards
 from services.dataset.shards import read_manifest, read_split
+from services.games import gomoku_replay
 from services.games.gomoku_replay import FORBIDDEN_CUT
 from services.import_closure import import_closure
 from services.records.rif import RIF_SUFFIXES, RifGame, read_rif
@@ -106,15 +107,15 @@ def test_rerun_changes_nothing_and_reads_no_source_again(tmp_path: Path, sources
     def no_reading(*args, **kwargs):
         raise AssertionError("an unchanged source was read again instead of the cache")
 
-    real = ingest_mod.source_pairs
-    monkeypatch.setattr(ingest_mod, "source_pairs", no_reading)
+    real = gomoku_replay.source_pairs  # what the Gomoku game's replay calls per source
+    monkeypatch.setattr(gomoku_replay, "source_pairs", no_reading)
     assert ingest(sources=list(reversed(sources)), out_dir=str(out)) == first
     assert {**stamps(out), **{f"work/{k}": v for k, v in stamps(work).items()}} == before
     assert {row["cached"] for row in json.loads(Artifact.get("ingest-counts").data)} == {"yes"}
 
     # a change to the pipeline's code is a new cache key: every source is read again
     read: list[str] = []
-    monkeypatch.setattr(ingest_mod, "source_pairs",
+    monkeypatch.setattr(gomoku_replay, "source_pairs",
                         lambda name, records: read.append(name) or real(name, records))
     monkeypatch.setattr(ingest_mod, "PIPELINE_VERSION", "changed")
     assert ingest(sources=list(sources), out_dir=str(out)) == first
@@ -166,7 +167,8 @@ def test_gomoku_rows_carry_the_schema_2_columns(tmp_path: Path) -> None:
     manifest = ingest(sources=[str(SAMPLE_RIF)], out_dir=str(out))
     assert manifest["schema_version"] == shards.SCHEMA_VERSION == 2
     assert manifest["game"] == "gomoku"
-    assert [c["truncated"] for c in manifest["counts"]] == [0]
+    assert [c["cut_at_forbidden"] for c in manifest["counts"]] == [0]
+    assert "truncated" not in manifest["counts"][0]  # the notes a Go replay keeps, not Gomoku's
     table = pa.concat_tables([pq.read_table(out / f["path"]) for f in manifest["files"]])
     assert table.schema.remove_metadata() == shards.PAIR_SCHEMA.remove_metadata()
     assert set(table["game"].to_pylist()) == {"gomoku"}
@@ -237,7 +239,7 @@ def test_a_failing_read_is_retried_with_backoff(tmp_path: Path, sources, monkeyp
     assert read_source.retries == 3
     assert read_source.retry_delay_seconds == [1, 2, 4]
     assert read_source.retry_jitter_factor == 0.5
-    real, calls = ingest_mod.source_pairs, []
+    real, calls = gomoku_replay.source_pairs, []
 
     def flaky(*args, **kwargs):
         calls.append(1)
@@ -245,7 +247,7 @@ def test_a_failing_read_is_retried_with_backoff(tmp_path: Path, sources, monkeyp
             raise OSError("transient read error")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(ingest_mod, "source_pairs", flaky)
+    monkeypatch.setattr(gomoku_replay, "source_pairs", flaky)
     manifest = ingest(sources=[sources[1]], out_dir=str(tmp_path / "ds"))
     assert len(calls) == 2 and manifest["rows"] > 0
 
@@ -391,9 +393,9 @@ def test_an_unknown_suffix_is_refused_before_anything_is_read(tmp_path: Path, mo
     def no_reading(*args, **kwargs):
         raise AssertionError("a file of an unknown type was read")
 
-    monkeypatch.setattr(ingest_mod, "read_rif", no_reading)
+    monkeypatch.setattr(gomoku_replay, "read_rif", no_reading)
     out = tmp_path / "ds"
-    accepted = r"accepted suffixes: \.rif, \.rif\.gz, \.sgf, \.tar\.gz, \.tgz"
+    accepted = r"accepted suffixes: [^;]*\.rif, \.rif\.gz, \.sgf, \.tar,"
     with pytest.raises(ValueError, match=rf"games\.txt; {accepted}"):
         ingest(sources=[str(odd), str(SAMPLE_RIF)], out_dir=str(out))
     with pytest.raises(SystemExit) as exited:
@@ -437,7 +439,7 @@ def _copy_code(dest: Path) -> Path:
 
 def test_cache_key_changes_with_any_module_the_read_task_imports(tmp_path: Path) -> None:
     closure = import_closure(ingest_mod.PIPELINE_ENTRY, ingest_mod.ROOT)
-    assert {"flows.ingest", "services.dataset.build", "services.games.go_replay",
+    assert {"flows.ingest", "services.dataset.sources", "services.games.go_replay",
             "services.games.go_fast", "services.games.renju", "services.records.reasons",
             "services.records.sgf"} <= set(closure)
     assert "services.search.server" not in closure
@@ -461,7 +463,7 @@ def test_import_closure_holds_every_project_module_the_import_loads() -> None:
     loaded = subprocess.run([sys.executable, "-c", script], cwd=ingest_mod.ROOT, check=True,
                             capture_output=True, text=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1"}).stdout.split()
-    assert "services.games.go_fast" in loaded
+    assert "services.dataset.sources" in loaded
     assert set(loaded) <= set(import_closure(ingest_mod.PIPELINE_ENTRY, ingest_mod.ROOT))
 
 
