@@ -12,22 +12,18 @@ random legal games, and the tactical answers below come from the search's exact 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
-import grpc
 import numpy as np
 import pytest
 
 from services.api.movepred.v1 import search_pb2
 from services.games.triton_config import config_text
 from services.search.client import SearchClient
-from services.search.server import build_service
 from services.trainer.train import TrainConfig
-from services.triton.client import PolicyClient
 from services.triton.launcher import TritonServer
 from tests.tictactoe_game import RECORD_SUFFIX, SIZE, TICTACTOE
-from tests.triton_fixtures import require_tritonserver
+from tests.triton_fixtures import game_search_service, require_tritonserver
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -97,26 +93,9 @@ def path_run(tmp_path_factory: pytest.TempPathFactory, prefect_harness) -> dict:
         second = train_flow(dataset_dir=str(dataset), repository=str(repository),
                             config=TRAINING, gate_tolerance=1.0, run_dir=str(work / "run2"),
                             triton_url=triton.grpc_url)
-        policy = PolicyClient(triton.grpc_url, game=TICTACTOE.name, timeout_s=10.0)
-        service = build_service({TICTACTOE.name: policy}).start()
-        target = f"127.0.0.1:{service.port}"
-        try:
-            with SearchClient(target) as client:  # until the model answers through the service
-                deadline = time.monotonic() + 60
-                while True:
-                    try:
-                        client.predict(_position(), timeout=5)
-                        break
-                    except grpc.RpcError:
-                        if time.monotonic() > deadline:
-                            raise
-                        time.sleep(0.2)
+        with game_search_service(triton.grpc_url, TICTACTOE, _position()) as target:
             yield {"manifest": manifest, "first": first, "second": second, "target": target,
                    "repository": repository, "dataset": dataset}
-        finally:
-            service.stop(0)
-            policy.close()
-
 
 def test_the_records_are_ingested_by_the_games_own_replay(path_run: dict) -> None:
     manifest = path_run["manifest"]

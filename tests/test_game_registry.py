@@ -11,7 +11,6 @@ outside that module and the config knows about tic-tac-toe. The last test reads 
 from __future__ import annotations
 
 import ast
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,11 +23,14 @@ from services.api.movepred.v1 import search_pb2
 from services.games.registry import get_game, registered_games
 from services.repository.publish import publish
 from services.search.client import SearchClient
-from services.search.server import build_service
-from services.triton.client import PolicyClient
 from services.triton.launcher import TritonServer
 from tests.tictactoe_game import CONFIG_PBTXT, TICTACTOE, TinyTicTacToePolicy
-from tests.triton_fixtures import require_tritonserver, run_local, save_scripted
+from tests.triton_fixtures import (
+    game_search_service,
+    require_tritonserver,
+    run_local,
+    save_scripted,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,26 +52,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     model_pt = save_scripted(TinyTicTacToePolicy(), root / "tictactoe.pt")
     publish(model_pt, repository, TICTACTOE.default_model)
     server = TritonServer(repository, log_path=root / "tritonserver.log", startup_timeout_s=60)
-    with server:
-        policy = PolicyClient(server.grpc_url, game=TICTACTOE.name, timeout_s=10.0)
-        service = build_service({TICTACTOE.name: policy}).start()
-        target = f"127.0.0.1:{service.port}"
-        try:
-            with SearchClient(target) as client:  # until the model answers through the service
-                deadline = time.monotonic() + 60
-                while True:
-                    try:
-                        client.predict(_position(), timeout=5)
-                        break
-                    except grpc.RpcError:
-                        if time.monotonic() > deadline:
-                            raise
-                        time.sleep(0.2)
-            yield target, model_pt
-        finally:
-            service.stop(0)
-            policy.close()
-
+    with server, game_search_service(server.grpc_url, TICTACTOE, _position()) as target:
+        yield target, model_pt
 
 def test_predict_answers_the_test_game_with_its_own_model(served: tuple[str, Path]) -> None:
     target, model_pt = served

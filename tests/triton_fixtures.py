@@ -15,8 +15,10 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -233,6 +235,37 @@ def make_repository(root: Path, model_name: str = MODEL_NAME) -> Path:
         TRACKED_REPOSITORY / model_name / "config.pbtxt", repository / model_name / "config.pbtxt"
     )
     return repository
+
+
+@contextmanager
+def game_search_service(grpc_url: str, game: Any, first: Any) -> Iterator[str]:
+    """The search service in this process serving `game` alone from the Triton at `grpc_url`,
+    once its model answers Predict for the request position `first` (a search_pb2.Position):
+    yields its target "127.0.0.1:port"."""
+    import grpc
+
+    from services.search.client import SearchClient
+    from services.search.server import build_service
+    from services.triton.client import PolicyClient
+
+    policy = PolicyClient(grpc_url, game=game.name, timeout_s=10.0)
+    service = build_service({game.name: policy}).start()
+    target = f"127.0.0.1:{service.port}"
+    try:
+        with SearchClient(target) as client:  # until the model answers through the service
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    client.predict(first, timeout=5)
+                    break
+                except grpc.RpcError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+        yield target
+    finally:
+        service.stop(0)
+        policy.close()
 
 
 @pytest.fixture(scope="module", name="service")
