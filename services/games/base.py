@@ -12,6 +12,9 @@ A `Game` answers:
 * shapes: `default_size` and `sizes` (the board sizes served), `policy_size(size)` (the
   points, plus the pass last when `has_pass`), `input_shape(size)` and `input_max_value` (the
   int8 network input of one position: the board [S, S], or [C, S, S] planes);
+* input encoders: `encoder_names()` (the inputs a network of the game may take, by name;
+  "basic", the input above, is what shards and requests hold), `encode_inputs` (stored basic
+  inputs -> an encoder's), `encoder_input_shape` and `encoder_max_value`;
 * names: `move_name` / `parse_move` in the game's notation (`services.coords`);
 * rules: `position_from_request` (a validated position from a search API `Position`),
   `expand` (what a search node is: terminal, a proven win, the moves to search),
@@ -38,6 +41,8 @@ from services import coords
 from services.api.movepred.v1 import search_pb2
 
 BLACK, WHITE = 1, 2  # the cell values of every game, and the API's Color values
+# the input encoder every game has: `Game.input_shape`, what shards and requests hold
+BASIC_ENCODER = "basic"
 COLOR_NAMES = {BLACK: "black", WHITE: "white"}
 
 
@@ -220,18 +225,54 @@ class Game(ABC):
         s = self.default_size if size is None else size
         return (self.input_planes, s, s) if self.input_planes else (s, s)
 
-    def random_inputs(self, n: int, size: int | None = None, seed: int = 0) -> np.ndarray:
+    def random_inputs(self, n: int, size: int | None = None, seed: int = 0,
+                      encoder: str = BASIC_ENCODER) -> np.ndarray:
         """`n` random network inputs (int8, `input_shape(size)`) within the input's value
-        range: what an exported network is checked on besides real positions."""
+        range: what an exported network is checked on besides real positions; for another of
+        `encoder_names()`, that encoder's input computed from them."""
         rng = np.random.default_rng(seed)
         shape = (n, *self.input_shape(size))
-        return rng.integers(0, self.input_max_value + 1, shape).astype(np.int8)
+        basic = rng.integers(0, self.input_max_value + 1, shape).astype(np.int8)
+        return basic if encoder == BASIC_ENCODER else self.encode_inputs(basic, encoder)
 
-    def model_io(self) -> ModelIO:
-        """The input/output of the game's Triton model."""
-        return ModelIO(self.name, self.input_shape(), self.policy_size(), self.input_max_value,
+    def model_io(self, encoder: str = BASIC_ENCODER) -> ModelIO:
+        """The input/output of the game's Triton model (of a model taking `encoder`)."""
+        return ModelIO(self.name, self.encoder_input_shape(encoder), self.policy_size(),
+                       self.encoder_max_value(encoder),
                        sizes=self.sizes if len(self.sizes) > 1 else (),
                        pass_move=self.has_pass)
+
+    # ---- input encoders: what a network takes, by name ----------------------------------
+    # A game may offer networks more than one input (Go: the basic planes, or those with
+    # tactical channels computed from them). Shards and requests hold the basic input; a
+    # model configuration names the encoder it was built for (`ModelSpec.encoder`), and the
+    # trainer, the export check and the publisher turn the stored inputs into that one here.
+    def encoder_names(self) -> tuple[str, ...]:
+        """The input encoders a network of this game may take, "basic" first."""
+        return (BASIC_ENCODER,)
+
+    def check_encoder(self, encoder: str) -> None:
+        """ValueError naming the game's encoders when `encoder` is not one of them."""
+        if encoder not in self.encoder_names():
+            raise ValueError(f"{self.title} has no input encoder {encoder!r} (encoders: "
+                             f"{', '.join(self.encoder_names())})")
+
+    def encode_inputs(self, compact: np.ndarray, encoder: str) -> np.ndarray:
+        """Basic int8 network inputs of a batch ([N, *input_shape], as shards store them) ->
+        the input of a network taking `encoder` ([N, *encoder_input_shape]); "basic" gives
+        `compact` itself. ValueError for a name not in `encoder_names()`."""
+        self.check_encoder(encoder)
+        return compact
+
+    def encoder_input_shape(self, encoder: str, size: int | None = None) -> tuple[int, ...]:
+        """One position's input to a network taking `encoder` (no batch dimension)."""
+        self.check_encoder(encoder)
+        return self.input_shape(size)
+
+    def encoder_max_value(self, encoder: str) -> int:
+        """The largest int8 value of `encoder`'s input."""
+        self.check_encoder(encoder)
+        return self.input_max_value
 
     def pass_move(self, size: int) -> int | None:
         """The policy index of the pass (the last entry), None for a game without one."""

@@ -40,6 +40,7 @@ from services.api.movepred.v1 import search_pb2
 from services.coords import VertexError  # noqa: F401 (what parse_vertex raises)
 from services.games import go, go_encoders, go_features
 from services.games.base import (
+    BASIC_ENCODER,
     COLOR_NAMES,
     BoardNotes,
     Expansion,
@@ -276,7 +277,7 @@ class GoGame(Game):
         return BoardNotes(captures=captures, result=result)
 
     def random_inputs(self, n: int, size: int | None = None, seed: int = 0,
-                      encoder: str = "basic") -> np.ndarray:
+                      encoder: str = BASIC_ENCODER) -> np.ndarray:
         """Random compact planes every feature plane is exercised by: stones 0..2, liberties
         1..4 on stones only, a few move ages 1..4, at most one ko point; for another of
         `encoders`, its input computed from those."""
@@ -290,7 +291,27 @@ class GoGame(Game):
         has_ko = rng.random(n) < 0.5
         ko[has_ko, rng.integers(0, s * s, int(has_ko.sum()))] = 1
         basic = np.stack([stones, libs, age, ko.reshape(n, s, s)], axis=1).astype(np.int8)
-        return basic if encoder == "basic" else self.encoders[encoder].compact_batch(basic)
+        return basic if encoder == BASIC_ENCODER else self.encode_inputs(basic, encoder)
+
+    def encoder_names(self) -> tuple[str, ...]:
+        return tuple(self.encoders)
+
+    def input_encoder(self, name: str) -> go_encoders.GoEncoder:
+        """The encoder called `name`; ValueError naming Go's encoders for another name."""
+        self.check_encoder(name)
+        return self.encoders[name]
+
+    def encode_inputs(self, compact: np.ndarray, encoder: str) -> np.ndarray:
+        """Basic compact planes int8 [N, 4, S, S] -> the encoder's int8 [N, C, S, S]
+        (`GoEncoder.compact_batch`: for "extended", the tactical channels computed from the
+        stones and ko planes)."""
+        return self.input_encoder(encoder).compact_batch(compact)
+
+    def encoder_input_shape(self, encoder: str, size: int | None = None) -> tuple[int, ...]:
+        return self.input_encoder(encoder).input_shape(size or self.default_size)
+
+    def encoder_max_value(self, encoder: str) -> int:
+        return self.input_encoder(encoder).max_value
 
     def move_name(self, move: int, size: int) -> str:
         return vertex(move, size)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from services.games.base import BASIC_ENCODER
 from services.games.capture_game import CAPTURE
 from services.games.go_encoders import N_EXTENDED_PLANES
 from services.games.go_features import N_GO_PLANES
@@ -35,9 +36,9 @@ class ModelSpec:
     game: str  # the registered name of the game it plays (services.games.registry)
     make: Callable[[], nn.Module]
     value: bool = False  # forward returns (logits, value)
-    # the input it takes, by the game's encoder name ("basic": the game's `input_shape`;
-    # Go's others: `GoGame.encoders`)
-    encoder: str = "basic"
+    # the input it takes, by the game's encoder name ("basic": the game's `input_shape`, as
+    # shards store it; Go's others: `GoGame.encoders`): `Game.encode_inputs` makes it
+    encoder: str = BASIC_ENCODER
 
     def with_value(self) -> ModelSpec:
         colours = not get_game(self.game).input_from_mover
