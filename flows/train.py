@@ -17,9 +17,10 @@ and model name (`gomoku_policy`, `go_policy`); a configuration of the other game
 Go model goes through the same training, metrics (train / validation / test every epoch), gate
 and checked TorchScript export (on random Go planes and real validation positions). It is
 published only where the repository (or the tracked `model_repository/` template) has a
-`config.pbtxt` for the model name whose input dims match the dataset's boards; otherwise it is
-written to `<run_dir>/model.pt` and the result says why (a version Triton cannot load would
-only break the model's next load).
+`config.pbtxt` for the model name whose input dims match the dataset's boards in the model's
+input (its configuration's encoder: a `go_..._x` network takes Go's extended [10, S, S] input,
+which the tracked `go_policy` config does not); otherwise it is written to `<run_dir>/model.pt`
+and the result says why (a version Triton cannot load would only break the model's next load).
 
 The training settings are one `TrainConfig` (services/trainer/train.py): the flow takes it as
 its `config` parameter (a deployment passes it as a dict of its fields), and the command line's
@@ -261,7 +262,8 @@ def train_flow(
     version = None
     exported = None
     reason = decision.reason
-    unservable = unservable_reason(repository, model_name, dataset_dir)
+    unservable = unservable_reason(repository, model_name, dataset_dir,
+                                   encoder=spec(config.model).encoder)
     if decision.passed and unservable is None:
         version = export_and_publish(result, repository, model_name, dataset_dir, decision,
                                      str(out_dir))

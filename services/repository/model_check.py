@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from services.games.base import Game
+from services.games.base import BASIC_ENCODER, Game
 from services.games.registry import default_game
 from services.repository.configs import dims_accept
 
@@ -72,6 +72,7 @@ def validate_model_file(
     *,
     positions: np.ndarray | None = None,
     sizes: tuple[int, ...] | None = None,
+    encoder: str = BASIC_ENCODER,
 ) -> bool:
     """Load the TorchScript file on CPU and check int8 [2, *board_dims] -> float32
     [2, n_moves], or, for a network with a value head, the tuple (logits float32 [2, n_moves],
@@ -84,10 +85,12 @@ def validate_model_file(
     Then the model runs on real boards: its game's known smoke positions where the checked
     shape is the game's default input, and `positions` (boards as the network takes them, e.g.
     the train flow's stored validation positions): non-finite logits, or non-finite values
-    from a network with a value head, refuse it (ValueError naming the boards). Returns whether
-    the model has a value head."""
+    from a network with a value head, refuse it (ValueError naming the boards). `encoder`: the
+    input the network takes (one of the game's `Game.encoder_names`): the default input shape
+    is its, and the known smoke positions are turned into it. Returns whether the model has a
+    value head."""
     game = default_game() if game is None else game
-    board_dims = tuple(game.input_shape() if board_dims is None else board_dims)
+    board_dims = tuple(game.encoder_input_shape(encoder) if board_dims is None else board_dims)
     n_moves = game.policy_size() if n_moves is None else int(n_moves)
     try:
         model = load_model(model_file)
@@ -97,10 +100,12 @@ def validate_model_file(
     for shape, width in check_shapes(game, board_dims, n_moves, sizes):
         shape_text = ",".join(str(d) for d in (2, *shape))
         runs.append((f"int8 [{shape_text}]", None, np.zeros((2, *shape), np.int8), width))
-        if shape == game.input_shape():
+        if shape == game.encoder_input_shape(encoder):
             known = game.smoke_positions()
-            runs.append(("the known smoke positions", list(known),
-                         np.stack([b for b, _ in known.values()]), width))
+            boards = np.stack([b for b, _ in known.values()])
+            if encoder != BASIC_ENCODER:
+                boards = game.encode_inputs(boards, encoder)
+            runs.append(("the known smoke positions", list(known), boards, width))
     if positions is not None:
         positions = np.asarray(positions)
         shape = tuple(int(d) for d in positions.shape[1:])

@@ -15,8 +15,11 @@ name is (`game_for_model`). Before publishing, the network is test-run on CPU
 (`services.repository.model_check.validate_model_file`) on the input shape of the model's
 ``config.pbtxt`` (the one in the repository, else the tracked template) at its game's sizes,
 and on the stored positions when there are some. ``metadata.json`` records ``value_head``
-(true/false) as found by that run, the ``game`` and whether its policy ends with a pass
-(``pass_move``: the python backend reads it when the config's logits follow the board).
+(true/false) as found by that run, the ``game``, whether its policy ends with a pass
+(``pass_move``: the python backend reads it when the config's logits follow the board) and the
+input ``encoder`` the network takes (one of its game's `Game.encoder_names`; ``basic``, the
+game's input as shards and requests hold it, unless said otherwise), so that what serves it
+can tell which input to send.
 """
 
 from __future__ import annotations
@@ -34,9 +37,9 @@ from typing import Any
 from services.atomic_files import fsync_dir, fsync_file, locked
 from services.checksums import sha256_file
 from services.defaults import BACKEND_FILE, METADATA_FILE, MODEL_FILE
-from services.games.base import Game
+from services.games.base import BASIC_ENCODER, Game
 from services.games.registry import UnknownGame, game_for_model, get_game
-from services.repository.configs import ensure_model_config, model_io
+from services.repository.configs import dims_accept, ensure_model_config, model_io
 from services.repository.model_check import check_sizes_for, validate_model_file
 from services.repository.smoke_positions import SMOKE_POSITIONS_FILE, read_smoke_positions
 from services.repository.versions import DEFAULT_MODEL_NAME, next_version
@@ -77,6 +80,22 @@ def _read_extra_files(extra_files: dict[str, Path | bytes]) -> dict[str, bytes]:
     return out
 
 
+def _check_encoder(game: Game, encoder: str, repository: Path, model_name: str) -> None:
+    """ValueError when `game` has no input `encoder`, or when the model's config cannot take
+    that input at any size the game serves (a network of another encoder than the config's
+    would only fail its first request)."""
+    game.check_encoder(encoder)
+    if encoder == BASIC_ENCODER:
+        return  # the config's own game input: the test run checks the dims
+    dims = model_io(repository, model_name)[0]
+    if not any(dims_accept(dims, game.encoder_input_shape(encoder, size))
+               for size in game.sizes):
+        raise ValueError(f"the config of {model_name!r} takes input dims {list(dims)}, a "
+                         f"{game.title} network on the {encoder!r} input takes "
+                         f"{game.model_io(encoder).describe()}: publish it under a model "
+                         "whose config takes that input")
+
+
 def publish(
     model_file: Path,
     repository: Path,
@@ -87,6 +106,7 @@ def publish(
     extra_files: dict[str, Path | bytes] | None = None,
     source: str | None = None,
     game: Game | str | None = None,
+    encoder: str | None = None,
 ) -> int:
     """Publish `model_file` (TorchScript) as the next version of `model_name`; return it.
 
@@ -99,8 +119,10 @@ def publish(
     atomic rename. `source` (recorded as ``source``) says what the model was made from; by
     default the model file's path, which a caller exporting into a temporary folder must
     replace (the path would name nothing once the folder is gone). `game`: the model's game
-    (`model_game` finds it when not given). The model card (`services.repository.model_card`)
-    comes in `metadata`.
+    (`model_game` finds it when not given). `encoder`: the input the network takes (default:
+    the one `metadata` names, else ``basic``), recorded as ``encoder``; the test run feeds it
+    that input, and a config whose input dims cannot take it is refused (ValueError). The
+    model card (`services.repository.model_card`) comes in `metadata`.
     """
     model_file = Path(model_file)
     if not model_file.is_file():
@@ -109,9 +131,11 @@ def publish(
     extras = _read_extra_files(extra_files or {})
     info: dict[str, Any] = dict(metadata or {})
     played = model_game(model_name, game, info)
+    info["encoder"] = encoder or info.get("encoder") or BASIC_ENCODER
     if played is not None:
         info.setdefault("game", played.name)
         info["pass_move"] = played.has_pass
+        _check_encoder(played, info["encoder"], repository, model_name)
     if validate:
         if played is None:
             raise ValueError(f"cannot tell the game of {model_name!r} (no game serves it by "
@@ -121,7 +145,8 @@ def publish(
         info["value_head"] = validate_model_file(model_file, played,
                                                  *model_io(repository, model_name),
                                                  positions=positions,
-                                                 sizes=check_sizes_for(played))
+                                                 sizes=check_sizes_for(played),
+                                                 encoder=info["encoder"])
     ensure_model_config(repository, model_name)
     model_dir = repository / model_name
     json.dumps(info)  # fail before touching the repository

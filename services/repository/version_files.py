@@ -4,7 +4,8 @@
 backend, ``model.py``, must be there; ``model.pt`` must be an intact zip archive, every member's
 CRC checked, and match the ``sha256`` its ``metadata.json`` records) and returns its bytes, so
 what is tested is what is loaded. `version_metadata` and `read_version_metadata` read the
-version's ``metadata.json``.
+version's ``metadata.json``; `require_served_input` refuses a version whose network takes
+another input than the one the services send.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from services.defaults import BACKEND_FILE, METADATA_FILE, MODEL_FILE
+from services.games.base import BASIC_ENCODER
 from services.repository.quarantine import QUARANTINE_REASON, quarantine_reason
 from services.repository.versions import (
     QUARANTINE_DIR,
@@ -111,3 +113,16 @@ def read_version_metadata(repository: Path, model_name: str, version: int | None
     except (OSError, ValueError):
         return {}
     return meta if isinstance(meta, dict) else {}
+
+
+def require_served_input(files: dict[str, bytes], version: int) -> None:
+    """ValueError when the version's ``metadata.json`` records an input ``encoder`` other than
+    the basic one: the search service, the Triton client and the smoke test send each game's
+    basic input (`Game.network_input`), so a network built for another encoder (Go's
+    "extended") is published and can be evaluated, but is not served. A version that records
+    no encoder takes the basic input (it was published before encoders were recorded)."""
+    encoder = version_metadata(files).get("encoder", BASIC_ENCODER)
+    if encoder != BASIC_ENCODER:
+        raise ValueError(f"version {version} takes the {encoder!r} input encoder (its "
+                         f"{METADATA_FILE}); serving sends the {BASIC_ENCODER!r} input, so it "
+                         "cannot serve a network of another encoder")

@@ -46,6 +46,7 @@ from services.trainer.publish import (
     check_gate,
     export_and_publish,
     export_checked,
+    model_encoder,
     unservable_reason,
 )
 from services.trainer.train import (
@@ -146,7 +147,8 @@ def publish_version(result: TrainResult, dataset_dir: Path, repository: str,
                           tolerance=tolerance)
     if not decision.passed:
         return {"published": False, "model_name": name, "gate": decision.reason}
-    why_not = unservable_reason(repository, name, str(dataset_dir))
+    why_not = unservable_reason(repository, name, str(dataset_dir),
+                                encoder=model_encoder(result))
     if why_not:
         return {"published": False, "model_name": name, "gate": decision.reason,
                 "reason": why_not}

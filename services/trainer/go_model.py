@@ -44,6 +44,7 @@ from torch import nn
 
 from services.defaults import MODEL_FILE
 from services.games import go_features
+from services.games.base import BASIC_ENCODER
 from services.games.go import GoState
 from services.games.go_game import GO
 from services.models.configs import build, spec
@@ -91,13 +92,20 @@ def build_go_model(config: str = DEFAULT_CONFIG, seed: int = 0,
 
 
 def export_go_torchscript(model: nn.Module, path: Path, n_check: int = 16,
-                          atol: float = 1e-4, seed: int = 0) -> float:
+                          atol: float = 1e-4, seed: int = 0,
+                          encoder: str = BASIC_ENCODER) -> float:
     """Script a Go `model` (logits [N, 362], or (logits, value [N]) with a value head),
-    verify it on `n_check` random Go inputs and `n_check` real positions, save it; return the
-    max abs diff over its outputs. Raises `ExportError`."""
+    verify it on `n_check` random Go inputs and `n_check` real positions, both in the input
+    `encoder` (the model's), save it; return the max abs diff over its outputs. Raises
+    `ExportError`."""
+    boards = sample_inputs(n_check, seed=seed)
+    inputs = None  # the basic input: export_torchscript's own random planes
+    if encoder != BASIC_ENCODER:
+        boards = GO.encode_inputs(boards, encoder)
+        inputs = GO.random_inputs(n_check, GO_BOARD_SIZE, seed, encoder=encoder)
     return export_torchscript(model, Path(path), board_size=GO_BOARD_SIZE, n_check=n_check,
-                              atol=atol, seed=seed, game=GO.name,
-                              boards=sample_inputs(n_check, seed=seed), n_moves=GO_N_MOVES)
+                              atol=atol, seed=seed, game=GO.name, boards=boards,
+                              n_moves=GO_N_MOVES, inputs=inputs)
 
 
 def checkpoint_record(checkpoint: Path | None) -> tuple[dict | None, dict | None]:
@@ -134,10 +142,11 @@ def publish_go_model(
     untrained network, said as such). Its ``source`` is the checkpoint, or the config and seed,
     never the temporary export folder."""
     net = model if model is not None else build_go_model(config, seed, checkpoint)
+    encoder = spec(config).encoder
     recipe, metrics = checkpoint_record(checkpoint)
     source_of_metrics = "the training run's last evaluation (checkpoint)" if metrics else None
     if dataset is not None:
-        metrics = evaluate_dataset(net.eval(), dataset)
+        metrics = evaluate_dataset(net.eval(), dataset, encoder=encoder)
         source_of_metrics = f"evaluated at publish time on {Path(dataset).resolve()}"
     if metrics is None:
         source_of_metrics = "none: an untrained network and no --dataset to evaluate it on"
@@ -147,12 +156,12 @@ def publish_go_model(
               "given network" if model is not None else f"untrained {config}, seed {seed}")
     with tempfile.TemporaryDirectory(prefix="go-export-") as tmp:
         path = Path(tmp) / MODEL_FILE
-        diff = export_go_torchscript(net, path)
+        diff = export_go_torchscript(net, path, encoder=encoder)
         metadata = {**card, "game": GO.name, "seed": seed,
                     "checkpoint": str(Path(checkpoint).resolve()) if checkpoint else None,
                     "export_max_abs_diff": diff}
         return publish(path, Path(repository), model_name, metadata=metadata, source=source,
-                       game=GO)
+                       game=GO, encoder=encoder)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

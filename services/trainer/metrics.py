@@ -7,6 +7,11 @@ game's buckets of the ply (`Game.stages`): Gomoku 10-move buckets (0-9, 10-19,
 buckets with every ply past 300 in one. A model with a value head is also scored on the rows
 whose game result is known: `value_mse` (against +1 won / -1 lost / 0 drawn for the mover) and
 `value_sign` (how often its sign names the winner of decisive games).
+
+The boards measured are the stored basic inputs (a split as `read_split` gives it); a model
+built for another of its game's input encoders (`ModelSpec.encoder`) is measured on that
+encoder's input, made from them a batch at a time (`Game.encode_inputs`), so a split is held
+in memory once, compact.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from services.games.base import Game
+from services.games.base import BASIC_ENCODER, Game
 from services.games.registry import get_game
 from services.models.value import split_outputs, value_target
 
@@ -58,18 +63,21 @@ def evaluate(model: nn.Module, boards: np.ndarray, moves: np.ndarray, device: st
              plies: np.ndarray | None = None, batch: int = 2048,
              stages: tuple[int, int] = (STAGE_WIDTH, LAST_STAGE),
              results: np.ndarray | None = None, reduce: bool = False, *,
-             game: Game | str) -> dict:
+             game: Game | str, encoder: str = BASIC_ENCODER) -> dict:
     """Metrics of `model` (int8 boards -> logits, or (logits, value)) on one split of `game`'s
     positions (a `Game` or its name: its inputs say where the stones are); `stages` =
     (bucket width, last bucket's first ply) of the by-stage top-1 (see `Game.stages`); `results`
-    (the movers' results, NaN unknown) score a value head.
+    (the movers' results, NaN unknown) score a value head. `encoder`: the input `model` takes
+    (`ModelSpec.encoder`); the basic `boards` are turned into it a batch at a time ("basic":
+    they are its input as they are).
 
     `reduce`: the rows given are this rank's share of the split (`rank_share`) and every rank
     of the initialised process group calls this together: the additive counts (loss sum, hits,
     rows per stage, value errors) are summed over the ranks before any ratio is taken, so each
     rank gets the metrics of the whole split, equal to one process evaluating all of it."""
     played = get_game(game) if isinstance(game, str) else game
-    sums = _sums(model, boards, moves, device, plies, batch, stages, results, played)
+    played.check_encoder(encoder)
+    sums = _sums(model, boards, moves, device, plies, batch, stages, results, played, encoder)
     if reduce and torch.distributed.is_initialized():
         packed = torch.tensor(sums, dtype=torch.float64, device=device)
         torch.distributed.all_reduce(packed)
@@ -84,7 +92,7 @@ _FIXED = 10
 
 def _sums(model: nn.Module, boards: np.ndarray, moves: np.ndarray, device: str,
           plies: np.ndarray | None, batch: int, stages: tuple[int, int],
-          results: np.ndarray | None, game: Game) -> list[float]:
+          results: np.ndarray | None, game: Game, encoder: str) -> list[float]:
     """The additive counts of one share of a split (see `evaluate`): loss sum, rows, top-1 and
     top-5 hits, non-finite batches, whether the model gave values, the value head's known rows,
     squared-error sum, decisive rows and right signs, then rows and top-1 hits per stage."""
@@ -97,7 +105,10 @@ def _sums(model: nn.Module, boards: np.ndarray, moves: np.ndarray, device: str,
     values = np.full(n, np.nan, np.float32)
     finite = True
     for i in range(0, n, batch):
-        b = torch.from_numpy(boards[i:i + batch]).to(device)
+        chunk = boards[i:i + batch]
+        if encoder != BASIC_ENCODER:
+            chunk = game.encode_inputs(chunk, encoder)
+        b = torch.from_numpy(chunk).to(device)
         m = torch.from_numpy(moves[i:i + batch]).to(device)
         logits, value = split_outputs(model(b))
         logits = logits.float()
@@ -154,10 +165,12 @@ def _metrics(sums: list[float], stages: tuple[int, int], by_stage: bool) -> dict
 
 
 def evaluate_dataset(model: nn.Module, dataset_dir: Path | str, device: str = "cpu",
-                     splits: tuple[str, ...] | None = None) -> dict[str, Any]:
+                     splits: tuple[str, ...] | None = None,
+                     encoder: str = BASIC_ENCODER) -> dict[str, Any]:
     """`evaluate` (top-1, top-5, loss, top-1 by stage, the value head's figures) of `model` on
     every split of a dataset that has rows (`splits`: these only), by the stages of the
-    dataset's game: the metrics a model card records for a network evaluated at publish time
+    dataset's game, on the input `encoder` (the model's `ModelSpec.encoder`): the metrics a
+    model card records for a network evaluated at publish time
     (`services.repository.model_card`)."""
     from services.dataset.shards import SPLITS, read_manifest, read_split
 
@@ -173,5 +186,5 @@ def evaluate_dataset(model: nn.Module, dataset_dir: Path | str, device: str = "c
             boards, moves, plies, results = read_split(Path(dataset_dir), split, results=True)
             out[split] = evaluate(model, boards, moves, device, plies=plies,
                                   stages=get_game(manifest.get("game")).stages, results=results,
-                                  game=manifest.get("game"))
+                                  game=manifest.get("game"), encoder=encoder)
     return out

@@ -17,6 +17,12 @@ derived from (seed, epoch, step), and a checkpoint holds model, optimiser, sched
 position, RNG state and history, so a killed run resumes to the same result. On a GPU the forward
 pass runs in bf16 autocast with channels-last memory; on CPU in fp32.
 
+Input encoders: a configuration built for another of its game's inputs than the stored one
+(`ModelSpec.encoder`, e.g. Go's "extended": the basic planes and tactical channels) gets every
+training batch, evaluated split and export check in that input, computed on the CPU from the
+stored basic one (`Game.encode_inputs`) before the batch moves to the device; a basic
+configuration's batches go to the device as the loader made them, with no conversion call.
+
 Distributed data-parallel: called in every process of an initialised `torch.distributed` process
 group (torchrun: `services/trainer/distributed.py`), `train` trains one model over all of them.
 `batch_size` stays the global batch: each rank takes `batch_size / world_size` rows from its
@@ -52,6 +58,7 @@ from services.atomic_files import atomic_path
 from services.dataset.loader import ShardLoader, ShardStream
 from services.dataset.row_groups import plan_split
 from services.dataset.shards import GAME_SPLIT, manifest_sha256, read_manifest, read_split
+from services.games.base import BASIC_ENCODER, Game
 from services.games.registry import get_game, registered_games
 from services.models.configs import CONFIGS, build, spec
 from services.models.value import split_outputs, value_target
@@ -290,11 +297,34 @@ def make_step(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any
     return step
 
 
-def to_device(batch: dict, device: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+Encode = Callable[[torch.Tensor], torch.Tensor]
+
+
+def batch_encoder(game: Game, encoder: str) -> Encode | None:
+    """How a loader batch's boards (int8 [B, *game.input_shape], on the CPU) become the input
+    of a model taking `encoder`: None for the basic encoder (the boards are that input: no
+    call, no copy); else `Game.encode_inputs` on the batch's numpy view, pinned again when the
+    batch was (so its copy to a GPU still overlaps the step). ValueError for an encoder the
+    game does not have."""
+    if encoder == BASIC_ENCODER:
+        return None
+    game.check_encoder(encoder)
+
+    def encode(boards: torch.Tensor) -> torch.Tensor:
+        out = torch.from_numpy(game.encode_inputs(boards.numpy(), encoder))
+        return out.pin_memory() if boards.is_pinned() else out
+
+    return encode
+
+
+def to_device(batch: dict, device: str, encode: Encode | None = None
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(boards, moves, results or None) of a loader batch on `device`, copied asynchronously
-    (the loader pins its batches when a GPU is present)."""
+    (the loader pins its batches when a GPU is present); with `encode` (`batch_encoder`), the
+    boards are turned into the model's input first, on the CPU."""
     results = batch.get("results")
-    return (batch["boards"].to(device, non_blocking=True),
+    boards = batch["boards"] if encode is None else encode(batch["boards"])
+    return (boards.to(device, non_blocking=True),
             batch["moves"].to(device, non_blocking=True),
             None if results is None else results.to(device, non_blocking=True))
 
@@ -413,6 +443,9 @@ class _Run:
         self.limit = config.step_limit()
         self.has_value = spec(config.model).value
         self.stages = get_game(stream.game).stages
+        # the input the model takes, made from the basic boards on the CPU (None: basic)
+        self.encoder = spec(config.model).encoder
+        self.encode = batch_encoder(get_game(stream.game), self.encoder)
         self.model, self.optimizer, self.scheduler = make_model(config)
         # DDP averages the gradients over the ranks during backward (and starts every rank from
         # rank 0's weights); evaluation and checkpoints use the bare model, whose state_dict
@@ -498,7 +531,8 @@ class _Run:
             return evaluate(self.model, rows[0], rows[1], config.device,
                             rows[2] if plies else None, batch=config.eval_batch,
                             stages=self.stages, results=rows[-1] if self.has_value else None,
-                            reduce=self.world > 1, game=self.stream.game)
+                            reduce=self.world > 1, game=self.stream.game,
+                            encoder=self.encoder)
         out = {"train": run(held.train, plies=False), "validation": run(held.validation),
                "test": run(held.test)}
         if held.game_test is not None:
@@ -590,7 +624,7 @@ class _Run:
         cap = self._epoch_cap(epoch_now)
         finished = True
         for batch in self.batches if not cap or self.done < cap else ():
-            b_t, m_t, r_t = to_device(batch, config.device)
+            b_t, m_t, r_t = to_device(batch, config.device, self.encode)
             loss = self.step(b_t, m_t, r_t)
             state["step"] += 1
             self.done += 1
@@ -668,12 +702,12 @@ class _Run:
 
 
 def check_run(dataset_dir: str | Path, config: TrainConfig) -> TrainConfig:
-    """`config` with its model named (the dataset's game's default when none is), once what
-    can be known before training is right: a step limit for the cosine schedule, a model for
-    the dataset's game, validation and test splits of the train split's game and size, a train
-    split of at least one batch. Reads the shards' metadata only,
-    so a command line can refuse a run in one line before anything starts. Raises ValueError
-    (`GameMismatchError` for a model of another game)."""
+    """`config` with its model named (the dataset's game's default when none is), once what can be
+    known before training is right: a step limit for the cosine schedule, a model for the
+    dataset's game taking one of its input encoders, validation and test splits of the train
+    split's game and size, a train split of at least one batch. Reads the shards' metadata
+    only, so a command line can refuse a run in one line before anything starts. Raises
+    ValueError (`GameMismatchError` for a model of another game)."""
     if config.lr_schedule == "cosine" and not config.step_limit():
         raise ValueError("the cosine schedule decays to 0 at the step limit: give max_steps "
                          "(--steps) with it")
@@ -686,6 +720,11 @@ def check_run(dataset_dir: str | Path, config: TrainConfig) -> TrainConfig:
             f"{dataset_dir} holds {plan.game} positions, model config {config.model!r} is for "
             f"{model.game}; pick a {game.title} configuration, e.g. {game.default_config} "
             "(services/models/configs.py)")
+    try:
+        get_game(plan.game).check_encoder(model.encoder)
+    except ValueError as exc:
+        raise ValueError(f"model config {config.model!r} takes an input its game does not "
+                         f"have: {exc}") from exc
     # every evaluation measures validation and test: they must exist and be the train split's
     # game and size (else a traceback, or a shape error, after an epoch of training)
     for split in ("validation", "test"):

@@ -84,7 +84,11 @@ from services.repository.rollout_state import (
     write_state,
 )
 from services.repository.smoke_positions import StoredPositions, stored_positions
-from services.repository.version_files import check_version_files, sha256_bytes
+from services.repository.version_files import (
+    check_version_files,
+    require_served_input,
+    sha256_bytes,
+)
 from services.repository.versions import DEFAULT_MODEL_NAME, list_versions
 from services.triton.client import PolicyClient, TritonError
 from services.triton.smoke import (
@@ -357,6 +361,10 @@ def _checked_files(a: _Attempt) -> tuple[Any, dict[str, bytes], StoredPositions 
         stored = stored_positions(files, config, a.version, model_game(a.client, a.model_name))
     except ValueError as exc:
         raise a.refuse(str(exc), owned=True) from exc
+    try:
+        require_served_input(files, a.version)
+    except ValueError as exc:  # a sound network of another input: refused, not quarantined
+        raise a.refuse(str(exc)) from exc
     a.notes += file_notes
     return config, files, stored
 

@@ -6,8 +6,8 @@ The server starts in explicit mode with no model; each model (by default every f
 `version_candidates`: the rollout record's ``current``, else its ``previous``, else the newest
 published version, never one the record refused last. A version whose files fail
 `services.repository.version_files.check_version_files` (truncated or corrupt ``model.pt``,
-sha256 mismatch) is skipped (`SkippedVersion`) and the next candidate tried, so one bad folder
-never stops the server.
+sha256 mismatch), or whose network takes another input than the served one, is skipped
+(`SkippedVersion`) and the next candidate tried, so one bad folder never stops the server.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 from services.repository.configs import CONFIG_FILE, parse_config
 from services.repository.rollout_state import read_state
-from services.repository.version_files import check_version_files
+from services.repository.version_files import check_version_files, require_served_input
 from services.repository.versions import list_versions
 
 log = logging.getLogger(__name__)
@@ -117,5 +117,7 @@ def pinned_config_json(config_path: Path, version: int) -> str:
 
 
 def check_files(repository: Path, model: str, version: int) -> None:
-    """Raise ValueError with the reason when a version folder cannot be served."""
-    check_version_files(repository, model, version)
+    """Raise ValueError with the reason when a version folder cannot be served (its files, or
+    a network of another input than the served one: `require_served_input`)."""
+    files, _ = check_version_files(repository, model, version)
+    require_served_input(files, version)
