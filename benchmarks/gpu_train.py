@@ -16,7 +16,9 @@ Sources, each timed for `--seconds` after a warm-up of `--warmup` steps:
   cycled), so no host work per step beyond launching it.
 - `trainer (workers=K)`: `train`'s own batch source (`batch_source`: the stream in this process,
   or a `ShardLoader` with K worker processes; pinned batches on a GPU), augmentation on, each
-  batch copied to the device with `non_blocking=True`.
+  batch copied to the device with `non_blocking=True`; for a model of another input encoder
+  than the stored one (Go's `_x` configurations), converted to it first, as `train` does
+  (`batch_encoder`: host work counted in the loader's share).
 Figures: samples/s (steps x batch over the wall time, the device synchronised at both ends), the
 ratio to synthetic, and the loader's share: the part of the wall time the training loop spent
 waiting for its next batch (host time in `next()`; on a GPU the device may still be busy then,
@@ -45,8 +47,11 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from paper_table import TSV, build_dataset  # noqa: E402
 
 from services.dataset.loader import ShardStream  # noqa: E402
+from services.games.registry import get_game  # noqa: E402
+from services.models.configs import spec  # noqa: E402
 from services.trainer.train import (  # noqa: E402
     TrainConfig,
+    batch_encoder,
     batch_source,
     make_model,
     make_step,
@@ -103,9 +108,10 @@ def synthetic_batches(config: TrainConfig, board_shape: tuple[int, ...], n_moves
 def real_batches(stream: ShardStream, config: TrainConfig):
     """The trainer's batch source, epoch after epoch, copied to the device as `train` does."""
     source = batch_source(stream, config)
+    encode = batch_encoder(get_game(stream.game), spec(config.model).encoder)
     while True:
         for batch in source:
-            yield to_device(batch, config.device)
+            yield to_device(batch, config.device, encode)
 
 
 def measure(dataset: Path, config: TrainConfig, workers: list[int], warmup: int,
@@ -114,7 +120,9 @@ def measure(dataset: Path, config: TrainConfig, workers: list[int], warmup: int,
                          shuffle_buffer=config.shuffle_buffer, seed=config.seed, augment=True)
     model, optimizer, scheduler = make_model(config)
     step = make_step(model, optimizer, scheduler, config)
-    rates = [time_steps(step, synthetic_batches(config, stream.board_shape, stream.n_moves),
+    board_shape = get_game(stream.game).encoder_input_shape(spec(config.model).encoder,
+                                                            stream.board_size)
+    rates = [time_steps(step, synthetic_batches(config, board_shape, stream.n_moves),
                         config.device, warmup, seconds, config.batch_size, "synthetic")]
     print(json.dumps(rates[-1].__dict__), flush=True)
     for k in workers:
