@@ -203,6 +203,7 @@ def test_train_flow_publishes_an_extended_network_that_says_so(go_dataset: Path,
     from services.repository.smoke_positions import read_smoke_positions
     from services.repository.version_files import check_version_files, require_served_input
     from services.trainer.publish import check_gate, version_encoder
+    from services.triton.version_choice import check_files
 
     repo = extended_repository(tmp_path / "repo")
     out = train_flow(dataset_dir=str(go_dataset), repository=str(repo),
@@ -221,10 +222,13 @@ def test_train_flow_publishes_an_extended_network_that_says_so(go_dataset: Path,
     decision = check_gate(out["metrics"], repo, EXTENDED_MODEL, go_dataset)
     assert decision.serving_version == 1 and 0 <= decision.serving_top1 <= 1
 
-    # serving sends the basic input: the version is refused there, in words
+    # serving sends the basic input: the version is refused there, in words (the rollout, and
+    # the launcher, which skips it)
     files, _ = check_version_files(repo, EXTENDED_MODEL, 1)
     with pytest.raises(ValueError, match=r"version 1 takes the 'extended' input encoder"):
         require_served_input(files, 1)
+    with pytest.raises(ValueError, match=r"serving sends the 'basic' input"):
+        check_files(repo, EXTENDED_MODEL, 1)
 
     # the served go_policy config takes [4, -1, -1]: the publisher refuses the network
     with pytest.raises(ValueError, match=r"takes input dims \[4, -1, -1\], a Go network on "
