@@ -115,8 +115,8 @@ def test_rerun_changes_nothing_and_reads_no_source_again(tmp_path: Path, sources
 
     # a change to the pipeline's code is a new cache key: every source is read again
     read: list[str] = []
-    monkeypatch.setattr(gomoku_replay, "source_pairs",
-                        lambda name, records: read.append(name) or real(name, records))
+    monkeypatch.setattr(gomoku_replay, "source_pairs", lambda name, *rest:
+                        read.append(name) or real(name, *rest))
     monkeypatch.setattr(ingest_mod, "PIPELINE_VERSION", "changed")
     assert ingest(sources=list(sources), out_dir=str(out)) == first
     assert sorted(read) == ["part-a.rif", "part-b.rif"]

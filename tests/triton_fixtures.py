@@ -237,12 +237,27 @@ def make_repository(root: Path, model_name: str = MODEL_NAME) -> Path:
     return repository
 
 
+def wait_for_predict(client: Any, position: Any, within_s: float = 60.0) -> None:
+    """Return once the model answers Predict of `position` through the search service (the
+    first load of a model on Triton takes seconds); its last error after `within_s`."""
+    import grpc
+
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            client.predict(position, timeout=5)
+            return
+        except grpc.RpcError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 @contextmanager
 def game_search_service(grpc_url: str, game: Any, first: Any) -> Iterator[str]:
     """The search service in this process serving `game` alone from the Triton at `grpc_url`,
     once its model answers Predict for the request position `first` (a search_pb2.Position):
     yields its target "127.0.0.1:port"."""
-    import grpc
 
     from services.search.client import SearchClient
     from services.search.server import build_service
@@ -252,16 +267,8 @@ def game_search_service(grpc_url: str, game: Any, first: Any) -> Iterator[str]:
     service = build_service({game.name: policy}).start()
     target = f"127.0.0.1:{service.port}"
     try:
-        with SearchClient(target) as client:  # until the model answers through the service
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    client.predict(first, timeout=5)
-                    break
-                except grpc.RpcError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.2)
+        with SearchClient(target) as client:
+            wait_for_predict(client, first)
         yield target
     finally:
         service.stop(0)
@@ -272,7 +279,6 @@ def game_search_service(grpc_url: str, game: Any, first: Any) -> Iterator[str]:
 def search_service(triton_server: TritonSetup) -> Iterator[str]:
     """The search service in this process over `triton_server`, once the model answers
     through it: yields its target "127.0.0.1:port"."""
-    import grpc
 
     from services.search.client import SearchClient
     from services.search.server import build_server
@@ -283,16 +289,8 @@ def search_service(triton_server: TritonSetup) -> Iterator[str]:
     server.start()
     target = f"127.0.0.1:{port}"
     try:
-        with SearchClient(target) as client:  # wait until the model answers through the service
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    client.predict(["h8"], timeout=5)
-                    break
-                except grpc.RpcError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.2)
+        with SearchClient(target) as client:
+            wait_for_predict(client, ["h8"])
             # one untimed search first: the model's first batches of leaves (new batch shapes
             # for TorchScript, first calls through the batcher) are not paid by a test that
             # times its first move, as the Gomocup session does within its turn

@@ -238,12 +238,15 @@ def _move_snippet(moves) -> str:
     return " ".join(str(m) for m in moves[:40])
 
 
-def source_pairs(source: str, records: Iterable[RifGame | Rejected]) -> SourceResult:
+def source_pairs(source: str, records: Iterable[RifGame | Rejected],
+                 result: SourceResult | None = None) -> SourceResult:
     """Every record's raw canonical pairs (one row per occurrence, the intermediate layout
     without the `rule` column) and the source's bookkeeping, replayed together as one batch
     (`replay_games`, `canonical_pairs`): rejected records and refused games quarantined in
-    record order, renju games cut at a forbidden move kept with a `cut_at_forbidden` note."""
-    result = SourceResult(source=source, pairs=pa.table({}))
+    record order, renju games cut at a forbidden move kept with a `cut_at_forbidden` note.
+    Counted into `result` when given (the ingest's), else into a new one."""
+    result = result or SourceResult(source=source)
+    result.pairs = pa.table({})
     games: list[tuple[int, ...]] = []
     game_ids: list[str] = []
     bresults: list[float] = []  # Black's result per game, NaN unknown
@@ -313,9 +316,6 @@ def replay_source(path: Path, result: SourceResult) -> Iterator[pa.Table]:
                 rules[record.game_id] = record.rule
             yield record
 
-    replayed = source_pairs(result.source, records())
-    for name in ("quarantine", "read", "ingested", "notes"):
-        setattr(result, name, getattr(replayed, name))
-    pairs = replayed.pairs
+    pairs = source_pairs(result.source, records(), result).pairs
     ids = pairs["game_id"].to_pylist() if pairs.num_rows else []
     yield pairs.append_column("rule", pa.array([rules.get(i, "") for i in ids], pa.string()))

@@ -28,10 +28,7 @@ from services.games.registry import get_game
 from services.models.value import split_outputs, value_target
 
 STAGE_WIDTH = 10
-LAST_STAGE = 100  # plies >= 100 share one bucket
-# (bucket width, first ply of the last open-ended bucket) per game
-
-# (bucket width, first ply of the last open-ended bucket) per game: each game's `Game.stages`
+LAST_STAGE = 100  # plies >= 100 share one bucket; each game has its own (`Game.stages`)
 
 
 def stage_labels(width: int = STAGE_WIDTH, last: int = LAST_STAGE) -> list[str]:

@@ -75,8 +75,6 @@ DEFAULT_MAX_STEPS = 2000
 # 1 thread at 4,315. One thread is never much slower for the small networks trained on CPU here;
 # give more (`num_threads`, `--threads`) on a machine of idle cores or for the large networks.
 DEFAULT_THREADS = 1
-# model configuration by the dataset's game when none is named (`model` None): small, with a
-# value head
 # seconds between two progress lines in the log (and at each epoch's evaluation)
 PROGRESS_EVERY_S = 30.0
 
