@@ -39,7 +39,7 @@ proto: setup      ## regenerate gRPC code from proto/
 	$(PY) -m services.api.generate
 
 sample: setup     ## regenerate the shipped self-play sample (no RenjuNet data in the repo)
-	$(PY) -m services.games.gomoku_selfplay --games 300 --seed 0 --out data/sample/selfplay.rif
+	$(PY) -m services.games.gomoku.selfplay --games 300 --seed 0 --out data/sample/selfplay.rif
 
 PREFECT_PORT ?= 4200
 

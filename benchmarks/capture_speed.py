@@ -1,5 +1,5 @@
 """Capture Game speed: network-vs-greedy games per second per core, the batched engine
-(services/games/capture_batch.py) against the plain one-game-at-a-time reference
+(services/games/capture/batch.py) against the plain one-game-at-a-time reference
 (tests/capture_reference.py), in one run.
 
     .venv/bin/python benchmarks/capture_speed.py [--size 5] [--games 40000] [--batch-size 4096]
@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.host import cpu_model  # noqa: E402
-from services.games import capture_batch as cb  # noqa: E402
+from services.games.capture import batch as cb  # noqa: E402
 from tests import capture_reference as ref  # noqa: E402
 
 GOAL = 5_000  # games per second per core on 5x5, network against greedy

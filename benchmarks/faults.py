@@ -203,7 +203,7 @@ def corrupt_file(kind: str, good: Path, folder: Path) -> Path:
 # ----------------------------------------------------------------------------- positions
 def random_positions(n: int, seed: int = 0) -> list[list[tuple[int, int]]]:
     """`n` playable Gomoku positions (move lists of 0-30 moves, nobody has five)."""
-    from services.games.gomoku import GomokuState
+    from services.games.gomoku.rules import GomokuState
 
     rng = random.Random(seed)
     out: list[list[tuple[int, int]]] = [[]]
@@ -1063,7 +1063,7 @@ def _versions(versions: list[int]) -> str:
 def make_corpus(path: Path, games: int, seed: int = 0) -> Path:
     """A .rif of `games` random Gomoku games (each move next to the stones, up to a five or
     40-90 moves), written by `write_rif`."""
-    from services.games.gomoku import GomokuState
+    from services.games.gomoku.rules import GomokuState
     from services.records.rif import RifGame
     from services.records.rif_writer import write_rif
 

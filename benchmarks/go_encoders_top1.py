@@ -4,8 +4,8 @@
         [--batch 128] [--seed 0] [--threads 1] [--configs go_res_b2c32,go_res_b2c32_x]
         [ARCHIVE ...]
 
-Why: the extended input (services/games/go_encoders.py: the 4 basic planes and the tactical
-channels of services/games/go_tactics.py) costs CPU on every batch; this says what it buys in
+Why: the extended input (services/games/go/encoders.py: the 4 basic planes and the tactical
+channels of services/games/go/tactics.py) costs CPU on every batch; this says what it buys in
 move prediction against the basic input when both networks get the same budget.
 
 Data: with --dataset, that Go dataset; else the archives (default: the 19x19 games of

@@ -40,14 +40,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from services.games.go import BLACK, WHITE, GoState, IllegalMove  # noqa: E402
-from services.games.go_game import (  # noqa: E402
+from services.games.go.game import (  # noqa: E402
     GO_MAX_SIZE,
     GO_MIN_SIZE,
     GO_SIZE,
     parse_vertex,
     vertex,
 )
+from services.games.go.rules import BLACK, WHITE, GoState, IllegalMove  # noqa: E402
 from services.games.registry import get_game  # noqa: E402
 from services.protocols.gtp import (  # noqa: E402
     GtpEngine,

@@ -1,5 +1,5 @@
 """Go replay + compact planes benchmark: the reference (`GoState` replay, then `compact` per
-position) against the compiled incremental replay of services/games/go_fast.py, on the real games.
+position) against the compiled incremental replay of services/games/go/fast.py, on the real games.
 
     .venv/bin/python benchmarks/go_replay.py [--reference-every 4] [--repeat 3] [ARCHIVE ...]
 
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.host import cpu_model  # noqa: E402
-from services.games.go_replay import GoPairs, game_pairs  # noqa: E402
+from services.games.go.replay import GoPairs, game_pairs  # noqa: E402
 from services.records.sgf import SgfGame, read_archive  # noqa: E402
 from tests.go_reference import game_pairs_reference  # noqa: E402
 

@@ -1,5 +1,5 @@
 """Go whole-board scans benchmark: the per-point liberties, the legal mask and the compact network
-input of real positions, compiled (services/games/go_scan.py, as `GoState.liberties`,
+input of real positions, compiled (services/games/go/scan.py, as `GoState.liberties`,
 `GoState.legal_mask` and `go_features.compact` run them) against the interpreted references
 (tests/go_reference.py), on the same positions.
 
@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.go_replay import DEFAULT_ARCHIVES, archives_found, machine  # noqa: E402
-from services.games.go import GoState, replay  # noqa: E402
-from services.games.go_features import compact  # noqa: E402
+from services.games.go.features import compact  # noqa: E402
+from services.games.go.rules import GoState, replay  # noqa: E402
 from services.records.sgf import SgfGame, read_archive  # noqa: E402
 from tests.go_reference import (  # noqa: E402
     compact_reference,

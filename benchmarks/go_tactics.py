@@ -1,5 +1,5 @@
-"""Go tactical channels benchmark: what the extended input (services/games/go_tactics.py,
-services/games/go_encoders.py) costs per position against the basic 4-plane compact input, on
+"""Go tactical channels benchmark: what the extended input (services/games/go/tactics.py,
+services/games/go/encoders.py) costs per position against the basic 4-plane compact input, on
 the same real 19x19 positions, in the same run.
 
     .venv/bin/python benchmarks/go_tactics.py [--games 200] [ARCHIVE ...]
@@ -34,10 +34,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.go_replay import archives_found, machine  # noqa: E402
-from services.games.go import replay  # noqa: E402
-from services.games.go_fast import game_compact  # noqa: E402
-from services.games.go_features import compact  # noqa: E402
-from services.games.go_tactics import (  # noqa: E402
+from services.games.go.fast import game_compact  # noqa: E402
+from services.games.go.features import compact  # noqa: E402
+from services.games.go.rules import replay  # noqa: E402
+from services.games.go.tactics import (  # noqa: E402
     LADDER_CAPTURE,
     LADDER_ESCAPE,
     MAX_LADDER_PLAYS,

@@ -12,7 +12,7 @@ the real ../shared Go archives (benchmarks/ingest_memory.py, which documents its
 sgfmill parse + replay in the same run (benchmarks/ingest_go.py, which documents its options).
 
 Inputs: a RenjuNet-size `.rif` of `--games` self-play games from the project's own generator
-(`services.games.gomoku_selfplay`, the same games `generate(games, seed)` gives, played on two
+(`services.games.gomoku.selfplay`, the same games `generate(games, seed)` gives, played on two
 processes and cached under --cache, so only the first run pays for it), and the real
 RenjuNet-derived games of ../shared (tests/conftest.py's `renjunet_games`), written as a .rif.
 
@@ -74,7 +74,8 @@ from services.dataset.shards import (  # noqa: E402
     write_quarantine,
     write_split_shards,
 )
-from services.games import gomoku_replay, pair_tables  # noqa: E402
+from services.games import pair_tables  # noqa: E402
+from services.games.gomoku import replay as gomoku_replay  # noqa: E402
 from services.records import rif  # noqa: E402
 from services.records.rif import RifGame, read_rif  # noqa: E402
 from tests.reference_impls import deduplicate_reference, source_pairs_reference  # noqa: E402
@@ -124,7 +125,7 @@ def stage(results: list, name: str, **extra):
 
 
 def _play(args: tuple[int, int]) -> tuple[tuple[int, ...], float]:
-    from services.games.gomoku_selfplay import play_game
+    from services.games.gomoku.selfplay import play_game
 
     seed, i = args
     moves, bresult = play_game(np.random.default_rng([seed, i]))
@@ -134,8 +135,8 @@ def _play(args: tuple[int, int]) -> tuple[tuple[int, ...], float]:
 def selfplay_rif(games: int, seed: int, cache: Path) -> Path:
     """The cached .rif of `games` self-play games (what `gomoku_selfplay.generate(games, seed)`
     plays)."""
-    from services.games.gomoku import Rule
-    from services.games.gomoku_selfplay import PLAYER, SAMPLE_DATE
+    from services.games.gomoku.rules import Rule
+    from services.games.gomoku.selfplay import PLAYER, SAMPLE_DATE
     from services.records.rif_writer import write_rif
 
     path = cache / f"selfplay-{games}-seed{seed}.rif"

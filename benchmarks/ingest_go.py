@@ -141,7 +141,7 @@ def pairs_only(sources: list[str]) -> dict:
     compares with."""
     sys.path.insert(0, str(ROOT))
     from services.dataset.sources import read_source_pairs
-    from services.games.go_game import GO
+    from services.games.go.game import GO
 
     u, y = _cpu()
     positions = 0

@@ -21,9 +21,9 @@ import grpc
 import numpy as np
 
 from services.api.movepred.v1 import search_pb2
-from services.games import go
-from services.games.go_game import GoSearchState
-from services.games.gomoku import has_five
+from services.games.go import rules as go
+from services.games.go.game import GoSearchState
+from services.games.gomoku.rules import has_five
 from services.search import validation
 from services.search.client import SearchClient
 from services.search.server import build_service

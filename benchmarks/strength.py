@@ -58,8 +58,8 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from services.coords import index_name  # noqa: E402
-from services.games import gomoku_game  # noqa: E402
-from services.games.gomoku import BLACK, EMPTY, WHITE, GomokuState, Rule  # noqa: E402
+from services.games.gomoku import game as gomoku_game  # noqa: E402
+from services.games.gomoku.rules import BLACK, EMPTY, WHITE, GomokuState, Rule  # noqa: E402
 from services.games.symmetry import N_SYMMETRIES, transform_board  # noqa: E402
 from services.models.value import split_outputs  # noqa: E402
 from services.search import mcts  # noqa: E402
@@ -129,7 +129,7 @@ def train_policy(model: str, steps: int, seconds: float, seed: int, out: Path) -
         atomic_write_json,
         write_split_shards,
     )
-    from services.games.gomoku_replay import source_pairs
+    from services.games.gomoku.replay import source_pairs
     from services.models.export import export_torchscript
     from services.records.rif import read_rif
     from services.trainer.train import TrainConfig, train

@@ -95,8 +95,8 @@ from prefect.tasks import exponential_backoff
 from flows import announce_prefect_api, configure_logging
 from services import logs
 from services.atomic_files import atomic_path, atomic_write_text
-from services.games.capture_game import MAX_SIZE as CAPTURE_MAX_SIZE
-from services.games.capture_game import MIN_SIZE as CAPTURE_MIN_SIZE
+from services.games.capture.game import MAX_SIZE as CAPTURE_MAX_SIZE
+from services.games.capture.game import MIN_SIZE as CAPTURE_MIN_SIZE
 from services.policy_search.fitness import GAMES
 from services.policy_search.runs import (
     NETWORKS,

@@ -75,8 +75,8 @@ from services import logs
 from services.atomic_files import atomic_write_text
 from services.defaults import SEARCH_TARGET
 from services.games.base import Game
-from services.games.go import replay as go_replay
-from services.games.gomoku import game_rule
+from services.games.go.rules import replay as go_replay
+from services.games.gomoku.rules import game_rule
 from services.games.registry import default_game, game_of_source, get_game
 from services.records.rif import RIF_SUFFIXES, RifGame, read_rif
 from services.records.sgf import SgfGame, read_sgf

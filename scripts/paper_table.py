@@ -41,7 +41,7 @@ from services.dataset.shards import (  # noqa: E402
     atomic_write_json,
     write_split_shards,
 )
-from services.games.gomoku_replay import source_pairs  # noqa: E402
+from services.games.gomoku.replay import source_pairs  # noqa: E402
 from services.records.rif import read_rif  # noqa: E402
 from services.records.rif_writer import write_rif  # noqa: E402
 from services.settings import bounded  # noqa: E402

@@ -40,8 +40,8 @@ from services.api.movepred.v1 import search_pb2
 from services.coords import CoordinateError
 from services.defaults import SEARCH_TARGET
 from services.games.base import COLOR_NAMES, Game, InvalidRequest
-from services.games.go import replay as go_replay
-from services.games.gomoku import Rule
+from services.games.go.rules import replay as go_replay
+from services.games.gomoku.rules import Rule
 from services.games.registry import default_game, game_of_source, get_game, registered_games
 from services.move_order.annealing import INITS
 from services.move_order.neighbours import NAMES as NEIGHBOURS

@@ -2,7 +2,7 @@
 
 Why: a cache of derived data (the ingest's per-source intermediates) is valid only as long as
 the code that made it is unchanged, and a hand-kept list of that code's modules goes stale the
-day someone adds an import (it missed `services/games/go_fast.py`). Reading the sources
+day someone adds an import (it missed `services/games/go/fast.py`). Reading the sources
 (`ast`) rather than looking at `sys.modules` gives the same answer in every process, whatever
 it imported before, and counts imports made inside functions (run only on some inputs) too.
 

@@ -1,11 +1,11 @@
 """The Capture Game and its greedy opponent, one game at a time in plain Python: obviously right
-and slow, the reference `services.games.capture_batch` is checked against (move by move) and
+and slow, the reference `services.games.capture.batch` is checked against (move by move) and
 timed against (benchmarks/capture_speed.py).
 
 Boards are lists of S*S ints (flat point y * S + x; 0 empty, 1 black, 2 white). Groups are
 found by a breadth-first walk over same-coloured neighbours, liberties as the set of empty
 points next to a group. The rules and the greedy player are written as the paper and
-`services.games.capture_batch`'s docstring state them, with no shortcut: the greedy player
+`services.games.capture.batch`'s docstring state them, with no shortcut: the greedy player
 plays every candidate move on a copy of the board and counts liberties there.
 """
 

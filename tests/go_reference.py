@@ -1,17 +1,17 @@
 """Interpreted Go references that compiled code must match exactly: the pairs of the compiled
-replay (services/games/go_fast.py, via `services.games.go_replay.game_pairs`), byte for byte:
+replay (services/games/go/fast.py, via `services.games.go.replay.game_pairs`), byte for byte:
 `replay` keeping every `GoState`, then the compact planes per position (their liberties by the
 compiled scan, which the tests check against `liberties_reference`); and the per-point
-liberties, legal mask and compact planes of the compiled scans (services/games/go_scan.py): a
+liberties, legal mask and compact planes of the compiled scans (services/games/go/scan.py): a
 flood fill per group, a loop over the points, numpy planes."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from services.games.go import EMPTY, GameRecord, GoState, neighbours, replay
-from services.games.go_features import COMPACT_CHANNELS, MAX_LIBERTIES, RECENT_MOVES
-from services.games.go_replay import GoPairs, pairs_of
+from services.games.go.features import COMPACT_CHANNELS, MAX_LIBERTIES, RECENT_MOVES
+from services.games.go.replay import GoPairs, pairs_of
+from services.games.go.rules import EMPTY, GameRecord, GoState, neighbours, replay
 
 
 def game_pairs_reference(game: GameRecord) -> GoPairs:

@@ -8,7 +8,7 @@ They live with the tests because nothing in production calls them.
 * `canonicalize_reference`: all 8 symmetry images of each board materialised, hashed and
   lexsorted (`services.games.canonical.canonicalize` / `canonical_pairs`).
 * `source_pairs_reference`, `pairs_table_reference`: one `replay` per game, one Python bytes
-  object per board (`services.games.gomoku_replay.source_pairs` / `pairs_table`).
+  object per board (`services.games.gomoku.replay.source_pairs` / `pairs_table`).
 * `deduplicate_reference`: Arrow's group_by on (board, move) (`build.deduplicate`, row for
   row up to order; it also accepts tables `deduplicate` refuses).
 * `sgf_token_by_token`: `read_sgf` with the main-line fast path switched off, every token
@@ -27,8 +27,8 @@ import pyarrow.compute as pc
 from services.dataset.splits import split_of
 from services.games.base import SourceResult, quarantine_row
 from services.games.canonical import zobrist
-from services.games.gomoku import CUT_NOTE, game_rule
-from services.games.gomoku_replay import BOARD_SIZE, _move_snippet, replay
+from services.games.gomoku.replay import BOARD_SIZE, _move_snippet, replay
+from services.games.gomoku.rules import CUT_NOTE, game_rule
 from services.games.symmetry import N_SYMMETRIES, point_table
 from services.records import sgf
 from services.records.rif import Rejected, RifGame

@@ -14,10 +14,10 @@ import torch
 
 from services.api.movepred.v1 import search_pb2
 from services.coords import parse_point
-from services.games import capture_batch as cb
 from services.games.ascii_board import board_from_ascii
 from services.games.base import InvalidRequest, RequestTooLarge
-from services.games.capture_game import CAPTURE, CaptureState
+from services.games.capture import batch as cb
+from services.games.capture.game import CAPTURE, CaptureState
 from services.games.registry import get_game, registered_games
 from tests import capture_reference as ref
 

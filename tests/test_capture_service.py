@@ -26,7 +26,7 @@ import torch
 
 from services.api.movepred.v1 import search_pb2
 from services.games.base import BLACK, WHITE
-from services.games.capture_game import CAPTURE
+from services.games.capture.game import CAPTURE
 from services.models.configs import build
 from services.policy_search.fitness import planes
 from services.records.sgf import read_sgf
@@ -147,7 +147,7 @@ def test_publishing_runs_the_model_at_the_games_sizes(tmp_path: Path) -> None:
     """A free-size model is test-run at its game's largest, smallest and default size: a
     Capture Game model that cannot answer 5x5 boards is refused (19x19 and 9x9 alone would
     pass it)."""
-    from services.games.go_game import GO
+    from services.games.go.game import GO
     from services.repository.model_check import check_sizes_for, validate_model_file
     from services.repository.publish import publish
     from services.repository.versions import list_versions

@@ -18,7 +18,7 @@ from matplotlib import image
 from services import cli
 from services.board_image import BOARD_COLOUR, PNG_PX, point_pixel
 from services.coords import parse_point
-from services.games.go_game import parse_vertex
+from services.games.go.game import parse_vertex
 from services.search.client import SearchClient, game_position
 
 BOARD_RGB = tuple(int(BOARD_COLOUR[i:i + 2], 16) for i in (1, 3, 5))

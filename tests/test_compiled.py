@@ -18,8 +18,8 @@ import numba.core.caching as caching
 caching.CacheImpl._locator_classes = []  # numba 0.61 (pinned)
 import logging
 logging.basicConfig(level=logging.WARNING)
-from services.games.go import GoState
-from services.games.go_features import compact
+from services.games.go.rules import GoState
+from services.games.go.features import compact
 from tests.test_compiled import crowded
 state = crowded()
 print(state.legal_mask().tolist())
@@ -30,7 +30,7 @@ print(compact(state).tolist())
 
 def crowded():
     """A 5x5 position where points lack an empty neighbour (the mask's liberty test runs)."""
-    from services.games.go import GoState
+    from services.games.go.rules import GoState
 
     return GoState.from_ascii("""
         X X O . O
@@ -46,7 +46,7 @@ def test_kernels_compile_per_process_when_numba_cannot_cache_them() -> None:
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "NUMBA_CACHE_DIR" in out.stderr  # the one warning says how to get the cache back
-    from services.games.go_features import compact
+    from services.games.go.features import compact
 
     state = crowded()
     assert out.stdout.splitlines() == [str(state.legal_mask().tolist()),
@@ -71,7 +71,7 @@ def test_only_the_missing_cache_location_is_forgiven(monkeypatch: pytest.MonkeyP
 WARM_UP_WITHOUT_CACHE = """
 import numba.core.caching as caching
 caching.CacheImpl._locator_classes = []  # numba 0.61 (pinned)
-from services.games import go_scan
+from services.games.go import scan as go_scan
 from services.games.registry import registered_games
 kernels = {name: getattr(go_scan, name) for name in
            ("group_liberties", "legal_points", "compact_planes")}

@@ -15,7 +15,7 @@ from services.dataset.build import deduplicate
 from services.dataset.shards import GAME_SPLIT, DatasetError, read_manifest, read_split
 from services.dataset.splits import split_of
 from services.games.canonical import canonicalize, zobrist
-from services.games.gomoku_replay import pairs_table, replay, source_pairs
+from services.games.gomoku.replay import pairs_table, replay, source_pairs
 from services.games.symmetry import N_SYMMETRIES, point_table
 from services.records.rif import read_rif
 from services.records.rif_writer import write_rif

@@ -25,8 +25,8 @@ from services.dataset.shards import SPLITS, split_parts, write_split_shards
 from services.dataset.splits import split_codes, split_of
 from services.games import canonical, pair_tables
 from services.games.canonical import canonical_pairs, canonicalize, zobrist_table
-from services.games.gomoku import Rule
-from services.games.gomoku_replay import pairs_table, replay, replay_games, source_pairs
+from services.games.gomoku.replay import pairs_table, replay, replay_games, source_pairs
+from services.games.gomoku.rules import Rule
 from services.games.symmetry import N_SYMMETRIES, point_table
 from services.records import rif
 from services.records.rif import RifGame, read_rif

@@ -39,7 +39,7 @@ from services.dataset.shards import (
     read_split,
     write_split_shards,
 )
-from services.games.gomoku_replay import source_pairs
+from services.games.gomoku.replay import source_pairs
 from services.records.rif import RifGame, read_rif
 from services.trainer import distributed
 from services.trainer.metrics import evaluate

@@ -194,7 +194,7 @@ def test_the_search_service_imports_no_torch() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, services.search.server, services.games.go_game; "
+    code = ("import sys, services.search.server, services.games.go.game; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
                          text=True, check=True)

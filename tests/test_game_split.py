@@ -12,7 +12,7 @@ import pytest
 from services.dataset.build import deduplicate
 from services.dataset.dedup import BuildSettings, build_shards, sorted_pairs
 from services.dataset.shards import GAME_SPLIT, SCHEMA_VERSION, atomic_write_json
-from services.games.gomoku_replay import source_pairs
+from services.games.gomoku.replay import source_pairs
 from services.records.rif import read_rif
 from services.trainer.train import TrainConfig, train
 from tests.conftest import SAMPLE_RIF

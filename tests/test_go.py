@@ -13,7 +13,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from services.games.go import (
+from services.games.go.features import compact
+from services.games.go.rules import (
     BLACK,
     EMPTY,
     HISTORY_LEN,
@@ -27,7 +28,6 @@ from services.games.go import (
     sgf_name,
     sgf_point,
 )
-from services.games.go_features import compact
 from tests.go_reference import compact_reference, legal_mask_reference, liberties_reference
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -436,7 +436,7 @@ def test_the_scan_benchmark_finds_the_compiled_scans_identical_on_real_positions
 
 
 def test_the_compiled_scans_neighbour_table_is_the_rules_neighbours_on_every_size() -> None:
-    from services.games.go_scan import neighbour_table
+    from services.games.go.scan import neighbour_table
 
     for size in range(2, 26):
         table = neighbour_table(size)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from services.games.go_replay import (
+from services.games.go.replay import (
     GoPairs,
     board_image_hashes,
     canonicalize,

@@ -19,9 +19,9 @@ import pytest
 import torch
 
 from services.games.base import BASIC_ENCODER
-from services.games.go_encoders import EXTENDED_CHANNELS
-from services.games.go_game import GO, GoGame
-from services.games.gomoku_game import GOMOKU
+from services.games.go.encoders import EXTENDED_CHANNELS
+from services.games.go.game import GO, GoGame
+from services.games.gomoku.game import GOMOKU
 from services.games.triton_config import config_text
 from services.models.configs import CONFIGS, ModelSpec, spec
 from services.trainer.train import TrainConfig, batch_encoder, train

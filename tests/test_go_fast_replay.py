@@ -1,4 +1,4 @@
-"""The compiled incremental Go replay (services/games/go_fast.py) against the reference pairs.
+"""The compiled incremental Go replay (services/games/go/fast.py) against the reference pairs.
 
 `game_pairs` (fast) must give byte-identical arrays to `game_pairs_reference`
 (tests/go_reference.py: `replay` + `compact` per position): hand-made positions (ko,
@@ -18,8 +18,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from services.games.go import BLACK, WHITE, GoState, board_from_ascii, replay
-from services.games.go_replay import GoPairs, canonicalize_packed, game_packed_pairs, game_pairs
+from services.games.go.replay import GoPairs, canonicalize_packed, game_packed_pairs, game_pairs
+from services.games.go.rules import BLACK, WHITE, GoState, board_from_ascii, replay
 from services.records.sgf import SgfGame, read_archive
 from tests.go_reference import game_pairs_reference
 

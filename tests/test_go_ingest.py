@@ -20,9 +20,9 @@ from services.dataset.dedup import MIN_TRAIN_OCCURRENCES
 from services.dataset.go_build import go_deduplicate
 from services.dataset.shards import DatasetError, read_manifest, read_split
 from services.dataset.sources import read_source_pairs, write_source_pairs
-from services.games.go import TRUNCATED, TRUNCATED_NOTE
-from services.games.go_game import GO
-from services.games.go_replay import PACKED_BOARD, pack_planes, packed_width, unpack_planes
+from services.games.go.game import GO
+from services.games.go.replay import PACKED_BOARD, pack_planes, packed_width, unpack_planes
+from services.games.go.rules import TRUNCATED, TRUNCATED_NOTE
 from tests.conftest import SAMPLE_RIF, SHARED_DATA
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
@@ -202,7 +202,7 @@ def test_manifest_names_the_codecs_written(go_dataset) -> None:
 
 def test_streamed_intermediate_holds_the_in_memory_pairs(tmp_path: Path, monkeypatch) -> None:
     from services.dataset import sources as source_pairs_module
-    from services.games import go_replay
+    from services.games.go import replay as go_replay
 
     monkeypatch.setattr(source_pairs_module, "BATCH_ROWS", 100)  # many row groups
     monkeypatch.setattr(go_replay, "TABLE_ROWS", 100)  # of many tables

@@ -7,8 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from services.games.go import MAX_SIZE, MIN_SIZE
-from services.games.go_replay import (
+from services.games.go.replay import (
     canonicalize,
     game_pairs,
     pack_planes,
@@ -16,6 +15,7 @@ from services.games.go_replay import (
     pairs_table,
     unpack_planes,
 )
+from services.games.go.rules import MAX_SIZE, MIN_SIZE
 from services.games.symmetry import N_SYMMETRIES, point_table
 from services.records.sgf import SgfGame, read_sgf
 

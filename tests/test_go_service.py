@@ -28,14 +28,14 @@ import numpy as np
 import pytest
 
 from services.api.movepred.v1 import search_pb2, search_pb2_grpc
-from services.games.go import BLACK, WHITE, GoState
-from services.games.go_game import (
+from services.games.go.game import (
     GoSearchState,
     VertexError,
     own_eyes,
     parse_vertex,
     vertex,
 )
+from services.games.go.rules import BLACK, WHITE, GoState
 from services.search import mcts
 from services.search.client import SearchClient, go_position
 from services.search.server import build_service

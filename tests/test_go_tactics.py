@@ -1,4 +1,4 @@
-"""Go's tactical channels (services/games/go_tactics.py) and the extended encoder built on them.
+"""Go's tactical channels (services/games/go/tactics.py) and the extended encoder built on them.
 
 Fixtures are drawn top row first ('X' Black, 'O' White, '.' empty) with Black to move unless
 said otherwise, and points named with GTP coordinates (row 1 at the bottom, no letter I). The
@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 import torch
 
-from services.games.go import BLACK, WHITE, GoState, IllegalMove, neighbours, opponent
-from services.games.go_encoders import EXTENDED_CHANNELS, N_EXTENDED_PLANES
-from services.games.go_extended_planes import planes_torch
-from services.games.go_features import compact
-from services.games.go_game import GO, GoSearchState, own_eyes
-from services.games.go_tactics import (
+from services.games.go.encoders import EXTENDED_CHANNELS, N_EXTENDED_PLANES
+from services.games.go.extended_planes import planes_torch
+from services.games.go.features import compact
+from services.games.go.game import GO, GoSearchState, own_eyes
+from services.games.go.rules import BLACK, WHITE, GoState, IllegalMove, neighbours, opponent
+from services.games.go.tactics import (
     CAPTURE_SIZE,
     LADDER_CAPTURE,
     LADDER_ESCAPE,

@@ -29,9 +29,9 @@ from services.dataset.loader import (
 )
 from services.dataset.shards import DatasetError, atomic_write_json, read_split
 from services.dataset.sources import read_source_pairs
-from services.games.go import GoState, sgf_name
-from services.games.go_features import N_GO_PLANES
-from services.games.go_game import GO
+from services.games.go.features import N_GO_PLANES
+from services.games.go.game import GO
+from services.games.go.rules import GoState, sgf_name
 from services.games.symmetry import N_SYMMETRIES, point_table
 from services.models.configs import build
 from services.models.export import check_inputs, export_torchscript
@@ -243,7 +243,7 @@ def packed_copy(plain: Path, out: Path) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from services.games.go_replay import pack_planes
+    from services.games.go.replay import pack_planes
 
     out.mkdir()
     manifest = json.loads((plain / "manifest.json").read_text())
@@ -266,7 +266,7 @@ def test_packed_shards_read_as_the_plain_ones(go_dataset: Path, tmp_path: Path) 
     """Go shards whose boards are packed (the manifest's writer.board_encoding) give the
     loader, `read_rows` and `read_split` the very planes the plain shards give."""
     packed = packed_copy(go_dataset, tmp_path / "packed")
-    from services.games.go_replay import packed_width
+    from services.games.go.replay import packed_width
 
     assert {len(board) for board, _ in split_rows(packed)} == {packed_width(S)}  # stored packed
     for augment in (False, True):

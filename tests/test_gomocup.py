@@ -23,7 +23,7 @@ import grpc
 import pytest
 
 from services.coords import index_name, parse_point
-from services.games.gomoku import GomokuState, Rule
+from services.games.gomoku.rules import GomokuState, Rule
 from services.protocols.gomocup import (
     FAST_VISITS,
     Brain,

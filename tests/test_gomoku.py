@@ -8,7 +8,7 @@ import torch
 
 from services.coords import CoordinateError, parse_point, point_name
 from services.games.encoding import planes_numpy, planes_torch
-from services.games.gomoku import (
+from services.games.gomoku.rules import (
     BLACK,
     EMPTY,
     WHITE,

@@ -33,8 +33,8 @@ import pytest
 
 from services import cli
 from services.api.movepred.v1 import search_pb2
-from services.games.go import BLACK, WHITE, GoState
-from services.games.go_game import parse_vertex, vertex
+from services.games.go.game import parse_vertex, vertex
+from services.games.go.rules import BLACK, WHITE, GoState
 from services.protocols.go_cleanup import capture_move, dead_chains
 from services.protocols.gtp import COMMANDS, GtpEngine, build_position, score_text
 from services.protocols.gtp_analysis import (

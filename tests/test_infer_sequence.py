@@ -33,7 +33,7 @@ import pytest
 
 from services import cli
 from services.api.movepred.v1 import search_pb2, search_pb2_grpc
-from services.games.go import replay as go_replay
+from services.games.go.rules import replay as go_replay
 from services.games.registry import get_game
 from services.move_order.annealing import AnnealingParams, infer_order
 from services.move_order.problem import problem_from_stones, stones_from_board

@@ -25,8 +25,8 @@ from flows.schedules import DEFAULT_CRON, nightly_deployment
 from services import atomic_files
 from services.dataset import shards
 from services.dataset.shards import read_manifest, read_split
-from services.games import gomoku_replay
-from services.games.gomoku_replay import FORBIDDEN_CUT
+from services.games.gomoku import replay as gomoku_replay
+from services.games.gomoku.replay import FORBIDDEN_CUT
 from services.import_closure import import_closure
 from services.records.rif import RIF_SUFFIXES, RifGame, read_rif
 from services.records.rif_writer import write_rif
@@ -417,8 +417,8 @@ def test_an_unknown_suffix_is_refused_before_anything_is_read(tmp_path: Path, mo
 
 
 def test_one_list_of_archive_suffixes() -> None:
-    from services.games.go_game import GO
-    from services.games.gomoku_game import GOMOKU
+    from services.games.go.game import GO
+    from services.games.gomoku.game import GOMOKU
     from services.games.registry import registered_games
     from services.records.sgf import ARCHIVE_SUFFIXES
 
@@ -443,8 +443,8 @@ def _copy_code(dest: Path) -> Path:
 
 def test_cache_key_changes_with_any_module_the_read_task_imports(tmp_path: Path) -> None:
     closure = import_closure(ingest_mod.PIPELINE_ENTRY, ingest_mod.ROOT)
-    assert {"flows.ingest", "services.dataset.sources", "services.games.go_replay",
-            "services.games.go_fast", "services.games.renju", "services.records.reasons",
+    assert {"flows.ingest", "services.dataset.sources", "services.games.go.replay",
+            "services.games.go.fast", "services.games.gomoku.renju", "services.records.reasons",
             "services.records.sgf"} <= set(closure)
     assert "services.search.server" not in closure
 

@@ -24,7 +24,7 @@ from services.dataset.loader import (
     random_symmetry_torch,
 )
 from services.dataset.shards import DatasetError, atomic_write_json, write_split_shards
-from services.games.gomoku_replay import source_pairs
+from services.games.gomoku.replay import source_pairs
 from services.games.symmetry import N_SYMMETRIES, point_table
 from services.records.rif import read_rif
 from tests.conftest import SAMPLE_RIF, split_rows

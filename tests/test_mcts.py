@@ -13,8 +13,8 @@ import pytest
 
 from services.coords import index_name, parse_point
 from services.evaluator import EvaluatorError, NonFiniteOutputError, finite_outputs
-from services.games import gomoku_game
-from services.games.gomoku import BLACK, EMPTY, WHITE, GomokuState, Rule, board_from_ascii
+from services.games.gomoku import game as gomoku_game
+from services.games.gomoku.rules import BLACK, EMPTY, WHITE, GomokuState, Rule, board_from_ascii
 from services.search import mcts
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from services.games.capture_game import CAPTURE
+from services.games.capture.game import CAPTURE
 from services.models.configs import build, spec
 from services.models.mdrnn import MDLSTM, MDRNN, _diagonals
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from services.games.go import BLACK, WHITE, GoState
-from services.games.go_features import N_GO_PLANES, compact
-from services.games.go_planes import planes_torch
+from services.games.go.features import N_GO_PLANES, compact
+from services.games.go.planes import planes_torch
+from services.games.go.rules import BLACK, WHITE, GoState
 from services.games.registry import get_game
 from services.models.configs import CONFIGS, build, spec
 from services.models.export import ExportError, export_torchscript

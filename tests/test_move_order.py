@@ -13,9 +13,9 @@ import pytest
 from services import numerics
 from services.api.movepred.v1 import search_pb2
 from services.evaluator import NonFiniteOutputError
-from services.games import go_features
 from services.games.ascii_board import board_from_ascii
 from services.games.base import InvalidRequest
+from services.games.go import features as go_features
 from services.games.registry import get_game
 from services.move_order.annealing import (
     AnnealingParams,

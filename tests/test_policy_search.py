@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from services.games.capture_batch import play_games
+from services.games.capture.batch import play_games
 from services.models.mdrnn import MDLSTM, MDRNN
 from services.policy_search.cmaes import CMAES
 from services.policy_search.es import MuCommaLambdaES
@@ -553,7 +553,7 @@ def test_generation_fitness_shapes_each_populations_own_games() -> None:
     """With shaping, a population's shaped fitness is the mean `shaped_outcomes` of exactly
     the games `play_matches_timed` plays for its candidates; its plain fitness is the one it
     gets without shaping, and a population without shaping in the same batch gets none."""
-    from services.games.capture_batch import BLACK, network_colours, tie_uniforms
+    from services.games.capture.batch import BLACK, network_colours, tie_uniforms
     from services.policy_search.fitness import (
         GREEDY,
         generation_fitness,

@@ -12,8 +12,14 @@ import numpy as np
 import pytest
 
 from services.coords import index_name, parse_point
-from services.games import renju
-from services.games.gomoku import (
+from services.games.gomoku import renju
+from services.games.gomoku.renju import (
+    candidate_mask,
+    forbidden_mask,
+    forbidden_points,
+    is_forbidden,
+)
+from services.games.gomoku.rules import (
     BLACK,
     EMPTY,
     WHITE,
@@ -22,7 +28,6 @@ from services.games.gomoku import (
     Rule,
     board_from_ascii,
 )
-from services.games.renju import candidate_mask, forbidden_mask, forbidden_points, is_forbidden
 from services.games.symmetry import N_SYMMETRIES, point_table, transform_board
 
 

@@ -16,8 +16,9 @@ import pytest
 
 from services.coords import parse_point
 from services.dataset.build import deduplicate
-from services.games import renju
-from services.games.gomoku import (
+from services.games.gomoku import renju
+from services.games.gomoku.replay import FORBIDDEN_CUT, replay, replay_games, source_pairs
+from services.games.gomoku.rules import (
     BLACK,
     CUT_NOTE,
     ForbiddenMove,
@@ -26,7 +27,6 @@ from services.games.gomoku import (
     Rule,
     game_rule,
 )
-from services.games.gomoku_replay import FORBIDDEN_CUT, replay, replay_games, source_pairs
 from services.records.rif import RifGame, read_rif
 from services.records.rif_writer import write_rif
 from tests.conftest import renjunet_games

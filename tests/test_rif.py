@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from services.coords import parse_point
-from services.games.gomoku import BLACK, GomokuState, Rule
+from services.games.gomoku.rules import BLACK, GomokuState, Rule
 from services.records import ReadStats, Rejected, RifGame, read_rif, summarize, write_rif
 from services.records.rif import reason_category
 

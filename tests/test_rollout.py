@@ -30,7 +30,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
 from services import cli
-from services.games.gomoku_game import GOMOKU, known_positions
+from services.games.gomoku.game import GOMOKU, known_positions
 from services.repository.publish import publish
 from services.repository.quarantine import QUARANTINE_REASON
 from services.repository.rollout_state import read_state, state_path

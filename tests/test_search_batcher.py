@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from services.evaluator import EvaluatorError, EvaluatorTimeout
-from services.games.gomoku import GomokuState
+from services.games.gomoku.rules import GomokuState
 from services.search import mcts
 from services.search.batcher import BatchingEvaluator, BatchOutput
 from services.search.metrics import Metrics

@@ -32,7 +32,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from services import cli
 from services.api.movepred.v1 import search_pb2, search_pb2_grpc
 from services.coords import index_name
-from services.games.gomoku import GomokuState, Rule
+from services.games.gomoku.rules import GomokuState, Rule
 from services.search.client import SearchClient, position
 from services.search.mcts import masked_softmax
 from services.search.metrics import Metrics
@@ -286,7 +286,7 @@ TOO_LARGE = [
 
 def _no_five_moves(n: int, seed: int) -> list[tuple[int, int]]:
     """`n` distinct points, alternately black and white, whose board has no five in a row."""
-    from services.games.gomoku import has_five
+    from services.games.gomoku.rules import has_five
 
     rng = np.random.default_rng(seed)
     while True:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.games.gomoku import GomokuState, Rule
+from services.games.gomoku.rules import GomokuState, Rule
 from services.search import mcts
 from services.search.tree_cache import TreeCache, base_key
 
@@ -145,8 +145,8 @@ def test_reuse_keeps_the_visit_accounting(opening, visits, extension, budget) ->
 def test_go_trees_are_keyed_by_the_exact_komi() -> None:
     """The key printed komi to 6 digits: 7 and 7.0000005 (a float32 7.000000476...) shared a
     tree, so a search under one komi answered for the other, where a tie is a loss."""
-    from services.games.go import GoState
-    from services.games.go_game import GoSearchState
+    from services.games.go.game import GoSearchState
+    from services.games.go.rules import GoState
 
     seven = GoSearchState(GoState(9), komi=7.0).play(40)
     nearly = GoSearchState(GoState(9), komi=float(np.float32(7.0000005))).play(40)

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from services.api.movepred.v1 import search_pb2
-from services.games import gomoku_game
+from services.games.gomoku import game as gomoku_game
 from services.search import validation
 
 RULES = [search_pb2.RULE_UNSPECIFIED, search_pb2.FREESTYLE, search_pb2.STANDARD, search_pb2.RENJU]

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from services.coords import parse_point
-from services.games.gomoku import BLACK, EMPTY, WHITE, GomokuState, Rule, board_from_ascii
-from services.games.gomoku_selfplay import CENTER, choose_move, generate, main, play_game
+from services.games.gomoku.rules import BLACK, EMPTY, WHITE, GomokuState, Rule, board_from_ascii
+from services.games.gomoku.selfplay import CENTER, choose_move, generate, main, play_game
 from services.records import RifGame, read_rif, summarize
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample" / "selfplay.rif"
@@ -120,7 +120,7 @@ def test_cli_writes_a_readable_file(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 def test_committed_sample_is_valid_and_reproducible() -> None:
     if not SAMPLE.exists():
-        pytest.skip(f"{SAMPLE} not generated; run python -m services.games.gomoku_selfplay")
+        pytest.skip(f"{SAMPLE} not generated; run python -m services.games.gomoku.selfplay")
     assert SAMPLE.stat().st_size < 300_000
     items = list(read_rif(SAMPLE))
     stats = summarize(items)

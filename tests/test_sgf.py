@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from services.games.go import BLACK, WHITE, replay, sgf_point
+from services.games.go.rules import BLACK, WHITE, replay, sgf_point
 from services.records.reasons import summarize
 from services.records.sgf import (
     MAX_TREE_DEPTH,

@@ -19,7 +19,7 @@ from sgfmill import sgf
 
 from services import cli
 from services.coords import parse_point
-from services.games.gomoku import BLACK, WHITE, GomokuState, Rule
+from services.games.gomoku.rules import BLACK, WHITE, GomokuState, Rule
 from services.protocols.sgf_export import play_game, result_of
 from services.records.sgf import SgfGame, SgfRejected, read_sgf
 from services.records.sgf_writer import (

@@ -3,7 +3,10 @@ these tests check that both copies agree, and that each game's records come from
 
 from __future__ import annotations
 
-from services.games import base, go, go_game, gomoku
+from services.games import base
+from services.games.go import game as go_game
+from services.games.go import rules as go
+from services.games.gomoku import rules as gomoku
 from services.games.registry import get_game
 from services.records import sgf, sgf_writer
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from services.games.go_game import GO
-from services.games.gomoku import BLACK, WHITE, Rule, has_five, makes_five
-from services.games.gomoku_game import GOMOKU, tactical_positions
+from services.games.go.game import GO
+from services.games.gomoku.game import GOMOKU, tactical_positions
+from services.games.gomoku.rules import BLACK, WHITE, Rule, has_five, makes_five
 from services.repository import gate
 from services.repository.model_check import validate_model_file
 from services.repository.publish import publish

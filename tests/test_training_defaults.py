@@ -14,7 +14,7 @@ import torch
 
 from services.dataset.build import deduplicate
 from services.dataset.shards import SCHEMA_VERSION, SPLITS, atomic_write_json, write_split_shards
-from services.games.gomoku_replay import source_pairs
+from services.games.gomoku.replay import source_pairs
 from services.games.registry import get_game
 from services.records.rif import read_rif
 from services.trainer import train as trainer

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-from services.games.go_game import GO
-from services.games.gomoku_game import GOMOKU
+from services.games.go.game import GO
+from services.games.gomoku.game import GOMOKU
 from services.repository.publish import publish
 from services.repository.versions import latest_version, list_versions
 from services.triton import health_wait, installation, launcher, ports

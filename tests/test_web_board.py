@@ -25,7 +25,7 @@ import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
-from services.games import renju
+from services.games.gomoku import renju
 from services.games.registry import default_game, get_game, registered_games
 from services.repository.publish import publish
 from services.search.client import SearchClient, game_position

@@ -1,7 +1,7 @@
 """The in-memory dedup of pair tables: what the shards hold, from every source's raw pairs.
 
 The games replay their records into raw pairs (`Game.replay_source`; the Gomoku one is
-`services.games.gomoku_replay.source_pairs`); `deduplicate` merges every source's pairs under
+`services.games.gomoku.replay.source_pairs`); `deduplicate` merges every source's pairs under
 symmetry and assigns splits. The ingest flow deduplicates out of core instead
 (`services.dataset.dedup`), to the same rows.
 

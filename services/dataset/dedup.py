@@ -115,7 +115,7 @@ def _key_column(present: set[str]) -> str:
     """The board column the intermediates group and sort by: Go intermediates hold the
     boards packed (`go_replay.PACKED_BOARD`: equal and ordered exactly as the boards are),
     Gomoku ones the boards themselves. One dataset holds one game: not both."""
-    from services.games.go_replay import PACKED_BOARD
+    from services.games.go.replay import PACKED_BOARD
 
     if PACKED_BOARD in present:
         if "board" in present:
@@ -407,7 +407,7 @@ def _unpacked(batch: pa.RecordBatch) -> pa.RecordBatch:
     """`batch` with its packed Go boards (`go_replay.pack_planes`) unpacked."""
     import numpy as np
 
-    from services.games.go_replay import packed_width, unpack_planes
+    from services.games.go.replay import packed_width, unpack_planes
 
     n = batch.num_rows
     boards = batch.column(0)

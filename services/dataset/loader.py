@@ -4,7 +4,7 @@
 with `batch_size=None` (`make_loader` builds one). Each batch is a dict:
 
     boards  int8  [B, s, s]     Gomoku: compact cells (0 empty, 1 black, 2 white)
-            int8  [B, 4, s, s]  Go: the compact planes of `services.games.go_features`
+            int8  [B, 4, s, s]  Go: the compact planes of `services.games.go.features`
                                 (stones seen from the mover, liberties, move age, ko)
     moves   int64 [B]           y * s + x, transformed together with its board; Go: s * s = pass
     results float32 [B]         only with `results=True` (value training): the mover's result,

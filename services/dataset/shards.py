@@ -52,7 +52,7 @@ import pyarrow.parquet as pq
 
 from services import atomic_files
 from services.checksums import sha256_file
-from services.games.go_features import COMPACT_CHANNELS
+from services.games.go.features import COMPACT_CHANNELS
 from services.games.registry import default_game, get_game, registered_games
 
 SCHEMA_VERSION = 2  # 2: game, rule, result, mover_rank; Go boards as compact planes
@@ -75,7 +75,7 @@ OTHER_CODEC = "zstd"
 COMPRESSION = {"board": BOARD_CODEC, "other columns": OTHER_CODEC}
 # What the board column's bytes are (the manifest's writer.board_encoding). PLAIN: the int8
 # cells or compact planes themselves (Gomoku). PACKED: Go's compact planes packed
-# (`services.games.go_replay.pack_planes`: each plane's cells as digits, 5 / 3 / 3 / 8 to a
+# (`services.games.go.replay.pack_planes`: each plane's cells as digits, 5 / 3 / 3 / 8 to a
 # byte, 361 bytes at 19x19 against 1,444), unpacked by the readers here and in the loader.
 # Why packed: the build sorts and merges packed boards anyway, and writing them as they are
 # spares unpacking (~0.5 CPU-s a million positions) and LZ4 of four times the bytes (~1 CPU-s);
@@ -102,7 +102,7 @@ GO_CHANNELS = COMPACT_CHANNELS
 PAIR_SCHEMA = pa.schema(
     [
         # canonical position, int8 bytes: Gomoku size*size cells (0 empty, 1 black, 2 white);
-        # Go the compact [4, size, size] planes of services/games/go_features.py, packed
+        # Go the compact [4, size, size] planes of services/games/go/features.py, packed
         # where the manifest's writer.board_encoding says so (`PACKED_BOARDS`)
         ("board", pa.binary()),
         ("move", pa.int16()),  # canonical next move, y * size + x; Go: size*size = pass
@@ -511,7 +511,7 @@ def board_encoding(manifest: dict, where: Path | str = MANIFEST) -> str:
 def board_bytes(encoding: str, channels: int, size: int) -> int:
     """Bytes of one stored board: `channels` int8 planes of size x size, packed or not."""
     if encoding == PACKED_BOARDS:
-        from services.games.go_replay import packed_width
+        from services.games.go.replay import packed_width
 
         return packed_width(size)
     return channels * size * size
@@ -523,7 +523,7 @@ def decoded_boards(stored: np.ndarray, encoding: str, size: int) -> np.ndarray:
     pool (reused from read to read rather than faulted in afresh), PLAIN ones as they are."""
     if encoding != PACKED_BOARDS:
         return stored
-    from services.games.go_replay import unpack_planes
+    from services.games.go.replay import unpack_planes
 
     n = len(stored)
     width = COMPACT_CHANNELS * size * size
@@ -583,7 +583,7 @@ def read_split(dataset_dir: Path, split: str,
                            f"({encoding} {game} {size}x{size} boards)")
     stored = stored.reshape(table.num_rows, width)
     if encoding == PACKED_BOARDS:
-        from services.games.go_replay import unpack_planes
+        from services.games.go.replay import unpack_planes
 
         boards = unpack_planes(stored, size).view(np.int8).reshape(shape)
     else:

@@ -40,7 +40,7 @@ import numpy as np
 from services import coords
 from services.api.movepred.v1 import search_pb2
 
-BLACK, WHITE = 1, 2  # the cell values of every game, and the API's Color values
+EMPTY, BLACK, WHITE = 0, 1, 2  # the cell values of every game; BLACK, WHITE the API's Colors
 # the input encoder every game has: `Game.input_shape`, what shards and requests hold
 BASIC_ENCODER = "basic"
 COLOR_NAMES = {BLACK: "black", WHITE: "white"}

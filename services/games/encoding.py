@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from services.games.gomoku import BLACK, EMPTY, WHITE
+from services.games.base import BLACK, EMPTY, WHITE
 
 N_PLANES = 3
 

@@ -16,8 +16,8 @@ from services.games.base import Game, Position
 from services.quoting import shown
 
 # The modules of the built-in games, imported on first lookup (each calls `register`).
-BUILTIN_MODULES = ("services.games.gomoku_game", "services.games.go_game",
-                   "services.games.capture_game")
+BUILTIN_MODULES = ("services.games.gomoku.game", "services.games.go.game",
+                   "services.games.capture.game")
 # What a request's GAME_UNSPECIFIED means (the API's documented default).
 DEFAULT_PROTO_GAME = search_pb2.GOMOKU
 

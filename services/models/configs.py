@@ -2,9 +2,9 @@
 
 `shao_fF_nN` is Shao et al.'s network with F filters and N 3x3 convs (`_fc`: their fully
 connected top, `_bn`: with batch norm). `res_bBcC` is a residual network of B blocks of C
-channels; `go_` configurations take compact Go inputs (services/games/go_features.py) and
+channels; `go_` configurations take compact Go inputs (services/games/go/features.py) and
 predict a pass as well; a `go_..._x` one takes Go's extended input instead (the basic planes and
-the tactical channels: services/games/go_encoders.py, `ModelSpec.encoder`). A `_v` suffix adds a
+the tactical channels: services/games/go/encoders.py, `ModelSpec.encoder`). A `_v` suffix adds a
 value head (services/models/value.py). Every built model takes compact int8 inputs and returns
 logits, or (logits, value) with a value head, except the Capture Game's `capture_mdrnn_kK` /
 `capture_mdlstm_kK` (services/models/mdrnn.py, K hidden neurons per sweep): (own, opponent)
@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from torch import nn
 
 from services.games.base import BASIC_ENCODER
-from services.games.capture_game import CAPTURE
-from services.games.go_encoders import N_EXTENDED_PLANES
-from services.games.go_features import N_GO_PLANES
-from services.games.go_game import GO
-from services.games.gomoku_game import GOMOKU
+from services.games.capture.game import CAPTURE
+from services.games.go.encoders import N_EXTENDED_PLANES
+from services.games.go.features import N_GO_PLANES
+from services.games.go.game import GO
+from services.games.gomoku.game import GOMOKU
 from services.games.registry import get_game
 from services.models.mdrnn import MDLSTM, MDRNN
 from services.models.resnet import GoExtendedPolicy, GoPolicy, ResidualPolicyNet

@@ -9,7 +9,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from services.games import go_extended_planes, go_planes
+from services.games.go import extended_planes as go_extended_planes
+from services.games.go import planes as go_planes
 from services.models.shao import BoardPolicy
 
 
@@ -69,7 +70,7 @@ class GoPolicy(BoardPolicy):
 
 
 class GoExtendedPolicy(BoardPolicy):
-    """Extended compact Go inputs int8 [N, 10, S, S] (`services.games.go_encoders`: the basic
+    """Extended compact Go inputs int8 [N, 10, S, S] (`services.games.go.encoders`: the basic
     planes and the tactical channels) -> logits [N, S*S + 1]: `GoPolicy` for a network built
     on the extended encoder's 44 planes."""
 

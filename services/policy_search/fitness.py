@@ -1,10 +1,10 @@
 """A population's fitness: each candidate weight vector plays `games` games (40, the paper's)
 against the greedy player, colours alternated (the network is black in its even games), and
 scores the mean outcome, +1 a win and -1 a loss: -1 never wins, +1 always wins. There are no
-draws (`services.games.capture_batch`: the last empty point always captures).
+draws (`services.games.capture.batch`: the last empty point always captures).
 
 All the population's games are played as one batch by the engine's rule kernels
-(`services.games.capture_batch`: `play`, `greedy_moves`, `network_moves`): at every ply one
+(`services.games.capture.batch`: `play`, `greedy_moves`, `network_moves`): at every ply one
 network call scores the boards of every candidate whose turn it is, each board with its own
 candidate's weights (`scores_per_board` of `services.models.mdrnn`), and one call moves the
 greedy player on the others. The loop is `capture_batch.play_games`' with a candidate per game:
@@ -34,7 +34,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from services.games.capture_batch import (
+from services.games.capture.batch import (
     BLACK,
     CAPTURED,
     GOES_ON,

@@ -22,7 +22,7 @@ liberties.
 
 from __future__ import annotations
 
-from services.games.go import EMPTY, GoState, neighbours, opponent
+from services.games.go.rules import EMPTY, GoState, neighbours, opponent
 
 EYE_SPACE_FOR_TWO = 7
 

@@ -93,8 +93,8 @@ import numpy as np
 
 from services.coords import index_name
 from services.defaults import SEARCH_TARGET
-from services.games import renju
-from services.games.gomoku import (
+from services.games.gomoku import renju
+from services.games.gomoku.rules import (
     BLACK,
     DEFAULT_SIZE,
     WHITE,

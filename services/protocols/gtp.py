@@ -12,7 +12,7 @@ The controller writes commands to stdin, one a line; every answer is ``= result`
 
     protocol_version, name, version, known_command, list_commands, quit
     boardsize N             N in 9..19 (the sizes the service serves Go on: one network for
-                            every size, see services/games/go.py); any other size is
+                            every size, see services/games/go/rules.py); any other size is
                             ``? unacceptable size``. It clears the board; the default is 19
     clear_board, komi K     clear_board keeps the size
     play COLOR VERTEX       COLOR b/black/w/white, VERTEX e.g. D4 or pass; an illegal move
@@ -42,7 +42,7 @@ The controller writes commands to stdin, one a line; every answer is ``= result`
                             budget, then ``play VERTEX`` (played); input waits for its end
 
 The engine keeps the game as a list of (colour, vertex) and replays it with the rules engine
-(`services.games.go.GoState`: captures, suicide illegal, simple ko), so illegal moves are
+(`services.games.go.rules.GoState`: captures, suicide illegal, simple ko), so illegal moves are
 refused locally. The service needs the moves in alternating order from the first mover: when a
 controller makes one colour play twice (e.g. free handicap placement, or a ``genmove`` for the
 side that just played), the position is sent as the board at the last break of alternation
@@ -69,8 +69,7 @@ import grpc
 
 from services.api.movepred.v1 import search_pb2
 from services.defaults import SEARCH_TARGET
-from services.games.go import BLACK, WHITE, GoState, IllegalMove, opponent
-from services.games.go_game import (
+from services.games.go.game import (
     DEFAULT_KOMI,
     GO_SIZE,
     GO_SIZES,
@@ -78,6 +77,7 @@ from services.games.go_game import (
     parse_vertex,
     vertex,
 )
+from services.games.go.rules import BLACK, WHITE, GoState, IllegalMove, opponent
 from services.numerals import ascii_decimal, ascii_int
 from services.protocols.frontend import SearchClientOwner
 from services.protocols.go_cleanup import capture_move

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from services.defaults import SEARCH_TARGET
 from services.games.base import Game, Position
-from services.games.gomoku import BLACK, DEFAULT_SIZE, WHITE, GomokuState, Rule
+from services.games.gomoku.rules import BLACK, DEFAULT_SIZE, WHITE, GomokuState, Rule
 from services.games.registry import default_game, get_game, registered_games
 from services.records.sgf_writer import APP_NAME, game_to_sgf, write_sgf_text
 

@@ -5,7 +5,7 @@ dataset build can account for every record in a file; `summarize` counts any rea
 
 The codecs import no game, front-end, search or serving code (only the bottom utilities,
 `services.coords` among them): a record's rule stays the name the file gives it, and each game
-says what its records mean (`services.games.gomoku.game_rule`, `Game.record_text`).
+says what its records mean (`services.games.gomoku.rules.game_rule`, `Game.record_text`).
 
 Modules:
     rif         streaming reader of RenjuNet `.rif` XML exports

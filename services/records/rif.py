@@ -66,7 +66,7 @@ class RifGame:
     game_id: str
     moves: tuple[int, ...]
     # the rule's name from the rules table (its id when not in it), as the file has it: which
-    # rules that means for play is the game's to say (`services.games.gomoku.game_rule`)
+    # rules that means for play is the game's to say (`services.games.gomoku.rules.game_rule`)
     rule: str = ""
     bresult: float | None = None  # Black's score: 1 won, 0 lost, 0.5 draw, None unknown
     black: str = ""

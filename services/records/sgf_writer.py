@@ -40,10 +40,10 @@ MOVES_PER_LINE = 10
 _TEXT_PROPERTIES = frozenset({"GC", "C"})  # Text: line breaks kept; the others SimpleText
 
 GOMOKU_GM = 4
-GOMOKU_SIZE = 15  # a Gomoku record's board unless told (services.games.gomoku.DEFAULT_SIZE)
-GOMOKU_RULES = ("freestyle", "standard", "renju")  # RU of GM[4]: services.games.gomoku.Rule
-GO_SIZE = 19  # a Go record's board unless told (services.games.go_game.GO_SIZE)
-GO_KOMI = 7.5  # and its komi (services.games.go_game.DEFAULT_KOMI)
+GOMOKU_SIZE = 15  # a Gomoku record's board unless told (services.games.gomoku.rules.DEFAULT_SIZE)
+GOMOKU_RULES = ("freestyle", "standard", "renju")  # RU of GM[4]: services.games.gomoku.rules.Rule
+GO_SIZE = 19  # a Go record's board unless told (services.games.go.game.GO_SIZE)
+GO_KOMI = 7.5  # and its komi (services.games.go.game.DEFAULT_KOMI)
 
 Move = tuple[int, int | None]  # a Go move: (colour, point or None for a pass)
 
@@ -125,7 +125,7 @@ def game_to_sgf(
     """One Gomoku game as SGF text (ends with a newline).
 
     `moves` are points `y * size + x`, black first, alternating. `rule` is a name of
-    `GOMOKU_RULES` (any case; a `services.games.gomoku.Rule` is one). `comments` maps a move's
+    `GOMOKU_RULES` (any case; a `services.games.gomoku.rules.Rule` is one). `comments` maps a move's
     index in `moves` (0 = the first move) to the C[] of that move's node. `date` defaults to
     today (DT is YYYY-MM-DD). Raises ValueError for a point off the board or played twice, an
     unknown rule, or a comment for a move that is not in `moves`; game rules (fives, renju)

@@ -27,8 +27,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from services.api.movepred.v1 import search_pb2, search_pb2_grpc
 from services.coords import parse_point
 from services.games.base import Game
-from services.games.go_game import DEFAULT_KOMI, GO_SIZE, parse_vertex
-from services.games.gomoku import DEFAULT_SIZE, Rule
+from services.games.go.game import DEFAULT_KOMI, GO_SIZE, parse_vertex
+from services.games.gomoku.rules import DEFAULT_SIZE, Rule
 from services.games.registry import default_game, get_game
 from services.search.auth import ClientAuth, client_auth_from
 from services.search.validation import MAX_TIME_MS  # an InferSequence's time limit

@@ -31,10 +31,10 @@ Why it looks like this:
 
 What a node is comes from its game (`Game.expand`, services/games/base.py): terminal and
 worth what to whom, a proven win, or the candidates to search. Gomoku's tactics above are its
-`expand` (services/games/gomoku_game.py); Go's candidates are the legal points that do not fill
+`expand` (services/games/gomoku/game.py); Go's candidates are the legal points that do not fill
 one of the mover's own eyes, plus the pass (always legal, the policy's last entry), and after
 two consecutive passes a node is terminal and worth the area score's verdict (with komi) to the
-player who passed last (services/games/go_game.py). Other leaves get the network's value.
+player who passed last (services/games/go/game.py). Other leaves get the network's value.
 
 The search talks to a `PolicyEvaluator` (anything with `infer(boards) -> logits/values/model
 info`, e.g. `services.triton.client.PolicyClient`), never to Triton directly. The boards it

@@ -7,12 +7,12 @@ Defaults and limits (documented in the report and the CLI help):
 
 * `position.game` / `position.game_name`: the game (`services.games.registry`);
   GAME_UNSPECIFIED with no name means GOMOKU. What a position may hold is its game's
-  `position_from_request` (services/games/gomoku_game.py, go_game.py), summarised here:
+  `position_from_request` (services/games/gomoku/game.py, go_game.py), summarised here:
 * `position.rule`: RULE_UNSPECIFIED means FREESTYLE (Gomoku) or GO_AREA (Go); a Gomoku rule
   on a Go position, or GO_AREA on a Gomoku one, is rejected.
 * `position.board_size`: 0 means the game's default size, 15 (Gomoku) or 19 (Go). Gomoku is
   15x15 only (the Gomoku model's input is fixed); Go takes 9..19 (one fully convolutional
-  network serves every size, see services/games/go.py for the range), any other size is
+  network serves every size, see services/games/go/rules.py for the range), any other size is
   rejected naming `board_size`. The positions of one Predict request share one board size (one
   Triton call).
 * Go only: `position.komi` (unset: 7.5; finite, at most the board's points in size),
@@ -31,7 +31,7 @@ Defaults and limits (documented in the report and the CLI help):
 
 * Replay work per request: the moves and set-up stones of all positions of one request
   together, each as its game weighs it (`Game.replay_cost`: a renju move counts
-  `services.games.gomoku_game.RENJU_MOVE_COST`, black's forbidden-point checks making it about
+  `services.games.gomoku.game.RENJU_MOVE_COST`, black's forbidden-point checks making it about
   three times dearer), at most MAX_REQUEST_MOVES (`replay_cost`, checked before anything is
   replayed). This bounds one valid request's CPU: without it, 256 renju positions of 170 moves
   took about 1 s of a core to validate, 256 Go positions of 600 moves about 0.9 s; within the

@@ -1,7 +1,7 @@
 """The served Go policy: TorchScript export of a `go_res_*` network and its publication.
 
 Triton's ``go_policy`` model (model_repository/go_policy/config.pbtxt) takes compact int8 Go
-inputs [N, 4, S, S] (`services.games.go_features.compact`, seen from the side to move; S from 9
+inputs [N, 4, S, S] (`services.games.go.features.compact`, seen from the side to move; S from 9
 to 19, one network for every size: it is fully convolutional) and answers float32 logits
 [N, S * S + 1]: the points (y * S + x), then the pass. The export check runs at 19x19, and
 publishing test-runs the file at 19x19 and 9x9 (`services.repository.model_check.check_shapes`).
@@ -43,10 +43,10 @@ import torch
 from torch import nn
 
 from services.defaults import MODEL_FILE
-from services.games import go_features
 from services.games.base import BASIC_ENCODER
-from services.games.go import GoState
-from services.games.go_game import GO
+from services.games.go import features as go_features
+from services.games.go.game import GO
+from services.games.go.rules import GoState
 from services.models.configs import build, spec
 from services.models.export import ExportError, export_torchscript
 from services.repository.model_card import build_card

@@ -49,7 +49,7 @@ from torch import nn
 
 from services.defaults import MODEL_FILE
 from services.games.base import BLACK, WHITE
-from services.games.capture_game import CAPTURE
+from services.games.capture.game import CAPTURE
 from services.models.configs import build, spec
 from services.models.export import ExportError, export_torchscript
 from services.repository.model_card import build_card

@@ -3,7 +3,7 @@
 `PolicyClient.infer` sends a game's int8 network inputs and returns float32 logits with the
 model version that answered. The shapes are the game's (`Game.model_io`, services/games/base.py;
 the game is given, or the one whose default model the name is): Gomoku int8 boards [N, 15, 15]
--> logits [N, 225]; Go compact inputs [N, 4, S, S] (`services.games.go_features`) for any
+-> logits [N, 225]; Go compact inputs [N, 4, S, S] (`services.games.go.features`) for any
 served size S in 9..19 (one fully convolutional network answers every size, the config declares
 the spatial dims as -1) -> logits [N, S * S + 1], the last one the pass (19x19: [N, 362]); one
 call holds boards of one size. With the logits comes the ``value`` output where the

@@ -7,8 +7,8 @@ A Go position travels (in shards, to Triton) as int8 [4, S, S]:
     3  ko: 1 on the point the side to move may not retake (0 elsewhere)
 On the model's device this becomes 17 float planes (AlphaGo-style raw features): own, opponent,
 empty; own liberties 1/2/3/4+; opponent liberties 1/2/3/4+; the last 4 moves one-hot; ko;
-ones (so zero padding marks the edge; `services.games.go_planes`, which needs torch: this
-module needs numpy and numba (its scan is `services.games.go_scan`'s), not torch, so the search
+ones (so zero padding marks the edge; `services.games.go.planes`, which needs torch: this
+module needs numpy and numba (its scan is `services.games.go.scan`'s), not torch, so the search
 service builds Go inputs without importing torch).
 Moves are y * S + x, and S * S means pass.
 """
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.games.go import GoState
-from services.games.go_scan import compact_planes, neighbour_table
+from services.games.go.rules import GoState
+from services.games.go.scan import compact_planes, neighbour_table
 
 COMPACT_CHANNELS = 4
 RECENT_MOVES = 4
@@ -29,7 +29,7 @@ N_GO_PLANES = 17
 def compact(state: GoState, to_move: int | None = None) -> np.ndarray:
     """int8 [4, S, S] seen from `to_move` (default: the state's side to move; records may
     give one side several moves in a row, e.g. handicap placement). A compiled scan
-    (`services.games.go_scan.compact_planes`)."""
+    (`services.games.go.scan.compact_planes`)."""
     s = state.size
     recent = np.array([-1 if m is None else m for m in state.last_moves[-RECENT_MOVES:]],
                       dtype=np.int64)

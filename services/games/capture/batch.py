@@ -6,7 +6,7 @@ B boards of a batch are int8 arrays ``[B, S*S]`` (flat point ``y * S + x``, 0 em
 2 white) and every rule is a numba kernel (compiled once, cached on disk) looping over the
 boards, so a ply of the whole batch is one call per kernel and one call of the network.
 
-The rules are those of `services.games.capture_game` (PyBrain's CaptureGame, which the paper
+The rules are those of `services.games.capture.game` (PyBrain's CaptureGame, which the paper
 used): every empty point is a legal move; a stone that leaves an opponent group without
 liberties captures and wins at once; otherwise a stone whose own group is left without
 liberties is suicide and loses at once; nothing is removed from a finished board. Since the

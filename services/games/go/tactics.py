@@ -1,7 +1,7 @@
 """Tactical Go features (AlphaGo's and the BAKAGO report's "what would this move do" planes),
 computed from the compact network input alone.
 
-Why: the basic input (`services.games.go_features`: stones seen from the mover, liberties, move
+Why: the basic input (`services.games.go.features`: stones seen from the mover, liberties, move
 ages, ko) says what the board *is*; a small network has to learn from it, over several layers,
 what a move there would *do*: capture, put itself in atari, win or lose a ladder. AlphaGo's 48
 planes and the BAKAGO report's 39 hand these over as inputs; a ladder in particular is a
@@ -36,7 +36,7 @@ liberty or captures an adjacent chasing group in atari (either may save it); wit
 liberties it is out, with one it is caught, with two the hunter ataris it from one of the two
 liberties (both are tried, the one that leaves the prey's extension the fewer empty neighbours
 first), and so on; the hunter only ataris, it never saves its own stones in atari (the read is
-a chase of ataris, nothing else). Simple ko holds in the read as `services.games.go` plays it
+a chase of ataris, nothing else). Simple ko holds in the read as `services.games.go.rules` plays it
 (without it a capture and its retake would loop); the ko point of plane 3 bars the mover's
 first move. A read places at most `MAX_LADDER_PLAYS` stones (both sides, the branches tried
 included; a ladder from one corner of a 19x19 board to the other takes about 70); one that
@@ -48,7 +48,7 @@ from __future__ import annotations
 import numpy as np
 
 from services.compiled import kernel
-from services.games.go_scan import neighbour_table
+from services.games.go.scan import neighbour_table
 
 CAPTURE_SIZE, SELF_ATARI_SIZE, LIBERTIES_AFTER, LADDER_CAPTURE, LADDER_ESCAPE, SENSIBLE = range(6)
 TACTICAL_CHANNELS = 6
@@ -140,7 +140,7 @@ def _remove_group(cells, nbrs, start, stack):
 def _play(cells, nbrs, p, colour, mark, clock, stack, found):
     """Play `colour` on the empty point `p` in place, captures included: SUICIDE, and the board
     unchanged, for a move without a liberty; else the point the opponent may not retake at
-    once (`services.games.go`'s simple ko: one stone captured by a lone stone left with one
+    once (`services.games.go.rules`'s simple ko: one stone captured by a lone stone left with one
     liberty), -1 for none."""
     cells[p] = colour
     other = 3 - colour

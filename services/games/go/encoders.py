@@ -1,8 +1,8 @@
 """Go's network input encoders, by name: what a Go network takes and how it gets it.
 
 Why: one game, more than one input. The "basic" encoder is the one every Go network, shard
-and served request has used so far (`services.games.go_features`: int8 [4, S, S], 17 float
-planes); "extended" adds the tactical channels of `services.games.go_tactics` (captures,
+and served request has used so far (`services.games.go.features`: int8 [4, S, S], 17 float
+planes); "extended" adds the tactical channels of `services.games.go.tactics` (captures,
 self-atari, liberties after the move, ladders, sensibleness), which a network has to be
 built for. Naming them lets a model configuration say which input it takes
 (`services.models.configs.ModelSpec.encoder`) and the data path and the serving path compute
@@ -20,7 +20,7 @@ The extended input, int8 [EXTENDED_CHANNELS, S, S]: the 4 basic planes, then the
 liberties after the move, each 0..7; ladder capture, ladder escape, sensible, each 0/1). Its
 N_EXTENDED_PLANES float planes: the 17 basic ones, then each count one-hot over 0..7
 (AlphaGo's encoding: 8 planes each, so "0 on this empty point" is a plane of its own), then
-the three 0/1 channels as they are (`services.games.go_extended_planes`).
+the three 0/1 channels as they are (`services.games.go.extended_planes`).
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.games import go_features, go_tactics
-from services.games.go import GoState
+from services.games.go import features as go_features
+from services.games.go import tactics as go_tactics
+from services.games.go.rules import GoState
 
 EXTENDED_CHANNELS = go_features.COMPACT_CHANNELS + go_tactics.TACTICAL_CHANNELS  # 10
 COUNT_PLANES = go_tactics.MAX_COUNT + 1  # one-hot 0..7
@@ -63,10 +64,10 @@ class GoEncoder:
     def planes_torch(self, boards):
         """torch int8 [N, channels, S, S] -> float32 [N, planes, S, S] (imports torch)."""
         if self.channels == go_features.COMPACT_CHANNELS:
-            from services.games import go_planes
+            from services.games.go import planes as go_planes
 
             return go_planes.planes_torch(boards)
-        from services.games import go_extended_planes
+        from services.games.go import extended_planes as go_extended_planes
 
         return go_extended_planes.planes_torch(boards)
 

@@ -34,7 +34,7 @@ dense test positions a limit of 1 changed the answer in 23 of them, a limit of 2
 limit of 3 in none. The limit only bounds the worst case.
 
 Boards are numpy arrays indexed ``board[y, x]`` with EMPTY=0, BLACK=1, WHITE=2 (as in
-`services.games.gomoku`).
+`services.games.gomoku.rules`).
 
 How it is made fast enough for tree search (`forbidden_mask` runs in `legal_mask`):
 

@@ -31,7 +31,7 @@ Speed: the position is a flat `bytes` object and the neighbour lists are cached 
 a move costs one 361-byte copy plus flood fills that stop at the first liberty found; the
 numpy `board` is built only when asked for; the per-point liberties and the legal mask, asked
 of every position a search or an annealing evaluates, are compiled scans
-(`services.games.go_scan`). Replaying the 4,739 parsed games of
+(`services.games.go.scan`). Replaying the 4,739 parsed games of
 ../shared/data/go-other (779k moves) runs at roughly 150-250k moves/s on 2 shared CPU cores
 (tests print the figure).
 """
@@ -48,9 +48,9 @@ import numpy as np
 from services.coords import GTP_LETTERS, SGF_LETTERS, sgf_name, sgf_point  # noqa: F401
 from services.coords import gtp_name as point_name
 from services.games.ascii_board import board_from_ascii
-from services.games.go_scan import group_liberties, legal_points, neighbour_table
+from services.games.go.scan import group_liberties, legal_points, neighbour_table
 
-GAME_NAME = "go"  # the name services.games.go_game registers these rules' Game under
+GAME_NAME = "go"  # the name services.games.go.game registers these rules' Game under
 # A game replayed into training pairs that hits an illegal move keeps its pairs before it: its
 # note in the quarantine table starts with TRUNCATED, and the ingest counts such games under
 # TRUNCATED_NOTE.

@@ -1,6 +1,6 @@
 """Go records -> (position, next move) pairs in compact form, canonical under the 8 symmetries.
 
-Each position is stored as the compact int8 [4, S, S] planes of services/games/go_features.py
+Each position is stored as the compact int8 [4, S, S] planes of services/games/go/features.py
 seen from the player who moved, so a policy net gets liberties, recent moves and ko without
 replaying the game. The canonical image is the one whose stones (channel 0) have the smallest
 (Zobrist hash, move), ties between images broken on the bytes of all four planes; the same
@@ -8,7 +8,7 @@ symmetry is applied to every channel and to the move (a pass, S*S, is unchanged)
 position hash is that smallest stones hash, so all images of a position share a split.
 
 Speed: the 8 stones hashes of a replayed game's positions come from the compiled replay
-(`services.games.go_fast`: running XORs along the game); the choice of each position's image
+(`services.games.go.fast`: running XORs along the game); the choice of each position's image
 and the writing of it are compiled loops (numba, cached on disk) that read each board once
 and materialise no other image. The Parquet intermediates' path (`game_packed_pairs`) goes
 further: one kernel replays the game, chooses each position's image as it reaches it and
@@ -28,8 +28,7 @@ from numba import njit
 
 from services.games.base import SourceResult, quarantine_row
 from services.games.canonical import frozen_point_table, symmetry_zobrist
-from services.games.go import BLACK, GAME_NAME, TRUNCATED, TRUNCATED_NOTE, WHITE
-from services.games.go_fast import (
+from services.games.go.fast import (
     LEGAL,
     OFF_BOARD_MOVE,
     PASS,
@@ -41,7 +40,8 @@ from services.games.go_fast import (
     play,
     start_state,
 )
-from services.games.go_features import COMPACT_CHANNELS, MAX_LIBERTIES, RECENT_MOVES
+from services.games.go.features import COMPACT_CHANNELS, MAX_LIBERTIES, RECENT_MOVES
+from services.games.go.rules import BLACK, GAME_NAME, TRUNCATED, TRUNCATED_NOTE, WHITE
 from services.games.symmetry import N_SYMMETRIES
 from services.records.sgf import SgfGame, SgfRejected, read_archive, read_sgf
 
@@ -72,7 +72,7 @@ class GoPairs:
 def game_pairs(game: SgfGame) -> GoPairs:
     """Replay the main line; an illegal move ends the pairs there (and is reported).
 
-    Uses the compiled incremental replay of services/games/go_fast.py, which writes every
+    Uses the compiled incremental replay of services/games/go/fast.py, which writes every
     position's planes and stones hashes in one pass; the output is byte-identical to what
     `replay` + `compact` give (tests/go_reference.py)."""
     c = game_compact(game, symmetry_zobrist(game.size))
@@ -446,7 +446,7 @@ if _PLANE_RADIX[1] <= MAX_LIBERTIES or _PLANE_RADIX[2] <= RECENT_MOVES:
 @njit(cache=True)
 def _replay_packed(cells0, colours, points, nbrs, keys, table, inverse, out, canon_moves,
                    position_hash):
-    """`_replay`'s game (services/games/go_fast.py), each position written as
+    """`_replay`'s game (services/games/go/fast.py), each position written as
     `_choose_images` + `_pack_images` would write its planes: the symmetry with the
     smallest (stones hash, move, image bytes), packed. The image bytes are only built for a
     tie on (hash, move) (symmetric positions: the empty board, early openings). Returns

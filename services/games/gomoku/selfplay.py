@@ -7,7 +7,7 @@ the classic "five-window" count (each run of five cells holding only one colour 
 the more stones it holds, for attack and defence alike) and samples among the best few with a
 temperature, so games differ from seed to seed. Freestyle rules: five or more wins.
 
-Run: python -m services.games.gomoku_selfplay --games 300 --seed 0 --out data/sample/selfplay.rif
+Run: python -m services.games.gomoku.selfplay --games 300 --seed 0 --out data/sample/selfplay.rif
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from services.games.gomoku import BLACK, EMPTY, Rule, five_windows, opponent
+from services.games.gomoku.rules import BLACK, EMPTY, Rule, five_windows, opponent
 from services.records.rif import RifGame
 from services.records.rif_writer import write_rif
 
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     games = generate(args.games, args.seed, progress=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     comment = (
-        f"Synthetic freestyle Gomoku self-play games (services.games.gomoku_selfplay, "
+        f"Synthetic freestyle Gomoku self-play games (services.games.gomoku.selfplay, "
         f"{args.games} games, seed {args.seed}); not RenjuNet data."
     )
     write_rif(games, args.out, date=SAMPLE_DATE, comment=comment)

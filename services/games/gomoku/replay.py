@@ -31,7 +31,8 @@ import pyarrow as pa
 from services.games import pair_tables
 from services.games.base import SourceResult, quarantine_row
 from services.games.canonical import canonical_pairs
-from services.games.gomoku import (  # FORBIDDEN_CUT: what the notes of cut games start with
+from services.games.gomoku.renju import first_forbidden_games
+from services.games.gomoku.rules import (  # FORBIDDEN_CUT: what the notes of cut games start with
     BLACK,
     CUT_NOTE,
     DEFAULT_SIZE,
@@ -44,7 +45,6 @@ from services.games.gomoku import (  # FORBIDDEN_CUT: what the notes of cut game
     game_rule,
 )
 from services.games.pair_tables import mover_results, raw_pairs_table
-from services.games.renju import first_forbidden_games
 from services.records.rif import Rejected, RifGame, read_rif
 from services.step_times import step
 

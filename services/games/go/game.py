@@ -1,14 +1,14 @@
 """Go as a `Game` (services.games.base), and `GoSearchState`, the Go position the services play on.
 
-`GoState` (services.games.go) is the rules on a board: stones, ko, whose turn, what a move does;
-ingest replays records on it. `GoSearchState` is a `GoState` with what a played game adds: the
-komi (so it can be scored), the moves as played (flat points, the pass is `size * size`) and the
-set-up it started from; it is immutable, and it is what the search, request validation and the
+`GoState` (services.games.go.rules) is the rules on a board: stones, ko, whose turn, what a move
+does; ingest replays records on it. `GoSearchState` is a `GoState` with what a played game adds:
+the komi (so it can be scored), the moves as played (flat points, the pass is `size * size`) and
+the set-up it started from; it is immutable, and it is what the search, request validation and the
 front-ends play on, in the shape every `Position` has (`size`, `to_move`, `moves`, `board`,
-`play(move)`, `legal_mask()` over the points *and* the pass, so a Go policy has
-`size * size + 1` entries), plus what only Go has:
+`play(move)`, `legal_mask()` over the points *and* the pass, so a Go policy has `size * size + 1`
+entries), plus what only Go has:
 
-* `features()`: the compact int8 [4, S, S] network input (`services.games.go_features`), which
+* `features()`: the compact int8 [4, S, S] network input (`services.games.go.features`), which
   is what the `go_policy` model on Triton takes (any served size S, `GO_SIZES`: 9..19);
 * `terminal_value()`: after two consecutive passes the game is over and scored by area
   (stones plus empty regions bordered by one colour only, dead stones are *not* removed) with
@@ -20,7 +20,7 @@ front-ends play on, in the shape every `Position` has (`size`, `to_move`, `moves
   most one opponent stone, none on the edge), plus the pass, which is always a candidate.
   Filling an own eye is legal (the policy shows it) but never searched.
 
-The rules are `services.games.go` (captures, suicide illegal, simple ko, two passes end the
+The rules are `services.games.go.rules` (captures, suicide illegal, simple ko, two passes end the
 game); this module adds the bookkeeping and `GoGame`, what the services ask of Go.
 """
 
@@ -38,7 +38,6 @@ import numpy as np
 from services import coords
 from services.api.movepred.v1 import search_pb2
 from services.coords import VertexError  # noqa: F401 (what parse_vertex raises)
-from services.games import go, go_encoders, go_features
 from services.games.base import (
     BASIC_ENCODER,
     COLOR_NAMES,
@@ -51,7 +50,10 @@ from services.games.base import (
     SourceResult,
     setup_points,
 )
-from services.games.go import (
+from services.games.go import encoders as go_encoders
+from services.games.go import features as go_features
+from services.games.go import rules as go
+from services.games.go.rules import (
     BLACK,
     EMPTY,
     SERVED_MAX_SIZE,
@@ -65,7 +67,7 @@ from services.records.sgf import ARCHIVE_SUFFIXES
 from services.records.sgf_writer import go_sgf
 
 GO_SIZE = 19  # the default size (board_size 0 in a request, GTP before any boardsize)
-# The sizes served (requests, GTP `boardsize`): 9..19, see services/games/go.py for why.
+# The sizes served (requests, GTP `boardsize`): 9..19, see services/games/go/rules.py for why.
 GO_MIN_SIZE, GO_MAX_SIZE = SERVED_MIN_SIZE, SERVED_MAX_SIZE
 GO_SIZES = range(GO_MIN_SIZE, GO_MAX_SIZE + 1)
 DEFAULT_KOMI = 7.5
@@ -247,7 +249,7 @@ class GoGame(Game):
     written_formats = (".sgf",)
     stages = (50, 300)  # Go games run to 200-300 moves
     default_komi = DEFAULT_KOMI
-    # the network inputs a Go model may take, by name (`services.games.go_encoders`); "basic"
+    # the network inputs a Go model may take, by name (`services.games.go.encoders`); "basic"
     # is the one above (`input_planes`, `expand_planes`, `network_input`, `features()`)
     encoders: ClassVar[Mapping[str, go_encoders.GoEncoder]] = MappingProxyType(
         go_encoders.ENCODERS)
@@ -329,14 +331,16 @@ class GoGame(Game):
                       board_size: int | None = None, packed: bool = True) -> Iterator[Any]:
         """SGF files and archives of them, each game replayed under Go's rules into compact
         planes seen from the mover, packed (`go_replay.pack_planes`) as the shards store them
-        unless `packed` is False: `services.games.go_replay`."""
-        from services.games import go_replay  # pyarrow: ingest only, not the rules
+        unless `packed` is False: `services.games.go.replay`."""
+        from services.games.go import replay as go_replay  # pyarrow: ingest only, not the rules
 
         return go_replay.replay_source(Path(path), result, board_size, packed)
 
     def expand_planes(self, boards):
         """[N, 4, S, S] compact planes -> the 17 float planes (`go_planes`)."""
-        from services.games import go_planes  # torch: imported by the trainers, not the rules
+        from services.games.go import (
+            planes as go_planes,  # torch: imported by the trainers, not the rules
+        )
 
         return go_planes.planes_torch(boards)
 

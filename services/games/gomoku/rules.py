@@ -3,8 +3,8 @@
 Cells hold EMPTY / BLACK / WHITE as int8. Black moves first. `Rule.FREESTYLE` wins with five
 or more in a row, `Rule.STANDARD` with exactly five. `Rule.RENJU` scores an overline as no win
 for black (five or more wins for white) and forbids black the points where it would make an
-overline, a double-four or a double-three (`services.games.renju`), unless the move makes exactly
-five.
+overline, a double-four or a double-three (`services.games.gomoku.renju`), unless the move
+makes exactly five.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from enum import StrEnum
 import numpy as np
 
 from services.coords import index_name
-from services.games import renju
 from services.games.ascii_board import board_from_ascii  # noqa: F401 (re-exported)
 from services.games.base import Game
+from services.games.gomoku import renju
 from services.games.registry import get_game
 
 EMPTY, BLACK, WHITE = 0, 1, 2
@@ -120,7 +120,7 @@ class ForbiddenMove(IllegalMove):
         super().__init__(f"move {index_name(point, size)} is forbidden for black ({reason})")
 
 
-GAME_NAME = "gomoku"  # the name services.games.gomoku_game registers these rules' Game under
+GAME_NAME = "gomoku"  # the name services.games.gomoku.game registers these rules' Game under
 
 
 @functools.cache

@@ -36,7 +36,7 @@ MDRNN or MDLSTM (`default_config` ``capture_mdlstm_k2``, the paper's 52-weight n
 weights come from direct policy search, not from game records) behind the int8 board, as
 `services.triton.capture_model` publishes it. Games are written as SGF (GM[1], SZ; `record_text`)
 and played against the paper's greedy player (`opponent`) by ``movepred play --game capture``.
-The rules themselves are `services.games.capture_batch`'s kernels, the ones training play runs
+The rules themselves are `services.games.capture.batch`'s kernels, the ones training play runs
 on, imported when a position is first played (the registry imports this module in every
 process; numba is loaded only where the game is played).
 """
@@ -74,8 +74,8 @@ GOES_ON, CAPTURED, SUICIDE = 0, 1, -1
 
 @cache
 def _engine() -> ModuleType:
-    """`services.games.capture_batch`, imported on first use (see the module docstring)."""
-    from services.games import capture_batch
+    """`services.games.capture.batch`, imported on first use (see the module docstring)."""
+    from services.games.capture import batch as capture_batch
 
     return capture_batch
 

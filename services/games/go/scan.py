@@ -6,11 +6,11 @@ Why: `GoState.liberties`, `GoState.legal_mask` (the policy's mask) and
 search or a move-order annealing evaluates. Interpreted, the first two are loops over the 361
 points with flood fills (about 50 and 60 µs on 19x19) and the input is a dozen numpy calls, as
 much CPU as the network's share of a small batch; compiled (numba, cached on disk like
-`services.games.go_fast`), each is a few µs. The results are exactly the interpreted ones
+`services.games.go.fast`), each is a few µs. The results are exactly the interpreted ones
 (`tests/test_go.py` compares them with the references of `tests/go_reference.py` and with
 `GoState.play`; `benchmarks/go_scan.py` on real positions).
 
-Points are flat indices `y * size + x` (`services.games.go`); a position is its `cells` bytes
+Points are flat indices `y * size + x` (`services.games.go.rules`); a position is its `cells` bytes
 read as uint8 (EMPTY=0, BLACK=1, WHITE=2), its neighbours `neighbour_table(size)`.
 """
 

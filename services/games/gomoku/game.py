@@ -1,6 +1,6 @@
 """Gomoku/Renju as a `Game` (services.games.base): what the platform asks of it.
 
-The rules are `services.games.gomoku` (and `renju`); this module adds what the search service
+The rules are `services.games.gomoku.rules` (and `renju`); this module adds what the search service
 needs: request validation (`position_from_request`, with a fast path that places the moves
 without replaying them when no rule can refuse one), the search's tactical exactness (`expand`:
 a side that can make five searches only its winning points, a side facing a four only its
@@ -17,7 +17,6 @@ import numpy as np
 
 from services import coords
 from services.api.movepred.v1 import search_pb2
-from services.games import renju
 from services.games.base import (
     COLOR_NAMES,
     BoardNotes,
@@ -29,7 +28,8 @@ from services.games.base import (
     SourceResult,
     setup_points,
 )
-from services.games.gomoku import (
+from services.games.gomoku import renju
+from services.games.gomoku.rules import (
     BLACK,
     CUT_NOTE,
     DEFAULT_SIZE,
@@ -100,9 +100,11 @@ class GomokuGame(Game):
     def replay_source(self, path: Path, result: SourceResult, *,
                       board_size: int | None = None, packed: bool = True) -> Iterator[Any]:
         """A RenjuNet file's games replayed, each under its own rule (renju unless the record
-        names a Gomoku one): `services.games.gomoku_replay`. Boards are stored as they are
+        names a Gomoku one): `services.games.gomoku.replay`. Boards are stored as they are
         (no packed encoding); every record is 15x15."""
-        from services.games import gomoku_replay  # pyarrow: ingest only, not the rules
+        from services.games.gomoku import (
+            replay as gomoku_replay,  # pyarrow: ingest only, not the rules
+        )
 
         if board_size not in (None, DEFAULT_SIZE):
             raise ValueError(f"{self.title} records are {DEFAULT_SIZE}x{DEFAULT_SIZE}, "

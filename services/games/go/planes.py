@@ -1,4 +1,4 @@
-"""Go's compact int8 [N, 4, S, S] inputs (`services.games.go_features`) expanded into the 17
+"""Go's compact int8 [N, 4, S, S] inputs (`services.games.go.features`) expanded into the 17
 float feature planes the networks see, on the model's device (see go_features for the planes).
 """
 

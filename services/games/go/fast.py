@@ -8,14 +8,14 @@ compiling) replays the game with groups kept as linked lists of stones (a group'
 are counted when a move touches it), writes each position's planes as it goes and keeps the
 8 symmetry images' stones hashes as running XORs of one key per placed or captured stone.
 
-The rules are those of `services.games.go` (and `replay` with `allow_resume=True`):
+The rules are those of `services.games.go.rules` (and `replay` with `allow_resume=True`):
 captures, suicide illegal, simple ko (captured one stone, capturing stone alone with one
 liberty; the captured colour may not retake at once), passes always legal, two passes
 followed by a move resume play, set-up stones (via `GoState.add_stones`, so the same
 errors), and the same error strings. `game_compact` returns exactly what `replay` +
 `compact` build (tests/test_go_fast_replay.py compares them on the real archives). The
 kernel's state set-up and move step (`start_state`, `play`) also drive the replay that packs
-canonical images for the Parquet intermediates (`services.games.go_replay.game_packed_pairs`).
+canonical images for the Parquet intermediates (`services.games.go.replay.game_packed_pairs`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from typing import NamedTuple
 import numpy as np
 
 from services.compiled import kernel
-from services.games.go import (
+from services.games.go.features import COMPACT_CHANNELS, MAX_LIBERTIES, RECENT_MOVES
+from services.games.go.rules import (
     BLACK,
     KO,
     MAX_SIZE,
@@ -41,8 +42,7 @@ from services.games.go import (
     IllegalMove,
     point_name,
 )
-from services.games.go_features import COMPACT_CHANNELS, MAX_LIBERTIES, RECENT_MOVES
-from services.games.go_scan import neighbour_table
+from services.games.go.scan import neighbour_table
 
 # what the kernel reports for the move it stopped at
 LEGAL, OFF_BOARD_MOVE, _OCCUPIED, _KO, _SUICIDE = 0, 1, 2, 3, 4
@@ -385,7 +385,7 @@ def move_arrays(moves: Sequence[tuple[int, int | None]]) -> tuple[np.ndarray, np
 
 
 def move_error(played: int, colour: int, point: int, size: int, why: int) -> str:
-    """The message `services.games.go.replay` gives for the illegal move `played`."""
+    """The message `services.games.go.rules.replay` gives for the illegal move `played`."""
     name = point_name(point, size)
     if why == OFF_BOARD_MOVE:
         exc = IllegalMove(OFF_BOARD, point, f"point {point} on a {size}x{size} board")

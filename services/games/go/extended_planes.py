@@ -1,5 +1,5 @@
-"""Go's extended compact inputs int8 [N, 10, S, S] (`services.games.go_encoders`: the 4 basic
-planes, then the 6 tactical channels of `services.games.go_tactics`) expanded into the 44
+"""Go's extended compact inputs int8 [N, 10, S, S] (`services.games.go.encoders`: the 4 basic
+planes, then the 6 tactical channels of `services.games.go.tactics`) expanded into the 44
 float planes the extended networks see, on the model's device.
 
 The planes: the basic 17 (`go_planes.planes_torch` of channels 0..3), then capture size,
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from services.games import go_planes
+from services.games.go import planes as go_planes
 
 
 def planes_torch(compact_boards: torch.Tensor) -> torch.Tensor:
