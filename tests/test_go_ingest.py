@@ -17,13 +17,13 @@ import pytest
 from flows.ingest import ingest
 from services.dataset import shards
 from services.dataset.dedup import MIN_TRAIN_OCCURRENCES
-from services.dataset.go_build import go_deduplicate
 from services.dataset.shards import DatasetError, read_manifest, read_split
 from services.dataset.sources import read_source_pairs, write_source_pairs
 from services.games.go.game import GO
 from services.games.go.replay import PACKED_BOARD, pack_planes, packed_width, unpack_planes
 from services.games.go.rules import TRUNCATED, TRUNCATED_NOTE
 from tests.conftest import SAMPLE_RIF, SHARED_DATA
+from tests.go_dedup_reference import go_deduplicate
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 

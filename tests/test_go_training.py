@@ -20,7 +20,6 @@ import torch
 
 from services.dataset import shards
 from services.dataset.augment import Augmenter
-from services.dataset.go_build import go_deduplicate
 from services.dataset.loader import (
     ShardStream,
     dataset_game,
@@ -38,6 +37,7 @@ from services.models.export import check_inputs, export_torchscript
 from services.trainer.metrics import stage_labels
 from services.trainer.train import GameMismatchError, TrainConfig, train
 from tests.conftest import SHARED_DATA, split_rows
+from tests.go_dedup_reference import go_deduplicate
 
 S = 9
 PASS = S * S

@@ -3,7 +3,6 @@
 Modules:
     splits      the split of a position hash (train, validation, test)
     build       .rif records -> raw pairs per source; the in-memory dedup of pair tables
-    go_build    Go sources (.sgf files, archives) -> raw pairs and quarantine per source
     dedup       dedup, split and shard writing out of core: one DuckDB query over the sources
     shards      the Parquet shards, their schema and writer options, and the manifest
     row_groups  a split's row groups on disk (the loader's units) and reading one

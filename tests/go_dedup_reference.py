@@ -1,4 +1,5 @@
-"""The in-memory dedup of Go pair tables (an Arrow group_by).
+"""The in-memory dedup of Go pair tables (an Arrow group_by): the reference the tests hold the
+out-of-core dedup of the ingest flow to.
 
 `go_deduplicate` merges identical canonical (board, move) pairs of in-memory Go tables
 (`services.dataset.sources.read_source_pairs` of Go sources) with an Arrow group_by (count
