@@ -5,7 +5,10 @@ connected top, `_bn`: with batch norm). `res_bBcC` is a residual network of B bl
 channels; `go_` configurations take compact Go inputs (services/games/go/features.py) and
 predict a pass as well; a `go_..._x` one takes Go's extended input instead (the basic planes and
 the tactical channels: services/games/go/encoders.py, `ModelSpec.encoder`). A `_v` suffix adds a
-value head (services/models/value.py). Every built model takes compact int8 inputs and returns
+value head (services/models/value.py). `rollout_kK` / `go_rollout_kK` are the fast rollout
+policies (services/models/rollout.py): one K x K convolution over the mover's own, opponent and
+empty planes, the linear softmax the compiled rollouts play (services/games/rollout.py). Every
+built model takes compact int8 inputs and returns
 logits, or (logits, value) with a value head, except the Capture Game's `capture_mdrnn_kK` /
 `capture_mdlstm_kK` (services/models/mdrnn.py, K hidden neurons per sweep): (own, opponent)
 planes [N, 2, S, S] -> move preferences [N, S, S] in (0, 1).
@@ -27,6 +30,7 @@ from services.games.gomoku.game import GOMOKU
 from services.games.registry import get_game
 from services.models.mdrnn import MDLSTM, MDRNN
 from services.models.resnet import GoExtendedPolicy, GoPolicy, ResidualPolicyNet
+from services.models.rollout import LinearRolloutPolicy
 from services.models.shao import BoardPolicy, ShaoPolicyNet
 from services.models.value import PolicyValue
 
@@ -65,6 +69,10 @@ def _go_x(blocks: int, channels: int) -> ModelSpec:
         encoder="extended")
 
 
+def _rollout(game: str, kernel: int) -> ModelSpec:
+    return ModelSpec(game, lambda: LinearRolloutPolicy(game, kernel))
+
+
 _POLICIES: dict[str, ModelSpec] = {
     **{f"shao_f128_n{n}": _shao(128, n) for n in (0, 1, 2, 4, 6, 8, 10)},  # Table III
     "shao_f128_n4_fc": _shao(128, 4, head="fc"),
@@ -79,6 +87,9 @@ _POLICIES: dict[str, ModelSpec] = {
     "go_res_b2c32": _go(2, 32),  # small Go network for tests
     "go_res_b6c96_x": _go_x(6, 96),  # the extended input (tactical channels)
     "go_res_b2c32_x": _go_x(2, 32),
+    # fast rollout policies (services/models/rollout.py): one k x k conv, a linear softmax
+    **{f"rollout_k{k}": _rollout(GOMOKU.name, k) for k in (3, 5, 7)},
+    **{f"go_rollout_k{k}": _rollout(GO.name, k) for k in (3, 5, 7)},
     "capture_mdrnn_k2": ModelSpec(CAPTURE.name, lambda: MDRNN(2)),  # 12 weights (the paper's)
     "capture_mdlstm_k2": ModelSpec(CAPTURE.name, lambda: MDLSTM(2)),  # 52 weights
 }
