@@ -6,8 +6,9 @@ them by its game (`Game.encode_inputs`) by the encoder its configuration names
 naming an encoder its game does not have is refused before any step.
 
 The dataset is the synthetic 9x9 one of tests/test_go_training.py (random legal games, the
-project's own Go ingest); the published repository is a temporary one, with a config for the
-extended input, and no Triton."""
+project's own Go ingest); the published repository is a temporary one, with the generated
+config of Go's extended model (`Game.model_name`), and no Triton (serving it:
+tests/test_go_extended_serving.py)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from tests.test_go_training import random_games_sgf, write_go_dataset
 
 S = 9
 EXTENDED = "extended"
-EXTENDED_MODEL = "go_policy_x"  # a model whose config takes the extended input
+EXTENDED_MODEL = GO.model_name(EXTENDED)  # go_policy_extended: its config takes that input
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -76,12 +77,10 @@ class Conversions:
 
 
 def extended_repository(root: Path) -> Path:
-    """A repository whose `EXTENDED_MODEL` config is Go's, taking [10, S, S] inputs."""
-    text = config_text(GO)
-    basic_dims = "dims: [ " + ", ".join(str(d) for d in (*GO.input_shape()[:-2], -1, -1)) + " ]"
-    assert basic_dims in text and f'name: "{GO.default_model}"' in text
-    text = text.replace(basic_dims, f"dims: [ {EXTENDED_CHANNELS}, -1, -1 ]").replace(
-        f'name: "{GO.default_model}"', f'name: "{EXTENDED_MODEL}"')
+    """A repository with Go's extended model's generated config (the trainer's publish check
+    looks for a config before the publisher writes one)."""
+    text = config_text(GO, EXTENDED)
+    assert f"dims: [ {EXTENDED_CHANNELS}, -1, -1 ]" in text
     (root / EXTENDED_MODEL).mkdir(parents=True)
     (root / EXTENDED_MODEL / "config.pbtxt").write_text(text)
     return root
@@ -222,17 +221,18 @@ def test_train_flow_publishes_an_extended_network_that_says_so(go_dataset: Path,
     decision = check_gate(out["metrics"], repo, EXTENDED_MODEL, go_dataset)
     assert decision.serving_version == 1 and 0 <= decision.serving_top1 <= 1
 
-    # serving sends the basic input: the version is refused there, in words (the rollout, and
-    # the launcher, which skips it)
+    # its model's config declares its encoder: the launcher and the rollout serve it; a
+    # model declaring the basic one would not
     files, _ = check_version_files(repo, EXTENDED_MODEL, 1)
+    require_served_input(files, 1, EXTENDED)
+    check_files(repo, EXTENDED_MODEL, 1)
     with pytest.raises(ValueError, match=r"version 1 takes the 'extended' input encoder"):
-        require_served_input(files, 1)
-    with pytest.raises(ValueError, match=r"serving sends the 'basic' input"):
-        check_files(repo, EXTENDED_MODEL, 1)
+        require_served_input(files, 1, BASIC_ENCODER)
 
-    # the served go_policy config takes [4, -1, -1]: the publisher refuses the network
-    with pytest.raises(ValueError, match=r"takes input dims \[4, -1, -1\], a Go network on "
-                                         r"the 'extended' input takes int8 \[N, 10, S, S\]"):
+    # the go_policy config declares the basic input: the publisher refuses the network
+    with pytest.raises(ValueError, match=r"the config of 'go_policy' declares the 'basic' input "
+                                         r"encoder, this Go network takes the 'extended' input: "
+                                         r"publish it under 'go_policy_extended'"):
         publish(folder / "model.pt", repo, GO.default_model, game=GO, encoder=EXTENDED)
 
 
@@ -247,4 +247,4 @@ def test_a_basic_version_records_the_basic_encoder(go_dataset: Path, tmp_path: P
     meta = json.loads((repo / GO.default_model / str(version) / "metadata.json").read_text())
     assert meta["encoder"] == BASIC_ENCODER
     files, _ = check_version_files(repo, GO.default_model, version)
-    require_served_input(files, version)  # served as before
+    require_served_input(files, version, BASIC_ENCODER)  # served as before

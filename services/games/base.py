@@ -19,7 +19,8 @@ A `Game` answers:
 * rules: `position_from_request` (a validated position from a search API `Position`),
   `expand` (what a search node is: terminal, a proven win, the moves to search),
   `require_playable`, `base_key` (what a game is besides its moves: the tree cache's key);
-* defaults: `default_model` (the Triton model name), `default_config` (the network config
+* defaults: `default_model` (the Triton model name; `model_name(encoder)` that of a network
+  taking another input encoder), `default_config` (the network config
   trained by default), `record_formats` (file suffixes of its game records), `stages`
   (move-number bands of the trainer's per-stage metrics).
 
@@ -273,6 +274,15 @@ class Game(ABC):
         """The largest int8 value of `encoder`'s input."""
         self.check_encoder(encoder)
         return self.input_max_value
+
+    def model_name(self, encoder: str = BASIC_ENCODER) -> str:
+        """The Triton model that serves this game's networks taking `encoder`: the default
+        model for the basic input, ``<default model>_<encoder>`` for another. A model's
+        config applies to every version of it, so each input is a model of its own (its
+        config declares the input's dims and the encoder: `services.games.triton_config`)."""
+        self.check_encoder(encoder)
+        return self.default_model if encoder == BASIC_ENCODER else (
+            f"{self.default_model}_{encoder}")
 
     def pass_move(self, size: int) -> int | None:
         """The policy index of the pass (the last entry), None for a game without one."""

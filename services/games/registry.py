@@ -84,13 +84,25 @@ def game_of(state: Position) -> Game:
     return state.game
 
 
-def game_for_model(model_name: str) -> Game | None:
-    """The game whose default Triton model is `model_name` (or a side model of it,
-    ``<name>__candidate``); None when no game claims the name."""
+def model_of(model_name: str) -> tuple[Game, str] | None:
+    """(game, input encoder) of the Triton model `model_name` by its name: a game's
+    `Game.model_name(encoder)` (its default model for the basic input), or a side model of
+    one (``<name>__candidate``); None when no game claims the name. What a model serves is
+    its config's (`services.games.triton_config`); the name says which config to generate
+    for a model that has none yet."""
+    base = model_name.split("__", 1)[0]
     for game in registered_games():
-        if model_name == game.default_model or model_name.startswith(game.default_model + "__"):
-            return game
+        for encoder in game.encoder_names():
+            if base == game.model_name(encoder):
+                return game, encoder
     return None
+
+
+def game_for_model(model_name: str) -> Game | None:
+    """The game whose Triton model `model_name` is (`model_of`: its default model, that of
+    another input encoder, or a side model of either); None when no game claims the name."""
+    found = model_of(model_name)
+    return found[0] if found is not None else None
 
 
 def game_of_source(path: str) -> Game | None:

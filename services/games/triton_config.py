@@ -8,6 +8,14 @@ Writing those facts here, once, keeps a game's shapes in one place: the committe
 `model_repository/<model>/config.pbtxt` files are this module's output (a test compares them),
 and a game added later gets its config from the same function.
 
+A network built for another of its game's input encoders (Go's "extended": the basic planes
+and tactical channels) is served as a model of its own (`Game.model_name(encoder)`, e.g.
+``go_policy_extended``): a config applies to every version of its model, so the config states
+the encoder as a parameter (`ENCODER_PARAMETER`) beside the dims of that encoder's input, and
+what sends requests reads it from the served config (`services.triton.client`) to compute that
+input. Those configs are generated into a repository when a model is first published
+(`services.repository.configs.ensure_model_config`), not committed.
+
     python -m services.games.triton_config [--write] [--repository model_repository]
 
 prints (or, with --write, writes) the config of every registered game's default model.
@@ -20,31 +28,38 @@ import sys
 from pathlib import Path
 
 from services.defaults import MAX_BATCH_BOARDS
-from services.games.base import Game
+from services.games.base import BASIC_ENCODER, Game
 
 QUEUE_DELAY_US = 500  # Triton's dynamic batcher waits this long to fill a batch
 GENERATOR = "python -m services.games.triton_config --write"
+# The config parameter naming the input encoder the model's networks take (absent: "basic", the
+# game's input as requests and shards hold it; an older repository's configs declare none).
+ENCODER_PARAMETER = "encoder"
 
 
 def _dims(values: tuple[int, ...]) -> str:
     return "[ " + ", ".join(str(v) for v in values) + " ]"
 
 
-def io_dims(game: Game) -> tuple[tuple[int, ...], int]:
-    """(the input dims of one board, the logits per board) as the config declares them: -1
-    for what follows the board size when the model serves several sizes."""
-    io = game.model_io()
+def io_dims(game: Game, encoder: str = BASIC_ENCODER) -> tuple[tuple[int, ...], int]:
+    """(the input dims of one board, the logits per board) as the config of `game`'s model
+    taking `encoder` declares them: -1 for what follows the board size when the model serves
+    several sizes."""
+    io = game.model_io(encoder)
     if len(io.board_sizes) == 1:
         return io.board_shape, io.n_moves
     return (*io.board_shape[:-2], -1, -1), -1
 
 
-def config_text(game: Game, *, max_batch_size: int = MAX_BATCH_BOARDS,
+def config_text(game: Game, encoder: str = BASIC_ENCODER, *,
+                max_batch_size: int = MAX_BATCH_BOARDS,
                 queue_delay_us: int = QUEUE_DELAY_US) -> str:
-    """The complete config of `game`'s default model (the server runs with
-    --disable-auto-complete-config, so nothing may be left for Triton to fill in)."""
-    io = game.model_io()
-    board_dims, n_moves = io_dims(game)
+    """The complete config of `game`'s model taking `encoder` (`Game.model_name`; the server
+    runs with --disable-auto-complete-config, so nothing may be left for Triton to fill in)."""
+    io = game.model_io(encoder)
+    board_dims, n_moves = io_dims(game, encoder)
+    encoded = ("" if encoder == BASIC_ENCODER else
+               f",\n# on its {encoder!r} input encoding (computed by the sender)")
     sizes = io.board_sizes
     logits = "S*S+1 (the pass last)" if io.pass_move else "S*S"
     if len(sizes) == 1:
@@ -55,7 +70,8 @@ def config_text(game: Game, *, max_batch_size: int = MAX_BATCH_BOARDS,
         follow = ("\n# The spatial dims and the logits are -1: they follow the board. One "
                   "request holds boards of one\n# size; model.py makes one forward pass per "
                   "size when a batch mixes them.")
-    return f"""# {game.title}: the policy network served by Triton's python backend, {served}.
+    head = f"{game.title}: the policy network served by Triton's python backend, {served}"
+    return f"""# {head}{encoded}.
 # Generated from the game's model I/O by `{GENERATOR}`: edit the game, not this file.
 #
 # Each published version folder (<version>/, gitignored) holds model.pt (TorchScript: int8
@@ -64,7 +80,7 @@ def config_text(game: Game, *, max_batch_size: int = MAX_BATCH_BOARDS,
 # services/triton/policy_model.py, which reads the shapes below and answers both outputs for
 # either kind of model) and metadata.json.{follow}
 # The server runs with --disable-auto-complete-config, so this file must stay complete.
-name: "{game.default_model}"
+name: "{game.model_name(encoder)}"
 backend: "python"
 max_batch_size: {max_batch_size}
 
@@ -98,6 +114,14 @@ parameters: {{
   value: {{ string_value: "{str(io.pass_move).lower()}" }}
 }}
 
+# The input encoder of every version's network (its metadata.json records the same one, else
+# the version is not served): the search service and the rollout read it here and send that
+# input, computed from each position.
+parameters: {{
+  key: "{ENCODER_PARAMETER}"
+  value: {{ string_value: "{encoder}" }}
+}}
+
 # Only the newest version is served: loading (or reloading) the model brings up the newest
 # version folder and then unloads the previous one.
 version_policy: {{ latest: {{ num_versions: 1 }} }}
@@ -116,8 +140,8 @@ instance_group [
 """
 
 
-def config_path(game: Game, repository: Path) -> Path:
-    return Path(repository) / game.default_model / "config.pbtxt"
+def config_path(game: Game, repository: Path, encoder: str = BASIC_ENCODER) -> Path:
+    return Path(repository) / game.model_name(encoder) / "config.pbtxt"
 
 
 def main(argv: list[str] | None = None) -> int:

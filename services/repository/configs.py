@@ -4,7 +4,8 @@ Every model folder of the repository needs a complete ``config.pbtxt`` (the laun
 Triton with ``--disable-auto-complete-config``); the tracked ``model_repository/`` holds the
 template of each game's model, copied into a repository that lacks one (`ensure_model_config`).
 The tensor names (`INPUT_NAME`, `OUTPUT_NAME`, `VALUE_NAME`) are the ones every served config
-declares and the client sends and reads.
+declares and the client sends and reads; `config_encoder` reads the input encoder a config
+declares (what every version of the model takes).
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from services.atomic_files import atomic_path
-from services.games.registry import default_game, game_for_model
-from services.games.triton_config import config_text
+from services.games.base import BASIC_ENCODER
+from services.games.registry import default_game, model_of
+from services.games.triton_config import ENCODER_PARAMETER, config_text
 from services.repository.versions import DEFAULT_MODEL_NAME
 
 CONFIG_FILE = "config.pbtxt"
@@ -27,14 +29,15 @@ VALUE_NAME = "value"  # float32 [1] per board: the value head's, NaN without one
 
 def ensure_model_config(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> Path:
     """``<repo>/<model>/config.pbtxt``: when missing, copied from the tracked
-    ``model_repository``, else generated from the model's game (`Game.default_model`,
-    `services.games.triton_config`), so a game added later needs no committed config."""
+    ``model_repository``, else generated from the model's game and input encoder, which its
+    name gives (`Game.model_name`, `services.games.triton_config`), so a game added later, or
+    a network of another input encoder (``go_policy_extended``), needs no committed config."""
     config = Path(repository) / model_name / CONFIG_FILE
     if config.is_file():
         return config
     template = CONFIG_TEMPLATES / model_name / CONFIG_FILE
-    game = game_for_model(model_name)
-    if not template.is_file() and game is None:
+    found = model_of(model_name)
+    if not template.is_file() and found is None:
         raise FileNotFoundError(f"{config} missing, there is no template at {template} and no "
                                 f"registered game serves a model named {model_name!r}")
     config.parent.mkdir(parents=True, exist_ok=True)
@@ -42,7 +45,7 @@ def ensure_model_config(repository: Path, model_name: str = DEFAULT_MODEL_NAME) 
         if template.is_file():
             shutil.copyfile(template, tmp)
         else:
-            Path(tmp).write_text(config_text(game), encoding="utf-8")
+            Path(tmp).write_text(config_text(*found), encoding="utf-8")
     return config
 
 
@@ -68,6 +71,15 @@ def parse_config(config: Path) -> Any:
         raise ValueError(f"cannot read the model config {config}: {exc}") from exc
 
 
+def config_encoder(config: Any) -> str:
+    """The input encoder a parsed ``ModelConfig`` declares (its `ENCODER_PARAMETER`
+    parameter; a config from the repository or Triton's answer to a config request), "basic"
+    when it declares none (a config made before encoders were declared)."""
+    parameter = config.parameters.get(ENCODER_PARAMETER)
+    value = parameter.string_value.strip() if parameter is not None else ""
+    return value or BASIC_ENCODER
+
+
 def config_io(config: Path) -> tuple[tuple[int, ...], int] | None:
     """(input dims of one board, logits per board) parsed from a config.pbtxt (see
     `model_io`); None when the file cannot be read or parsed as a ModelConfig."""
@@ -90,8 +102,20 @@ def model_io(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> tuple[tu
     found = config_io(config) if config is not None else None
     if found is not None:
         return found
-    io = (game_for_model(model_name) or default_game()).model_io()
+    game, encoder = model_of(model_name) or (default_game(), BASIC_ENCODER)
+    io = game.model_io(encoder)
     return io.board_shape, io.n_moves
+
+
+def model_encoder(repository: Path, model_name: str = DEFAULT_MODEL_NAME) -> str:
+    """The input encoder of `model_name`'s config (the repository's, else the tracked
+    template: `config_encoder`); by the name when there is neither (the config
+    `ensure_model_config` would generate: `Game.model_name`), else "basic"."""
+    config = config_file(repository, model_name)
+    if config is not None:
+        return config_encoder(parse_config(config))
+    found = model_of(model_name)
+    return found[1] if found is not None else BASIC_ENCODER
 
 
 def dims_accept(dims: tuple[int, ...] | list[int], board_shape: tuple[int, ...] | list[int]

@@ -39,7 +39,12 @@ from services.checksums import sha256_file
 from services.defaults import BACKEND_FILE, METADATA_FILE, MODEL_FILE
 from services.games.base import BASIC_ENCODER, Game
 from services.games.registry import UnknownGame, game_for_model, get_game
-from services.repository.configs import dims_accept, ensure_model_config, model_io
+from services.repository.configs import (
+    dims_accept,
+    ensure_model_config,
+    model_encoder,
+    model_io,
+)
 from services.repository.model_check import check_sizes_for, validate_model_file
 from services.repository.smoke_positions import SMOKE_POSITIONS_FILE, read_smoke_positions
 from services.repository.versions import DEFAULT_MODEL_NAME, next_version
@@ -81,10 +86,17 @@ def _read_extra_files(extra_files: dict[str, Path | bytes]) -> dict[str, bytes]:
 
 
 def _check_encoder(game: Game, encoder: str, repository: Path, model_name: str) -> None:
-    """ValueError when `game` has no input `encoder`, or when the model's config cannot take
-    that input at any size the game serves (a network of another encoder than the config's
-    would only fail its first request)."""
+    """ValueError when `game` has no input `encoder`, when the model's config declares another
+    encoder (`model_encoder`: every version of a model is sent the input its config names), or
+    when the config cannot take that input at any size the game serves (a network of another
+    encoder than the config's would only fail its first request)."""
     game.check_encoder(encoder)
+    declared = model_encoder(repository, model_name)
+    if declared != encoder:
+        raise ValueError(f"the config of {model_name!r} declares the {declared!r} input "
+                         f"encoder, this {game.title} network takes the {encoder!r} input: "
+                         f"publish it under {game.model_name(encoder)!r}, the model of its "
+                         "encoder")
     if encoder == BASIC_ENCODER:
         return  # the config's own game input: the test run checks the dims
     dims = model_io(repository, model_name)[0]

@@ -5,7 +5,7 @@ backend, ``model.py``, must be there; ``model.pt`` must be an intact zip archive
 CRC checked, and match the ``sha256`` its ``metadata.json`` records) and returns its bytes, so
 what is tested is what is loaded. `version_metadata` and `read_version_metadata` read the
 version's ``metadata.json``; `require_served_input` refuses a version whose network takes
-another input than the one the services send.
+another input than the one its model's config declares (what the services send it).
 """
 
 from __future__ import annotations
@@ -115,14 +115,23 @@ def read_version_metadata(repository: Path, model_name: str, version: int | None
     return meta if isinstance(meta, dict) else {}
 
 
-def require_served_input(files: dict[str, bytes], version: int) -> None:
-    """ValueError when the version's ``metadata.json`` records an input ``encoder`` other than
-    the basic one: the search service, the Triton client and the smoke test send each game's
-    basic input (`Game.network_input`), so a network built for another encoder (Go's
-    "extended") is published and can be evaluated, but is not served. A version that records
-    no encoder takes the basic input (it was published before encoders were recorded)."""
-    encoder = version_metadata(files).get("encoder", BASIC_ENCODER)
-    if encoder != BASIC_ENCODER:
+def version_encoder(files: dict[str, bytes]) -> str:
+    """The input encoder the version's ``metadata.json`` records; "basic" when it records none
+    (it was published before encoders were recorded, and took the basic input)."""
+    encoder = version_metadata(files).get("encoder")
+    return encoder if isinstance(encoder, str) and encoder else BASIC_ENCODER
+
+
+def require_served_input(files: dict[str, bytes], version: int, model_encoder: str) -> None:
+    """ValueError when the version's network takes another input encoder than
+    `model_encoder`, the one its model's config declares
+    (`services.repository.configs.config_encoder`): the search service, the Triton client and
+    the smoke test send every version of a model the input its config names, so a network of
+    another encoder (Go's "extended" network under ``go_policy``) would get the wrong input.
+    It belongs under the model of its encoder (`Game.model_name`)."""
+    encoder = version_encoder(files)
+    if encoder != model_encoder:
         raise ValueError(f"version {version} takes the {encoder!r} input encoder (its "
-                         f"{METADATA_FILE}); serving sends the {BASIC_ENCODER!r} input, so it "
-                         "cannot serve a network of another encoder")
+                         f"{METADATA_FILE}), its model's config.pbtxt declares the "
+                         f"{model_encoder!r} encoder: serving would send it the wrong input "
+                         "(publish it under the model of its encoder)")

@@ -6,7 +6,16 @@ the game is given, or the one whose default model the name is): Gomoku int8 boar
 -> logits [N, 225]; Go compact inputs [N, 4, S, S] (`services.games.go.features`) for any
 served size S in 9..19 (one fully convolutional network answers every size, the config declares
 the spatial dims as -1) -> logits [N, S * S + 1], the last one the pass (19x19: [N, 362]); one
-call holds boards of one size. With the logits comes the ``value`` output where the
+call holds boards of one size.
+
+A model may take another of its game's input encoders (Go's "extended" network,
+``go_policy_extended``: int8 [N, 10, S, S], the basic planes and tactical channels): its config
+says which (`services.repository.configs.config_encoder`, read from Triton's own copy of the
+config once per model, `encoder_of`), and `infer` turns the game's basic inputs it is given
+(what `Game.network_input` gives, what requests, searches and smoke tests hold) into that
+encoder's input for the whole batch (`Game.encode_inputs`) before sending them; boards already
+in the model's input (a version's stored positions) travel as they are (`encoded=True`). The
+encoder is never guessed from a tensor's shape. With the logits comes the ``value`` output where the
 model's config declares one (`PolicyResult.values`, float32 [N] for the side to move, NaN for a
 network without a value head); no output is named in the request, so Triton sends every output
 the config declares and a config with ``logits`` alone (deploy/triton-stock) works unchanged
@@ -28,10 +37,10 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from services.games.base import Game, ModelIO
+from services.games.base import BASIC_ENCODER, Game, ModelIO
 from services.games.registry import default_game, game_for_model, get_game
 from services.grpc_options import RECONNECT_OPTIONS
-from services.repository.configs import INPUT_NAME, OUTPUT_NAME, VALUE_NAME
+from services.repository.configs import INPUT_NAME, OUTPUT_NAME, VALUE_NAME, config_encoder
 
 
 def io_of_game(game: str | Game) -> ModelIO:
@@ -147,6 +156,8 @@ class PolicyClient:
         self._lock = threading.Lock()
         self._client: grpcclient.InferenceServerClient | None = None
         self._closed = False
+        # model name -> the input encoder its served config declares (`encoder_of`)
+        self._encoders: dict[str, str] = {}
 
     def _grpc(self) -> grpcclient.InferenceServerClient:
         client = self._client
@@ -171,16 +182,55 @@ class PolicyClient:
             return self.io
         return io_for(model_name)
 
+    def encoder_of(self, model_name: str | None = None) -> str:
+        """The input encoder the served config of `model_name` declares (its ``encoder``
+        parameter; "basic" without one), asked of Triton on first use and kept; a load or
+        unload through this client, or a request Triton refuses, forgets it (the model may
+        come back with another config). TritonError when Triton cannot say."""
+        name = model_name or self.model_name
+        known = self._encoders.get(name)
+        if known is not None:
+            return known
+        try:
+            answer = self._grpc().get_model_config(name, client_timeout=self.timeout_s)
+        except InferenceServerException as exc:
+            raise _translate(exc, f"config of {name}", self.url) from exc
+        encoder = config_encoder(answer.config)
+        try:
+            get_game(self.io_of(name).game).check_encoder(encoder)
+        except ValueError as exc:
+            raise TritonRequestError(f"the config of {name} on Triton at {self.url}: "
+                                     f"{exc}") from exc
+        self._encoders[name] = encoder
+        return encoder
+
+    def encode(self, boards: np.ndarray, model_name: str | None = None) -> np.ndarray:
+        """The game's basic inputs `boards` (`Game.network_input` of each position) as the
+        input of `model_name` (the client's model by default): computed for the encoder its
+        config declares (`encoder_of`), the boards themselves for the basic one."""
+        name = model_name or self.model_name
+        io = self.io_of(name)
+        arr = _as_boards(boards, io)
+        encoder = self.encoder_of(name)
+        if encoder == BASIC_ENCODER:
+            return arr
+        return np.ascontiguousarray(get_game(io.game).encode_inputs(arr, encoder),
+                                    dtype=np.int8)
+
     def infer(
         self,
         boards: np.ndarray,
         model_version: int | str | None = None,
         model_name: str | None = None,
+        *,
+        encoded: bool = False,
     ) -> PolicyResult:
         """Policy logits for int8 boards [N, 15, 15] (0 empty, 1 black, 2 white), or for a Go
         model compact Go inputs [N, 4, S, S], S in 9..19 (logits [N, S * S + 1]; 19x19:
         [N, 362]), and the values where the server sends them (`PolicyResult.values`). All
-        boards of one call have one size.
+        boards of one call have one size. The boards are the game's basic inputs, sent in the
+        input the model's config declares (`encode`); with `encoded` they are that input
+        already (a Go extended model's [N, 10, S, S]) and travel as they are.
 
         Without `model_version` Triton answers with the highest READY version of the model;
         with it, exactly that version answers (or the request fails if it is not loaded).
@@ -189,7 +239,10 @@ class PolicyClient:
         name = model_name or self.model_name
         version = "" if model_version is None else str(model_version)
         io = self.io_of(name)
-        arr = _as_boards(boards, io)
+        if encoded:
+            arr = _as_boards(boards, get_game(io.game).model_io(self.encoder_of(name)))
+        else:
+            arr = self.encode(boards, name)
         inp = grpcclient.InferInput(INPUT_NAME, list(arr.shape), "INT8")
         inp.set_data_from_numpy(arr)
         what = f"infer {name}" + (f" v{version}" if version else "")
@@ -200,6 +253,7 @@ class PolicyClient:
                 name, [inp], model_version=version, outputs=None, client_timeout=self.timeout_s
             )
         except InferenceServerException as exc:
+            self._encoders.pop(name, None)  # a refused input: the config may have changed
             raise _translate(exc, what, self.url) from exc
         n = arr.shape[0]
         n_moves = io.n_moves_for(arr.shape[1:])
@@ -242,6 +296,7 @@ class PolicyClient:
         timeout = timeout_s if timeout_s is not None else max(self.timeout_s, 120.0)
         if files and config is None:
             raise TritonRequestError(f"load {name}: files need a config")
+        self._encoders.pop(name, None)  # the config loaded may declare another encoder
         try:
             self._grpc().load_model(name, config=config, files=files, client_timeout=timeout)
         except InferenceServerException as exc:
@@ -249,6 +304,7 @@ class PolicyClient:
 
     def unload_model(self, name: str | None = None) -> None:
         name = name or self.model_name
+        self._encoders.pop(name, None)
         try:
             self._grpc().unload_model(name, client_timeout=max(self.timeout_s, 60.0))
         except InferenceServerException as exc:

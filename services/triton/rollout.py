@@ -6,6 +6,8 @@ highest READY version of the model) to `version`, in five steps:
 1. **Files.** ``<repo>/<model>/<version>/`` must hold ``model.py`` and ``model.pt``; ``model.pt``
    must be an intact zip archive (every member's CRC is checked, which catches truncated or
    bit-flipped TorchScript files) and, when ``metadata.json`` records a ``sha256``, match it.
+   The input encoder its ``metadata.json`` records must be the one the model's config
+   declares (`require_served_input`): the version is refused, not quarantined, otherwise.
 2. **Candidate.** The version is loaded under a separate model name
    (``<model>__candidate``) from the bytes just checked (repository API with a config and files
    override), so production traffic never reaches it: a request without an explicit version is
@@ -13,7 +15,9 @@ highest READY version of the model) to `version`, in five steps:
    serving version under the same name would hand it the traffic before it is tested. A file
    Triton cannot load is refused here, with Triton's reason.
 3. **Smoke test** on the candidate (`smoke_test`): the known positions of the model's game
-   (`Game.smoke_positions`: Gomoku int8 [15, 15] boards, Go compact int8 [4, 19, 19] inputs)
+   (`Game.smoke_positions`: Gomoku int8 [15, 15] boards, Go compact int8 [4, 19, 19] inputs,
+   sent in the input encoder the model's config declares: Go's extended [10, 19, 19] for
+   ``go_policy_extended``)
    answer with logits of the game's policy size ([N, 225], Go [N, 362]), float32, all finite,
    a well-formed masked policy over the legal moves (the pass included), the same answer alone
    and in a batch and on a repeat, and the answers carry the candidate's model version. Then
@@ -73,7 +77,7 @@ import numpy as np
 
 from services.defaults import CANDIDATE_SUFFIX
 from services.repository import gate
-from services.repository.configs import CONFIG_FILE, parse_config
+from services.repository.configs import CONFIG_FILE, config_encoder, parse_config
 from services.repository.quarantine import QUARANTINE_REASON, quarantine
 from services.repository.rollout_state import (
     keep_pinned,
@@ -344,7 +348,7 @@ def _rollout_locked(
     config, files, stored = _checked_files(a)
     t = a.phase("files", a.started)
     if a.serving == version:
-        return _check_serving(a, files, stored, centre_radius, t)
+        return _check_serving(a, config, files, stored, centre_radius, t)
     reference = _smoke_test_candidate(a, config, files, stored, centre_radius, t)
     _switch(a, config, files, reference)
     return _record(a)
@@ -362,19 +366,28 @@ def _checked_files(a: _Attempt) -> tuple[Any, dict[str, bytes], StoredPositions 
     except ValueError as exc:
         raise a.refuse(str(exc), owned=True) from exc
     try:
-        require_served_input(files, a.version)
+        require_served_input(files, a.version, config_encoder(config))
     except ValueError as exc:  # a sound network of another input: refused, not quarantined
         raise a.refuse(str(exc)) from exc
     a.notes += file_notes
     return config, files, stored
 
 
-def _check_serving(a: _Attempt, files: dict[str, bytes], stored: StoredPositions | None,
-                   centre_radius: int | None, since: float) -> RolloutReport:
+def _local_boards(a: _Attempt, config: Any) -> np.ndarray:
+    """The smoke test's boards in the input the model's config declares (`config_encoder`):
+    what ``model.pt`` is run on here when its metadata does not say whether it has a value
+    head (`value_head_of`)."""
+    boards = smoke_boards(a.client, a.model_name)
+    return model_game(a.client, a.model_name).encode_inputs(boards, config_encoder(config))
+
+
+def _check_serving(a: _Attempt, config: Any, files: dict[str, bytes],
+                   stored: StoredPositions | None, centre_radius: int | None, since: float
+                   ) -> RolloutReport:
     """The version serves already: smoke-test it where it serves, record it as current."""
     a.smoke, _ = smoke_test(
         a.client, a.model_name, a.version, centre_radius,
-        value_head=value_head_of(files, smoke_boards(a.client, a.model_name)),
+        value_head=value_head_of(files, _local_boards(a, config)),
         stored=stored, tolerance=a.tolerance)
     a.phase("smoke", since)
     failed = [c for c in a.smoke if c.blocking and not c.passed]
@@ -413,7 +426,7 @@ def _smoke_test_candidate(a: _Attempt, config: Any, files: dict[str, bytes],
         t = a.phase("candidate load", since)
         a.smoke, reference = smoke_test(
             client, candidate, version, centre_radius,
-            value_head=value_head_of(files, smoke_boards(client, model_name)),
+            value_head=value_head_of(files, _local_boards(a, config)),
             serving_model=model_name, serving_version=a.serving,
             compare_blocking=a.action == "rollout", stored=stored, tolerance=a.tolerance)
         a.phase("smoke", t)

@@ -2,12 +2,13 @@
 `services.triton.rollout` for where it runs).
 
 Its game (`services.games.base.Game`, the one the client serves the model for) gives the known
-positions
-(`Game.smoke_positions`) and the positions with a forced answer (`Game.tactical_positions`);
-the checks: answers from the asked version, shape, finite logits, a well-formed masked policy,
-the same answer alone, in a batch and on a repeat, the empty board's top move, tactics, a
-finite value from a value head, and top-1 and agreement with the serving version on the real
-positions stored with the version.
+positions (`Game.smoke_positions`) and the positions with a forced answer
+(`Game.tactical_positions`): the game's basic inputs, which the client sends in the input
+encoder the model's config declares (`PolicyClient.encode`); the positions stored with the
+version travel as they were stored (in that input already). The checks: answers from the asked
+version, shape, finite logits, a well-formed masked policy, the same answer alone, in a batch
+and on a repeat, the empty board's top move, tactics, a finite value from a value head, and
+top-1 and agreement with the serving version on the real positions stored with the version.
 """
 
 from __future__ import annotations
@@ -231,11 +232,12 @@ def _no_answer(version: int, exc: TritonError) -> str:
 
 def _infer_rows(client: PolicyClient, boards: np.ndarray, version: int, model_name: str
                 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """(logits, values or None) of `boards`, sent `_INFER_ROWS` at a time."""
+    """(logits, values or None) of the stored `boards`, sent `_INFER_ROWS` at a time as they
+    are (they were stored in the model's input, its encoder's)."""
     logits, values = [], []
     for i in range(0, len(boards), _INFER_ROWS):
         r = client.infer(boards[i:i + _INFER_ROWS], model_version=version,
-                         model_name=model_name)
+                         model_name=model_name, encoded=True)
         logits.append(r.logits)
         values.append(r.values)
     both = None if any(v is None for v in values) else np.concatenate(values)

@@ -6,7 +6,8 @@ The server starts in explicit mode with no model; each model (by default every f
 `version_candidates`: the rollout record's ``current``, else its ``previous``, else the newest
 published version, never one the record refused last. A version whose files fail
 `services.repository.version_files.check_version_files` (truncated or corrupt ``model.pt``,
-sha256 mismatch), or whose network takes another input than the served one, is skipped
+sha256 mismatch), or whose network takes another input encoder than its model's config
+declares, is skipped
 (`SkippedVersion`) and the next candidate tried, so one bad folder never stops the server.
 """
 
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from services.repository.configs import CONFIG_FILE, parse_config
+from services.repository.configs import CONFIG_FILE, config_encoder, parse_config
 from services.repository.rollout_state import read_state
 from services.repository.version_files import check_version_files, require_served_input
 from services.repository.versions import list_versions
@@ -118,6 +119,8 @@ def pinned_config_json(config_path: Path, version: int) -> str:
 
 def check_files(repository: Path, model: str, version: int) -> None:
     """Raise ValueError with the reason when a version folder cannot be served (its files, or
-    a network of another input than the served one: `require_served_input`)."""
+    a network of another input encoder than the model's config declares:
+    `require_served_input`)."""
     files, _ = check_version_files(repository, model, version)
-    require_served_input(files, version)
+    config = Path(repository) / model / CONFIG_FILE
+    require_served_input(files, version, config_encoder(parse_config(config)))
