@@ -19,6 +19,7 @@ A `Game` answers:
 * rules: `position_from_request` (a validated position from a search API `Position`),
   `expand` (what a search node is: terminal, a proven win, the moves to search),
   `require_playable`, `base_key` (what a game is besides its moves: the tree cache's key);
+* rollouts: `rollouts(rule)`, its compiled fast rollouts, if it has them;
 * defaults: `default_model` (the Triton model name; `model_name(encoder)` that of a network
   taking another input encoder), `default_config` (the network config
   trained by default), `record_formats` (file suffixes of its game records), `stages`
@@ -34,12 +35,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
 import numpy as np
 
 from services import coords
 from services.api.movepred.v1 import search_pb2
+
+if TYPE_CHECKING:
+    from services.games.rollout import Rollouts
 
 EMPTY, BLACK, WHITE = 0, 1, 2  # the cell values of every game; BLACK, WHITE the API's Colors
 # the input encoder every game has: `Game.input_shape`, what shards and requests hold
@@ -476,6 +480,12 @@ class Game(ABC):
         """A fixed reference player the served network plays against (`movepred play
         --game`): state -> its move, ties drawn from `seed`. None: the game has none, and
         the network plays itself."""
+        return None
+
+    def rollouts(self, rule: str = "") -> Rollouts | None:
+        """The game's compiled fast rollouts (`services.games.rollout`) under `rule` (one of
+        `rule_names`; "": the default), which play positions out for leaf values mixed with
+        the value network's; None (the default): the game has none."""
         return None
 
     # ---- requests -----------------------------------------------------------------------

@@ -53,6 +53,7 @@ from services.games.base import (
 from services.games.go import encoders as go_encoders
 from services.games.go import features as go_features
 from services.games.go import rules as go
+from services.games.go.rollout import GoRollouts
 from services.games.go.rules import (
     BLACK,
     EMPTY,
@@ -363,6 +364,10 @@ class GoGame(Game):
 
     def start(self, size: int | None = None) -> GoSearchState:
         return GoSearchState(GoState(size or GO_SIZE))
+
+    def rollouts(self, rule: str = "") -> GoRollouts:
+        """Area-scored rollouts (Go has one rule here: `rule` is not used)."""
+        return GoRollouts()
 
     def smoke_positions(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         return known_go_positions()
