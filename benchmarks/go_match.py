@@ -251,7 +251,7 @@ def search_service(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
         return
     from services.repository.versions import latest_version
     from services.search.server import build_service
-    from services.trainer.go_model import publish_go_model
+    from services.trainer.publish import publish_model
     from services.triton.client import PolicyClient
     from services.triton.launcher import TritonServer
 
@@ -278,7 +278,8 @@ def search_service(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
             (repository / go_model).mkdir(parents=True)
             shutil.copyfile(ROOT / "model_repository" / go_model / "config.pbtxt",
                             repository / go_model / "config.pbtxt")
-            version = publish_go_model(repository, args.config, args.seed, args.checkpoint)
+            version = publish_model(repository, game="go", config=args.config, seed=args.seed,
+                                    weights=args.checkpoint)
             weights = f"checkpoint {args.checkpoint}" if args.checkpoint else \
                 f"untrained, seed {args.seed}"
             what = f"{args.config} ({weights}) as {go_model} v{version}"

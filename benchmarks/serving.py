@@ -63,13 +63,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from services.defaults import MODEL_FILE  # noqa: E402
 from services.games.registry import get_game  # noqa: E402
-from services.models.configs import build  # noqa: E402
-from services.models.export import export_torchscript  # noqa: E402
-from services.repository.publish import publish  # noqa: E402
+from services.models.configs import spec  # noqa: E402
 from services.search.client import SearchClient  # noqa: E402
 from services.search.server import DEFAULT_MAX_WORKERS  # noqa: E402
+from services.trainer.publish import publish_model  # noqa: E402
 from services.triton.client import PolicyClient  # noqa: E402
 from services.triton.launcher import TritonServer  # noqa: E402
 from services.triton.ports import free_port  # noqa: E402
@@ -421,9 +419,8 @@ def main(argv: list[str] | None = None) -> None:
     gen_rows = []
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "repo"
-        export_torchscript(build(args.model), Path(tmp) / MODEL_FILE)
-        publish(Path(tmp) / MODEL_FILE, repo)
-        model = get_game("gomoku").default_model
+        publish_model(repo, config=args.model)  # every game's one publish path
+        model = get_game(spec(args.model).game).default_model
         print("triton model config: " + tune_config(repo, model, args.instances,
                                                      args.kind, args.queue_delay_us), flush=True)
         saved = {key: os.environ.get(key) for key in triton_env}

@@ -41,9 +41,7 @@ from serving import _ints, tune_config  # noqa: E402
 
 from services.defaults import MODEL_FILE  # noqa: E402
 from services.games.registry import get_game  # noqa: E402
-from services.models.configs import build  # noqa: E402
-from services.models.export import export_torchscript  # noqa: E402
-from services.repository.publish import publish  # noqa: E402
+from services.trainer.publish import publish_model  # noqa: E402
 from services.triton.client import PolicyClient  # noqa: E402
 from services.triton.launcher import TritonServer  # noqa: E402
 
@@ -153,15 +151,14 @@ def main(argv: list[str] | None = None) -> None:
     boards = random_boards(args.batch, game.default_size)
     figures: dict = {"model": args.model, "batch": args.batch, "device": gpu, "triton": []}
     with tempfile.TemporaryDirectory() as tmp:
-        model_file = Path(tmp) / MODEL_FILE
-        export_torchscript(build(args.model), model_file)
+        repo = Path(tmp) / "repo"
+        version = publish_model(repo, config=args.model)  # every game's one publish path
+        model_file = repo / game.default_model / str(version) / MODEL_FILE
         for host_copies, name in ((True, "torch_host"), (False, "torch_device")):
             rate = torch_rate(model_file, boards, device, args.seconds, host_copies)
             figures[name] = rate
             print(f"{name:14s} {rate:12,.0f} boards/s", flush=True)
         baseline = figures["torch_host"]
-        repo = Path(tmp) / "repo"
-        publish(model_file, repo)
         kind = "KIND_GPU" if device.type == "cuda" else "KIND_CPU"
         for instances in args.instances:
             settings = tune_config(repo, game.default_model, instances, kind,

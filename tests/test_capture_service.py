@@ -1,10 +1,11 @@
-"""The Capture Game served: the exported MDRNN/MDLSTM (`services.triton.capture_model`), its
-SGF records and greedy opponent, and Predict/GenMove/Analyze and ``movepred play --game
+"""The Capture Game served: the exported MDRNN/MDLSTM behind `CapturePolicy` (its configurations'
+serving wrapper, published by `services.trainer.publish` as every game's networks are), its SGF
+records and greedy opponent, and Predict/GenMove/Analyze and ``movepred play --game
 capture`` over real gRPC against a real Triton serving ``capture_policy``. No mocks.
 
 First part (always runs): the served module against the policy search's own encoding
-(`services.policy_search.fitness.planes`), the export at every size 5..9, the weight files,
-the SGF text and the seeded greedy player.
+(`services.policy_search.fitness.planes`), the export and the file at every size 5..9, the
+weight files, the SGF text and the seeded greedy player.
 
 Second part (skipped without a ``tritonserver`` binary): one Triton serving an MDRNN with
 seeded random weights as ``capture_policy`` v1, the search service serving the Capture Game
@@ -27,19 +28,15 @@ import torch
 from services.api.movepred.v1 import search_pb2
 from services.games.base import BLACK, WHITE
 from services.games.capture.game import CAPTURE
-from services.models.configs import build
+from services.models.configs import build, spec
+from services.models.mdrnn import EPS
+from services.models.weights import load_weights, network, read_weights
 from services.policy_search.fitness import planes
 from services.records.sgf import read_sgf
 from services.search import mcts
 from services.search.client import SearchClient, game_position
 from services.search.server import build_service
-from services.triton.capture_model import (
-    EPS,
-    build_capture_model,
-    export_capture_torchscript,
-    load_weights,
-    publish_capture_model,
-)
+from services.trainer.publish import export_served, publish_model, resolve_config
 from services.triton.client import PolicyClient
 from services.triton.launcher import TritonServer
 from tests.triton_fixtures import make_repository, require_tritonserver
@@ -47,6 +44,16 @@ from tests.triton_fixtures import make_repository, require_tritonserver
 CONFIG = "capture_mdrnn_k2"  # the paper's 12-weight network
 CAPTURE_IN_ONE = ["b1", "b2", "a2", "e5", "c2", "e4"]  # black to move captures at b3
 SUICIDE_FOR_WHITE = ["b1", "e5", "a2"]  # white to move; a1 is suicide for white
+
+
+def served_network(config: str | None = None, seed: int = 0,
+                   weights: Path | None = None) -> torch.nn.Module:
+    """The module Triton serves for a Capture Game network, as the publisher builds it: the
+    configuration (`config`, else the weights file's, else the game's default), seeded random
+    weights or those of `weights`, behind the configuration's serving wrapper."""
+    found = read_weights(weights) if weights is not None else None
+    config = resolve_config(CAPTURE.name, config, found)
+    return spec(config).served(network(config, seed, found))
 
 
 def state_of(moves: list[str], size: int = 5):
@@ -76,7 +83,7 @@ def random_positions(n: int, size: int, seed: int = 0) -> list:
 def test_served_logits_are_the_trained_players_preferences(size: int) -> None:
     """The board alone gives the planes the policy search played with, from the side to move;
     the logits are the preferences' log-odds (the same order of points)."""
-    model = build_capture_model(CONFIG, seed=3)
+    model = served_network(CONFIG, seed=3)
     positions = random_positions(24, size, seed=size)
     assert {p.to_move for p in positions} == {BLACK, WHITE}
     boards = np.stack([CAPTURE.network_input(p) for p in positions])
@@ -90,10 +97,10 @@ def test_served_logits_are_the_trained_players_preferences(size: int) -> None:
     assert (np.argmax(logits, 1) == np.argmax(scores, 1)).all()
 
 
-def test_export_checks_every_size_and_the_file_answers_them(tmp_path: Path) -> None:
-    model = build_capture_model("capture_mdlstm_k2", seed=1)
+def test_the_export_is_checked_and_the_file_answers_every_size(tmp_path: Path) -> None:
+    model = served_network("capture_mdlstm_k2", seed=1)
     path = tmp_path / "model.pt"
-    assert export_capture_torchscript(model, path) <= 1e-4
+    assert export_served(model.net, "capture_mdlstm_k2", path) <= 1e-4
     scripted = torch.jit.load(str(path))
     for size in CAPTURE.sizes:
         boards = torch.from_numpy(CAPTURE.random_inputs(5, size, seed=size))
@@ -110,16 +117,16 @@ def test_weights_from_a_flat_vector_or_a_state_dict(tmp_path: Path) -> None:
     np.savez(tmp_path / "best.npz", weights=flat, fitness=np.array([0.4]))
     boards = torch.from_numpy(CAPTURE.random_inputs(8, 5))
     with torch.no_grad():
-        answers = [build_capture_model(CONFIG, weights=tmp_path / "best.npy")(boards),
-                   build_capture_model(CONFIG, weights=tmp_path / "best.npz")(boards)]
+        answers = [served_network(CONFIG, weights=tmp_path / "best.npy")(boards),
+                   served_network(CONFIG, weights=tmp_path / "best.npz")(boards)]
         reference = build(CONFIG)
         reference.set_flat(torch.from_numpy(flat))
         torch.save(reference.state_dict(), tmp_path / "best.pt")
-        answers.append(build_capture_model(CONFIG, weights=tmp_path / "best.pt")(boards))
+        answers.append(served_network(CONFIG, weights=tmp_path / "best.pt")(boards))
         checkpoint = {"config": CONFIG, "model": reference.state_dict(), "fitness": 0.4}
         torch.save(checkpoint, tmp_path / "best_network.pt")  # the policy search's
-        answers.append(build_capture_model(weights=tmp_path / "best_network.pt")(boards))
-        other = build_capture_model(CONFIG, seed=9)(boards)
+        answers.append(served_network(weights=tmp_path / "best_network.pt")(boards))
+        other = served_network(CONFIG, seed=9)(boards)
     for a in answers[1:]:
         assert torch.equal(a, answers[0])
     assert not torch.equal(other, answers[0])
@@ -127,11 +134,11 @@ def test_weights_from_a_flat_vector_or_a_state_dict(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="12 weights"):
         load_weights(build(CONFIG), tmp_path / "short.npy")
     with pytest.raises(ValueError, match="not a Capture Game one"):
-        build_capture_model("go_res_b2c32")
+        served_network("go_res_b2c32")
     with pytest.raises(ValueError, match=f"holds a {CONFIG} network, not capture_mdlstm_k2"):
-        build_capture_model("capture_mdlstm_k2", weights=tmp_path / "best_network.pt")
+        served_network("capture_mdlstm_k2", weights=tmp_path / "best_network.pt")
     with pytest.raises(ValueError, match="w_peep"):  # an MDRNN state_dict for the MDLSTM
-        build_capture_model("capture_mdlstm_k2", weights=tmp_path / "best.pt")
+        served_network("capture_mdlstm_k2", weights=tmp_path / "best.pt")
 
 
 class BigBoardsOnly(torch.nn.Module):
@@ -223,7 +230,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     require_tritonserver()
     root = tmp_path_factory.mktemp("capture-triton")
     repository = make_repository(root, CAPTURE.default_model)
-    version = publish_capture_model(repository, CONFIG, seed=2)
+    version = publish_model(repository, config=CONFIG, seed=2)
     model = repository / CAPTURE.default_model / str(version) / "model.pt"
     server = TritonServer(repository, models=(CAPTURE.default_model,),
                           log_path=root / "tritonserver.log", startup_timeout_s=120)
@@ -377,8 +384,8 @@ def test_rollout_serves_a_network_that_sees_the_capture(live: Live) -> None:
     from services.triton.smoke import TACTICAL_TOP_K
 
     seed = next(s for s in range(100)
-                if tactics_rank(build_capture_model(CONFIG, seed=s)) <= TACTICAL_TOP_K)
-    version = publish_capture_model(live.repository, CONFIG, seed=seed)
+                if tactics_rank(served_network(CONFIG, seed=s)) <= TACTICAL_TOP_K)
+    version = publish_model(live.repository, config=CONFIG, seed=seed)
     with PolicyClient(live.triton_url, CAPTURE.default_model, timeout_s=30.0) as client:
         report = rollout(client, live.repository, version, CAPTURE.default_model)
     assert report.current == version == 2 and report.smoke_passed, report.to_markdown()

@@ -372,12 +372,14 @@ def test_stock_tensor_names_bind_to_the_exported_torchscript(tmp_path: Path) -> 
 
 
 def test_go_stock_tensor_names_bind_to_the_exported_go_torchscript(tmp_path: Path) -> None:
-    """The Go export (services.trainer.go_model) names forward()'s argument `boards` too."""
+    """The Go export (services.trainer.publish's, every game's) names forward()'s argument
+    `boards` too."""
     torch = pytest.importorskip("torch")
-    from services.trainer.go_model import build_go_model, export_go_torchscript
+    from services.models.weights import network
+    from services.trainer.publish import export_served
 
     path = tmp_path / "model.pt"
-    export_go_torchscript(build_go_model("go_res_b2c32"), path, n_check=2)  # policy-only
+    export_served(network("go_res_b2c32"), "go_res_b2c32", path)  # policy-only
     scripted = torch.jit.load(str(path))
     arguments = [a.name for a in scripted.forward.schema.arguments][1:]
     config = parse_config(GO_STOCK_CONFIG)
@@ -391,10 +393,11 @@ def test_go_value_export_names_its_argument_boards(tmp_path: Path) -> None:
     """A Go network with a value head (`PolicyValue`, scripted as it is, no wrapper) binds by
     the same input name and answers (logits [N, 362], value [N])."""
     torch = pytest.importorskip("torch")
-    from services.trainer.go_model import build_go_model, export_go_torchscript
+    from services.models.weights import network
+    from services.trainer.publish import export_served
 
     path = tmp_path / "model.pt"
-    export_go_torchscript(build_go_model("go_res_b2c32_v"), path, n_check=2)
+    export_served(network("go_res_b2c32_v"), "go_res_b2c32_v", path)
     scripted = torch.jit.load(str(path))
     assert [a.name for a in scripted.forward.schema.arguments][1:] == ["boards"]
     logits, value = scripted(torch.zeros((3, *MODEL_IO[GO_MODEL_NAME][0]), dtype=torch.int8))

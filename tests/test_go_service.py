@@ -436,11 +436,11 @@ def test_triton_answers_every_go_size_from_one_version(live: Live) -> None:
     """9x9, 13x13 and 19x19 boards to the same go_policy version: logits [N, S*S+1] equal to
     the TorchScript file run here; also two sizes at once from several threads (Triton's
     dynamic batcher may hand both to one execute call: one forward pass per size)."""
-    from services.trainer.go_model import sample_inputs
+    from services.games.go.game import GO
     from services.triton.client import TritonRequestError
     from tests.triton_fixtures import run_in_threads, run_local
 
-    inputs = {s: sample_inputs(6, s, seed=s) for s in (9, 13, 19)}
+    inputs = {s: GO.sample_inputs(6, s, seed=s) for s in (9, 13, 19)}
     expected = {s: run_local(live.go_model, b) for s, b in inputs.items()}
     with PolicyClient(live.triton.grpc_url, "go_policy", timeout_s=60.0) as client:
         for s, boards in inputs.items():
@@ -547,10 +547,11 @@ def test_concurrent_searches_on_two_board_sizes(live: Live) -> None:
 
 @pytest.mark.timeout(600)
 def test_go_rollout_smoke_tests_go_positions(live: Live) -> None:
-    from services.trainer.go_model import publish_go_model
+    from services.trainer.publish import publish_model
     from services.triton.rollout import rollout
+    from tests.triton_fixtures import GO_CONFIG
 
-    version = publish_go_model(live.repository, seed=1)
+    version = publish_model(live.repository, config=GO_CONFIG, seed=1)
     with PolicyClient(live.triton.grpc_url, "go_policy", timeout_s=30.0) as client:
         report = rollout(client, live.repository, version, "go_policy")
     assert report.current == version and report.smoke_passed, report.to_markdown()

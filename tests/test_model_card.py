@@ -6,9 +6,10 @@ it and how good it is, and `movepred serving` prints it.
   commit of this checkout, the TrainConfig, metrics (top-1/top-5 per split, top-1 by stage,
   value figures), the gate's decision, the created time; `movepred serving` against a real
   Triton serving it prints each of them;
-* a Go version published with `services.trainer.go_model` on a dataset carries the same
-  fields, metrics included, and no path into a temporary folder that no longer exists; one
-  published from a trainer checkpoint takes the checkpoint's recipe and last evaluation;
+* a Go version published by hand (`services.trainer.publish`, every game's one publish path) on
+  a dataset carries the same fields, metrics and stored positions included, and no path into a
+  temporary folder that no longer exists; one published from a trainer checkpoint takes the
+  checkpoint's recipe and last evaluation; a dataset of another game is refused;
 * a Capture Game version published from a policy search's best_network.pt carries its fitness.
 """
 
@@ -137,11 +138,11 @@ def go_dataset(tmp_path_factory) -> Path:
     return base / "ds"
 
 
-def test_go_model_card_has_metrics_and_no_dangling_path(tmp_path: Path, go_dataset: Path) -> None:
-    from services.trainer.go_model import publish_go_model
+def test_a_go_card_has_metrics_and_no_dangling_path(tmp_path: Path, go_dataset: Path) -> None:
+    from services.trainer.publish import publish_model
 
     repo = tmp_path / "repo"
-    version = publish_go_model(repo, "go_res_b2c32", seed=3, dataset=go_dataset)
+    version = publish_model(repo, config="go_res_b2c32", seed=3, dataset=go_dataset)
     meta = json.loads((repo / "go_policy" / str(version) / "metadata.json").read_text())
     splits = tuple(s for s, n in meta["dataset"]["rows"].items() if n)
     assert "validation" in splits
@@ -153,19 +154,31 @@ def test_go_model_card_has_metrics_and_no_dangling_path(tmp_path: Path, go_datas
     assert meta["gate"]["passed"] is None  # published by hand: said as such
     assert meta["config"] is None  # no training recipe: untrained
     assert meta["game"] == "go" and meta["pass_move"] is True  # the backend's logits width
+    stored = meta["smoke_positions"]  # validation positions for the rollout's smoke test
+    assert stored["rows"] > 0 and 0 <= stored["top1"] <= 1
+    assert (repo / "go_policy" / str(version) / stored["file"]).is_file()
 
 
-def test_go_model_card_from_a_checkpoint(tmp_path: Path) -> None:
-    from services.trainer.go_model import build_go_model, publish_go_model
+def test_a_dataset_of_another_game_is_refused(tmp_path: Path, go_dataset: Path) -> None:
+    from services.trainer.publish import publish_model
 
-    net = build_go_model("go_res_b2c32", seed=5)
+    with pytest.raises(ValueError, match="is a go dataset, 'capture_mdrnn_k2' a capture network"):
+        publish_model(tmp_path / "repo", config="capture_mdrnn_k2", dataset=go_dataset)
+    assert not (tmp_path / "repo").exists()
+
+
+def test_a_go_card_from_a_checkpoint(tmp_path: Path) -> None:
+    from services.models.weights import network
+    from services.trainer.publish import publish_model
+
+    net = network("go_res_b2c32", seed=5)
     recipe = {"model": "go_res_b2c32", "max_steps": 7, "batch_size": 16}
     evaluation = {"step": 7, "epoch": 1, "validation": {"top1": 0.25, "top5": 0.5, "n": 10,
                                                         "loss": 3.0}}
     checkpoint = tmp_path / "checkpoint.pt"
     torch.save({"model": net.state_dict(), "config": recipe, "history": [evaluation]},
                checkpoint)
-    version = publish_go_model(tmp_path / "repo", "go_res_b2c32", checkpoint=checkpoint)
+    version = publish_model(tmp_path / "repo", weights=checkpoint)  # it names its config
     meta = json.loads((tmp_path / "repo" / "go_policy" / str(version) / "metadata.json")
                       .read_text())
     assert_card(meta, None, ("validation",))
@@ -173,19 +186,21 @@ def test_go_model_card_from_a_checkpoint(tmp_path: Path) -> None:
     assert meta["source"] == str(checkpoint.resolve()) and meta["dataset"] is None
 
 
-def test_capture_model_card_has_the_policy_search_fitness(tmp_path: Path) -> None:
+def test_a_capture_card_has_the_policy_search_fitness(tmp_path: Path) -> None:
+    from services.games.capture.game import CAPTURE
     from services.models.configs import build
     from services.repository.model_card import render
-    from services.triton.capture_model import DEFAULT_CONFIG, publish_capture_model
+    from services.trainer.publish import publish_model
 
+    config = CAPTURE.default_config
     weights = tmp_path / "best_network.pt"
-    torch.save({"config": DEFAULT_CONFIG, "model": build(DEFAULT_CONFIG).state_dict(),
+    torch.save({"config": config, "model": build(config).state_dict(),
                 "board_size": 5, "fitness": 0.625, "run": "cell-0"}, weights)
-    version = publish_capture_model(tmp_path / "repo", weights=weights)
+    version = publish_model(tmp_path / "repo", weights=weights)
     folder = next((tmp_path / "repo").iterdir()) / str(version)
     meta = json.loads((folder / "metadata.json").read_text())
     assert meta["metrics"]["policy_search"] == {"fitness": 0.625, "board_size": 5,
                                                 "run": "cell-0"}
-    assert meta["model_config"]["name"] == DEFAULT_CONFIG
+    assert meta["model_config"]["name"] == config
     assert meta["code"]["commit"] == commit() and meta["source"] == str(weights.resolve())
     assert any("fitness 0.625" in line for line in render(meta))

@@ -128,18 +128,19 @@ def test_checkpoint_that_runs_code_is_refused(dataset: Path, tmp_path: Path) -> 
 
 
 def test_go_checkpoint_that_runs_code_is_refused(tmp_path: Path) -> None:
-    from services.trainer.go_model import build_go_model
+    from services.models.weights import network
 
+    config = "go_res_b2c32"
     marker = tmp_path / "code-ran"
     ckpt = tmp_path / "go.pt"
-    torch.save({"model": build_go_model().state_dict(), "extra": _RunsCode(marker)}, ckpt)
+    torch.save({"model": network(config).state_dict(), "extra": _RunsCode(marker)}, ckpt)
     with pytest.raises(pickle.UnpicklingError, match=r"(?i)weights_only|unpickl"):
-        build_go_model(checkpoint=ckpt)
+        network(config, weights=ckpt)
     assert not marker.exists()
     plain = tmp_path / "plain.pt"
-    torch.save({"model": build_go_model(seed=1).state_dict()}, plain)
-    loaded = build_go_model(checkpoint=plain)
-    for a, b in zip(loaded.state_dict().values(), build_go_model(seed=1).state_dict().values(),
+    torch.save({"model": network(config, seed=1).state_dict()}, plain)
+    loaded = network(config, weights=plain)
+    for a, b in zip(loaded.state_dict().values(), network(config, seed=1).state_dict().values(),
                     strict=True):
         assert torch.equal(a, b)
 

@@ -497,9 +497,10 @@ class _Only19(torch.nn.Module):
 
 
 def test_validate_model_file_runs_variable_dims_at_19_and_9(tmp_path: Path) -> None:
+    from services.models.weights import network
     from services.repository.configs import dims_accept, model_io
     from services.repository.model_check import check_shapes, validate_model_file
-    from services.trainer.go_model import build_go_model, export_go_torchscript
+    from services.trainer.publish import export_served
 
     dims, n_moves = model_io(tmp_path, "go_policy")
     assert check_shapes(GO, dims, n_moves) == [((4, 19, 19), 362), ((4, 9, 9), 82)]
@@ -507,7 +508,7 @@ def test_validate_model_file_runs_variable_dims_at_19_and_9(tmp_path: Path) -> N
     assert dims_accept(dims, (4, 13, 13)) and not dims_accept(dims, (3, 13, 13))
     assert not dims_accept((4, 19, 19), (4, 9, 9))
     good = tmp_path / "go.pt"
-    export_go_torchscript(build_go_model("go_res_b2c32"), good, n_check=2)
+    export_served(network("go_res_b2c32"), "go_res_b2c32", good)
     assert validate_model_file(good, GO, dims, n_moves) is False
     only19 = tmp_path / "only19.pt"
     torch.jit.script(_Only19()).save(str(only19))
@@ -577,12 +578,13 @@ def test_policy_model_makes_one_forward_per_board_shape(
     """One `execute` call holding 9x9 and 19x19 Go requests (as the dynamic batcher may hand
     them over): one forward pass per shape, every request answered with its own rows, equal
     to the TorchScript run here; a bad shape fails alone."""
-    from services.trainer.go_model import build_go_model, export_go_torchscript, sample_inputs
+    from services.models.weights import network
+    from services.trainer.publish import export_served
 
     version_dir = tmp_path / "go_policy" / "1"
     version_dir.mkdir(parents=True)
     model_pt = version_dir / "model.pt"
-    export_go_torchscript(build_go_model("go_res_b2c32"), model_pt, n_check=2)
+    export_served(network("go_res_b2c32"), "go_res_b2c32", model_pt)
     served = (Path(__file__).resolve().parents[1] / "model_repository" / "go_policy"
               / "config.pbtxt").read_text()
     assert _policy_model_in_process(monkeypatch, version_dir, served).pass_move is True
@@ -607,9 +609,9 @@ def test_policy_model_makes_one_forward_per_board_shape(
         return forward(x)
 
     model.model = counting
-    boards = [sample_inputs(2, 9, seed=1), sample_inputs(1, 19, seed=2),
-              sample_inputs(3, 9, seed=3), np.zeros((1, 3, 9, 9), np.int8),
-              sample_inputs(2, 13, seed=4)]
+    boards = [GO.sample_inputs(2, 9, seed=1), GO.sample_inputs(1, 19, seed=2),
+              GO.sample_inputs(3, 9, seed=3), np.zeros((1, 3, 9, 9), np.int8),
+              GO.sample_inputs(2, 13, seed=4)]
     responses = model.execute([{"boards": _FakeTensor("boards", b)} for b in boards])
     assert shapes == [(5, 4, 9, 9), (1, 4, 19, 19), (2, 4, 13, 13)]  # first-seen order
     for b, r in zip(boards, responses, strict=True):

@@ -357,24 +357,24 @@ GO_CONFIG = "go_res_b2c32"  # the small Go network of services/models/configs.py
 def add_go_model(repository: Path, seed: int = 0) -> Path:
     """Copy the tracked go_policy config into `repository` and publish an untrained
     `GO_CONFIG` network (weights from `seed`) as its next version; returns its model.pt."""
-    from services.trainer.go_model import publish_go_model
+    from services.trainer.publish import publish_model
 
     (repository / GO_MODEL_NAME).mkdir(parents=True, exist_ok=True)
     shutil.copyfile(
         TRACKED_REPOSITORY / GO_MODEL_NAME / "config.pbtxt",
         repository / GO_MODEL_NAME / "config.pbtxt",
     )
-    version = publish_go_model(repository, GO_CONFIG, seed=seed)
+    version = publish_model(repository, config=GO_CONFIG, seed=seed)
     return repository / GO_MODEL_NAME / str(version) / "model.pt"
 
 
 def add_go_value_model(repository: Path, seed: int = 0) -> Path:
     """Publish a `GO_VALUE_CONFIG` network (`value_network`) as the next version of the Go
     model in `repository` (its config already there); returns its model.pt."""
-    from services.trainer.go_model import publish_go_model
+    from services.trainer.publish import publish_network
 
-    version = publish_go_model(repository, GO_VALUE_CONFIG, seed=seed,
-                               model=value_network(GO_VALUE_CONFIG, seed))
+    version = publish_network(value_network(GO_VALUE_CONFIG, seed), GO_VALUE_CONFIG, repository,
+                              GO_MODEL_NAME, source=f"value_network({GO_VALUE_CONFIG!r}, {seed})")
     return repository / GO_MODEL_NAME / str(version) / "model.pt"
 
 

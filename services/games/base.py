@@ -11,7 +11,9 @@ A `Game` answers:
 
 * shapes: `default_size` and `sizes` (the board sizes served), `policy_size(size)` (the
   points, plus the pass last when `has_pass`), `input_shape(size)` and `input_max_value` (the
-  int8 network input of one position: the board [S, S], or [C, S, S] planes);
+  int8 network input of one position: the board [S, S], or [C, S, S] planes), and batches of
+  such inputs an exported network is checked on: `random_inputs` (any values in range) and
+  `sample_inputs` (positions of random legal games);
 * input encoders: `encoder_names()` (the inputs a network of the game may take, by name;
   "basic", the input above, is what shards and requests hold), `encode_inputs` (stored basic
   inputs -> an encoder's), `encoder_input_shape` and `encoder_max_value`;
@@ -238,6 +240,28 @@ class Game(ABC):
         rng = np.random.default_rng(seed)
         shape = (n, *self.input_shape(size))
         basic = rng.integers(0, self.input_max_value + 1, shape).astype(np.int8)
+        return basic if encoder == BASIC_ENCODER else self.encode_inputs(basic, encoder)
+
+    def sample_inputs(self, n: int, size: int | None = None, seed: int = 0,
+                      encoder: str = BASIC_ENCODER) -> np.ndarray:
+        """The network inputs (int8, `input_shape(size)`; for another of `encoder_names()`,
+        that encoder's) of `n` positions that occur: one game of random legal moves played
+        on from `start(size)`, up to 11 moves between two positions, a new game where one
+        ends. What an exported network is checked on besides `random_inputs`, whose boards
+        set features in combinations no game reaches (and may miss those a game does)."""
+        rng = np.random.default_rng(seed)
+        state = self.start(size)
+        out = []
+        for _ in range(n):
+            for _ in range(int(rng.integers(0, 12))):
+                legal = np.flatnonzero(state.legal_mask())
+                if state.is_over or legal.size == 0:
+                    state = self.start(size)
+                    continue
+                state = state.play(int(rng.choice(legal)))
+            out.append(self.network_input(state))
+        basic = (np.stack(out).astype(np.int8) if out
+                 else np.zeros((0, *self.input_shape(size)), np.int8))
         return basic if encoder == BASIC_ENCODER else self.encode_inputs(basic, encoder)
 
     def model_io(self, encoder: str = BASIC_ENCODER) -> ModelIO:

@@ -11,14 +11,21 @@ empty planes, the linear softmax the compiled rollouts play (services/games/roll
 built model takes compact int8 inputs and returns
 logits, or (logits, value) with a value head, except the Capture Game's `capture_mdrnn_kK` /
 `capture_mdlstm_kK` (services/models/mdrnn.py, K hidden neurons per sweep): (own, opponent)
-planes [N, 2, S, S] -> move preferences [N, S, S] in (0, 1).
+planes [N, 2, S, S] -> move preferences [N, S, S] in (0, 1), served behind their wrapper
+(`ModelSpec.serve`: `CapturePolicy`, int8 boards -> logits).
+
+What a configuration says besides its network (`ModelSpec`) is all the publisher
+(`services.trainer.publish`) asks of it, for every game alike: the game, the input encoder, the
+module Triton serves around the network (`served`) and how a network gets seeded random weights
+(`network`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+import torch
 from torch import nn
 
 from services.games.base import BASIC_ENCODER
@@ -28,7 +35,7 @@ from services.games.go.features import N_GO_PLANES
 from services.games.go.game import GO
 from services.games.gomoku.game import GOMOKU
 from services.games.registry import get_game
-from services.models.mdrnn import MDLSTM, MDRNN
+from services.models.mdrnn import MDLSTM, MDRNN, CapturePolicy, draw_weights
 from services.models.resnet import GoExtendedPolicy, GoPolicy, ResidualPolicyNet
 from services.models.rollout import LinearRolloutPolicy
 from services.models.shao import BoardPolicy, ShaoPolicyNet
@@ -43,11 +50,31 @@ class ModelSpec:
     # the input it takes, by the game's encoder name ("basic": the game's `input_shape`, as
     # shards store it; Go's others: `GoGame.encoders`): `Game.encode_inputs` makes it
     encoder: str = BASIC_ENCODER
+    # the module Triton serves around a built network (int8 network input -> logits, or
+    # (logits, value)); None: the network itself (it takes the game's input already)
+    serve: Callable[[nn.Module], nn.Module] | None = None
+    # draws a built network's weights from a seed, for a network whose constructor fixes its
+    # own; None: torch's global seed, set before `make`, draws them
+    draw: Callable[[nn.Module, int], None] | None = None
 
     def with_value(self) -> ModelSpec:
         colours = not get_game(self.game).input_from_mover
-        return ModelSpec(self.game, lambda: PolicyValue(self.make(), colours), value=True,
-                         encoder=self.encoder)
+        return replace(self, make=lambda: PolicyValue(self.make(), colours), value=True)
+
+    def network(self, seed: int = 0) -> nn.Module:
+        """A fresh network with random weights drawn from `seed` (the same for the same seed;
+        torch's global random state is left as it was)."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            net = self.make()
+        if self.draw is not None:
+            self.draw(net, seed)
+        return net
+
+    def served(self, net: nn.Module) -> nn.Module:
+        """The module Triton serves for `net` (a network this configuration builds): `serve`'s
+        wrapper, else `net` itself."""
+        return self.serve(net) if self.serve is not None else net
 
 
 def _shao(filters: int, n: int, **kw) -> ModelSpec:
@@ -67,6 +94,12 @@ def _go_x(blocks: int, channels: int) -> ModelSpec:
     return ModelSpec(GO.name, lambda: GoExtendedPolicy(
         ResidualPolicyNet(N_EXTENDED_PLANES, blocks, channels, pass_logit=True)),
         encoder="extended")
+
+
+def _sweep(make: Callable[[], nn.Module]) -> ModelSpec:
+    """A Capture Game sweep network: trained on (own, opponent) planes by the policy search,
+    served behind `CapturePolicy`."""
+    return ModelSpec(CAPTURE.name, make, serve=CapturePolicy, draw=draw_weights)
 
 
 def _rollout(game: str, kernel: int) -> ModelSpec:
@@ -90,8 +123,8 @@ _POLICIES: dict[str, ModelSpec] = {
     # fast rollout policies (services/models/rollout.py): one k x k conv, a linear softmax
     **{f"rollout_k{k}": _rollout(GOMOKU.name, k) for k in (3, 5, 7)},
     **{f"go_rollout_k{k}": _rollout(GO.name, k) for k in (3, 5, 7)},
-    "capture_mdrnn_k2": ModelSpec(CAPTURE.name, lambda: MDRNN(2)),  # 12 weights (the paper's)
-    "capture_mdlstm_k2": ModelSpec(CAPTURE.name, lambda: MDLSTM(2)),  # 52 weights
+    "capture_mdrnn_k2": _sweep(lambda: MDRNN(2)),  # 12 weights (the paper's)
+    "capture_mdlstm_k2": _sweep(lambda: MDLSTM(2)),  # 52 weights
 }
 # with a value head: the served search uses it at leaves that are not finished games
 _WITH_VALUE = ("shao_f32_n2", "shao_f128_n2", "shao_f128_n4", "res_b2c32", "res_b6c96",

@@ -38,6 +38,20 @@ units: the cell input z, the input gate, one forget gate per predecessor ((i-1, 
     w_b    [k]      the border activation (the border cell state is 0) k
 so that c = i * tanh(z) + f1 * c(i-1,j) + f2 * c(i,j-1) and h = o * tanh(c).
 
+Served (`CapturePolicy`, the configurations' serving wrapper: `ModelSpec.serve`), a network
+takes what the Capture Game's positions give, the int8 board [N, S, S] (0 empty, 1 black, 2
+white), and answers logits [N, S * S]:
+
+* the side to move is black when both colours have as many stones (no stone leaves the board
+  in a game that goes on), and the planes are those of the policy search's games
+  (`services.policy_search.fitness.planes`), so a trained vector plays there as it was trained;
+* the logits are the preferences' log-odds, ``log(p / (1 - p))``, the network's output before
+  its sigmoid: the order of the points is the network's, and the search service's softmax
+  over them is the sigmoid's own scale rather than a near-uniform softmax of numbers in (0, 1).
+  A preference is first clamped to [2^-24, 1 - 2^-24] (float32's last steps below 1), so a
+  saturated one gives a finite logit (about +-16.6): only points the network already scores
+  as exactly 1.0, or below 6e-8, become ties.
+
 The sweep is a loop over anti-diagonals: the points with i + j = d depend only on diagonal
 d - 1, so an S x S board takes 2S - 1 steps, each on all its points, all four directions and
 the whole batch at once (the board is skewed so that each diagonal is one column). The weights
@@ -53,7 +67,11 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from services.games.base import BLACK, WHITE
+
 IN_PLANES = 2  # own stones, opponent stones (an empty point is (0, 0))
+# float32's largest step below 1: a preference is clamped to [EPS, 1 - EPS] before its log-odds
+EPS = 2.0 ** -24
 
 
 def _sigmoid(x: torch.Tensor) -> torch.Tensor:
@@ -264,3 +282,34 @@ class MDLSTM(_SweepNet):
         """Scores [B, S, S] of planes [B, 2, S, S], board b played by flat vector flat[b]."""
         w_in, w_h, w_peep, w_out, w_b = self.unflatten(flat)
         return mdlstm_scores(boards.float(), w_in, w_h, w_peep, w_out, w_b)
+
+
+def draw_weights(net: _SweepNet, seed: int) -> None:
+    """Draw every weight of `net` anew, N(0, 1) from `seed` (the constructors start from one
+    fixed seed): the configurations' seeded random weights (`ModelSpec.draw`)."""
+    with torch.no_grad():
+        net.set_flat(torch.randn(net.n_weights(), generator=torch.Generator().manual_seed(seed)))
+
+
+class CapturePolicy(nn.Module):
+    """int8 boards [N, S, S] (0 empty, 1 black, 2 white) -> logits [N, S * S]: the sweep
+    network's preferences for the side to move, as log-odds (see the module docstring)."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+        # module attributes: TorchScript reads no module-level numbers
+        self.black, self.white, self.eps = BLACK, WHITE, EPS
+
+    def forward(self, boards: torch.Tensor) -> torch.Tensor:
+        n = boards.shape[0]
+        cells = boards.to(torch.int64)
+        black = (cells == self.black).reshape(n, -1).sum(1)
+        white = (cells == self.white).reshape(n, -1).sum(1)
+        mover = torch.where(black == white, torch.full_like(black, self.black),
+                            torch.full_like(black, self.white))[:, None, None]
+        own = cells == mover
+        opponent = (cells != 0) & (cells != mover)
+        scores = self.net(torch.stack([own, opponent], dim=1).float())
+        p = scores.clamp(self.eps, 1.0 - self.eps)
+        return (torch.log(p) - torch.log1p(-p)).reshape(n, -1)

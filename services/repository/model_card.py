@@ -1,10 +1,10 @@
 """The model card of a published version: which data, code and recipe made it, and how good it is.
 
-Every publisher (the train flow and the distributed trainer through
-`services.trainer.publish`, `services.trainer.go_model`, `services.triton.capture_model`) builds
-the card with `build_card` and passes it to `services.repository.publish.publish`, which stores
-it in the version's ``metadata.json`` next to what it adds itself (version, sha256,
-``published_at``: the created time, ``value_head``). The card's fields (`CARD_FIELDS`):
+Every game's one publish path (`services.trainer.publish`: its command, the train flow and the
+distributed trainer) builds the card with `build_card` and passes it to
+`services.repository.publish.publish`, which stores it in the version's ``metadata.json`` next
+to what it adds itself (version, sha256, ``published_at``: the created time, ``value_head``).
+The card's fields (`CARD_FIELDS`):
 
 * ``model_config``: the network configuration (``services.models.configs``: name, game, value
   head, parameter count);

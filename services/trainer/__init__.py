@@ -5,11 +5,10 @@
 Modules:
     train        supervised training of a policy network on the shards
     metrics      evaluation: loss, top-1/top-5 accuracy, top-1 by game stage
-    publish      what publishing a trained network takes: the gate measured against the serving
-                 version (its rule: `services.repository.gate`), the checked export, the
-                 stored positions and the model card
-    go_model     TorchScript export and publication of the Go networks (untrained, or from a
-                 trainer checkpoint)
+    publish      every game's one publish path (``python -m services.trainer.publish``): the
+                 checked export, the stored positions and the model card of a network, untrained,
+                 from a weights file or trained, and the gate measured against the serving
+                 version (its rule: `services.repository.gate`)
     plots        PNG plots of a run: learning curves, top-1 by game stage
     distributed  data-parallel training over processes, GPUs or machines (`torchrun`)
 """

@@ -1,51 +1,77 @@
-"""What the trainer needs to publish a trained network: the gate measured against the serving
-version, the checked TorchScript export and the publication with its stored positions and
-model card.
+"""Publishing a network, for every registered game: one function and one command.
 
-The train flow (flows/train.py, which runs `export_and_publish` as a Prefect task) and rank 0
-of `services.trainer.distributed` publish through here, so both gate, export and publish the
-same way. A model is published only if `check_gate` passes it (`services.repository.gate`: sound,
-and its validation top-1 not below the serving version's, measured here on the same split from
-that version's own TorchScript file, minus a tolerance) and the repository can serve it
-(`unservable_reason`: a ``config.pbtxt`` whose input dims take the dataset's boards in the
-model's input).
+    python -m services.trainer.publish --repository R [--game GAME] [--config NAME] [--seed N]
+        [--weights PATH | --checkpoint PATH] [--dataset DIR] [--model-name NAME]
 
-Every model is handed its own input: the trained one its configuration's encoder
-(`ModelSpec.encoder`) in the export check, the stored positions and their top-1; the serving
-version the encoder its ``metadata.json`` records (``basic`` when it records none) in the gate.
-The published version records its encoder (``encoder`` in ``metadata.json``).
+publishes a network of a named configuration (`services.models.configs`; default: the one the
+weights file names, else the game's `default_config`; ``--game`` defaults to the
+configuration's) as the next version of its game's Triton model for the configuration's input
+(`Game.model_name`: ``go_policy``, ``go_policy_extended``, ``capture_policy``, ...), and prints
+the version: random weights drawn from ``--seed``, or those of a weights file
+(`services.models.weights.read_weights`: a trainer checkpoint, the policy search's
+``best_network.pt``, a state_dict or a flat vector). `publish_model` is the command as a
+function; `publish_network` publishes a network at hand, and the train flow (flows/train.py,
+which runs `export_and_publish` as a Prefect task) and rank 0 of
+`services.trainer.distributed` publish their trained networks through it too.
+
+What is the same for every game: the export check (`export_served`: scripted == eager and the
+logits' shape at each size the game's model is test-run at, on the game's random inputs and
+positions of random legal games, and on real validation positions where there is a dataset),
+the model card and metadata (the network's top-1/top-5 on each split of ``--dataset`` when
+given, else the figures its weights file records; the dataset's validation positions stored
+for the rollout's smoke test), and the version numbering (`services.repository.publish`). What
+differs comes from the configuration (`ModelSpec`: its game, its input encoder, the module
+Triton serves around the network, how its random weights are drawn) and from its `Game`
+(sizes, inputs), never from the game's name.
+
+The trainer's gate: a trained model is published only if `check_gate` passes it
+(`services.repository.gate`: sound, and its validation top-1 not below the serving version's,
+measured here on the same split from that version's own TorchScript file, minus a tolerance)
+and the repository can serve it (`unservable_reason`: a ``config.pbtxt`` whose input dims take
+the dataset's boards in the model's input). Every model is handed its own input: the trained
+one its configuration's encoder (`ModelSpec.encoder`) in the export check, the stored
+positions and their top-1; the serving version the encoder its ``metadata.json`` records
+(``basic`` when it records none) in the gate. The published version records its encoder
+(``encoder`` in ``metadata.json``).
 """
 
 from __future__ import annotations
 
+import argparse
+import pickle
+import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from torch import nn
 
 from services.dataset.loader import dataset_game
-from services.dataset.shards import read_split
+from services.dataset.shards import read_manifest, read_split
 from services.defaults import MODEL_FILE
 from services.games.base import BASIC_ENCODER
-from services.games.registry import game_for_model, get_game
+from services.games.registry import UnknownGame, game_for_model, get_game, registered_games
 from services.games.triton_config import io_dims
-from services.models.configs import spec
-from services.models.export import export_torchscript
+from services.models.configs import CONFIGS, spec
+from services.models.export import ExportError, export_for_serving
+from services.models.weights import WeightsFile, network, read_weights
 from services.repository import gate
 from services.repository.configs import config_file, config_io, dims_accept
 from services.repository.model_card import build_card
-from services.repository.model_check import load_model
+from services.repository.model_check import check_sizes_for, load_model
 from services.repository.publish import publish
 from services.repository.rollout_state import reference_version
 from services.repository.smoke_positions import SMOKE_POSITIONS_FILE, write_smoke_positions
 from services.repository.version_files import read_version_metadata
 from services.repository.versions import version_dir
-from services.trainer.metrics import evaluate
+from services.trainer.metrics import evaluate, evaluate_dataset
 from services.trainer.train import TrainResult
 
 SMOKE_ROWS = 256  # validation positions stored with a version for the rollout's smoke test
-CHECK_ROWS = 64  # real validation positions the export check runs on, next to random ones
-CHECK_RANDOM = 64  # random inputs the export check runs on (`export_torchscript`'s n_check)
+CHECK_ROWS = 64  # real validation positions the export check runs on, with a dataset
+CHECK_INPUTS = 16  # random inputs, and as many positions of random games, per size checked
 
 
 def model_encoder(result: TrainResult) -> str:
@@ -108,19 +134,28 @@ def unservable_reason(repository: str, model_name: str, dataset_dir: str,
 
 
 def export_checked(result: TrainResult, model_file: Path, dataset_dir: str | Path) -> float:
-    """TorchScript export checked against the eager model on random inputs of the dataset's
-    game and on `CHECK_ROWS` real validation positions, both in the model's input
-    (`model_encoder`); return the max abs difference."""
-    game, size = dataset_game(dataset_dir, "validation")
-    boards = read_split(Path(dataset_dir), "validation")[0][:CHECK_ROWS]
-    encoder = model_encoder(result)
-    if encoder == BASIC_ENCODER:
-        return export_torchscript(result.model, model_file, board_size=size, game=game,
-                                  boards=boards)
-    played = get_game(game)
-    return export_torchscript(result.model, model_file, board_size=size, game=game,
-                              boards=played.encode_inputs(boards, encoder),
-                              inputs=played.random_inputs(CHECK_RANDOM, size, encoder=encoder))
+    """The trained network's export (`export_served`) with `CHECK_ROWS` of the dataset's
+    validation positions among the check inputs; return the max abs difference."""
+    return export_served(result.model, result.config.model, model_file, dataset_dir)
+
+
+def export_served(net: nn.Module, config: str, model_file: Path,
+                  dataset_dir: str | Path | None = None) -> float:
+    """The TorchScript export of what Triton serves for `net` (a `config` network:
+    `ModelSpec.served`), checked against the eager module (`export_for_serving`) at every size
+    its game's model is test-run at (`check_sizes_for`) on the game's random inputs and
+    positions of random legal games, and on `CHECK_ROWS` real validation positions of
+    `dataset_dir` where given, all in the model's input (`ModelSpec.encoder`); return the
+    max abs difference."""
+    found = spec(config)
+    game = get_game(found.game)
+    boards = None
+    if dataset_dir is not None:
+        boards = read_split(Path(dataset_dir), "validation")[0][:CHECK_ROWS]
+        if len(boards):
+            boards = game.encode_inputs(boards, found.encoder)
+    return export_for_serving(found.served(net), model_file, game, check_sizes_for(game),
+                              encoder=found.encoder, n_check=CHECK_INPUTS, boards=boards)
 
 
 def smoke_rows(dataset_dir: str | Path, rows: int = SMOKE_ROWS,
@@ -143,32 +178,163 @@ def smoke_rows(dataset_dir: str | Path, rows: int = SMOKE_ROWS,
 def export_and_publish(result: TrainResult, repository: str, model_name: str,
                        dataset_dir: str, decision: gate.GateDecision | None = None,
                        run_dir: str | None = None) -> int:
-    """Export, verify against the eager model, then publish atomically as the next version,
-    with real validation positions (``smoke_positions.npz``) and the model's top-1 on them,
-    for the rollout's smoke test, and the model card (`services.repository.model_card`: dataset
-    manifest hash and rows, code commit, recipe, metrics, the gate's `decision`) and the input
-    encoder the model takes."""
-    encoder = model_encoder(result)
-    card = build_card(config_name=result.config.model, model=result.model,
-                      dataset_dir=dataset_dir, recipe=result.config, metrics=result.metrics,
-                      metrics_source="the training run's final evaluation", gate=decision)
-    with tempfile.TemporaryDirectory() as tmp:
+    """Publish a trained network (`publish_network`) with its training run's recipe and final
+    evaluation and the gate's `decision` on its model card."""
+    source = f"train run {Path(run_dir).resolve()}" if run_dir else "trainer"
+    return publish_network(result.model, result.config.model, repository, model_name,
+                           dataset_dir=dataset_dir, recipe=result.config,
+                           metrics=result.metrics,
+                           metrics_source="the training run's final evaluation",
+                           decision=decision, source=source, metadata=result.summary())
+
+
+def publish_network(net: nn.Module, config: str, repository: str | Path,
+                    model_name: str | None = None, *, source: str,
+                    dataset_dir: str | Path | None = None, recipe: Any = None,
+                    metrics: dict | None = None, metrics_source: str | None = None,
+                    decision: gate.GateDecision | None = None,
+                    metadata: dict | None = None) -> int:
+    """Export a `config` network `net` (`export_served`: checked, at its game's sizes) and
+    publish it as the next version of `model_name` (default: its game's model for the
+    configuration's input, `Game.model_name`); return the
+    version. Every game is published here, and only its configuration and its `Game` say
+    what differs: the module served, the input encoder, the sizes and inputs checked.
+
+    ``metadata.json`` holds `metadata`, the model card (`build_card`: the configuration, the
+    dataset, the code's commit, the `recipe`, the `metrics` and their source, the gate's
+    `decision`, or none), the export's max abs difference, the input encoder, and with a
+    dataset its stored positions (`SMOKE_ROWS` validation positions, ``smoke_positions.npz``,
+    with the exported file's top-1 on them, for the rollout's smoke test). The `metrics`:
+    given, else the network evaluated now on each split of `dataset_dir`
+    (`evaluate_dataset`), else none. `source` (recorded as ``source``) says what the network
+    was made from. ValueError when the dataset is of another game than the configuration."""
+    found = spec(config)
+    game = get_game(found.game)
+    encoder = found.encoder
+    model_name = model_name or game.model_name(encoder)
+    served = found.served(net).eval()
+    if dataset_dir is not None:
+        data_game = read_manifest(Path(dataset_dir)).get("game")
+        if data_game != game.name:
+            raise ValueError(f"{dataset_dir} is a {data_game} dataset, {config!r} a "
+                             f"{game.name} network")
+        if metrics is None:
+            metrics = evaluate_dataset(served, dataset_dir, encoder=encoder)
+            metrics_source = f"evaluated at publish time on {Path(dataset_dir).resolve()}"
+    if metrics is None and metrics_source is None:
+        metrics_source = "none: no dataset to evaluate it on"
+    card = build_card(config_name=config, model=served, dataset_dir=dataset_dir, recipe=recipe,
+                      metrics=metrics, metrics_source=metrics_source, gate=decision)
+    with tempfile.TemporaryDirectory(prefix="publish-") as tmp:
         model_file = Path(tmp) / MODEL_FILE
-        diff = export_checked(result, model_file, dataset_dir)
-        metadata = {**result.summary(), **card, "export_max_abs_diff": diff}
+        diff = export_served(net, config, model_file, dataset_dir)
+        info = {**(metadata or {}), **card, "export_max_abs_diff": diff}
         extra_files: dict[str, Path | bytes] = {}
-        rows = smoke_rows(dataset_dir, encoder=encoder)
+        rows = smoke_rows(dataset_dir, encoder=encoder) if dataset_dir is not None else None
         if rows is not None:
             boards, moves = rows
             positions = Path(tmp) / SMOKE_POSITIONS_FILE
             write_smoke_positions(positions, boards, moves)
             exported = load_model(model_file)
             # serving must reproduce it; `boards` are the model's input already (no encoding)
-            top1 = evaluate(exported, boards, moves, "cpu", game=result.metrics["game"])["top1"]
-            metadata["smoke_positions"] = {"file": SMOKE_POSITIONS_FILE, "rows": len(moves),
-                                           "top1": top1}
+            top1 = evaluate(exported, boards, moves, "cpu", game=game.name)["top1"]
+            info["smoke_positions"] = {"file": SMOKE_POSITIONS_FILE, "rows": len(moves),
+                                       "top1": top1}
             extra_files[SMOKE_POSITIONS_FILE] = positions
-        source = f"train run {Path(run_dir).resolve()}" if run_dir else "trainer"
-        return publish(model_file, Path(repository), model_name, metadata=metadata,
-                       extra_files=extra_files, source=source,
-                       game=get_game(result.metrics["game"]), encoder=encoder)
+        return publish(model_file, Path(repository), model_name, metadata=info,
+                       extra_files=extra_files, source=source, game=game, encoder=encoder)
+
+
+# ---------------------------------------------------------------------------- the command
+def resolve_config(game: str | None = None, config: str | None = None,
+                   weights: WeightsFile | None = None) -> str:
+    """The configuration to publish: `config`, else the one the weights file names, else
+    `game`'s default; ValueError when none is named, the config is unknown, the weights file
+    names another, or the config plays another game than `game` (UnknownGame, a KeyError,
+    for a game not registered)."""
+    named = weights.config if weights is not None else None
+    if config and named and config != named:
+        raise ValueError(f"{weights.path} holds a {named} network, not {config}")
+    played = get_game(game) if game is not None else None
+    chosen = config or named or (played.default_config if played is not None else None)
+    if not chosen:
+        raise ValueError("name the network: --config NAME, or --game GAME for its default "
+                         f"configuration (games: {', '.join(g.name for g in registered_games())})")
+    found = spec(chosen)
+    if played is not None and found.game != played.name:
+        own = sorted(name for name, s in CONFIGS.items() if s.game == played.name)
+        raise ValueError(f"{chosen!r} is a {found.game} configuration, not a {played.title} "
+                         f"one ({played.title} configurations: {', '.join(own)})")
+    return chosen
+
+
+def publish_model(repository: str | Path, *, game: str | None = None,
+                  config: str | None = None, seed: int = 0,
+                  weights: str | Path | WeightsFile | None = None,
+                  dataset: str | Path | None = None, model_name: str | None = None) -> int:
+    """Publish a network of any registered game (`publish_network`): a `config` network (the
+    configuration `resolve_config` picks from `game`, `config` and the weights file) with
+    random weights drawn from `seed`, or those of `weights` (a trainer checkpoint, the policy
+    search's ``best_network.pt``, a state_dict or a flat vector: `read_weights`). The card's
+    metrics: with `dataset`, the network evaluated on its splits now; else those the weights
+    file records (the checkpoint's last evaluation, the policy search's fitness); else none.
+    Returns the version."""
+    found = (weights if isinstance(weights, WeightsFile) or weights is None
+             else read_weights(weights))
+    config = resolve_config(game, config, found)
+    net = network(config, seed, found)
+    if found is None:
+        where, recipe, metrics = None, None, None
+        metrics_source = "none: an untrained network and no dataset to evaluate it on"
+    else:
+        where, recipe, metrics = str(found.path.resolve()), found.recipe, found.metrics
+        metrics_source = found.metrics_source or ("none: the weights file records none and "
+                                                  "no dataset to evaluate it on")
+    if dataset is not None:  # measured now instead
+        metrics = metrics_source = None
+    return publish_network(net, config, repository, model_name, dataset_dir=dataset,
+                           recipe=recipe, metrics=metrics, metrics_source=metrics_source,
+                           source=where or f"untrained {config}, seed {seed}",
+                           metadata={"seed": None if where else seed, "weights": where})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m services.trainer.publish",
+        description="Publish a network of any registered game as the next version of its "
+                    "Triton model (export checked, model card, stored positions with "
+                    "--dataset).")
+    p.add_argument("--repository", type=Path, required=True, help="Triton model repository")
+    p.add_argument("--game", default=None,
+                   help="the game (default: the configuration's); alone, its default "
+                        "configuration is published")
+    p.add_argument("--config", default=None,
+                   help="model configuration (default: the one the weights file names, else "
+                        "the game's default)")
+    p.add_argument("--seed", type=int, default=0, help="random weights' seed (without --weights)")
+    p.add_argument("--weights", "--checkpoint", dest="weights", type=Path, default=None,
+                   help="trainer checkpoint, policy search best_network.pt, state_dict (.pt) "
+                        "or flat weight vector (.npy, .npz)")
+    p.add_argument("--dataset", type=Path, default=None,
+                   help="dataset of the game: the network's top-1/top-5 (by stage) on each "
+                        "split for its model card, and validation positions stored with it")
+    p.add_argument("--model-name", default=None,
+                   help="default: the game's Triton model (for the configuration's input)")
+    args = p.parse_args(argv)
+    try:
+        found = read_weights(args.weights) if args.weights is not None else None
+        config = resolve_config(args.game, args.config, found)
+        found_spec = spec(config)
+        model_name = args.model_name or get_game(found_spec.game).model_name(found_spec.encoder)
+        version = publish_model(args.repository, config=config, seed=args.seed, weights=found,
+                                dataset=args.dataset, model_name=model_name)
+    except (ValueError, UnknownGame, ExportError, OSError, RuntimeError,
+            pickle.UnpicklingError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"published {model_name} v{version} ({config}) in {args.repository}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

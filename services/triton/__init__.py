@@ -16,7 +16,6 @@ Modules:
                    (`services.games.registry`)
     rollout        roll a published version in (smoke-tested first) and roll it back
     smoke          the smoke test a version passes before it serves
-    capture_model  TorchScript export and publication of the Capture Game networks
     cli            `movepred rollout`, `rollback` and `serving`
     policy_model   the python-backend ``model.py`` copied into each version (runs inside
                    Triton, not imported here)

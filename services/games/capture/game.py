@@ -33,9 +33,11 @@ GenMove plays a capture when there is one and a suicide only when nothing else i
 
 Served as Triton's ``capture_policy`` (`default_model`; model_repository/capture_policy): an
 MDRNN or MDLSTM (`default_config` ``capture_mdlstm_k2``, the paper's 52-weight network; its
-weights come from direct policy search, not from game records) behind the int8 board, as
-`services.triton.capture_model` publishes it. Games are written as SGF (GM[1], SZ; `record_text`)
-and played against the paper's greedy player (`opponent`) by ``movepred play --game capture``.
+weights come from direct policy search, not from game records) behind the int8 board (the
+configurations' serving wrapper, `services.models.mdrnn.CapturePolicy`), published as every
+game's networks are (`services.trainer.publish`). Games are written as SGF (GM[1], SZ;
+`record_text`) and played against the paper's greedy player (`opponent`) by ``movepred play
+--game capture``.
 The rules themselves are `services.games.capture.batch`'s kernels, the ones training play runs
 on, imported when a position is first played (the registry imports this module in every
 process; numba is loaded only where the game is played).
