@@ -80,11 +80,13 @@ from services.defaults import SEARCH_PORT, TRITON_URL
 from services.evaluator import PolicyEvaluator
 from services.games.base import Game
 from services.games.registry import default_game, registered_games
+from services.repository.rollout_policy import VersionRollouts
 from services.search import auth, mcts
 from services.search.batcher import DEFAULT_MAX_BOARDS, DEFAULT_WINDOW_S
 from services.search.decoding import TolerantDecoding
 from services.search.metrics import Metrics, MetricsServer
 from services.search.readiness import DEFAULT_INTERVAL_S, ReadinessWatcher
+from services.search.rollout_value import RolloutSource
 from services.search.servicer import SearchServicer
 from services.search.tree_cache import DEFAULT_MAX_ENTRIES, DEFAULT_MAX_VISITS, TreeCache
 from services.triton.ports import free_port
@@ -168,6 +170,10 @@ class ServiceConfig:
     processes: int = settings.setting(
         1, "server processes sharing the port (SO_REUSEPORT), about one per core", minimum=1,
         maximum=256)
+    model_repository: str = settings.setting(
+        settings.DEFAULT_REPOSITORY, "model repository whose versions' rollout policies "
+        "(rollout.npz beside model.pt) serve searches with rollout_lambda > 0 ('': none, such "
+        "searches get FAILED_PRECONDITION)")
     # set by --insecure (services.search.auth's flags)
     insecure: bool = settings.setting(
         False, "listen beyond loopback without TLS and a token", cli=False)
@@ -218,6 +224,7 @@ def build_service(
     metrics: Metrics | None = None,
     tls: auth.ServerTLS | None = None,
     token: str | None = None,
+    rollout_source: RolloutSource | None = None,
     **overrides: Any,
 ) -> Service:
     """The server and its parts, per `config` (None: `LIBRARY_CONFIG`, on a free port) with
@@ -237,8 +244,13 @@ def build_service(
     `default_max_searches`, half of `max_workers`); more are refused with RESOURCE_EXHAUSTED at
     once, so health and Predict always find a free RPC thread. Health (see the module
     docstring) is polled from the evaluators every `health_interval_s` once the service is
-    started."""
+    started.
+
+    `rollout_source`: where searches with `rollout_lambda` > 0 find the rollout policy of the
+    version that answers them (default: the versions of `model_repository`)."""
     c = replace(config or LIBRARY_CONFIG, **overrides)
+    if rollout_source is None and c.model_repository:
+        rollout_source = VersionRollouts(Path(c.model_repository))
     host, port, max_workers, health_port = c.host, c.port, c.max_workers, c.health_port
     auth.check_exposure(host, tls, token, c.insecure)
     server_credentials = tls.credentials() if tls is not None else None  # bad files: fail here
@@ -254,6 +266,7 @@ def build_service(
         max_searches=c.max_searches if c.max_searches is not None
         else default_max_searches(max_workers),
         search_memory_bytes=c.search_memory_mb << 20 if c.search_memory_mb else None,
+        rollout_source=rollout_source,
     )
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="movepred-rpc"),

@@ -85,6 +85,7 @@ from services.search import mcts, validation
 from services.search.batcher import DEFAULT_MAX_BOARDS, DEFAULT_WINDOW_S, BatchingEvaluator
 from services.search.decoding import decoded
 from services.search.metrics import Metrics
+from services.search.rollout_value import NoRolloutPolicy, RolloutSource, RolloutValueEvaluator
 from services.search.tree_cache import TreeCache
 from services.triton.client import TritonRequestError, TritonUnavailableError
 
@@ -251,6 +252,8 @@ def _status(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
         return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
     if isinstance(exc, validation.InvalidRequest):
         return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+    if isinstance(exc, NoRolloutPolicy):
+        return grpc.StatusCode.FAILED_PRECONDITION, str(exc)
     if isinstance(exc, mcts.GameOverError):
         return grpc.StatusCode.INVALID_ARGUMENT, f"position: {exc}"
     if isinstance(exc, TritonUnavailableError):
@@ -280,6 +283,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         metrics: Metrics | None = None,
         max_searches: int | None = None,
         search_memory_bytes: int | None = None,
+        rollout_source: RolloutSource | None = None,
     ) -> None:
         """`evaluator`: the policy of the default game (Gomoku), or a mapping from registered
         game names to their policies (every game the server serves); `go_evaluator`: Go's
@@ -290,7 +294,11 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         thread that health checks and Predict need); None: no limit.
 
         `search_memory_bytes`: what the trees of the GenMove/Analyze searches running at once
-        may hold together (`SearchMemory`); None: no limit."""
+        may hold together (`SearchMemory`); None: no limit.
+
+        `rollout_source`: where the rollout policy of a served version is found, for searches
+        asked for `rollout_lambda` > 0 (`services.search.rollout_value`); None: such a search
+        is refused with FAILED_PRECONDITION."""
         if max_searches is not None and max_searches < 1:
             raise ValueError(f"max_searches must be >= 1 (or None), got {max_searches}")
         self.max_searches = max_searches
@@ -310,6 +318,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         }
         self.trees = tree_cache if tree_cache is not None else TreeCache()
         self.search_memory = SearchMemory(search_memory_bytes)
+        self.rollout_source = rollout_source
 
     def close(self) -> None:
         """Stop the batching threads (after the server has stopped)."""
@@ -460,9 +469,14 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             if slots is not None:
                 slots.release()
 
-    def _new_search(self, state: State, reuse: bool) -> mcts.Search:
-        """A search of `state`, continuing a cached tree of the same game when there is one."""
+    def _new_search(self, state: State, reuse: bool, rollout_lambda: float = 0.0
+                    ) -> mcts.Search:
+        """A search of `state`, continuing a cached tree of the same game when there is one;
+        with `rollout_lambda` > 0 a fresh one whose leaf values mix in rollouts."""
         batcher = self.batcher_for(state)
+        if rollout_lambda > 0:
+            return mcts.Search(state, self._rollout_evaluator(batcher, state, rollout_lambda),
+                               c_puct=self.c_puct, batch_size=self.batch_size)
         hit = None
         if reuse and self.trees.enabled:
             served = batcher.last_model
@@ -479,6 +493,19 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
                 model_version=hit.model_version,
             )
         return mcts.Search(state, batcher, c_puct=self.c_puct, batch_size=self.batch_size)
+
+    def _rollout_evaluator(self, batcher: BatchingEvaluator, state: State,
+                           rollout_lambda: float) -> RolloutValueEvaluator:
+        """`batcher` with its leaf values mixed with rollouts (FAILED_PRECONDITION when the
+        service has no rollout policies, the game no rollouts)."""
+        if self.rollout_source is None:
+            raise NoRolloutPolicy("", "", "this service has no rollout policies (it was started "
+                                  "without a model repository): search with rollout_lambda 0")
+        if state.game.rollouts() is None:
+            raise validation.InvalidRequest("rollout_lambda",
+                                            f"{state.game.title} has no rollouts")
+        return RolloutValueEvaluator.for_search(batcher, state, self.rollout_source,
+                                                rollout_lambda)
 
     def _finish_search(self, state: State, search: mcts.Search, reuse: bool) -> None:
         """Count the playouts and keep the tree for the game's next move (a clean tree: this
@@ -530,8 +557,9 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         with self._search_slot(), self.search_memory.reserve(state, budget.visit_cap):
             remaining = context.time_remaining()
             end, deadline = search_end(budget.max_time_ms, remaining)
-            reuse = not request.disable_tree_reuse
-            search = self._new_search(state, reuse)
+            rollout_lambda = validation.rollout_lambda(request)
+            reuse = not request.disable_tree_reuse and rollout_lambda == 0
+            search = self._new_search(state, reuse, rollout_lambda)
             try:
                 with batcher.participant(wait_deadline(remaining)):
                     search.run(budget.visit_cap, end, lambda: not context.is_active(), deadline)
@@ -569,8 +597,9 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         def should_stop() -> bool:
             return stopped.is_set() or not context.is_active()
 
-        reuse = not request.disable_tree_reuse
-        search = self._new_search(a.state, reuse)
+        rollout_lambda = validation.rollout_lambda(request)
+        reuse = not request.disable_tree_reuse and rollout_lambda == 0
+        search = self._new_search(a.state, reuse, rollout_lambda)
         batcher = self.batcher_for(a.state)
         every = a.report_every
         with batcher.participant(waits_end):

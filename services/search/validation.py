@@ -245,6 +245,17 @@ def genmove_request(request: search_pb2.GenMoveRequest) -> tuple[State, Budget]:
     return state, b
 
 
+def rollout_lambda(request: search_pb2.GenMoveRequest | search_pb2.AnalyzeRequest) -> float:
+    """The request's `rollout_lambda` (0 when unset): the weight of the rollouts' result in
+    the leaf values, in [0, 1]."""
+    if not request.HasField("rollout_lambda"):
+        return 0.0
+    value = request.rollout_lambda
+    if not 0.0 <= value <= 1.0:  # NaN fails too
+        raise InvalidRequest("rollout_lambda", f"must be in [0, 1], got {value}")
+    return float(value)
+
+
 @dataclass(frozen=True)
 class Analysis:
     state: State
