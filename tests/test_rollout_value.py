@@ -190,3 +190,42 @@ def test_genmove_and_analyze_take_rollout_lambda(source_given: bool) -> None:
             assert reports[-1].final and len(source.asked) > asked
     finally:
         service.stop()
+
+
+def test_gtp_and_gomocup_options_reach_the_search() -> None:
+    import argparse
+
+    from services.protocols import gomocup, gtp
+
+    source = CountingSource(weights(5))
+    service = build_service(HashEvaluator(values=True), port=0, model_repository="",
+                            go_evaluator=HashEvaluator(values=True, has_pass=True),
+                            rollout_source=source).start()
+    target = f"127.0.0.1:{service.port}"
+    try:
+        parser = argparse.ArgumentParser()
+        gtp.add_arguments(parser)
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--rollout-lambda", "1.5"])
+        args = parser.parse_args(["--target", target, "--rollout-lambda", "0.5",
+                                  "--visits", "16"])
+        engine = gtp.engine_from(args)
+        assert engine.rollout_lambda == 0.5
+        assert engine.handle("boardsize 9").startswith("=")
+        assert engine.handle("genmove b").startswith("= ")
+        assert source.asked and source.asked[-1] == ("hash", "1")
+        engine.close()
+
+        asked = len(source.asked)
+        brain = gomocup.Brain(target, visits=16)
+        assert brain.handle("INFO rollout_lambda 2")[0].startswith("ERROR")
+        assert brain.rollout_lambda == 0.0
+        brain.handle("START 15")
+        assert len(source.asked) == asked  # lambda 0: no rollouts
+        assert brain.handle("INFO rollout_lambda 0.25") == []
+        assert brain.rollout_lambda == 0.25
+        assert len(brain.handle("BEGIN")) == 1
+        assert len(source.asked) > asked
+        brain.close()
+    finally:
+        service.stop()

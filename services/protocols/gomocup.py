@@ -17,7 +17,9 @@ per answer (protocol: https://plastovicka.github.io/protocl2en.htm). Supported:
     PLAY x,y                     the manager plays x,y for us; echoed back
     TAKEBACK x,y                 undo the last move (it must be x,y): OK
     INFO key value               stored, never answered (timeout_turn, timeout_match,
-                                 time_left, max_memory, game_type, rule, evaluate, folder)
+                                 time_left, max_memory, game_type, rule, evaluate, folder;
+                                 rollout_lambda L, a movepred extension: the search's leaf
+                                 values mixed with rollouts, L in [0, 1], else ERROR)
     ABOUT                        name="movepred", version=..., author=..., country=...
     END                          exit without an answer
     anything else                UNKNOWN ...
@@ -103,7 +105,7 @@ from services.games.gomoku.rules import (
     five_windows,
     opponent,
 )
-from services.numerals import ascii_int
+from services.numerals import ascii_decimal, ascii_int
 from services.protocols.frontend import SearchClientOwner, serve_lines
 from services.records.sgf_writer import app_version, write_sgf
 from services.search import auth
@@ -118,6 +120,8 @@ AUTHOR = "movepred developers"
 COUNTRY = "unknown"
 DEFAULT_VISITS = 400
 FAST_VISITS = 32  # INFO timeout_turn 0: play as fast as possible
+# INFO key (a movepred extension) for the search's rollout_lambda, like --rollout-lambda
+ROLLOUT_LAMBDA_KEY = "rollout_lambda"
 MIN_SEARCH_MS = 20
 MAX_SEARCH_MS = 60_000  # the search service's limit
 MAX_RESERVE_MS = 1_000
@@ -273,9 +277,11 @@ class Brain(SearchClientOwner):
         debug: bool = False,
         sgf_dir: Path | None = None,
         client_factory: Any = None,
+        rollout_lambda: float = 0.0,
     ) -> None:
         super().__init__(target, client_factory)
         self.visits = visits
+        self.rollout_lambda = rollout_lambda  # leaf values mixed with rollouts (0: none)
         self.debug = debug
         self.sgf_dir = sgf_dir
         self.size: int | None = None
@@ -431,6 +437,13 @@ class Brain(SearchClientOwner):
         key, _, value = param.partition(" ")
         key, value = key.lower(), value.strip()
         self.info[key] = value
+        if key == ROLLOUT_LAMBDA_KEY:
+            lam = ascii_decimal(value)
+            if lam is None or not 0 <= lam <= 1:
+                return [f"ERROR INFO {ROLLOUT_LAMBDA_KEY} takes a number in [0, 1], got "
+                        f"{value!r}"]
+            self.rollout_lambda = lam
+            return []
         number = ascii_int(value)
         if number is None:
             return []  # folder, evaluate and unknown keys are only stored
@@ -546,6 +559,7 @@ class Brain(SearchClientOwner):
                 max_visits=budget.max_visits,
                 max_time_ms=budget.max_time_ms,
                 timeout=budget.timeout_s,
+                rollout_lambda=self.rollout_lambda,
                 **({"max_candidates": min(size * size, nbest + len(self.blocked))}
                    if nbest else {}),
             )
@@ -688,6 +702,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--debug", action="store_true", help="send a DEBUG line before each move")
     p.add_argument("--sgf-dir", type=Path, default=None, help="write every game here as SGF")
+    p.add_argument("--rollout-lambda", type=bounded(float, 0, 1), default=0.0,
+                   help="leaf values (1 - L) v + L z: v the value network's, z a fast "
+                        f"rollout's (default 0; INFO {ROLLOUT_LAMBDA_KEY} sets it too)")
     auth.add_client_arguments(p)
     return p.parse_args(argv)
 
@@ -704,7 +721,7 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None,
         print(f"movepred gomocup: error: {exc}", file=sys.stderr)
         return 2
     brain = Brain(args.target, visits=args.visits, debug=args.debug, sgf_dir=args.sgf_dir,
-                  client_factory=factory)
+                  client_factory=factory, rollout_lambda=args.rollout_lambda)
     return serve(brain, stdin or sys.stdin, stdout or sys.stdout)
 
 

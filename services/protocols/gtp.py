@@ -217,9 +217,11 @@ class GtpEngine(SearchClientOwner):
         time_ms: int = 0,
         timeout_s: float | None = None,
         client_factory: Callable[[], Any] | None = None,
+        rollout_lambda: float = 0.0,
     ) -> None:
         super().__init__(target, client_factory)
         self.visits = visits
+        self.rollout_lambda = rollout_lambda  # leaf values mixed with rollouts (0: none)
         self.time_ms = time_ms
         self.timeout_s = timeout_s
         self.size = GO_SIZE
@@ -374,6 +376,7 @@ class GtpEngine(SearchClientOwner):
         try:
             reply = self._client_or_new().genmove(
                 position, max_visits=visits, max_time_ms=time_ms, timeout=timeout,
+                rollout_lambda=self.rollout_lambda,
             )
         except grpc.RpcError as exc:
             raise GtpError(self._rpc_error(exc)) from exc
@@ -404,6 +407,7 @@ class GtpEngine(SearchClientOwner):
             return client.analyze(
                 position, max_visits=visits, max_time_ms=time_ms, timeout=timeout,
                 report_every_visits=REPORT_EVERY_VISITS, max_candidates=request.candidates,
+                rollout_lambda=self.rollout_lambda,
             )
 
         formatter = GENMOVE_FORMATS[command] if genmove else FORMATS[command]
@@ -499,6 +503,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="time per genmove (0: by visits)")
     p.add_argument("--timeout", type=DEADLINE_S, default=None,
                    help="seconds per GenMove call (default: time budget + 10 s, or 300 s)")
+    p.add_argument("--rollout-lambda", type=bounded(float, 0, 1), default=0.0,
+                   help="leaf values (1 - L) v + L z: v the value network's, z a fast "
+                        "rollout's (default 0: the value network alone)")
     auth.add_client_arguments(p)
 
 
@@ -506,7 +513,8 @@ def engine_from(args: argparse.Namespace) -> GtpEngine:
     """The engine the options of `add_arguments` describe (AuthConfigError for unusable
     security options)."""
     return GtpEngine(args.target, visits=args.visits, time_ms=args.time_ms,
-                     timeout_s=args.timeout, client_factory=search_client_factory(args))
+                     timeout_s=args.timeout, client_factory=search_client_factory(args),
+                     rollout_lambda=args.rollout_lambda)
 
 
 def cmd_gtp(args: argparse.Namespace) -> int:

@@ -127,6 +127,12 @@ def _as_position(
     return position(moves, rule)
 
 
+def _rollout_field(rollout_lambda: float) -> dict[str, float]:
+    """The request's `rollout_lambda` field: set when > 0, else left out (the search as it
+    was without the option)."""
+    return {"rollout_lambda": rollout_lambda} if rollout_lambda else {}
+
+
 def _search_timeout(timeout: float | None, max_time_ms: int) -> float:
     if timeout is not None:
         return timeout
@@ -217,10 +223,12 @@ class SearchClient:
         timeout: float | None = None,
         max_candidates: int = 0,
         reuse_tree: bool = True,
+        rollout_lambda: float = 0.0,
     ) -> search_pb2.GenMoveResponse:
         """Both budgets 0 lets the server pick its default (200 visits).
 
         timeout None: max_time_ms plus 10 s when a time budget is given, else 300 s.
+        `rollout_lambda` > 0: leaf values mixed with rollouts (sent only then).
         """
         request = search_pb2.GenMoveRequest(
             position=_as_position(moves, rule),
@@ -228,6 +236,7 @@ class SearchClient:
             max_time_ms=max_time_ms,
             max_candidates=max_candidates,
             disable_tree_reuse=not reuse_tree,
+            **_rollout_field(rollout_lambda),
         )
         return self._stub.GenMove(request,
                                   **self._call_options(_search_timeout(timeout, max_time_ms)))
@@ -242,9 +251,11 @@ class SearchClient:
         max_candidates: int = 0,
         timeout: float | None = None,
         reuse_tree: bool = True,
+        rollout_lambda: float = 0.0,
     ) -> Iterator[search_pb2.AnalyzeResponse]:
         """The stream of reports (the last one has final=True); the returned call is also a
-        `grpc.Call`: `cancel()` stops the search. Timeout as for `genmove`."""
+        `grpc.Call`: `cancel()` stops the search. Timeout and `rollout_lambda` as for
+        `genmove`."""
         request = search_pb2.AnalyzeRequest(
             position=_as_position(moves, rule),
             max_visits=max_visits,
@@ -252,6 +263,7 @@ class SearchClient:
             report_every_visits=report_every_visits,
             max_candidates=max_candidates,
             disable_tree_reuse=not reuse_tree,
+            **_rollout_field(rollout_lambda),
         )
         return self._stub.Analyze(request,
                                   **self._call_options(_search_timeout(timeout, max_time_ms)))
