@@ -43,6 +43,7 @@ import numpy as np
 
 from services import coords
 from services.api.movepred.v1 import search_pb2
+from services.games.search_kernels import SearchKernels, SearchPosition
 
 if TYPE_CHECKING:
     from services.games.rollout import Rollouts
@@ -407,6 +408,15 @@ class Game(ABC):
     def terminal_value(self, state: Position) -> float:
         """A finished game's worth to the player who made the last move (+1, -1, 0)."""
         return 0.0
+
+    def search_kernels(self) -> SearchKernels | None:
+        """The game's rules as numba kernels for the compiled search tree
+        (`services.games.search_kernels`); None: the game has none (it cannot be searched)."""
+        return None
+
+    def search_position(self, state: Position) -> SearchPosition:
+        """`state` as the compiled search tree holds it (`search_kernels` reads it)."""
+        raise NotImplementedError(f"{self.title} has no compiled search kernels")
 
     def transposition_key(self, state: Position) -> Any:
         """A key under which positions reached by different orders of the same moves are one

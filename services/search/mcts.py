@@ -36,6 +36,20 @@ one of the mover's own eyes, plus the pass (always legal, the policy's last entr
 two consecutive passes a node is terminal and worth the area score's verdict (with komi) to the
 player who passed last (services/games/go/game.py). Other leaves get the network's value.
 
+**Compiled.** The tree is `services.search.compiled_tree`: node and edge pools in numpy arrays,
+a batch of playouts (selection, the game's rules, the new nodes' network inputs) and the
+priors and backup each run in one numba call, with the game's rules compiled in
+(`Game.search_kernels`); Python calls the evaluator once per batch. It gives the answers of
+the interpreted tree it replaced (tests/reference_search.py, compared visit for visit in
+tests/test_compiled_search.py) at a fraction of its CPU (benchmarks/search_speed.py). A `Node`
+here is a view of one node of those arrays.
+
+**Exploration, off by default**: Dirichlet noise on the root's priors (`noise_alpha`, mixed
+in with weight `noise_weight`, 0.25 as AlphaZero) and a move drawn with probability visits **
+(1 / `temperature`) instead of the most visited one; both from a generator seeded with `seed`,
+so a seeded search repeats itself. The noise is only seen by the root's selection: the tree
+keeps the network's priors (results report those, and a reused tree is not skewed).
+
 The search talks to a `PolicyEvaluator` (anything with `infer(boards) -> logits/values/model
 info`, e.g. `services.triton.client.PolicyClient`), never to Triton directly. The boards it
 sends are `network_input(state)` (the game's `network_input`: the int8 board [S, S] for Gomoku,
@@ -46,7 +60,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,12 +73,14 @@ from services.evaluator import (
     value_rows,
 )
 from services.games.base import Position
+from services.search import compiled_tree as ct
 
 State = Position
 
 DEFAULT_C_PUCT = 1.5
 DEFAULT_BATCH_SIZE = 16
-VIRTUAL_LOSS = 1.0
+VIRTUAL_LOSS = ct.VIRTUAL_LOSS
+DEFAULT_NOISE_WEIGHT = 0.25  # AlphaZero's share of the Dirichlet noise in the root's priors
 
 
 class GameOverError(ValueError):
@@ -136,120 +152,192 @@ class SearchResult:
     new_visits: int = 0  # simulations run by this search (total_visits - reused_visits)
 
 
-class Node:
-    """A position in the tree; edge statistics live in the parent's arrays for fast selection.
-
-    Kept small, as trees are cached between requests (about 6 KB per expanded node on 15x15):
-    candidates are int16, visit counts float32 (exact integers below 2**24), and only expanded
-    children are stored (`children` maps a candidate's index to its node).
-
-    `scale` is the network's total probability of the candidates (None while the priors did not
-    come from the network): `priors * scale` gives each candidate's probability over all legal
-    points, which is what results report as the prior.
-    """
-
-    __slots__ = (
-        "child_n",
-        "child_w",
-        "children",
-        "legal",
-        "moves",
-        "priors",
-        "proven",
-        "scale",
-        "state",
-        "terminal",
-        "value",
-    )
+class _TreeData:
+    """One compiled tree with what its views need: the position of node 0, the game's
+    compiled search, the tree-wide parameters and the batch's scratch arrays."""
 
     def __init__(self, state: State) -> None:
+        game = state.game
+        kernels = game.search_kernels()
+        if kernels is None:
+            raise ValueError(f"{game.title} has no compiled search kernels")
+        pos = game.search_position(state)
         self.state = state
-        self.terminal = False
-        self.proven = False  # the side to move can make five: a proven win (value -1)
-        # leaf value for the player who moved into this node: a proven outcome, or minus the
-        # network's value for the side to move here (0 without a value head)
-        self.value = 0.0
-        self.moves: np.ndarray = np.empty(0, dtype=np.int16)  # candidates, ascending
-        self.priors: np.ndarray | None = None  # over `moves`; None while awaiting the network
-        self.scale: float | None = None
-        self.legal: np.ndarray | None = None  # kept only while awaiting the network
-        self.child_n = np.empty(0, dtype=np.float32)
-        self.child_w = np.empty(0)
-        self.children: dict[int, Node] = {}
+        self.compiled = ct.compiled_search(kernels)
+        self.iparams = np.ascontiguousarray(pos.iparams, np.int64)
+        self.fparams = np.ascontiguousarray(pos.fparams, np.float64)
+        self.points = game.policy_size(state.size)
+        self.input_shape = tuple(game.input_shape(state.size))
+        self.tree = ct.Tree(len(pos.cells), len(pos.aux))
+        self.tree.cells[0] = pos.cells
+        self.tree.aux[0] = pos.aux
+        self.tree.used[0] = 1
+        self._scratch: dict[int, tuple[np.ndarray, ...]] = {}
 
-    def prepare(self) -> bool:
-        """Classify a new node by its game's rules (`Game.expand`); True when its priors must
-        come from the network."""
-        e = self.state.game.expand(self.state)
-        if e.terminal_value is not None:
-            self.terminal, self.value = True, float(e.terminal_value)
-            return False
-        if e.proven_win:  # the side to move wins at once: only its winning moves matter
-            self.value, self.proven = -1.0, True
-            n = len(e.candidates)
-            self._set_moves(e.candidates, np.full(n, 1.0 / n))
-            return False
-        legal = e.legal if e.legal is not None else self.state.legal_mask()
-        return self._open(e.candidates, legal)
+    def scratch(self, batch: int) -> tuple[np.ndarray, ...]:
+        """(leaves, inputs, legal, candidates) for batches of up to `batch` leaves."""
+        if batch not in self._scratch:
+            width = int(np.prod(self.input_shape))
+            self._scratch[batch] = (np.zeros(batch, np.int64),
+                                    np.zeros((batch, width), np.int8),
+                                    np.zeros((batch, self.points), np.bool_),
+                                    np.zeros(self.points, np.int64))
+        return self._scratch[batch]
 
-    def _open(self, candidates: Sequence[int], legal: np.ndarray) -> bool:
-        """A single candidate is forced (no evaluation needed: False); otherwise the node
-        waits for the network's priors over `candidates` (True)."""
-        if len(candidates) == 1:
-            self._set_moves(candidates, np.ones(1))
-            return False
-        self._set_moves(candidates, None)
-        self.legal = legal
-        return True
+
+class Node:
+    """A node of a compiled search tree: a view of its row of the tree's arrays (statistics
+    read and written there, so two views of one node agree).
+
+    `moves` are the candidates (ascending), `child_n` / `child_w` their visits (float32,
+    exact integers) and total values, `priors` their priors (None until the network's came,
+    and for a terminal node), `scale` the network's total probability of the candidates (None
+    when the priors did not come from it): `priors * scale` is each candidate's probability
+    over all legal points. `value` is the node's worth to the player who moved into it.
+    """
+
+    __slots__ = ("_data", "_state", "index")
+
+    def __init__(self, data: _TreeData, index: int, state: State | None = None) -> None:
+        self._data = data
+        self.index = index
+        self._state = state
+
+    @property
+    def tree_bytes(self) -> int:
+        """Bytes held by the whole tree this node belongs to."""
+        return self._data.tree.nbytes
+
+    def _row(self) -> tuple[int, int, int]:
+        ni = self._data.tree.nodes_i[self.index]
+        return int(ni[ct.FIRST]), int(ni[ct.COUNT]), int(ni[ct.FLAGS])
+
+    @property
+    def state(self) -> State:
+        """The node's position (replayed from the tree's first position on first use)."""
+        if self._state is None:
+            t = self._data.tree
+            moves = []
+            node = self.index
+            while node != 0:
+                moves.append(int(t.edge_move[t.nodes_i[node, ct.PARENT_EDGE]]))
+                node = int(t.nodes_i[node, ct.PARENT])
+            state = self._data.state
+            for m in reversed(moves):
+                state = state.play(m)
+            self._state = state
+        return self._state
+
+    @property
+    def terminal(self) -> bool:
+        return bool(self._row()[2] & ct.TERMINAL)
+
+    @property
+    def proven(self) -> bool:
+        """The side to move can make its winning move at once (value -1)."""
+        return bool(self._row()[2] & ct.PROVEN)
+
+    @property
+    def value(self) -> float:
+        return float(self._data.tree.nodes_f[self.index, ct.VALUE])
+
+    @property
+    def moves(self) -> np.ndarray:
+        first, count, _ = self._row()
+        return self._data.tree.edge_move[first:first + count]
+
+    @property
+    def priors(self) -> np.ndarray | None:
+        first, count, flags = self._row()
+        return self._data.tree.edge_prior[first:first + count] if flags & ct.READY else None
+
+    @property
+    def scale(self) -> float | None:
+        s = float(self._data.tree.nodes_f[self.index, ct.SCALE])
+        return None if math.isnan(s) else s
+
+    @property
+    def child_n(self) -> np.ndarray:
+        first, count, _ = self._row()
+        return self._data.tree.edge_n[first:first + count]
+
+    @child_n.setter
+    def child_n(self, values: np.ndarray) -> None:
+        first, count, _ = self._row()
+        self._data.tree.edge_n[first:first + count] = values
+
+    @property
+    def child_w(self) -> np.ndarray:
+        first, count, _ = self._row()
+        return self._data.tree.edge_w[first:first + count]
+
+    @child_w.setter
+    def child_w(self, values: np.ndarray) -> None:
+        first, count, _ = self._row()
+        self._data.tree.edge_w[first:first + count] = values
+
+    @property
+    def children(self) -> dict[int, Node]:
+        """The expanded children by candidate index."""
+        first, count, _ = self._row()
+        kids = self._data.tree.edge_child[first:first + count]
+        return {int(i): Node(self._data, int(kids[i])) for i in np.flatnonzero(kids >= 0)}
 
     @property
     def visits(self) -> int:
         """Simulations that went through this node to one of its children."""
         return int(self.child_n.sum())
 
-    def _set_moves(self, moves: Sequence[int], priors: np.ndarray | None) -> None:
-        self.moves = np.asarray(moves, dtype=np.int16)
-        self.priors = priors
-        self.child_n = np.zeros(len(moves), dtype=np.float32)
-        self.child_w = np.zeros(len(moves))
-        self.children = {}
-
-    def set_network_priors(self, policy: np.ndarray) -> None:
-        """Priors over the candidates from a full-board policy, renormalised."""
-        p = policy[self.moves]
-        total = float(p.sum())
-        self.priors = p / total if total > 0 else np.full(len(p), 1.0 / len(p))
-        self.scale = total
-        self.legal = None
-
     def network_prior(self, i: int) -> float:
         """Probability of candidate i over all legal points (0 when unknown)."""
-        assert self.priors is not None
-        return float(self.priors[i] * self.scale) if self.scale is not None else 0.0
+        priors, scale = self.priors, self.scale
+        assert priors is not None
+        return float(priors[i] * scale) if scale is not None else 0.0
 
     def best_child(self) -> int:
         """Most visited child; ties go to the higher prior, then the lower point index."""
-        assert self.priors is not None
-        order = np.lexsort((self.moves, -self.priors, -self.child_n))
-        return int(order[0])
+        return _best_child(self._data.tree, self.index)
 
     def child(self, move: int) -> Node | None:
         """The expanded child reached by `move`, or None."""
-        i = int(np.searchsorted(self.moves, move))
-        if i < len(self.moves) and self.moves[i] == move:
-            return self.children.get(i)
+        moves = self.moves
+        i = int(np.searchsorted(moves, move))
+        if i < len(moves) and moves[i] == move:
+            first = self._row()[0]
+            kid = int(self._data.tree.edge_child[first + i])
+            return Node(self._data, kid) if kid >= 0 else None
         return None
 
+    def compacted(self) -> Node:
+        """This node as the root of a new tree holding only its subtree (what a cache keeps:
+        the rest of the old tree's pools is freed with it)."""
+        data = object.__new__(_TreeData)
+        data.__dict__.update(self._data.__dict__)
+        data.state = self.state
+        data.tree = self._data.tree.subtree(self.index)
+        data._scratch = {}
+        return Node(data, 0, self.state)
+
+
+def _best_child(tree: ct.Tree, node: int) -> int:
+    first, count = int(tree.nodes_i[node, ct.FIRST]), int(tree.nodes_i[node, ct.COUNT])
+    moves = tree.edge_move[first:first + count]
+    priors = tree.edge_prior[first:first + count]
+    n = tree.edge_n[first:first + count]
+    return int(np.lexsort((moves, -priors, -n))[0])
 
 
 class Search:
     """One PUCT search, run batch by batch.
 
     `root` is a position (a fresh tree) or a `Node` of an earlier search (reuse: its visits,
-    `reused_visits`, count towards the budget). Use: `start()`, then iterate `batches(...)`
-    (or call `run`), then `result()`. Not thread-safe: one search belongs to one thread.
-    `clock` (seconds, `time.monotonic` by default) is what time budgets, deadlines and
-    `elapsed_s` are read from; a test passes a clock of its own to check them without waiting.
+    `reused_visits`, count towards the budget; the search goes on in that tree). Use:
+    `start()`, then iterate `batches(...)` (or call `run`), then `result()`. Not thread-safe:
+    one search belongs to one thread. `clock` (seconds, `time.monotonic` by default) is what
+    time budgets, deadlines and `elapsed_s` are read from; a test passes a clock of its own to
+    check them without waiting. `noise_alpha` > 0 mixes Dirichlet noise into the root's
+    priors for its selection (weight `noise_weight`); `temperature` > 0 draws the result's
+    move with probability visits ** (1 / temperature); `seed` seeds both.
     """
 
     def __init__(
@@ -262,16 +350,27 @@ class Search:
         model_name: str = "",
         model_version: str = "",
         clock: Callable[[], float] = time.monotonic,
+        noise_alpha: float = 0.0,
+        noise_weight: float = DEFAULT_NOISE_WEIGHT,
+        temperature: float = 0.0,
+        seed: int | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if noise_alpha < 0 or not 0 <= noise_weight <= 1 or temperature < 0:
+            raise ValueError(f"bad exploration options: {noise_alpha=} {noise_weight=} "
+                             f"{temperature=}")
         self.evaluator = evaluator
         self.c_puct = c_puct
         self.batch_size = batch_size
         self.reused = isinstance(root, Node)
-        self.root = root if isinstance(root, Node) else Node(root)
-        if self.reused and (self.root.priors is None or self.root.terminal):
-            raise ValueError("a reused root must be an expanded, non-terminal node")
+        if isinstance(root, Node):
+            self.root = root
+            if self.root.priors is None or self.root.terminal:
+                raise ValueError("a reused root must be an expanded, non-terminal node")
+        else:
+            self.root = Node(_TreeData(root), 0, root)
+        self._data = self.root._data
         self.reused_visits = self.root.visits if self.reused else 0
         self.model_name = model_name
         self.model_version = model_version
@@ -282,115 +381,85 @@ class Search:
         self.started_at = clock()
         self.proven_win = False
         self.batch_seconds = 0.0  # running estimate of one batch's duration
+        self.noise_alpha = noise_alpha
+        self.noise_weight = noise_weight
+        self.temperature = temperature
+        self.rng = np.random.default_rng(seed)
+        self._root_priors = np.zeros(0)  # the root's priors with noise (empty: none)
         self._started = False
 
     @property
     def total_visits(self) -> int:
         return self.reused_visits + self.visits
 
-    def evaluate(self, nodes: list[Node]) -> np.ndarray:
-        """One evaluator call for `nodes`; returns their legal-point policies [N, size*size]."""
-        return self.evaluate_with_values(nodes)[0]
-
-    def evaluate_with_values(self, nodes: list[Node]) -> tuple[np.ndarray, np.ndarray]:
-        """One evaluator call for `nodes`: (legal-point policies [N, size*size], leaf values
-        [N]); a leaf value is for the player who moved into the node (see `leaf_values`)."""
-        boards = np.stack([network_input(n.state) for n in nodes]).astype(np.int8, copy=False)
+    def _evaluate(self, n: int, legal: np.ndarray, inputs: np.ndarray) -> tuple[np.ndarray,
+                                                                                 np.ndarray]:
+        """One evaluator call for the first `n` rows of `inputs`: (the masked softmax's
+        numerators [n, points], float64, see `compiled_tree.set_priors`; leaf values [n] for
+        the player who moved into each node, see `leaf_values`)."""
+        data = self._data
+        boards = inputs[:n].reshape(n, *data.input_shape).copy()
         out = self.evaluator.infer(boards)
         logits = np.asarray(out.logits, dtype=np.float32)
-        points = policy_size(nodes[0].state)
-        if logits.shape != (len(nodes), points):
-            expected = (len(nodes), points)
+        if logits.shape != (n, data.points):
+            expected = (n, data.points)
             raise EvaluatorError(f"evaluator returned logits {logits.shape}, expected {expected}")
         name, version = str(out.model_name), str(out.model_version)
         checked = finite_outputs(logits, getattr(out, "values", None), name, version)
-        values = leaf_values(checked, len(nodes))
+        values = leaf_values(checked, n)
         self.model_name, self.model_version = name, version
         self.evaluator_calls += 1
-        self.evaluated_leaves += len(nodes)
-        policies = []
-        for row, n in zip(logits, nodes, strict=True):
-            legal = n.legal if n.legal is not None else n.state.legal_mask()
-            policies.append(masked_softmax(row, legal))
-        return np.stack(policies), values
-
-    def select_child(self, node: Node) -> int:
-        assert node.priors is not None
-        n, w = node.child_n.astype(np.float64), node.child_w
-        q = np.divide(w, n, out=np.zeros_like(w), where=n > 0)  # unvisited: 0 (a draw)
-        u = q + self.c_puct * node.priors * math.sqrt(max(n.sum(), 1.0)) / (1.0 + n)
-        return int(np.argmax(u))  # first maximum: the lowest point index
-
-    def descend(self) -> tuple[list[tuple[Node, int]], Node, str]:
-        """Select a path with virtual loss; kind is 'eval', 'known' or 'pending' (a collision)."""
-        path: list[tuple[Node, int]] = []
-        node = self.root
-        while True:
-            i = self.select_child(node)
-            path.append((node, i))
-            node.child_n[i] += VIRTUAL_LOSS
-            node.child_w[i] -= VIRTUAL_LOSS
-            child = node.children.get(i)
-            if child is None:
-                child = Node(node.state.play(int(node.moves[i])))
-                node.children[i] = child
-                return path, child, "eval" if child.prepare() else "known"
-            if child.terminal:
-                return path, child, "known"
-            if child.priors is None:
-                return path, child, "pending"
-            node = child
-
-    @staticmethod
-    def backup(path: list[tuple[Node, int]], value: float, visit: bool = True) -> None:
-        """Replace the virtual loss by a real visit worth `value` to the last mover on the path."""
-        for node, i in reversed(path):
-            node.child_n[i] += (1.0 if visit else 0.0) - VIRTUAL_LOSS
-            node.child_w[i] += (value if visit else 0.0) + VIRTUAL_LOSS
-            value = -value
+        self.evaluated_leaves += n
+        return np.exp(ct.shift_logits(logits, legal, n)), values
 
     def start(self) -> None:
         """Classify and evaluate the root (once, unless a reused root has network priors)."""
         if self._started:
             return
-        root = self.root
+        data, root = self._data, self.root.index
+        t = data.tree
+        _, inputs, legal, candidates = data.scratch(1)
         if not self.reused:
-            root.prepare()
-        if root.terminal or len(root.moves) == 0:
+            t.reserve(1, data.points)
+            data.compiled.new_root(t.arrays, data.iparams, data.fparams, legal[0], candidates)
+        if self.root.terminal or len(self.root.moves) == 0:
             raise GameOverError("the game is over: there is no legal move")
-        if root.scale is None:  # fresh root, or a reused proven-win / forced node
-            root.set_network_priors(self.evaluate([root])[0])
-        self.proven_win = root.proven  # the side to move can make five: one visit shows it
+        if self.root.scale is None:  # fresh root, or a reused proven-win / forced node
+            if self.reused:
+                data.compiled.legal_of(t.arrays, root, data.iparams, data.fparams, legal[0],
+                                       candidates)
+            data.compiled.encode_node(t.arrays, root, data.iparams, data.fparams, inputs[0])
+            e, _ = self._evaluate(1, legal, inputs)
+            ct.set_priors(t.arrays, root, e[0], np.empty(data.points))
+        self.proven_win = self.root.proven  # the side to move can make five: one visit shows it
+        if self.noise_alpha > 0 and len(self.root.moves) > 1:
+            priors = self.root.priors
+            assert priors is not None
+            noise = self.rng.dirichlet(np.full(len(priors), self.noise_alpha))
+            self._root_priors = (1.0 - self.noise_weight) * priors + self.noise_weight * noise
         self._started = True
 
     def step(self, max_new: float = math.inf) -> int:
         """Run one batch of at most min(batch_size, max_new) simulations; returns how many."""
-        batch: list[tuple[list[tuple[Node, int]], Node]] = []
-        done = 0
-        for _ in range(int(min(self.batch_size, max_new))):
-            path, leaf, kind = self.descend()
-            if kind == "pending":  # already waiting in this batch: evaluate first
-                self.backup(path, 0.0, visit=False)
-                break
-            done += 1
-            if kind == "eval":
-                batch.append((path, leaf))
-            else:
-                self.backup(path, leaf.value)
-        if batch:
+        data = self._data
+        n = int(min(self.batch_size, max_new))
+        if n <= 0:
+            return 0
+        t = data.tree
+        t.reserve(n, n * data.points)
+        leaves, inputs, legal, candidates = data.scratch(self.batch_size)
+        root = self.root.index
+        done, waiting = data.compiled.descend_batch(
+            t.arrays, root, n, float(self.c_puct), self._root_priors, data.iparams,
+            data.fparams, leaves, inputs, legal, candidates)
+        if waiting:
             try:
-                policies, values = self.evaluate_with_values([leaf for _, leaf in batch])
-            except BaseException:
-                for path, _leaf in batch:  # leave the tree clean: no virtual loss, no half node
-                    self.backup(path, 0.0, visit=False)
-                    node, i = path[-1]
-                    del node.children[i]
-                self.visits += done - len(batch)  # the known leaves were backed up
+                e, values = self._evaluate(waiting, legal, inputs)
+            except BaseException:  # leave the tree clean: no virtual loss, no half node
+                ct.abandon_batch(t.arrays, leaves, waiting, root)
+                self.visits += done - waiting  # the known leaves were backed up
                 raise
-            for (path, leaf), policy, value in zip(batch, policies, values, strict=True):
-                leaf.set_network_priors(policy)
-                leaf.value = float(value)  # -v of the value head; 0 without one
-                self.backup(path, leaf.value)
+            ct.apply_batch(t.arrays, leaves, waiting, e, values, root)
         self.visits += done
         return done
 
@@ -436,16 +505,25 @@ class Search:
         for _ in self.batches(max_visits, end, should_stop, deadline):
             pass
 
+    def _chosen(self, n: np.ndarray, best: int) -> int:
+        """The result's move: the most visited (`best`), or one drawn by visits ** (1 / T)."""
+        if self.temperature <= 0 or n.sum() <= 0:
+            return best
+        weights = (n / n.max()) ** (1.0 / self.temperature)  # scaled: no overflow
+        return int(self.rng.choice(len(n), p=weights / weights.sum()))
+
     def result(self, top_children: int = 10, started: float | None = None) -> SearchResult:
         root = self.root
-        assert root.priors is not None, "start() the search first"
-        best = root.best_child()
-        order = np.lexsort((root.moves, -root.priors, -root.child_n))
+        priors = root.priors
+        assert priors is not None, "start() the search first"
+        moves = root.moves
+        order = np.lexsort((moves, -priors, -root.child_n))
         n, w = root.child_n.astype(np.float64), root.child_w
+        chosen = self._chosen(n, int(order[0]))
         q = np.divide(w, n, out=np.zeros_like(w), where=n > 0)
         children = tuple(
             ChildStats(
-                move=int(root.moves[i]),
+                move=int(moves[i]),
                 visits=int(n[i]),
                 prior=root.network_prior(int(i)),
                 value=float(q[i]),
@@ -456,12 +534,13 @@ class Search:
         total = float(n.sum())
         started = self.started_at if started is None else started
         return SearchResult(
-            move=int(root.moves[best]),
-            visits=int(n[best]),
+            move=int(moves[chosen]),
+            visits=int(n[chosen]),
             total_visits=int(total),
-            prior=root.network_prior(best),
+            prior=root.network_prior(chosen),
             value=float(w.sum() / total) if total > 0 else 0.0,
-            principal_variation=self.principal_variation(),
+            principal_variation=(self.principal_variation() if chosen == order[0]
+                                 else self.child_variation(chosen)),
             model_name=self.model_name,
             model_version=self.model_version,
             children=children,
@@ -474,24 +553,26 @@ class Search:
 
     def principal_variation(self) -> tuple[int, ...]:
         """Follow the most visited children from the root (the first move is always included)."""
-        return _variation(self.root, first_always=True)
+        return _variation(self._data.tree, self.root.index, first_always=True)
 
     def child_variation(self, i: int) -> tuple[int, ...]:
         """The root's candidate i, then the most visited line below it."""
-        child = self.root.children.get(i)
-        rest = _variation(child, first_always=False) if child is not None else ()
-        return (int(self.root.moves[i]), *rest)
+        t = self._data.tree
+        e = int(t.nodes_i[self.root.index, ct.FIRST]) + i
+        child = int(t.edge_child[e])
+        rest = _variation(t, child, first_always=False) if child >= 0 else ()
+        return (int(t.edge_move[e]), *rest)
 
 
-
-def _variation(node: Node | None, first_always: bool) -> tuple[int, ...]:
+def _variation(tree: ct.Tree, node: int, first_always: bool) -> tuple[int, ...]:
     pv: list[int] = []
-    while node is not None and not node.terminal and node.priors is not None:
-        i = node.best_child()
-        if (pv or not first_always) and node.child_n[i] < 1:
+    while node >= 0 and tree.nodes_i[node, ct.FLAGS] & ct.READY:
+        i = _best_child(tree, node)
+        e = int(tree.nodes_i[node, ct.FIRST]) + i
+        if (pv or not first_always) and tree.edge_n[e] < 1:
             break
-        pv.append(int(node.moves[i]))
-        node = node.children.get(i)
+        pv.append(int(tree.edge_move[e]))
+        node = int(tree.edge_child[e])
     return tuple(pv)
 
 
@@ -508,6 +589,10 @@ def search(
     tree: Node | None = None,
     should_stop: Callable[[], bool] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    noise_alpha: float = 0.0,
+    noise_weight: float = DEFAULT_NOISE_WEIGHT,
+    temperature: float = 0.0,
+    seed: int | None = None,
 ) -> SearchResult:
     """Choose a move for the side to move in `state`.
 
@@ -517,7 +602,8 @@ def search(
     after it), and so does `should_stop()` (checked between batches). The root is always
     evaluated once, even past the deadline, so there is always a move (the highest prior one if
     no simulation ran). `tree`: a node of an earlier search for `state` to continue (its visits
-    count towards `max_visits`). Evaluator errors propagate.
+    count towards `max_visits`). Exploration (`noise_alpha`, `noise_weight`, `temperature`,
+    `seed`): see `Search`. Evaluator errors propagate.
     Raises GameOverError when the position has no legal move.
     """
     if max_visits < 0 or max_time_ms < 0:
@@ -531,6 +617,7 @@ def search(
     started = clock()
     end = started + max_time_ms / 1000.0 if max_time_ms > 0 else math.inf
     s = Search(tree if tree is not None else state, evaluator, c_puct=c_puct,
-               batch_size=batch_size, clock=clock)
+               batch_size=batch_size, clock=clock, noise_alpha=noise_alpha,
+               noise_weight=noise_weight, temperature=temperature, seed=seed)
     s.run(max_visits, end, should_stop, deadline)
     return s.result(top_children, started)

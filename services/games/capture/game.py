@@ -65,6 +65,7 @@ from services.games.base import (
     simple_position,
 )
 from services.games.registry import register
+from services.games.search_kernels import SearchKernels, SearchPosition
 from services.records.sgf_writer import APP_NAME, app_version, sgf_point, sgf_record
 
 EMPTY = 0
@@ -181,6 +182,17 @@ class CaptureGame(Game):
         """+1 to the player who captured, -1 to the one whose stone was suicide."""
         s: Any = state
         return 1.0 if s.result == CAPTURED else -1.0
+
+    def search_kernels(self) -> SearchKernels:
+        """`services.games.capture.search_kernels` (numba: imported on first search)."""
+        from services.games.capture import search_kernels
+
+        return search_kernels.KERNELS
+
+    def search_position(self, state: Position) -> SearchPosition:
+        from services.games.capture import search_kernels
+
+        return search_kernels.position(state)
 
     def expand(self, state: Position) -> Expansion:
         """Over: its value to the last mover. A capture available: a proven win, searched

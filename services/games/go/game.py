@@ -64,6 +64,7 @@ from services.games.go.rules import (
     opponent,
 )
 from services.games.registry import register
+from services.games.search_kernels import SearchKernels, SearchPosition
 from services.records.sgf import ARCHIVE_SUFFIXES
 from services.records.sgf_writer import go_sgf
 
@@ -361,6 +362,18 @@ class GoGame(Game):
     def terminal_value(self, state: Position) -> float:
         s: Any = state
         return float(s.terminal_value())
+
+    def search_kernels(self) -> SearchKernels:
+        """`services.games.go.search_kernels`."""
+        from services.games.go import search_kernels
+
+        return search_kernels.KERNELS
+
+    def search_position(self, state: Position) -> SearchPosition:
+        from services.games.go import search_kernels
+
+        s: Any = state
+        return search_kernels.position(s)
 
     def start(self, size: int | None = None) -> GoSearchState:
         return GoSearchState(GoState(size or GO_SIZE))

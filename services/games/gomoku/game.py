@@ -49,6 +49,7 @@ from services.games.gomoku.rules import (
     window_sums,
 )
 from services.games.registry import register
+from services.games.search_kernels import SearchKernels, SearchPosition
 from services.records.rif import RIF_SUFFIXES, RifGame
 from services.records.sgf_writer import game_to_sgf
 
@@ -165,6 +166,18 @@ class GomokuGame(Game):
             return Expansion(candidates=wins, proven_win=True)
         blocks = [p for p in winning_points(s, opponent(s.to_move), sums) if legal[p]]
         return Expansion(candidates=blocks or np.flatnonzero(legal).tolist(), legal=legal)
+
+    def search_kernels(self) -> SearchKernels:
+        """`services.games.gomoku.search_kernels` (numba: imported on first search)."""
+        from services.games.gomoku import search_kernels
+
+        return search_kernels.KERNELS
+
+    def search_position(self, state: Position) -> SearchPosition:
+        from services.games.gomoku import search_kernels
+
+        s: Any = state
+        return search_kernels.position(s)
 
     def start(self, size: int | None = None) -> GomokuState:
         return GomokuState(size=size or DEFAULT_SIZE)
