@@ -229,3 +229,23 @@ def test_gtp_and_gomocup_options_reach_the_search() -> None:
         brain.close()
     finally:
         service.stop()
+
+
+def test_published_with_its_network_and_served_with_its_version(tmp_path) -> None:
+    import json
+
+    from services.repository.publish import publish
+    from tests.triton_fixtures import build_tiny_policy
+
+    w = weights(6)
+    model = build_tiny_policy(tmp_path / "m.pt")
+    repository = tmp_path / "repo"
+    plain = publish(model, repository, "gomoku_policy", game="gomoku")
+    with_rollout = publish(model, repository, "gomoku_policy", game="gomoku", rollout=w)
+    folder = repository / "gomoku_policy" / str(with_rollout)
+    meta = json.loads((folder / "metadata.json").read_text())
+    assert meta["rollout"]["config"] == "rollout_k5" and (folder / ROLLOUT_FILE).is_file()
+    source = VersionRollouts(repository)
+    assert source.weights_for("gomoku_policy", str(plain)) is None
+    served = source.weights_for("gomoku_policy", str(with_rollout))
+    assert served is not None and np.array_equal(served.kernel, w.kernel)

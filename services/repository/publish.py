@@ -39,6 +39,7 @@ from services.checksums import sha256_file
 from services.defaults import BACKEND_FILE, METADATA_FILE, MODEL_FILE
 from services.games.base import BASIC_ENCODER, Game
 from services.games.registry import UnknownGame, game_for_model, get_game
+from services.games.rollout import RolloutWeights
 from services.repository.configs import (
     dims_accept,
     ensure_model_config,
@@ -46,6 +47,7 @@ from services.repository.configs import (
     model_io,
 )
 from services.repository.model_check import check_sizes_for, validate_model_file
+from services.repository.rollout_policy import rollout_files, rollout_metadata
 from services.repository.smoke_positions import SMOKE_POSITIONS_FILE, read_smoke_positions
 from services.repository.versions import DEFAULT_MODEL_NAME, next_version
 
@@ -119,6 +121,7 @@ def publish(
     source: str | None = None,
     game: Game | str | None = None,
     encoder: str | None = None,
+    rollout: RolloutWeights | None = None,
 ) -> int:
     """Publish `model_file` (TorchScript) as the next version of `model_name`; return it.
 
@@ -134,7 +137,9 @@ def publish(
     (`model_game` finds it when not given). `encoder`: the input the network takes (default:
     the one `metadata` names, else ``basic``), recorded as ``encoder``; the test run feeds it
     that input, and a config whose input dims cannot take it is refused (ValueError). The
-    model card (`services.repository.model_card`) comes in `metadata`.
+    model card (`services.repository.model_card`) comes in `metadata`. `rollout`: the fast
+    rollout policy trained with the network, stored beside it (``rollout.npz`` and ``rollout``
+    in ``metadata.json``: `services.repository.rollout_policy`).
     """
     model_file = Path(model_file)
     if not model_file.is_file():
@@ -142,6 +147,9 @@ def publish(
     repository = Path(repository)
     extras = _read_extra_files(extra_files or {})
     info: dict[str, Any] = dict(metadata or {})
+    if rollout is not None:
+        extras.update(rollout_files(rollout))
+        info.update(rollout_metadata(rollout))
     played = model_game(model_name, game, info)
     info["encoder"] = encoder or info.get("encoder") or BASIC_ENCODER
     if played is not None:
