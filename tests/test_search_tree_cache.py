@@ -179,3 +179,22 @@ def test_answers_are_read_off_the_tree_before_the_cache_shares_it() -> None:
             assert final.final and final.total_visits <= 64, final.total_visits
     finally:
         service.stop()
+
+
+def test_cache_counts_the_bytes_of_the_subtrees_it_keeps() -> None:
+    """A tree is kept as its subtree alone (the rest of a reused tree's pools is freed) and
+    the cache counts the bytes of what it keeps."""
+    state, s = searched([112, 113], visits=400)
+    cache = TreeCache()
+    r = s.result()
+    child = s.root.child(r.move)
+    later = state.play(r.move)
+    assert cache.put(later, child, "fake", "1")
+    kept = cache.nbytes
+    assert 0 < kept < s.root.tree_bytes
+    hit = cache.take(later)
+    assert hit is not None and hit.visits == child.visits and cache.nbytes == 0
+    assert hit.root.tree_bytes == kept and hit.root.visits == child.visits
+    cache.put(later, hit.root, "fake", "1")
+    cache.clear()
+    assert cache.nbytes == 0

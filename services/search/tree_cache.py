@@ -10,7 +10,8 @@ touch one tree (the second one simply searches from scratch), and the search tha
 puts its new tree back under its own position when it finishes.
 
 Bounds: at most `max_entries` trees and `max_visits` root visits in all (a tree's node count
-grows with its visits, so this bounds memory); the least recently stored trees go first, and a
+grows with its visits, so this bounds memory; `nbytes` counts what the trees' arrays hold, each
+tree kept as its subtree alone, `Node.compacted`); the least recently stored trees go first, and a
 tree larger than `max_visits` is not kept. A tree made with another model version than the one
 the service last saw answer is discarded on lookup, so a rollout never mixes versions for long.
 """
@@ -45,6 +46,7 @@ class CachedTree:
     visits: int
     model_name: str
     model_version: str
+    nbytes: int = 0  # what the tree's arrays hold
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ class TreeCache:
         self.max_extension = max_extension
         self._entries: OrderedDict[tuple[BaseKey, tuple[int, ...]], CachedTree] = OrderedDict()
         self._visits = 0
+        self._bytes = 0
         self._lock = threading.Lock()
 
     @property
@@ -90,6 +93,12 @@ class TreeCache:
         with self._lock:
             return self._visits
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the arrays of all cached trees together."""
+        with self._lock:
+            return self._bytes
+
     def take(self, state: State, model_version: str | None = None) -> Reuse | None:
         """Remove and return the subtree for `state`, if a cached position is `state` minus its
         last 0..max_extension moves and that tree reached `state`. `model_version`: the version
@@ -103,6 +112,7 @@ class TreeCache:
                 if entry is None:
                     continue
                 self._visits -= entry.visits
+                self._bytes -= entry.nbytes
                 if model_version is not None and entry.model_version != model_version:
                     continue
                 node = _follow(entry.root, moves[len(moves) - k :])
@@ -117,21 +127,27 @@ class TreeCache:
         if not self.enabled or visits == 0 or visits > self.max_visits or root.priors is None:
             return False
         key = (base_key(state), tuple(state.moves))
+        root = root.compacted()  # the subtree alone: the rest of a reused tree is freed
+        entry = CachedTree(root, visits, model_name, model_version, root.tree_bytes)
         with self._lock:
             old = self._entries.pop(key, None)
             if old is not None:
                 self._visits -= old.visits
-            self._entries[key] = CachedTree(root, visits, model_name, model_version)
+                self._bytes -= old.nbytes
+            self._entries[key] = entry
             self._visits += visits
+            self._bytes += entry.nbytes
             while len(self._entries) > self.max_entries or self._visits > self.max_visits:
                 _, evicted = self._entries.popitem(last=False)
                 self._visits -= evicted.visits
+                self._bytes -= evicted.nbytes
         return True
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
             self._visits = 0
+            self._bytes = 0
 
 
 def _follow(node: Node, moves: tuple[int, ...]) -> Node | None:
