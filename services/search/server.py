@@ -81,10 +81,11 @@ from services.evaluator import PolicyEvaluator
 from services.games.base import Game
 from services.games.registry import default_game, registered_games
 from services.repository.rollout_policy import VersionRollouts
-from services.search import auth, mcts
+from services.search import auth, mcts, validation
 from services.search.batcher import DEFAULT_MAX_BOARDS, DEFAULT_WINDOW_S
 from services.search.decoding import TolerantDecoding
 from services.search.metrics import Metrics, MetricsServer
+from services.search.ponder import DEFAULT_PONDER_SECONDS, DEFAULT_PONDER_VISITS, Ponderer
 from services.search.readiness import DEFAULT_INTERVAL_S, ReadinessWatcher
 from services.search.rollout_value import RolloutSource
 from services.search.servicer import SearchServicer
@@ -174,6 +175,13 @@ class ServiceConfig:
         settings.DEFAULT_REPOSITORY, "model repository whose versions' rollout policies "
         "(rollout.npz beside model.pt) serve searches with rollout_lambda > 0 ('': none, such "
         "searches get FAILED_PRECONDITION)")
+    ponder_seconds: float = settings.setting(
+        DEFAULT_PONDER_SECONDS, "how long a GenMove asking to ponder keeps searching the "
+        "opponent's turn at most, unless a request comes first (0: never ponder)", minimum=0,
+        maximum=3600)
+    ponder_visits: int = settings.setting(
+        DEFAULT_PONDER_VISITS, "new visits of one ponder at most", minimum=1,
+        maximum=validation.MAX_VISITS)
     # set by --insecure (services.search.auth's flags)
     insecure: bool = settings.setting(
         False, "listen beyond loopback without TLS and a token", cli=False)
@@ -255,18 +263,21 @@ def build_service(
     auth.check_exposure(host, tls, token, c.insecure)
     server_credentials = tls.credentials() if tls is not None else None  # bad files: fail here
     metrics = metrics if metrics is not None else Metrics()
+    servicer_trees = TreeCache(c.tree_cache_entries, c.tree_cache_visits)
     servicer = SearchServicer(
         evaluator,
         go_evaluator=go_evaluator,
         batch_size=c.batch_size,
         batch_window_s=c.batch_window_ms / 1000.0,
         max_batch_boards=c.max_batch_boards,
-        tree_cache=TreeCache(c.tree_cache_entries, c.tree_cache_visits),
+        tree_cache=servicer_trees,
         metrics=metrics,
         max_searches=c.max_searches if c.max_searches is not None
         else default_max_searches(max_workers),
         search_memory_bytes=c.search_memory_mb << 20 if c.search_memory_mb else None,
         rollout_source=rollout_source,
+        ponderer=Ponderer(servicer_trees, max_visits=c.ponder_visits,
+                          max_seconds=c.ponder_seconds) if c.ponder_seconds > 0 else None,
     )
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="movepred-rpc"),

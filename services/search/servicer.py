@@ -85,6 +85,7 @@ from services.search import mcts, validation
 from services.search.batcher import DEFAULT_MAX_BOARDS, DEFAULT_WINDOW_S, BatchingEvaluator
 from services.search.decoding import decoded
 from services.search.metrics import Metrics
+from services.search.ponder import Ponderer
 from services.search.rollout_value import NoRolloutPolicy, RolloutSource, RolloutValueEvaluator
 from services.search.tree_cache import TreeCache
 from services.triton.client import TritonRequestError, TritonUnavailableError
@@ -284,6 +285,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         max_searches: int | None = None,
         search_memory_bytes: int | None = None,
         rollout_source: RolloutSource | None = None,
+        ponderer: Ponderer | None = None,
     ) -> None:
         """`evaluator`: the policy of the default game (Gomoku), or a mapping from registered
         game names to their policies (every game the server serves); `go_evaluator`: Go's
@@ -319,9 +321,15 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         self.trees = tree_cache if tree_cache is not None else TreeCache()
         self.search_memory = SearchMemory(search_memory_bytes)
         self.rollout_source = rollout_source
+        # pondering (GenMove's `ponder`): None, never; its trees go to this service's cache
+        self.ponderer = ponderer
+        if ponderer is not None and ponderer.trees is not self.trees:
+            raise ValueError("the ponderer must keep its trees in the service's tree cache")
 
     def close(self) -> None:
-        """Stop the batching threads (after the server has stopped)."""
+        """Stop the ponders and the batching threads (after the server has stopped)."""
+        if self.ponderer is not None:
+            self.ponderer.close()
         for batcher in self.batchers.values():
             batcher.close()
 
@@ -379,6 +387,8 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         it ends (GeneratorExit of a dropped stream included: not an Exception, so not mapped),
         and log one line for a call that did not end OK."""
         started = time.perf_counter()
+        if self.ponderer is not None:
+            self.ponderer.yield_to_request()  # a ponder never delays a real request
         call = Call(rpc)
         code = grpc.StatusCode.OK
         details = ""
@@ -568,9 +578,52 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
                     call.served_by(search.model_name, search.model_version)
             # the answer is read off the tree before the cache holds it: from then on another
             # request may take the tree and search on in it
-            response = genmove_response(state, search.result(top_children=k), k)
-            self._finish_search(state, search, reuse)
+            result = search.result(top_children=k)
+            response = genmove_response(state, result, k)
+            ponder = self._ponder_search(state, search, result.move) \
+                if request.ponder and reuse else None
+            if ponder is None:
+                self._finish_search(state, search, reuse)
+            else:
+                self.metrics.playouts.inc(search.visits)
+        if ponder is not None:
+            response.pondering = self._start_ponder(*ponder, batcher)
+            if not response.pondering:  # keep the tree for the next move all the same
+                self.trees.put(state, search.root, search.model_name, search.model_version)
         return response
+
+    def _ponder_search(self, state: State, search: mcts.Search, move: int
+                       ) -> tuple[State, mcts.Search] | None:
+        """The search a ponder continues after `search` chose `move`: the chosen move's
+        subtree (with its visits), or a fresh search of the position after it; None when
+        this service does not ponder or the move ends the game. The rest of `search`'s tree
+        is dropped: the opponent's reply will be asked below the chosen move."""
+        if self.ponderer is None:
+            return None
+        after = state.play(move)
+        if after.is_over:
+            return None
+        child = search.root.child(move)
+        root = child if child is not None and child.priors is not None and \
+            not child.terminal else after
+        return after, mcts.Search(root, search.evaluator, c_puct=self.c_puct,
+                                  batch_size=self.batch_size, model_name=search.model_name,
+                                  model_version=search.model_version)
+
+    def _start_ponder(self, state: State, search: mcts.Search,
+                      batcher: BatchingEvaluator) -> bool:
+        """Hand `search` to the ponderer with a search slot and memory of its own; False (no
+        ponder) when none is free or a ponder already runs."""
+        assert self.ponderer is not None
+        resources = contextlib.ExitStack()
+        try:
+            resources.enter_context(self._search_slot())
+            resources.enter_context(self.search_memory.reserve(
+                state, search.total_visits + self.ponderer.max_visits))
+        except (SearchLimitExceeded, SearchMemoryExceeded):
+            resources.close()
+            return False
+        return self.ponderer.start(state, search, resources, batcher.participant)
 
     # ------------------------------------------------------------------ Analyze
     def _analyze(
