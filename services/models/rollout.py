@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from services.games.registry import get_game
+from services.games.rollout import RolloutWeights
 
 N_ROLLOUT_PLANES = 3  # own, opponent, empty
 
@@ -72,3 +73,12 @@ class LinearRolloutPolicy(nn.Module):
         return {"kernel": self.conv.weight.detach().cpu().numpy()[0].astype(np.float32),
                 "bias": self.conv.bias.detach().cpu().numpy().astype(np.float32),
                 "pass_weights": head}
+
+
+def rollout_weights(net: nn.Module, config: str, top1: float = float("nan")) -> RolloutWeights:
+    """A trained rollout network as the compiled rollouts take it and a version stores it
+    (`services.repository.rollout_policy`): its weights, configuration name and test top-1."""
+    if not isinstance(net, LinearRolloutPolicy):
+        raise ValueError(f"{config!r} is not a rollout policy configuration (rollout_kK, "
+                         "go_rollout_kK)")
+    return RolloutWeights.from_arrays(net.weights(), config, top1)
