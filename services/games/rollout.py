@@ -59,8 +59,8 @@ class RolloutWeights:
 
     def __post_init__(self) -> None:
         k = np.asarray(self.kernel)
-        if k.ndim != 3 or k.shape[0] != ROLLOUT_PLANES or k.shape[1] != k.shape[2] \
-                or k.shape[1] % 2 == 0:
+        shape = k.shape if k.ndim == 3 else (0, 0, 0)  # layout: the kernel is [3, k, k]
+        if shape[0] != ROLLOUT_PLANES or shape[1] != shape[2] or shape[1] % 2 == 0:
             raise ValueError(f"a rollout kernel is float [3, k, k] with k odd, got {k.shape}")
         if not (np.isfinite(k).all() and math.isfinite(self.bias)):
             raise ValueError("rollout weights must be finite")

@@ -233,7 +233,7 @@ class GoRollouts(Rollouts):
         n = len(boards)
         if n == 0:
             return np.zeros(0), 0
-        if boards.ndim != 4 or boards.shape[1] != COMPACT_CHANNELS:
+        if boards.ndim != 4 or boards.shape[1] != COMPACT_CHANNELS:  # layout: Go's own input
             raise ValueError(f"Go rollouts take compact inputs [N, 4, S, S], got {boards.shape}")
         size = int(boards.shape[-1])
         base, d_own, d_opp = weights.tables(size)
