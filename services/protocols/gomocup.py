@@ -19,7 +19,8 @@ per answer (protocol: https://plastovicka.github.io/protocl2en.htm). Supported:
     INFO key value               stored, never answered (timeout_turn, timeout_match,
                                  time_left, max_memory, game_type, rule, evaluate, folder;
                                  rollout_lambda L, a movepred extension: the search's leaf
-                                 values mixed with rollouts, L in [0, 1], else ERROR)
+                                 values mixed with rollouts, L in [0, 1], else ERROR;
+                                 ponder 1/0, a movepred extension like --ponder)
     ABOUT                        name="movepred", version=..., author=..., country=...
     END                          exit without an answer
     anything else                UNKNOWN ...
@@ -122,6 +123,10 @@ DEFAULT_VISITS = 400
 FAST_VISITS = 32  # INFO timeout_turn 0: play as fast as possible
 # INFO key (a movepred extension) for the search's rollout_lambda, like --rollout-lambda
 ROLLOUT_LAMBDA_KEY = "rollout_lambda"
+# INFO key (a movepred extension) turning pondering on (1) or off (0), like --ponder: after
+# our move the search service searches the opponent's turn (as Rapfi ponders) until our next
+# command reaches it, and the next TURN continues that tree
+PONDER_KEY = "ponder"
 MIN_SEARCH_MS = 20
 MAX_SEARCH_MS = 60_000  # the search service's limit
 MAX_RESERVE_MS = 1_000
@@ -278,10 +283,12 @@ class Brain(SearchClientOwner):
         sgf_dir: Path | None = None,
         client_factory: Any = None,
         rollout_lambda: float = 0.0,
+        ponder: bool = False,
     ) -> None:
         super().__init__(target, client_factory)
         self.visits = visits
         self.rollout_lambda = rollout_lambda  # leaf values mixed with rollouts (0: none)
+        self.ponder = ponder  # the service searches during the opponent's turn
         self.debug = debug
         self.sgf_dir = sgf_dir
         self.size: int | None = None
@@ -444,6 +451,11 @@ class Brain(SearchClientOwner):
                         f"{value!r}"]
             self.rollout_lambda = lam
             return []
+        if key == PONDER_KEY:
+            if value not in ("0", "1"):
+                return [f"ERROR INFO {PONDER_KEY} takes 1 or 0, got {value!r}"]
+            self.ponder = value == "1"
+            return []
         number = ascii_int(value)
         if number is None:
             return []  # folder, evaluate and unknown keys are only stored
@@ -560,6 +572,7 @@ class Brain(SearchClientOwner):
                 max_time_ms=budget.max_time_ms,
                 timeout=budget.timeout_s,
                 rollout_lambda=self.rollout_lambda,
+                ponder=self.ponder,
                 **({"max_candidates": min(size * size, nbest + len(self.blocked))}
                    if nbest else {}),
             )
@@ -705,6 +718,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--rollout-lambda", type=bounded(float, 0, 1), default=0.0,
                    help="leaf values (1 - L) v + L z: v the value network's, z a fast "
                         f"rollout's (default 0; INFO {ROLLOUT_LAMBDA_KEY} sets it too)")
+    p.add_argument("--ponder", action="store_true",
+                   help="the search service searches during the opponent's turn, the next "
+                        f"TURN continuing that tree (INFO {PONDER_KEY} 1/0 sets it too)")
     auth.add_client_arguments(p)
     return p.parse_args(argv)
 
@@ -721,7 +737,8 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None,
         print(f"movepred gomocup: error: {exc}", file=sys.stderr)
         return 2
     brain = Brain(args.target, visits=args.visits, debug=args.debug, sgf_dir=args.sgf_dir,
-                  client_factory=factory, rollout_lambda=args.rollout_lambda)
+                  client_factory=factory, rollout_lambda=args.rollout_lambda,
+                  ponder=args.ponder)
     return serve(brain, stdin or sys.stdin, stdout or sys.stdout)
 
 

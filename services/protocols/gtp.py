@@ -29,6 +29,9 @@ The controller writes commands to stdin, one a line; every answer is ``= result`
                             them and time_left (`services.protocols.gtp_clock`) instead of
                             --visits; time_settings 0 1 0 (no time limit) goes back to visits
     time_left COLOR T S     the time (and byo-yomi stones) COLOR has left
+    ponder on|off           genmove asks the service to ponder: it keeps searching the
+                            opponent's turn until the next command reaches it, and the next
+                            genmove continues that tree (default: --ponder, else off)
     kgs-genmove_cleanup C   genmove that never passes while opponent stones it judges dead
                             remain (`services.protocols.go_cleanup`): KGS's clean-up phase
     lz-analyze, kata-analyze, analyze [COLOR] [INTERVAL] [KEY VALUE...]
@@ -118,6 +121,7 @@ COMMANDS = (
     "final_score",
     "time_settings",
     "time_left",
+    "ponder",
     "kgs-genmove_cleanup",
     "lz-analyze",
     "kata-analyze",
@@ -218,10 +222,12 @@ class GtpEngine(SearchClientOwner):
         timeout_s: float | None = None,
         client_factory: Callable[[], Any] | None = None,
         rollout_lambda: float = 0.0,
+        ponder: bool = False,
     ) -> None:
         super().__init__(target, client_factory)
         self.visits = visits
         self.rollout_lambda = rollout_lambda  # leaf values mixed with rollouts (0: none)
+        self.ponder = ponder  # genmove asks the service to search on the opponent's time
         self.time_ms = time_ms
         self.timeout_s = timeout_s
         self.size = GO_SIZE
@@ -343,6 +349,12 @@ class GtpEngine(SearchClientOwner):
             raise GtpError(str(exc)) from exc
         return ""
 
+    def cmd_ponder(self, args: list[str]) -> str:
+        if len(args) != 1 or args[0].lower() not in ("on", "off"):
+            raise GtpError("syntax error: ponder takes on or off")
+        self.ponder = args[0].lower() == "on"
+        return ""
+
     def cmd_undo(self, args: list[str]) -> str:
         if not self.history:
             raise GtpError("cannot undo")
@@ -376,7 +388,7 @@ class GtpEngine(SearchClientOwner):
         try:
             reply = self._client_or_new().genmove(
                 position, max_visits=visits, max_time_ms=time_ms, timeout=timeout,
-                rollout_lambda=self.rollout_lambda,
+                rollout_lambda=self.rollout_lambda, ponder=self.ponder,
             )
         except grpc.RpcError as exc:
             raise GtpError(self._rpc_error(exc)) from exc
@@ -506,6 +518,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rollout-lambda", type=bounded(float, 0, 1), default=0.0,
                    help="leaf values (1 - L) v + L z: v the value network's, z a fast "
                         "rollout's (default 0: the value network alone)")
+    p.add_argument("--ponder", action="store_true",
+                   help="the service searches on the opponent's time after each genmove "
+                        "(GTP: ponder on|off)")
     auth.add_client_arguments(p)
 
 
@@ -514,7 +529,7 @@ def engine_from(args: argparse.Namespace) -> GtpEngine:
     security options)."""
     return GtpEngine(args.target, visits=args.visits, time_ms=args.time_ms,
                      timeout_s=args.timeout, client_factory=search_client_factory(args),
-                     rollout_lambda=args.rollout_lambda)
+                     rollout_lambda=args.rollout_lambda, ponder=args.ponder)
 
 
 def cmd_gtp(args: argparse.Namespace) -> int:

@@ -224,11 +224,14 @@ class SearchClient:
         max_candidates: int = 0,
         reuse_tree: bool = True,
         rollout_lambda: float = 0.0,
+        ponder: bool = False,
     ) -> search_pb2.GenMoveResponse:
         """Both budgets 0 lets the server pick its default (200 visits).
 
         timeout None: max_time_ms plus 10 s when a time budget is given, else 300 s.
-        `rollout_lambda` > 0: leaf values mixed with rollouts (sent only then).
+        `rollout_lambda` > 0: leaf values mixed with rollouts (sent only then). `ponder`: the
+        server keeps searching the opponent's turn until the next request (the response's
+        `pondering` says whether it does).
         """
         request = search_pb2.GenMoveRequest(
             position=_as_position(moves, rule),
@@ -236,6 +239,7 @@ class SearchClient:
             max_time_ms=max_time_ms,
             max_candidates=max_candidates,
             disable_tree_reuse=not reuse_tree,
+            ponder=ponder,
             **_rollout_field(rollout_lambda),
         )
         return self._stub.GenMove(request,
