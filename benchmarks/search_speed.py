@@ -51,7 +51,7 @@ class ZeroCost:
         return self.out[len(boards)]
 
 
-def per_playout_us(module, state, evaluator, visits: int, repeats: int = 3) -> float:  # noqa: ANN001
+def per_playout_us(module, state, evaluator, visits: int, repeats: int = 3) -> float:
     """Best of `repeats`: CPU µs per playout of a `visits` search of `state`."""
     best = float("inf")
     for _ in range(repeats):

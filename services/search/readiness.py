@@ -44,7 +44,7 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 # What an operator runs when a game's model is missing (README's typical session).
 REMEDY = (
     "start Triton (`make triton`), publish a version (`make train`, or "
-    "`python -m services.trainer.go_model` for Go) and load it (`movepred rollout`); "
+    "`python -m services.trainer.publish --game go` for Go) and load it (`movepred rollout`); "
     "or start the search service with the right --model/--go-model"
 )
 
