@@ -6,9 +6,14 @@ one (`services.search.mcts`), in the same run.
    and the ratio. Numba compiles before the clock starts (a warm-up search).
 2. GenMove playouts/s with a network in this process on CPU (torch threads 1): the Gomoku
    network `--config` (default the served one) with seeded random weights, scripted, searched
-   by both trees; the ratio.
+   by both trees through one evaluator at the service's batch size, `--repeats` runs each,
+   interleaved; best-of, spread and ratio, checked to give the same answer. Also where the
+   compiled tree's time goes: the network's time per board, measured inside the evaluator's
+   calls, and the ratio no tree could beat with it (the interpreted tree's time per playout
+   over the network's per playout).
 
 Usage: .venv/bin/python benchmarks/search_speed.py [--visits 3200] [--genmove-visits 800]
+       [--repeats 5]
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -76,14 +82,78 @@ def tree_work(visits: int) -> list[tuple[str, float, float]]:
     return rows
 
 
-def genmove(visits: int, config: str) -> tuple[float, float]:
+class Timed:
+    """The evaluator both trees ask (one object, so the network work is the same): the
+    TorchScript network as the service's Triton backend runs it, with the wall time spent in
+    its calls and the boards sent counted (the network's share of a search)."""
+
+    def __init__(self, model: Any) -> None:
+        import torch
+
+        from services.models.value import split_outputs
+
+        self.model = model
+        self.torch, self.split = torch, split_outputs
+        self.seconds = 0.0
+        self.leaves = 0
+
+    def infer(self, boards: np.ndarray) -> Output:
+        torch = self.torch
+        t = time.perf_counter()
+        with torch.inference_mode():
+            logits, values = self.split(self.model(torch.from_numpy(boards)))
+        v = values.to(torch.float32).numpy() if values is not None else None
+        out = Output(logits.to(torch.float32).numpy(), v)
+        self.seconds += time.perf_counter() - t
+        self.leaves += len(boards)
+        return out
+
+
+@dataclass(frozen=True)
+class Run:
+    """One search: its wall seconds, playouts, and the network's seconds and boards in it."""
+
+    seconds: float
+    playouts: int
+    net_seconds: float
+    leaves: int
+    calls: int
+
+    @property
+    def rate(self) -> float:
+        return self.playouts / self.seconds
+
+    @property
+    def us_per_playout(self) -> float:
+        return self.seconds / self.playouts * 1e6
+
+    @property
+    def net_us_per_playout(self) -> float:
+        return self.net_seconds / self.playouts * 1e6
+
+
+def timed_search(module: Any, state: Any, ev: Timed, visits: int, batch: int) -> tuple[Run, tuple]:
+    """One search of `state` by `module`'s tree: its Run and its answer (move, visits, PV,
+    evaluator calls and boards; the two trees must agree on it)."""
+    ev.seconds, ev.leaves = 0.0, 0
+    t = time.perf_counter()
+    r = module.search(state, ev, max_visits=visits, batch_size=batch)
+    seconds = time.perf_counter() - t
+    run = Run(seconds, r.new_visits, ev.seconds, ev.leaves, r.evaluator_calls)
+    answer = (r.move, r.visits, r.principal_variation, r.evaluator_calls, r.evaluated_leaves)
+    return run, answer
+
+
+def genmove(visits: int, config: str, repeats: int, batch: int = mcts.DEFAULT_BATCH_SIZE
+            ) -> tuple[list[Run], list[Run]]:
+    """`repeats` searches of a Gomoku position by each tree, interleaved (the order swapped
+    every round, so a change of the machine's load hits both), through one evaluator."""
     import tempfile
 
     import torch
 
     from services.models.configs import build
     from services.models.export import export_torchscript
-    from services.models.value import split_outputs
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -92,28 +162,53 @@ def genmove(visits: int, config: str) -> tuple[float, float]:
         export_torchscript(build(config).eval(), path)
         model = torch.jit.load(str(path), map_location="cpu").eval()
 
-    class Torch:
-        def infer(self, boards: np.ndarray) -> Output:
-            with torch.inference_mode():
-                logits, values = split_outputs(model(torch.from_numpy(boards)))
-            v = values.to(torch.float32).numpy() if values is not None else None
-            return Output(logits.to(torch.float32).numpy(), v)
-
     state = GomokuState.from_moves([112, 113, 97])
-    ev = Torch()
-    mcts.search(state, ev, max_visits=64)
-    rates = []
-    for module in (reference_search, mcts):
-        t = time.perf_counter()
-        r = module.search(state, ev, max_visits=visits, batch_size=16)
-        rates.append(r.new_visits / (time.perf_counter() - t))
-    return rates[0], rates[1]
+    ev = Timed(model)
+    for module in (mcts, reference_search):  # numba's kernels, TorchScript's profiling runs
+        module.search(state, ev, max_visits=64, batch_size=batch)
+    runs: dict[str, list[Run]] = {"old": [], "new": []}
+    answers = {}
+    for k in range(repeats):
+        order = (("old", reference_search), ("new", mcts))
+        for name, module in order if k % 2 == 0 else order[::-1]:
+            run, answers[name] = timed_search(module, state, ev, visits, batch)
+            runs[name].append(run)
+        if answers["old"] != answers["new"]:
+            raise SystemExit(f"the trees disagree: {answers} (the comparison means nothing)")
+    return runs["old"], runs["new"]
+
+
+def report_genmove(config: str, visits: int, old: list[Run], new: list[Run]) -> list[str]:
+    """Best-of and spread of each tree, the ratio, and where the compiled tree's time goes:
+    the network's time per board (the best of every run's average, both trees') bounds the
+    ratio at the interpreted tree's time per playout over the network's per playout."""
+    bo, bn = max(old, key=lambda r: r.rate), max(new, key=lambda r: r.rate)
+    net_leaf = min(r.net_seconds / r.leaves for r in old + new) * 1e6
+    leaves_per_playout = bn.leaves / bn.playouts
+    net = net_leaf * leaves_per_playout
+    ceiling = bo.us_per_playout / net
+    return [
+        f"GenMove Gomoku ({config}, CPU, 1 torch thread, batch {mcts.DEFAULT_BATCH_SIZE}, "
+        f"{visits} visits, best of {len(old)}, runs interleaved): "
+        f"{bo.rate:,.0f} playouts/s interpreted (runs {min(r.rate for r in old):,.0f}-"
+        f"{bo.rate:,.0f}), {bn.rate:,.0f} compiled ({min(r.rate for r in new):,.0f}-"
+        f"{bn.rate:,.0f}), {bn.rate / bo.rate:.2f}x",
+        f"  per playout: interpreted {bo.us_per_playout:.0f} µs, compiled "
+        f"{bn.us_per_playout:.0f} µs = network {bn.net_us_per_playout:.0f} µs + tree and "
+        f"Python {bn.us_per_playout - bn.net_us_per_playout:.0f} µs "
+        f"({bn.leaves} boards in {bn.calls} calls for {bn.playouts} playouts)",
+        f"  network alone: {net_leaf:.0f} µs per board (best run), {net:.0f} µs per playout: "
+        f"no tree can beat {bo.us_per_playout:.0f} / {net:.0f} = {ceiling:.2f}x with this "
+        f"network here (3x needs the network under {bo.us_per_playout / 3:.0f} µs per "
+        f"playout)",
+    ]
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--visits", type=int, default=3200)
     parser.add_argument("--genmove-visits", type=int, default=800)
+    parser.add_argument("--repeats", type=int, default=5, help="GenMove searches per tree")
     parser.add_argument("--config", default="", help="network config (default: Gomoku's)")
     args = parser.parse_args(argv)
     print(f"cpus={os.cpu_count()}")
@@ -121,9 +216,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{name}: tree work per playout {old:.1f} µs interpreted, {new:.1f} µs compiled, "
               f"{old / new:.1f}x")
     config = args.config or GomokuState().game.default_config
-    old, new = genmove(args.genmove_visits, config)
-    print(f"GenMove Gomoku ({config}, CPU, 1 torch thread): {old:.0f} playouts/s interpreted, "
-          f"{new:.0f} compiled, {new / old:.1f}x")
+    old, new = genmove(args.genmove_visits, config, args.repeats)
+    print("\n".join(report_genmove(config, args.genmove_visits, old, new)))
 
 
 if __name__ == "__main__":
