@@ -42,7 +42,8 @@ priors and backup each run in one numba call, with the game's rules compiled in
 (`Game.search_kernels`); Python calls the evaluator once per batch. It gives the answers of
 the interpreted tree it replaced (tests/reference_search.py, compared visit for visit in
 tests/test_compiled_search.py) at a fraction of its CPU (benchmarks/search_speed.py). A `Node`
-here is a view of one node of those arrays.
+here is a view of one node of those arrays. numba compiles the kernels on first use: a process
+that serves searches calls `warm_up(game)` before its first request.
 
 **Exploration, off by default**: Dirichlet noise on the root's priors (`noise_alpha`, mixed
 in with weight `noise_weight`, 0.25 as AlphaZero) and a move drawn with probability visits **
@@ -72,7 +73,7 @@ from services.evaluator import (
     finite_outputs,
     value_rows,
 )
-from services.games.base import Position
+from services.games.base import Game, Position
 from services.search import compiled_tree as ct
 
 State = Position
@@ -621,3 +622,50 @@ def search(
                noise_weight=noise_weight, temperature=temperature, seed=seed)
     s.run(max_visits, end, should_stop, deadline)
     return s.result(top_children, started)
+
+
+@dataclass(frozen=True)
+class _UniformOutput:
+    logits: np.ndarray
+    values: None = None
+    model_name: str = "warm-up"
+    model_version: str = ""
+
+
+class _Uniform:
+    """Zero logits for every board and no value: the warm-up's evaluator (no network)."""
+
+    def __init__(self, points: int) -> None:
+        self.points = points
+
+    def infer(self, boards: np.ndarray) -> _UniformOutput:
+        return _UniformOutput(np.zeros((len(boards), self.points), np.float32))
+
+
+WARM_UP_VISITS = 48
+
+
+def warm_up(game: Game) -> None:
+    """`game.warm_up()` (its rules), then every compiled kernel of its search tree: a tiny
+    search of its start position with uniform logits, its most visited child kept as a tree
+    cache keeps it (`Node.compacted`) and searched on (reuse), and the kernels only a failed
+    evaluator call or a reused unevaluated root reach, called on nothing.
+
+    Why: numba compiles the tree's kernels on their first call, about 18 s for a game's set
+    where its disk cache is missing or not writable (the service's read-only pod); a process
+    that serves searches runs this before it listens so the first request does not pay it.
+    With the cache present it costs milliseconds (the kernels are loaded)."""
+    game.warm_up()
+    if game.search_kernels() is None:
+        return
+    state = game.start()
+    evaluator = _Uniform(game.policy_size(state.size))
+    first = Search(state, evaluator, batch_size=DEFAULT_BATCH_SIZE)
+    first.run(WARM_UP_VISITS)
+    child = first.root.child(first.result().move)
+    if child is not None and child.priors is not None and not child.terminal:
+        Search(child.compacted(), evaluator).run(child.visits + DEFAULT_BATCH_SIZE)
+    data, tree = first._data, first._data.tree
+    leaves, _, legal, candidates = data.scratch(DEFAULT_BATCH_SIZE)
+    data.compiled.legal_of(tree.arrays, 0, data.iparams, data.fparams, legal[0], candidates)
+    ct.abandon_batch(tree.arrays, leaves, 0, 0)

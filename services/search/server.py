@@ -29,8 +29,9 @@ CLI (foreground until SIGINT/SIGTERM)::
 
     python -m services.search.server --port 50051 --triton-url 127.0.0.1:8001 --model gomoku_policy
 
-Before it listens, the process warms up every served game's rules (`Game.warm_up`: numba
-kernels are compiled or loaded from their cache then, not on the first request).
+Before it listens, the process warms up every served game's rules and compiled search tree
+(`mcts.warm_up`: numba kernels are compiled or loaded from their cache then, not on the first
+request).
 
 Logs go through `logging` (`--log-format text|json`, `--log-level`): start-up (with the start-up
 check of the models), shutdown, each change of a model's readiness, and one line per failed
@@ -503,11 +504,11 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    for game in models:  # compiled rules ready before the first request, not during it
+    for game in models:  # compiled rules and tree ready before the first request
         started = time.monotonic()
-        game.warm_up()
-        logger.info("rules of %s ready in %.2f s", game.title, time.monotonic() - started,
-                    extra={"game": game.name})
+        mcts.warm_up(game)
+        logger.info("rules of %s and its search tree ready in %.2f s", game.title,
+                    time.monotonic() - started, extra={"game": game.name})
     service.start()
     pid_file = None
     if multiprocessing.parent_process() is None:  # a --processes child: the parent has it
