@@ -451,7 +451,7 @@ def test_cache_key_changes_with_any_module_the_read_task_imports(tmp_path: Path)
     code = _copy_code(tmp_path / "code")
     key = ingest_mod.pipeline_version(code)
     assert key.startswith(f"{ingest_mod.INTERMEDIATE_VERSION}-")
-    go_fast = code / "services" / "games" / "go_fast.py"
+    go_fast = code / "services" / "games" / "go" / "fast.py"
     go_fast.write_text(go_fast.read_text() + "\n# a change to the fast Go replay\n")
     changed = ingest_mod.pipeline_version(code)
     assert changed != key  # a new key: no stale intermediate is reused
