@@ -70,6 +70,12 @@ from services.dataset.sources import write_source_pairs
 from services.games.registry import game_of_source, get_game, registered_games
 from services.import_closure import closure_digest
 from services.records.reasons import count_reasons
+from services.selfplay.pairs import (
+    folder_fingerprint,
+    folder_game,
+    is_selfplay_source,
+    write_selfplay_pairs,
+)
 from services.settings import DEFAULT_DATASET, bounded
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,9 +104,15 @@ def pipeline_version(root: Path = ROOT) -> str:
 PIPELINE_VERSION = pipeline_version()
 
 
-def fingerprint(path: Path) -> str:
-    """The source's content fingerprint: SHA-256 of its bytes."""
+def source_fingerprint(path: Path) -> str:
+    """The source's content fingerprint: SHA-256 of its bytes; of a self-play folder, of its
+    game files' names and SHA-256s (`services.selfplay.pairs.folder_fingerprint`)."""
+    if is_selfplay_source(path):
+        return folder_fingerprint(path)
     return sha256_file(Path(path))
+
+
+fingerprint = source_fingerprint  # (the read task's parameter of that name hides this one)
 
 
 def default_work_dir(out_dir: str | Path) -> Path:
@@ -137,7 +149,7 @@ def read_source(path: str, name: str, fingerprint: str, work_dir: str,
     (retried) or a source that changed after the flow fingerprinted it (fails the run).
     """
     p = Path(path)
-    if sha256_file(p) != fingerprint:
+    if source_fingerprint(p) != fingerprint:
         raise RuntimeError(f"{p}: changed while the ingest ran (fingerprint mismatch)")
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
@@ -146,7 +158,10 @@ def read_source(path: str, name: str, fingerprint: str, work_dir: str,
     quarantine_path = work / f"{stem}.quarantine.parquet"
     game = get_game(source_game(p))
     # written as it is read: an archive's pairs need not fit in memory
-    result = write_source_pairs(game, p, pairs_path, name, board_size=board_size)
+    if is_selfplay_source(p):  # its games replayed with their targets and lineage
+        result = write_selfplay_pairs(game, p, pairs_path, name, board_size=board_size)
+    else:
+        result = write_source_pairs(game, p, pairs_path, name, board_size=board_size)
     quarantine = pa.Table.from_pylist(result.quarantine, schema=QUARANTINE_SCHEMA)
     reasons, examples = count_reasons(  # quarantined records only, not the kept games' notes
         q["reason"] for q in result.quarantine
@@ -179,8 +194,14 @@ def _intact(summary: dict) -> bool:
 
 def source_game(path: str | Path) -> str:
     """The registered name of the game whose records the file's suffix names
-    (`Game.record_formats`); a file of any other suffix is refused (ValueError naming it and
-    the suffixes accepted)."""
+    (`Game.record_formats`), or whose games a self-play folder holds; a file of any other
+    suffix is refused (ValueError naming it and the suffixes accepted)."""
+    if is_selfplay_source(path):
+        name = folder_game(path)
+        if name is None or name not in {g.name for g in registered_games()}:
+            raise ValueError(f"{path}: a self-play folder without a readable game file of a "
+                             f"registered game (found {name!r})")
+        return name
     game = game_of_source(str(path))
     if game is None:
         raise ValueError(unknown_suffix_message([str(path)]))
@@ -191,16 +212,18 @@ def unknown_suffix_message(paths: list[str]) -> str:
     games = sorted((g for g in registered_games() if g.record_formats), key=lambda g: g.name)
     by_game = "; ".join(f"{g.title} {', '.join(g.record_formats)}" for g in games)
     return (f"unknown source file type: {', '.join(paths)}; accepted suffixes: "
-            f"{', '.join(sorted(source_suffixes()))} ({by_game})")
+            f"{', '.join(sorted(source_suffixes()))} ({by_game}), or a self-play folder "
+            "(one holding games/)")
 
 
 def _resolve_sources(sources: list[str] | None) -> list[Path]:
     paths = sorted({Path(s).resolve() for s in (sources or DEFAULT_SOURCES)},
                    key=lambda p: (p.name, str(p)))
-    unknown = [str(p) for p in paths if not p.name.lower().endswith(source_suffixes())]
+    unknown = [str(p) for p in paths if not p.name.lower().endswith(source_suffixes())
+               and not is_selfplay_source(p)]
     if unknown:  # before anything is read: an unknown file is never read as .rif
         raise ValueError(unknown_suffix_message(unknown))
-    missing = [str(p) for p in paths if not p.is_file()]
+    missing = [str(p) for p in paths if not p.is_file() and not is_selfplay_source(p)]
     if missing:
         raise FileNotFoundError(f"source file(s) not found: {', '.join(missing)}")
     games = {source_game(p) for p in paths}
@@ -208,6 +231,10 @@ def _resolve_sources(sources: list[str] | None) -> list[Path]:
         raise ValueError(f"this run mixes the sources of several games "
                          f"({', '.join(sorted(games))}): ingest each game into its own "
                          "dataset folder (one run each)")
+    if len({is_selfplay_source(p) for p in paths}) > 1:
+        raise ValueError("this run mixes self-play folders and record files: ingest each into "
+                         "its own dataset folder (the training loader mixes them: "
+                         "--expert-share)")
     names = Counter(p.name for p in paths)
     clashes = sorted(n for n, k in names.items() if k > 1)
     if clashes:

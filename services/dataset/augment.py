@@ -36,6 +36,8 @@ class Augmenter:
         self.move_table = np.concatenate([table, pass_column], axis=1)  # [8, s*s + 1]
         self.table = table
         self.inverse = np.argsort(self.table, axis=1)  # inverse[k, q]: which p lands on q
+        # the same for a policy's entries (the pass stays): policy targets move by it
+        self.move_inverse = np.argsort(self.move_table, axis=1)
         ids = np.arange(self.cells)
         self.kinds: list[tuple[str, np.ndarray | None]] = []
         for k in range(N_SYMMETRIES):
@@ -68,9 +70,13 @@ class Augmenter:
             np.take(src, index, axis=1, out=dst, mode="clip")  # in range; "clip": no extra copy
 
     def __call__(self, boards: np.ndarray, moves: np.ndarray, rng: np.random.Generator,
-                 out_boards: np.ndarray, out_moves: np.ndarray) -> np.ndarray:
+                 out_boards: np.ndarray, out_moves: np.ndarray,
+                 targets: np.ndarray | None = None,
+                 out_targets: np.ndarray | None = None) -> np.ndarray:
         """Write the transformed rows (in grouped order); return that order, the row each
-        output came from, for columns that travel along unchanged."""
+        output came from, for columns that travel along unchanged. `targets` (float [n,
+        policy entries], policy targets) move with their row's symmetry into `out_targets`
+        (the same draws: the boards and moves come out the same with or without them)."""
         n = len(moves)
         ks = rng.integers(0, N_SYMMETRIES, n, dtype=np.int8)
         order = np.argsort(ks, kind="stable")
@@ -81,6 +87,15 @@ class Augmenter:
                 self._apply(k, grouped[start:start + count], out_boards[start:start + count])
             start += count
         out_moves[:n] = self.move_table[ks[order], moves[order]]
+        if targets is not None and out_targets is not None:
+            grouped_targets = np.take(targets, order, axis=0)
+            start = 0
+            for k, count in enumerate(np.bincount(ks, minlength=N_SYMMETRIES).tolist()):
+                if count:  # entry q of the image is entry inverse[k, q] of the row
+                    np.take(grouped_targets[start:start + count],
+                            self.move_inverse[k, :targets.shape[1]], axis=1,
+                            out=out_targets[start:start + count])
+                start += count
         return order
 
 

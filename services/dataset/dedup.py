@@ -54,7 +54,11 @@ from services.dataset import splits
 from services.dataset.shards import (
     GAME_SPLIT,
     PACKED_BOARDS,
+    PAIR_SCHEMA,
     PLAIN_BOARDS,
+    POLICY_TARGET,
+    SELFPLAY_COLUMNS,
+    SELFPLAY_SCHEMA,
     SPLITS,
     write_sorted_shards,
 )
@@ -144,6 +148,9 @@ def _source_sql(paths: Sequence[Path], game: str, settings: BuildSettings) -> tu
     def column(name: str, default: str) -> str:
         return f"r.{name}" if name in present else default
 
+    # self-play rows carry their policy target and lineage through to the shards
+    lineage = "".join(f', r."{name}"' for name, _ in SELFPLAY_COLUMNS) \
+        if _selfplay(paths) else ""
     game_col, rank_col = column("game", f"'{game}'"), column("mover_rank", "''")
     rule_col, result_col = column("rule", "''"), column("result", "'NaN'::FLOAT")
     games = f"""
@@ -157,7 +164,7 @@ def _source_sql(paths: Sequence[Path], game: str, settings: BuildSettings) -> tu
                r.count, r.position_hash, {result_col} AS result,
                coalesce({rank_col}, '') AS mover_rank, g.game_no, g.source_no,
                coalesce({game_col}, '{game}') AS game, coalesce({rule_col}, '') AS rule,
-               g.holdout
+               g.holdout{lineage}
         FROM {source} r JOIN games g USING (source, game_id)"""
     return games, raw
 
@@ -169,6 +176,20 @@ def _columns(paths: Sequence[Path]) -> set[str]:
     for p in paths:
         names |= set(pq.read_schema(p).names)
     return names
+
+
+def _selfplay(paths: Sequence[Path]) -> bool:
+    """Whether the intermediates are self-play pairs (a `policy_target` column: rows kept one
+    by one, never merged) rather than records' pairs; ValueError when they mix both (the
+    expert rows would get null targets, the self-play ones would merge)."""
+    import pyarrow.parquet as pq
+
+    kinds = {POLICY_TARGET in pq.read_schema(p).names for p in paths}
+    if len(kinds) > 1:
+        raise ValueError("intermediates mix self-play pairs and records' pairs: ingest them "
+                         "into separate dataset folders (the loader mixes them: "
+                         "services.dataset.loader, expert_dir / expert_share)")
+    return kinds == {True}
 
 
 def _connect(settings: BuildSettings, temp: Path):
@@ -236,6 +257,11 @@ def _sorted_batches(paths: list[Path], game: str, settings: BuildSettings,
     `unique`, when given, counts each source's unique pairs (`build_shards`)."""
     games, raw = _source_sql(paths, game, settings)
     packed = _key_column(_columns(paths)) != "board"
+    selfplay = _selfplay(paths)
+    # self-play rows are not merged: the board, then the game and ply order the rows of one
+    # (position, move) so that the shards' bytes depend on the intermediates alone
+    lineage = "".join(f', "{name}"' for name, _ in SELFPLAY_COLUMNS) if selfplay else ""
+    ties = ", board, game_no, source_no, ply" if selfplay else ""
     query = f"""
     WITH occurrences AS (
         SELECT r.position_hash, sum(r.count) AS occurrences
@@ -248,8 +274,8 @@ def _sorted_batches(paths: list[Path], game: str, settings: BuildSettings,
         FROM ({raw}) p LEFT JOIN occurrences o USING (position_hash)
     )
     SELECT board, move, game, rule, board_size, to_move, ply, count, position_hash, result,
-           mover_rank, game_no, source_no, split_code
-    FROM split ORDER BY split_code, position_hash, move
+           mover_rank, game_no, source_no, split_code{lineage}
+    FROM split ORDER BY split_code, position_hash, move{ties}
     """
 
     def batches() -> Iterator[pa.RecordBatch]:
@@ -262,8 +288,10 @@ def _sorted_batches(paths: list[Path], game: str, settings: BuildSettings,
                 ).to_arrow_table().column(0).combine_chunks()
                     for name, no in (("game_id", "game_no"), ("source", "source_no")))
                 numbered: Counter[int] = Counter()
-                for batch in _merged(con.sql(query).to_arrow_reader(FETCH_ROWS),
-                                     None if unique is None else numbered):
+                rows = (_unmerged if selfplay else _merged)(
+                    con.sql(query).to_arrow_reader(FETCH_ROWS),
+                    None if unique is None else numbered)
+                for batch in rows:
                     yield _named(batch, game_ids, sources)
                 if unique is not None:
                     unique.update({sources[no].as_py(): n for no, n in numbered.items()})
@@ -319,6 +347,20 @@ def _merged(batches: Iterable[pa.RecordBatch],
             yield from _merge_runs(table.slice(0, tail), [k[:tail] for k in keys], unique)
     if carry is not None and carry.num_rows:
         yield from _merge_runs(carry, [carry[k].to_numpy() for k in _SORT_KEYS], unique)
+
+
+def _unmerged(batches: Iterable[pa.RecordBatch],
+              unique: Counter[str] | None = None) -> Iterator[pa.RecordBatch]:
+    """Self-play rows, sorted, as they come (no merge: each is one visit of its position with
+    its own target), the `split` names in place of `split_code`; `unique` counts every row
+    for its source."""
+    for batch in batches:
+        table = pa.Table.from_batches([batch])
+        if unique is not None:
+            _count_sources(table["source_no"], unique)
+        codes = table["split_code"]
+        yield from table.drop_columns(["split_code"]).append_column(
+            "split", _SPLIT_NAMES.take(codes)).to_batches()
 
 
 def _merge_runs(table: pa.Table, keys: list,
@@ -464,8 +506,9 @@ def build_shards(paths: Sequence[Path], out_dir: Path, game: str,
     unique: Counter[str] = Counter()
     packed = False
     if paths:
+        schema = SELFPLAY_SCHEMA if _selfplay(list(paths)) else PAIR_SCHEMA
         batches, packed = _sorted_batches(list(paths), game, settings, unique)
-        files = write_sorted_shards(batches, Path(out_dir))
+        files = write_sorted_shards(batches, Path(out_dir), schema)
     else:
         files = write_sorted_shards([], Path(out_dir))
     rows = {split: sum(f["rows"] for f in files if f["split"] == split) for split in SPLITS}

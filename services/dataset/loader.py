@@ -9,6 +9,11 @@ with `batch_size=None` (`make_loader` builds one). Each batch is a dict:
     moves   int64 [B]           y * s + x, transformed together with its board; Go: s * s = pass
     results float32 [B]         only with `results=True` (value training): the mover's result,
                                 1 won, 0 lost, 0.5 draw, NaN unknown (the shards' `result`)
+    targets float32 [B, n_moves] only with `targets=True` (the default on self-play shards):
+                                each row's policy target as a distribution, moved with its
+                                board: a full search's normalised visits, a fast search's
+                                zeros (no policy loss), a records' row its played move, one-hot
+                                (`row_groups.policy_targets`, docs/selfplay.md)
     worker  int                 which of this rank's workers made it (used for resumption)
 
 Boards stay compact int8 until they reach the model's device, where the model itself (every
@@ -111,7 +116,7 @@ STATE_VERSION = 1
 PACKET_ROWS = 16384  # rows a worker hands to the main process at once
 
 
-COLUMNS = ("boards", "moves", "results")  # what a batch holds, in block order
+COLUMNS = ("boards", "moves", "results", "targets")  # what a batch may hold, in block order
 
 
 def fresh_progress(epoch: int, workers: int) -> dict:
@@ -125,7 +130,8 @@ class ShardStream(IterableDataset):
     def __init__(self, dataset_dir: str | Path, split: str = "train", batch_size: int = 256,
                  shuffle_buffer: int = 65536, seed: int = 0, epoch: int = 0,
                  augment: bool = True, rank: int = 0, world_size: int = 1,
-                 drop_last: bool = True, results: bool = False):
+                 drop_last: bool = True, results: bool = False,
+                 targets: bool | None = None):
         super().__init__()
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -144,6 +150,8 @@ class ShardStream(IterableDataset):
         self.drop_last = drop_last
         self.results = results  # also deliver the mover's result of every row
         self.plan = split_for_ranks(plan_split(self.dataset_dir, split), world_size)
+        # also deliver every row's policy target (None: where the shards hold them)
+        self.targets = self.plan.policy_targets if targets is None else targets
         self.board_size = self.plan.board_size
         self.game = self.plan.game  # "gomoku" or "go": decides board shape and move range
         self._next_epoch = epoch  # epoch of the next __iter__ call in this process
@@ -180,6 +188,12 @@ class ShardStream(IterableDataset):
         s = self.board_size
         return (s, s) if self.plan.channels == 1 else (self.plan.channels, s, s)
 
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The names of a batch's tensors, in block order (`COLUMNS` this stream delivers)."""
+        return ("boards", "moves", *(("results",) if self.results else ()),
+                *(("targets",) if self.targets else ()))
+
     def read_rows(self, ids: np.ndarray, results: bool = False) -> tuple[np.ndarray, ...]:
         """Boards [n, *board_shape] and moves of rows by id, as stored (no augmentation), then
         with `results` their results (see the module doc).
@@ -192,23 +206,30 @@ class ShardStream(IterableDataset):
         ids = np.asarray(ids, dtype=np.int64)
         if len(ids) and (ids.min() < 0 or ids.max() >= plan.rows):
             raise IndexError(f"row ids must be in 0..{plan.rows - 1}")
-        cols = self._empty_columns(len(ids), results)
+        cols = self._empty_columns(len(ids), results, False)
         unit_of = np.searchsorted(plan.unit_start, ids, side="right") - 1
         for unit in np.unique(unit_of).tolist():
             slots = np.flatnonzero(unit_of == unit)
             local = ids[slots] - plan.unit_start[unit]
-            for out, col in zip(cols, read_unit(plan, unit, results), strict=True):
+            for out, col in zip(cols, read_unit(plan, unit, results, False), strict=True):
                 out[slots] = col[local]
         return (cols[0].reshape(len(ids), *self.board_shape), *cols[1:])
 
-    def _specs(self, results: bool | None = None) -> list[tuple[tuple[int, ...], Any]]:
-        """(shape of one row, dtype) of each column a row carries: boards, moves[, results]."""
+    def _specs(self, results: bool | None = None,
+               targets: bool | None = None) -> list[tuple[tuple[int, ...], Any]]:
+        """(shape of one row, dtype) of each column a row carries: boards, moves[, results]
+        [, targets] (None: as the stream delivers them)."""
         specs = [((self.plan.row_bytes,), np.int8), ((), np.int64)]
-        with_results = self.results if results is None else results
-        return [*specs, ((), np.float32)] if with_results else specs
+        if self.results if results is None else results:
+            specs.append(((), np.float32))
+        if self.targets if targets is None else targets:
+            specs.append(((self.plan.n_moves,), np.float32))
+        return specs
 
-    def _empty_columns(self, rows: int, results: bool | None = None) -> list[np.ndarray]:
-        return [np.empty((rows, *tail), dtype=dtype) for tail, dtype in self._specs(results)]
+    def _empty_columns(self, rows: int, results: bool | None = None,
+                       targets: bool | None = None) -> list[np.ndarray]:
+        return [np.empty((rows, *tail), dtype=dtype)
+                for tail, dtype in self._specs(results, targets)]
 
     def units_of(self, epoch: int, global_worker: int, global_workers: int) -> np.ndarray:
         rng = np.random.default_rng([self.seed, epoch, 0])
@@ -280,7 +301,8 @@ class ShardStream(IterableDataset):
     def _alloc(self, rows: int) -> tuple[list[np.ndarray], tuple[torch.Tensor, ...]]:
         """A block's tensors (one storage: a worker shares it once per block) + numpy views."""
         shared = get_worker_info() is not None
-        block = batch_tensors(rows, self.board_size, shared, self.plan.channels, self.results)
+        block = batch_tensors(rows, self.board_size, shared, self.plan.channels, self.results,
+                              self.plan.n_moves if self.targets else 0)
         return [block[0].numpy().reshape(rows, -1), *(t.numpy() for t in block[1:])], block
 
     def _rows_of(self, ids: np.ndarray, epoch: int) -> list[np.ndarray]:
@@ -302,7 +324,7 @@ class ShardStream(IterableDataset):
         """Write a row group's rows into the outputs (boards, moves[, results]), augmented with
         the unit's own generator (so a restore, which reads the unit again, gets the same
         symmetries whichever worker reads it); return the number of rows."""
-        cols = read_unit(self.plan, unit, self.results)
+        cols = read_unit(self.plan, unit, self.results, self.targets)
         n = len(cols[1])
         if not self.augment:
             for out, col in zip(outs, cols, strict=True):
@@ -311,8 +333,10 @@ class ShardStream(IterableDataset):
         if self._augmenter is None:
             self._augmenter = Augmenter(self.board_size, self.plan.channels)
         rng = np.random.default_rng([self.seed, epoch, 2, unit])
-        order = self._augmenter(cols[0], cols[1], rng, outs[0], outs[1])
-        for out, col in zip(outs[2:], cols[2:], strict=True):
+        moved = (cols[-1], outs[-1][:n]) if self.targets else (None, None)
+        order = self._augmenter(cols[0], cols[1], rng, outs[0], outs[1], *moved)
+        travelling = len(cols) - (1 if self.targets else 0)  # columns that move unchanged
+        for out, col in zip(outs[2:travelling], cols[2:travelling], strict=True):
             np.take(col, order, out=out[:n])
         return n
 
@@ -355,7 +379,7 @@ class ShardStream(IterableDataset):
                 s, e = i * b, min(j * b, rows)
                 progress["batches"][role] += j - i
                 progress["next_worker"] = (role + 1) % workers
-                batch = {name: t[s:e] for name, t in zip(COLUMNS, block, strict=False)}
+                batch = {name: t[s:e] for name, t in zip(self.columns, block, strict=True)}
                 batch["worker"] = role
                 if packet:
                     batch["batches"] = j - i

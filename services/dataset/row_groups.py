@@ -20,12 +20,14 @@ import pyarrow.parquet as pq
 
 from services.dataset.shards import (
     PLAIN_BOARDS,
+    POLICY_TARGET,
     SCHEMA_KEY,
     SCHEMA_VERSION,
     DatasetError,
     board_bytes,
     board_encoding,
     decoded_boards,
+    has_policy_targets,
     known_games,
     read_manifest,
 )
@@ -52,6 +54,8 @@ class SplitPlan:
     # what the board column's bytes are (`shards.BOARD_ENCODINGS`, the manifest's): packed
     # boards are unpacked as each row group is read
     board_encoding: str = PLAIN_BOARDS
+    # the shards carry self-play policy targets (`shards.POLICY_TARGET`): every shard or none
+    policy_targets: bool = False
 
     @property
     def rows(self) -> int:
@@ -118,6 +122,7 @@ def plan_split(dataset_dir: Path, split: str) -> SplitPlan:
     unit_file, unit_group, unit_rows = [], [], []
     sizes: dict[int, str] = {}
     games: dict[str, str] = {}
+    targets: dict[bool, str] = {}
     for entry in entries:
         path = dataset_dir / entry["path"]
         if not path.is_file():
@@ -137,6 +142,7 @@ def plan_split(dataset_dir: Path, split: str) -> SplitPlan:
                 if index < 0 or not ok(schema.field(index).type):
                     found = schema.field(index).type if index >= 0 else "missing"
                     raise DatasetError(f"{path}: column {name!r} is {found}")
+            targets.setdefault(has_policy_targets(schema), str(path))
             meta = pf.metadata
             if "rows" in entry and meta.num_rows != entry["rows"]:
                 raise DatasetError(
@@ -166,6 +172,9 @@ def plan_split(dataset_dir: Path, split: str) -> SplitPlan:
         where = ", ".join(f"{g!r} in {p}" for g, p in sorted(games.items()))
         raise DatasetError(f"{manifest_path}: split {split!r} must hold one game of "
                            f"{known_games()}, found {where}")
+    if len(targets) != 1:
+        raise DatasetError(f"{manifest_path}: split {split!r} mixes shards with policy targets "
+                           f"({targets[True]}) and without ({targets[False]})")
     game = next(iter(games))
     if manifest.get("game", game) != game:
         raise DatasetError(f"{manifest_path}: says game {manifest['game']!r}, but the shards "
@@ -175,7 +184,8 @@ def plan_split(dataset_dir: Path, split: str) -> SplitPlan:
                  unit_group=np.asarray(unit_group, dtype=np.int64), unit_rows=rows,
                  unit_start=np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64),
                  board_size=next(iter(sizes)), game=game,
-                 board_encoding=board_encoding(manifest, manifest_path))
+                 board_encoding=board_encoding(manifest, manifest_path),
+                 policy_targets=next(iter(targets)))
 
 
 # a multi-rank plan has at least this many units per rank (row groups cut into parts if need be)
@@ -210,7 +220,7 @@ def split_for_ranks(plan: SplitPlan, world_size: int) -> SplitPlan:
                  board_size=plan.board_size, game=plan.game,
                  unit_offset=np.asarray(unit_offset, dtype=np.int64),
                  unit_group_rows=np.asarray(group_rows, dtype=np.int64),
-                 board_encoding=plan.board_encoding)
+                 board_encoding=plan.board_encoding, policy_targets=plan.policy_targets)
 
 
 def dataset_game(dataset_dir: str | Path, split: str = "train") -> tuple[str, int]:
@@ -252,9 +262,39 @@ def board_matrix(column: pa.ChunkedArray | pa.Array, cells: int,
     return np.frombuffer(data_buf, dtype=np.int8, count=n * cells, offset=first).reshape(n, cells)
 
 
-def read_unit(plan: SplitPlan, unit: int, results: bool = False) -> list[np.ndarray]:
+def policy_targets(table: pa.Table, moves: np.ndarray, n_moves: int,
+                   where: str = "policy_target") -> np.ndarray:
+    """float32 [n, n_moves]: each row's policy target as a distribution. A self-play row's
+    visit counts (`shards.POLICY_TARGET`) normalised; a self-play row without them (a fast
+    search: value target only) all zero, so it adds no policy loss; a row of shards without
+    the column (records' pairs) the played move, one-hot."""
+    n = len(moves)
+    out = np.zeros((n, n_moves), np.float32)
+    if POLICY_TARGET not in table.column_names:
+        out[np.arange(n), moves] = 1.0
+        return out
+    column = table.column(POLICY_TARGET).combine_chunks()
+    valid = ~np.asarray(column.is_null().to_numpy(zero_copy_only=False), bool)
+    rows = np.flatnonzero(valid)
+    if len(rows):
+        present = column.filter(pa.array(valid))
+        lengths = np.diff(present.offsets.to_numpy())
+        if (lengths != n_moves).any():
+            raise DatasetError(f"{where}: policy targets must hold {n_moves} entries, found "
+                               f"{np.unique(lengths)[:5].tolist()}")
+        visits = present.flatten().to_numpy(zero_copy_only=False).reshape(len(rows), n_moves)
+        if (visits < 0).any():
+            raise DatasetError(f"{where}: negative visit counts")
+        totals = visits.sum(axis=1, keepdims=True).astype(np.float64)
+        out[rows] = np.divide(visits, totals, out=np.zeros(visits.shape), where=totals > 0)
+    return out
+
+
+def read_unit(plan: SplitPlan, unit: int, results: bool = False,
+              targets: bool = False) -> list[np.ndarray]:
     """Boards int8 [n, channels*s*s] and moves int64 [n] of one row group, then with
-    `results` the mover's results float32 [n] (NaN where unknown)."""
+    `results` the mover's results float32 [n] (NaN where unknown), then with `targets` the
+    policy targets float32 [n, n_moves] (`policy_targets`)."""
     path = plan.paths[plan.unit_file[unit]]
     rg = int(plan.unit_group[unit])
     where = f"{path}: row group {rg}"
@@ -263,6 +303,8 @@ def read_unit(plan: SplitPlan, unit: int, results: bool = False) -> list[np.ndar
         pf = pq.ParquetFile(path, page_checksum_verification=True)
         try:
             columns = ["board", "move", "result"] if results else ["board", "move"]
+            if targets and plan.policy_targets:
+                columns.append(POLICY_TARGET)
             table = pf.read_row_group(rg, columns=columns, use_threads=False)
         finally:
             pf.close()
@@ -287,4 +329,6 @@ def read_unit(plan: SplitPlan, unit: int, results: bool = False) -> list[np.ndar
     cols = [boards, moves.astype(np.int64)]
     if results:
         cols.append(table.column("result").to_numpy(zero_copy_only=False).astype(np.float32))
+    if targets:
+        cols.append(policy_targets(table, cols[1], plan.n_moves, where))
     return cols

@@ -122,6 +122,30 @@ PAIR_SCHEMA = pa.schema(
     metadata={SCHEMA_KEY: str(SCHEMA_VERSION).encode()},
 )
 
+# Self-play datasets (`services.selfplay.pairs`, docs/selfplay.md): the same columns, then
+# each row's policy target and lineage. Rows are never merged (count 1): two visits of one
+# position carry different targets. `policy_target` holds the root's visit counts over the
+# game's policy points (every point, then the pass where the game has one), in the row's
+# canonical symmetry image; null on a fast-search row (value target only).
+POLICY_TARGET = "policy_target"
+SELFPLAY_COLUMNS = (
+    (POLICY_TARGET, pa.list_(pa.int32())),
+    ("full", pa.bool_()),  # a full search (its visits are the policy target) or a fast one
+    ("visits", pa.int32()),  # the root's visits when the move was chosen
+    ("model_name", pa.string()),  # the network that played the game
+    ("model_version", pa.string()),
+    ("seed", pa.int64()),  # the game's seed: the game replays from it
+    ("opening", pa.list_(pa.int16())),  # the opening's moves, as played (not canonical)
+)
+SELFPLAY_SCHEMA = pa.schema([*PAIR_SCHEMA, *(pa.field(n, t) for n, t in SELFPLAY_COLUMNS)],
+                            metadata=PAIR_SCHEMA.metadata)
+
+
+def has_policy_targets(schema: pa.Schema) -> bool:
+    """Whether rows of this schema carry self-play policy targets (and lineage)."""
+    return schema.get_field_index(POLICY_TARGET) >= 0
+
+
 QUARANTINE_SCHEMA = pa.schema(
     [("source", pa.string()), ("record_id", pa.string()), ("reason", pa.string()),
      ("snippet", pa.string())]
@@ -300,12 +324,12 @@ class _ShardFile:
     """One shard being written row group by row group to a temporary file; `close` names it
     after its content (`<stem>.<sha12>.parquet`), leaving an identical file in place."""
 
-    def __init__(self, out_dir: Path, stem: str) -> None:
+    def __init__(self, out_dir: Path, stem: str, schema: pa.Schema = PAIR_SCHEMA) -> None:
         self.out_dir, self.stem, self.rows = out_dir, stem, 0
         self.tmp = atomic_files.temporary_name(out_dir / stem)
-        options = parquet_options(PAIR_SCHEMA)
+        options = parquet_options(schema)
         options.pop("row_group_size")
-        self.writer = pq.ParquetWriter(self.tmp, PAIR_SCHEMA, **options)
+        self.writer = pq.ParquetWriter(self.tmp, schema, **options)
 
     def write(self, group: pa.Table) -> None:
         """One row group (one chunk per column, as `shard_piece` gives a whole shard: the
@@ -333,10 +357,12 @@ class _ShardFile:
             self.tmp.unlink(missing_ok=True)
 
 
-def write_sorted_shards(parts: Iterable[pa.Table | pa.RecordBatch], out_dir: Path) -> list[dict]:
-    """Stream rows into shards: `parts` (tables or record batches with every PAIR_SCHEMA
-    column) come grouped by split in SPLITS order and sorted inside each split by (position
-    hash, move, board), as the shards store them. Memory: one row group and one input part.
+def write_sorted_shards(parts: Iterable[pa.Table | pa.RecordBatch], out_dir: Path,
+                        schema: pa.Schema = PAIR_SCHEMA) -> list[dict]:
+    """Stream rows into shards: `parts` (tables or record batches with every column of
+    `schema`: PAIR_SCHEMA, or SELFPLAY_SCHEMA for self-play rows) come grouped by split in
+    SPLITS order and sorted inside each split by (position hash, move, board), as the shards
+    store them. Memory: one row group and one input part.
 
     Each split gets `ROWS_PER_SHARD`-row shards of `ROW_GROUP_ROWS`-row groups, and at least
     one (empty) shard for a position split without rows; the game split gets none then.
@@ -358,7 +384,8 @@ def write_sorted_shards(parts: Iterable[pa.Table | pa.RecordBatch], out_dir: Pat
 
     def write_group(group: pa.Table) -> None:
         if state["shard"] is None:
-            state["shard"] = _ShardFile(out_dir, f"{SPLITS[state['split']]}-{state['index']:05d}")
+            state["shard"] = _ShardFile(out_dir, f"{SPLITS[state['split']]}-{state['index']:05d}",
+                                        schema)
             state["index"] += 1
         state["shard"].write(group)
         if state["shard"].rows >= ROWS_PER_SHARD:
@@ -382,12 +409,12 @@ def write_sorted_shards(parts: Iterable[pa.Table | pa.RecordBatch], out_dir: Pat
         flush(final=True)
         if state["split"] >= 0 and state["index"] == 0 and \
                 SPLITS[state["split"]] in POSITION_SPLITS:
-            write_group(PAIR_SCHEMA.empty_table())
+            write_group(schema.empty_table())
         close_shard()
         for skipped in range(state["split"] + 1, split):
             state["split"], state["index"] = skipped, 0
             if SPLITS[skipped] in POSITION_SPLITS:
-                write_group(PAIR_SCHEMA.empty_table())
+                write_group(schema.empty_table())
                 close_shard()
         state["split"], state["index"] = split, 0
 
@@ -396,7 +423,7 @@ def write_sorted_shards(parts: Iterable[pa.Table | pa.RecordBatch], out_dir: Pat
             if part.num_rows == 0:
                 continue
             table = part if isinstance(part, pa.Table) else pa.Table.from_batches([part])
-            table = table.select(PAIR_SCHEMA.names).cast(PAIR_SCHEMA)
+            table = table.select(schema.names).cast(schema)
             codes = pc.index_in(table["split"], value_set=pa.array(SPLITS, pa.string()))
             if codes.null_count:
                 table = table.filter(pc.is_valid(codes))  # rows of other splits: left out

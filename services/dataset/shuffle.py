@@ -81,9 +81,10 @@ def plain_alloc(dtypes: list[tuple[tuple[int, ...], Any]]):
 
 
 def batch_tensors(n: int, size: int, shared: bool = False, channels: int = 1,
-                   results: bool = False) -> tuple[torch.Tensor, ...]:
+                  results: bool = False, targets: int = 0) -> tuple[torch.Tensor, ...]:
     """boards int8 [n, s, s] (or [n, channels, s, s] when channels > 1) and moves int64 [n]
-    (and with `results` results float32 [n]) as views of one uint8 storage.
+    (and with `results` results float32 [n], with `targets` > 0 policy targets float32
+    [n, targets]) as views of one uint8 storage.
 
     `shared`: allocate it in shared memory (in a worker, as torch's default_collate does),
     which saves copying the block there when it is sent to the main process.
@@ -91,13 +92,17 @@ def batch_tensors(n: int, size: int, shared: bool = False, channels: int = 1,
     shape = (n, size, size) if channels == 1 else (n, channels, size, size)
     cells = n * channels * size * size
     offset = -(-cells // 8) * 8  # int64 view must start 8-aligned
-    total = offset + 8 * n + (4 * n if results else 0)
+    at_targets = offset + 8 * n + (4 * n if results else 0)
+    total = at_targets + 4 * n * targets
     if shared:
         raw = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(total))
     else:
         raw = torch.empty(total, dtype=torch.uint8)
     boards = raw[:cells].view(torch.int8).view(shape)
     moves = raw[offset:offset + 8 * n].view(torch.int64)
-    if not results:
-        return boards, moves
-    return boards, moves, raw[offset + 8 * n:].view(torch.float32)
+    out: tuple[torch.Tensor, ...] = (boards, moves)
+    if results:
+        out += (raw[offset + 8 * n:at_targets].view(torch.float32),)
+    if targets:
+        out += (raw[at_targets:].view(torch.float32).view(n, targets),)
+    return out

@@ -14,6 +14,7 @@ quarantine table are counted by kind (`SourceResult.notes`, `Game.kept_notes`).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -50,9 +51,19 @@ def write_source_pairs(game: Game, path: str | Path, out: str | Path, name: str 
     """The source's pairs, boards as the shards store them, written to the Parquet file `out`
     as they come; `result.rows` and `result.sha256` describe the file (`result.pairs` stays
     None)."""
-    path, out = Path(path), Path(out)
+    path = Path(path)
     result = SourceResult(source=name or path.name)
-    tables = game.replay_source(path, result, board_size=board_size, packed=True)
+    return write_pairs(game.replay_source(path, result, board_size=board_size, packed=True),
+                       out, result)
+
+
+def write_pairs(tables: Iterator[pa.Table], out: str | Path,
+                result: SourceResult) -> SourceResult:
+    """Write a source's tables of raw pairs (at least one: the first fixes the schema) to the
+    Parquet intermediate `out`, atomically, a batch of rows at a time; `result.rows` and
+    `result.sha256` describe the file. What `write_source_pairs` does with a replay's tables,
+    and the self-play ingest (`services.selfplay.pairs`) with its own."""
+    out = Path(out)
     first = next(tables)  # every replay gives at least one table: it fixes the schema
     schema = first.schema
     held_tables: list[pa.Table] = []

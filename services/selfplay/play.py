@@ -18,47 +18,17 @@ the same with a deterministic evaluator.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from services.evaluator import PolicyEvaluator
 from services.games.base import BLACK, WHITE, Game, Position
 from services.search import mcts
+from services.selfplay.game_record import MoveRecord, SelfPlayGame
 from services.selfplay.settings import SelfPlaySettings
 
 END_RULES = "rules"  # the rules ended the game (five, full board, two passes)
 END_RESIGNED = "resigned"
 END_MOVE_CAP = "move cap"  # a draw at `SelfPlaySettings.move_cap`
-
-
-@dataclass(frozen=True)
-class MoveRecord:
-    move: int
-    full: bool  # searched fully (its `target` is a policy target) or quickly
-    visits: int  # the root's visits when the move was chosen (reused ones included)
-    value: float  # the root's value for the side to move, in [-1, 1]
-    target: tuple[tuple[int, int], ...] = ()  # (move, visits) of the root's children (full)
-
-
-@dataclass
-class SelfPlayGame:
-    game: str
-    size: int
-    seed: int
-    opening: tuple[int, ...]
-    no_resign: bool
-    moves: list[MoveRecord] = field(default_factory=list)
-    winner: int = 0  # BLACK, WHITE, or 0 (a draw or no result)
-    end: str = ""
-    would_resign: tuple[int, int] | None = None  # (ply, colour) of the first resignation
-    model_name: str = ""
-    model_version: str = ""
-
-    @property
-    def all_moves(self) -> tuple[int, ...]:
-        """The opening and the searched moves, from the empty board."""
-        return self.opening + tuple(m.move for m in self.moves)
 
 
 def _winner_of_finished(game: Game, state: Position) -> int:

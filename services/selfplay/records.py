@@ -22,7 +22,7 @@ from pathlib import Path
 
 from services.atomic_files import atomic_write_text
 from services.games.base import Game
-from services.selfplay.play import MoveRecord, SelfPlayGame
+from services.selfplay.game_record import MoveRecord, SelfPlayGame
 
 GAMES_DIR = "games"
 RECORDS_DIR = "records"

@@ -255,7 +255,22 @@ def value_loss(value: torch.Tensor, results: torch.Tensor) -> torch.Tensor:
     return (error * error).sum() / known.sum().clamp(min=1)
 
 
-Step = Callable[[torch.Tensor, torch.Tensor, "torch.Tensor | None"], torch.Tensor]
+def policy_loss(logits: torch.Tensor, moves: torch.Tensor,
+                targets: torch.Tensor | None = None) -> torch.Tensor:
+    """Cross-entropy of the policy: on the played move without `targets`; with them (float
+    [B, n_moves], each row a distribution or all zero: the loader's `targets`) the soft
+    cross-entropy -sum(target * log softmax) averaged over the rows with a target, so a
+    self-play row learns its search's visit distribution, a records' row (one-hot) its
+    played move, and a fast-search row (zeros) nothing; 0 when no row has one. Masked
+    arithmetic rather than indexing: no host sync on a GPU."""
+    if targets is None:
+        return nn.functional.cross_entropy(logits, moves)
+    per_row = -(targets * torch.log_softmax(logits, dim=1)).sum(dim=1)
+    weighted = (targets.sum(dim=1) > 0).to(per_row.dtype)
+    return (per_row * weighted).sum() / weighted.sum().clamp(min=1)
+
+
+Step = Callable[..., torch.Tensor]
 
 
 def make_model(config: TrainConfig) -> tuple[nn.Module, torch.optim.Optimizer, Any]:
@@ -272,16 +287,18 @@ def make_model(config: TrainConfig) -> tuple[nn.Module, torch.optim.Optimizer, A
 def make_step(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
               config: TrainConfig) -> Step:
     """One optimisation step on a batch already on the device: bf16 autocast on a GPU (fp32 on
-    CPU), policy cross-entropy plus the weighted value loss when the model has a value head,
-    gradient clipping. Returns the loss without reading it (no host sync). Shared by `train` and
-    benchmarks/gpu_train.py, so the benchmark times the trainer's own step."""
+    CPU), policy cross-entropy (`policy_loss`: soft on policy targets when the batch has them)
+    plus the weighted value loss when the model has a value head, gradient clipping. Returns
+    the loss without reading it (no host sync). Shared by `train` and benchmarks/gpu_train.py,
+    so the benchmark times the trainer's own step."""
     cuda = config.device.startswith("cuda")
 
     def step(boards: torch.Tensor, moves: torch.Tensor,
-             results: torch.Tensor | None = None) -> torch.Tensor:
+             results: torch.Tensor | None = None,
+             targets: torch.Tensor | None = None) -> torch.Tensor:
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
             logits, value = split_outputs(model(boards))
-        loss = nn.functional.cross_entropy(logits.float(), moves)
+        loss = policy_loss(logits.float(), moves, targets)
         if value is not None and results is not None:
             loss = loss + config.value_weight * value_loss(value.float(), results)
         optimizer.zero_grad(set_to_none=True)
@@ -623,7 +640,9 @@ class _Run:
         finished = True
         for batch in self.batches if not cap or self.done < cap else ():
             b_t, m_t, r_t = to_device(batch, config.device, self.encode)
-            loss = self.step(b_t, m_t, r_t)
+            targets = batch.get("targets")  # self-play shards: the soft policy targets
+            loss = self.step(b_t, m_t, r_t, None if targets is None else
+                             targets.to(config.device, non_blocking=True))
             state["step"] += 1
             self.done += 1
             self.seen += len(m_t)
