@@ -11,7 +11,9 @@ category (`services.records.reasons`, the first full reason of each kept as its 
 Games a game's replay keeps up to a move (`Game.kept_notes`: a Go game cut short by an illegal
 move, `truncated`; a renju game cut at a forbidden black move, `cut_at_forbidden`, the move
 itself no target) count as ingested and also have a row in the quarantine table, and are
-counted by kind.
+counted by kind. A self-play folder (one holding `games/`) is a source too: its games are
+replayed through the same game replay and become rows with their policy targets and lineage,
+never merged (`services.selfplay.pairs`, docs/selfplay.md).
 
 Run: python -m flows.ingest [SOURCES ...] --out artifacts/dataset
          [--dask | --dask-address tcp://scheduler:8786]
@@ -233,8 +235,8 @@ def _resolve_sources(sources: list[str] | None) -> list[Path]:
                          "dataset folder (one run each)")
     if len({is_selfplay_source(p) for p in paths}) > 1:
         raise ValueError("this run mixes self-play folders and record files: ingest each into "
-                         "its own dataset folder (the training loader mixes them: "
-                         "--expert-share)")
+                         "its own dataset folder (records' pairs are merged, self-play rows "
+                         "never are: docs/selfplay.md)")
     names = Counter(p.name for p in paths)
     clashes = sorted(n for n, k in names.items() if k > 1)
     if clashes:

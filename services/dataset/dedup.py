@@ -33,6 +33,11 @@ What the query does (every row of the intermediates is one occurrence of a canon
    written shard by shard (`shards.write_sorted_shards`): the result depends only on the
    intermediates, so an incremental run (new sources read, old intermediates reused) writes
    the very bytes a run from scratch writes.
+
+Self-play intermediates (a `policy_target` column, `services.selfplay.pairs`) take the same
+query but no merge: each row is one search of its position with its own target, kept with
+count 1 and its lineage columns, ordered within equal (position, move) by board, game and ply
+(docs/selfplay.md). One build holds one kind: expert or self-play.
 """
 
 from __future__ import annotations
@@ -187,8 +192,7 @@ def _selfplay(paths: Sequence[Path]) -> bool:
     kinds = {POLICY_TARGET in pq.read_schema(p).names for p in paths}
     if len(kinds) > 1:
         raise ValueError("intermediates mix self-play pairs and records' pairs: ingest them "
-                         "into separate dataset folders (the loader mixes them: "
-                         "services.dataset.loader, expert_dir / expert_share)")
+                         "into separate dataset folders (docs/selfplay.md)")
     return kinds == {True}
 
 
