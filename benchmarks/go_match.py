@@ -28,12 +28,11 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -49,6 +48,12 @@ from services.games.go.game import (  # noqa: E402
 )
 from services.games.go.rules import BLACK, WHITE, GoState, IllegalMove  # noqa: E402
 from services.games.registry import get_game  # noqa: E402
+from services.match.gtp_process import (  # noqa: E402
+    DEFAULT_GNUGO,
+    GtpProcess,
+    GtpProcessError,
+    find_gnugo,
+)
 from services.protocols.gtp import (  # noqa: E402
     GtpEngine,
     color_name,
@@ -56,63 +61,7 @@ from services.protocols.gtp import (  # noqa: E402
 )
 from services.records.sgf_writer import go_sgf  # noqa: E402
 
-DEFAULT_GNUGO = "/usr/games/gnugo"
 OURS = "movepred"
-
-
-def find_gnugo(path: str | None = None) -> str | None:
-    """The gnugo binary: `path`, on PATH, or /usr/games/gnugo (Debian's place); None if none."""
-    for candidate in (path, shutil.which("gnugo"), DEFAULT_GNUGO):
-        if candidate and Path(candidate).is_file():
-            return str(candidate)
-    return None
-
-
-class GtpProcessError(RuntimeError):
-    """The GTP subprocess answered with an error or died."""
-
-
-class GtpProcess:
-    """A GTP engine in a subprocess: `send(command)` returns the answer text (after "= ")."""
-
-    def __init__(self, argv: Sequence[str]) -> None:
-        self.argv = list(argv)
-        self.proc = subprocess.Popen(
-            self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            text=True, bufsize=1,
-        )
-
-    def send(self, command: str) -> str:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        try:
-            self.proc.stdin.write(command + "\n")
-            self.proc.stdin.flush()
-        except BrokenPipeError as exc:
-            raise GtpProcessError(f"{self.argv[0]} exited ({command!r})") from exc
-        lines = []
-        while True:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise GtpProcessError(f"{self.argv[0]} closed its output ({command!r})")
-            line = line.rstrip("\r\n")
-            if not line and lines:
-                break
-            if line or lines:
-                lines.append(line)
-        text = "\n".join(lines)
-        if text.startswith("?"):
-            raise GtpProcessError(f"{command!r}: {text[1:].strip()}")
-        return text[1:].strip() if text.startswith("=") else text
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            with suppress(GtpProcessError):
-                self.send("quit")
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
 
 
 class EnginePlayer:

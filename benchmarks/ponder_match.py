@@ -48,15 +48,12 @@ PONDERER, PLAIN = "ponder", "no ponder"
 def engine(conn: Connection, model: str, ponder: bool, time_ms: int, threads: int) -> None:
     """One engine process: answers ("move", moves) with (move, visits, reused visits),
     ("cpu",) with its process CPU seconds, ("new",) by forgetting its trees, ("stop",)."""
-    import torch
-
-    from benchmarks.strength import TorchPolicy
+    from services.models.local_evaluator import LocalEvaluator
     from services.search import mcts
     from services.search.ponder import Ponderer
     from services.search.tree_cache import TreeCache
 
-    torch.set_num_threads(threads)
-    policy = TorchPolicy(model, name=Path(model).stem)
+    policy = LocalEvaluator(model, name=Path(model).stem, threads=threads)
     trees = TreeCache()
     ponderer = Ponderer(trees, max_visits=10**6, max_seconds=600) if ponder else None
     while True:

@@ -35,18 +35,18 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
 
-from benchmarks.strength import SIZE, TorchPolicy, openings  # noqa: E402
+from benchmarks.strength import SIZE, openings  # noqa: E402
 from services.games.gomoku.rules import BLACK, EMPTY, WHITE, GomokuState, Rule  # noqa: E402
 from services.games.registry import get_game  # noqa: E402
 from services.games.rollout import RolloutWeights  # noqa: E402
+from services.models.local_evaluator import LocalEvaluator  # noqa: E402
 from services.ratings.bradley_terry import Game, fit  # noqa: E402
 from services.search import mcts  # noqa: E402
 from services.search.rollout_value import FixedRollouts, RolloutValueEvaluator  # noqa: E402
 
 
-def player(policy: TorchPolicy, weights: RolloutWeights, lam: float, seed: int):
+def player(policy: LocalEvaluator, weights: RolloutWeights, lam: float, seed: int):
     """The evaluator a player searches with: the network, its values mixed at `lam`."""
     if lam == 0:
         return policy
@@ -54,7 +54,7 @@ def player(policy: TorchPolicy, weights: RolloutWeights, lam: float, seed: int):
                                  FixedRollouts(weights), lam, seed=seed)
 
 
-def play(policy: TorchPolicy, weights: RolloutWeights, lam: float, opening: tuple[int, ...],
+def play(policy: LocalEvaluator, weights: RolloutWeights, lam: float, opening: tuple[int, ...],
          lam_colour: int, args: argparse.Namespace, seed: int) -> dict:
     """One game of lambda `lam` (playing `lam_colour`) against lambda 0."""
     state = GomokuState.from_moves(opening, SIZE, Rule.FREESTYLE)
@@ -101,8 +101,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    policy = TorchPolicy(args.model, name=args.model.stem)
+    policy = LocalEvaluator(args.model, name=args.model.stem, threads=args.threads)
     weights = RolloutWeights.from_bytes(args.rollout.read_bytes())
     args.log.parent.mkdir(parents=True, exist_ok=True)
     games = ([json.loads(line) for line in args.log.read_text().splitlines() if line.strip()]

@@ -12,9 +12,9 @@ does, without Prefect), the network is trained on them (`services.trainer.train.
 `services.models.export.export_torchscript` (and kept at `--save-model` if given). With a path
 ending in `.pt`, that TorchScript file is used as it is.
 
-Everything runs in-process, without Triton: `TorchPolicy` wraps the TorchScript model in the
-evaluator interface the search expects (`infer(int8 boards [N, 15, 15]) -> .logits [N, 225]`,
-`.model_name`, `.model_version`).
+Everything runs in-process, without Triton: `services.models.local_evaluator.LocalEvaluator`
+wraps the TorchScript model in the evaluator interface the search expects (`infer(int8 boards
+[N, 15, 15]) -> .logits [N, 225]`, `.model_name`, `.model_version`).
 
 The match, for each visit count V: freestyle 15x15; seeded random openings of 2-4 stones
 (alternating black, white, ...) within 3 lines of the centre, distinct under the board's 8
@@ -61,7 +61,7 @@ from services.coords import index_name  # noqa: E402
 from services.games.gomoku import game as gomoku_game  # noqa: E402
 from services.games.gomoku.rules import BLACK, EMPTY, WHITE, GomokuState, Rule  # noqa: E402
 from services.games.symmetry import N_SYMMETRIES, transform_board  # noqa: E402
-from services.models.value import split_outputs  # noqa: E402
+from services.models.local_evaluator import LocalEvaluator  # noqa: E402
 from services.search import mcts  # noqa: E402
 
 SIZE = 15
@@ -70,39 +70,7 @@ SAMPLE = ROOT / "data" / "sample" / "selfplay.rif"
 
 
 # ---------------------------------------------------------------------------- the policy
-@dataclass(frozen=True)
-class PolicyOutput:
-    logits: np.ndarray  # float32 [N, 225]
-    model_name: str
-    model_version: str
-    values: np.ndarray | None = None  # float32 [N] for the side to move; None: no value head
-
-
-class TorchPolicy:
-    """A TorchScript policy (int8 boards -> logits, or (logits, value)) as a search evaluator,
-    in this process; `use_value=False` hides a value head from the search."""
-
-    def __init__(self, path: str | Path, name: str = "local", use_value: bool = True,
-                 model: torch.jit.ScriptModule | None = None) -> None:
-        self.model = model if model is not None else torch.jit.load(
-            str(path), map_location="cpu").eval()
-        self.name = name
-        self.use_value = use_value
-        self.calls = 0
-        self.boards = 0
-
-    def infer(self, boards: np.ndarray) -> PolicyOutput:
-        x = torch.from_numpy(np.ascontiguousarray(boards, dtype=np.int8))
-        with torch.inference_mode():
-            logits, values = split_outputs(self.model(x))
-        self.calls += 1
-        self.boards += len(boards)
-        values = values.to(torch.float32).numpy() if values is not None and self.use_value \
-            else None
-        return PolicyOutput(logits.to(torch.float32).numpy(), self.name, "1", values)
-
-
-def policy_move(policy: TorchPolicy, state: GomokuState, tactics: bool = False) -> int:
+def policy_move(policy: LocalEvaluator, state: GomokuState, tactics: bool = False) -> int:
     """The raw policy's move: the legal point with the highest logit (ties: lowest index).
 
     With `tactics` (the `policy+tactics` opponent, not the raw policy): a point that makes five
@@ -205,13 +173,14 @@ _WORKER: dict = {}
 
 def _init_worker(model_path: str, threads: int) -> None:
     torch.set_num_threads(threads)
-    _WORKER["policy"] = TorchPolicy(model_path)
-    _WORKER["no_value"] = TorchPolicy(model_path, use_value=False, model=_WORKER["policy"].model)
+    _WORKER["policy"] = LocalEvaluator(model_path, threads=threads)
+    _WORKER["no_value"] = LocalEvaluator(use_value=False, model=_WORKER["policy"].model,
+                                         threads=None)
 
 
 def play_game(task: tuple[int, tuple[int, ...], int, int, int, int, str]) -> GameRecord:
     index, opening, search_color, visits, max_moves, max_time_ms, opponent = task
-    policy: TorchPolicy = _WORKER["policy"]
+    policy: LocalEvaluator = _WORKER["policy"]
     state = GomokuState.from_moves(opening, SIZE, Rule.FREESTYLE)
     counts = {"search": 0, "policy": 0}
     seconds = {"search": 0.0, "policy": 0.0}

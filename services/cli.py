@@ -15,6 +15,8 @@ all in one dict and dispatches; add a registrar to `REGISTRARS` to add commands.
     movepred infer --record games.rif --moves 20 --out game.sgf     (a record's position)
     movepred status                                                (what runs: pid, ports, health)
     movepred stop [search triton prefect ...]                      (SIGTERM, then SIGKILL)
+    movepred match --engine version:3:visits=200 --engine gnugo     (a rated match: docs/matches.md)
+    movepred gate --candidate 4                                    (the candidate's match gate)
 
 Every client of the search service takes the same security options
 (`services.search.auth.add_client_arguments`): --tls-ca / --tls (TLS), --tls-client-cert and
@@ -43,6 +45,7 @@ from services.games.base import COLOR_NAMES, Game, InvalidRequest
 from services.games.go.rules import replay as go_replay
 from services.games.gomoku.rules import Rule
 from services.games.registry import default_game, game_of_source, get_game, registered_games
+from services.match.cli import add_match_commands
 from services.move_order.annealing import INITS
 from services.move_order.neighbours import NAMES as NEIGHBOURS
 from services.move_order.problem import stones_from_board
@@ -550,6 +553,7 @@ REGISTRARS: list[Registrar] = [
     add_rollout_commands,
     add_play_command,
     add_gtp_command,
+    add_match_commands,
 ]
 
 

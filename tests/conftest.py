@@ -123,7 +123,7 @@ INTEGRATION_NAMES = {
     ("services.triton.launcher", "TritonServer"): "starts Triton",
     ("services.triton.installation", "find_tritonserver"): "needs the tritonserver binary",
     ("prefect.testing.utilities", "prefect_test_harness"): "starts a Prefect server",
-    ("benchmarks.go_match", "find_gnugo"): "plays GNU Go",
+    ("services.match.gtp_process", "find_gnugo"): "plays GNU Go",
     ("torch.multiprocessing.spawn", "spawn"): "spawns a process group",
 }
 

@@ -21,6 +21,11 @@ The card's fields (`CARD_FIELDS`):
 * ``gate``: the publish gate's decision (passed, reason, the candidate's and the serving
   version's top-1), or ``{"passed": None, "reason": ...}`` when the publisher runs no gate.
 
+Fields added after publication (`update_card`, by `services.match`): ``ratings``, the version's
+Elo in a ratings log ({player label: elo, interval, games, anchor, log}; a version searched at
+two budgets is two players), and ``match_gate``, the gate's match against the serving version
+(the SPRT's verdict and games); the expert top-1 stays in ``gate`` and ``metrics``.
+
 `render` turns a version's metadata into the lines ``movepred serving`` prints.
 """
 
@@ -34,6 +39,10 @@ import subprocess
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
+
+from services import atomic_files
+from services.defaults import METADATA_FILE
+from services.repository.versions import locked_model_dir, version_dir
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +119,32 @@ def build_card(*, config_name: str, model: Any | None = None,
             "metrics_source": metrics_source, "gate": gate_out}
 
 
+def update_card(repository: Path, model_name: str, version: int,
+                fields: dict[str, Any]) -> Path:
+    """Merge `fields` into a published version's ``metadata.json`` (a field that is a dict
+    on both sides is merged key by key, anything else replaced), atomically under the
+    publishers' lock, so a quarantine or a publication never sees half a file and two writers
+    never lose each other's fields. FileNotFoundError when the version is not published."""
+    folder = version_dir(repository, model_name, version)
+    path = folder / METADATA_FILE
+    json.dumps(fields)  # fail before touching the file
+    with locked_model_dir(repository, model_name):
+        if not folder.is_dir():
+            raise FileNotFoundError(f"{model_name} v{version} is not published ({folder})")
+        try:
+            meta = json.loads(path.read_text())
+        except FileNotFoundError:
+            meta = {}
+        if not isinstance(meta, dict):
+            raise ValueError(f"{path} is not a JSON object")
+        for key, value in fields.items():
+            old = meta.get(key)
+            meta[key] = {**old, **value} if isinstance(old, dict) and isinstance(value, dict) \
+                else value
+        atomic_files.atomic_write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", path)
+    return path
+
+
 # ------------------------------------------------------------------------- printing
 def _pct(value: Any) -> str:
     return f"{100 * value:.1f}%" if isinstance(value, (int, float)) else "-"
@@ -183,4 +218,15 @@ def render(meta: dict[str, Any]) -> list[str]:
     gate = meta.get("gate") or {}
     passed = {True: "passed", False: "refused", None: "not run"}.get(gate.get("passed"), "?")
     lines.append(f"  gate: {passed}" + (f": {gate['reason']}" if gate.get("reason") else ""))
+    match = meta.get("match_gate")
+    if isinstance(match, dict):
+        lines.append(f"  match gate: {match.get('verdict', '?')}: {match.get('reason', '')}")
+    ratings = meta.get("ratings")
+    if isinstance(ratings, dict) and ratings:
+        lines.append("  ratings:")
+        for label, r in sorted(ratings.items()):
+            if isinstance(r, dict):
+                lines.append(f"    {label}: {_num(r.get('elo'), 0)} Elo [{_num(r.get('low'), 0)}"
+                             f", {_num(r.get('high'), 0)}], {r.get('games', '?')} games, "
+                             f"anchor {r.get('anchor', '?')} ({r.get('log', '?')})")
     return lines

@@ -150,6 +150,11 @@ class GomokuGame(Game):
                      else dict(renju.forbidden_points(s.board)))
         return BoardNotes(forbidden=forbidden, result=self.result_text(s))
 
+    def terminal_value(self, state: Position) -> float:
+        """A five is always made by the last mover: +1 to it; a full board is a draw."""
+        s: Any = state
+        return 1.0 if s.winner != EMPTY else 0.0
+
     def expand(self, state: Position) -> Expansion:
         """Proven outcomes from the rules: a five made (+1 to its maker), a full board (0), a
         side to move that can make five (only its winning points); facing a four, only the
