@@ -436,7 +436,7 @@ def test_the_scan_benchmark_finds_the_compiled_scans_identical_on_real_positions
 
 
 def test_the_compiled_scans_neighbour_table_is_the_rules_neighbours_on_every_size() -> None:
-    from services.games.go.scan import neighbour_table
+    from services.games.grid_kernels import neighbour_table
 
     for size in range(2, 26):
         table = neighbour_table(size)

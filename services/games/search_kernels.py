@@ -32,6 +32,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from services.compiled import kernel
+
 KIND_TERMINAL, KIND_PROVEN, KIND_OPEN = 0, 1, 2
 
 
@@ -67,3 +69,11 @@ def source_version(*files: str | None) -> str:
         if f is not None:
             h.update(Path(f).read_bytes())
     return h.hexdigest()[:12]
+
+
+@kernel
+def encode_board(cells: np.ndarray, aux: np.ndarray, iparams: np.ndarray, fparams: np.ndarray,
+                 out: np.ndarray) -> None:
+    """The `encode` of a game whose network input is the board itself (its cells as they are):
+    the Capture Game's and Gomoku's."""
+    out[:] = cells

@@ -45,12 +45,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from functools import cache
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from services.compiled import kernel
+from services.games import grid_kernels
+from services.games.grid_kernels import count_liberties, label_groups
 
 EMPTY, BLACK, WHITE = 0, 1, 2
 MIN_SIZE, MAX_SIZE = 2, 19  # the engine's board sizes (the game is served on 5..9)
@@ -62,21 +63,12 @@ DEFAULT_BATCH = 4096  # boards per batch in `play_games`: big enough to amortise
 Policy = Callable[[np.ndarray, np.ndarray], Any]
 
 
-@cache
 def neighbour_table(size: int) -> np.ndarray:
-    """int32 [S*S, 4]: the orthogonal neighbours of every point, padded with -1 at the end."""
+    """int32 [S*S, 4]: the orthogonal neighbours of every point, padded with -1 at the end
+    (`grid_kernels.neighbour_table`), for the engine's board sizes only."""
     if not MIN_SIZE <= size <= MAX_SIZE:
         raise ValueError(f"board size {size} is outside {MIN_SIZE}..{MAX_SIZE}")
-    table = np.full((size * size, 4), -1, np.int32)
-    for p in range(size * size):
-        y, x = divmod(p, size)
-        k = 0
-        for dx, dy in ((-1, 0), (1, 0), (0, -1), (0, 1)):
-            if 0 <= x + dx < size and 0 <= y + dy < size:
-                table[p, k] = (y + dy) * size + x + dx
-                k += 1
-    table.flags.writeable = False
-    return table
+    return grid_kernels.neighbour_table(size)
 
 
 class Scratch(NamedTuple):
@@ -105,35 +97,11 @@ def _scratch(size: int) -> Scratch:
 
 # ---- kernels ------------------------------------------------------------------------------
 @kernel
-def _has_liberty(cells, start, nbrs, queue, mark, clock):
-    """Whether the group of the stone at `start` has a liberty (stops at the first)."""
-    clock[0] += 1
-    tick = clock[0]
-    colour = cells[start]
-    mark[start] = tick
-    queue[0] = start
-    head, tail = 0, 1
-    while head < tail:
-        s = queue[head]
-        head += 1
-        for j in range(4):
-            q = nbrs[s, j]
-            if q < 0:
-                break
-            if cells[q] == 0:
-                return True
-            if cells[q] == colour and mark[q] != tick:
-                mark[q] = tick
-                queue[tail] = q
-                tail += 1
-    return False
-
-
-@kernel
 def _play(cells, rows, colours, moves, nbrs, queue, mark, clock, result):
     """Play moves[i] for colours[i] on board rows[i]; result[i]: GOES_ON, CAPTURED, SUICIDE,
     or 2 when the point is taken or off the board (nothing is played then)."""
     n = cells.shape[1]
+    none = np.empty(0, np.int32)
     for i in range(rows.shape[0]):
         b = rows[i]
         m = moves[i]
@@ -147,12 +115,13 @@ def _play(cells, rows, colours, moves, nbrs, queue, mark, clock, result):
             q = nbrs[m, j]
             if q < 0:
                 break
-            if cells[b, q] == 3 - c and not _has_liberty(cells[b], q, nbrs, queue, mark, clock):
+            if cells[b, q] == 3 - c and count_liberties(cells[b], nbrs, q, 1, mark, clock, queue,
+                                                        none) == 0:
                 captured = True
                 break
         if captured:
             result[i] = 1
-        elif not _has_liberty(cells[b], m, nbrs, queue, mark, clock):
+        elif count_liberties(cells[b], nbrs, m, 1, mark, clock, queue, none) == 0:
             result[i] = -1
         else:
             result[i] = 0
@@ -160,53 +129,12 @@ def _play(cells, rows, colours, moves, nbrs, queue, mark, clock, result):
 
 @kernel
 def _analyse(cells, nbrs, label, order, gstart, gcol, glib, lstart, libs, mark, clock):
-    """Split one board into groups: labels, stones, colour, liberties (listed and counted).
-    Returns the number of groups."""
-    n = cells.shape[0]
-    for p in range(n):
-        label[p] = -1
-    ng = 0
-    pos = 0
-    lpos = 0
-    for s in range(n):
-        colour = cells[s]
-        if colour == 0 or label[s] >= 0:
-            continue
-        g = ng
-        ng += 1
-        gcol[g] = colour
-        gstart[g] = pos
-        label[s] = g
-        order[pos] = s
-        pos += 1
-        head = gstart[g]
-        while head < pos:
-            t = order[head]
-            head += 1
-            for j in range(4):
-                q = nbrs[t, j]
-                if q < 0:
-                    break
-                if cells[q] == colour and label[q] < 0:
-                    label[q] = g
-                    order[pos] = q
-                    pos += 1
-        gstart[g + 1] = pos
-        clock[0] += 1
-        tick = clock[0]
-        lstart[g] = lpos
-        for i in range(gstart[g], pos):
-            t = order[i]
-            for j in range(4):
-                q = nbrs[t, j]
-                if q < 0:
-                    break
-                if cells[q] == 0 and mark[q] != tick:
-                    mark[q] = tick
-                    libs[lpos] = q
-                    lpos += 1
-        glib[g] = lpos - lstart[g]
-    lstart[ng] = lpos
+    """Split one board into groups (`grid_kernels.label_groups`: labels, stones, liberties
+    listed) with each group's colour and number of liberties. Returns the number of groups."""
+    ng = label_groups(cells, nbrs, label, order, gstart, lstart, libs, mark, clock)
+    for g in range(ng):
+        gcol[g] = cells[order[gstart[g]]]
+        glib[g] = lstart[g + 1] - lstart[g]
     return ng
 
 

@@ -4,7 +4,7 @@
 The same answers as `CaptureState.play` and `CaptureGame.expand`: the first capture wins (+1
 to its player), a suicide loses (-1 to its player), a capture available is a proven win
 (searched alone), otherwise every empty point but the suicides (all of them when nothing else
-is left); the network input is the board.
+is left); the network input is the board (`encode_board`).
 
 A node: `cells` the flat board (int8 [S*S]); `aux` [to_move, the last move's result
 (`GOES_ON`, `CAPTURED`, `SUICIDE`)]; `iparams` [size, the neighbour table flattened].
@@ -17,12 +17,15 @@ from typing import Any
 import numpy as np
 
 from services.compiled import kernel
+from services.games import grid_kernels, search_kernels
+from services.games.grid_kernels import grid_params, group_liberties, params_neighbours
 from services.games.search_kernels import (
     KIND_OPEN,
     KIND_PROVEN,
     KIND_TERMINAL,
     SearchKernels,
     SearchPosition,
+    encode_board,
     source_version,
 )
 
@@ -31,62 +34,16 @@ TO_MOVE, RESULT = 0, 1  # aux columns
 
 
 @kernel
-def _nbrs(iparams: np.ndarray) -> np.ndarray:
-    size = iparams[0]
-    return iparams[1:1 + 4 * size * size].reshape(size * size, 4)
-
-
-@kernel
-def _liberties(cells: np.ndarray, nbrs: np.ndarray) -> np.ndarray:
-    """The liberties of the group on each point (0 on empty points)."""
-    n = cells.shape[0]
-    libs = np.zeros(n, np.int64)
-    done = np.zeros(n, np.bool_)
-    mark = np.zeros(n, np.int64)
-    group = np.empty(n, np.int64)
-    tick = 0
-    for start in range(n):
-        colour = cells[start]
-        if colour == 0 or done[start]:
-            continue
-        tick += 1
-        group[0] = start
-        done[start] = True
-        size = 1
-        count = 0
-        i = 0
-        while i < size:
-            p = group[i]
-            i += 1
-            for j in range(4):
-                q = nbrs[p, j]
-                if q < 0:
-                    break
-                v = cells[q]
-                if v == 0:
-                    if mark[q] != tick:
-                        mark[q] = tick
-                        count += 1
-                elif v == colour and not done[q]:
-                    done[q] = True
-                    group[size] = q
-                    size += 1
-        for k in range(size):
-            libs[group[k]] = count
-    return libs
-
-
-@kernel
 def play(cells: np.ndarray, aux: np.ndarray, move: int, out_cells: np.ndarray,
          out_aux: np.ndarray, iparams: np.ndarray, fparams: np.ndarray) -> None:
     """`CaptureState.play`: the stone stays, the result says whether it captured or was
     suicide."""
     me = aux[TO_MOVE]
-    nbrs = _nbrs(iparams)
+    nbrs = params_neighbours(iparams)
     out_cells[:] = cells
     out_cells[move] = me
     out_aux[TO_MOVE] = 3 - me
-    libs = _liberties(out_cells, nbrs)
+    libs = group_liberties(out_cells, nbrs)
     result = GOES_ON
     for j in range(4):
         q = nbrs[move, j]
@@ -108,8 +65,8 @@ def classify(cells: np.ndarray, aux: np.ndarray, iparams: np.ndarray, fparams: n
         return KIND_TERMINAL, 0, 1.0 if aux[RESULT] == CAPTURED else -1.0
     n = cells.shape[0]
     me = aux[TO_MOVE]
-    nbrs = _nbrs(iparams)
-    libs = _liberties(cells, nbrs)
+    nbrs = params_neighbours(iparams)
+    libs = group_liberties(cells, nbrs)
     wins = 0
     quiet = 0
     empty = 0
@@ -147,24 +104,17 @@ def classify(cells: np.ndarray, aux: np.ndarray, iparams: np.ndarray, fparams: n
     return KIND_OPEN, k, 0.0
 
 
-@kernel
-def encode(cells: np.ndarray, aux: np.ndarray, iparams: np.ndarray, fparams: np.ndarray,
-           out: np.ndarray) -> None:
-    """The network input: the board itself."""
-    out[:] = cells
-
-
-KERNELS = SearchKernels("capture", source_version(__file__), play, classify, encode)
+KERNELS = SearchKernels("capture", source_version(__file__, grid_kernels.__file__,
+                                                  search_kernels.__file__),
+                        play, classify, encode_board)
 
 
 def position(state: Any) -> SearchPosition:
     """A Capture Game position (`CaptureState`) as the compiled tree holds it."""
-    from services.games.capture.batch import neighbour_table
-
     size = state.size
     return SearchPosition(
         cells=np.ascontiguousarray(state.board.reshape(-1), np.int8).copy(),
         aux=np.array([state.to_move, state.result], np.int64),
-        iparams=np.concatenate([[size], neighbour_table(size).reshape(-1)]).astype(np.int64),
+        iparams=grid_params(size),
         fparams=np.zeros(1),
     )

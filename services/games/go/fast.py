@@ -42,7 +42,7 @@ from services.games.go.rules import (
     IllegalMove,
     point_name,
 )
-from services.games.go.scan import neighbour_table
+from services.games.grid_kernels import neighbour_table
 
 # what the kernel reports for the move it stopped at
 LEGAL, OFF_BOARD_MOVE, _OCCUPIED, _KO, _SUICIDE = 0, 1, 2, 3, 4
@@ -440,5 +440,4 @@ def _no_pairs(size: int, error: str) -> CompactGame:
 
 
 __all__ = ["LEGAL", "OFF_BOARD_MOVE", "PASS", "CompactGame", "game_compact", "game_start",
-           "move_arrays", "move_error", "neighbour_table", "play", "replay_planes", "set_up",
-           "start_state"]
+           "move_arrays", "move_error", "play", "replay_planes", "set_up", "start_state"]

@@ -18,7 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 from services.games.go.rules import GoState
-from services.games.go.scan import compact_planes, neighbour_table
+from services.games.go.scan import compact_planes
+from services.games.grid_kernels import neighbour_table
 
 COMPACT_CHANNELS = 4
 RECENT_MOVES = 4

@@ -36,12 +36,12 @@ from services.games.go.fast import (
     game_start,
     move_arrays,
     move_error,
-    neighbour_table,
     play,
     start_state,
 )
 from services.games.go.features import COMPACT_CHANNELS, MAX_LIBERTIES, RECENT_MOVES
 from services.games.go.rules import BLACK, GAME_NAME, TRUNCATED, TRUNCATED_NOTE, WHITE
+from services.games.grid_kernels import neighbour_table
 from services.games.symmetry import N_SYMMETRIES
 from services.records.sgf import SgfGame, SgfRejected, read_archive, read_sgf
 

@@ -26,7 +26,7 @@ from services.compiled import kernel
 from services.games.base import BLACK, WHITE
 from services.games.go.fast import LEGAL, play, start_state
 from services.games.go.features import COMPACT_CHANNELS
-from services.games.go.scan import neighbour_table
+from services.games.grid_kernels import area_margin, neighbour_table, own_eye
 from services.games.rollout import (
     Rollouts,
     RolloutWeights,
@@ -38,71 +38,6 @@ from services.games.rollout import (
 )
 
 KO_PLANE = 3  # of the compact input: the point the side to move may not retake
-
-
-@kernel
-def own_eye(cells, point, colour, size, nbrs):
-    """Whether the empty `point` is an eye of `colour`: every neighbour its stone, and of the
-    diagonal points on the board at most one the opponent's (none on the edge)."""
-    for j in range(4):
-        q = nbrs[point, j]
-        if q < 0:
-            break
-        if cells[q] != colour:
-            return False
-    y = point // size
-    x = point - y * size
-    edge = x == 0 or y == 0 or x == size - 1 or y == size - 1
-    bad = 0
-    for dy in (-1, 1):
-        for dx in (-1, 1):
-            cy = y + dy
-            cx = x + dx
-            if 0 <= cy < size and 0 <= cx < size and cells[cy * size + cx] == 3 - colour:
-                bad += 1
-    return bad == 0 if edge else bad < 2
-
-
-@kernel
-def area_margin(cells, nbrs, seen, stack):
-    """Area score of colour 1 minus colour 2 (Tromp-Taylor, no komi)."""
-    area = cells.shape[0]
-    margin = 0
-    for p in range(area):
-        seen[p] = 0
-    for p in range(area):
-        v = cells[p]
-        if v == 1:
-            margin += 1
-        elif v == 2:
-            margin -= 1
-        elif seen[p] == 0:
-            seen[p] = 1
-            top = 0
-            stack[top] = p
-            top += 1
-            region = 0
-            touches = 0  # bit 1: colour 1, bit 2: colour 2
-            while top:
-                top -= 1
-                s = stack[top]
-                region += 1
-                for j in range(4):
-                    q = nbrs[s, j]
-                    if q < 0:
-                        break
-                    if cells[q] == 0:
-                        if seen[q] == 0:
-                            seen[q] = 1
-                            stack[top] = q
-                            top += 1
-                    else:
-                        touches |= cells[q]
-            if touches == 1:
-                margin += region
-            elif touches == 2:
-                margin -= region
-    return margin
 
 
 @kernel
@@ -142,7 +77,7 @@ def _rollouts(cells0, kos, komis, nbrs, base, d_own, d_opp, size, k, seed, rollo
                     p, state = draw_point(weights[side], cells, excluded, stamp, state)
                     if p < 0:
                         break
-                    if own_eye(cells, p, colour, size, nbrs):
+                    if own_eye(cells, nbrs, p, colour, size):
                         excluded[p] = stamp
                         continue
                     n_around = 0

@@ -48,7 +48,8 @@ import numpy as np
 from services.coords import GTP_LETTERS, SGF_LETTERS, sgf_name, sgf_point  # noqa: F401
 from services.coords import gtp_name as point_name
 from services.games.ascii_board import board_from_ascii
-from services.games.go.scan import group_liberties, legal_points, neighbour_table
+from services.games.go.scan import legal_points
+from services.games.grid_kernels import group_liberties, neighbour_table
 
 GAME_NAME = "go"  # the name services.games.go.game registers these rules' Game under
 # A game replayed into training pairs that hits an illegal move keeps its pairs before it: its

@@ -11,72 +11,16 @@ much CPU as the network's share of a small batch; compiled (numba, cached on dis
 `GoState.play`; `benchmarks/go_scan.py` on real positions).
 
 Points are flat indices `y * size + x` (`services.games.go.rules`); a position is its `cells` bytes
-read as uint8 (EMPTY=0, BLACK=1, WHITE=2), its neighbours `neighbour_table(size)`.
+read as uint8 (EMPTY=0, BLACK=1, WHITE=2), its neighbours `neighbour_table(size)`; the flood
+fill of every group is `services.games.grid_kernels.group_liberties`, which the rules share.
 """
 
 from __future__ import annotations
 
-from functools import cache
-
 import numpy as np
 
 from services.compiled import kernel
-
-
-@cache
-def neighbour_table(size: int) -> np.ndarray:
-    """int32 [S*S, 4]: the orthogonal neighbours of each point (left, right, down, up, those on
-    the board), padded with -1; read-only, one per size."""
-    table = np.full((size * size, 4), -1, np.int32)
-    for p in range(size * size):
-        y, x = divmod(p, size)
-        row = [q for q, on in ((p - 1, x > 0), (p + 1, x < size - 1), (p - size, y > 0),
-                               (p + size, y < size - 1)) if on]
-        table[p, : len(row)] = row
-    table.flags.writeable = False
-    return table
-
-
-@kernel
-def group_liberties(cells: np.ndarray, nbrs: np.ndarray) -> np.ndarray:
-    """int32 [S*S]: the number of liberties of the group on each point (0 on empty points).
-    One flood fill per group; `mark` stamps the liberties a group has counted, so a liberty
-    shared by two of its stones counts once."""
-    n = cells.shape[0]
-    libs = np.zeros(n, np.int32)
-    done = np.zeros(n, np.uint8)
-    mark = np.zeros(n, np.int32)
-    group = np.empty(n, np.int32)
-    tick = 0
-    for start in range(n):
-        colour = cells[start]
-        if colour == 0 or done[start]:
-            continue
-        tick += 1
-        group[0] = start
-        done[start] = 1
-        size = 1
-        count = 0
-        i = 0
-        while i < size:
-            p = group[i]
-            for j in range(4):
-                q = nbrs[p, j]
-                if q < 0:
-                    break
-                v = cells[q]
-                if v == 0:
-                    if mark[q] != tick:
-                        mark[q] = tick
-                        count += 1
-                elif v == colour and not done[q]:
-                    done[q] = 1
-                    group[size] = q
-                    size += 1
-            i += 1
-        for k in range(size):
-            libs[group[k]] = count
-    return libs
+from services.games.grid_kernels import group_liberties
 
 
 @kernel

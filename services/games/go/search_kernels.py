@@ -18,9 +18,18 @@ from typing import Any
 import numpy as np
 
 from services.compiled import kernel
+from services.games import grid_kernels
 from services.games.go import scan
 from services.games.go.features import MAX_LIBERTIES, RECENT_MOVES
-from services.games.go.scan import compact_planes, legal_points, neighbour_table
+from services.games.go.scan import compact_planes, legal_points
+from services.games.grid_kernels import (
+    area_margin,
+    count_liberties,
+    grid_params,
+    own_eye,
+    params_neighbours,
+    remove_group,
+)
 from services.games.search_kernels import (
     KIND_OPEN,
     KIND_TERMINAL,
@@ -31,40 +40,6 @@ from services.games.search_kernels import (
 
 TO_MOVE, KO, KO_COLOR, PASSES, RECENT = 0, 1, 2, 3, 4  # aux columns (RECENT: 4 of them)
 AUX = RECENT + RECENT_MOVES
-
-
-@kernel
-def _nbrs(iparams: np.ndarray) -> np.ndarray:
-    size = iparams[0]
-    return iparams[1:1 + 4 * size * size].reshape(size * size, 4)
-
-
-@kernel
-def _remove_if_dead(cells: np.ndarray, start: int, nbrs: np.ndarray, stack: np.ndarray,
-                    seen: np.ndarray, tick: int) -> tuple[int, int]:
-    """Remove the group at `start` when it has no liberty; (stones removed, the last one)."""
-    colour = cells[start]
-    seen[start] = tick
-    stack[0] = start
-    size = 1
-    i = 0
-    while i < size:
-        p = stack[i]
-        i += 1
-        for j in range(4):
-            q = nbrs[p, j]
-            if q < 0:
-                break
-            v = cells[q]
-            if v == 0:
-                return 0, -1
-            if v == colour and seen[q] != tick:
-                seen[q] = tick
-                stack[size] = q
-                size += 1
-    for k in range(size):
-        cells[stack[k]] = 0
-    return size, stack[size - 1]
 
 
 @kernel
@@ -86,23 +61,22 @@ def play(cells: np.ndarray, aux: np.ndarray, move: int, out_cells: np.ndarray,
         out_aux[PASSES] = aux[PASSES] + 1
         return
     out_aux[PASSES] = 0
-    nbrs = _nbrs(iparams)
+    nbrs = params_neighbours(iparams)
     out_cells[move] = me
     stack = np.empty(n, np.int64)
-    seen = np.zeros(n, np.int64)
+    mark = np.zeros(n, np.int64)
+    clock = np.zeros(1, np.int64)
+    found = np.empty(0, np.int64)
     captured = 0
-    last = -1
-    tick = 0
+    last = -1  # a lone stone captured (what a ko needs): the neighbour it stood on
     for j in range(4):
         q = nbrs[move, j]
         if q < 0:
             break
-        if out_cells[q] == opp:
-            tick += 1
-            removed, stone = _remove_if_dead(out_cells, q, nbrs, stack, seen, tick)
-            captured += removed
-            if removed:
-                last = stone
+        if out_cells[q] == opp and count_liberties(out_cells, nbrs, q, 1, mark, clock, stack,
+                                                   found) == 0:
+            captured += remove_group(out_cells, nbrs, q, stack)
+            last = q
     if captured == 1:
         own = 0
         empties = 0
@@ -124,38 +98,7 @@ def area_score(cells: np.ndarray, nbrs: np.ndarray, komi: float) -> float:
     """`GoState.score`: Black's area minus White's (stones and the empty regions bordered by
     one colour only) minus komi."""
     n = cells.shape[0]
-    counts = np.zeros(3, np.int64)
-    seen = np.zeros(n, np.bool_)
-    region = np.empty(n, np.int64)
-    for p in range(n):
-        if cells[p] != 0:
-            counts[cells[p]] += 1
-    for start in range(n):
-        if cells[start] != 0 or seen[start]:
-            continue
-        seen[start] = True
-        region[0] = start
-        size = 1
-        border = 0
-        i = 0
-        while i < size:
-            p = region[i]
-            i += 1
-            for j in range(4):
-                q = nbrs[p, j]
-                if q < 0:
-                    break
-                v = cells[q]
-                if v == 0:
-                    if not seen[q]:
-                        seen[q] = True
-                        region[size] = q
-                        size += 1
-                else:
-                    border |= v
-        if border == 1 or border == 2:
-            counts[border] += size
-    return counts[1] - counts[2] - komi
+    return area_margin(cells, nbrs, np.zeros(n, np.int64), np.empty(n, np.int64)) - komi
 
 
 @kernel
@@ -164,7 +107,7 @@ def classify(cells: np.ndarray, aux: np.ndarray, iparams: np.ndarray, fparams: n
     """`GoGame.expand` (see the module docstring)."""
     size = iparams[0]
     n = size * size
-    nbrs = _nbrs(iparams)
+    nbrs = params_neighbours(iparams)
     me = aux[TO_MOVE]
     if aux[PASSES] >= 2:
         score = area_score(cells, nbrs, fparams[0])
@@ -173,34 +116,12 @@ def classify(cells: np.ndarray, aux: np.ndarray, iparams: np.ndarray, fparams: n
         return KIND_TERMINAL, 0, value
     ko = aux[KO] if aux[KO_COLOR] == me else -1
     mask = legal_points(cells, nbrs, me, ko)
-    opp = 3 - me
     k = 0
     for p in range(n):
         legal[p] = mask[p]
         if not mask[p]:
             continue
-        eye = True  # every orthogonal neighbour own (off the board counts as own)
-        for j in range(4):
-            q = nbrs[p, j]
-            if q < 0:
-                break
-            if cells[q] != me:
-                eye = False
-                break
-        if eye:
-            y, x = divmod(p, size)
-            bad = 0
-            edge = False
-            for dy in (-1, 1):
-                for dx in (-1, 1):
-                    xx, yy = x + dx, y + dy
-                    if 0 <= xx < size and 0 <= yy < size:
-                        if cells[yy * size + xx] == opp:
-                            bad += 1
-                    else:
-                        edge = True
-            eye = bad == 0 or (bad == 1 and not edge)
-        if not eye:
+        if not own_eye(cells, nbrs, p, me, size):
             candidates[k] = p
             k += 1
     legal[n] = True
@@ -212,12 +133,13 @@ def classify(cells: np.ndarray, aux: np.ndarray, iparams: np.ndarray, fparams: n
 def encode(cells: np.ndarray, aux: np.ndarray, iparams: np.ndarray, fparams: np.ndarray,
            out: np.ndarray) -> None:
     """The compact [4, S, S] planes seen from the side to move, flat."""
-    planes = compact_planes(cells, _nbrs(iparams), aux[TO_MOVE], aux[RECENT:AUX], aux[KO],
-                            MAX_LIBERTIES)
+    planes = compact_planes(cells, params_neighbours(iparams), aux[TO_MOVE], aux[RECENT:AUX],
+                            aux[KO], MAX_LIBERTIES)
     out[:] = planes.reshape(-1)
 
 
-KERNELS = SearchKernels("go", source_version(__file__, scan.__file__), play, classify, encode)
+KERNELS = SearchKernels("go", source_version(__file__, scan.__file__, grid_kernels.__file__), play,
+                        classify, encode)
 
 
 def position(state: Any) -> SearchPosition:
@@ -229,6 +151,6 @@ def position(state: Any) -> SearchPosition:
     return SearchPosition(
         cells=np.frombuffer(s.cells, np.int8).copy(),
         aux=np.array(aux, np.int64),
-        iparams=np.concatenate([[s.size], neighbour_table(s.size).reshape(-1)]).astype(np.int64),
+        iparams=grid_params(s.size),
         fparams=np.array([state.komi], np.float64),
     )

@@ -48,7 +48,13 @@ from __future__ import annotations
 import numpy as np
 
 from services.compiled import kernel
-from services.games.go.scan import neighbour_table
+from services.games.grid_kernels import (
+    count_liberties,
+    label_groups,
+    neighbour_table,
+    own_eye,
+    remove_group,
+)
 
 CAPTURE_SIZE, SELF_ATARI_SIZE, LIBERTIES_AFTER, LADDER_CAPTURE, LADDER_ESCAPE, SENSIBLE = range(6)
 TACTICAL_CHANNELS = 6
@@ -74,68 +80,9 @@ def tactical_planes(compact: np.ndarray, max_plays: int = MAX_LADDER_PLAYS) -> n
     return out.reshape(n, TACTICAL_CHANNELS, size, size)
 
 
-# ---- board primitives on a scratch position (uint8 cells, 0 empty, 1 and 2 the colours) ------
-# `mark` / `clock` stamp the points a walk has seen (so a liberty two stones share counts once),
-# `stack` is a flood fill's work list; they are shared by every walk of a position, none of
-# which is interrupted by another.
-@kernel
-def _count_liberties(cells, nbrs, start, limit, mark, clock, stack, found):
-    """The liberties of the group on `start`, counting stops at `limit`; the first ones
-    (up to len(found)) are written to `found`."""
-    clock[0] += 1
-    tick = clock[0]
-    colour = cells[start]
-    stack[0] = start
-    mark[start] = tick
-    top = 1
-    count = 0
-    while top > 0:
-        top -= 1
-        p = stack[top]
-        for j in range(4):
-            q = nbrs[p, j]
-            if q < 0:
-                break
-            if mark[q] == tick:
-                continue
-            v = cells[q]
-            if v == 0:
-                mark[q] = tick
-                if count < found.shape[0]:
-                    found[count] = q
-                count += 1
-                if count >= limit:
-                    return count
-            elif v == colour:
-                mark[q] = tick
-                stack[top] = q
-                top += 1
-    return count
-
-
-@kernel
-def _remove_group(cells, nbrs, start, stack):
-    """Take the group on `start` off the board; return its number of stones."""
-    colour = cells[start]
-    cells[start] = 0
-    stack[0] = start
-    top = 1
-    removed = 1
-    while top > 0:
-        top -= 1
-        p = stack[top]
-        for j in range(4):
-            q = nbrs[p, j]
-            if q < 0:
-                break
-            if cells[q] == colour:
-                cells[q] = 0
-                stack[top] = q
-                top += 1
-                removed += 1
-    return removed
-
-
+# ---- moves on a scratch position (uint8 cells, 0 empty, 1 and 2 the colours) ----------------
+# The walks are `services.games.grid_kernels`'; their `mark` / `clock` / `stack` are shared by
+# every walk of a position, none of which is interrupted by another.
 @kernel
 def _play(cells, nbrs, p, colour, mark, clock, stack, found):
     """Play `colour` on the empty point `p` in place, captures included: SUICIDE, and the board
@@ -153,16 +100,16 @@ def _play(cells, nbrs, p, colour, mark, clock, stack, found):
             break
         if cells[q] == colour:
             alone = False
-        elif cells[q] == other and _count_liberties(cells, nbrs, q, 1, mark, clock, stack,
+        elif cells[q] == other and count_liberties(cells, nbrs, q, 1, mark, clock, stack,
                                                     found) == 0:
-            captured += _remove_group(cells, nbrs, q, stack)
+            captured += remove_group(cells, nbrs, q, stack)
             ko = q
     if captured == 0:
-        if _count_liberties(cells, nbrs, p, 1, mark, clock, stack, found) == 0:
+        if count_liberties(cells, nbrs, p, 1, mark, clock, stack, found) == 0:
             cells[p] = 0
             return SUICIDE
         return -1
-    if captured == 1 and alone and _count_liberties(cells, nbrs, p, 2, mark, clock, stack,
+    if captured == 1 and alone and count_liberties(cells, nbrs, p, 2, mark, clock, stack,
                                                     found) == 1:
         return ko
     return -1
@@ -214,7 +161,7 @@ def _prey_tries(cells, nbrs, prey, tries, at, mark, clock, stack, stones, one):
             q = nbrs[p, j]
             if q < 0:
                 break
-            if cells[q] == 3 - colour and _count_liberties(cells, nbrs, q, 2, mark, clock,
+            if cells[q] == 3 - colour and count_liberties(cells, nbrs, q, 2, mark, clock,
                                                            stack, one) == 1:
                 seen = False
                 for k in range(count):
@@ -239,7 +186,7 @@ def _hunter_tries(cells, nbrs, prey, tries, at, mark, clock, stack, two):
     """Write the hunter's ataris on the prey (two liberties) to `tries[at:]`, the one that
     leaves the prey's extension the fewer empty neighbours first; return how many (0 unless
     the prey has exactly two liberties)."""
-    if _count_liberties(cells, nbrs, prey, 3, mark, clock, stack, two) != 2:
+    if count_liberties(cells, nbrs, prey, 3, mark, clock, stack, two) != 2:
         return 0
     a, b = two[0], two[1]
     if _empty_neighbours(cells, nbrs, a) < _empty_neighbours(cells, nbrs, b):
@@ -305,7 +252,7 @@ def _read(cells, nbrs, prey, prey_to_move, ko, max_plays, work):
             continue
         at = first[depth] + count[depth]
         if prey_moves:
-            libs = _count_liberties(child, nbrs, prey, 3, mark, clock, stack, scratch)
+            libs = count_liberties(child, nbrs, prey, 3, mark, clock, stack, scratch)
             if libs >= 3:
                 result = ESCAPED
                 depth -= 1
@@ -330,83 +277,13 @@ def _read(cells, nbrs, prey, prey_to_move, ko, max_plays, work):
 
 # ---- one position -----------------------------------------------------------------------------
 @kernel
-def _groups(cells, nbrs, label, gsize, gfirst, members, libstart, libs, mark, clock):
-    """Label every group: `label[p]` its id (-1 on empty points), `gsize` its stones,
-    `members[gfirst[g]:gfirst[g] + gsize[g]]` the stones, `libs[libstart[g]:libstart[g + 1]]`
-    its distinct liberties. Returns the number of groups."""
-    n = cells.shape[0]
-    for p in range(n):
-        label[p] = -1
-    groups = 0
-    used = 0
-    nlibs = 0
-    libstart[0] = 0
-    for start in range(n):
-        colour = cells[start]
-        if colour == 0 or label[start] >= 0:
-            continue
-        g = groups
-        groups += 1
-        clock[0] += 1
-        tick = clock[0]
-        label[start] = g
-        gfirst[g] = used
-        members[used] = start
-        size = 1
-        i = 0
-        while i < size:
-            p = members[used + i]
-            for j in range(4):
-                q = nbrs[p, j]
-                if q < 0:
-                    break
-                v = cells[q]
-                if v == 0:
-                    if mark[q] != tick:
-                        mark[q] = tick
-                        libs[nlibs] = q
-                        nlibs += 1
-                elif v == colour and label[q] < 0:
-                    label[q] = g
-                    members[used + size] = q
-                    size += 1
-            i += 1
-        gsize[g] = size
-        used += size
-        libstart[g + 1] = nlibs
-    return groups
-
-
-@kernel
-def _own_eye(cells, nbrs, p, size):
-    """`go_game.own_eyes`' single-point eye of the mover (colour 1) at the empty point p."""
-    for j in range(4):
-        q = nbrs[p, j]
-        if q < 0:
-            break
-        if cells[q] != 1:
-            return False
-    y = p // size
-    x = p - y * size
-    edge = x == 0 or y == 0 or x == size - 1 or y == size - 1
-    bad = 0
-    for dy in (-1, 1):
-        for dx in (-1, 1):
-            yy = y + dy
-            xx = x + dx
-            if 0 <= yy < size and 0 <= xx < size and cells[yy * size + xx] == 2:
-                bad += 1
-    return bad == 0 or (bad == 1 and not edge)
-
-
-@kernel
 def _position(cells, ko, nbrs, size, max_plays, work, out):
     """Fill `out` int8 [TACTICAL_CHANNELS, S*S] for one position (cells: 1 the mover's);
     `work`: the ladder reader's arrays (`_work`)."""
     n = cells.shape[0]
     mark, clock, stack, scratch = work[8], work[9], work[10], work[12]
-    label, gsize, gfirst, members, libstart, libs, legal = work[13:]
-    groups = _groups(cells, nbrs, label, gsize, gfirst, members, libstart, libs, mark, clock)
+    label, members, gstart, libstart, libs, legal = work[13:]
+    groups = label_groups(cells, nbrs, label, members, gstart, libstart, libs, mark, clock)
     tick = clock[0]
     own = np.empty(4, np.int64)
     taken = np.empty(4, np.int64)
@@ -441,7 +318,7 @@ def _position(cells, ko, nbrs, size, max_plays, work, out):
                     continue
                 own[n_own] = g
                 n_own += 1
-                group_size += gsize[g]
+                group_size += gstart[g + 1] - gstart[g]
             elif libstart[g + 1] - libstart[g] == 1:  # an opponent group in atari: captured
                 seen = False
                 for k in range(n_taken):
@@ -451,7 +328,7 @@ def _position(cells, ko, nbrs, size, max_plays, work, out):
                     continue
                 taken[n_taken] = g
                 n_taken += 1
-                captured += gsize[g]
+                captured += gstart[g + 1] - gstart[g]
         # the liberties of the groups the stone joins, counted up to the cap (all that the
         # channels need: a large group's liberties are not walked for every point it touches)
         for o in range(n_own):
@@ -466,7 +343,7 @@ def _position(cells, ko, nbrs, size, max_plays, work, out):
         # captured stones next to the new group become its liberties
         for t in range(n_taken):
             g = taken[t]
-            for k in range(gfirst[g], gfirst[g] + gsize[g]):
+            for k in range(gstart[g], gstart[g + 1]):
                 if liberties >= MAX_COUNT:
                     break
                 s = members[k]
@@ -491,11 +368,11 @@ def _position(cells, ko, nbrs, size, max_plays, work, out):
         out[LIBERTIES_AFTER, p] = min(liberties, MAX_COUNT)
         if liberties == 1:
             out[SELF_ATARI_SIZE, p] = min(group_size, MAX_COUNT)
-        if not _own_eye(cells, nbrs, p, size):
+        if not own_eye(cells, nbrs, p, 1, size):
             out[SENSIBLE, p] = 1
     clock[0] = tick  # the stamps above stay below every later walk's
     for g in range(groups):
-        colour = cells[members[gfirst[g]]]
+        colour = cells[members[gstart[g]]]
         nl = libstart[g + 1] - libstart[g]
         if colour == 2 and nl == 2:
             # the mover ataris the opponent group from either liberty: does the ladder take it?
@@ -505,7 +382,7 @@ def _position(cells, ko, nbrs, size, max_plays, work, out):
                     continue
                 child = cells.copy()
                 made = _play(child, nbrs, at, 1, mark, clock, stack, scratch)
-                if _read(child, nbrs, members[gfirst[g]], True, made, max_plays,
+                if _read(child, nbrs, members[gstart[g]], True, made, max_plays,
                          work) == CAPTURED:
                     out[LADDER_CAPTURE, at] = 1
         elif colour == 1 and nl == 1:
@@ -515,7 +392,7 @@ def _position(cells, ko, nbrs, size, max_plays, work, out):
                 continue
             child = cells.copy()
             made = _play(child, nbrs, at, 1, mark, clock, stack, scratch)
-            after = _count_liberties(child, nbrs, at, 3, mark, clock, stack, scratch)
+            after = count_liberties(child, nbrs, at, 3, mark, clock, stack, scratch)
             if after >= 3 or (after == 2 and _read(child, nbrs, at, False, made, max_plays,
                                                    work) == ESCAPED):
                 out[LADDER_ESCAPE, at] = 1
@@ -527,8 +404,8 @@ def _work(points, max_plays):
     play), the tries of every open frame (at most one per point and the extension, each), a
     frame's kind, first try, number of tries, next try, verdict so far and ko point per depth;
     then `mark` and `clock` (the stamps of every walk), `stack`, a group's stones and a scratch
-    list, which the position's own walks share; then the position's groups (`_groups`: label,
-    size, first stone, stones, first liberty, liberties) and its legal points."""
+    list, which the position's own walks share; then the position's groups (`label_groups`:
+    label, stones, first stone, first liberty, liberties) and its legal points."""
     depth = max_plays + 2
     return (np.empty((depth, points), np.uint8), np.empty(depth * (points + 1), np.int64),
             np.empty(depth, np.int64), np.empty(depth, np.int64), np.empty(depth, np.int64),
@@ -536,8 +413,8 @@ def _work(points, max_plays):
             np.zeros(points, np.int64),
             np.zeros(1, np.int64), np.zeros(points, np.int64), np.zeros(points, np.int64),
             np.zeros(3, np.int64),
-            np.empty(points, np.int64), np.empty(points, np.int64), np.empty(points, np.int64),
-            np.empty(points, np.int64), np.empty(points + 1, np.int64),
+            np.empty(points, np.int64), np.empty(points, np.int64),
+            np.empty(points + 1, np.int64), np.empty(points + 1, np.int64),
             np.empty(4 * points, np.int64), np.empty(points, np.bool_))
 
 

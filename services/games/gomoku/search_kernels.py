@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from services.compiled import kernel
+from services.games import search_kernels
 from services.games.gomoku import renju, renju_compiled
 from services.games.gomoku.rules import BLACK, EMPTY, WHITE, GomokuState, Rule
 from services.games.search_kernels import (
@@ -23,6 +24,7 @@ from services.games.search_kernels import (
     KIND_TERMINAL,
     SearchKernels,
     SearchPosition,
+    encode_board,
     source_version,
 )
 
@@ -129,16 +131,10 @@ def classify(cells: np.ndarray, aux: np.ndarray, iparams: np.ndarray, fparams: n
     return KIND_OPEN, k, 0.0
 
 
-@kernel
-def encode(cells: np.ndarray, aux: np.ndarray, iparams: np.ndarray, fparams: np.ndarray,
-           out: np.ndarray) -> None:
-    """The network input: the board itself."""
-    out[:] = cells
-
-
 KERNELS = SearchKernels("gomoku", source_version(__file__, renju.__file__,
-                                                 renju_compiled.__file__),
-                        play, classify, encode)
+                                                 renju_compiled.__file__,
+                                                 search_kernels.__file__),
+                        play, classify, encode_board)
 
 
 def position(state: GomokuState) -> SearchPosition:
