@@ -134,6 +134,7 @@ def test_go_plays_with_its_pass_and_komi():
     record = play_game(GO, HashedEvaluator(points_extra=1), SelfPlaySettings(
         full_visits=6, fast_visits=2, max_moves=30), seed=2, size=9)
     assert record.size == 9 and len(record.all_moves) == 30
+    assert record.model_name == "hashed"  # named even when a move's search was all reused
     assert all(0 <= m <= 81 for m in record.all_moves)
 
 

@@ -73,7 +73,8 @@ def play_game(game: Game, evaluator: PolicyEvaluator, settings: SelfPlaySettings
                              temperature=temperature, seed=int(rng.integers(2**63)))
         search.run(settings.full_visits if full else settings.fast_visits)
         result = search.result(top_children=len(search.root.moves))
-        record.model_name, record.model_version = result.model_name, result.model_version
+        if result.model_name:  # a search that asked the network nothing (all reused) names none
+            record.model_name, record.model_version = result.model_name, result.model_version
         target = tuple((c.move, c.visits) for c in result.children if c.visits > 0) \
             if full else ()
         record.moves.append(MoveRecord(result.move, full, result.total_visits,
