@@ -3,140 +3,40 @@ agree with, visit for visit (tests/test_compiled_search.py), and the baseline of
 benchmarks/search_speed.py. It is the search as it was before the tree was compiled: a `Node`
 object per position, the game's `Position.play` and `Game.expand` per playout.
 
-Why it looks like this:
-
-* **Leaf values from the value head, when the network has one.** A leaf that is not a finished
-  game is worth what the network says: its value v (`PolicyOutput.values`) is the expected
-  result for the side to move *at* the leaf, so the leaf is worth -v to the player who moved
-  into it (`Node.value`, the convention of every node value and of `Search.backup`). Without a
-  value head (no `values`, or NaN for every board of the answer) such a leaf is worth 0 (a
-  draw) to both sides, and the visits follow the prior, sharpened wherever the rules prove
-  something. Non-finite logits, or a non-finite value next to finite ones, are an error
-  (`NonFiniteOutputError`, see `finite_outputs`): never a move picked from NaN. Proven
-  outcomes come from the rules, never from the network: a move that makes five is +1 for its
-  mover, a full board is 0, and a position whose side to move can make five at once is +1 for
-  that side. Forced nodes (a single candidate, see below) are not evaluated and are worth 0.
-* **Tactical exactness**, so the guarantees hold even with a weak network: when the side to move
-  can make five, only its winning points are searched (the node is a proven win); otherwise,
-  when the opponent threatens five (a four), only the blocking points are searched. Nodes left
-  with a single candidate need no network call.
-* **Batched leaf evaluation.** Up to `batch_size` leaves are gathered per evaluator call, spread
-  over the tree by a virtual loss, so one Triton request carries many boards.
-* **Deterministic given the evaluator**: candidates are kept in ascending point order and every
-  tie (selection, final move, principal variation) goes to the lowest point index.
-* **Legal moves only**: candidates come from `GomokuState.legal_mask()`, so under renju black
-  never searches (nor plays) a forbidden point; a four that black could only block on a
-  forbidden point is a proven loss, found by searching black's legal moves.
-* **Steppable and reusable**: `Search` runs one batch at a time (`batches()` yields between
-  batches, where the tree holds no virtual loss), so callers can stream reports, stop on
-  cancellation, and keep the tree: a subtree of a finished search can seed the next search
-  (`Search(node, ...)`) with all its visits (tree reuse between the moves of one game).
-
-What a node is comes from its game (`Game.expand`, services/games/base.py): terminal and
-worth what to whom, a proven win, or the candidates to search. Gomoku's tactics above are its
-`expand` (services/games/gomoku/game.py); Go's candidates are the legal points that do not fill
-one of the mover's own eyes, plus the pass (always legal, the policy's last entry), and after
-two consecutive passes a node is terminal and worth the area score's verdict (with komi) to the
-player who passed last (services/games/go/game.py). Other leaves get the network's value.
-
-The search talks to a `PolicyEvaluator` (anything with `infer(boards) -> logits/values/model
-info`, e.g. `services.triton.client.PolicyClient`), never to Triton directly. The boards it
-sends are `network_input(state)` (the game's `network_input`: the int8 board [S, S] for Gomoku,
-the compact int8 [4, S, S] for Go).
+What the search does (leaf values, the rules' proven outcomes, batching under a virtual loss,
+ties to the lowest point, reuse) is `services.search.mcts`'s docstring; so are what both trees
+share (the batch loop, the result, the checks of `search`'s arguments, the leaf values and the
+masked softmax), imported from there so that only the tree itself is compared. What is left
+here is the tree: a `Node` per position and the PUCT selection and backup over them.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from services import numerics
-from services.evaluator import (
-    EvaluatorError,
-    PolicyEvaluator,
-    finite_outputs,
-    value_rows,
+from services.evaluator import EvaluatorError, PolicyEvaluator, finite_outputs
+from services.search.mcts import (  # what both trees share: their answers are compared
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_C_PUCT,
+    VIRTUAL_LOSS,
+    ChildStats,
+    GameOverError,
+    SearchLoop,
+    SearchResult,
+    State,
+    leaf_values,
+    masked_softmax,
+    network_input,
+    policy_size,
+    search_budget,
 )
-from services.games.base import Position
 
-State = Position
-
-DEFAULT_C_PUCT = 1.5
-DEFAULT_BATCH_SIZE = 16
-VIRTUAL_LOSS = 1.0
-
-
-class GameOverError(ValueError):
-    """The position has no legal move (somebody made five, the board is full, or every empty
-    point is forbidden for black under renju; Go: two consecutive passes ended the game)."""
-
-
-def network_input(state: State) -> np.ndarray:
-    """What the policy network takes for `state` (its game's `network_input`)."""
-    return state.game.network_input(state)
-
-
-def policy_size(state: State) -> int:
-    """Entries of the policy of `state`: its points (and the pass, last, in games with one)."""
-    return state.game.policy_size(state.size)
-
-
-def masked_softmax(logits: np.ndarray, legal: np.ndarray) -> np.ndarray:
-    """Softmax of `logits` over the points where `legal` holds; exactly 0 elsewhere (float64).
-
-    The legal logits must be finite: a NaN or infinite one raises ValueError (callers check
-    the network's answer with `finite_outputs` first, which names the model). Turning NaN into
-    a policy (uniform, say) would serve a broken model's garbage as an answer.
-    """
-    legal = np.asarray(legal, dtype=bool)
-    if not np.isfinite(np.asarray(logits).reshape(legal.shape)[legal]).all():
-        raise ValueError("masked_softmax: the legal logits must be finite (NaN or Inf found)")
-    return numerics.masked_softmax(np.ravel(logits), legal.ravel()).reshape(legal.shape)
-
-
-def leaf_values(values: np.ndarray | None, n: int) -> np.ndarray:
-    """Leaf values (float64 [n], for the player who moved into each node) from the network's
-    values for the side to move there: -v, clipped to [-1, 1]; 0 (a draw) everywhere when
-    `values` is None (no value head; `finite_outputs` turns an all-NaN answer into None and
-    refuses any other non-finite value before this runs)."""
-    rows = value_rows(values, n)
-    if rows is None:
-        return np.zeros(n)
-    v = rows.astype(np.float64)
-    if not np.isfinite(v).all():
-        raise EvaluatorError("leaf values must be finite (check them with finite_outputs)")
-    return 0.0 - np.clip(v, -1.0, 1.0)
-
-
-@dataclass(frozen=True)
-class ChildStats:
-    move: int
-    visits: int
-    prior: float  # the network's probability of the move over all legal points
-    value: float  # mean value for the player making the move (0 when unvisited)
-    principal_variation: tuple[int, ...] = ()  # starts with `move`
-
-
-@dataclass(frozen=True)
-class SearchResult:
-    move: int
-    visits: int  # visits of the chosen move
-    total_visits: int  # visits of the root's children together, reused ones included
-    prior: float  # network probability of the chosen move over all legal points
-    value: float  # root mean value for the side to move, in [-1, 1]
-    principal_variation: tuple[int, ...]  # starts with `move`
-    model_name: str
-    model_version: str
-    children: tuple[ChildStats, ...]  # most visited first
-    evaluator_calls: int
-    evaluated_leaves: int  # boards sent to the evaluator, root included
-    elapsed_s: float
-    reused_visits: int = 0  # part of total_visits that came with a reused tree
-    new_visits: int = 0  # simulations run by this search (total_visits - reused_visits)
+__all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_C_PUCT", "ChildStats", "GameOverError", "Node",
+           "Search", "SearchResult", "search"]
 
 
 class Node:
@@ -245,51 +145,21 @@ class Node:
 
 
 
-class Search:
-    """One PUCT search, run batch by batch.
+class Search(SearchLoop):
+    """One PUCT search on the interpreted tree, run batch by batch: `services.search.mcts.Search`
+    (`root` a position or a reused `Node`, `clock`, the use: see there) without exploration."""
 
-    `root` is a position (a fresh tree) or a `Node` of an earlier search (reuse: its visits,
-    `reused_visits`, count towards the budget). Use: `start()`, then iterate `batches(...)`
-    (or call `run`), then `result()`. Not thread-safe: one search belongs to one thread.
-    `clock` (seconds, `time.monotonic` by default) is what time budgets, deadlines and
-    `elapsed_s` are read from; a test passes a clock of its own to check them without waiting.
-    """
-
-    def __init__(
-        self,
-        root: State | Node,
-        evaluator: PolicyEvaluator,
-        *,
-        c_puct: float = DEFAULT_C_PUCT,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        model_name: str = "",
-        model_version: str = "",
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self.evaluator = evaluator
-        self.c_puct = c_puct
-        self.batch_size = batch_size
+    def __init__(self, root: State | Node, evaluator: PolicyEvaluator, *,
+                 c_puct: float = DEFAULT_C_PUCT, batch_size: int = DEFAULT_BATCH_SIZE,
+                 model_name: str = "", model_version: str = "",
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._options(evaluator, c_puct, batch_size)
         self.reused = isinstance(root, Node)
         self.root = root if isinstance(root, Node) else Node(root)
         if self.reused and (self.root.priors is None or self.root.terminal):
             raise ValueError("a reused root must be an expanded, non-terminal node")
-        self.reused_visits = self.root.visits if self.reused else 0
-        self.model_name = model_name
-        self.model_version = model_version
-        self.evaluator_calls = 0
-        self.evaluated_leaves = 0
-        self.visits = 0  # simulations run by this search
-        self.clock = clock
-        self.started_at = clock()
-        self.proven_win = False
-        self.batch_seconds = 0.0  # running estimate of one batch's duration
+        self._count_from(self.root.visits if self.reused else 0, model_name, model_version, clock)
         self._started = False
-
-    @property
-    def total_visits(self) -> int:
-        return self.reused_visits + self.visits
 
     def evaluate(self, nodes: list[Node]) -> np.ndarray:
         """One evaluator call for `nodes`; returns their legal-point policies [N, size*size]."""
@@ -397,84 +267,6 @@ class Search:
         self.visits += done
         return done
 
-    def batches(
-        self,
-        max_visits: int,
-        end: float = math.inf,
-        should_stop: Callable[[], bool] | None = None,
-        deadline: float | None = None,
-    ) -> Iterator[int]:
-        """Run batches until the root has `max_visits` visits (reused ones included; 0: no
-        visit limit), the clock passes `end` (a time budget), `should_stop()` holds, or
-        a proven win has been visited; yields the root's total visits after each batch.
-
-        `deadline` is a hard end (e.g. the request deadline): a batch that would probably not
-        finish before it (judged by the recent batches' durations) is not started.
-        """
-        self.start()
-        limit = max_visits - self.reused_visits if max_visits > 0 else math.inf
-        while self.visits < limit:
-            now = self.clock()
-            if now >= end or (deadline is not None and now + self.batch_seconds >= deadline):
-                break
-            if self.proven_win and self.total_visits > 0:
-                break
-            if should_stop is not None and should_stop():
-                break
-            done = self.step(limit - self.visits)
-            elapsed = self.clock() - now
-            # rises at once with a slow batch, decays slowly: a cautious guess for `deadline`
-            self.batch_seconds = max(elapsed, 0.7 * self.batch_seconds + 0.3 * elapsed)
-            if done == 0:
-                break  # cannot happen on a clean tree (no leaf awaits the network between batches)
-            yield self.total_visits
-
-    def run(
-        self,
-        max_visits: int,
-        end: float = math.inf,
-        should_stop: Callable[[], bool] | None = None,
-        deadline: float | None = None,
-    ) -> None:
-        for _ in self.batches(max_visits, end, should_stop, deadline):
-            pass
-
-    def result(self, top_children: int = 10, started: float | None = None) -> SearchResult:
-        root = self.root
-        assert root.priors is not None, "start() the search first"
-        best = root.best_child()
-        order = np.lexsort((root.moves, -root.priors, -root.child_n))
-        n, w = root.child_n.astype(np.float64), root.child_w
-        q = np.divide(w, n, out=np.zeros_like(w), where=n > 0)
-        children = tuple(
-            ChildStats(
-                move=int(root.moves[i]),
-                visits=int(n[i]),
-                prior=root.network_prior(int(i)),
-                value=float(q[i]),
-                principal_variation=self.child_variation(int(i)),
-            )
-            for i in order[:top_children]
-        )
-        total = float(n.sum())
-        started = self.started_at if started is None else started
-        return SearchResult(
-            move=int(root.moves[best]),
-            visits=int(n[best]),
-            total_visits=int(total),
-            prior=root.network_prior(best),
-            value=float(w.sum() / total) if total > 0 else 0.0,
-            principal_variation=self.principal_variation(),
-            model_name=self.model_name,
-            model_version=self.model_version,
-            children=children,
-            evaluator_calls=self.evaluator_calls,
-            evaluated_leaves=self.evaluated_leaves,
-            elapsed_s=self.clock() - started,
-            reused_visits=self.reused_visits,
-            new_visits=self.visits,
-        )
-
     def principal_variation(self) -> tuple[int, ...]:
         """Follow the most visited children from the root (the first move is always included)."""
         return _variation(self.root, first_always=True)
@@ -498,41 +290,14 @@ def _variation(node: Node | None, first_always: bool) -> tuple[int, ...]:
     return tuple(pv)
 
 
-def search(
-    state: State,
-    evaluator: PolicyEvaluator,
-    *,
-    max_visits: int = 0,
-    max_time_ms: int = 0,
-    deadline: float | None = None,
-    c_puct: float = DEFAULT_C_PUCT,
-    batch_size: int = DEFAULT_BATCH_SIZE,
-    top_children: int = 10,
-    tree: Node | None = None,
-    should_stop: Callable[[], bool] | None = None,
-    clock: Callable[[], float] = time.monotonic,
-) -> SearchResult:
-    """Choose a move for the side to move in `state`.
-
-    Budget: `max_visits` root visits and/or `max_time_ms` of wall time (0 = unlimited, but not
-    both). `deadline` (an instant of `clock`, `time.monotonic` by default) cuts the search
-    short too, e.g. the gRPC request deadline (no batch is started that would probably end
-    after it), and so does `should_stop()` (checked between batches). The root is always
-    evaluated once, even past the deadline, so there is always a move (the highest prior one if
-    no simulation ran). `tree`: a node of an earlier search for `state` to continue (its visits
-    count towards `max_visits`). Evaluator errors propagate.
-    Raises GameOverError when the position has no legal move.
-    """
-    if max_visits < 0 or max_time_ms < 0:
-        raise ValueError(f"budgets must be >= 0, got {max_visits=} {max_time_ms=}")
-    if max_visits == 0 and max_time_ms == 0:
-        raise ValueError("give max_visits or max_time_ms (both 0 would search forever)")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if tree is not None and not np.array_equal(tree.state.board, state.board):
-        raise ValueError("tree is not a search of this position")
-    started = clock()
-    end = started + max_time_ms / 1000.0 if max_time_ms > 0 else math.inf
+def search(state: State, evaluator: PolicyEvaluator, *, max_visits: int = 0,
+           max_time_ms: int = 0, deadline: float | None = None, c_puct: float = DEFAULT_C_PUCT,
+           batch_size: int = DEFAULT_BATCH_SIZE, top_children: int = 10,
+           tree: Node | None = None, should_stop: Callable[[], bool] | None = None,
+           clock: Callable[[], float] = time.monotonic) -> SearchResult:
+    """`services.search.mcts.search` (budgets, deadline, reuse, errors: see there) with this
+    tree, and without the compiled search's exploration options."""
+    started, end = search_budget(state, tree, max_visits, max_time_ms, batch_size, clock)
     s = Search(tree if tree is not None else state, evaluator, c_puct=c_puct,
                batch_size=batch_size, clock=clock)
     s.run(max_visits, end, should_stop, deadline)

@@ -63,6 +63,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -328,7 +329,155 @@ def _best_child(tree: ct.Tree, node: int) -> int:
     return int(np.lexsort((moves, -priors, -n))[0])
 
 
-class Search:
+class SearchLoop:
+    """The batch loop of a PUCT search, whatever holds its tree: `batches` and `run` call a
+    subclass's `start()` (classify and evaluate the root once) and `step(max_new)` (one batch
+    of simulations; returns how many ran).
+
+    Why: the compiled search here and the interpreted reference it must agree with
+    (tests/reference_search.py) stop on the same budgets, deadlines and proven wins; one loop
+    keeps them stopping alike, and one `result` reports them alike. A subclass sets its
+    counters with `_count_from` and its `root`, and gives `start`, `step`, `child_variation`
+    and `principal_variation`.
+    """
+
+    root: Any  # a `Node` of the subclass's tree: moves, priors, child_n, child_w, network_prior
+    visits: int
+    reused_visits: int
+    model_name: str
+    model_version: str
+    evaluator_calls: int
+    evaluated_leaves: int
+    clock: Callable[[], float]
+    started_at: float
+    batch_seconds: float
+    proven_win: bool
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def step(self, max_new: float = math.inf) -> int:
+        raise NotImplementedError
+
+    def child_variation(self, i: int) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def principal_variation(self) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def _chosen(self, n: np.ndarray, best: int) -> int:
+        """The result's move among the root's candidates: the most visited (`best`)."""
+        return best
+
+    def _options(self, evaluator: PolicyEvaluator, c_puct: float, batch_size: int) -> None:
+        """The search's evaluator and PUCT options (ValueError for a batch_size below 1)."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.evaluator = evaluator
+        self.c_puct = c_puct
+        self.batch_size = batch_size
+
+    def _count_from(self, reused_visits: int, model_name: str, model_version: str,
+                    clock: Callable[[], float]) -> None:
+        """The counters a search starts with (no visit, no evaluator call yet)."""
+        self.reused_visits = reused_visits
+        self.model_name = model_name
+        self.model_version = model_version
+        self.evaluator_calls = 0
+        self.evaluated_leaves = 0
+        self.visits = 0  # simulations run by this search
+        self.clock = clock
+        self.started_at = clock()
+        self.proven_win = False
+        self.batch_seconds = 0.0  # running estimate of one batch's duration
+
+    @property
+    def total_visits(self) -> int:
+        return self.reused_visits + self.visits
+
+    def batches(
+        self,
+        max_visits: int,
+        end: float = math.inf,
+        should_stop: Callable[[], bool] | None = None,
+        deadline: float | None = None,
+    ) -> Iterator[int]:
+        """Run batches until the root has `max_visits` visits (reused ones included; 0: no
+        visit limit), the clock passes `end` (a time budget), `should_stop()` holds, or
+        a proven win has been visited; yields the root's total visits after each batch.
+
+        `deadline` is a hard end (e.g. the request deadline): a batch that would probably not
+        finish before it (judged by the recent batches' durations) is not started.
+        """
+        self.start()
+        limit = max_visits - self.reused_visits if max_visits > 0 else math.inf
+        while self.visits < limit:
+            now = self.clock()
+            if now >= end or (deadline is not None and now + self.batch_seconds >= deadline):
+                break
+            if self.proven_win and self.total_visits > 0:
+                break
+            if should_stop is not None and should_stop():
+                break
+            done = self.step(limit - self.visits)
+            elapsed = self.clock() - now
+            # rises at once with a slow batch, decays slowly: a cautious guess for `deadline`
+            self.batch_seconds = max(elapsed, 0.7 * self.batch_seconds + 0.3 * elapsed)
+            if done == 0:
+                break  # cannot happen on a clean tree (no leaf awaits the network between batches)
+            yield self.total_visits
+
+    def run(
+        self,
+        max_visits: int,
+        end: float = math.inf,
+        should_stop: Callable[[], bool] | None = None,
+        deadline: float | None = None,
+    ) -> None:
+        for _ in self.batches(max_visits, end, should_stop, deadline):
+            pass
+
+    def result(self, top_children: int = 10, started: float | None = None) -> SearchResult:
+        root = self.root
+        priors = root.priors
+        assert priors is not None, "start() the search first"
+        moves = root.moves
+        order = np.lexsort((moves, -priors, -root.child_n))
+        n, w = root.child_n.astype(np.float64), root.child_w
+        chosen = self._chosen(n, int(order[0]))
+        q = np.divide(w, n, out=np.zeros_like(w), where=n > 0)
+        children = tuple(
+            ChildStats(
+                move=int(moves[i]),
+                visits=int(n[i]),
+                prior=root.network_prior(int(i)),
+                value=float(q[i]),
+                principal_variation=self.child_variation(int(i)),
+            )
+            for i in order[:top_children]
+        )
+        total = float(n.sum())
+        started = self.started_at if started is None else started
+        return SearchResult(
+            move=int(moves[chosen]),
+            visits=int(n[chosen]),
+            total_visits=int(total),
+            prior=root.network_prior(chosen),
+            value=float(w.sum() / total) if total > 0 else 0.0,
+            principal_variation=(self.principal_variation() if chosen == order[0]
+                                 else self.child_variation(chosen)),
+            model_name=self.model_name,
+            model_version=self.model_version,
+            children=children,
+            evaluator_calls=self.evaluator_calls,
+            evaluated_leaves=self.evaluated_leaves,
+            elapsed_s=self.clock() - started,
+            reused_visits=self.reused_visits,
+            new_visits=self.visits,
+        )
+
+
+class Search(SearchLoop):
     """One PUCT search, run batch by batch.
 
     `root` is a position (a fresh tree) or a `Node` of an earlier search (reuse: its visits,
@@ -356,14 +505,10 @@ class Search:
         temperature: float = 0.0,
         seed: int | None = None,
     ) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self._options(evaluator, c_puct, batch_size)
         if noise_alpha < 0 or not 0 <= noise_weight <= 1 or temperature < 0:
             raise ValueError(f"bad exploration options: {noise_alpha=} {noise_weight=} "
                              f"{temperature=}")
-        self.evaluator = evaluator
-        self.c_puct = c_puct
-        self.batch_size = batch_size
         self.reused = isinstance(root, Node)
         if isinstance(root, Node):
             self.root = root
@@ -372,26 +517,13 @@ class Search:
         else:
             self.root = Node(_TreeData(root), 0, root)
         self._data = self.root._data
-        self.reused_visits = self.root.visits if self.reused else 0
-        self.model_name = model_name
-        self.model_version = model_version
-        self.evaluator_calls = 0
-        self.evaluated_leaves = 0
-        self.visits = 0  # simulations run by this search
-        self.clock = clock
-        self.started_at = clock()
-        self.proven_win = False
-        self.batch_seconds = 0.0  # running estimate of one batch's duration
+        self._count_from(self.root.visits if self.reused else 0, model_name, model_version, clock)
         self.noise_alpha = noise_alpha
         self.noise_weight = noise_weight
         self.temperature = temperature
         self.rng = np.random.default_rng(seed)
         self._root_priors = np.zeros(0)  # the root's priors with noise (empty: none)
         self._started = False
-
-    @property
-    def total_visits(self) -> int:
-        return self.reused_visits + self.visits
 
     def _evaluate(self, n: int, legal: np.ndarray, inputs: np.ndarray) -> tuple[np.ndarray,
                                                                                  np.ndarray]:
@@ -464,93 +596,12 @@ class Search:
         self.visits += done
         return done
 
-    def batches(
-        self,
-        max_visits: int,
-        end: float = math.inf,
-        should_stop: Callable[[], bool] | None = None,
-        deadline: float | None = None,
-    ) -> Iterator[int]:
-        """Run batches until the root has `max_visits` visits (reused ones included; 0: no
-        visit limit), the clock passes `end` (a time budget), `should_stop()` holds, or
-        a proven win has been visited; yields the root's total visits after each batch.
-
-        `deadline` is a hard end (e.g. the request deadline): a batch that would probably not
-        finish before it (judged by the recent batches' durations) is not started.
-        """
-        self.start()
-        limit = max_visits - self.reused_visits if max_visits > 0 else math.inf
-        while self.visits < limit:
-            now = self.clock()
-            if now >= end or (deadline is not None and now + self.batch_seconds >= deadline):
-                break
-            if self.proven_win and self.total_visits > 0:
-                break
-            if should_stop is not None and should_stop():
-                break
-            done = self.step(limit - self.visits)
-            elapsed = self.clock() - now
-            # rises at once with a slow batch, decays slowly: a cautious guess for `deadline`
-            self.batch_seconds = max(elapsed, 0.7 * self.batch_seconds + 0.3 * elapsed)
-            if done == 0:
-                break  # cannot happen on a clean tree (no leaf awaits the network between batches)
-            yield self.total_visits
-
-    def run(
-        self,
-        max_visits: int,
-        end: float = math.inf,
-        should_stop: Callable[[], bool] | None = None,
-        deadline: float | None = None,
-    ) -> None:
-        for _ in self.batches(max_visits, end, should_stop, deadline):
-            pass
-
     def _chosen(self, n: np.ndarray, best: int) -> int:
         """The result's move: the most visited (`best`), or one drawn by visits ** (1 / T)."""
         if self.temperature <= 0 or n.sum() <= 0:
             return best
         weights = (n / n.max()) ** (1.0 / self.temperature)  # scaled: no overflow
         return int(self.rng.choice(len(n), p=weights / weights.sum()))
-
-    def result(self, top_children: int = 10, started: float | None = None) -> SearchResult:
-        root = self.root
-        priors = root.priors
-        assert priors is not None, "start() the search first"
-        moves = root.moves
-        order = np.lexsort((moves, -priors, -root.child_n))
-        n, w = root.child_n.astype(np.float64), root.child_w
-        chosen = self._chosen(n, int(order[0]))
-        q = np.divide(w, n, out=np.zeros_like(w), where=n > 0)
-        children = tuple(
-            ChildStats(
-                move=int(moves[i]),
-                visits=int(n[i]),
-                prior=root.network_prior(int(i)),
-                value=float(q[i]),
-                principal_variation=self.child_variation(int(i)),
-            )
-            for i in order[:top_children]
-        )
-        total = float(n.sum())
-        started = self.started_at if started is None else started
-        return SearchResult(
-            move=int(moves[chosen]),
-            visits=int(n[chosen]),
-            total_visits=int(total),
-            prior=root.network_prior(chosen),
-            value=float(w.sum() / total) if total > 0 else 0.0,
-            principal_variation=(self.principal_variation() if chosen == order[0]
-                                 else self.child_variation(chosen)),
-            model_name=self.model_name,
-            model_version=self.model_version,
-            children=children,
-            evaluator_calls=self.evaluator_calls,
-            evaluated_leaves=self.evaluated_leaves,
-            elapsed_s=self.clock() - started,
-            reused_visits=self.reused_visits,
-            new_visits=self.visits,
-        )
 
     def principal_variation(self) -> tuple[int, ...]:
         """Follow the most visited children from the root (the first move is always included)."""
@@ -575,6 +626,22 @@ def _variation(tree: ct.Tree, node: int, first_always: bool) -> tuple[int, ...]:
         pv.append(int(tree.edge_move[e]))
         node = int(tree.edge_child[e])
     return tuple(pv)
+
+
+def search_budget(state: State, tree: Any, max_visits: int, max_time_ms: int, batch_size: int,
+                  clock: Callable[[], float]) -> tuple[float, float]:
+    """`search`'s arguments checked (ValueError: see there), then (its start on `clock`, the
+    end of its time budget, inf for none)."""
+    if max_visits < 0 or max_time_ms < 0:
+        raise ValueError(f"budgets must be >= 0, got {max_visits=} {max_time_ms=}")
+    if max_visits == 0 and max_time_ms == 0:
+        raise ValueError("give max_visits or max_time_ms (both 0 would search forever)")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if tree is not None and not np.array_equal(tree.state.board, state.board):
+        raise ValueError("tree is not a search of this position")
+    started = clock()
+    return started, started + max_time_ms / 1000.0 if max_time_ms > 0 else math.inf
 
 
 def search(
@@ -607,16 +674,7 @@ def search(
     `seed`): see `Search`. Evaluator errors propagate.
     Raises GameOverError when the position has no legal move.
     """
-    if max_visits < 0 or max_time_ms < 0:
-        raise ValueError(f"budgets must be >= 0, got {max_visits=} {max_time_ms=}")
-    if max_visits == 0 and max_time_ms == 0:
-        raise ValueError("give max_visits or max_time_ms (both 0 would search forever)")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if tree is not None and not np.array_equal(tree.state.board, state.board):
-        raise ValueError("tree is not a search of this position")
-    started = clock()
-    end = started + max_time_ms / 1000.0 if max_time_ms > 0 else math.inf
+    started, end = search_budget(state, tree, max_visits, max_time_ms, batch_size, clock)
     s = Search(tree if tree is not None else state, evaluator, c_puct=c_puct,
                batch_size=batch_size, clock=clock, noise_alpha=noise_alpha,
                noise_weight=noise_weight, temperature=temperature, seed=seed)
