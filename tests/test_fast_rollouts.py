@@ -11,7 +11,7 @@ from services.games.base import BLACK, WHITE
 from services.games.go import rules as go_rules
 from services.games.go.features import compact
 from services.games.gomoku import rules as gomoku_rules
-from services.games.gomoku.rollout import makes_five
+from services.games.gomoku.search_kernels import five_through
 from services.games.registry import get_game
 from services.games.rollout import RolloutWeights
 from services.models.rollout import LinearRolloutPolicy
@@ -46,8 +46,8 @@ def test_five_kernel_matches_rules(rule: gomoku_rules.Rule) -> None:
         if colour == 0:
             continue
         want = gomoku_rules.makes_five(board, p % 15, p // 15, colour, rule)
-        got = makes_five(board.reshape(-1).astype(np.uint8), p, colour, 15,
-                         rule is gomoku_rules.Rule.STANDARD)
+        got = five_through(board.reshape(-1).astype(np.uint8), 15, p, colour,
+                           rule is gomoku_rules.Rule.STANDARD)
         assert got == want
 
 
@@ -93,8 +93,8 @@ def test_standard_rule_overline_is_no_win() -> None:
                           "OOO", "", "OO"])
     cells = GOMOKU.rollouts().leaf_cells(board[None])[0]
     cells[7 * 15 + 2] = 1
-    assert makes_five(cells, 7 * 15 + 2, 1, 15, False)
-    assert not makes_five(cells, 7 * 15 + 2, 1, 15, True)
+    assert five_through(cells, 15, 7 * 15 + 2, 1, False)
+    assert not five_through(cells, 15, 7 * 15 + 2, 1, True)
 
 
 def go_leaf(moves: int, seed: int, size: int = 9) -> go_rules.GoState:

@@ -20,6 +20,7 @@ import numpy as np
 from services.compiled import kernel
 from services.games.base import BLACK, WHITE
 from services.games.gomoku.rules import Rule
+from services.games.gomoku.search_kernels import five_through
 from services.games.rollout import (
     Rollouts,
     RolloutWeights,
@@ -31,28 +32,6 @@ from services.games.rollout import (
 )
 
 _DIRECTIONS = ((1, 0), (0, 1), (1, 1), (1, -1))
-
-
-@kernel
-def makes_five(cells, point, colour, size, exact):
-    """Whether the stone of `colour` at `point` stands in a line of five (exactly five when
-    `exact`, else five or more)."""
-    y = point // size
-    x = point - y * size
-    for i in range(4):
-        dx = 1 if i != 1 else 0
-        dy = 0 if i == 0 else (1 if i != 3 else -1)
-        n = 1
-        for sign in (1, -1):
-            cx = x + sign * dx
-            cy = y + sign * dy
-            while 0 <= cx < size and 0 <= cy < size and cells[cy * size + cx] == colour:
-                n += 1
-                cx += sign * dx
-                cy += sign * dy
-        if n == 5 or (n > 5 and not exact):
-            return True
-    return False
 
 
 @kernel
@@ -83,7 +62,7 @@ def _add_threats(cells, point, colour, size, exact, threats, count):
                 if cells[q] != 0:
                     continue
                 cells[q] = colour
-                five = makes_five(cells, q, colour, size, exact)
+                five = five_through(cells, size, q, colour, exact)
                 cells[q] = 0
                 if five and count < threats.shape[0]:
                     threats[count] = q
@@ -99,7 +78,7 @@ def _winning_point(cells, colour, size, exact, threats, count):
         if cells[q] != 0:
             continue
         cells[q] = colour
-        five = makes_five(cells, q, colour, size, exact)
+        five = five_through(cells, size, q, colour, exact)
         cells[q] = 0
         if five:
             return q
@@ -157,7 +136,7 @@ def _rollouts(cells0, exact, base, d_own, d_opp, size, k, seed, rollouts, cap, t
                     trace[moves] = p
                 moves += 1
                 add_stone(logits, weights, p, side, 1.0, d_own, d_opp, size, k)
-                if makes_five(cells, p, side + 1, size, exact[i, side]):
+                if five_through(cells, size, p, side + 1, exact[i, side]):
                     result = 1.0 if side == 0 else -1.0
                     break
                 counts[side] = _add_threats(cells, p, side + 1, size, exact[i, side],

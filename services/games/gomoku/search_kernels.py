@@ -48,9 +48,10 @@ def _run(board: np.ndarray, size: int, x: int, y: int, color: int, dx: int, dy: 
 
 
 @kernel
-def makes_five(board: np.ndarray, size: int, p: int, color: int, rule: int) -> bool:
-    """`rules.makes_five`: a stone of `color` at p (placed or hypothetical) wins."""
-    exact = rule == STANDARD or (rule == RENJU and color == BLACK)
+def five_through(board: np.ndarray, size: int, p: int, color: int, exact: bool) -> bool:
+    """Whether a stone of `color` at p (placed or hypothetical) stands in a line of five:
+    exactly five when `exact`, else five or more (the search's rules and the rollouts'
+    alike)."""
     y, x = divmod(p, size)
     for d in range(4):
         dx = 0 if d == 1 else 1
@@ -59,6 +60,13 @@ def makes_five(board: np.ndarray, size: int, p: int, color: int, rule: int) -> b
         if n == 5 or (n > 5 and not exact):
             return True
     return False
+
+
+@kernel
+def makes_five(board: np.ndarray, size: int, p: int, color: int, rule: int) -> bool:
+    """`rules.makes_five`: a stone of `color` at p (placed or hypothetical) wins."""
+    return five_through(board, size, p, color,
+                        rule == STANDARD or (rule == RENJU and color == BLACK))
 
 
 @kernel
