@@ -1,4 +1,4 @@
-"""Search tree speed: the interpreted PUCT tree (tests/reference_search.py) against the compiled
+"""Search tree speed: the interpreted PUCT tree (`services.search.interpreted`) against the compiled
 one (`services.search.mcts`), in the same run.
 
 1. Tree work per playout: a zero-cost evaluator (precomputed uniform logits, no value), the
@@ -30,12 +30,10 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))  # the interpreted reference tree
-
-import reference_search  # noqa: E402
 
 from services.games.go.game import GO  # noqa: E402
 from services.games.gomoku.rules import GomokuState  # noqa: E402
+from services.search import interpreted as reference_search  # noqa: E402
 from services.search import mcts  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""The compiled search tree gives the interpreted tree's answers (tests/reference_search.py):
+"""The compiled search tree gives the interpreted tree's answers (`services.search.interpreted`):
 the same visits per move, priors, values, chosen move and principal variations, on fixed
 positions of every game with compiled kernels, several batch sizes, evaluators with and without
 a value head, and reused trees; plus its own options (root noise, temperature).
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import reference_search as ref
 from evaluators import HashEvaluator
 
 from services.games.gomoku.rules import GomokuState, Rule
+from services.search import interpreted as ref
 from services.search import mcts
 
 

@@ -714,3 +714,31 @@ def test_a_reused_root_with_a_negative_value_is_not_a_proven_win() -> None:
     s = mcts.Search(win, HolderWinsEvaluator(pt("c3")))
     s.start()
     assert s.proven_win and s.root.proven
+
+
+def test_a_game_without_compiled_rules_is_searched_on_the_interpreted_tree():
+    """A new game needs no numba kernels to be searched: `mcts.Search` hands its positions to
+    the interpreted tree, reuse, exploration and the tree cache's calls included."""
+    from services.search import interpreted
+    from tests.evaluators import HashEvaluator
+    from tests.tictactoe_game import TICTACTOE
+
+    assert TICTACTOE.search_kernels() is None
+    evaluator = HashEvaluator(seed=3)
+    state = TICTACTOE.start()
+    search = mcts.Search(state, evaluator, batch_size=4)
+    assert isinstance(search, interpreted.Search)
+    search.run(60)
+    result = search.result()
+    assert result.total_visits == 60 and 0 <= result.move < 9
+    child = search.root.child(result.move)
+    assert child is not None and child.compacted() is child and child.tree_bytes > 0
+    reply = int(child.moves[child.best_child()])
+    again = mcts.search(state.play(result.move).play(reply), evaluator, max_visits=80,
+                        tree=child.child(reply))
+    assert again.reused_visits > 0 and again.total_visits == 80
+    noisy = [mcts.search(state, evaluator, max_visits=40, noise_alpha=0.3, temperature=1.0,
+                         seed=s).move for s in range(12)]
+    assert len(set(noisy)) > 1  # the seeded exploration varies the moves
+    assert noisy == [mcts.search(state, evaluator, max_visits=40, noise_alpha=0.3,
+                                 temperature=1.0, seed=s).move for s in range(12)]

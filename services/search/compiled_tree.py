@@ -35,6 +35,7 @@ import numpy as np
 
 from services.compiled import kernel
 from services.games.search_kernels import KIND_PROVEN, KIND_TERMINAL, SearchKernels
+from services.search.puct import VIRTUAL_LOSS  # one source for both trees
 
 # nodes_i columns
 FIRST, COUNT, FLAGS, PARENT, PARENT_EDGE = 0, 1, 2, 3, 4
@@ -43,7 +44,6 @@ NODE_INTS = 5
 VALUE, SCALE = 0, 1
 # flags
 TERMINAL, PROVEN, READY, PENDING = 1, 2, 4, 8
-VIRTUAL_LOSS = 1.0
 
 TreeArrays = tuple[np.ndarray, ...]  # nodes_i, nodes_f, cells, aux, edge_*, used
 

@@ -1,13 +1,15 @@
-"""The interpreted PUCT tree: the reference the compiled search (`services.search.mcts`) must
-agree with, visit for visit (tests/test_compiled_search.py), and the baseline of
-benchmarks/search_speed.py. It is the search as it was before the tree was compiled: a `Node`
-object per position, the game's `Position.play` and `Game.expand` per playout.
+"""The interpreted PUCT tree: the search of a game that gives no compiled rules, and the reference
+the compiled tree is checked against.
 
-What the search does (leaf values, the rules' proven outcomes, batching under a virtual loss,
-ties to the lowest point, reuse) is `services.search.mcts`'s docstring; so are what both trees
-share (the batch loop, the result, the checks of `search`'s arguments, the leaf values and the
-masked softmax), imported from there so that only the tree itself is compared. What is left
-here is the tree: a `Node` per position and the PUCT selection and backup over them.
+Why it stays: a new game is a package with its rules in Python (`Game.expand`,
+`Position.play`); it is searchable at once, before anyone writes its compiled kernels
+(`Game.search_kernels`), and `services.search.mcts.Search` hands such a game's positions here.
+The compiled tree (`services.search.compiled_tree`) must give this tree's answers visit for
+visit (tests/test_compiled_search.py), so this is also the plainest statement of what the
+search does: a `Node` object per position, the game's `Position.play` and `Game.expand` per
+playout, the rules of `services.search.mcts` (read its docstring) and the shared answers, loop
+and exploration of `services.search.puct`. It costs 100-300 µs of CPU a playout
+(benchmarks/search_speed.py), fine for small games and tests.
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from services.evaluator import EvaluatorError, PolicyEvaluator, finite_outputs
-from services.search.mcts import (  # what both trees share: their answers are compared
+from services.search.puct import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_C_PUCT,
+    DEFAULT_NOISE_WEIGHT,
     VIRTUAL_LOSS,
-    ChildStats,
     GameOverError,
     SearchLoop,
     SearchResult,
@@ -32,11 +34,11 @@ from services.search.mcts import (  # what both trees share: their answers are c
     masked_softmax,
     network_input,
     policy_size,
-    search_budget,
+    run_search,
 )
 
-__all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_C_PUCT", "ChildStats", "GameOverError", "Node",
-           "Search", "SearchResult", "search"]
+# bytes of a node object and its dict of children, besides its arrays (sys.getsizeof, 64-bit)
+_NODE_OVERHEAD_BYTES = 200
 
 
 class Node:
@@ -136,6 +138,22 @@ class Node:
         order = np.lexsort((self.moves, -self.priors, -self.child_n))
         return int(order[0])
 
+    def compacted(self) -> Node:
+        """This node as the root of a tree of its own (what a cache keeps): it is one already,
+        a node holding no reference to its parent."""
+        return self
+
+    @property
+    def tree_bytes(self) -> int:
+        """Bytes held by this node's subtree (its arrays and an estimate per node object)."""
+        total, stack = 0, [self]
+        while stack:
+            node = stack.pop()
+            total += _NODE_OVERHEAD_BYTES + node.moves.nbytes + node.child_n.nbytes + \
+                node.child_w.nbytes + (node.priors.nbytes if node.priors is not None else 0)
+            stack.extend(node.children.values())
+        return total
+
     def child(self, move: int) -> Node | None:
         """The expanded child reached by `move`, or None."""
         i = int(np.searchsorted(self.moves, move))
@@ -147,13 +165,16 @@ class Node:
 
 class Search(SearchLoop):
     """One PUCT search on the interpreted tree, run batch by batch: `services.search.mcts.Search`
-    (`root` a position or a reused `Node`, `clock`, the use: see there) without exploration."""
+    (`root` a position or a reused `Node`, `clock`, exploration, the use: see there)."""
 
     def __init__(self, root: State | Node, evaluator: PolicyEvaluator, *,
                  c_puct: float = DEFAULT_C_PUCT, batch_size: int = DEFAULT_BATCH_SIZE,
                  model_name: str = "", model_version: str = "",
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, noise_alpha: float = 0.0,
+                 noise_weight: float = DEFAULT_NOISE_WEIGHT, temperature: float = 0.0,
+                 seed: int | None = None) -> None:
         self._options(evaluator, c_puct, batch_size)
+        self._explore(noise_alpha, noise_weight, temperature, seed)
         self.reused = isinstance(root, Node)
         self.root = root if isinstance(root, Node) else Node(root)
         if self.reused and (self.root.priors is None or self.root.terminal):
@@ -189,9 +210,11 @@ class Search(SearchLoop):
 
     def select_child(self, node: Node) -> int:
         assert node.priors is not None
+        priors = self._root_priors if node is self.root and len(self._root_priors) else \
+            node.priors  # the root's noise is seen by the root's selection alone
         n, w = node.child_n.astype(np.float64), node.child_w
         q = np.divide(w, n, out=np.zeros_like(w), where=n > 0)  # unvisited: 0 (a draw)
-        u = q + self.c_puct * node.priors * math.sqrt(max(n.sum(), 1.0)) / (1.0 + n)
+        u = q + self.c_puct * priors * math.sqrt(max(n.sum(), 1.0)) / (1.0 + n)
         return int(np.argmax(u))  # first maximum: the lowest point index
 
     def descend(self) -> tuple[list[tuple[Node, int]], Node, str]:
@@ -234,6 +257,7 @@ class Search(SearchLoop):
         if root.scale is None:  # fresh root, or a reused proven-win / forced node
             root.set_network_priors(self.evaluate([root])[0])
         self.proven_win = root.proven  # the side to move can make five: one visit shows it
+        self._noise_root()
         self._started = True
 
     def step(self, max_new: float = math.inf) -> int:
@@ -294,11 +318,14 @@ def search(state: State, evaluator: PolicyEvaluator, *, max_visits: int = 0,
            max_time_ms: int = 0, deadline: float | None = None, c_puct: float = DEFAULT_C_PUCT,
            batch_size: int = DEFAULT_BATCH_SIZE, top_children: int = 10,
            tree: Node | None = None, should_stop: Callable[[], bool] | None = None,
-           clock: Callable[[], float] = time.monotonic) -> SearchResult:
-    """`services.search.mcts.search` (budgets, deadline, reuse, errors: see there) with this
-    tree, and without the compiled search's exploration options."""
-    started, end = search_budget(state, tree, max_visits, max_time_ms, batch_size, clock)
-    s = Search(tree if tree is not None else state, evaluator, c_puct=c_puct,
-               batch_size=batch_size, clock=clock)
-    s.run(max_visits, end, should_stop, deadline)
-    return s.result(top_children, started)
+           clock: Callable[[], float] = time.monotonic, **exploration: float | int | None
+           ) -> SearchResult:
+    """`services.search.mcts.search` (budgets, deadline, reuse, exploration, errors: see there)
+    on this tree, whatever the game."""
+    return run_search(Search, state, evaluator, max_visits=max_visits, max_time_ms=max_time_ms,
+                      deadline=deadline, c_puct=c_puct, batch_size=batch_size,
+                      top_children=top_children, tree=tree, should_stop=should_stop, clock=clock,
+                      **exploration)
+
+
+__all__ = ["Node", "Search", "search"]
