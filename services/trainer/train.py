@@ -62,6 +62,7 @@ from services.games.base import BASIC_ENCODER, Game
 from services.games.registry import get_game, registered_games
 from services.models.configs import CONFIGS, build, spec
 from services.models.value import split_outputs, value_target
+from services.models.weights import load_weights
 from services.settings import check_settings, setting
 from services.trainer.metrics import evaluate, rank_share
 
@@ -134,6 +135,11 @@ class TrainConfig:
     # on a GPU the batches are pinned, so their copy to the device overlaps the step
     loader_workers: int = setting(0, "DataLoader worker processes feeding the step (0: batches "
                                      "are made in this process)", minimum=0, maximum=256)
+    # a self-play loop trains each candidate from the serving network, not from random weights
+    init_weights: str | None = setting(
+        None, "weights file the model starts from when no checkpoint exists (any format "
+              "services.models.weights reads: a trainer checkpoint, a state_dict, a flat "
+              "vector; default: random weights drawn from the seed)")
 
     def __post_init__(self) -> None:
         # the command line refuses these with a usage error; a config built any other way (a
@@ -487,7 +493,8 @@ class _Run:
 
     def resume(self) -> None:
         """Continue from the checkpoint when there is one, and open the batch source at the
-        loader position it holds."""
+        loader position it holds; a fresh run starts from `init_weights` when given (a
+        checkpoint wins: a resumed run has moved on from those weights)."""
         loader_state = None
         if self.checkpoint is not None and self.checkpoint.exists():
             dataset = self.state["dataset_manifest_sha256"]
@@ -508,6 +515,9 @@ class _Run:
                                                device=self.config.device)
                 self._curve_steps = steps
             loader_state = _restore_loader(self.state, self.rank, self.world, self.stream)
+        elif self.config.init_weights:  # a fresh run starts from the given weights
+            load_weights(self.model, self.config.init_weights)
+            self.report("model initialised from %s", self.config.init_weights)
         self.batches = batch_source(self.stream, self.config)
         if loader_state:
             self.batches.load_state_dict(loader_state)

@@ -1,0 +1,203 @@
+"""The self-play loop operated: the replay window, one whole iteration per game through the
+`selfplay` flow (play, ingest, train from the serving weights, publish, gate by match, roll out
+or keep), a resume after SIGKILL in every stage and a stop on request.
+
+Budgets are tiny (a few games at a few visits, a few steps, a gate of two games): the figures
+are not meant to say anything about strength, only that every stage's work is done once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from services.dataset.shards import read_manifest
+from services.repository.rollout_state import read_state
+from services.repository.version_files import read_version_metadata
+from services.repository.versions import list_versions, quarantined_versions
+from services.selfplay.loop import STAGES, STOP_FILE, Budget, LoopState, run_loop
+from services.selfplay.records import finished_ids
+from services.selfplay.settings import SelfPlaySettings
+from services.selfplay_loop.stages import (
+    LINEAGE_KEY,
+    LoopSettings,
+    SelfPlayStages,
+    folder_stats,
+    match_elo,
+)
+from services.selfplay_loop.window import window_iterations, window_rows
+
+torch.set_num_threads(1)
+ROOT = Path(__file__).resolve().parents[1]
+TINY = SelfPlaySettings(full_visits=6, fast_visits=2, batch_size=4, temperature_moves=4,
+                        max_moves=24)
+# (game, board size, opening plies)
+GAMES = {"gomoku": (None, 4), "go": (9, 0)}
+
+
+def _settings(tmp_path: Path, game: str, **changes) -> LoopSettings:
+    size, plies = GAMES[game]
+    return LoopSettings(**{
+        "game": game, "board_size": size, "games": 4, "concurrency": 2, "openings": 4,
+        "opening_plies": plies, "repository": str(tmp_path / "repo"), "train_steps": 4,
+        "batch_size": 16, "gate_visits": 2, "gate_max_games": 2, "selfplay": TINY, **changes})
+
+
+def test_the_window_is_katagos_rule_in_whole_iterations():
+    assert window_rows(5_000) == 5_000 and window_rows(10_000) == 10_000
+    n, c = 1_000_000, 10_000
+    assert window_rows(n) == int(c + 0.4 * (n ** 0.65 - c ** 0.65) / (0.65 * c ** -0.35))
+    assert window_rows(20_000, min_rows=10_000) < 20_000
+    # newest first until the window is held; the newest iteration always
+    assert window_iterations([100] * 5, min_rows=1_000) == (0, 500)
+    first, want = window_iterations([4_000] * 10)
+    assert sum([4_000] * 10) > want and 4_000 * (10 - first) >= want > 4_000 * (9 - first)
+    assert window_iterations([0]) == (0, 0)
+
+
+def test_match_elo_is_the_scores_logistic_difference():
+    assert match_elo(0, 0, 0) is None and match_elo(2, 0, 0) is None
+    assert match_elo(1, 0, 1) == 0.0
+    assert match_elo(3, 0, 1) == pytest.approx(190.8, abs=0.1)
+
+
+def test_a_game_whose_selfplay_cannot_be_ingested_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="cannot become training rows"):
+        SelfPlayStages(LoopSettings(game="capture", repository=str(tmp_path)), tmp_path,
+                       ingest=lambda **_: {})
+
+
+def _check_iteration(run: Path, settings: LoopSettings, model: str) -> dict:
+    """One finished iteration: every stage's work done once and agreeing with the others."""
+    state = LoopState.load(run)
+    assert [h["iteration"] for h in state.history] == [0] and state.done == []
+    record = state.history[0]
+    assert state.games == settings.games == record["selfplay"]["games"]
+    games = run / "iter-0000" / "selfplay-0000"
+    assert sorted(finished_ids(games)) == [f"it0000-{i:06d}" for i in range(settings.games)]
+    dataset = run / "iter-0000" / "dataset"
+    manifest = read_manifest(dataset)
+    assert manifest["rows"] == folder_stats(games)["rows"] == record["ingest"]["rows"]
+    assert [s["path"] for s in manifest["sources"]] == ["selfplay-0000"]
+    repo = Path(settings.repository)
+    assert record["selfplay"]["serving_version"] == 1  # the seeded first version
+    fit = record["train"]
+    assert fit["parent_version"] == 1 and 1 <= fit["steps"] <= settings.train_steps
+    candidate = fit["candidate_version"]
+    both = list_versions(repo, model) + quarantined_versions(repo, model)
+    assert sorted(both) == [1, candidate] == [1, 2]  # published once
+    gate, roll = record["gate"], record["rollout"]
+    assert gate["candidate_version"] == candidate and gate["serving_version"] == 1
+    assert 1 <= gate["match_games"] <= settings.gate_max_games
+    serving = read_state(repo, model)["current"]
+    if gate["passed"]:
+        assert roll["rolled_out"] and serving == candidate == roll["serving"]
+    else:
+        assert candidate in quarantined_versions(repo, model)
+        assert not roll["rolled_out"] and serving == 1 == roll["serving"]
+    return record
+
+
+@pytest.mark.usefixtures("prefect_harness")
+@pytest.mark.parametrize("game", sorted(GAMES))
+def test_one_iteration_end_to_end(game, tmp_path):
+    from flows.selfplay import iteration_markdown, selfplay_flow
+
+    settings = _settings(tmp_path, game)
+    run = tmp_path / "run"
+    out = selfplay_flow(config=settings, run_dir=str(run), iterations=1)
+    assert out["why"] == "1 iterations" and out["finished_iterations"] == 1
+    model = SelfPlayStages(settings, run, ingest=lambda **_: {}).model
+    record = _check_iteration(run, settings, model)
+    candidate = record["train"]["candidate_version"]
+    meta = read_version_metadata(Path(settings.repository), model, candidate) or json.loads(
+        (Path(settings.repository) / model / "quarantine" / str(candidate) /
+         "metadata.json").read_text())
+    assert meta[LINEAGE_KEY]["run"] == str(run.resolve()) and meta[LINEAGE_KEY]["parent"] == 1
+    text = iteration_markdown(0, record)
+    assert f"candidate **v{candidate}**" in text and record["gate"]["verdict"] in text
+    # the candidate started from the serving network's weights, not from random ones
+    assert (run / "iter-0000" / "serving-weights.pt").is_file()
+
+
+def _flow_command(run: Path, settings: LoopSettings) -> list[str]:
+    s = settings
+    return [sys.executable, "-m", "flows.selfplay", "--run-dir", str(run), "--iterations", "1",
+            "--game", s.game, "--repository", s.repository, "--games", str(s.games),
+            "--concurrency", "1", "--openings", str(s.openings), "--train-steps",
+            str(s.train_steps), "--batch-size", str(s.batch_size), "--gate-visits",
+            str(s.gate_visits), "--gate-max-games", str(s.gate_max_games),
+            "--selfplay-full-visits", str(s.selfplay.full_visits), "--selfplay-fast-visits",
+            str(s.selfplay.fast_visits), "--selfplay-max-moves", str(s.selfplay.max_moves),
+            "--selfplay-batch-size", str(s.selfplay.batch_size)]
+
+
+def _run_until(command: list[str], env: dict, marker: str | None, action: str,
+               run: Path) -> int:
+    """Run the flow; when a line holds `marker`, SIGKILL it ("kill") or ask it to stop
+    ("stop", the STOP file). Returns its exit status."""
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines = []
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if marker is not None and marker in line:
+                if action == "kill":
+                    os.killpg(process.pid, signal.SIGKILL)
+                    break
+                (run / STOP_FILE).touch()
+                marker = None
+        status = process.wait(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert action == "kill" or status == 0, "".join(lines[-30:])
+    return status
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_the_flow_resumes_after_a_kill_in_every_stage_and_stops_on_request(tmp_path):
+    from prefect.settings import PREFECT_API_URL
+
+    settings = _settings(tmp_path, "gomoku")
+    run = tmp_path / "run"
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(),
+           "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    command = _flow_command(run, settings)
+    stage_line = "services.selfplay.loop: iteration 0: {}"
+    # a kill in the middle of self-play (its first game written) and of the gate (its first
+    # game), at the start of the other stages; a stop asked during the gate
+    plan = [("iteration 0 self-play: it0000-", "kill"), (stage_line.format("ingest"), "kill"),
+            ("model initialised from", "kill"), ("iteration 0 gate: game 1/", "stop"),
+            (stage_line.format("rollout"), "kill"), (None, "kill")]
+    for marker, action in plan:
+        status = _run_until(command, env, marker, action, run)
+        state = LoopState.load(run)
+        if action == "stop":
+            assert status == 0 and state.done == ["selfplay", "ingest", "train", "gate"]
+            (run / STOP_FILE).unlink()
+        elif marker is not None:
+            assert status == -signal.SIGKILL and state.iteration == 0
+    assert status == 0
+    record = _check_iteration(run, settings, "gomoku_policy")
+    assert set(record) == {"iteration", *STAGES}
+
+
+def test_a_stop_file_before_the_start_runs_nothing(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / STOP_FILE).touch()
+    stages = SelfPlayStages(_settings(tmp_path, "gomoku"), run, ingest=lambda **_: {})
+    started = time.perf_counter()
+    state, why = run_loop(run, stages, Budget(iterations=1))
+    assert why == "stop requested" and state.done == [] and not (run / "iter-0000").exists()
+    assert time.perf_counter() - started < 5
