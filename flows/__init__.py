@@ -5,6 +5,7 @@ Modules:
     train      shards -> trained policy -> gate -> TorchScript -> next Triton version
     rollout    `rollout` and `rollback`: change the version a running Triton serves
     schedules  the nightly `ingest` (and `train`) deployments, served until interrupted
+    selfplay   the self-play loop: self-play -> ingest -> train -> gate -> rollout, resumable
 
 Prefect settings that make local runs quiet and robust are defaulted here, before Prefect is
 imported by any flow module (no telemetry, a longer timeout for the ephemeral API server's first
