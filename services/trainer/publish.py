@@ -49,7 +49,7 @@ import numpy as np
 from torch import nn
 
 from services.dataset.loader import dataset_game
-from services.dataset.shards import read_manifest, read_split
+from services.dataset.shards import read_split
 from services.defaults import MODEL_FILE
 from services.games.base import BASIC_ENCODER
 from services.games.registry import UnknownGame, game_for_model, get_game, registered_games
@@ -214,7 +214,7 @@ def publish_network(net: nn.Module, config: str, repository: str | Path,
     model_name = model_name or game.model_name(encoder)
     served = found.served(net).eval()
     if dataset_dir is not None:
-        data_game = read_manifest(Path(dataset_dir)).get("game")
+        data_game = dataset_game(dataset_dir)[0]  # from the shards: a manifest may not say
         if data_game != game.name:
             raise ValueError(f"{dataset_dir} is a {data_game} dataset, {config!r} a "
                              f"{game.name} network")
