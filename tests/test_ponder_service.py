@@ -99,3 +99,17 @@ def test_no_ponder_without_a_budget_tree_reuse_or_memory():
         assert not first.pondering and service.servicer.ponderer.stats.started == 0
         again = _genmove(stub, [112])  # the tree was kept all the same
         assert again.reused_visits >= 60
+
+
+def test_analyze_ponders_on_the_analysed_position():
+    with _service(ponder_visits=300, ponder_seconds=120) as (service, stub):
+        ponderer = service.servicer.ponderer
+        position = search_pb2.Position(moves=[_point(112)])
+        reports = list(stub.Analyze(search_pb2.AnalyzeRequest(
+            position=position, max_visits=60, report_every_visits=30, ponder=True), timeout=60))
+        assert reports[-1].final and reports[-1].pondering
+        assert not any(r.pondering for r in reports[:-1])
+        _wait_idle(ponderer)
+        assert ponderer.stats.visits == 300
+        again = _genmove(stub, [112])  # the same position: the analysis and the ponder
+        assert again.reused_visits >= 60 + 300

@@ -256,10 +256,11 @@ class SearchClient:
         timeout: float | None = None,
         reuse_tree: bool = True,
         rollout_lambda: float = 0.0,
+        ponder: bool = False,
     ) -> Iterator[search_pb2.AnalyzeResponse]:
         """The stream of reports (the last one has final=True); the returned call is also a
-        `grpc.Call`: `cancel()` stops the search. Timeout and `rollout_lambda` as for
-        `genmove`."""
+        `grpc.Call`: `cancel()` stops the search. Timeout, `rollout_lambda` and `ponder` (here:
+        on the analysed position) as for `genmove`."""
         request = search_pb2.AnalyzeRequest(
             position=_as_position(moves, rule),
             max_visits=max_visits,
@@ -267,6 +268,7 @@ class SearchClient:
             report_every_visits=report_every_visits,
             max_candidates=max_candidates,
             disable_tree_reuse=not reuse_tree,
+            ponder=ponder,
             **_rollout_field(rollout_lambda),
         )
         return self._stub.Analyze(request,

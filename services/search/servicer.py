@@ -675,7 +675,13 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
                 break
             yield report
         final = analyze_response(a.state, search, a.candidates, final=True)  # before the cache
-        self._finish_search(a.state, search, reuse)
+        if request.ponder and reuse and self.ponderer is not None and not should_stop():
+            self.metrics.playouts.inc(search.visits)
+            final.pondering = self._start_ponder(a.state, search, batcher)
+            if not final.pondering:  # keep the tree for the next request all the same
+                self.trees.put(a.state, search.root, search.model_name, search.model_version)
+        else:
+            self._finish_search(a.state, search, reuse)
         if not should_stop():
             yield final
 
