@@ -201,3 +201,30 @@ def test_a_stop_file_before_the_start_runs_nothing(tmp_path):
     state, why = run_loop(run, stages, Budget(iterations=1))
     assert why == "stop requested" and state.done == [] and not (run / "iter-0000").exists()
     assert time.perf_counter() - started < 5
+
+
+def test_folder_stats_count_resignations_and_wrong_ones(tmp_path):
+    """The false-positive rate of resignation, from the games played out regardless."""
+    from services.games.base import BLACK, WHITE
+    from services.games.registry import get_game
+    from services.selfplay.play import END_RESIGNED, END_RULES, MoveRecord, SelfPlayGame
+    from services.selfplay.records import write_game
+
+    def game(no_resign: bool, would: tuple[int, int] | None, winner: int, end: str):
+        record = SelfPlayGame("gomoku", 15, 0, (), no_resign)
+        record.moves = [MoveRecord(112, True, 8, 0.0, ((112, 8),)),
+                        MoveRecord(113, False, 2, 0.0)]
+        record.would_resign, record.winner, record.end = would, winner, end
+        return record
+
+    played = [game(False, (1, BLACK), WHITE, END_RESIGNED),  # resigned: not a check
+              game(True, (1, BLACK), WHITE, END_RULES),  # right: black did lose
+              game(True, (1, BLACK), BLACK, END_RULES),  # wrong: black won after all
+              game(True, (1, WHITE), 0, END_RULES),  # wrong: a draw is no loss
+              game(True, None, BLACK, END_RULES)]  # never wanted to resign
+    for i, record in enumerate(played):
+        write_game(tmp_path, f"w0-{i:06d}", record, get_game("gomoku"))
+    stats = folder_stats(tmp_path)
+    assert stats["games"] == 5 and stats["rows"] == 10 and stats["full_rows"] == 5
+    assert stats["resigned"] == 1 and stats["resign_checked"] == 3
+    assert stats["resign_wrong"] == 2 and stats["resign_false_positive_rate"] == 0.667

@@ -67,6 +67,7 @@ from services.repository.versions import list_versions, version_dir
 from services.selfplay.loop import LoopState, iteration_folder
 from services.selfplay.openings import opening_suite
 from services.selfplay.pairs import game_files
+from services.selfplay.play import END_RESIGNED
 from services.selfplay.records import record_suffix
 from services.selfplay.settings import SelfPlaySettings
 from services.selfplay.worker import DEFAULT_CONCURRENCY, run_worker
@@ -168,8 +169,12 @@ def match_elo(wins: int, draws: int, losses: int) -> float | None:
 
 
 def folder_stats(folder: Path) -> dict[str, Any]:
-    """Games, rows (searched positions), full-search rows and results of a self-play folder."""
-    games = rows = full = 0
+    """Games, rows (searched positions), full-search rows and results of a self-play folder,
+    and its resignations: games that ended by one, and of the games played out regardless
+    (`SelfPlaySettings.no_resign_share`) those that would have resigned (`resign_checked`) and
+    how many of those the would-be resigner did not lose (`resign_wrong`: the false-positive
+    rate is wrong / checked)."""
+    games = rows = full = resigned = checked = wrong = 0
     results = {"black": 0, "white": 0, "none": 0}
     for path in game_files(folder):
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -178,8 +183,15 @@ def folder_stats(folder: Path) -> dict[str, Any]:
         full += sum(bool(m["full"]) for m in data["moves"])
         key = {BLACK: "black", WHITE: "white"}.get(data["winner"], "none")
         results[key] += 1
+        resigned += data["end"] == END_RESIGNED
+        if data["no_resign"] and data["would_resign"] is not None:
+            checked += 1
+            loser = data["would_resign"][1]
+            wrong += data["winner"] != (WHITE if loser == BLACK else BLACK)
     return {"games": games, "rows": rows, "full_rows": full, "wins": results,
-            "mean_moves": round(rows / games, 1) if games else 0.0}
+            "mean_moves": round(rows / games, 1) if games else 0.0, "resigned": resigned,
+            "resign_checked": checked, "resign_wrong": wrong,
+            "resign_false_positive_rate": round(wrong / checked, 3) if checked else None}
 
 
 def served_weights(repository: Path, model_name: str, version: int, out: Path) -> str:
