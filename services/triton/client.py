@@ -135,6 +135,10 @@ def _as_boards(boards: np.ndarray, io: ModelIO) -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
+# attempts at reading a model's config (`PolicyClient.encoder_of`) before UNAVAILABLE
+CONFIG_ATTEMPTS = 2
+
+
 class PolicyClient:
     """Thread-safe client for one model on one Triton server (gRPC)."""
 
@@ -191,10 +195,19 @@ class PolicyClient:
         known = self._encoders.get(name)
         if known is not None:
             return known
-        try:
-            answer = self._grpc().get_model_config(name, client_timeout=self.timeout_s)
-        except InferenceServerException as exc:
-            raise _translate(exc, f"config of {name}", self.url) from exc
+        answer = None
+        for attempt in range(CONFIG_ATTEMPTS):
+            try:
+                answer = self._grpc().get_model_config(name, client_timeout=self.timeout_s)
+                break
+            except InferenceServerException as exc:
+                error = _translate(exc, f"config of {name}", self.url)
+                # the first call on a new connection also pays its set-up, which a loaded
+                # Triton may take longer than one call's timeout for: once more, then fail
+                if not isinstance(error, TritonUnavailableError) or \
+                        attempt == CONFIG_ATTEMPTS - 1:
+                    raise error from exc
+        assert answer is not None
         encoder = config_encoder(answer.config)
         try:
             get_game(self.io_of(name).game).check_encoder(encoder)
