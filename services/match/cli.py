@@ -35,30 +35,14 @@ from services.match.gate import (
 from services.match.rating_match import rating_match
 from services.match.runner import MatchConfig
 from services.match.specs import EngineSpecError, Player, parse_engine, resolve
-from services.settings import DEFAULT_REPOSITORY, ROOT
+from services.settings import DEFAULT_REPOSITORY, ROOT, bounded
 
 EXIT_USAGE = 2
 DEFAULT_OUT = ROOT / "runs" / "match"
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
+_positive = bounded(int, 1)  # argparse types: whole numbers from 1, from 0
+_count = bounded(int, 0)
 
 
 def _engine(text: str) -> str:
