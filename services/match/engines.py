@@ -8,7 +8,8 @@ policy index of the position's game, or None when it resigns; it keeps whatever 
 referee (`services.match.runner`) never talks protocol.
 
 * `SearchEngine`: the PUCT search (`services.search.mcts.search`) on a fresh tree every move
-  (as GenMove with tree reuse off), `visits` visits and/or `time_ms` a move, over any evaluator
+  (as GenMove with tree reuse off), `visits` visits and/or `time_ms` a move, its leaf values
+  optionally mixed with fast rollouts (`rollout_lambda`), over any evaluator
   (`services.models.local_evaluator.LocalEvaluator` in-process, a Triton client pinned to a
   version);
 * `PolicyEngine`: the legal move with the highest logit (ties: the lowest index);
@@ -34,6 +35,7 @@ from services.match.gtp_process import GtpProcess, GtpProcessError
 from services.match.piskvork_process import PiskvorkError, PiskvorkProcess
 from services.protocols.gomocup import from_index, to_index
 from services.search import mcts
+from services.search.rollout_value import RolloutSource, RolloutValueEvaluator, check_lambda
 
 log = logging.getLogger(__name__)
 
@@ -59,19 +61,35 @@ def colour_of_move(index: int) -> int:
 
 
 class SearchEngine:
-    """The PUCT search over `evaluator`, `visits` root visits and/or `time_ms` a move."""
+    """The PUCT search over `evaluator`, `visits` root visits and/or `time_ms` a move; with
+    `rollout_lambda` > 0 its leaf values are mixed with fast rollouts of `rollouts`
+    (`services.search.rollout_value`, a wrapper built for each move's root: Go's komi and
+    leaf colours), seeded from `seed` and the move number, so a game replays alike."""
 
     def __init__(self, evaluator: PolicyEvaluator, name: str, *, visits: int = 0,
-                 time_ms: int = 0) -> None:
+                 time_ms: int = 0, rollout_lambda: float = 0.0,
+                 rollouts: RolloutSource | None = None, seed: int = 0) -> None:
         if visits <= 0 and time_ms <= 0:
             raise ValueError("a search engine needs visits or time_ms > 0")
+        self.rollout_lambda = check_lambda(rollout_lambda)
+        if self.rollout_lambda > 0 and rollouts is None:
+            raise ValueError("rollout_lambda > 0 needs a rollout policy")
         self.evaluator = evaluator
         self.name = name
         self.visits = visits
         self.time_ms = time_ms
+        self.rollouts = rollouts
+        self.seed = int(seed)
+
+    def _evaluator(self, state: Position) -> PolicyEvaluator:
+        if self.rollout_lambda == 0 or self.rollouts is None:
+            return self.evaluator
+        return RolloutValueEvaluator.for_search(
+            self.evaluator, state, self.rollouts, self.rollout_lambda,
+            seed=self.seed * 1_000 + len(state.moves))
 
     def genmove(self, state: Position) -> int | None:
-        return int(mcts.search(state, self.evaluator, max_visits=self.visits,
+        return int(mcts.search(state, self._evaluator(state), max_visits=self.visits,
                                max_time_ms=self.time_ms).move)
 
     def close(self) -> None:

@@ -3,10 +3,17 @@
 Why a text form: a match, its log and its ratings name players; the same text on the command
 line, in a Prefect parameter and in the log says what played. Kinds:
 
-    version:[MODEL/]N|serving|latest[:visits=200][:time_ms=0][:value=1][:triton=HOST:PORT]
+    version:[MODEL/]N|serving|latest[:visits=200][:time_ms=0][:value=1][:rollout_lambda=0]
+            [:triton=HOST:PORT]
         a published version of the repository searched at a budget (in-process TorchScript of
         the version folder, or through Triton pinned to that version with ``triton=``);
-        ``serving``: the version the rollout record serves, ``latest``: the newest published
+        ``serving``: the version the rollout record serves, ``latest``: the newest published;
+        a quarantined version (a candidate the gate or a rollout refused, moved to
+        ``<repo>/<model>/quarantine/N/``) is named by its number too and plays from that
+        folder in-process (Triton never loads it: ``triton=`` is refused), so a refused
+        candidate can still be rated;
+        ``rollout_lambda`` in [0, 1]: leaf values mixed with fast rollouts of the rollout
+        policy published with the version (`services.search.rollout_value`)
     policy:[MODEL/]N|serving|latest[:triton=HOST:PORT]
         the version's raw policy (argmax of the legal logits)
     gnugo[:level=10][:path=/usr/games/gnugo]
@@ -36,6 +43,7 @@ import numpy as np
 
 from services.defaults import MODEL_FILE
 from services.games.base import Game
+from services.games.rollout import RolloutWeights
 from services.match.engines import (
     Engine,
     GomocupBrainEngine,
@@ -45,8 +53,16 @@ from services.match.engines import (
     gnugo_argv,
 )
 from services.match.gtp_process import find_gnugo
+from services.repository.rollout_policy import ROLLOUT_FILE
 from services.repository.rollout_state import reference_version
-from services.repository.versions import latest_version, list_versions, version_dir
+from services.repository.versions import (
+    QUARANTINE_DIR,
+    latest_version,
+    list_versions,
+    quarantined_versions,
+    version_dir,
+)
+from services.search.rollout_value import FixedRollouts, check_lambda
 
 DEFAULT_VISITS = 200
 DEFAULT_GNUGO_LEVEL = 10
@@ -54,7 +70,7 @@ DEFAULT_TIMEOUT_TURN_MS = 1000
 
 # kind -> (takes a target, its options)
 KINDS: dict[str, tuple[bool, tuple[str, ...]]] = {
-    "version": (True, ("visits", "time_ms", "value", "triton", "name")),
+    "version": (True, ("visits", "time_ms", "value", "rollout_lambda", "triton", "name")),
     "policy": (True, ("triton", "name")),
     "gnugo": (False, ("level", "path", "name")),
     "gtp": (False, ("cmd", "name")),
@@ -91,6 +107,17 @@ class EngineSpec:
             span = f"{low}..{high}" if high is not None else f">= {low}"
             raise EngineSpecError(f"{self.text!r}: {key} must be {span}, got {number}")
         return number
+
+    def lambda_option(self) -> float:
+        """``rollout_lambda`` (0 when not given), checked to be in [0, 1]."""
+        value = self.option("rollout_lambda")
+        if value is None:
+            return 0.0
+        try:
+            return check_lambda(float(value))
+        except ValueError:
+            raise EngineSpecError(f"{self.text!r}: rollout_lambda must be a number in [0, 1], "
+                                  f"got {value!r}") from None
 
 
 def parse_engine(text: str) -> EngineSpec:
@@ -143,6 +170,7 @@ def _check_numbers(spec: EngineSpec) -> None:
         visits = spec.int_option("visits", 0, 0)
         time_ms = spec.int_option("time_ms", 0, 0)
         spec.int_option("value", 1, 0, 1)
+        spec.lambda_option()
         if spec.option("visits") is not None and visits == 0 and time_ms == 0:
             raise EngineSpecError(f"{spec.text!r}: visits=0 needs time_ms > 0")
     elif spec.kind == "gnugo":
@@ -163,6 +191,7 @@ class Player:
     version: int | None = None
     folder: str | None = None
     argv: tuple[str, ...] = ()
+    rollout_file: str | None = None  # the version's rollout policy, for rollout_lambda > 0
 
     def describe(self) -> dict[str, Any]:
         """What the log records about the player."""
@@ -171,12 +200,16 @@ class Player:
             out.update(model_name=self.model_name, version=self.version,
                        visits=self.spec.int_option("visits", 0, 0),
                        time_ms=self.spec.int_option("time_ms", 0, 0))
+            if self.folder is not None and Path(self.folder).parent.name == QUARANTINE_DIR:
+                out["quarantined"] = True
         if self.argv:
             out["argv"] = list(self.argv)
         return out
 
 
-def _version(spec: EngineSpec, game: Game, repository: Path) -> tuple[str, int]:
+def _version(spec: EngineSpec, game: Game, repository: Path) -> tuple[str, int, Path]:
+    """(model, version number, its folder): a published version's numbered folder, or a
+    quarantined one's folder under ``quarantine/`` (`quarantine_folder`)."""
     model, _, number = spec.target.rpartition("/")
     model = model or game.default_model
     if number == "serving":
@@ -189,11 +222,29 @@ def _version(spec: EngineSpec, game: Game, repository: Path) -> tuple[str, int]:
         raise EngineSpecError(f"{spec.text!r}: {number!r} is not a version number, serving "
                               "or latest")
     published = list_versions(repository, model)
-    if found is None or found not in published:
-        raise EngineSpecError(
-            f"{spec.text!r}: {model} has no published version {found or number} in "
-            f"{repository} (published: {', '.join(map(str, published)) or 'none'})")
-    return model, int(found)
+    if found is not None and found in published:
+        return model, int(found), version_dir(repository, model, int(found))
+    if found is not None and found in quarantined_versions(repository, model):
+        if spec.option("triton") is not None:
+            raise EngineSpecError(f"{spec.text!r}: {model} v{found} is quarantined, and "
+                                  "Triton never loads a quarantined version: leave out "
+                                  "triton= to play it in-process")
+        return model, int(found), quarantine_folder(repository, model, int(found))
+    raise EngineSpecError(
+        f"{spec.text!r}: {model} has no published version {found or number} in "
+        f"{repository} (published: {', '.join(map(str, published)) or 'none'})")
+
+
+def quarantine_folder(repository: Path, model: str, version: int) -> Path:
+    """The folder a quarantined version lies in: ``quarantine/N/``, or, for a number
+    quarantined more than once (``N-2``, ...: a hand-made folder that reused it), the newest
+    of them."""
+    base = Path(repository) / model / QUARANTINE_DIR
+    first = base / str(version)
+    again = sorted((p for p in base.glob(f"{version}-*") if p.is_dir()
+                    and p.name.removeprefix(f"{version}-").isdigit()),
+                   key=lambda p: int(p.name.removeprefix(f"{version}-")))
+    return again[-1] if again else first
 
 
 def _program(spec: EngineSpec, argv: list[str]) -> tuple[str, ...]:
@@ -210,10 +261,10 @@ def resolve(spec: EngineSpec | str, game: Game, repository: Path) -> Player:
     repository = Path(repository)
     name = spec.option("name")
     if spec.kind in ("version", "policy"):
-        model, version = _version(spec, game, repository)
-        folder = version_dir(repository, model, version)
+        model, version, folder = _version(spec, game, repository)
         if spec.option("triton") is None and not (folder / MODEL_FILE).is_file():
             raise EngineSpecError(f"{spec.text!r}: {folder / MODEL_FILE} is missing")
+        rollout_file: Path | None = None
         if spec.kind == "version":
             visits = spec.int_option("visits", 0, 0)
             time_ms = spec.int_option("time_ms", 0, 0)
@@ -222,6 +273,15 @@ def resolve(spec: EngineSpec | str, game: Game, repository: Path) -> Player:
                                                    else [])
             if spec.int_option("value", 1, 0, 1) == 0:
                 options.append(("value", "0"))
+            lam = spec.lambda_option()
+            if lam > 0:
+                options.append(("rollout_lambda", f"{lam:g}"))
+                rollout_file = folder / ROLLOUT_FILE
+                if not rollout_file.is_file():
+                    raise EngineSpecError(
+                        f"{spec.text!r}: {model} version {version} has no rollout policy "
+                        f"({folder / ROLLOUT_FILE} is missing: publish the network with "
+                        "--rollout, or search with rollout_lambda=0)")
             label = f"version:{model}/{version}:" + ":".join(f"{k}={v}" for k, v in options)
             kept = tuple((k, v) for k, v in spec.options if k in ("triton", "name"))
             spec = EngineSpec(spec.text, spec.kind, f"{model}/{version}",
@@ -229,7 +289,8 @@ def resolve(spec: EngineSpec | str, game: Game, repository: Path) -> Player:
         else:
             label = f"policy:{model}/{version}"
         return Player(name or label, spec, model, version,
-                      None if spec.option("triton") else str(folder))
+                      None if spec.option("triton") else str(folder),
+                      rollout_file=str(rollout_file) if rollout_file else None)
     if spec.kind == "gnugo":
         level = spec.int_option("level", DEFAULT_GNUGO_LEVEL, 0, 10)
         binary = find_gnugo(spec.option("path"))
@@ -275,8 +336,15 @@ def open_engine(player: Player, game: Game, *, seed: int = 0) -> Engine:
                 player.folder, threads=1, use_value=spec.int_option("value", 1, 0, 1) == 1)
         if spec.kind == "policy":
             return PolicyEngine(evaluator, player.label)
+        lam = spec.lambda_option()
+        rollouts = None
+        if lam > 0:
+            assert player.rollout_file is not None
+            rollouts = FixedRollouts(RolloutWeights.from_bytes(
+                Path(player.rollout_file).read_bytes()))
         return SearchEngine(evaluator, player.label, visits=spec.int_option("visits", 0, 0),
-                            time_ms=spec.int_option("time_ms", 0, 0))
+                            time_ms=spec.int_option("time_ms", 0, 0), rollout_lambda=lam,
+                            rollouts=rollouts, seed=seed)
     if spec.kind == "gnugo":
         argv = list(player.argv)
         argv[-1] = str(seed)

@@ -51,8 +51,9 @@ from torch import nn
 from services.dataset.loader import dataset_game
 from services.dataset.shards import read_split
 from services.defaults import MODEL_FILE
-from services.games.base import BASIC_ENCODER
+from services.games.base import BASIC_ENCODER, Game
 from services.games.registry import UnknownGame, game_for_model, get_game, registered_games
+from services.games.rollout import RolloutWeights
 from services.games.triton_config import io_dims
 from services.models.configs import CONFIGS, spec
 from services.models.export import ExportError, export_for_serving
@@ -193,7 +194,8 @@ def publish_network(net: nn.Module, config: str, repository: str | Path,
                     dataset_dir: str | Path | None = None, recipe: Any = None,
                     metrics: dict | None = None, metrics_source: str | None = None,
                     decision: gate.GateDecision | None = None,
-                    metadata: dict | None = None) -> int:
+                    metadata: dict | None = None,
+                    rollout: RolloutWeights | None = None) -> int:
     """Export a `config` network `net` (`export_served`: checked, at its game's sizes) and
     publish it as the next version of `model_name` (default: its game's model for the
     configuration's input, `Game.model_name`); return the
@@ -207,7 +209,10 @@ def publish_network(net: nn.Module, config: str, repository: str | Path,
     with the exported file's top-1 on them, for the rollout's smoke test). The `metrics`:
     given, else the network evaluated now on each split of `dataset_dir`
     (`evaluate_dataset`), else none. `source` (recorded as ``source``) says what the network
-    was made from. ValueError when the dataset is of another game than the configuration."""
+    was made from. `rollout`: the fast rollout policy trained with the network, versioned
+    with it (``rollout.npz`` beside ``model.pt``: searches with ``rollout_lambda`` > 0 use
+    it); refused (ValueError) when it plays another game's rollouts. ValueError when the
+    dataset is of another game than the configuration."""
     found = spec(config)
     game = get_game(found.game)
     encoder = found.encoder
@@ -221,6 +226,8 @@ def publish_network(net: nn.Module, config: str, repository: str | Path,
         if metrics is None:
             metrics = evaluate_dataset(served, dataset_dir, encoder=encoder)
             metrics_source = f"evaluated at publish time on {Path(dataset_dir).resolve()}"
+    if rollout is not None:
+        check_rollout_game(rollout, game)
     if metrics is None and metrics_source is None:
         metrics_source = "none: no dataset to evaluate it on"
     card = build_card(config_name=config, model=served, dataset_dir=dataset_dir, recipe=recipe,
@@ -242,7 +249,8 @@ def publish_network(net: nn.Module, config: str, repository: str | Path,
                                        "top1": top1}
             extra_files[SMOKE_POSITIONS_FILE] = positions
         return publish(model_file, Path(repository), model_name, metadata=info,
-                       extra_files=extra_files, source=source, game=game, encoder=encoder)
+                       extra_files=extra_files, source=source, game=game, encoder=encoder,
+                       rollout=rollout)
 
 
 # ---------------------------------------------------------------------------- the command
@@ -271,7 +279,8 @@ def resolve_config(game: str | None = None, config: str | None = None,
 def publish_model(repository: str | Path, *, game: str | None = None,
                   config: str | None = None, seed: int = 0,
                   weights: str | Path | WeightsFile | None = None,
-                  dataset: str | Path | None = None, model_name: str | None = None) -> int:
+                  dataset: str | Path | None = None, model_name: str | None = None,
+                  rollout: str | Path | RolloutWeights | None = None) -> int:
     """Publish a network of any registered game (`publish_network`): a `config` network (the
     configuration `resolve_config` picks from `game`, `config` and the weights file) with
     random weights drawn from `seed`, or those of `weights` (a trainer checkpoint, the policy
@@ -295,7 +304,31 @@ def publish_model(repository: str | Path, *, game: str | None = None,
     return publish_network(net, config, repository, model_name, dataset_dir=dataset,
                            recipe=recipe, metrics=metrics, metrics_source=metrics_source,
                            source=where or f"untrained {config}, seed {seed}",
-                           metadata={"seed": None if where else seed, "weights": where})
+                           metadata={"seed": None if where else seed, "weights": where},
+                           rollout=read_rollout_file(rollout))
+
+
+def check_rollout_game(rollout: RolloutWeights, game: Game) -> None:
+    """ValueError unless `rollout` can serve `game`'s searches: the game has rollouts and the
+    rollout policy's configuration (when it names one) is one of that game's."""
+    if game.rollouts("") is None:
+        raise ValueError(f"{game.title} has no rollouts: no rollout policy is published with "
+                         "its networks")
+    if rollout.config and rollout.config in CONFIGS and spec(rollout.config).game != game.name:
+        raise ValueError(f"the rollout policy is a {spec(rollout.config).game} one "
+                         f"({rollout.config}), the network plays {game.title}")
+
+
+def read_rollout_file(rollout: str | Path | RolloutWeights | None) -> RolloutWeights | None:
+    """`rollout` as rollout weights: read from its file (ValueError naming the file when it
+    is not one); weights and None as they are."""
+    if rollout is None or isinstance(rollout, RolloutWeights):
+        return rollout
+    path = Path(rollout)
+    try:
+        return RolloutWeights.from_bytes(path.read_bytes())
+    except ValueError as exc:
+        raise ValueError(f"{path}: not a rollout policy file ({exc})") from exc
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -320,6 +353,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "split for its model card, and validation positions stored with it")
     p.add_argument("--model-name", default=None,
                    help="default: the game's Triton model (for the configuration's input)")
+    p.add_argument("--rollout", type=Path, default=None,
+                   help="a fast rollout policy (rollout.npz, from benchmarks/rollout_top1.py "
+                        "--save) published with the network: searches with rollout_lambda > 0 "
+                        "use it")
     args = p.parse_args(argv)
     try:
         found = read_weights(args.weights) if args.weights is not None else None
@@ -327,7 +364,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         found_spec = spec(config)
         model_name = args.model_name or get_game(found_spec.game).model_name(found_spec.encoder)
         version = publish_model(args.repository, config=config, seed=args.seed, weights=found,
-                                dataset=args.dataset, model_name=model_name)
+                                dataset=args.dataset, model_name=model_name,
+                                rollout=args.rollout)
     except (ValueError, UnknownGame, ExportError, OSError, RuntimeError,
             pickle.UnpicklingError) as exc:
         print(f"error: {exc}", file=sys.stderr)
