@@ -158,9 +158,10 @@ def add_match_commands(subparsers: Any) -> dict[str, Any]:
         "match", help="a rated match between versions and engines",
         description=__doc__.split("\n\n")[0],
         epilog="Engines: version:[MODEL/]N|serving|latest[:visits=V][:time_ms=T][:value=0]"
-               "[:triton=HOST:PORT], policy:[MODEL/]N, gnugo[:level=L][:path=P], "
-               "gtp:cmd=COMMAND, gomocup:[timeout_turn=MS:][rule=BITS:]cmd=COMMAND; any with "
-               ":name=LABEL. Each opening is played twice per two engines, colours swapped.")
+               "[:rollout_lambda=L][:triton=HOST:PORT], policy:[MODEL/]N, "
+               "gnugo[:level=L][:path=P], gtp:cmd=COMMAND, "
+               "gomocup:[timeout_turn=MS:][rule=BITS:]cmd=COMMAND; any with :name=LABEL. "
+               "Each opening is played twice per two engines, colours swapped.")
     m.add_argument("--engine", action="append", type=_engine, required=True,
                    metavar="SPEC", help="a player (at least two)")
     m.add_argument("--pairs", type=_positive, default=50,
