@@ -25,7 +25,7 @@ from services.match.results import LOG_FILE, read_log, standings_table
 from services.match.runner import RECORDS_DIR, MatchConfig, play_game, run_match, schedule
 from services.match.specs import EngineSpecError, parse_engine, resolve
 from services.models.local_evaluator import LocalEvaluator
-from services.repository.quarantine import quarantine_reason
+from services.repository.quarantine import quarantine, quarantine_reason
 from services.repository.versions import list_versions, quarantined_versions, version_dir
 from tests.match_nets import LineNet, UniformNet, publish_net, save
 
@@ -247,6 +247,24 @@ def test_gate_refuses_an_equal_candidate_and_quarantines_it(tmp_path: Path) -> N
     again = gate_by_match(repository, "gomoku", candidate, visits=4, max_games=8,
                           out_dir=tmp_path / "gate")  # a rerun, say after a kill
     assert again == decision
+
+
+def test_a_quarantined_version_can_still_be_rated(repo, tmp_path: Path, capsys) -> None:
+    repository, uniform, lines = repo
+    moved = quarantine(repository, "gomoku_policy", lines, "refused by a test")
+    assert lines not in list_versions(repository, "gomoku_policy")
+    player = resolve(f"version:{lines}:visits=2", GOMOKU, repository)
+    assert Path(player.folder) == moved and player.version == lines
+    assert player.describe()["quarantined"] is True
+    assert "quarantined" not in resolve(f"version:{uniform}", GOMOKU, repository).describe()
+    with pytest.raises(EngineSpecError, match="Triton never loads a quarantined version"):
+        resolve(f"version:{lines}:triton=127.0.0.1:8001", GOMOKU, repository)
+    code = cli.main(["match", "--engine", f"version:{lines}:visits=2", "--engine",
+                     f"policy:{uniform}", "--pairs", "1", "--max-moves", "30",
+                     "--out", str(tmp_path / "m"), "--repository", str(repository)])
+    out = capsys.readouterr().out
+    assert code == 0 and f"version:gomoku_policy/{lines}:visits=2" in out
+    assert len(read_log(tmp_path / "m" / LOG_FILE)) == 2
 
 
 # ---------------------------------------------------------------------------- CLI
