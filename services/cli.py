@@ -51,6 +51,7 @@ from services.move_order.neighbours import NAMES as NEIGHBOURS
 from services.move_order.problem import stones_from_board
 from services.processes import add_process_commands
 from services.protocols.gtp import add_gtp_command
+from services.protocols.katago_analysis import add_analysis_engine_command
 from services.protocols.sgf_export import add_play_command
 from services.records.rif import RIF_SUFFIXES, RifGame, read_rif
 from services.records.sgf import SgfGame, read_sgf
@@ -553,6 +554,7 @@ REGISTRARS: list[Registrar] = [
     add_rollout_commands,
     add_play_command,
     add_gtp_command,
+    add_analysis_engine_command,
     add_match_commands,
 ]
 
