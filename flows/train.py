@@ -12,6 +12,13 @@ written as PNG next to the checkpoint, embedded in the ``train-summary`` markdow
 attached as image artifacts ``train-curves`` and ``train-stages`` (Prefect's
 `create_image_artifact`, the image as a data URI, so it shows wherever the run folder is).
 
+With `--track mlflow` (a `TrainConfig` field, off by default) the run is also an MLflow run
+(services/trainer/tracking.py; `--tracking-uri`, default the local store ``artifacts/mlruns``):
+scalars every `--curve-every` steps and at each evaluation, the config and the dataset's
+manifest sha256 as parameters, and ``report.md``, the plots and ``model_card.json`` (the
+published version's card, or the trained network's when nothing was published) as artefacts.
+The result's ``tracking`` names the run; docs/tracking.md says how to look at it.
+
 The dataset's game (from its shards) picks the default model configuration (`Game.default_config`)
 and model name (`gomoku_policy`, `go_policy`); a configuration of the other game is refused. A
 Go model goes through the same training, metrics (train / validation / test every epoch), gate
@@ -67,7 +74,14 @@ from services.repository import gate
 from services.settings import DEFAULT_DATASET, DEFAULT_REPOSITORY, DEFAULT_RUN_DIR
 from services.trainer import publish
 from services.trainer.plots import plot_curves, plot_stages
-from services.trainer.publish import check_gate, export_checked, unservable_reason
+from services.trainer.publish import (
+    MODEL_CARD_FILE,
+    check_gate,
+    export_checked,
+    unservable_reason,
+    write_run_card,
+)
+from services.trainer.tracking import Tracker, TrackingError, tracked
 from services.trainer.train import TrainConfig, TrainResult, check_run, train
 from services.triton.client import PolicyClient
 
@@ -132,9 +146,12 @@ def serving_hint(triton_url: str | None, repository: str, model_name: str,
 
 
 @task(retries=1, retry_delay_seconds=2)
-def fit(dataset_dir: str, config: TrainConfig, checkpoint: str | None) -> TrainResult:
-    """Train; a retry resumes from the checkpoint instead of starting over."""
-    return train(Path(dataset_dir), config, checkpoint=Path(checkpoint) if checkpoint else None)
+def fit(dataset_dir: str, config: TrainConfig, checkpoint: str | None,
+        tracker: Tracker | None = None) -> TrainResult:
+    """Train; a retry resumes from the checkpoint instead of starting over (and logs into the
+    same tracking run: steps between the checkpoint and the failure are logged twice)."""
+    return train(Path(dataset_dir), config, checkpoint=Path(checkpoint) if checkpoint else None,
+                 tracker=tracker)
 
 
 # the trainer's publication (services.trainer.publish) as a task of this flow
@@ -244,7 +261,7 @@ def train_flow(
     check_dataset(dataset_dir)
     config = check_run(dataset_dir, config or TrainConfig())  # before the task (no retry)
     game = spec(config.model).game  # the dataset's: check_run matched them
-    model, device = config.model, config.device
+    model = config.model
     model_name = model_name or get_game(game).default_model
     out_dir = Path(run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -252,7 +269,23 @@ def train_flow(
     checkpoint.unlink(missing_ok=True)  # a new flow run starts fresh; task retries resume
     logger.info("training %s (%s) on %s into %s: %s", model, game, dataset_dir, model_name,
                 f"{config.step_limit()} steps" if config.step_limit() else "no step limit")
-    result = fit(dataset_dir, config, str(checkpoint))
+    # with --track, one tracking run for the training and the files after it (failed when
+    # anything below raises)
+    with tracked(None, config.track, config.tracking_uri, game=game,
+                 run_name=f"{model} {out_dir.name}") as tracker:
+        result = fit(dataset_dir, config, str(checkpoint), tracker)
+        return _publish_and_report(result, dataset_dir, repository, gate_tolerance, out_dir,
+                                   triton_url, model_name, tracker)
+
+
+def _publish_and_report(result: TrainResult, dataset_dir: str, repository: str,
+                        gate_tolerance: float, out_dir: Path, triton_url: str | None,
+                        model_name: str, tracker: Tracker) -> dict:
+    """The flow after training: gate, export, publish, roll out, report; the report, plots and
+    model card go to the tracking run too. Returns the flow's result."""
+    logger = get_run_logger()
+    config = result.config
+    game, device = spec(config.model).game, config.device
     decision = check_gate(result.metrics, Path(repository), model_name, Path(dataset_dir),
                           tolerance=gate_tolerance, device=device)
     logger.info("gate %s: %s", "passed" if decision.passed else "refused", decision.reason)
@@ -298,12 +331,19 @@ def train_flow(
             create_image_artifact(image_url=_png_data_uri(png), key=f"train-{name}",
                                   description=description)
     logger.info("report in %s", out_dir / "report.md")
+    if tracker.enabled:
+        write_run_card(result, dataset_dir, out_dir / MODEL_CARD_FILE, repository=repository,
+                       model_name=model_name, version=version, decision=decision)
+        for name in ("report.md", "curves.png", "stages.png", MODEL_CARD_FILE):
+            if (out_dir / name).exists():
+                tracker.log_artifact(out_dir / name)
     if next_step and served is False:
         logger.warning(next_step)
     return {"version": version, "published": version is not None, "gate": reason,
             "exported": exported, "game": game, "model_name": model_name,
             "served": served, "triton_url": asked_url, "next": next_step, "rollout": rolled,
-            "config": asdict(config), "metrics": result.metrics, "run_dir": str(out_dir)}
+            "config": asdict(config), "metrics": result.metrics, "run_dir": str(out_dir),
+            "tracking": tracker.where()}
 
 
 # the flow's parameters other than `config`, as command-line flags: (flag, parameter, help)
@@ -323,7 +363,7 @@ FLOW_FLAGS = (
 def build_parser() -> argparse.ArgumentParser:
     """The command line of `python -m flows.train` (`make train`): the flow's parameters with
     the flow's own defaults, and one flag per `TrainConfig` field with the field's default."""
-    parser = argparse.ArgumentParser(description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m flows.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     defaults = inspect.signature(train_flow.fn).parameters
     for flag, name, help_text in FLOW_FLAGS:
@@ -350,7 +390,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     announce_prefect_api()
-    out = train_flow(config=config, **{name: getattr(args, name) for _, name, _ in FLOW_FLAGS})
+    try:
+        out = train_flow(config=config, **{name: getattr(args, name) for _, name, _ in FLOW_FLAGS})
+    except TrackingError as exc:  # the store named by --tracking-uri cannot be opened
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     m = out["metrics"]
     summary = {k: out[k] for k in ("version", "published", "served", "gate", "exported")}
     keys = ("top1", "top5", "loss", "value_mse", "value_sign", "n")
@@ -360,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
                                         "samples_per_s", "train_rows")}
     print(json.dumps(summary, indent=2))
     print(f"metrics, plots and report in {out['run_dir']}")
+    if out["tracking"]:
+        print("tracking run {run_id} in {tracking_uri}".format(**out["tracking"]))
     if out["next"]:
         print(out["next"])
     return 0

@@ -15,6 +15,8 @@ rank's loader position in it), `metrics.json`, the checked TorchScript `model.pt
 `--repository`, the gated, published next version. A run dir holding a checkpoint resumes from
 it (a restarted Job continues; with another number of ranks too, see services/trainer/train.py);
 `--fresh` starts over. Without torchrun (no WORLD_SIZE in the environment) it is one process.
+With `--track mlflow`, rank 0 alone logs the run to MLflow (services/trainer/tracking.py): its
+scalars and parameters, then metrics.json, curves.png and the model card as artefacts.
 
 The dataset and the run dir must be on storage every rank reads (each rank reads its shards
 and, to resume, the checkpoint). One torch thread per process unless `--threads` says
@@ -43,12 +45,15 @@ from services.defaults import MODEL_FILE
 from services.games.registry import get_game
 from services.repository import gate
 from services.trainer.publish import (
+    MODEL_CARD_FILE,
     check_gate,
     export_and_publish,
     export_checked,
     model_encoder,
     unservable_reason,
+    write_run_card,
 )
+from services.trainer.tracking import Tracker, tracked
 from services.trainer.train import (
     CheckpointError,
     GameMismatchError,
@@ -160,6 +165,23 @@ def publish_version(result: TrainResult, dataset_dir: Path, repository: str,
     return {"published": True, "model_name": name, "version": version, "gate": decision.reason}
 
 
+def track_outputs(tracker: Tracker, result: TrainResult, dataset_dir: Path, run_dir: Path,
+                  repository: str | None, published: dict | None) -> None:
+    """Rank 0's files in its tracking run: metrics.json, curves.png and the model card (the
+    published version's, else the trained network's with the gate's reason:
+    `write_run_card`)."""
+    if not tracker.enabled:
+        return
+    published = published or {}
+    write_run_card(result, dataset_dir, run_dir / MODEL_CARD_FILE, repository=repository,
+                   model_name=published.get("model_name"), version=published.get("version"),
+                   decision={"passed": published.get("published"),
+                             "reason": published["gate"]} if published else None)
+    for name in (METRICS, "curves.png", MODEL_CARD_FILE):
+        if (run_dir / name).exists():
+            tracker.log_artifact(run_dir / name)
+
+
 def _published(run_dir: Path) -> dict | None:
     """What `run_dir` published last (None: nothing, or an unreadable record)."""
     try:
@@ -211,31 +233,38 @@ def run(args: argparse.Namespace) -> dict | None:
     config = settings.from_args(TrainConfig, args, device=device).for_game(game)
     run_dir = Path(args.run_dir)
     checkpoint = run_dir / CHECKPOINT
-    backend = init_process_group(device, rank, world, args.timeout) if world > 1 else None
-    try:
-        if rank == 0:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            if args.fresh:
-                checkpoint.unlink(missing_ok=True)
-                (run_dir / PUBLISHED).unlink(missing_ok=True)
-        if backend:
-            dist.barrier()  # the run dir is ready (and a stale checkpoint gone) for every rank
+    # rank 0's tracking run (the others' calls do nothing), opened before the rendezvous: a
+    # store that cannot be opened stops the launch before any rank waits
+    with tracked(None, config.track, config.tracking_uri, game=game,
+                 run_name=f"{config.model} {run_dir.name}", rank=rank) as tracker:
+        backend = init_process_group(device, rank, world, args.timeout) if world > 1 else None
+        try:
             if rank == 0:
-                log.info("%d ranks (%s), %s on rank 0", world, backend, device)
-        result = train(dataset, config, checkpoint=checkpoint)
-        summary = None
-        if rank == 0:
-            summary = write_outputs(result, dataset, run_dir)
-            if args.repository:
-                summary["publish"] = publish_version(result, dataset, args.repository,
-                                                     args.model_name, args.gate_tolerance,
-                                                     run_dir)
-        if backend:
-            dist.barrier()  # rank 0's files are written when the launcher sees every rank end
-        return summary
-    finally:
-        if backend:
-            dist.destroy_process_group()
+                run_dir.mkdir(parents=True, exist_ok=True)
+                if args.fresh:
+                    checkpoint.unlink(missing_ok=True)
+                    (run_dir / PUBLISHED).unlink(missing_ok=True)
+            if backend:
+                dist.barrier()  # the run dir is ready (a stale checkpoint gone) for every rank
+                if rank == 0:
+                    log.info("%d ranks (%s), %s on rank 0", world, backend, device)
+            result = train(dataset, config, checkpoint=checkpoint, tracker=tracker)
+            summary = None
+            if rank == 0:
+                summary = write_outputs(result, dataset, run_dir)
+                if args.repository:
+                    summary["publish"] = publish_version(result, dataset, args.repository,
+                                                         args.model_name, args.gate_tolerance,
+                                                         run_dir)
+                track_outputs(tracker, result, dataset, run_dir, args.repository,
+                              summary.get("publish"))
+                summary["tracking"] = tracker.where()
+            if backend:
+                dist.barrier()  # rank 0's files are written when the launcher sees all ranks end
+            return summary
+        finally:
+            if backend:
+                dist.destroy_process_group()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -260,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
                                       for s in ("validation", "test", "game_test") if m.get(s)},
                           "publish": summary.get("publish")}, indent=2))
         print(f"metrics.json, model.pt and the checkpoint in {args.run_dir}")
+        if summary.get("tracking"):
+            print("tracking run {run_id} in {tracking_uri}".format(**summary["tracking"]))
     return 0
 
 

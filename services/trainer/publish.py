@@ -38,6 +38,7 @@ positions and their top-1; the serving version the encoder its ``metadata.json``
 from __future__ import annotations
 
 import argparse
+import json
 import pickle
 import sys
 import tempfile
@@ -48,6 +49,7 @@ from typing import Any
 import numpy as np
 from torch import nn
 
+from services.atomic_files import atomic_write_text
 from services.dataset.loader import dataset_game
 from services.dataset.shards import read_split
 from services.defaults import MODEL_FILE
@@ -70,6 +72,7 @@ from services.repository.versions import version_dir
 from services.trainer.metrics import evaluate, evaluate_dataset
 from services.trainer.train import TrainResult
 
+MODEL_CARD_FILE = "model_card.json"  # a training run's card, for experiment tracking
 SMOKE_ROWS = 256  # validation positions stored with a version for the rollout's smoke test
 CHECK_ROWS = 64  # real validation positions the export check runs on, with a dataset
 CHECK_INPUTS = 16  # random inputs, and as many positions of random games, per size checked
@@ -187,6 +190,26 @@ def export_and_publish(result: TrainResult, repository: str, model_name: str,
                            metrics=result.metrics,
                            metrics_source="the training run's final evaluation",
                            decision=decision, source=source, metadata=result.summary())
+
+
+def write_run_card(result: TrainResult, dataset_dir: str | Path, path: Path, *,
+                   repository: str | Path | None = None, model_name: str | None = None,
+                   version: int | None = None, decision: Any = None) -> Path:
+    """The training run's model card as JSON at `path` (an artefact of its tracking run): the
+    published version's ``metadata.json`` (the card with its version and sha256) when `version`
+    is given, else the card of the trained network as publication would write it
+    (`build_card`, with the gate's `decision`: a `GateDecision` or a dict of its fields; None:
+    the run was not offered for publication), so a run that published nothing has one too."""
+    meta = (read_version_metadata(Path(repository), model_name, version)
+            if version is not None and repository is not None and model_name else {})
+    if not meta:
+        meta = build_card(config_name=result.config.model, model=result.model,
+                          dataset_dir=dataset_dir, recipe=result.config, metrics=result.metrics,
+                          metrics_source="the training run's final evaluation",
+                          gate=decision if decision is not None else {
+                              "passed": None, "reason": "no gate: not offered for publication"})
+    atomic_write_text(json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n", path)
+    return path
 
 
 def publish_network(net: nn.Module, config: str, repository: str | Path,
