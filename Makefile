@@ -12,7 +12,7 @@ TRITON_GRPC ?= 127.0.0.1:$(TRITON_GRPC_PORT)
 SEARCH      ?= 127.0.0.1:$(SEARCH_PORT)
 
 .PHONY: setup demo test test-fast lint lint-only sample ingest schedule prefect-server train triton serve predict genmove status stop \
-        web proto bench faults clean
+        web proto client bench faults clean
 
 setup:            ## virtualenv with pinned dependencies + generated gRPC code
 	@bash scripts/setup_env.sh
@@ -37,6 +37,10 @@ lint-only:
 
 proto: setup      ## regenerate gRPC code from proto/
 	$(PY) -m services.api.generate
+
+client: setup     ## the thin client's wheel (movepred-client: grpcio + protobuf only) in clients/python/dist/
+	rm -rf clients/python/build
+	$(PY) -m pip wheel --no-deps --no-build-isolation -w clients/python/dist clients/python
 
 sample: setup     ## regenerate the shipped self-play sample (no RenjuNet data in the repo)
 	$(PY) -m services.games.gomoku.selfplay --games 300 --seed 0 --out data/sample/selfplay.rif
