@@ -58,7 +58,7 @@ def random_positions(count: int, seed: int = 0) -> list[tuple[search_pb2.Positio
                 break
             else:
                 break
-        request = search_pb2.Position(game=search_pb2.GO, board_size=SIZE, moves=[
+        request = search_pb2.Position(game=search_pb2.GAME_GO, board_size=SIZE, moves=[
             search_pb2.Point(x=m % SIZE, y=m // SIZE) for m in moves])
         out.append((request, state))
     return out

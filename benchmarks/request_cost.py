@@ -65,7 +65,7 @@ def renju_positions(n_moves: int, count: int) -> list[search_pb2.Position]:
     out: list[search_pb2.Position] = []
     seed = 0
     while len(out) < count:
-        p = search_pb2.Position(rule=search_pb2.RENJU, moves=[
+        p = search_pb2.Position(rule=search_pb2.RULE_RENJU, moves=[
             search_pb2.Point(x=x, y=y) for x, y in gomoku_moves(n_moves, seed)])
         seed += 1
         try:
@@ -92,7 +92,7 @@ def go_game(n: int, seed: int = 0) -> search_pb2.Position:
             break
         else:
             raise RuntimeError(f"the random game stalled after {len(moves)} moves")
-    return search_pb2.Position(game=search_pb2.GO, board_size=19,
+    return search_pb2.Position(game=search_pb2.GAME_GO, board_size=19,
                                moves=[search_pb2.Point(x=m % 19, y=m // 19) for m in moves])
 
 

@@ -134,7 +134,7 @@ class Collection:
 
 
 COLLECTIONS = {
-    "gomoku": Collection(renju_games, search_pb2.RENJU, 0),  # RenjuNet: renju rules
+    "gomoku": Collection(renju_games, search_pb2.RULE_RENJU, 0),  # RenjuNet: renju rules
     "go": Collection(lambda: list(go_games()), search_pb2.RULE_UNSPECIFIED, GO_CLEAN_MOVES),
 }
 

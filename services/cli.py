@@ -453,8 +453,8 @@ def _order_table(moves: Sequence) -> Table:
     table.add_column("move")
     table.add_column("probability", justify="right")
     for i, m in enumerate(moves, 1):
-        table.add_row(str(i), search_pb2.Color.Name(m.color).lower(), m.name,
-                      f"{m.probability:.4f}")
+        colour = search_pb2.Color.Name(m.color).removeprefix("COLOR_").lower()
+        table.add_row(str(i), colour, m.name, f"{m.probability:.4f}")
     return table
 
 

@@ -377,7 +377,7 @@ def test_requests_are_validated() -> None:
         (request("b1", "b2", "a2", "e5", "c2", "e4", "b3", "d4"), InvalidRequest,
          "p.moves[7]: the game ended at moves[6]"),
         (request(komi=0.5), InvalidRequest, "p.komi"),
-        (request(rule=search_pb2.GO_AREA), InvalidRequest, "p.rule"),
+        (request(rule=search_pb2.RULE_GO_AREA), InvalidRequest, "p.rule"),
         (request(setup_black=[search_pb2.Point(x=1, y=1)]), InvalidRequest, "p.setup_black"),
         (request(*(["a1"] * 26)), RequestTooLarge, "p.moves: at most 25 moves"),
     ]

@@ -273,7 +273,7 @@ def test_predict_covers_every_empty_point_suicide_included(live: Live) -> None:
 def test_genmove_plays_legal_moves_takes_a_capture_never_a_suicide(live: Live) -> None:
     with SearchClient(live.target) as client:
         r = client.genmove(game_position(CAPTURE, CAPTURE_IN_ONE), max_visits=32)
-        assert r.name == "b3" and r.color == search_pb2.BLACK  # the capture wins at once
+        assert r.name == "b3" and r.color == search_pb2.COLOR_BLACK  # the capture wins at once
         for moves, size in ((SUICIDE_FOR_WHITE, 5), (["d4"], 7), ([], 9)):
             r = client.genmove(game_position(CAPTURE, moves, size), max_visits=48,
                                max_candidates=size * size)
@@ -287,7 +287,7 @@ def test_genmove_plays_legal_moves_takes_a_capture_never_a_suicide(live: Live) -
                                       report_every_visits=16, reuse_tree=False))
     assert [x.final for x in reports] == [False] * (len(reports) - 1) + [True]
     assert len(reports) >= 2 and reports[-1].total_visits == 64
-    assert reports[-1].to_move == search_pb2.WHITE
+    assert reports[-1].to_move == search_pb2.COLOR_WHITE
 
 
 INVALID = [

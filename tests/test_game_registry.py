@@ -72,7 +72,7 @@ def test_predict_answers_the_test_game_with_its_own_model(served: tuple[str, Pat
     policy = np.array(later.policy)
     assert policy[4] == 0 and policy[0] == 0  # b2 and a1 are taken
     assert abs(policy.sum() - 1) < 1e-5 and len(later.top_moves) == 7
-    assert later.to_move == search_pb2.BLACK
+    assert later.to_move == search_pb2.COLOR_BLACK
 
 
 def test_genmove_searches_the_test_game_by_its_rules(served: tuple[str, Path]) -> None:

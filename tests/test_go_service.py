@@ -255,18 +255,19 @@ INVALID = [
      "max_candidates: must be in 0..170"),
     ("Predict", dict(position=_go("K10", board_size=9)), "position.moves[0]: (9, 9) is off the "
      "9x9 board"),
-    ("Predict", dict(position=_go("D4", rule=search_pb2.RENJU)),
-     "position.rule: RENJU is a Gomoku rule"),
+    ("Predict", dict(position=_go("D4", rule=search_pb2.RULE_RENJU)),
+     "position.rule: RULE_RENJU is a Gomoku rule"),
     ("Predict", dict(position=_go("D4", komi=float("nan"))), "position.komi: must be finite"),
     ("GenMove", dict(position=_go("D4", "pass", "pass")),
      "position: the game is over (two consecutive passes)"),
     ("Predict", dict(position=_go("pass", "pass", "D4")),
      "position.moves[2]: the game ended at moves[1] (two consecutive passes)"),
     ("Predict", dict(position=search_pb2.Position(
-        game=search_pb2.GO, setup_black=[search_pb2.Point(is_pass=True)])),
+        game=search_pb2.GAME_GO, setup_black=[search_pb2.Point(is_pass=True)])),
      "position.setup_black[0]: a pass cannot be a set-up stone"),
     ("Predict", dict(position=search_pb2.Position(
-        game=search_pb2.GO, setup_black=[search_pb2.Point(x=0, y=1), search_pb2.Point(x=1, y=0)],
+        game=search_pb2.GAME_GO,
+        setup_black=[search_pb2.Point(x=0, y=1), search_pb2.Point(x=1, y=0)],
         setup_white=[search_pb2.Point(x=0, y=0)])),
      "position.setup_white: the white set-up stone at A1 has no liberty"),
     ("Predict", dict(position=search_pb2.Position(moves=[search_pb2.Point(is_pass=True)])),
@@ -368,7 +369,7 @@ def test_go_predict_end_to_end(live: Live) -> None:
     with SearchClient(live.target) as client:
         r = client.predict(go_position(KO), top_k=362)
     assert (r.model_name, r.model_version) == ("go_policy", "1")
-    assert r.to_move == search_pb2.WHITE
+    assert r.to_move == search_pb2.COLOR_WHITE
     policy = np.array(r.policy)
     assert policy.shape == (362,) and abs(policy.sum() - 1) < 1e-5
     legal = pos.legal_mask()
@@ -400,8 +401,8 @@ def test_go_predict_batch_is_one_triton_call_and_gomoku_still_works(live: Live) 
             np.testing.assert_allclose(
                 np.array(result.policy), mcts.masked_softmax(row, pos.legal_mask()),
                 rtol=1e-4, atol=1e-6)
-        assert [x.to_move for x in r.results] == [search_pb2.BLACK, search_pb2.WHITE,
-                                                   search_pb2.WHITE, search_pb2.BLACK]
+        assert [x.to_move for x in r.results] == [search_pb2.COLOR_BLACK, search_pb2.COLOR_WHITE,
+                                                   search_pb2.COLOR_WHITE, search_pb2.COLOR_BLACK]
         gomoku = client.predict(["h8", "h9"], top_k=2)  # the same service serves Gomoku
     assert (gomoku.model_name, len(gomoku.policy)) == ("gomoku_policy", 225)
 
@@ -411,7 +412,7 @@ def test_go_genmove_end_to_end(live: Live) -> None:
     moves = ["Q16", "D4", "Q4"]
     with SearchClient(live.target) as client:
         r = client.genmove(go_position(moves), max_visits=96, max_candidates=4)
-        assert r.color == search_pb2.WHITE and r.total_visits == 96
+        assert r.color == search_pb2.COLOR_WHITE and r.total_visits == 96
         assert (r.model_name, r.model_version) == ("go_policy", "1")
         assert len(r.candidates) == 4 and r.candidates[0].name == r.name
         pos = replay(moves)
@@ -420,7 +421,7 @@ def test_go_genmove_end_to_end(live: Live) -> None:
             pos = pos.play(pos.pass_move if p is None else p)
         r2 = client.genmove(go_position([*moves, r.name]), max_visits=96)
         # the subtree below the move played keeps its visits (all but the one that made it)
-        assert r2.color == search_pb2.BLACK and r2.reused_visits == r.visits - 1
+        assert r2.color == search_pb2.COLOR_BLACK and r2.reused_visits == r.visits - 1
         assert r2.total_visits == max(96, r2.reused_visits)
         # ko: white may not retake at D5, and the service never proposes it
         k = client.genmove(go_position(KO), max_visits=64, max_candidates=362)
@@ -428,7 +429,7 @@ def test_go_genmove_end_to_end(live: Live) -> None:
         reports = list(client.analyze(go_position(moves), max_visits=64,
                                       report_every_visits=32, reuse_tree=False))
     assert [x.final for x in reports] == [False] * (len(reports) - 1) + [True]
-    assert reports[-1].total_visits == 64 and reports[-1].to_move == search_pb2.WHITE
+    assert reports[-1].total_visits == 64 and reports[-1].to_move == search_pb2.COLOR_WHITE
 
 
 @pytest.mark.timeout(300)
@@ -497,7 +498,7 @@ def test_go_predict_genmove_analyze_on_small_boards(live: Live) -> None:
 
         moves = ["E5", "C3"]
         g = client.genmove(go_position(moves, board_size=9), max_visits=48, max_candidates=82)
-        assert g.color == search_pb2.BLACK and g.total_visits == 48
+        assert g.color == search_pb2.COLOR_BLACK and g.total_visits == 48
         assert g.move.is_pass or (0 <= g.move.x < 9 and 0 <= g.move.y < 9)
         pos = replay(moves, size=9)
         assert pos.legal_mask()[parse_vertex(g.name, 9) if g.name != "pass" else 81]
@@ -511,7 +512,7 @@ def test_go_predict_genmove_analyze_on_small_boards(live: Live) -> None:
         reports = list(client.analyze(go_position(["G7"], board_size=13), max_visits=32,
                                       report_every_visits=16, reuse_tree=False))
     assert reports[-1].final and reports[-1].total_visits == 32
-    assert reports[-1].to_move == search_pb2.WHITE
+    assert reports[-1].to_move == search_pb2.COLOR_WHITE
     assert all(0 <= c.move.x < 13 and 0 <= c.move.y < 13 for c in reports[-1].candidates
                if not c.move.is_pass)
 
@@ -540,7 +541,7 @@ def test_concurrent_searches_on_two_board_sizes(live: Live) -> None:
         thread.join(timeout=240)
     assert not errors, errors[0]
     for size, r in results.items():
-        assert r.total_visits == 64 and r.color == search_pb2.WHITE
+        assert r.total_visits == 64 and r.color == search_pb2.COLOR_WHITE
         pos = replay(["D4"], size=size)
         assert pos.legal_mask()[size * size if r.move.is_pass else r.move.y * size + r.move.x]
 
@@ -585,7 +586,7 @@ def test_go_value_model_end_to_end(live: Live) -> None:
     np.testing.assert_allclose(direct.values, values, rtol=1e-5, atol=1e-6)
     with SearchClient(live.target) as client:
         r = client.predict(go_position(KO), top_k=3)
-        assert r.model_version == version and r.to_move == search_pb2.WHITE
+        assert r.model_version == version and r.to_move == search_pb2.COLOR_WHITE
         assert r.HasField("value") and -1.0 <= r.value <= 1.0
         assert r.value == pytest.approx(float(values[1]), abs=1e-5)
         many = client.predict_many([go_position(g) for g in games], top_k=2)

@@ -186,12 +186,12 @@ def test_positions_sent_to_the_service() -> None:
     # black plays twice (free handicap): the board so far becomes set-up, white to move
     handicap = run([(BLACK, "D4"), (BLACK, "Q16"), (WHITE, "Q4")], BLACK)
     assert len(handicap.setup_black) == 1 and [m.x for m in handicap.moves] == [15, 15]
-    assert handicap.first_to_move == search_pb2.BLACK
+    assert handicap.first_to_move == search_pb2.COLOR_BLACK
     white_first = run([(BLACK, "D4"), (BLACK, "Q16")], WHITE)
     assert len(white_first.setup_black) == 1 and len(white_first.moves) == 1
     # genmove for the side that just played: everything becomes set-up
     again = run([(BLACK, "D4"), (WHITE, "Q16")], WHITE)
-    assert not again.moves and again.first_to_move == search_pb2.WHITE
+    assert not again.moves and again.first_to_move == search_pb2.COLOR_WHITE
     assert len(again.setup_black) == len(again.setup_white) == 1
     # play resumed after two passes: only what followed the passes is sent as moves
     resumed = run([(BLACK, "D4"), (WHITE, "pass"), (BLACK, "pass"), (WHITE, "Q16")], BLACK)

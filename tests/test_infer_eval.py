@@ -183,7 +183,7 @@ def test_evaluate_position_scores_the_actual_order_and_keeps_the_best_of_greedy_
     order = tuple(y * 15 + x for x, y in [(7, 7), (8, 8), (7, 9), (9, 7), (5, 5), (10, 2)])
     position = EvalPosition("g@6", "g", HELD_OUT, 15, order)
     row = evaluate_position(gomoku, position, net, AnnealingParams(iterations=20, restarts=2),
-                            search_pb2.RENJU)
+                            search_pb2.RULE_RENJU)
     assert row["actual"] == list(order)
     assert sorted(row["inferred"][0::2]) == sorted(order[0::2])
     assert row["exact"] == (tuple(row["inferred"]) == order)

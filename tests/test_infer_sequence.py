@@ -246,7 +246,8 @@ def check_order(reply: search_pb2.InferSequenceResponse, game_name: str, size: i
     assert sorted(points[0::2]) == sorted(game.parse_move(b, size) for b in black)
     assert sorted(points[1::2]) == sorted(game.parse_move(w, size) for w in white)
     assert [m.color for m in reply.moves] == [
-        search_pb2.BLACK if i % 2 == 0 else search_pb2.WHITE for i in range(len(points))]
+        search_pb2.COLOR_BLACK if i % 2 == 0 else search_pb2.COLOR_WHITE
+        for i in range(len(points))]
     request = search_pb2.Position(game=game.proto_game, board_size=size,
                                   moves=[game.move_point(p, size) for p in points])
     state = game.position_from_request(request, "position")  # raises on an illegal move
@@ -386,7 +387,7 @@ def test_a_cancelled_inference_gives_its_search_slot_back(triton_url: str) -> No
         with grpc.insecure_channel(target) as channel:
             stub = search_pb2_grpc.SearchServiceStub(channel)
             request = search_pb2.InferSequenceRequest(
-                game=search_pb2.GO, board_size=GO_SIZE, iterations=40_000, restarts=1,
+                game=search_pb2.GAME_GO, board_size=GO_SIZE, iterations=40_000, restarts=1,
                 black=[get_game("go").move_point(get_game("go").parse_move(v, GO_SIZE),
                                                  GO_SIZE) for v in GO_BLACK],
                 white=[get_game("go").move_point(get_game("go").parse_move(v, GO_SIZE),
@@ -418,7 +419,7 @@ def record_stones(path: Path) -> tuple[set[int], set[int], int]:
 def test_cli_writes_the_inferred_go_game_as_sgf(live: str, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "inferred.sgf"
-    code = cli.main(["infer", "--target", live, "--game", "go", "--board-size", str(GO_SIZE),
+    code = cli.main(["infer", "--target", live, "--game", "go", "--size", str(GO_SIZE),
                      "--black", *GO_BLACK, "--white", *GO_WHITE, "--iterations", "20",
                      "--restarts", "1", "--out", str(out)])
     printed = capsys.readouterr().out

@@ -156,7 +156,7 @@ def test_a_size_or_rule_the_game_does_not_serve_is_the_games_error() -> None:
     with pytest.raises(InvalidRequest, match="board_size"):
         problem_from_stones(GOMOKU, [0], [], size=19)
     with pytest.raises(InvalidRequest, match="rule"):
-        problem_from_stones(GO, [0], [], size=9, rule=search_pb2.RENJU)
+        problem_from_stones(GO, [0], [], size=9, rule=search_pb2.RULE_RENJU)
 
 
 GO_DEAD_CORNER = """
@@ -208,7 +208,7 @@ O . O . . . . . . . . . . . O
 
 def renju_problem() -> tuple[Problem, list[int]]:
     black, white = stones_from_board(board_from_ascii(RENJU_DOUBLE_THREE))
-    problem = problem_from_stones(GOMOKU, black, white, rule=search_pb2.RENJU)
+    problem = problem_from_stones(GOMOKU, black, white, rule=search_pb2.RULE_RENJU)
     h8 = GOMOKU.parse_move("h8", 15)
     others = [p for p in black if p != h8]
     planted = [0] * 9

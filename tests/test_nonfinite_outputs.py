@@ -227,6 +227,6 @@ def test_finite_and_policy_only_models_still_answer(
         with SearchClient(f"127.0.0.1:{service.port}") as client:
             r = client.predict(["h8"], timeout=20)
         assert r.model_version == "8" and not r.HasField("value")
-        assert r.to_move == search_pb2.WHITE
+        assert r.to_move == search_pb2.COLOR_WHITE
     finally:
         service.stop()

@@ -224,7 +224,7 @@ INVALID = [
     ("GenMove", dict(position=_pos("h8", board_size=9)), "position.board_size:"),
     ("Predict", dict(position=_pos("h8", rule=9)), "position.rule: unknown rule 9"),
     # this server has no Go model (Go itself: tests/test_go_service.py)
-    ("Predict", dict(position=_pos(game=search_pb2.GO)), "position.game: GO is not served by"),
+    ("Predict", dict(position=_pos(game=search_pb2.GAME_GO)), "position.game: GO is not served by"),
     ("Predict", dict(position=_pos(game=7)), "position.game: unknown game 7"),
     ("GenMove", dict(position=_pos("h8"), max_visits=-1), "max_visits: must be >= 0"),
     ("GenMove", dict(position=_pos("h8"), max_time_ms=-5), "max_time_ms: must be >= 0"),
@@ -251,7 +251,7 @@ INVALID = [
     ("GenMove", dict(position=_pos("h8"), max_candidates=226), "max_candidates: must be in 0..225"),
     (
         "GenMove",
-        dict(position=_pos(*RENJU_DOUBLE_THREE, "i8", rule=search_pb2.RENJU)),
+        dict(position=_pos(*RENJU_DOUBLE_THREE, "i8", rule=search_pb2.RULE_RENJU)),
         "position.moves[8]: move i8 is forbidden for black (double-three)",
     ),
     ("Analyze", dict(position=_pos("h8"), report_every_visits=-1), "report_every_visits: must"),
@@ -299,14 +299,14 @@ def _no_five_moves(n: int, seed: int) -> list[tuple[int, int]]:
 
 
 _MOVES_64 = [_pos(*_no_five_moves(64, seed)) for seed in range(4)]
-_GO_700 = search_pb2.Position(game=search_pb2.GO, moves=[search_pb2.Point(x=3, y=3)] * 700)
+_GO_700 = search_pb2.Position(game=search_pb2.GAME_GO, moves=[search_pb2.Point(x=3, y=3)] * 700)
 # replay work over the per-request limit (16,384 moves, a renju move counting 3), refused before
 # any move is replayed (the renju and Go moves are not even legal: INVALID_ARGUMENT once replayed)
 TOO_LARGE += [
     ("Predict", dict(positions=[*(_MOVES_64 * 64)[:255], _pos(*_no_five_moves(65, 9))]),
      "positions: the request replays 16385 moves (moves and set-up stones of all positions; "
      "a renju move counts 3), at most 16384 per request"),
-    ("Predict", dict(positions=[_pos(*ALL_POINTS[:60], rule=search_pb2.RENJU)] * 92),
+    ("Predict", dict(positions=[_pos(*ALL_POINTS[:60], rule=search_pb2.RULE_RENJU)] * 92),
      "positions: the request replays 16560 moves"),
     ("Predict", dict(positions=[_GO_700] * 24), "positions: the request replays 16800 moves"),
 ]
@@ -548,7 +548,7 @@ def test_predict_end_to_end(live: Live) -> None:
     assert r.top_moves[0].name == index_name(int(np.argmax(expected)), 15)
     probs = [m.probability for m in r.top_moves]
     assert len(probs) == 7 and probs == sorted(probs, reverse=True)
-    assert r.to_move == search_pb2.BLACK
+    assert r.to_move == search_pb2.COLOR_BLACK
     assert (r.model_name, r.model_version) == ("gomoku_policy", "1")
 
 
@@ -566,7 +566,7 @@ def test_genmove_tactics_end_to_end(live: Live, moves: list[str], expected: set[
     live.bring_up()
     with SearchClient(live.target) as client:
         r = client.genmove(moves, max_visits=100)
-    assert r.name in expected and r.color == search_pb2.BLACK
+    assert r.name in expected and r.color == search_pb2.COLOR_BLACK
     assert r.principal_variation_names[0] == r.name
     assert (r.model_name, r.model_version) == ("gomoku_policy", "1")
 
@@ -614,11 +614,11 @@ def test_predict_batch_is_one_triton_call(live: Live) -> None:
 
     live.bring_up()
     games = [
-        (["h8"], search_pb2.FREESTYLE),
-        (["h8", "h9", "i8", "g7"], search_pb2.FREESTYLE),
-        ([], search_pb2.FREESTYLE),
-        (RENJU_DOUBLE_THREE, search_pb2.RENJU),
-        (["a1", "b2", "c3"], search_pb2.STANDARD),
+        (["h8"], search_pb2.RULE_FREESTYLE),
+        (["h8", "h9", "i8", "g7"], search_pb2.RULE_FREESTYLE),
+        ([], search_pb2.RULE_FREESTYLE),
+        (RENJU_DOUBLE_THREE, search_pb2.RULE_RENJU),
+        (["a1", "b2", "c3"], search_pb2.RULE_STANDARD),
     ]
     request = search_pb2.PredictRequest(
         positions=[_pos(*moves, rule=rule) for moves, rule in games], top_k=3
@@ -630,8 +630,8 @@ def test_predict_batch_is_one_triton_call(live: Live) -> None:
     assert len(r.results) == len(games) and not r.policy and not r.top_moves
     assert not r.HasField("value")  # v1 is policy-only (and `positions` leave it unset)
     assert (r.model_name, r.model_version) == ("gomoku_policy", "1")
-    rules = {search_pb2.FREESTYLE: Rule.FREESTYLE, search_pb2.RENJU: Rule.RENJU,
-             search_pb2.STANDARD: Rule.STANDARD}
+    rules = {search_pb2.RULE_FREESTYLE: Rule.FREESTYLE, search_pb2.RULE_RENJU: Rule.RENJU,
+             search_pb2.RULE_STANDARD: Rule.STANDARD}
     states = [
         GomokuState.from_moves([p.y * 15 + p.x for p in position(m).moves], rule=rules[rule])
         for m, rule in games
@@ -641,8 +641,8 @@ def test_predict_batch_is_one_triton_call(live: Live) -> None:
         expected = masked_softmax(row, state.legal_mask())
         np.testing.assert_allclose(np.array(result.policy), expected, rtol=1e-4, atol=1e-6)
         assert len(result.top_moves) == 3 and not result.HasField("value")
-        assert result.to_move == (search_pb2.BLACK if len(state.moves) % 2 == 0 else
-                                  search_pb2.WHITE)
+        assert result.to_move == (search_pb2.COLOR_BLACK if len(state.moves) % 2 == 0 else
+                                  search_pb2.COLOR_WHITE)
     renju = np.array(r.results[3].policy)
     assert renju[7 * 15 + 8] == 0.0  # i8: forbidden for black, so never predicted
     with SearchClient(live.target) as client:
@@ -699,7 +699,7 @@ def test_genmove_renju_plays_legal_moves_only(live: Live) -> None:
     live.bring_up()
     with SearchClient(live.target) as client:
         r = client.genmove(RENJU_DOUBLE_THREE, rule="renju", max_visits=150, max_candidates=225)
-    assert r.color == search_pb2.BLACK and r.name != "i8"
+    assert r.color == search_pb2.COLOR_BLACK and r.name != "i8"
     names = {c.name for c in r.candidates}
     assert len(names) == 225 - 8 - 1 and "i8" not in names  # every legal point, no forbidden one
     for c in r.candidates:
@@ -751,7 +751,7 @@ def test_analyze_streams_reports_until_the_budget(live: Live) -> None:
     for k, total in enumerate(totals[:-1], 1):
         assert total >= 64 * k  # one report per 64 visits (at the end of a batch)
     for r in reports:
-        assert 0 < len(r.candidates) <= 3 and r.to_move == search_pb2.BLACK
+        assert 0 < len(r.candidates) <= 3 and r.to_move == search_pb2.COLOR_BLACK
         visits = [c.visits for c in r.candidates]
         assert visits == sorted(visits, reverse=True)
         assert r.model_version == "1"

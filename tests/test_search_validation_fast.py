@@ -12,7 +12,8 @@ from services.api.movepred.v1 import search_pb2
 from services.games.gomoku import game as gomoku_game
 from services.search import validation
 
-RULES = [search_pb2.RULE_UNSPECIFIED, search_pb2.FREESTYLE, search_pb2.STANDARD, search_pb2.RENJU]
+RULES = [search_pb2.RULE_UNSPECIFIED, search_pb2.RULE_FREESTYLE, search_pb2.RULE_STANDARD,
+         search_pb2.RULE_RENJU]
 
 
 def _outcome(position: search_pb2.Position) -> tuple:

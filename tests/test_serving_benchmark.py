@@ -31,7 +31,7 @@ def _load(name: str):
 def test_floor_server_answers_predict_with_the_stored_response() -> None:
     grpc_floor = _load("grpc_floor")
     stored = search_pb2.PredictResponse(model_name="gomoku_policy", model_version="3",
-                                        policy=[0.25] * 4, to_move=search_pb2.WHITE)
+                                        policy=[0.25] * 4, to_move=search_pb2.COLOR_WHITE)
     port = free_port()
     server = grpc_floor.build(port, stored.SerializeToString(), max_workers=2)
     server.start()

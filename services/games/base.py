@@ -596,7 +596,7 @@ def simple_position(game: Game, position: search_pb2.Position, field: str,
         raise InvalidRequest(f"{field}.komi", f"{game.title} has no komi")
     if position.setup_black or position.setup_white:
         raise InvalidRequest(f"{field}.setup_black", f"{game.title} has no set-up stones")
-    if position.first_to_move not in (search_pb2.COLOR_UNSPECIFIED, search_pb2.BLACK):
+    if position.first_to_move not in (search_pb2.COLOR_UNSPECIFIED, search_pb2.COLOR_BLACK):
         raise InvalidRequest(f"{field}.first_to_move", f"black moves first in {game.title}")
     size = start.size
     if len(position.moves) > game.policy_size(size):

@@ -19,7 +19,7 @@ from services.quoting import shown
 BUILTIN_MODULES = ("services.games.gomoku.game", "services.games.go.game",
                    "services.games.capture.game")
 # What a request's GAME_UNSPECIFIED means (the API's documented default).
-DEFAULT_PROTO_GAME = search_pb2.GOMOKU
+DEFAULT_PROTO_GAME = search_pb2.GAME_GOMOKU
 
 _games: dict[str, Game] = {}
 _by_proto: dict[int, Game] = {}  # API `Game` value -> game

@@ -198,11 +198,11 @@ def build_position(
 
     cells = base.cells
     return search_pb2.Position(
-        game=search_pb2.GO,
-        rule=search_pb2.GO_AREA,
+        game=search_pb2.GAME_GO,
+        rule=search_pb2.RULE_GO_AREA,
         board_size=size,
         komi=komi,
-        first_to_move=search_pb2.BLACK if first == BLACK else search_pb2.WHITE,
+        first_to_move=search_pb2.COLOR_BLACK if first == BLACK else search_pb2.COLOR_WHITE,
         setup_black=[pt(p) for p in range(size * size) if cells[p] == BLACK],
         setup_white=[pt(p) for p in range(size * size) if cells[p] == WHITE],
         moves=[pt(p) for _, p in history[start:]],

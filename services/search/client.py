@@ -38,9 +38,9 @@ GoMoveLike = str | tuple[int, int] | None  # "D4", "pass", (x, y), None (a pass)
 RuleLike = Rule | str | int
 
 _PROTO_RULES = {
-    Rule.FREESTYLE: search_pb2.FREESTYLE,
-    Rule.STANDARD: search_pb2.STANDARD,
-    Rule.RENJU: search_pb2.RENJU,
+    Rule.FREESTYLE: search_pb2.RULE_FREESTYLE,
+    Rule.STANDARD: search_pb2.RULE_STANDARD,
+    Rule.RENJU: search_pb2.RULE_RENJU,
 }
 DEFAULT_PREDICT_TIMEOUT_S = 10.0
 GENMOVE_EXTRA_TIMEOUT_S = 10.0  # on top of max_time_ms for network and start-up
@@ -48,7 +48,8 @@ DEFAULT_GENMOVE_TIMEOUT_S = 300.0  # visits-only searches
 
 
 def proto_rule(rule: RuleLike) -> int:
-    """Rule.RENJU, "renju" or search_pb2.RENJU -> search_pb2.RENJU (ints pass unchanged)."""
+    """Rule.RENJU, "renju" or search_pb2.RULE_RENJU -> search_pb2.RULE_RENJU (ints pass
+    unchanged)."""
     if isinstance(rule, int) and not isinstance(rule, Rule):
         return rule
     return _PROTO_RULES[Rule(rule.lower() if isinstance(rule, str) else rule)]
@@ -67,7 +68,7 @@ def position(
     moves: Sequence[MoveLike], rule: RuleLike = Rule.FREESTYLE, board_size: int = DEFAULT_SIZE
 ) -> search_pb2.Position:
     return search_pb2.Position(
-        game=search_pb2.GOMOKU,
+        game=search_pb2.GAME_GOMOKU,
         rule=proto_rule(rule),
         board_size=board_size,
         moves=to_points(moves, board_size),
@@ -80,10 +81,10 @@ def go_position(
     board_size: int = GO_SIZE,
     setup_black: Sequence[GoMoveLike] = (),
     setup_white: Sequence[GoMoveLike] = (),
-    first_to_move: int = search_pb2.BLACK,
+    first_to_move: int = search_pb2.COLOR_BLACK,
 ) -> search_pb2.Position:
     """A Go position: GTP vertices ("D4", "pass"), (x, y) pairs or None (a pass) in play
-    order; `first_to_move` (search_pb2.BLACK / WHITE) plays moves[0]. Vertices are parsed here
+    order; `first_to_move` (search_pb2.COLOR_BLACK / WHITE) plays moves[0]. Vertices are parsed here
     (VertexError for a bad one)."""
 
     def point(m: GoMoveLike) -> search_pb2.Point:
@@ -97,8 +98,8 @@ def go_position(
         return search_pb2.Point(x=int(m[0]), y=int(m[1]))
 
     return search_pb2.Position(
-        game=search_pb2.GO,
-        rule=search_pb2.GO_AREA,
+        game=search_pb2.GAME_GO,
+        rule=search_pb2.RULE_GO_AREA,
         board_size=board_size,
         moves=[point(m) for m in moves],
         setup_black=[point(m) for m in setup_black],

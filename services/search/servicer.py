@@ -131,7 +131,7 @@ def move_name(move: int, state: State) -> str:
 
 
 def _color(color: int) -> search_pb2.Color.ValueType:
-    return search_pb2.BLACK if color == BLACK else search_pb2.WHITE
+    return search_pb2.COLOR_BLACK if color == BLACK else search_pb2.COLOR_WHITE
 
 
 def top_moves(policy: np.ndarray, legal: np.ndarray, k: int) -> list[int]:
@@ -720,7 +720,7 @@ def served_evaluators(
     single = not isinstance(evaluator, Mapping)
     served = {default_game().name: evaluator} if single else dict(evaluator)
     if go_evaluator is not None:
-        served[game_for_proto(search_pb2.GO).name] = go_evaluator
+        served[game_for_proto(search_pb2.GAME_GO).name] = go_evaluator
     for name in served:
         try:
             get_game(name)

@@ -6,17 +6,17 @@ and gets INVALID_ARGUMENT naming the field even while Triton is down.
 Defaults and limits (documented in the report and the CLI help):
 
 * `position.game` / `position.game_name`: the game (`services.games.registry`);
-  GAME_UNSPECIFIED with no name means GOMOKU. What a position may hold is its game's
+  GAME_UNSPECIFIED with no name means GAME_GOMOKU. What a position may hold is its game's
   `position_from_request` (services/games/gomoku/game.py, go_game.py), summarised here:
-* `position.rule`: RULE_UNSPECIFIED means FREESTYLE (Gomoku) or GO_AREA (Go); a Gomoku rule
-  on a Go position, or GO_AREA on a Gomoku one, is rejected.
+* `position.rule`: RULE_UNSPECIFIED means RULE_FREESTYLE (Gomoku) or RULE_GO_AREA (Go); a
+  Gomoku rule on a Go position, or RULE_GO_AREA on a Gomoku one, is rejected.
 * `position.board_size`: 0 means the game's default size, 15 (Gomoku) or 19 (Go). Gomoku is
   15x15 only (the Gomoku model's input is fixed); Go takes 9..19 (one fully convolutional
   network serves every size, see services/games/go/rules.py for the range), any other size is
   rejected naming `board_size`. The positions of one Predict request share one board size (one
   Triton call).
 * Go only: `position.komi` (unset: 7.5; finite, at most the board's points in size),
-  `position.first_to_move` (unset: BLACK), passes in `moves` (`Point.is_pass`); Go moves must
+  `position.first_to_move` (unset: COLOR_BLACK), passes in `moves` (`Point.is_pass`); Go moves must
   be legal: an occupied point, a suicide or an immediate ko recapture names the move. At most
   MAX_GO_MOVES moves (captures and passes let a Go game outgrow its board). Set-up stones
   may not be passes and must leave every group a liberty.

@@ -236,7 +236,7 @@ MAX_GO_MOVES = 4 * GO_MAX_SIZE * GO_MAX_SIZE  # moves of a request, whatever the
 class GoGame(Game):
     name = go.GAME_NAME
     title = "Go"
-    proto_game = search_pb2.GO
+    proto_game = search_pb2.GAME_GO
     default_size = GO_SIZE
     sizes = tuple(GO_SIZES)
     has_pass = True
@@ -402,12 +402,13 @@ class GoGame(Game):
 
     def position_from_request(self, position: search_pb2.Position, field: str) -> GoSearchState:
         """A validated GoSearchState (which may be a game that is already over)."""
-        if position.rule not in (search_pb2.RULE_UNSPECIFIED, search_pb2.GO_AREA):
+        if position.rule not in (search_pb2.RULE_UNSPECIFIED, search_pb2.RULE_GO_AREA):
             if position.rule not in search_pb2.Rule.values():
                 raise InvalidRequest(f"{field}.rule", f"unknown rule {position.rule}")
             name = search_pb2.Rule.Name(position.rule)
             raise InvalidRequest(
-                f"{field}.rule", f"{name} is a Gomoku rule; Go is played under GO_AREA (or unset)"
+                f"{field}.rule",
+                f"{name} is a Gomoku rule; Go is played under RULE_GO_AREA (or unset)",
             )
         size = position.board_size or GO_SIZE
         if size not in GO_SIZES:
@@ -422,9 +423,10 @@ class GoGame(Game):
             raise InvalidRequest(f"{field}.komi",
                                  f"must be finite and within +-{points}, got {komi}")
         first = position.first_to_move
-        if first not in (search_pb2.COLOR_UNSPECIFIED, search_pb2.BLACK, search_pb2.WHITE):
+        if first not in (search_pb2.COLOR_UNSPECIFIED, search_pb2.COLOR_BLACK,
+                         search_pb2.COLOR_WHITE):
             raise InvalidRequest(f"{field}.first_to_move", f"unknown color {first}")
-        first_color = WHITE if first == search_pb2.WHITE else BLACK
+        first_color = WHITE if first == search_pb2.COLOR_WHITE else BLACK
         for what in ("setup_black", "setup_white"):
             n = len(getattr(position, what))
             if n > points:

@@ -56,9 +56,9 @@ from services.records.sgf_writer import game_to_sgf
 # API rule values -> rules (RULE_UNSPECIFIED: freestyle)
 RULES = {
     search_pb2.RULE_UNSPECIFIED: Rule.FREESTYLE,
-    search_pb2.FREESTYLE: Rule.FREESTYLE,
-    search_pb2.STANDARD: Rule.STANDARD,
-    search_pb2.RENJU: Rule.RENJU,
+    search_pb2.RULE_FREESTYLE: Rule.FREESTYLE,
+    search_pb2.RULE_STANDARD: Rule.STANDARD,
+    search_pb2.RULE_RENJU: Rule.RENJU,
 }
 # black's forbidden-point checks make a renju move about three times dearer to replay
 RENJU_MOVE_COST = 3
@@ -86,7 +86,7 @@ def winning_points(state: GomokuState, color: int, sums: np.ndarray | None = Non
 class GomokuGame(Game):
     name = GAME_NAME
     title = "Gomoku"
-    proto_game = search_pb2.GOMOKU
+    proto_game = search_pb2.GAME_GOMOKU
     default_size = DEFAULT_SIZE
     sizes = (DEFAULT_SIZE,)  # the Gomoku model's input is fixed at 15x15
     default_model = "gomoku_policy"
@@ -137,7 +137,8 @@ class GomokuGame(Game):
         return super().record_text(suffix, moves, size)
 
     def proto_rule(self, name: str) -> int:
-        """The API rule of a rule name: "freestyle" -> search_pb2.FREESTYLE, ... ("": unset)."""
+        """The API rule of a rule name: "freestyle" -> search_pb2.RULE_FREESTYLE, ... ("":
+        unset)."""
         if name in self.rule_names:
             return next(value for value, rule in RULES.items() if rule.value == name and value)
         return super().proto_rule(name)
@@ -213,7 +214,7 @@ class GomokuGame(Game):
 
     def replay_cost(self, position: search_pb2.Position) -> int:
         n = super().replay_cost(position)
-        return n * (RENJU_MOVE_COST if position.rule == search_pb2.RENJU else 1)
+        return n * (RENJU_MOVE_COST if position.rule == search_pb2.RULE_RENJU else 1)
 
     def replay_cost_note(self) -> str:
         return f"a renju move counts {RENJU_MOVE_COST}"
@@ -228,11 +229,12 @@ class GomokuGame(Game):
             raise InvalidRequest(field, f"{COLOR_NAMES[s.to_move]} has no legal move")
 
     def position_from_request(self, position: search_pb2.Position, field: str) -> GomokuState:
-        if position.rule == search_pb2.GO_AREA:
-            raise InvalidRequest(f"{field}.rule", "GO_AREA is a Go rule; this is a Gomoku position")
+        if position.rule == search_pb2.RULE_GO_AREA:
+            raise InvalidRequest(f"{field}.rule",
+                                 "RULE_GO_AREA is a Go rule; this is a Gomoku position")
         if position.HasField("komi"):
             raise InvalidRequest(f"{field}.komi", "only Go positions have a komi")
-        if position.first_to_move not in (search_pb2.COLOR_UNSPECIFIED, search_pb2.BLACK):
+        if position.first_to_move not in (search_pb2.COLOR_UNSPECIFIED, search_pb2.COLOR_BLACK):
             raise InvalidRequest(f"{field}.first_to_move", "black moves first in Gomoku")
         if position.rule not in RULES:
             raise InvalidRequest(f"{field}.rule", f"unknown rule {position.rule}")
