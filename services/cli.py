@@ -55,6 +55,7 @@ from services.protocols.katago_analysis import add_analysis_engine_command
 from services.protocols.sgf_export import add_play_command
 from services.records.rif import RIF_SUFFIXES, RifGame, read_rif
 from services.records.sgf import SgfGame, read_sgf
+from services.records.sgf_writer import app_version
 from services.search import auth
 from services.search.advice import next_step
 from services.search.client import game_position, proto_rule, search_client_factory
@@ -94,6 +95,13 @@ def _console() -> Console:
     return Console(highlight=False)
 
 
+def _error(message: str) -> None:
+    """An error for people, on stderr: stdout keeps only what the command produced, so a
+    script reading it (or a `--json` report) never gets the complaint mixed in."""
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"error: {message}",
+                                                                markup=False)
+
+
 def _add_position_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default=SEARCH_TARGET, help="search service host:port")
     p.add_argument("--game", choices=[g.name for g in registered_games()],
@@ -115,7 +123,7 @@ def _client_factory(console: Console, args: argparse.Namespace) -> Callable[[], 
     try:
         return search_client_factory(args)
     except auth.AuthConfigError as exc:
-        console.print(f"error: {exc}")
+        _error(str(exc))
         return None
 
 
@@ -126,7 +134,7 @@ def _position(console: Console, args: argparse.Namespace,
     try:
         position = game_position(args.game, moves, args.size)
     except CoordinateError as exc:
-        console.print(f"error: {exc}")
+        _error(str(exc))
         return None
     if args.rule:
         position.rule = proto_rule(args.rule)
@@ -149,7 +157,7 @@ def _write_png(console: Console, args: argparse.Namespace, position: search_pb2.
     try:
         state = game.position_from_request(position, "position")
     except InvalidRequest as exc:  # the service accepted it, so this is not expected
-        console.print(f"error: no picture: {exc}")
+        _error(f"no picture: {exc}")
         return
     path = draw_board(game, state, values, args.png, title=title, percent=percent)
     console.print(f"wrote {path}")
@@ -160,8 +168,7 @@ def _rpc_error(console: Console, exc: grpc.RpcError) -> int:
     details = exc.details() if hasattr(exc, "details") else str(exc)
     details = " ".join(str(details).split())  # one line, whatever the server sent
     hint = next_step(code, details)
-    console.print(f"error: {code.name if code else 'RPC failed'}: {details}"
-                  + (f"; {hint}" if hint else ""), soft_wrap=True, markup=False)
+    _error(f"{code.name if code else 'RPC failed'}: {details}" + (f"; {hint}" if hint else ""))
     return EXIT_RPC_ERROR
 
 
@@ -467,17 +474,17 @@ def cmd_infer(args: argparse.Namespace) -> int:
         try:
             game, size, black, white = record_stones(args.record, args.game_index, args.moves)
         except (ValueError, OSError, EOFError) as exc:  # OSError, EOFError: a broken .gz
-            console.print(f"error: {exc}")
+            _error(str(exc))
             return EXIT_USAGE
         black_stones: list = [game.move_name(p, size) for p in black]
         white_stones: list = [game.move_name(p, size) for p in white]
     else:
         game = get_game(args.game)
-        size = args.board_size or game.default_size
+        size = args.size or game.default_size
         black_stones, white_stones = args.black, args.white
     if args.out and args.out.suffix.lower() not in game.written_formats:
-        console.print(f"error: --out {args.out}: {game.title} games are written as "
-                      f"{', '.join(game.written_formats)}")
+        _error(f"--out {args.out}: {game.title} games are written as "
+               f"{', '.join(game.written_formats)}")
         return EXIT_USAGE
     rule = 0 if args.rule is None else proto_rule(args.rule)
     try:
@@ -487,7 +494,7 @@ def cmd_infer(args: argparse.Namespace) -> int:
             max_time_ms=args.time_ms, neighbour=args.neighbour, init=args.init,
             timeout=args.timeout, tempering=args.tempering, polish=args.polish))
     except CoordinateError as exc:
-        console.print(f"error: {exc}")
+        _error(str(exc))
         return EXIT_USAGE
     if reply is None:
         return EXIT_RPC_ERROR
@@ -506,6 +513,17 @@ def cmd_infer(args: argparse.Namespace) -> int:
     return 0
 
 
+class _RenamedTo(argparse.Action):
+    """An option's old name, still accepted (scripts written for it keep working) with a
+    note on stderr naming the new one, the option that shares its `dest`."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        new = "--" + self.dest.replace("_", "-")
+        print(f"{parser.prog}: note: {option_string} is deprecated; use {new}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
 def add_infer_command(subparsers: Subparsers) -> dict[str, Handler]:
     """Register `infer` (InferSequence: the likeliest order of a position's stones)."""
     p = subparsers.add_parser(
@@ -521,7 +539,10 @@ def add_infer_command(subparsers: Subparsers) -> dict[str, Handler]:
                    help="the game of --black/--white (default %(default)s)")
     p.add_argument("--rule", choices=[r.value for r in Rule], default=None,
                    help="Gomoku's rule (default: freestyle)")
-    p.add_argument("--board-size", type=COUNT, default=0, help="0: the game's default")
+    p.add_argument("--size", type=COUNT, default=0,
+                   help="board size of --black/--white (0: the game's default)")
+    p.add_argument("--board-size", type=COUNT, dest="size", action=_RenamedTo,
+                   help=argparse.SUPPRESS)
     p.add_argument("--black", nargs="*", default=[], metavar="POINT", help="black stones")
     p.add_argument("--white", nargs="*", default=[], metavar="POINT", help="white stones")
     p.add_argument("--record", type=Path, default=None, help="a .sgf or .rif record file")
@@ -561,6 +582,7 @@ REGISTRARS: list[Registrar] = [
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
     parser = argparse.ArgumentParser(prog="movepred", description="Gomoku/Go move prediction")
+    parser.add_argument("--version", action="version", version=f"movepred {app_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     commands: dict[str, Handler] = {}
     for register in REGISTRARS:

@@ -443,7 +443,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
     for line in done:
         print(line)
     for line in failed:
-        print(f"refused: {line}")
+        print(f"refused: {line}", file=sys.stderr)
     if not done and not failed:
         print("nothing to stop" + (f" named {', '.join(args.names)}" if args.names else ""))
     return 1 if failed else 0

@@ -236,7 +236,7 @@ def test_movepred_cli_sends_tls_and_token(tls_service, pki: auth.Pki, token_file
                      "h8"]) == 0
     capsys.readouterr()
     assert cli.main(["predict", *target, "h8"]) == cli.EXIT_RPC_ERROR
-    assert "UNAUTHENTICATED" in capsys.readouterr().out
+    assert "UNAUTHENTICATED" in capsys.readouterr().err
     monkeypatch.setenv(auth.DEFAULT_TOKEN_ENV, TOKEN)  # the default variable
     assert cli.main(["analyze", *target, "--visits", "16", "h8"]) == 0
     capsys.readouterr()
@@ -248,7 +248,7 @@ def test_movepred_cli_sends_tls_and_token(tls_service, pki: auth.Pki, token_file
     # the token file is checked before anything is sent
     assert cli.main(["predict", *target, "--token-file", "/nonexistent/token", "h8"]) == \
         cli.EXIT_USAGE
-    assert "cannot read token file" in capsys.readouterr().out
+    assert "cannot read token file" in capsys.readouterr().err
 
 
 def test_gtp_engine_sends_tls_and_token(tls_service, pki: auth.Pki, token_file: Path) -> None:

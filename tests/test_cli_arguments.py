@@ -60,7 +60,7 @@ def test_a_record_that_cannot_be_read_says_why(tmp_path: Path,
                             (folder, "games.rif: no such file"),
                             (empty, "no game 0 (0 readable; empty file)")):
         assert cli.main(["infer", "--record", str(record), "--target", CLOSED]) == 2
-        printed = capsys.readouterr().out
+        printed = capsys.readouterr().err
         # rich wraps at the terminal's width, at a blank (dropping it) or inside a long path,
         # wherever this run's temporary path puts the edge: compare without any blanks
         assert "".join(message.split()) in "".join(printed.split()), printed

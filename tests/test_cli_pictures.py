@@ -118,3 +118,37 @@ def test_go_from_the_cli_on_any_size(target: str, tmp_path: Path,
     # a size the service does not serve is its INVALID_ARGUMENT, named
     assert cli.main(["predict", "--target", target, "--game", "go", "--size", "25"]) == 1
     assert "board_size" in capsys.readouterr().out
+
+
+@pytest.mark.timeout(240)
+def test_movepred_play_plays_go_with_itself(target: str, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """`movepred play --game go` was refused ("self-play is Gomoku only"); the self-play loop
+    now asks the Game for everything, so Go plays itself: GTP vertices, passes, GM[1]."""
+    from sgfmill import sgf
+
+    from services.games.registry import get_game
+
+    out = tmp_path / "go.sgf"
+    argv = ["play", "--target", target, "--game", "go", "--size", "9", "--visits", "2",
+            "--max-moves", "24", "--out", str(out)]
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr()
+    assert "  1. black " in printed.out and f"wrote {out}: " in printed.out, printed
+    shown = re.findall(r"^ *\d+\. (?:black|white) (\S+) ", printed.out, flags=re.MULTILINE)
+    game = sgf.Sgf_game.from_string(out.read_text(encoding="utf-8"))
+    root = game.get_root()
+    assert root.get("GM") == 1 and root.get("SZ") == 9
+    assert "go_policy v" in root.get("PB") and root.get("PB") == root.get("PW")
+    go = get_game("go")
+    state = go.start(9)
+    for node in game.get_main_sequence()[1:]:
+        colour, point = node.get_move()
+        assert colour == ("b" if len(state.moves) % 2 == 0 else "w")
+        state = state.play(81 if point is None else point[0] * 9 + point[1])  # legal by the rules
+    # the printed moves are the record's, in GTP vertices
+    assert shown == [go.move_name(m, 9) for m in state.moves]
+    if state.is_over:  # two passes within 24 moves: scored
+        assert root.get("RE")[:2] in ("B+", "W+") or root.get("RE") == "0"
+    else:
+        assert len(state.moves) == 24 and root.get("RE") == "?"

@@ -118,7 +118,7 @@ def test_the_cli_plays_the_test_game_by_its_name(served: tuple[str, Path],
     assert " 2 O o .\n 1 X X ." in out  # the board, the last move (b2) in lower case
     assert "black plays c1" in out
     assert cli.main(["predict", *common, "d4"]) == cli.EXIT_USAGE  # not a 3x3 point
-    assert "unknown coordinate 'd4' on a 3x3 board" in capsys.readouterr().out
+    assert "unknown coordinate 'd4' on a 3x3 board" in capsys.readouterr().err
 
 
 def test_the_registry_finds_every_game_by_name() -> None:

@@ -135,8 +135,8 @@ def test_stop_refuses_a_pid_that_is_not_the_recorded_process(
 
     stopped = movepred("stop")
     assert stopped.returncode == 1
-    assert "refused: web: pid" in stopped.stdout and "now belongs to another process" in \
-        stopped.stdout
+    assert "refused: web: pid" in stopped.stderr and "now belongs to another process" in \
+        stopped.stderr
     time.sleep(0.5)
     assert other.poll() is None  # untouched
     assert not path.exists()  # the stale file is gone; status shows nothing

@@ -505,9 +505,12 @@ def test_refused_versions_never_serve_after_a_restart(env: dict) -> None:
 def test_cli_refuses_and_reports(env: dict, capsys: pytest.CaptureFixture[str]) -> None:
     common = ["--triton-url", env["url"], "--repository", str(env["repo"])]
     assert cli.main(["rollout", *common, "--version", "3"]) == 1
-    out = capsys.readouterr().out
-    assert "version 3 is quarantined" in out and "truncated or corrupt" in out
+    refused = capsys.readouterr()
+    assert "version 3 is quarantined" in refused.err and "truncated or corrupt" in refused.err
+    assert refused.out == ""  # the refusal is an error: stderr only
     # the serving version: smoke-tested, nothing changes
+    assert cli.main(["rollout", *common, "--version", "3", "--json"]) == 1
+    assert capsys.readouterr().out == ""  # with --json, stdout is JSON or nothing
     assert cli.main(["rollout", *common, "--version", "2", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["changed"] is False and report["smoke_passed"] and report["current"] == 2

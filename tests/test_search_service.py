@@ -435,20 +435,22 @@ def test_cli_says_to_start_the_service_when_it_is_down(capsys: pytest.CaptureFix
 
     target = f"127.0.0.1:{free_port()}"  # nothing listens there
     assert cli.main(["predict", "--target", target, "--timeout", "2", "h8"]) == cli.EXIT_RPC_ERROR
-    error = [line for line in capsys.readouterr().out.splitlines() if line.startswith("error:")]
+    printed = capsys.readouterr()
+    error = [line for line in printed.err.splitlines() if line.startswith("error:")]
     assert len(error) == 1 and "UNAVAILABLE" in error[0] and "make serve" in error[0], error
+    assert "error" not in printed.out  # errors go to stderr only
 
 
 def test_cli_reports_errors(target: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["predict", "--target", target, "h8", "h9"]) == cli.EXIT_RPC_ERROR
-    out = capsys.readouterr().out
-    assert " 8 " in out and "UNAVAILABLE" in out  # the board, then the error
-    error = [line for line in out.splitlines() if line.startswith("error:")]
-    assert len(error) == 1 and "make triton" in error[0], out  # one line, with what to run
+    printed = capsys.readouterr()
+    assert " 8 " in printed.out and "UNAVAILABLE" in printed.err  # the board, then the error
+    error = [line for line in printed.err.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and "make triton" in error[0], printed  # one line: what to run
     # past the service's limit (the command line only keeps numbers within the API's int32)
     assert cli.main(["genmove", "--target", target, "--visits", "100001", "h8"]) == \
         cli.EXIT_RPC_ERROR
-    assert "max_visits" in capsys.readouterr().out
+    assert "max_visits" in capsys.readouterr().err
     with pytest.raises(SystemExit) as usage:  # a negative count never leaves the command line
         cli.main(["genmove", "--target", target, "--visits", "-3", "h8"])
     assert usage.value.code == cli.EXIT_USAGE

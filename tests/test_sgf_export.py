@@ -156,7 +156,7 @@ def test_play_reports_a_dead_service(tmp_path: Path, capsys: pytest.CaptureFixtu
     out = tmp_path / "g.sgf"
     target = f"127.0.0.1:{closed_port()}"
     assert cli.main(["play", "--target", target, "--out", str(out)]) == cli.EXIT_RPC_ERROR
-    assert "UNAVAILABLE" in capsys.readouterr().out and not out.exists()
+    assert "UNAVAILABLE" in capsys.readouterr().err and not out.exists()
     assert cli.main(["play", "--visits", "-1", "--out", str(out)]) == cli.EXIT_USAGE
 
 
@@ -212,4 +212,4 @@ def test_play_game_with_a_time_budget(service: str) -> None:
     assert len(game.moves) == 4 and game.result == "?"
     assert game.player.endswith("50 ms)")
     GomokuState.from_moves(game.moves)
-    assert game.to_sgf(date="2024-01-01").count(";B[") == 2
+    assert game.record_text(".sgf").count(";B[") == 2

@@ -228,7 +228,7 @@ def test_serving_pin_rewrites_a_stale_pin(tmp_path: Path, monkeypatch: pytest.Mo
             str(tmp_path), "--model-name", MODEL_NAME]
     monkeypatch.delenv(PINNED_CONFIG_ENV, raising=False)
     assert main([*argv, "--pin"]) == 2  # which name Triton loads is the deployment's to say
-    assert PINNED_CONFIG_ENV in capsys.readouterr().out
+    assert PINNED_CONFIG_ENV in capsys.readouterr().err
     monkeypatch.setenv(PINNED_CONFIG_ENV, PINNED)
     main(argv)  # Triton is not there: exit 1, the pin still reported
     assert "--pin` rewrites it" in capsys.readouterr().out

@@ -462,9 +462,13 @@ class Game(ABC):
 
     def record_text(self, suffix: str, moves: Sequence[int], size: int, *,
                     rule: str | None = None, comments: Sequence[str] = (),
-                    summary: str = "", komi: float | None = None) -> str:
+                    summary: str = "", komi: float | None = None, players: str = "",
+                    result: str | None = None) -> str:
         """The text of `write_record`'s file for `suffix` (one of `written_formats`);
-        `komi` for a game that has one (None: its default)."""
+        `komi` for a game that has one (None: its default); `players` names both sides and
+        `result` is the record's result (SGF RE: "B+", "W+", "0", "?") where the format has a
+        place for them, so that a game the service played itself says who played and how it
+        ended."""
         raise ValueError(f"{self.title} games have no {suffix} writer")
 
     def replay_source(self, path: Path, result: SourceResult, *,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from services.defaults import TRITON_URL
@@ -59,7 +60,8 @@ def _run(args: argparse.Namespace, action: str) -> int:
     if action == "rollout" and version is None:
         version = latest_version(args.repository, args.model_name)
         if version is None:
-            print(f"error: no published version of {args.model_name} in {args.repository}")
+            print(f"error: no published version of {args.model_name} in {args.repository}",
+                  file=sys.stderr)
             return EXIT_USAGE
     with PolicyClient(args.triton_url, args.model_name) as client:
         try:
@@ -69,14 +71,14 @@ def _run(args: argparse.Namespace, action: str) -> int:
             else:
                 report = rollback(client, args.repository, args.model_name)
         except RolloutError as exc:
-            print(f"error: {exc}")
+            print(f"error: {exc}", file=sys.stderr)
             if exc.smoke:
                 from services.triton.smoke import checks_markdown
 
-                print(checks_markdown(exc.smoke))
+                print(checks_markdown(exc.smoke), file=sys.stderr)
             return EXIT_REFUSED
         except (TritonError, FileNotFoundError, TimeoutError) as exc:
-            print(f"error: {exc}")
+            print(f"error: {exc}", file=sys.stderr)
             return EXIT_REFUSED
     _print_report(args, report)
     return 0
@@ -117,7 +119,7 @@ def cmd_serving(args: argparse.Namespace) -> int:
     pinned = pinned_config_name()
     if args.pin and pinned is None:
         print(f"error: --pin needs {PINNED_CONFIG_ENV}: the --model-config-name of the stock "
-              "Triton that serves this repository")
+              "Triton that serves this repository", file=sys.stderr)
         return EXIT_USAGE
     try:
         state = read_state(args.repository, args.model_name)
@@ -128,7 +130,7 @@ def cmd_serving(args: argparse.Namespace) -> int:
         pinned_current = (None if pinned is None
                           else pinned_config_is_current(args.repository, args.model_name, pinned))
     except (ValueError, OSError, TimeoutError) as exc:
-        print(f"error: {exc}")
+        print(f"error: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     unreachable = None
     with PolicyClient(args.triton_url, args.model_name) as client:

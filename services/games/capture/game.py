@@ -218,7 +218,8 @@ class CaptureGame(Game):
 
     def record_text(self, suffix: str, moves: Sequence[int], size: int, *,
                     rule: str | None = None, comments: Sequence[str] = (),
-                    summary: str = "", komi: float | None = None) -> str:
+                    summary: str = "", komi: float | None = None, players: str = "",
+                    result: str | None = None) -> str:
         """SGF (GM[1]: Go stones; SZ; GN names the game, whose rules SGF has no RU value
         for): the moves replayed here, RE the winner when the game ended (a capture or a
         suicide), `summary` as GC. ValueError for a move the rules refuse."""
@@ -232,8 +233,11 @@ class CaptureGame(Game):
                 raise ValueError(f"moves[{i}]: {self.move_name(int(move), size)}: {exc}") from exc
         root = [("FF", "4"), ("GM", "1"), ("CA", "UTF-8"), ("AP", f"{APP_NAME}:{app_version()}"),
                 ("SZ", str(size)), ("GN", f"{self.title} (the first capture wins)")]
+        root += [(key, players) for key in ("PB", "PW") if players]
         if state.is_over:
             root.append(("RE", "B+" if state.winner == BLACK else "W+"))
+        elif result is not None:
+            root.append(("RE", result))
         if summary:
             root.append(("GC", summary))
         return sgf_record(root, [("B" if i % 2 == 0 else "W", sgf_point(int(m), size),

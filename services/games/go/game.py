@@ -258,7 +258,8 @@ class GoGame(Game):
 
     def record_text(self, suffix: str, moves: Sequence[int], size: int, *,
                     rule: str | None = None, comments: Sequence[str] = (),
-                    summary: str = "", komi: float | None = None) -> str:
+                    summary: str = "", komi: float | None = None, players: str = "",
+                    result: str | None = None) -> str:
         """SGF (GM[1], KM the komi); `rule` is not used: Go records here are scored with the
         Chinese rules the GTP front-end plays. A pass (`size * size`) is written B[] / W[]."""
         if suffix != ".sgf":
@@ -266,7 +267,8 @@ class GoGame(Game):
         colours = (BLACK, WHITE)
         return go_sgf([(colours[i % 2], None if p == size * size else p)
                        for i, p in enumerate(moves)], size=size, comments=list(comments),
-                      event=summary or None, komi=DEFAULT_KOMI if komi is None else komi)
+                      event=summary or None, komi=DEFAULT_KOMI if komi is None else komi,
+                      black=players, white=players, result=result)
 
     def board_notes(self, state: Position) -> BoardNotes:
         """The stones each side has captured, and after two passes the area score with komi

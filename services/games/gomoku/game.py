@@ -121,12 +121,15 @@ class GomokuGame(Game):
 
     def record_text(self, suffix: str, moves: Sequence[int], size: int, *,
                     rule: str | None = None, comments: Sequence[str] = (),
-                    summary: str = "", komi: float | None = None) -> str:
+                    summary: str = "", komi: float | None = None, players: str = "",
+                    result: str | None = None) -> str:
         """SGF (GM[4], the rule in RU) or RenjuNet RIF (the move comments, which RIF has no
         place for, go into the database comment after `summary`)."""
         if suffix == ".sgf":
-            return game_to_sgf(moves, size=size, rule=rule or Rule.FREESTYLE,
-                               comments=dict(enumerate(comments)), game_comment=summary or None)
+            named = {"black": players, "white": players} if players else {}
+            return game_to_sgf(moves, size=size, rule=rule or Rule.FREESTYLE, result=result,
+                               comments=dict(enumerate(comments)), game_comment=summary or None,
+                               **named)
         if suffix == ".rif":
             from services.records.rif_writer import rif_text
 
