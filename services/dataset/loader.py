@@ -8,7 +8,9 @@ with `batch_size=None` (`make_loader` builds one). Each batch is a dict:
                                 (stones seen from the mover, liberties, move age, ko)
     moves   int64 [B]           y * s + x, transformed together with its board; Go: s * s = pass
     results float32 [B]         only with `results=True` (value training): the mover's result,
-                                1 won, 0 lost, 0.5 draw, NaN unknown (the shards' `result`)
+                                1 won, 0 lost, 0.5 draw, NaN unknown (the shards' `result`);
+                                with `value_per_game` > 0 a sample of each game's rows keeps
+                                it, the others read NaN (see "Value sampling")
     targets float32 [B, n_moves] only with `targets=True` (the default on self-play shards):
                                 each row's policy target as a distribution, moved with its
                                 board: a full search's normalised visits, a fast search's
@@ -69,6 +71,16 @@ range(world_size))` steps per epoch so that no rank waits in a collective for a 
 another rank does not have, then `end_epoch(epoch)`, so that the next pass and the
 saved position are the next epoch's (services/trainer/train.py does both).
 
+Value sampling (`value_per_game` k > 0, with `results`): every position of a game shares one
+result, so a value head trained on all of them learns to recognise the game rather than judge
+the position (AlphaGo's value network overfit that way and was trained on one position per
+game; the BAKAGO report does the same). Each row keeps its result with probability
+min(1, k / g), g its game's rows in the split (`game_id`), and reads NaN (no value loss)
+otherwise: each game gives about k value targets per epoch, whatever its length. The draw is
+the unit's own generator's (seed, epoch, unit), made before augmentation, so a resumed pass and
+any worker see the same sample, and another epoch another one. The policy target of every row
+is kept.
+
 Modules: `services.dataset.row_groups` (a split's units and reading one), `.shuffle` (a
 worker's shuffle buffer, block tensors), `.augment` (the D4 symmetries); this one streams
 them as an epoch's batches and keeps the position.
@@ -96,12 +108,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from services.dataset.augment import Augmenter, random_symmetry_torch
 from services.dataset.row_groups import (
     MIN_UNITS_PER_RANK,
+    SplitPlan,
     board_matrix,
     dataset_game,
     plan_split,
@@ -131,10 +147,12 @@ class ShardStream(IterableDataset):
                  shuffle_buffer: int = 65536, seed: int = 0, epoch: int = 0,
                  augment: bool = True, rank: int = 0, world_size: int = 1,
                  drop_last: bool = True, results: bool = False,
-                 targets: bool | None = None):
+                 targets: bool | None = None, value_per_game: float = 0.0):
         super().__init__()
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if not value_per_game >= 0:
+            raise ValueError(f"value_per_game must be >= 0, got {value_per_game}")
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(f"need 0 <= rank < world_size, got rank {rank}, "
                              f"world_size {world_size}")
@@ -154,6 +172,9 @@ class ShardStream(IterableDataset):
         self.targets = self.plan.policy_targets if targets is None else targets
         self.board_size = self.plan.board_size
         self.game = self.plan.game  # "gomoku" or "go": decides board shape and move range
+        # value sampling (see the module): the split's game ids and each one's rows
+        self.value_per_game = float(value_per_game) if results else 0.0
+        self.game_rows = game_rows(self.plan) if self.value_per_game else None
         self._next_epoch = epoch  # epoch of the next __iter__ call in this process
         self._resume: dict | None = None
         self._progress = fresh_progress(epoch, 1)
@@ -324,7 +345,11 @@ class ShardStream(IterableDataset):
         """Write a row group's rows into the outputs (boards, moves[, results]), augmented with
         the unit's own generator (so a restore, which reads the unit again, gets the same
         symmetries whichever worker reads it); return the number of rows."""
-        cols = read_unit(self.plan, unit, self.results, self.targets)
+        cols = read_unit(self.plan, unit, self.results, self.targets,
+                         game_ids=self.game_rows is not None)
+        if self.game_rows is not None:
+            sample_values(cols[2], cols.pop(), self.game_rows, self.value_per_game,
+                          np.random.default_rng([self.seed, epoch, 3, unit]))
         n = len(cols[1])
         if not self.augment:
             for out, col in zip(outs, cols, strict=True):
@@ -407,7 +432,8 @@ class ShardStream(IterableDataset):
         return {"split": self.split, "rows": self.rows, "units": len(self.plan.unit_rows),
                 "batch_size": self.batch_size, "shuffle_buffer": self.shuffle_buffer,
                 "augment": self.augment, "drop_last": self.drop_last, "rank": self.rank,
-                "world_size": self.world_size}
+                "world_size": self.world_size,
+                **({"value_per_game": self.value_per_game} if self.value_per_game else {})}
 
     def state_dict(self) -> dict:
         """Position in the data stream: epoch in progress, batches delivered per worker.
@@ -448,6 +474,29 @@ class ShardStream(IterableDataset):
                     "next_worker": int(state["next_worker"])}
         self._resume = progress
         self._progress = copy.deepcopy(progress)
+
+
+def game_rows(plan: SplitPlan) -> tuple[pa.Array, np.ndarray]:
+    """(the split's distinct game ids, each one's rows in the split): what value sampling
+    divides by. Reads the `game_id` column of the split's shards (strings only, once)."""
+    paths = sorted(set(plan.paths))
+    ids = pa.chunked_array([pq.read_table(p, columns=["game_id"]).column(0) for p in paths])
+    counts = pc.value_counts(ids.combine_chunks()).flatten()
+    return counts[0], counts[1].to_numpy().astype(np.float64)
+
+
+def sample_values(results: np.ndarray, game_ids: pa.ChunkedArray,
+                  rows: tuple[pa.Array, np.ndarray], per_game: float,
+                  rng: np.random.Generator) -> None:
+    """Keep each row's result with probability min(1, per_game / its game's rows), NaN
+    otherwise (in place; see "Value sampling" in the module)."""
+    ids, counts = rows
+    at = pc.index_in(game_ids, value_set=ids).to_numpy(zero_copy_only=False)
+    # a game id missing from the table (cannot happen for the table's own split): kept
+    size = np.where(np.isnan(at), 1.0, counts[np.nan_to_num(at).astype(np.int64)]) \
+        if at.dtype.kind == "f" else counts[at]
+    keep = rng.random(len(results)) < np.minimum(1.0, per_game / np.maximum(size, 1.0))
+    results[~keep] = np.nan
 
 
 def _worker_context() -> multiprocessing.context.BaseContext:

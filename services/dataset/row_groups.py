@@ -291,10 +291,11 @@ def policy_targets(table: pa.Table, moves: np.ndarray, n_moves: int,
 
 
 def read_unit(plan: SplitPlan, unit: int, results: bool = False,
-              targets: bool = False) -> list[np.ndarray]:
+              targets: bool = False, game_ids: bool = False) -> list:
     """Boards int8 [n, channels*s*s] and moves int64 [n] of one row group, then with
     `results` the mover's results float32 [n] (NaN where unknown), then with `targets` the
-    policy targets float32 [n, n_moves] (`policy_targets`)."""
+    policy targets float32 [n, n_moves] (`policy_targets`), then with `game_ids` the rows'
+    `game_id` column (an Arrow array: the loader's value sampling)."""
     path = plan.paths[plan.unit_file[unit]]
     rg = int(plan.unit_group[unit])
     where = f"{path}: row group {rg}"
@@ -305,6 +306,8 @@ def read_unit(plan: SplitPlan, unit: int, results: bool = False,
             columns = ["board", "move", "result"] if results else ["board", "move"]
             if targets and plan.policy_targets:
                 columns.append(POLICY_TARGET)
+            if game_ids:
+                columns.append("game_id")
             table = pf.read_row_group(rg, columns=columns, use_threads=False)
         finally:
             pf.close()
@@ -331,4 +334,6 @@ def read_unit(plan: SplitPlan, unit: int, results: bool = False,
         cols.append(table.column("result").to_numpy(zero_copy_only=False).astype(np.float32))
     if targets:
         cols.append(policy_targets(table, cols[1], plan.n_moves, where))
+    if game_ids:
+        cols.append(table.column("game_id"))
     return cols

@@ -43,7 +43,7 @@ import logging
 import math
 import pickle
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -79,6 +79,10 @@ DEFAULT_MAX_STEPS = 2000
 DEFAULT_THREADS = 1
 # seconds between two progress lines in the log (and at each epoch's evaluation)
 PROGRESS_EVERY_S = 30.0
+# the metrics' name of the expert dataset's held-out games (`TrainConfig.expert_dataset`)
+EXPERT_GAME_SPLIT = "expert_game_test"
+# what every evaluation may measure, in this order
+EVALUATED_SPLITS = ("train", "validation", "test", GAME_SPLIT, EXPERT_GAME_SPLIT)
 
 
 @dataclass
@@ -141,6 +145,28 @@ class TrainConfig:
         None, "weights file the model starts from when no checkpoint exists (any format "
               "services.models.weights reads: a trainer checkpoint, a state_dict, a flat "
               "vector; default: random weights drawn from the seed)")
+    # Every position of a game shares its result: trained on all of them, a value head learns
+    # to recognise games rather than judge positions (AlphaGo's value network overfit so, and
+    # it and the BAKAGO report train on one position per game). k > 0 keeps each train row's
+    # result with probability min(1, k / its game's rows) each epoch (the loader's value
+    # sampling), so every game gives about k value targets an epoch. Default 0 (every row):
+    # an expert dataset merges a position's occurrences into one row (its game id is only the
+    # smallest of its games, so rows per game are not game lengths) and the published
+    # supervised recipes trained on every row; the self-play loop, one row per search and few
+    # games, sets 1 (`LoopSettings.value_per_game`).
+    value_per_game: float = setting(
+        0.0, "value targets per game and epoch: each row keeps its result with probability "
+             "min(1, k / its game's rows), so long games do not teach the value head their "
+             "own result (0: every row)", minimum=0)
+    # an optional share of expert positions (an ingested records dataset of the same game and
+    # size) mixed into every batch: self-play alone can drift into lines of its own, expert
+    # rows keep the policy on human-like play; their game_test split is evaluated every epoch
+    expert_dataset: str | None = setting(
+        None, "dataset folder of expert positions (the ingest flow's shards): mixed into each "
+              "batch at --expert-share, its game_test split evaluated every epoch")
+    expert_share: float = setting(
+        0.0, "share of each batch drawn from --expert-dataset's train split (0: none)",
+        minimum=0, maximum=0.95)
     # experiment tracking (services/trainer/tracking.py): where the run is seen, not how it trains
     track: str = setting("none", "experiment tracking of the run's scalars, parameters and "
                                  "artefacts (mlflow: an MLflow store; none: off, nothing written)",
@@ -358,6 +384,28 @@ def to_device(batch: dict, device: str, encode: Encode | None = None
             None if results is None else results.to(device, non_blocking=True))
 
 
+def mixed_batch(batch: dict, extra: dict) -> dict:
+    """One batch of `batch`'s rows followed by `extra`'s (the expert share): every tensor both
+    hold, concatenated on the CPU; `expert_rows` says how many rows came from `extra`."""
+    out = {name: torch.cat([batch[name], extra[name]])
+           for name in ("boards", "moves", "results", "targets") if name in batch}
+    out["expert_rows"] = len(extra["moves"])
+    return out
+
+
+def batch_split(config: TrainConfig, world: int) -> tuple[int, int]:
+    """(rows a step from the train split, rows from the expert dataset) for each rank:
+    `expert_share` of the rank's batch, rounded, and at least one row of each."""
+    rows = rank_batch(config.batch_size, world)
+    if not config.expert_share:
+        return rows, 0
+    expert = round(config.expert_share * rows)
+    if not 0 < expert < rows:
+        raise ValueError(f"expert_share {config.expert_share} of a batch of {rows} rows (per "
+                         f"rank) is {expert} rows: give a larger batch or another share")
+    return rows - expert, expert
+
+
 def batch_source(stream: ShardStream, config: TrainConfig) -> ShardStream | ShardLoader:
     """What the training loop iterates: the stream itself on CPU with no workers, else a
     `ShardLoader` (pinned batches on a GPU, `loader_workers` processes). Both resume from
@@ -426,16 +474,33 @@ class _HeldOut:
     validation: tuple
     test: tuple
     game_test: tuple | None
+    expert_game_test: tuple | None = None  # the expert dataset's held-out games
 
 
 def _open_stream(dataset_dir: Path, config: TrainConfig, rank: int,
                  world: int) -> ShardStream:
-    """This rank's stream over the train split (`check_run` has matched the model to it)."""
-    stream = ShardStream(dataset_dir, "train", batch_size=rank_batch(config.batch_size, world),
+    """This rank's stream over the train split (`check_run` has matched the model to it); with
+    an expert share, its batches are the rest of the batch."""
+    stream = ShardStream(dataset_dir, "train", batch_size=batch_split(config, world)[0],
                          shuffle_buffer=config.shuffle_buffer, seed=config.seed,
                          augment=config.augment, results=spec(config.model).value, rank=rank,
-                         world_size=world)
+                         world_size=world, value_per_game=config.value_per_game)
     return stream
+
+
+def _open_expert_stream(config: TrainConfig, stream: ShardStream, rank: int,
+                        world: int) -> ShardStream | None:
+    """This rank's stream over the expert dataset's train split, `batch_split`'s expert rows a
+    batch, targets as the train stream has them (one-hot on the played move), or None without
+    an expert share. Read in this process (no loader workers): a share of each batch."""
+    rows = batch_split(config, world)[1]
+    if not rows:
+        return None
+    return ShardStream(config.expert_dataset, "train", batch_size=rows,
+                       shuffle_buffer=config.shuffle_buffer, seed=config.seed + 1,
+                       augment=config.augment, results=spec(config.model).value, rank=rank,
+                       world_size=world, targets=stream.targets,
+                       value_per_game=config.value_per_game)
 
 
 def _read_held_out(dataset_dir: Path, stream: ShardStream, config: TrainConfig, rank: int,
@@ -451,12 +516,16 @@ def _read_held_out(dataset_dir: Path, stream: ShardStream, config: TrainConfig, 
     test = share(read_split(dataset_dir, "test", results=has_value))
     game_test = (share(read_split(dataset_dir, GAME_SPLIT, results=has_value))
                  if read_manifest(dataset_dir)["splits"].get(GAME_SPLIT) else None)
+    expert = config.expert_dataset
+    expert_test = (share(read_split(Path(expert), GAME_SPLIT, results=has_value))
+                   if expert and read_manifest(Path(expert))["splits"].get(GAME_SPLIT)
+                   else None)
     # ids sorted so that each row group is read once
     sample = np.sort(np.random.default_rng([config.seed, 1 << 20]).permutation(stream.rows)[
         :config.train_eval_rows])
     train_rows = stream.read_rows(sample[rank_share(len(sample), rank, world)],
                                   results=has_value)
-    return _HeldOut(train_rows, val, test, game_test)
+    return _HeldOut(train_rows, val, test, game_test, expert_test)
 
 
 class _Run:
@@ -496,6 +565,11 @@ class _Run:
         self.history: list[dict] = []
         self.report = log.info if progress and rank == 0 else log.debug
         self.batches: ShardStream | ShardLoader = stream
+        # the expert share of every batch (None: none), an endless cycle of its epochs
+        self.expert = _open_expert_stream(config, stream, rank, world)
+        self._expert_batches: Iterator[dict] | None = None
+        if self.expert is not None:
+            self.state["expert_manifest_sha256"] = manifest_sha256(Path(config.expert_dataset))
         self.done = 0  # batches of the epoch in progress already taken (by each rank)
         self.seen = 0  # rows this rank stepped on in this process
         self.start = self.last_report = time.perf_counter()
@@ -525,6 +599,7 @@ class _Run:
                                                device=self.config.device)
                 self._curve_steps = steps
             loader_state = _restore_loader(self.state, self.rank, self.world, self.stream)
+            self._restore_expert()
         elif self.config.init_weights:  # a fresh run starts from the given weights
             load_weights(self.model, self.config.init_weights)
             self.report("model initialised from %s", self.config.init_weights)
@@ -532,6 +607,35 @@ class _Run:
         if loader_state:
             self.batches.load_state_dict(loader_state)
         self.done = sum(loader_state["batches"]) if loader_state else 0
+
+    def _restore_expert(self) -> None:
+        """Put the expert stream where the checkpoint left it (same dataset and number of
+        ranks; otherwise it starts its pass over, which only reorders expert rows)."""
+        if self.expert is None:
+            return
+        expert = self.config.expert_dataset
+        now = manifest_sha256(Path(expert))
+        saved = self.state.setdefault("expert_manifest_sha256", now)
+        if saved != now:
+            raise CheckpointError(f"{self.checkpoint}: began on another version of {expert} "
+                                  f"(manifest sha256 {str(saved)[:12]}, now {now[:12]}); "
+                                  f"{START_OVER}")
+        positions = self.state.get("expert_loaders") or []
+        if len(positions) == self.world:
+            self.expert.load_state_dict(positions[self.rank])
+
+    def next_expert(self) -> dict:
+        """The next expert batch; a finished pass starts the next epoch's."""
+        assert self.expert is not None
+        for _ in range(2):
+            if self._expert_batches is None:
+                self._expert_batches = iter(self.expert)
+            batch = next(self._expert_batches, None)
+            if batch is not None:
+                return batch
+            self._expert_batches = None
+        raise ValueError(f"{self.config.expert_dataset}: its train split gives no batch of "
+                         f"{self.expert.batch_size} rows")
 
     def stop_if_spent(self) -> None:
         """A resumed run whose budgets are already spent (its step, epoch or patience limit
@@ -577,6 +681,8 @@ class _Run:
                "test": run(held.test)}
         if held.game_test is not None:
             out[GAME_SPLIT] = run(held.game_test)
+        if held.expert_game_test is not None:
+            out[EXPERT_GAME_SPLIT] = run(held.expert_game_test)
         return out
 
     def save(self) -> None:
@@ -588,6 +694,14 @@ class _Run:
         # the losses since the last curve point, so a resumed run draws the same curve
         state["curve_partial"] = [0.0 if self._curve_sum is None else float(self._curve_sum),
                                   self._curve_steps]
+        if self.expert is not None:  # every rank's expert position
+            expert = self.expert.state_dict()
+            if self.world == 1:
+                state["expert_loaders"] = [expert]
+            else:
+                gathered: list = [None] * self.world
+                dist.all_gather_object(gathered, expert)
+                state["expert_loaders"] = gathered
         if self.world == 1:
             state["loader"] = self.batches.state_dict()
             state.pop("rank_loaders", None)  # of a distributed run this one resumed
@@ -677,6 +791,8 @@ class _Run:
         cap = self._epoch_cap(epoch_now)
         finished = True
         for batch in self.batches if not cap or self.done < cap else ():
+            if self.expert is not None:
+                batch = mixed_batch(batch, self.next_expert())
             b_t, m_t, r_t = to_device(batch, config.device, self.encode)
             targets = batch.get("targets")  # self-play shards: the soft policy targets
             loss = self.step(b_t, m_t, r_t, None if targets is None else
@@ -709,10 +825,10 @@ class _Run:
         self.history.append(metrics)
         self.tracker.log_scalars(state["step"], {"epoch": state["epoch"],
                                                  **split_scalars(metrics)})
-        self.report("epoch %d%s at step %d: validation loss %.3f, top-1 %.3f; train top-1 %.3f",
+        self.report("epoch %d%s at step %d: validation loss %.3f, top-1 %.3f; train top-1 %.3f%s",
                     state["epoch"], "" if finished else " (partial)", state["step"],
                     metrics["validation"]["loss"], metrics["validation"]["top1"],
-                    metrics["train"]["top1"])
+                    metrics["train"]["top1"], value_line(metrics))
         self.last_report = time.perf_counter()
         if finished:
             val_loss = metrics["validation"]["loss"]
@@ -737,8 +853,7 @@ class _Run:
         elapsed = time.perf_counter() - self.start
         last = self.history[-1] if self.history else None
         if last is not None and last["step"] == state["step"] and "test" in last:
-            final = {split: last[split] for split in ("train", "validation", "test", GAME_SPLIT)
-                     if split in last}
+            final = {split: last[split] for split in EVALUATED_SPLITS if split in last}
         else:
             final = self.evaluate_splits()
             self.tracker.log_scalars(state["step"], split_scalars(final))
@@ -757,6 +872,15 @@ class _Run:
         return TrainResult(model=self.model.to(memory_format=torch.contiguous_format),
                            config=self.config, metrics=metrics, history=self.history,
                            curve=list(state["curve"]))
+
+
+def value_line(metrics: dict) -> str:
+    """The value head's figures on the held-out games for an epoch's log line ("" without a
+    value head): MSE and the share of decisive games whose winner its sign names."""
+    parts = [f"{split} value MSE {m['value_mse']:.3f}, sign {m['value_sign']:.3f}"
+             for split in (GAME_SPLIT, EXPERT_GAME_SPLIT)
+             if "value_mse" in (m := metrics.get(split) or {})]
+    return "; " + "; ".join(parts) if parts else ""
 
 
 def check_run(dataset_dir: str | Path, config: TrainConfig) -> TrainConfig:
@@ -791,12 +915,35 @@ def check_run(dataset_dir: str | Path, config: TrainConfig) -> TrainConfig:
             raise ValueError(f"{dataset_dir}: split {split!r} holds {held.game} "
                              f"{held.board_size}x{held.board_size} rows, the train split "
                              f"{plan.game} {plan.board_size}x{plan.board_size}")
+    _check_expert(plan, config)
     # the loader drops a last partial batch: fewer rows than a batch would train no step
     # and still run every epoch's evaluation, then publish the untrained network
     if plan.rows < config.batch_size:
         raise ValueError(f"{dataset_dir}: {plan.rows} train rows give no batch of "
                          f"{config.batch_size}: give a smaller batch size (--batch-size)")
     return config
+
+
+def _check_expert(plan: Any, config: TrainConfig) -> None:
+    """The expert dataset, when one is named or a share asked for: its train split (with a
+    share) and its game_test split (when it has one) hold the train split's game and size, and
+    the share leaves rows of both kinds in a batch."""
+    expert = config.expert_dataset
+    if config.expert_share and not expert:
+        raise ValueError("expert_share needs an expert dataset (expert_dataset, "
+                         "--expert-dataset)")
+    if not expert:
+        return
+    batch_split(config, 1)
+    splits = read_manifest(Path(expert))["splits"]
+    wanted = (["train"] if config.expert_share else []) + (
+        [GAME_SPLIT] if splits.get(GAME_SPLIT) else [])
+    for split in wanted:
+        held = plan_split(Path(expert), split)
+        if (held.game, held.board_size) != (plan.game, plan.board_size):
+            raise ValueError(f"{expert}: its {split} split holds {held.game} "
+                             f"{held.board_size}x{held.board_size} rows, the train split "
+                             f"{plan.game} {plan.board_size}x{plan.board_size}")
 
 
 def train(dataset_dir: Path, config: TrainConfig, progress: bool = True,
