@@ -2,6 +2,7 @@
 
 Run: python -m flows.selfplay --game gomoku --run-dir runs/selfplay/gomoku --iterations 3 \\
          --games 200 [--repository model_repository] [--triton-url 127.0.0.1:8001] ...
+         [--dask | --dask-address tcp://scheduler:8786] [--metrics-port 9108]
      touch runs/selfplay/gomoku/STOP      (stops after the running stage; remove it to go on)
 
 The work is `services.selfplay_loop.stages.SelfPlayStages` run by
@@ -15,6 +16,17 @@ flags and defaults), the games' own a `SelfPlaySettings` field (``--selfplay-*``
 Each game and stage logs one line; each finished iteration attaches a markdown artifact
 ``selfplay-iteration-N`` (games, rows, losses, the gate's verdict and Elo, what serves), and
 the run one ``selfplay-summary``.
+
+Dask: with ``--dask`` (a local cluster of ``--dask-workers`` processes, one thread each,
+started for the run) or ``--dask-address`` (a running cluster whose workers see the run
+folder and the repository at the same paths), each iteration's games are split into shares
+(``--shares``; `services.selfplay_loop.stages.share_plan`, pinned for the iteration) and each
+share is a `selfplay-share` task on a worker, which plays its missing games into the
+iteration's self-play folder (`run_worker`, kill-safe); the rest of the iteration runs in
+this process as without Dask.
+
+Metrics: ``--metrics-port N`` serves the loop's Prometheus metrics on that port of this process
+(`services.selfplay_loop.metrics`; off by default).
 """
 
 from __future__ import annotations
@@ -22,22 +34,30 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from prefect import flow, get_run_logger
+from prefect import Flow, flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
 
 from flows import announce_prefect_api, configure_logging
 from flows.ingest import ingest
 from services import logs, settings
 from services.selfplay.loop import STAGES, Budget, LoopState, run_loop
 from services.selfplay.settings import SelfPlaySettings
-from services.selfplay_loop.stages import LoopSettings, SelfPlayStages
+from services.selfplay_loop.metrics import LoopMetrics
+from services.selfplay_loop.stages import LoopSettings, SelfPlayStages, ShareTask, play_share
 from services.settings import ROOT
 
 DEFAULT_RUN_DIR = str(ROOT / "runs" / "selfplay")
 SELFPLAY_PREFIX = "selfplay-"
+DEFAULT_DASK_WORKERS = 2
+DEFAULT_REMOTE_SHARES = 4  # shares an iteration is split into on a cluster given by address
+SHARE_RETRIES = 2  # a share whose worker died plays its missing games on another
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +67,26 @@ def ingest_window(*, sources: list[str], out_dir: str, work_dir: str,
     """The ingest flow on the window's self-play folders (a subflow of this run)."""
     return ingest(sources=sources, out_dir=out_dir, work_dir=work_dir, progress=False,
                   board_size=board_size)
+
+
+@task(name="selfplay-share", task_run_name="self-play {share.worker}", cache_policy=NO_CACHE,
+      retries=SHARE_RETRIES)
+def play_share_task(share: ShareTask) -> dict[str, Any]:
+    """One share of an iteration's games, on whichever worker runs the task; its finished
+    games are files, so a retry (or a rerun of the flow) plays only the missing ones."""
+    logger = get_run_logger()
+
+    def on_game(game_id: str, record: Any) -> None:
+        logger.info("self-play %s: %d moves, %s, winner %d", game_id, len(record.moves),
+                    record.end, record.winner)
+
+    return play_share(share, on_game)
+
+
+def play_shares_as_tasks(shares: Sequence[ShareTask]) -> list[dict[str, Any]]:
+    """Every share as a `selfplay-share` task on the flow's task runner, all at once."""
+    futures = [play_share_task.submit(share) for share in shares]
+    return [future.result() for future in futures]
 
 
 def _number(value: object, digits: int = 3) -> str:
@@ -113,18 +153,39 @@ def iteration_markdown(iteration: int, record: dict) -> str:
 @flow(name="selfplay")
 def selfplay_flow(config: LoopSettings | None = None, run_dir: str = DEFAULT_RUN_DIR,
                   iterations: int | None = None, budget_games: int | None = None,
-                  hours: float | None = None) -> dict:
+                  hours: float | None = None, shares: int | None = None,
+                  metrics_port: int | None = None, metrics_host: str = "127.0.0.1") -> dict:
     """Run the loop in `run_dir` until the budget (finished iterations, self-play games, wall
     hours of stage work, all counted over the run folder's life) is spent or a STOP file
-    appears; returns where it stands."""
+    appears; returns where it stands. `shares`: split each new iteration's games into that
+    many `selfplay-share` tasks on the flow's task runner (None: play them in this process);
+    `metrics_port`: serve the loop's Prometheus metrics there while the flow runs."""
     logger = get_run_logger()
     config = config or LoopSettings()
-    stages = SelfPlayStages(config, run_dir, ingest_window, on_progress=logger.info)
+    metrics = LoopMetrics(config.game)
+    metrics.load(LoopState.load(Path(run_dir)))
+    server = metrics.serve(metrics_port, metrics_host) if metrics_port is not None else None
+    if server is not None:
+        logger.info("loop metrics on %s", server.url)
+    stages = SelfPlayStages(config, run_dir, ingest_window, on_progress=logger.info,
+                            play_shares=play_shares_as_tasks if shares else None,
+                            shares=shares or 1, on_game=metrics.game_played)
     logger.info("self-play loop of %s in %s: %s model in %s", config.game, run_dir,
                 stages.model, config.repository)
+    try:
+        return _run(config, run_dir, stages, Budget(iterations, budget_games, hours), metrics)
+    finally:
+        if server is not None:
+            server.close()
+
+
+def _run(config: LoopSettings, run_dir: str, stages: SelfPlayStages, budget: Budget,
+         metrics: LoopMetrics) -> dict:
+    logger = get_run_logger()
 
     def on_stage(iteration: int, stage: str, summary: dict) -> None:
         logger.info(stage_line(iteration, stage, summary))
+        metrics.stage_finished(iteration, stage, summary)
         if stage == STAGES[-1]:
             record = LoopState.load(Path(run_dir)).current
             create_markdown_artifact(key=f"selfplay-iteration-{iteration}",
@@ -132,8 +193,7 @@ def selfplay_flow(config: LoopSettings | None = None, run_dir: str = DEFAULT_RUN
                                      description=f"{config.game} self-play iteration "
                                                  f"{iteration}")
 
-    state, why = run_loop(Path(run_dir), stages, Budget(iterations, budget_games, hours),
-                          on_stage=on_stage)
+    state, why = run_loop(Path(run_dir), stages, budget, on_stage=on_stage)
     lines = [f"# Self-play loop: {config.game}", "", f"Ended: {why}; {state.finished_iterations}"
              f" iterations finished, {state.games} self-play games, "
              f"{state.seconds / 3600:.2f} hours of stage work.", "",
@@ -149,8 +209,27 @@ def selfplay_flow(config: LoopSettings | None = None, run_dir: str = DEFAULT_RUN
             "serving": state.history[-1]["rollout"]["serving"] if state.history else None}
 
 
+def selfplay_on(dask_address: str | None = None, dask_workers: int = 0) -> Flow:
+    """The `selfplay` flow whose tasks (the self-play shares) run on a Dask cluster: an
+    existing one at `dask_address`, or a local one of `dask_workers` worker processes (one
+    thread each) started for the run; without either, the flow itself."""
+    if not dask_address and not dask_workers:
+        return selfplay_flow
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
+    logging.getLogger("distributed").setLevel(logging.WARNING)
+    from prefect_dask import DaskTaskRunner
+
+    if dask_address:
+        runner = DaskTaskRunner(address=dask_address)
+    else:
+        runner = DaskTaskRunner(cluster_kwargs={
+            "n_workers": dask_workers, "threads_per_worker": 1, "processes": True,
+            "dashboard_address": None})
+    return selfplay_flow.with_options(task_runner=runner)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m flows.selfplay", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-dir", default=DEFAULT_RUN_DIR,
                         help=f"the loop's folder: loop.json, iter-N/, STOP (default "
@@ -162,6 +241,23 @@ def build_parser() -> argparse.ArgumentParser:
                         help="self-play games")
     budget.add_argument("--hours", type=settings.bounded(float, 0), default=None,
                         help="wall hours of stage work")
+    dask = parser.add_argument_group("Dask (the self-play games of each iteration as tasks)")
+    dask.add_argument("--dask", action="store_true",
+                      help=f"on a local Dask cluster (--dask-workers, default "
+                           f"{DEFAULT_DASK_WORKERS})")
+    dask.add_argument("--dask-workers", type=settings.bounded(int, 0, 1024), default=0,
+                      help="local Dask worker processes")
+    dask.add_argument("--dask-address", default=None,
+                      help="on an existing Dask cluster (tcp://host:8786) whose workers see "
+                           "the run folder and the repository at the same paths")
+    dask.add_argument("--shares", type=settings.bounded(int, 1, 4096), default=None,
+                      help="shares (tasks) a new iteration's games are split into (default: "
+                           f"the local workers; with --dask-address {DEFAULT_REMOTE_SHARES})")
+    parser.add_argument("--metrics-port", type=settings.bounded(int, 0, 65535), default=None,
+                        help="serve the loop's Prometheus metrics on this port (default: off; "
+                             "0: any free port)")
+    parser.add_argument("--metrics-host", default="127.0.0.1",
+                        help="address the metrics port binds (0.0.0.0 in a pod)")
     settings.add_arguments(parser, LoopSettings, title="loop settings (LoopSettings)")
     settings.add_arguments(parser, SelfPlaySettings, prefix=SELFPLAY_PREFIX,
                            title="how games are played (SelfPlaySettings)")
@@ -178,9 +274,18 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    workers = args.dask_workers or (DEFAULT_DASK_WORKERS if args.dask else 0)
+    shares = args.shares or (workers if workers and not args.dask_address else
+                             DEFAULT_REMOTE_SHARES if args.dask_address else None)
+    # `python -m flows.selfplay` runs this file as __main__: take the flow from the importable
+    # module so that Dask workers can unpickle its tasks by reference
+    from flows.selfplay import selfplay_on as importable_selfplay_on
+
+    run = importable_selfplay_on(dask_address=args.dask_address, dask_workers=workers)
     announce_prefect_api()
-    out = selfplay_flow(config=config, run_dir=args.run_dir, iterations=args.iterations,
-                        budget_games=args.budget_games, hours=args.hours)
+    out = run(config=config, run_dir=args.run_dir, iterations=args.iterations,
+              budget_games=args.budget_games, hours=args.hours, shares=shares,
+              metrics_port=args.metrics_port, metrics_host=args.metrics_host)
     print(json.dumps(out, indent=2))
     return 0
 

@@ -4,8 +4,11 @@
 (`run_loop`) runs them in order and records each summary in ``loop.json``. One iteration:
 
 1. **selfplay**: the serving version (pinned for the iteration in ``serving.json``: the
-   rollout record's ``current``, else the newest version) plays `games` games in this process
-   (`LocalEvaluator`, `run_worker`) into ``iter-N/selfplay-N/``, from an opening suite. The
+   rollout record's ``current``, else the newest version) plays `games` games into
+   ``iter-N/selfplay-N/``, from an opening suite: in this process (`LocalEvaluator`,
+   `run_worker`, worker ``itN``), or split into shares (`share_plan`, pinned in
+   ``shares.json``: worker ``itN-sK`` plays its share's games) that the injected
+   `PlayShares` runs where it likes (the flow: Prefect tasks on Dask workers). The
    first iteration needs a version: `init_version` (recorded as serving), else the version
    the repository serves, else the game's default configuration (or `config`) with weights
    drawn from `seed`, published by `publish_model` and recorded as serving.
@@ -16,7 +19,12 @@
    its ``model.pt``), for min(`train_steps`, `samples_per_row` x new rows / batch) steps
    (KataGo's max-train-bucket-per-new-data: each new row is seen about 4 times), then the
    candidate is published (`publish_network`) with its lineage under ``selfplay_loop`` in its
-   metadata.
+   metadata. The value head gets about `value_per_game` targets per game and epoch (the
+   loader's value sampling), an `expert_share` of each batch may come from an
+   `expert_dataset`, and the summary records the value loss on the self-play games held out
+   whole (the dataset's ``game_test``: 5% of games by their content hash, the same games in
+   every iteration's rebuild, never trained on) and on the expert dataset's ``game_test``, at
+   every evaluation (`held_out_value`) and at the end (`losses`).
 4. **gate**: `gate_by_match`, an SPRT match of the candidate against the iteration's serving
    version at `gate_visits`, at most `gate_max_games` games; a candidate that fails (or is
    undecided at the cap) is quarantined and the serving version stays.
@@ -26,19 +34,28 @@
    rollout`` does; a refusal keeps the serving version).
 
 Kill-safety (the loop reruns the stage that was running): self-play plays only the missing
-games; the ingest rewrites its manifest whole from the same folders; training resumes from its
-checkpoint, and a candidate published before the kill is found by its lineage, never
-published twice; the gate's match log skips finished games (a quarantined candidate is
-recognised); the rollout does nothing when the candidate already serves.
+games (a share's worker name and games are pinned, so a rerun on another number of workers,
+or in this process, plays the same ids); the ingest rewrites its manifest whole from the same
+folders; training resumes from its checkpoint, and a candidate published before the kill is
+found by its lineage, never published twice; the gate's match log skips finished games (a
+quarantined candidate is recognised); the rollout does nothing when the candidate already serves.
+
+Cost: each stage's summary holds ``wall_seconds`` and ``cpu_seconds``, the CPU time of this
+process (every thread) and of its finished child processes during the stage, plus the CPU
+time the shares report from other processes (Dask workers). A stage's run that was killed is
+not counted (its summary was never written).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
+import os
+import resource
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -46,6 +63,7 @@ from typing import Any, Protocol
 import torch
 
 from services.atomic_files import atomic_path, atomic_write_text
+from services.dataset.shards import GAME_SPLIT
 from services.defaults import MODEL_FILE
 from services.games.base import BLACK, WHITE, Game
 from services.games.registry import default_game, get_game, registered_games
@@ -70,7 +88,7 @@ from services.selfplay.pairs import game_files
 from services.selfplay.play import END_RESIGNED
 from services.selfplay.records import record_suffix
 from services.selfplay.settings import SelfPlaySettings
-from services.selfplay.worker import DEFAULT_CONCURRENCY, run_worker
+from services.selfplay.worker import DEFAULT_CONCURRENCY, WorkerReport, run_worker
 from services.selfplay_loop.window import (
     DEFAULT_EXPAND,
     DEFAULT_EXPONENT,
@@ -79,15 +97,20 @@ from services.selfplay_loop.window import (
 )
 from services.settings import DEFAULT_REPOSITORY, check_settings, setting
 from services.trainer.publish import publish_model, publish_network
-from services.trainer.train import TrainConfig, train
+from services.trainer.train import EVALUATED_SPLITS, EXPERT_GAME_SPLIT, TrainConfig, train
 
 log = logging.getLogger(__name__)
 
 LINEAGE_KEY = "selfplay_loop"  # a candidate's metadata entry: run folder, iteration, parent
 SERVING_FILE = "serving.json"
+SHARES_FILE = "shares.json"  # an iteration's self-play shares, pinned at its start
 WEIGHTS_FILE = "serving-weights.pt"
 LOCK_TIMEOUT_S = 300.0
 KATAGO_SAMPLES_PER_ROW = 4.0  # KataGo's max-train-bucket-per-new-data
+LOOP_VALUE_PER_GAME = 1.0  # value targets per game and epoch (BAKAGO: one position a game)
+# the splits whose value loss the train summary reports: the self-play games held out whole
+# (the dataset's game_test) and the expert dataset's (`LoopSettings.expert_dataset`)
+HELD_OUT_GAMES = (GAME_SPLIT, EXPERT_GAME_SPLIT)
 
 
 @dataclass(frozen=True)
@@ -129,6 +152,18 @@ class LoopSettings:
                                    "window-min-rows", minimum=0)
     window_exponent: float = setting(DEFAULT_EXPONENT, "replay window's taper exponent",
                                      minimum=0.01, maximum=1)
+    # one value target per game and epoch (the BAKAGO report's one position per game): every
+    # position of a self-play game shares its result, and a few hundred games an iteration
+    # would otherwise teach the value head the games (`TrainConfig.value_per_game`)
+    value_per_game: float = setting(LOOP_VALUE_PER_GAME, "value targets per game and epoch "
+                                    "(each row keeps its result with probability min(1, k / "
+                                    "its game's rows); 0: every row)", minimum=0)
+    expert_dataset: str | None = setting(None, "dataset folder of expert positions (the "
+                                               "ingest flow's shards of records): mixed into "
+                                               "training at --expert-share, its held-out games "
+                                               "(game_test) scored every epoch")
+    expert_share: float = setting(0.0, "share of each training batch from --expert-dataset "
+                                       "(0: self-play rows only)", minimum=0, maximum=0.95)
     gate_visits: int = setting(DEFAULT_GATE_VISITS, "visits a move in the gate's match",
                                minimum=1)
     gate_max_games: int = setting(DEFAULT_MAX_GAMES, "most games of the gate's match (an "
@@ -147,6 +182,91 @@ class LoopSettings:
 
     def __post_init__(self) -> None:
         check_settings(self)
+
+
+@dataclass(frozen=True)
+class ShareTask:
+    """One share of an iteration's self-play: worker `worker` plays games 0..`games`-1 of its
+    name into `out_dir` with the version in `version_folder`. Everything is plain data, so a
+    share can be pickled to another process (a Dask worker) that sees the same files."""
+
+    game: str
+    size: int
+    version_folder: str
+    out_dir: str
+    worker: str
+    games: int
+    settings: SelfPlaySettings
+    seed: int
+    concurrency: int
+    openings: tuple[tuple[int, ...], ...]
+
+
+def process_cpu_seconds() -> float:
+    """CPU time of this process (every thread) and of its finished, waited-for children."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def play_share(task: ShareTask,
+               on_game: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
+    """Play a share's missing games (`run_worker`, kill-safe) and say what it did: games
+    played now and before, their moves and root visits, wall and CPU seconds, and the process
+    it ran in (its CPU is counted once by the stage: here when another process played it)."""
+    game = get_game(task.game)
+    evaluator = LocalEvaluator.from_version_folder(task.version_folder)
+    cpu = process_cpu_seconds()
+    report: WorkerReport = run_worker(
+        game, evaluator, Path(task.out_dir), games=task.games, settings=task.settings,
+        worker=task.worker, seed=task.seed, concurrency=task.concurrency, size=task.size,
+        openings=task.openings, on_game=on_game)
+    return {"worker": task.worker, "played": len(report.played), "skipped": report.skipped,
+            "moves": report.moves,
+            "visits": sum(m.visits for g in report.played for m in g.moves),
+            "seconds": round(report.seconds, 3),
+            "cpu_seconds": round(process_cpu_seconds() - cpu, 3), "pid": os.getpid()}
+
+
+class PlayShares(Protocol):
+    """Runs an iteration's self-play shares (anywhere that sees the files) and returns each
+    one's `play_share` report, in order."""
+
+    def __call__(self, tasks: Sequence[ShareTask]) -> list[dict[str, Any]]: ...
+
+
+def share_plan(run_dir: Path, iteration: int, games: int, shares: int) -> list[dict[str, Any]]:
+    """The iteration's shares ({"worker", "games"}), pinned in its ``shares.json`` the first
+    time: `games` split as evenly as possible over `shares` workers ``itN-sK``. A folder whose
+    self-play started before without a plan (the in-process worker ``itN``) keeps that worker
+    alone, so no game is played twice under two names."""
+    path = iteration_folder(run_dir, iteration) / SHARES_FILE
+    if path.exists():
+        return json.loads(path.read_text(encoding="utf-8"))["shares"]
+    games_dir = iteration_folder(run_dir, iteration) / f"selfplay-{iteration:04d}"
+    base = f"it{iteration:04d}"
+    if games_dir.is_dir() and game_files(games_dir):
+        plan = [{"worker": base, "games": games}]
+    else:
+        count = max(1, min(shares, games))
+        plan = [{"worker": f"{base}-s{k:02d}", "games": games // count + (k < games % count)}
+                for k in range(count)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(json.dumps({"shares": plan}, indent=1), path)
+    return plan
+
+
+def counted(stage: Callable[..., dict]) -> Callable[..., dict]:
+    """A stage whose summary also says its wall and CPU seconds (see the module)."""
+
+    @functools.wraps(stage)
+    def run(self: SelfPlayStages, iteration: int, folder: Path, history: list[dict]) -> dict:
+        wall, cpu = time.perf_counter(), process_cpu_seconds()
+        summary = stage(self, iteration, folder, history)
+        remote = float(summary.pop("remote_cpu_seconds", 0.0))
+        return {**summary, "wall_seconds": round(time.perf_counter() - wall, 3),
+                "cpu_seconds": round(process_cpu_seconds() - cpu + remote, 3)}
+
+    return run
 
 
 class Ingest(Protocol):
@@ -174,13 +294,14 @@ def folder_stats(folder: Path) -> dict[str, Any]:
     (`SelfPlaySettings.no_resign_share`) those that would have resigned (`resign_checked`) and
     how many of those the would-be resigner did not lose (`resign_wrong`: the false-positive
     rate is wrong / checked)."""
-    games = rows = full = resigned = checked = wrong = 0
+    games = rows = full = visits = resigned = checked = wrong = 0
     results = {"black": 0, "white": 0, "none": 0}
     for path in game_files(folder):
         data = json.loads(path.read_text(encoding="utf-8"))
         games += 1
         rows += len(data["moves"])
         full += sum(bool(m["full"]) for m in data["moves"])
+        visits += sum(int(m["visits"]) for m in data["moves"])
         key = {BLACK: "black", WHITE: "white"}.get(data["winner"], "none")
         results[key] += 1
         resigned += data["end"] == END_RESIGNED
@@ -188,10 +309,46 @@ def folder_stats(folder: Path) -> dict[str, Any]:
             checked += 1
             loser = data["would_resign"][1]
             wrong += data["winner"] != (WHITE if loser == BLACK else BLACK)
-    return {"games": games, "rows": rows, "full_rows": full, "wins": results,
+    return {"games": games, "rows": rows, "full_rows": full, "visits": visits,
+            "wins": results,
             "mean_moves": round(rows / games, 1) if games else 0.0, "resigned": resigned,
             "resign_checked": checked, "resign_wrong": wrong,
             "resign_false_positive_rate": round(wrong / checked, 3) if checked else None}
+
+
+def require_trainable(config: str, what: str) -> None:
+    """ValueError when the trainer cannot train `config` by gradient: a network that takes
+    other inputs than the game's stored boards and is served behind a wrapper (the Capture
+    Game's sweep networks, trained by the policy search). `what` names where it comes from."""
+    model = spec(config)
+    if model.serve is not None:
+        game = get_game(model.game)
+        other = game.selfplay_config or "a configuration taking the game's boards"
+        raise ValueError(f"{what} is a {config!r} network, which takes other inputs than the "
+                         f"{game.title}'s boards and is not trained by gradient: the loop "
+                         f"cannot train it; start from {other} (--config) in a model of its "
+                         "own (--model-name) or from another --init-version")
+
+
+def split_figures(metrics: dict) -> dict[str, Any]:
+    """The figures of one evaluated split the loop records: loss, top-1, rows, and with a
+    value head its MSE, the share of decisive results its sign names and its rows."""
+    return {k: metrics[k] for k in ("loss", "top1", "n", "value_mse", "value_sign", "value_n")
+            if k in metrics}
+
+
+def held_out_value(history: list[dict]) -> list[dict[str, Any]]:
+    """The value head on the held-out games at every evaluation of a training run: step,
+    epoch, and per split of `HELD_OUT_GAMES` that was measured its value MSE, sign accuracy
+    on decisive results and rows (empty without a value head)."""
+    out = []
+    for evaluation in history:
+        splits = {split: {k: evaluation[split][k]
+                          for k in ("value_mse", "value_sign", "value_n")}
+                  for split in HELD_OUT_GAMES if "value_mse" in evaluation.get(split, {})}
+        if splits:
+            out.append({"step": evaluation["step"], "epoch": evaluation["epoch"], **splits})
+    return out
 
 
 def served_weights(repository: Path, model_name: str, version: int, out: Path) -> str:
@@ -204,6 +361,7 @@ def served_weights(repository: Path, model_name: str, version: int, out: Path) -
     if not config:
         raise ValueError(f"{folder}: its metadata names no network configuration "
                          "(model_config.name); give the loop another --init-version")
+    require_trainable(config, f"{model_name} v{version}")
     net = network(config)
     spec(config).served(net).load_state_dict(
         torch.jit.load(str(folder / MODEL_FILE), map_location="cpu").state_dict())
@@ -214,14 +372,22 @@ def served_weights(repository: Path, model_name: str, version: int, out: Path) -
 
 class SelfPlayStages:
     """The loop's stages (see the module). `ingest`: the ingest of self-play folders (the
-    ingest flow); `on_progress`: one line per game and stage, for people."""
+    ingest flow); `on_progress`: one line per game and stage, for people; `play_shares`:
+    where self-play shares run (None: every game in this process, as one worker), `shares`
+    how many a new iteration's games are split into; `on_game(game_id, record)`: each game
+    played in this process (metrics)."""
 
     def __init__(self, settings: LoopSettings, run_dir: str | Path, ingest: Ingest,
-                 on_progress: Callable[[str], None] | None = None) -> None:
+                 on_progress: Callable[[str], None] | None = None,
+                 play_shares: PlayShares | None = None, shares: int = 1,
+                 on_game: Callable[[str, Any], None] | None = None) -> None:
         self.settings = settings
         self.run_dir = Path(run_dir).resolve()
         self.ingest_sources = ingest
         self.say = on_progress or log.info
+        self.play_shares = play_shares
+        self.shares = shares
+        self.on_game = on_game
         self.game: Game = get_game(settings.game)
         if record_suffix(self.game) not in self.game.record_formats:
             raise ValueError(f"{self.game.title} self-play cannot become training rows: the "
@@ -229,7 +395,9 @@ class SelfPlayStages:
                              f"(record formats: {self.game.record_formats or 'none'})")
         self.size = settings.board_size or self.game.default_size
         self.repository = Path(settings.repository)
-        self.first_config = settings.config or self.game.default_config
+        self.first_config = (settings.config or self.game.selfplay_config
+                             or self.game.default_config)
+        require_trainable(self.first_config, "the loop's first configuration")
         if spec(self.first_config).game != self.game.name:
             raise ValueError(f"{self.first_config!r} is a {spec(self.first_config).game} "
                              f"network, not a {self.game.title} one")
@@ -258,6 +426,14 @@ class SelfPlayStages:
             write_state(self.repository, self.model, state)
             return before
 
+    def _require_trainable(self, version: int) -> None:
+        """`require_trainable` for a published version, before it plays (its metadata's
+        configuration; one that names none is refused by `served_weights` later)."""
+        meta = read_version_metadata(self.repository, self.model, version) or {}
+        config = (meta.get("model_config") or {}).get("name")
+        if config:
+            require_trainable(config, f"{self.model} v{version}")
+
     def _first_version(self) -> tuple[int, str]:
         """The version the first iteration plays with, and where it came from."""
         s = self.settings
@@ -265,10 +441,13 @@ class SelfPlayStages:
             if s.init_version not in list_versions(self.repository, self.model):
                 raise ValueError(f"{self.model} v{s.init_version} is not published in "
                                  f"{self.repository}")
+            self._require_trainable(s.init_version)
             self._set_serving(s.init_version, "self-play loop: --init-version")
             return s.init_version, "init_version"
         if list_versions(self.repository, self.model):
-            return int(reference_version(self.repository, self.model)), "serving"
+            version = int(reference_version(self.repository, self.model))
+            self._require_trainable(version)
+            return version, "serving"
         version = publish_model(self.repository, game=self.game.name, config=self.first_config,
                                 seed=s.seed, model_name=self.model)
         self._set_serving(version, "self-play loop: first version, seeded weights")
@@ -299,15 +478,33 @@ class SelfPlayStages:
                 return version, meta
         return None
 
-    # ------------------------------------------------------------------------- stages
-    def selfplay(self, iteration: int, folder: Path, history: list[dict]) -> dict:
+    def _share_tasks(self, iteration: int, serving: int) -> list[ShareTask]:
+        """The iteration's self-play as shares: one in-process worker ``itN`` (no
+        `play_shares`, no plan pinned), else the pinned plan (`share_plan`)."""
         s = self.settings
-        serving = self.serving(iteration)
-        evaluator = LocalEvaluator.from_version_folder(
-            version_dir(self.repository, self.model, serving))
         plies = s.opening_plies
         openings = opening_suite(self.game, s.openings, size=self.size,
                                  plies=(min(2, plies), plies), seed=s.seed) if plies else [()]
+        planned = iteration_folder(self.run_dir, iteration) / SHARES_FILE
+        if self.play_shares is None and not planned.exists():
+            plan = [{"worker": f"it{iteration:04d}", "games": s.games}]
+        else:
+            plan = share_plan(self.run_dir, iteration, s.games, self.shares)
+        return [ShareTask(game=self.game.name, size=self.size,
+                          version_folder=str(version_dir(self.repository, self.model,
+                                                         serving)),
+                          out_dir=str(self._games_dir(iteration)), worker=p["worker"],
+                          games=int(p["games"]), settings=s.selfplay, seed=s.seed,
+                          concurrency=s.concurrency,
+                          openings=tuple(tuple(int(m) for m in o) for o in openings))
+                for p in plan]
+
+    # ------------------------------------------------------------------------- stages
+    @counted
+    def selfplay(self, iteration: int, folder: Path, history: list[dict]) -> dict:
+        s = self.settings
+        serving = self.serving(iteration)
+        tasks = self._share_tasks(iteration, serving)
         out = self._games_dir(iteration)
         started = time.perf_counter()
         count = {"n": 0}
@@ -317,16 +514,28 @@ class SelfPlayStages:
             self.say(f"iteration {iteration} self-play: {game_id} ({count['n']} this run, "
                      f"{s.games} in all): {len(record.moves)} moves, {record.end}, winner "
                      f"{record.winner} [{time.perf_counter() - started:.0f} s]")
+            if self.on_game is not None:
+                self.on_game(game_id, record)
 
-        report = run_worker(self.game, evaluator, out, games=s.games, settings=s.selfplay,
-                            worker=f"it{iteration:04d}", seed=s.seed,
-                            concurrency=s.concurrency, size=self.size, openings=openings,
-                            on_game=on_game)
+        if self.play_shares is None:
+            reports = [play_share(task, on_game) for task in tasks]
+        else:
+            self.say(f"iteration {iteration} self-play: {len(tasks)} share(s) of "
+                     f"{[t.games for t in tasks]} games on the flow's workers")
+            reports = self.play_shares(tasks)
         stats = folder_stats(out)
-        return {**stats, "serving_version": serving, "played_now": len(report.played),
-                "finished_before": report.skipped, "seconds": round(report.seconds, 1),
-                "folder": out.name}
+        return {**stats, "serving_version": serving,
+                "played_now": sum(r["played"] for r in reports),
+                "finished_before": sum(r["skipped"] for r in reports),
+                "moves_now": sum(r["moves"] for r in reports),
+                "visits_now": sum(r["visits"] for r in reports),
+                "seconds": round(time.perf_counter() - started, 1), "folder": out.name,
+                "shares": [{k: r[k] for k in ("worker", "played", "skipped", "seconds",
+                                              "cpu_seconds")} for r in reports],
+                "remote_cpu_seconds": sum(r["cpu_seconds"] for r in reports
+                                          if r["pid"] != os.getpid())}
 
+    @counted
     def ingest(self, iteration: int, folder: Path, history: list[dict]) -> dict:
         s = self.settings
         rows = [h["selfplay"]["rows"] for h in history]
@@ -345,6 +554,7 @@ class SelfPlayStages:
                 "window_first_iteration": first, "sources": len(sources),
                 "quarantined": sum(c.get("quarantined", 0) for c in manifest["counts"])}
 
+    @counted
     def train(self, iteration: int, folder: Path, history: list[dict]) -> dict:
         s = self.settings
         found = self.candidate(iteration)
@@ -364,7 +574,8 @@ class SelfPlayStages:
         recipe = TrainConfig(model=config, batch_size=batch, learning_rate=s.learning_rate,
                              max_steps=steps, seed=s.seed + iteration,
                              init_weights=str(weights), checkpoint_every=max(1, steps // 4),
-                             curve_every=max(1, steps // 20))
+                             curve_every=max(1, steps // 20), value_per_game=s.value_per_game,
+                             expert_dataset=s.expert_dataset, expert_share=s.expert_share)
         self.say(f"iteration {iteration} train: {steps} steps of {batch} rows from v{serving}'s "
                  f"weights ({new_rows} new rows, {train_rows} train rows)")
         (folder / "train").mkdir(exist_ok=True)
@@ -375,9 +586,10 @@ class SelfPlayStages:
             "parent_version": serving, "config": config, "stopped": m["stopped"],
             "first_loss": result.curve[0]["loss"] if result.curve else None,
             "last_loss": result.curve[-1]["loss"] if result.curve else None,
-            "losses": {split: {k: m[split][k] for k in ("loss", "top1", "value_mse", "n")
-                               if k in m[split]}
-                       for split in ("train", "validation") if m.get(split)},
+            "losses": {split: split_figures(m[split]) for split in EVALUATED_SPLITS
+                       if m.get(split)},
+            "held_out_value": held_out_value(result.history),
+            "expert_share": s.expert_share, "value_per_game": s.value_per_game,
         }
         lineage = {"run": str(self.run_dir), "iteration": iteration, "parent": serving}
         version = publish_network(
@@ -389,6 +601,7 @@ class SelfPlayStages:
         self.say(f"iteration {iteration} train: published {self.model} v{version}")
         return summary
 
+    @counted
     def gate(self, iteration: int, folder: Path, history: list[dict]) -> dict:
         s = self.settings
         serving = self.serving(iteration)
@@ -420,6 +633,7 @@ class SelfPlayStages:
         summary["match_games"] = summary.pop("games")
         return {**summary, "elo": elo}
 
+    @counted
     def rollout(self, iteration: int, folder: Path, history: list[dict]) -> dict:
         s = self.settings
         gated = self._current("gate")
@@ -457,5 +671,6 @@ class SelfPlayStages:
                 "replaced": serving, "report": report.to_dict()}
 
 
-__all__ = ["LINEAGE_KEY", "Ingest", "LoopSettings", "SelfPlayStages", "folder_stats",
-           "match_elo", "served_weights"]
+__all__ = ["LINEAGE_KEY", "SHARES_FILE", "Ingest", "LoopSettings", "PlayShares",
+           "SelfPlayStages", "ShareTask", "folder_stats", "match_elo", "play_share",
+           "process_cpu_seconds", "require_trainable", "served_weights", "share_plan"]

@@ -1,0 +1,159 @@
+"""The self-play loop operated: its games split over Dask workers, its Prometheus endpoint,
+its share plan's pinning and its metrics' counting.
+
+Budgets are tiny (a few games at a few visits, a few steps, a gate of two games): the figures
+say nothing about strength, only that the games land once each and the metrics are served."""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+from prometheus_client.parser import text_string_to_metric_families
+
+from services.selfplay.game_record import MoveRecord, SelfPlayGame
+from services.selfplay.loop import STAGES, LoopState
+from services.selfplay.records import finished_ids
+from services.selfplay.settings import SelfPlaySettings
+from services.selfplay_loop.metrics import LoopMetrics
+from services.selfplay_loop.stages import SHARES_FILE, LoopSettings, share_plan
+
+torch.set_num_threads(1)
+TINY = SelfPlaySettings(full_visits=6, fast_visits=2, batch_size=4, temperature_moves=4,
+                        max_moves=24)
+
+
+def _settings(tmp_path: Path, games: int) -> LoopSettings:
+    return LoopSettings(game="gomoku", games=games, concurrency=2, openings=4,
+                        opening_plies=4, repository=str(tmp_path / "repo"), train_steps=4,
+                        batch_size=16, gate_visits=2, gate_max_games=2, selfplay=TINY)
+
+
+def _samples(text: str) -> dict[tuple[str, tuple], float]:
+    """{(sample name, sorted labels): value} of a Prometheus text exposition."""
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_a_share_plan_is_pinned_and_keeps_an_in_process_start(tmp_path):
+    run = tmp_path / "run"
+    plan = share_plan(run, 0, games=5, shares=2)
+    assert plan == [{"worker": "it0000-s00", "games": 3}, {"worker": "it0000-s01", "games": 2}]
+    # pinned: a rerun on another number of workers plays the same shares
+    assert share_plan(run, 0, games=5, shares=7) == plan
+    assert json.loads((run / "iter-0000" / SHARES_FILE).read_text())["shares"] == plan
+    # more shares than games: one game each
+    assert [p["games"] for p in share_plan(run, 1, games=2, shares=4)] == [1, 1]
+    # an iteration whose games began in this process (worker itN, no plan) keeps that worker
+    games = run / "iter-0002" / "selfplay-0002" / "games"
+    games.mkdir(parents=True)
+    (games / "it0002-000000.json").write_text("{}")
+    assert share_plan(run, 2, games=4, shares=3) == [{"worker": "it0002", "games": 4}]
+
+
+def test_metrics_count_each_game_once_and_chain_the_gates_elo():
+    metrics = LoopMetrics("gomoku")
+    record = SelfPlayGame("gomoku", 15, 0, (), False)
+    record.moves = [MoveRecord(112, True, 8, 0.0), MoveRecord(113, False, 3, 0.0)]
+    metrics.game_played("it0000-000000", record)  # played here: counted as it finishes
+    summary = {"serving_version": 1, "played_now": 3, "moves_now": 7, "visits_now": 30,
+               "seconds": 6.0, "mean_moves": 2.3, "resign_checked": 4, "resign_wrong": 1,
+               "wall_seconds": 6.5, "cpu_seconds": 5.0}
+    metrics.stage_finished(0, "selfplay", summary)  # the other 2 games played elsewhere
+    metrics.stage_finished(0, "gate", {"candidate_version": 2, "serving_version": 1,
+                                       "passed": True, "elo": 40.0})
+    metrics.stage_finished(1, "gate", {"candidate_version": 3, "serving_version": 2,
+                                       "passed": False, "elo": -10.0})
+    got = _samples(_exposition(metrics))
+    game = (("game", "gomoku"),)
+    assert got[("movepred_selfplay_games_total", game)] == 3
+    assert got[("movepred_selfplay_moves_total", game)] == 7
+    assert got[("movepred_selfplay_visits_total", game)] == 30
+    assert got[("movepred_selfplay_games_per_hour", game)] == pytest.approx(1800)
+    assert got[("movepred_selfplay_visits_per_second", game)] == pytest.approx(5)
+    assert got[("movepred_selfplay_resign_false_positive_rate", game)] == 0.25
+    assert got[("movepred_loop_stage_cpu_seconds_total", (*game, ("stage", "selfplay")))] == 5
+    elo = {dict(k[1])["version"]: v for k, v in got.items()
+           if k[0] == "movepred_loop_version_elo"}
+    assert elo == {"1": 0.0, "2": 40.0, "3": 30.0}
+
+
+def _exposition(metrics: LoopMetrics) -> str:
+    from prometheus_client import generate_latest
+
+    return generate_latest(metrics.registry).decode()
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_the_loop_on_a_local_dask_cluster_serves_its_metrics(tmp_path, monkeypatch):
+    """`--dask`'s flow (a local cluster of 2 worker processes, 1 thread each): the iteration's
+    games are played as 2 shares on the workers, each game once; the metrics endpoint of the
+    flow process, scraped over HTTP when the iteration's last stage has finished, names every
+    series with plausible values."""
+    import flows.selfplay as selfplay
+
+    scraped: list[str] = []
+    original = LoopMetrics.stage_finished
+
+    def stage_finished(self, iteration, stage, summary, *, count=True):
+        original(self, iteration, stage, summary, count=count)
+        if stage == STAGES[-1] and count:  # the flow still runs: its endpoint is up
+            with urllib.request.urlopen(self.endpoint.url, timeout=10) as answer:
+                scraped.append(answer.read().decode())
+
+    monkeypatch.setattr(LoopMetrics, "stage_finished", stage_finished)
+    settings = _settings(tmp_path, games=5)
+    run = tmp_path / "run"
+    flow = selfplay.selfplay_on(dask_workers=2)
+    out = flow(config=settings, run_dir=str(run), iterations=1, shares=2, metrics_port=0)
+    assert out["finished_iterations"] == 1
+
+    # the games: two shares of 3 and 2, each game once, none lost
+    folder = run / "iter-0000" / "selfplay-0000"
+    ids = sorted(finished_ids(folder))
+    assert ids == [f"it0000-s00-{i:06d}" for i in range(3)] + [
+        f"it0000-s01-{i:06d}" for i in range(2)]
+    assert len(list((folder / "games").glob("*.json"))) == 5
+    play = LoopState.load(run).history[0]["selfplay"]
+    assert play["games"] == play["played_now"] == 5 and play["finished_before"] == 0
+    assert sorted(s["worker"] for s in play["shares"]) == ["it0000-s00", "it0000-s01"]
+    assert all(s["cpu_seconds"] > 0 for s in play["shares"])
+    # the shares ran in the workers' processes: their CPU is added to the stage's
+    assert play["cpu_seconds"] >= sum(s["cpu_seconds"] for s in play["shares"])
+
+    # the endpoint
+    assert len(scraped) == 1
+    got = _samples(scraped[0])
+    names = {name for name, _ in got}
+    assert {"movepred_selfplay_games_total", "movepred_selfplay_visits_total",
+            "movepred_selfplay_games_per_hour", "movepred_selfplay_visits_per_second",
+            "movepred_selfplay_game_moves", "movepred_selfplay_resign_false_positive_rate",
+            "movepred_train_policy_loss", "movepred_train_value_mse",
+            "movepred_loop_version_elo", "movepred_loop_serving_version",
+            "movepred_loop_stage_cpu_seconds_total"} <= names
+    game = (("game", "gomoku"),)
+    assert got[("movepred_selfplay_games_total", game)] == 5
+    assert got[("movepred_selfplay_visits_total", game)] == play["visits_now"] > 0
+    assert got[("movepred_selfplay_visits_total", game)] >= 5 * TINY.fast_visits
+    assert got[("movepred_selfplay_games_per_hour", game)] > 0
+    assert got[("movepred_selfplay_visits_per_second", game)] > 0
+    assert 1 <= got[("movepred_selfplay_game_moves", game)] <= TINY.max_moves
+    rate = got[("movepred_selfplay_resign_false_positive_rate", game)]
+    assert math.isnan(rate) or 0 <= rate <= 1
+    loss = got[("movepred_train_policy_loss", (*game, ("split", "train")))]
+    assert 0 < loss < 20 and math.isfinite(loss)
+    assert 0 <= got[("movepred_train_value_mse", (*game, ("split", "train")))] <= 4
+    record = LoopState.load(run).history[0]
+    elo = {dict(k[1])["version"]: v for k, v in got.items()
+           if k[0] == "movepred_loop_version_elo"}
+    assert elo["1"] == 0.0
+    if record["gate"]["elo"] is not None:
+        assert elo["2"] == record["gate"]["elo"]
+    assert got[("movepred_loop_serving_version", game)] == record["rollout"]["serving"]
+    for stage in STAGES:
+        assert got[("movepred_loop_stage_cpu_seconds_total",
+                    (*game, ("stage", stage)))] == record[stage]["cpu_seconds"]
