@@ -206,6 +206,46 @@ def test_the_wheel_holds_the_client_and_its_stubs_only(client_wheel: Path) -> No
     assert not re.search(r"^from movepred\.", stubs, re.M)
 
 
+BESIDE_SCRIPT = """
+from services.api.movepred.v1 import search_pb2 as platform_pb2
+from services.search import client as platform
+import movepred_client as thin
+gomoku = [(["h8", "h9", "i8"], "freestyle"), (["h8", (8, 8)], "renju"), ([], "standard")]
+go = [(["D4", "pass", "Q16"], 19, 7.5, (), (), "black"),
+      (["C3"], 9, 0.5, ("D4",), ("E5",), "white")]
+same = [platform.position(m, r, 15).SerializeToString()
+        == thin.gomoku_position(m, r, 15).SerializeToString() for m, r in gomoku]
+same += [platform.go_position(m, komi, size, sb, sw,
+                              thin.enum_value(platform_pb2.Color, first)).SerializeToString()
+         == thin.go_position(m, size, komi, sb, sw, first).SerializeToString()
+         for m, size, komi, sb, sw, first in go]
+print(json.dumps({
+    "files": [platform_pb2.DESCRIPTOR.name, thin.search_pb2.DESCRIPTOR.name],
+    "one_class": platform_pb2.Position is thin.search_pb2.Position,
+    "same_positions": same,
+    "renju": thin.enum_value(thin.search_pb2.Rule, "renju") == platform_pb2.RULE_RENJU,
+}))
+"""
+
+
+@pytest.mark.integration
+def test_the_client_loads_beside_the_platform_in_one_process(client_wheel: Path,
+                                                             tmp_path: Path) -> None:
+    """The platform's stubs and the client's register the same file, movepred/v1/search.proto,
+    so one process can import both (the wheel on sys.path of the platform's Python), and the
+    client builds byte for byte the positions the platform's own client builds."""
+    path = tmp_path / "beside.py"
+    path.write_text("import json\n" + BESIDE_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(client_wheel), str(ROOT)])}
+    done = subprocess.run([sys.executable, str(path)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["files"] == ["movepred/v1/search.proto"] * 2
+    assert out["one_class"] and out["renju"]
+    assert out["same_positions"] == [True] * 5
+
+
 IMPORT_SCRIPT = """
 import importlib.metadata, sys
 import movepred_client
