@@ -19,10 +19,12 @@ import pytest
 import torch
 
 from services.dataset.shards import read_manifest
+from services.games.registry import get_game
 from services.repository.rollout_state import read_state
 from services.repository.version_files import read_version_metadata
 from services.repository.versions import list_versions, quarantined_versions
 from services.selfplay.loop import STAGES, STOP_FILE, Budget, LoopState, run_loop
+from services.selfplay.pairs import write_selfplay_pairs
 from services.selfplay.records import finished_ids
 from services.selfplay.settings import SelfPlaySettings
 from services.selfplay_loop.stages import (
@@ -33,6 +35,8 @@ from services.selfplay_loop.stages import (
     match_elo,
 )
 from services.selfplay_loop.window import window_iterations, window_rows
+from services.trainer.train import EXPERT_GAME_SPLIT
+from tests.test_selfplay_training import built_dataset, expert_dataset
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,6 +129,42 @@ def test_one_iteration_end_to_end(game, tmp_path):
     assert f"candidate **v{candidate}**" in text and record["gate"]["verdict"] in text
     # the candidate started from the serving network's weights, not from random ones
     assert (run / "iter-0000" / "serving-weights.pt").is_file()
+
+
+def test_the_train_summary_reports_the_value_loss_on_held_out_games(tmp_path):
+    """The loop trains with an expert share and records, at every evaluation, the value head
+    on the self-play games held out whole and on the expert dataset's held-out games."""
+    expert = expert_dataset(tmp_path / "expert")
+
+    def ingest(*, sources: list[str], out_dir: str, work_dir: str,
+               board_size: int | None) -> dict:
+        # the ingest's own read and build, a third of the games held out (8 games at the
+        # ingest's 5% would hold out none)
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        pairs = []
+        for source in sources:
+            pairs.append(Path(work_dir) / f"{Path(source).name}.pairs.parquet")
+            pairs[-1].parent.mkdir(parents=True, exist_ok=True)
+            write_selfplay_pairs(get_game("gomoku"), Path(source), pairs[-1], None)
+        return built_dataset(pairs, out, 0.3)
+
+    settings = _settings(tmp_path, "gomoku", games=8, expert_dataset=str(expert),
+                         expert_share=0.25)
+    run = tmp_path / "run"
+    state, _ = run_loop(run, SelfPlayStages(settings, run, ingest=ingest), Budget(1))
+    fit = state.history[0]["train"]
+    assert fit["expert_share"] == 0.25 and fit["value_per_game"] == 1.0
+    for split in ("game_test", EXPERT_GAME_SPLIT):
+        m = fit["losses"][split]
+        assert m["value_n"] > 0 and 0 <= m["value_mse"] <= 4 and "value_sign" in m
+    assert 0 <= fit["losses"][EXPERT_GAME_SPLIT]["value_sign"] <= 1  # decisive games there
+    assert fit["held_out_value"] and fit["held_out_value"][-1]["step"] == fit["steps"]
+    assert {"game_test", EXPERT_GAME_SPLIT} <= set(fit["held_out_value"][-1])
+    # the loop's record says it (loop.json), as does the iteration's artifact
+    saved = json.loads((run / "loop.json").read_text())
+    assert saved["history"][0]["train"]["losses"][EXPERT_GAME_SPLIT] == \
+        fit["losses"][EXPERT_GAME_SPLIT]
 
 
 def _flow_command(run: Path, settings: LoopSettings) -> list[str]:
