@@ -85,7 +85,7 @@ ACTIONS = ("query_version", "query_models", "clear_cache", "terminate", "termina
 
 # ---- responses -----------------------------------------------------------------------------
 def _round(x: float) -> float:
-    return float(f"{x:.{OUTPUT_DIGITS}g}")
+    return float(f"{x:.{OUTPUT_DIGITS}g}") + 0.0  # + 0.0: no "-0.0" in the output
 
 
 def _flip(query: Query, to_move: int) -> bool:
@@ -214,9 +214,15 @@ def _git_hash() -> str:
     return text if result.returncode == 0 and text else "<omitted>"
 
 
+def _code(exc: BaseException) -> grpc.StatusCode | None:
+    """The status of a failed call (a `grpc.RpcError` that is also its `grpc.Call`)."""
+    code = getattr(exc, "code", None)
+    return code() if callable(code) else None
+
+
 def _rpc_error(exc: BaseException, target: str) -> str:
-    code = exc.code() if isinstance(exc, grpc.Call) else None
-    details = " ".join(str(exc.details() if isinstance(exc, grpc.Call) else exc).split())
+    code = _code(exc)
+    details = " ".join(str(exc.details() if hasattr(exc, "details") else exc).split())
     if code == grpc.StatusCode.UNAVAILABLE and not details.startswith("Triton"):
         return f"search service unavailable ({target}: {details[:200]})"
     return f"search failed: {code.name if code is not None else type(exc).__name__}: " \
@@ -242,6 +248,7 @@ class AnalysisEngine(SearchClientOwner):
         self._lock = threading.Lock()  # jobs' status and calls, the open list, the client
         self._idle = threading.Condition(self._lock)
         self._open: list[TurnJob] = []
+        self._actions: list[threading.Thread] = []
         self._queue: queue.PriorityQueue[tuple[int, int, TurnJob | None]] = queue.PriorityQueue()
         self._order = itertools.count()
         self._workers = [threading.Thread(target=self._work, name=f"analysis-{i}", daemon=True)
@@ -297,7 +304,8 @@ class AnalysisEngine(SearchClientOwner):
             self.emit({"id": query["id"], "field": name, "warning": message})
         with self._lock:
             self._open += parsed.jobs
-            for job in parsed.jobs:
+            # the highest priority first: a worker may take one before the rest are queued
+            for job in sorted(parsed.jobs, key=lambda j: -j.priority):
                 self._queue.put((-job.priority, next(self._order), job))
 
     def _action(self, query: dict) -> None:
@@ -307,7 +315,9 @@ class AnalysisEngine(SearchClientOwner):
         elif action == "clear_cache":  # the service keeps its trees (see the module doc)
             self.emit(query)
         elif action == "query_models":
-            threading.Thread(target=self._query_models, args=(query,), daemon=True).start()
+            asked = threading.Thread(target=self._query_models, args=(query,), daemon=True)
+            self._actions.append(asked)  # answered before the end (`finish`)
+            asked.start()
         elif action in ("terminate", "terminate_all"):
             target = query.get("terminateId")
             if action == "terminate" and not isinstance(target, str):
@@ -434,7 +444,7 @@ class AnalysisEngine(SearchClientOwner):
                     break
                 visits_before = latest.total_visits  # the service's time limit: go on
         except grpc.RpcError as exc:
-            cancelled = isinstance(exc, grpc.Call) and exc.code() == grpc.StatusCode.CANCELLED
+            cancelled = _code(exc) == grpc.StatusCode.CANCELLED
             if not (cancelled and job.status == "terminated"):
                 self._failed(job, _rpc_error(exc, self.target))
                 return
@@ -445,10 +455,14 @@ class AnalysisEngine(SearchClientOwner):
 
     def finish(self, wait: bool = True) -> None:
         """The input ended: wait for every open turn (or terminate them), then stop."""
+        if self.finished:
+            return
         if not wait:
             self.terminate(None, None)
         with self._lock:
             self._idle.wait_for(lambda: not self._open)
+        for action in self._actions:
+            action.join(timeout=PREDICT_TIMEOUT_S * 3)
         for _ in self._workers:
             self._queue.put((sys.maxsize, next(self._order), None))
         for worker in self._workers:

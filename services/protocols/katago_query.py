@@ -597,7 +597,8 @@ def _turn_jobs(settings: Query, rule: int, komi: float | None,
                 raise QueryError(f"Illegal move {turn}: {location_name(move, size)} (the "
                                  f"position cannot be sent from there: {exc.message})",
                                  "moves") from exc
-        if not replay.state.legal_mask()[move]:
+        legal = replay.state.legal_mask()
+        if move >= len(legal) or not legal[move]:  # a pass in a game without one
             raise QueryError(f"Illegal move {turn}: {location_name(move, size)}", "moves")
         replay.play(move)
     return jobs
