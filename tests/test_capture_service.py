@@ -173,12 +173,17 @@ def test_publishing_runs_the_model_at_the_games_sizes(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- records, opponent
 def test_games_are_written_as_sgf(tmp_path: Path) -> None:
     moves = [CAPTURE.parse_move(m, 5) for m in [*CAPTURE_IN_ONE, "b3"]]
-    assert CAPTURE.written_formats == (".sgf",)
+    assert CAPTURE.written_formats == (".sgf", ".capture.sgf")
     path = CAPTURE.write_record(tmp_path / "g.sgf", moves, 5, comments=["first"],
                                 summary="a test")
     text = path.read_text()
-    for prop in ("GM[1]", "SZ[5]", "RE[B+]", "GC[a test]", "B[be]C[first]", ";W[bd]"):
+    for prop in ("GM[1]", "SZ[5]", "RU[Capture]", "RE[B+]", "GC[a test]", "B[be]C[first]",
+                 ";W[bd]"):
         assert prop in text
+    # the same text under the name the ingest gives this game (Go reads plain .sgf)
+    own = CAPTURE.write_record(tmp_path / "g.capture.sgf", moves, 5, comments=["first"],
+                               summary="a test")
+    assert own.read_text() == text and CAPTURE.record_formats == (".capture.sgf",)
     (game,) = list(read_sgf(path))  # Go's reader takes it: the same stones and points
     assert game.size == 5 and [m for _, m in game.moves] == moves
     unfinished = CAPTURE.record_text(".sgf", moves[:3], 7)

@@ -24,7 +24,9 @@ A `Game` answers:
 * rollouts: `rollouts(rule)`, its compiled fast rollouts, if it has them;
 * defaults: `default_model` (the Triton model name; `model_name(encoder)` that of a network
   taking another input encoder), `default_config` (the network config
-  trained by default), `record_formats` (file suffixes of its game records), `stages`
+  trained by default; `selfplay_config` the one the self-play loop starts from where that one
+  is not trained by gradient), `record_formats` (file suffixes of its game records),
+  `written_formats` (those `record_text` writes; self-play needs one in both), `stages`
   (move-number bands of the trainer's per-stage metrics).
 
 A `Position` is an immutable state with `game`, `size`, `to_move`, `moves`, `board`,
@@ -210,6 +212,9 @@ class Game(ABC):
     input_from_mover: ClassVar[bool] = False
     default_model: ClassVar[str]  # Triton model name
     default_config: ClassVar[str] = ""  # network config trained by default
+    # the network config the self-play loop starts a new model from, where `default_config`
+    # is one its trainer cannot train by gradient ("": `default_config`)
+    selfplay_config: ClassVar[str] = ""
     record_formats: ClassVar[tuple[str, ...]] = ()  # file suffixes of its game records (lower case)
     written_formats: ClassVar[tuple[str, ...]] = ()  # suffixes `write_record` writes
     # move-number bands of the trainer's per-stage metrics: (band width, last band start)
@@ -449,8 +454,12 @@ class Game(ABC):
                      summary: str = "") -> Path:
         """Write one game (`moves` from the empty board, black first, alternating) as a record
         file whose suffix names the format (one of `written_formats`), each move's comment
-        from `comments` and `summary` as the game comment. ValueError for another suffix."""
-        suffix = Path(path).suffix.lower()
+        from `comments` and `summary` as the game comment. ValueError for another suffix.
+        The longest of `written_formats` the name ends with is the format (a game's
+        ``.ttt.sgf`` before ``.sgf``)."""
+        name = Path(path).name.lower()
+        suffix = max((s for s in self.written_formats if name.endswith(s)), key=len,
+                     default=Path(path).suffix.lower())
         if suffix not in self.written_formats:
             raise ValueError(f"{path}: {self.title} games are written as "
                              f"{', '.join(self.written_formats) or 'no record format'}")

@@ -12,7 +12,9 @@ built model takes compact int8 inputs and returns
 logits, or (logits, value) with a value head, except the Capture Game's `capture_mdrnn_kK` /
 `capture_mdlstm_kK` (services/models/mdrnn.py, K hidden neurons per sweep): (own, opponent)
 planes [N, 2, S, S] -> move preferences [N, S, S] in (0, 1), served behind their wrapper
-(`ModelSpec.serve`: `CapturePolicy`, int8 boards -> logits).
+(`ModelSpec.serve`: `CapturePolicy`, int8 boards -> logits), and trained by the policy search;
+`capture_res_bBcC` is a residual network on the Capture Game's int8 board, trained by gradient
+as every other configuration (what the self-play loop trains for that game).
 
 What a configuration says besides its network (`ModelSpec`) is all the publisher
 (`services.trainer.publish`) asks of it, for every game alike: the game, the input encoder, the
@@ -96,6 +98,13 @@ def _go_x(blocks: int, channels: int) -> ModelSpec:
         encoder="extended")
 
 
+def _capture_res(blocks: int, channels: int) -> ModelSpec:
+    """A Capture Game residual network over its board's black, white and empty planes: one the
+    trainer trains by gradient (the sweep networks take other planes)."""
+    return ModelSpec(CAPTURE.name,
+                     lambda: BoardPolicy(ResidualPolicyNet(3, blocks, channels)))
+
+
 def _sweep(make: Callable[[], nn.Module]) -> ModelSpec:
     """A Capture Game sweep network: trained on (own, opponent) planes by the policy search,
     served behind `CapturePolicy`."""
@@ -125,11 +134,12 @@ _POLICIES: dict[str, ModelSpec] = {
     **{f"go_rollout_k{k}": _rollout(GO.name, k) for k in (3, 5, 7)},
     "capture_mdrnn_k2": _sweep(lambda: MDRNN(2)),  # 12 weights (the paper's)
     "capture_mdlstm_k2": _sweep(lambda: MDLSTM(2)),  # 52 weights
+    "capture_res_b2c32": _capture_res(2, 32),  # trained by gradient: the self-play loop's
 }
 # with a value head: the served search uses it at leaves that are not finished games
 _WITH_VALUE = ("shao_f32_n2", "shao_f128_n2", "shao_f128_n4", "res_b2c32", "res_b6c96",
                "res_b10c128", "go_res_b2c32", "go_res_b6c96", "go_res_b10c128",
-               "go_res_b2c32_x", "go_res_b6c96_x")
+               "go_res_b2c32_x", "go_res_b6c96_x", "capture_res_b2c32")
 CONFIGS: dict[str, ModelSpec] = {
     **_POLICIES, **{f"{name}_v": _POLICIES[name].with_value() for name in _WITH_VALUE}}
 

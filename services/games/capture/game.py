@@ -35,9 +35,12 @@ Served as Triton's ``capture_policy`` (`default_model`; model_repository/capture
 MDRNN or MDLSTM (`default_config` ``capture_mdlstm_k2``, the paper's 52-weight network; its
 weights come from direct policy search, not from game records) behind the int8 board (the
 configurations' serving wrapper, `services.models.mdrnn.CapturePolicy`), published as every
-game's networks are (`services.trainer.publish`). Games are written as SGF (GM[1], SZ;
-`record_text`) and played against the paper's greedy player (`opponent`) by ``movepred play
---game capture``.
+game's networks are (`services.trainer.publish`). Games are written as SGF (GM[1], SZ, RU
+`RULES_NAME`; `record_text`) and played against the paper's greedy player (`opponent`) by
+``movepred play --game capture``. Its record files are ``*.capture.sgf`` (`RECORD_SUFFIX`:
+longer than Go's ``.sgf``, so the ingest gives them to this game), replayed into training
+pairs by `services.games.capture.replay` (`replay_source`): self-play writes them and the
+ingest reads them back, so the self-play loop runs this game too.
 The rules themselves are `services.games.capture.batch`'s kernels, the ones training play runs
 on, imported when a position is first played (the registry imports this module in every
 process; numba is loaded only where the game is played).
@@ -45,8 +48,9 @@ process; numba is loaded only where the game is played).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import cache
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -61,9 +65,11 @@ from services.games.base import (
     Game,
     InvalidRequest,
     Position,
+    SourceResult,
     check_size,
     simple_position,
 )
+from services.games.capture.records import RECORD_SUFFIX, RULES_NAME
 from services.games.registry import register
 from services.games.search_kernels import SearchKernels, SearchPosition
 from services.records.sgf_writer import APP_NAME, app_version, sgf_point, sgf_record
@@ -172,7 +178,12 @@ class CaptureGame(Game):
     sizes = tuple(range(MIN_SIZE, MAX_SIZE + 1))
     default_model = "capture_policy"
     default_config = "capture_mdlstm_k2"
-    written_formats = (".sgf",)
+    # the paper's networks are trained by the policy search, the self-play loop's by gradient
+    selfplay_config = "capture_res_b2c32_v"
+    record_formats = (RECORD_SUFFIX,)
+    # `.sgf` first: what `movepred play --out` writes and viewers open; `RECORD_SUFFIX` the
+    # same text under the name the ingest reads (what self-play writes: `record_suffix`)
+    written_formats = (".sgf", RECORD_SUFFIX)
     stages = (4, 16)  # 5x5 games last about 15 moves
 
     def start(self, size: int | None = None) -> CaptureState:
@@ -220,10 +231,11 @@ class CaptureGame(Game):
                     rule: str | None = None, comments: Sequence[str] = (),
                     summary: str = "", komi: float | None = None, players: str = "",
                     result: str | None = None) -> str:
-        """SGF (GM[1]: Go stones; SZ; GN names the game, whose rules SGF has no RU value
-        for): the moves replayed here, RE the winner when the game ended (a capture or a
-        suicide), `summary` as GC. ValueError for a move the rules refuse."""
-        if suffix != ".sgf":
+        """SGF (GM[1]: Go stones; SZ; RU `RULES_NAME` and GN name the game, whose rules SGF
+        defines no RU value for) for `.sgf` and `RECORD_SUFFIX` alike: the moves replayed
+        here, RE the winner when the game ended (a capture or a suicide), `summary` as GC.
+        ValueError for a move the rules refuse."""
+        if suffix not in self.written_formats:
             return super().record_text(suffix, moves, size)
         state = self.start(size)
         for i, move in enumerate(moves):
@@ -232,7 +244,8 @@ class CaptureGame(Game):
             except ValueError as exc:
                 raise ValueError(f"moves[{i}]: {self.move_name(int(move), size)}: {exc}") from exc
         root = [("FF", "4"), ("GM", "1"), ("CA", "UTF-8"), ("AP", f"{APP_NAME}:{app_version()}"),
-                ("SZ", str(size)), ("GN", f"{self.title} (the first capture wins)")]
+                ("SZ", str(size)), ("RU", RULES_NAME),
+                ("GN", f"{self.title} (the first capture wins)")]
         root += [(key, players) for key in ("PB", "PW") if players]
         if state.is_over:
             root.append(("RE", "B+" if state.winner == BLACK else "W+"))
@@ -243,6 +256,15 @@ class CaptureGame(Game):
         return sgf_record(root, [("B" if i % 2 == 0 else "W", sgf_point(int(m), size),
                                   comments[i] if i < len(comments) else None)
                                  for i, m in enumerate(moves)])
+
+    def replay_source(self, path: Path, result: SourceResult, *,
+                      board_size: int | None = None, packed: bool = True) -> Iterator[Any]:
+        """A `RECORD_SUFFIX` file's games replayed by the rules, malformed ones quarantined
+        with their reason: `services.games.capture.replay`. The game has no packed board
+        encoding (`packed` changes nothing: boards are the S x S cells)."""
+        from services.games.capture import replay  # pyarrow: ingest only, not the rules
+
+        return replay.replay_source(self, Path(path), result, board_size=board_size)
 
     def opponent(self, seed: int = 0) -> Callable[[Position], int]:
         """The paper's greedy player (`capture_batch.greedy_moves`: capture, else save a
