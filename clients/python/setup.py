@@ -101,13 +101,16 @@ class BuildWithStubs(build_py):
 
 
 class SdistWithProto(sdist):
-    """An sdist that carries proto/, so a wheel can be built from it alone."""
+    """An sdist that carries proto/'s .proto files, so a wheel can be built from it alone."""
 
     def make_release_tree(self, base_dir: str, files: list[str]) -> None:
         super().make_release_tree(base_dir, files)
         root = proto_root()
-        if root != Path(base_dir) / "proto":
-            shutil.copytree(root, Path(base_dir) / "proto", dirs_exist_ok=True)
+        for proto in sorted(root.rglob("*.proto")):  # the .proto files only
+            target = Path(base_dir) / "proto" / proto.relative_to(root)
+            if target != proto:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(proto, target)
 
 
 setup(install_requires=INSTALL_REQUIRES,
