@@ -251,6 +251,20 @@ import importlib.metadata, sys
 import movepred_client
 from movepred_client import search_pb2
 heavy = [m for m in ARGS["heavy"] if m in sys.modules]
+from movepred_client import ClientConfigError, SearchClient, enum_value
+refusals = {}
+for label, options in [("retries", {"retries": 9}), ("token_file", {"token_file": ARGS["empty"]}),
+                       ("both_tokens", {"token": "t", "token_file": ARGS["empty"]}),
+                       ("half_mtls", {"client_cert": ARGS["empty"]})]:
+    try:
+        SearchClient("127.0.0.1:1", **options).close()
+        refusals[label] = "accepted"
+    except ClientConfigError as exc:
+        refusals[label] = str(exc)
+try:
+    enum_value(search_pb2.Rule, "go-moku")
+except ClientConfigError as exc:
+    refusals["rule"] = str(exc)
 try:
     import torch  # noqa
     torch_importable = True
@@ -262,6 +276,7 @@ print(json.dumps({
     "service": movepred_client.client.SERVICE_NAME,
     "distributions": sorted(d.metadata["Name"].lower() for d in importlib.metadata.distributions()),
     "h8": movepred_client.parse_point("h8"), "q16": movepred_client.gtp_vertex(15 * 19 + 15),
+    "refusals": refusals,
 }))
 """
 
@@ -269,7 +284,9 @@ print(json.dumps({
 @pytest.mark.integration
 def test_a_fresh_venv_imports_the_client_without_the_platform(client_python: Path,
                                                               tmp_path: Path) -> None:
-    out = run_client(client_python, IMPORT_SCRIPT, tmp_path, heavy=HEAVY)
+    (tmp_path / "empty").write_text("\n")
+    out = run_client(client_python, IMPORT_SCRIPT, tmp_path, heavy=HEAVY,
+                     empty=str(tmp_path / "empty"))
     assert out["heavy"] == [] and not out["torch_importable"]
     assert out["proto_file"] == "movepred/v1/search.proto"
     assert out["service"] == "movepred.v1.SearchService"
@@ -277,6 +294,12 @@ def test_a_fresh_venv_imports_the_client_without_the_platform(client_python: Pat
     assert {"grpcio", "movepred-client", "protobuf"} <= set(out["distributions"]) <= {
         "grpcio", "movepred-client", "protobuf", "typing-extensions", "typing_extensions"}
     assert out["h8"] == [7, 7] and out["q16"] == "Q16"
+    refusals = out["refusals"]  # bad options: a clear error before any call
+    assert "retries must be 0..4" in refusals["retries"]
+    assert "is empty" in refusals["token_file"]
+    assert "not both" in refusals["both_tokens"]
+    assert "go together" in refusals["half_mtls"]
+    assert "'go-moku'" in refusals["rule"] and "renju" in refusals["rule"]
 
 
 PREDICT_SCRIPT = """
