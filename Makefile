@@ -1,6 +1,9 @@
 # movepred: the README's two commands are `make demo` and `make test`.
 VENV   := .venv
 PY     := $(VENV)/bin/python
+BUF    := scripts/buf/node_modules/.bin/buf
+# the API as published: what `buf breaking` compares proto/ with (`make api-image` rewrites it)
+API_IMAGE := proto/api.binpb
 
 TRITON_GRPC_PORT ?= 8001
 TRITON_HTTP_PORT ?= 8000
@@ -12,7 +15,7 @@ TRITON_GRPC ?= 127.0.0.1:$(TRITON_GRPC_PORT)
 SEARCH      ?= 127.0.0.1:$(SEARCH_PORT)
 
 .PHONY: setup demo test test-fast lint lint-only sample ingest schedule prefect-server train triton serve predict genmove status stop \
-        web proto client bench faults clean
+        web proto api-image client bench faults clean
 
 setup:            ## virtualenv with pinned dependencies + generated gRPC code
 	@bash scripts/setup_env.sh
@@ -27,13 +30,18 @@ test: setup       ## lint + the whole test suite, unit and integration (fails wh
 test-fast: setup  ## the unit tests only: no Triton, Prefect, subprocess services or ../shared
 	$(PY) -m pytest -q -m unit --durations=25
 
-lint: setup       ## ruff, the import layers (pyproject.toml's contracts) and no game told by a tensor's rank
+lint: setup       ## ruff, the import layers (pyproject.toml's contracts), no game told by a tensor's rank, buf lint + breaking of proto/
 	$(MAKE) --no-print-directory lint-only
 
 lint-only:
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(PY) scripts/check_game_shapes.py
+	$(BUF) lint
+	$(BUF) breaking --against $(API_IMAGE)
+
+api-image: setup  ## after an intended API change (docs/api.md): rewrite the committed image buf breaking compares with
+	$(BUF) build --exclude-source-info -o $(API_IMAGE)
 
 proto: setup      ## regenerate gRPC code from proto/
 	$(PY) -m services.api.generate

@@ -22,3 +22,16 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$STAMP"
 fi
 "$VENV/bin/python" -m services.api.generate
+
+# The buf CLI (`make lint`: buf lint and buf breaking of proto/), pinned in
+# scripts/buf/package-lock.json and installed into scripts/buf/node_modules: a native binary
+# in an npm package, which then runs offline.
+BUF_DIR=scripts/buf
+BUF_VERSION=$(sed -n 's/.*"@bufbuild\/buf": "\([^"]*\)".*/\1/p' "$BUF_DIR/package.json")
+if [ "$("$BUF_DIR/node_modules/.bin/buf" --version 2>/dev/null)" != "$BUF_VERSION" ]; then
+  if ! command -v npm >/dev/null; then
+    echo "error: npm not found: install Node.js (18 or later) for the buf CLI that make lint runs" >&2
+    exit 1
+  fi
+  npm ci --prefix "$BUF_DIR" --ignore-scripts --no-audit --no-fund --loglevel=error
+fi
