@@ -113,6 +113,7 @@ def test_search_trees_are_admitted_by_the_memory_they_may_take() -> None:
     """A 20-byte GenMove of 100,000 visits (or one bounded by time alone, with no visit cap
     at all) could build a gigabyte of tree, and the searches allowed at once several: now each
     reserves its tree's bound, and one that does not fit is RESOURCE_EXHAUSTED at once."""
+    from services.api import errors
     from services.search.servicer import VISIT_BYTES_PER_POINT
     from tests.evaluators import HungEvaluator, UniformEvaluator
 
@@ -136,6 +137,7 @@ def test_search_trees_are_admitted_by_the_memory_they_may_take() -> None:
                 client.genmove(["h8", "h9"], max_visits=100_000, timeout=30)
             assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             assert "--search-memory-mb" in info.value.details()
+            assert errors.error_reason(info.value) == errors.SEARCH_MEMORY_BUSY
             with pytest.raises(grpc.RpcError) as info:
                 list(client.analyze(["h8", "h9"], max_visits=50_000, timeout=30))
             assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -262,10 +264,20 @@ INVALID = [
 
 @pytest.mark.parametrize(("method", "fields", "message"), INVALID)
 def test_invalid_request_names_the_field(stub, method: str, fields: dict, message: str) -> None:
-    code, details = _abort_code(getattr(stub, method), REQUESTS[method](**fields))
+    from services.api import errors
+
+    with pytest.raises(grpc.RpcError) as info:
+        reply = getattr(stub, method)(REQUESTS[method](**fields), timeout=5)
+        if method == "Analyze":
+            list(reply)
+    code, details = info.value.code(), info.value.details()
     # INVALID_ARGUMENT, not UNAVAILABLE: validation runs before Triton is called
     assert code == grpc.StatusCode.INVALID_ARGUMENT, details
     assert details.startswith(message), details
+    # the same, structured: the field (the message's prefix) in a BadRequest
+    (violation,) = errors.field_violations(info.value)
+    assert f"{violation.field}: {violation.description}" == details
+    assert violation.reason == errors.INVALID
 
 
 ALL_POINTS = [(x, y) for y in range(15) for x in range(15)]
@@ -321,10 +333,20 @@ def test_replay_work_up_to_the_limit_is_validated(stub) -> None:
 
 
 @pytest.mark.parametrize(("method", "fields", "message"), TOO_LARGE)
-def test_over_the_limits_is_resource_exhausted(stub, method: str, fields: dict, message: str):
-    code, details = _abort_code(getattr(stub, method), REQUESTS[method](**fields))
-    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, details
+def test_over_the_limits_is_invalid_argument(stub, method: str, fields: dict, message: str):
+    """A fixed limit is no busy server: the same request never passes (not RESOURCE_EXHAUSTED,
+    which says retry later); the BadRequest details name the field, reason OVER_LIMIT."""
+    from services.api import errors
+
+    with pytest.raises(grpc.RpcError) as info:
+        reply = getattr(stub, method)(REQUESTS[method](**fields), timeout=5)
+        if method == "Analyze":
+            list(reply)
+    code, details = info.value.code(), info.value.details()
+    assert code == grpc.StatusCode.INVALID_ARGUMENT, details
     assert details.startswith(message), details
+    (violation,) = errors.field_violations(info.value)
+    assert (violation.field, violation.reason) == (message.split(":")[0], errors.OVER_LIMIT)
 
 
 def test_a_message_over_the_size_limit_is_refused(stub) -> None:
@@ -338,7 +360,7 @@ def test_a_message_over_the_size_limit_is_refused(stub) -> None:
     full = search_pb2.PredictRequest(positions=[_pos(*ALL_POINTS)] * 256)
     assert full.ByteSize() < 1 << 20
     code, details = _abort_code(stub.Predict, full)
-    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
     assert details.startswith("positions: the request replays 57600 moves"), details
 
 
@@ -375,8 +397,11 @@ def test_metrics_endpoint_counts_requests_by_code(stub) -> None:
     def sample(name: str, **labels: str) -> float:
         return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
-    for code in ("INVALID_ARGUMENT", "UNAVAILABLE", "RESOURCE_EXHAUSTED"):
-        assert sample("movepred_requests_total", rpc="Predict", code=code) == 1, code
+    # an occupied point and 300 positions (over the fixed limit of 256) are both the caller's
+    # mistake, INVALID_ARGUMENT; a busy server (RESOURCE_EXHAUSTED) is not among them
+    expected = {"INVALID_ARGUMENT": 2, "UNAVAILABLE": 1, "RESOURCE_EXHAUSTED": 0}
+    for code, count in expected.items():
+        assert sample("movepred_requests_total", rpc="Predict", code=code) == count, code
     assert sample("movepred_request_duration_seconds_count", rpc="Predict") == 3
     assert sample("movepred_triton_errors_total", kind="unavailable") == 1
     assert sample("movepred_triton_batch_boards_count") == 1  # the one call that got that far

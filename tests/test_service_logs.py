@@ -78,7 +78,7 @@ def test_one_json_line_per_failed_request(json_log: io.StringIO) -> None:
             with pytest.raises(grpc.RpcError):
                 client.predict(["a1"], timeout=10)  # the model answers NaN: INTERNAL
             with pytest.raises(grpc.RpcError):
-                client.genmove(["h8"], max_visits=100_001, timeout=10)  # RESOURCE_EXHAUSTED
+                client.genmove(["h8"], max_visits=100_001, timeout=10)  # over the limit
     finally:
         service.stop()
     got = lines(json_log)
@@ -97,7 +97,8 @@ def test_one_json_line_per_failed_request(json_log: io.StringIO) -> None:
     assert (broken["model"], broken["model_version"]) == ("test_policy", "3")
     assert "non-finite logits" in broken["details"]
     assert broken["message"].startswith("Predict failed: INTERNAL: ")
-    assert (large["rpc"], large["code"]) == ("GenMove", "RESOURCE_EXHAUSTED")
+    assert (large["rpc"], large["code"], large["level"]) == (
+        "GenMove", "INVALID_ARGUMENT", "INFO")
     assert large["details"].startswith("max_visits: must be at most")
 
 

@@ -66,7 +66,8 @@ class InvalidRequest(ValueError):
 
 
 class RequestTooLarge(InvalidRequest):
-    """A field over the service's limits (answered with RESOURCE_EXHAUSTED)."""
+    """A field over one of the service's fixed limits (answered INVALID_ARGUMENT, BadRequest
+    reason OVER_LIMIT: the same request never passes, so no retry)."""
 
 
 class Position(Protocol):

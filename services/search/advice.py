@@ -2,7 +2,8 @@
 
 Every front-end that shows a failed call (the `movepred` command line, the web board) adds
 the same advice, so it is written once, here below them: the service down, Triton down, not
-allowed, or busy.
+allowed, or busy (RESOURCE_EXHAUSTED is capacity in use now: a request over a fixed limit
+is INVALID_ARGUMENT, which the service's words explain).
 """
 
 from __future__ import annotations
@@ -21,5 +22,5 @@ def next_step(code: grpc.StatusCode | None, details: str) -> str:
     if code == grpc.StatusCode.UNAUTHENTICATED:
         return "give the service's token with --token-file or $MOVEPRED_TOKEN"
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        return "the service is busy or the request too large: retry later or split it"
+        return "the service is busy: retry later"
     return ""

@@ -3,14 +3,18 @@
 Every request is validated before any inference (bad requests get INVALID_ARGUMENT naming the
 field, even while Triton is down). Error mapping:
 
-* `RequestTooLarge` (over a limit: budget, positions, moves, replay work per request)
-  -> RESOURCE_EXHAUSTED "<field>: ..."
+* `RequestTooLarge` (over a fixed limit: budget, positions, moves, replay work per request)
+  -> INVALID_ARGUMENT "<field>: ...", BadRequest reason OVER_LIMIT: the same request never
+  passes, so it is not the retryable RESOURCE_EXHAUSTED
 * `SearchLimitExceeded` (`max_searches` GenMove/Analyze/InferSequence already running)
-  -> RESOURCE_EXHAUSTED
+  -> RESOURCE_EXHAUSTED, ErrorInfo SEARCH_SLOTS_BUSY,
   at once, never queued: a waiting search would hold an RPC thread that health and Predict need
 * `SearchMemoryExceeded` (the running searches' trees would pass `search_memory_bytes`:
-  `SearchMemory`) -> RESOURCE_EXHAUSTED saying what it needs and what is held
-* `InvalidRequest` (and a finished game)          -> INVALID_ARGUMENT "<field>: <message>"
+  `SearchMemory`) -> RESOURCE_EXHAUSTED, ErrorInfo SEARCH_MEMORY_BUSY, saying what it needs
+  and what is held; `SearchNeverFits` (a tree over the whole limit, whatever runs)
+  -> INVALID_ARGUMENT naming max_visits
+* `InvalidRequest` (and a finished game)          -> INVALID_ARGUMENT "<field>: <message>",
+  BadRequest reason INVALID
 * bytes that are not the request message (invalid UTF-8 in a string; `decoding`)
   -> INVALID_ARGUMENT "request: not a valid <Method> request: ..."
 * `TritonUnavailableError` (refused, down, late)  -> UNAVAILABLE "Triton is unreachable: ..."
@@ -23,6 +27,9 @@ field, even while Triton is down). Error mapping:
   counted in `movepred_nonfinite_outputs_total{model}`: a broken model's answer is never
   turned into a policy or a move
 * `TritonRequestError` / unusable evaluator reply -> INTERNAL
+
+The INVALID_ARGUMENT and RESOURCE_EXHAUSTED answers carry google.rpc details
+(`services.api.errors`): a BadRequest field violation naming the field, an ErrorInfo reason.
 
 Every call that does not end OK is logged once (logger `services.search.servicer`): INFO for
 the client's failures (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, CANCELLED, DEADLINE_EXCEEDED),
@@ -66,6 +73,7 @@ from typing import Any, TypeVar
 import grpc
 import numpy as np
 
+from services.api import errors
 from services.api.movepred.v1 import search_pb2, search_pb2_grpc
 from services.evaluator import (
     EvaluatorError,
@@ -180,6 +188,15 @@ class SearchMemoryExceeded(RuntimeError):
     """The running searches' trees hold so much of `search_memory_bytes` that this one's might
     not fit."""
 
+    def __init__(self, message: str, need: int, held: int, limit: int) -> None:
+        super().__init__(message)
+        self.need, self.held, self.limit = need, held, limit
+
+
+class SearchNeverFits(SearchMemoryExceeded):
+    """This search's tree alone may pass `search_memory_bytes`: no retry helps, fewer visits
+    do (answered INVALID_ARGUMENT naming max_visits)."""
+
 
 # bytes a search tree holds per visit and policy point (one node a visit, arrays over its
 # candidates): measured with tracemalloc at 27 (Gomoku) and 35-36 (Go 9x9, 19x19), rounded up
@@ -207,13 +224,22 @@ class SearchMemory:
         need = self.tree_bytes(state, visits)
         with self._lock:
             limit = self.limit_bytes
+            if limit is not None and need > limit:
+                mb = 1 << 20
+                fits = limit // (VISIT_BYTES_PER_POINT * mcts.policy_size(state))
+                raise SearchNeverFits(
+                    f"this search may need {need / mb:.0f} MB of tree ({visits} visits on "
+                    f"{mcts.policy_size(state)} points), more than the server's "
+                    f"{limit / mb:.0f} MB (--search-memory-mb) for all searches: ask at most "
+                    f"{fits} visits", need, self.reserved, limit)
             if limit is not None and self.reserved + need > limit:
                 mb = 1 << 20
                 raise SearchMemoryExceeded(
                     f"this search may need {need / mb:.0f} MB of tree ({visits} visits on "
                     f"{mcts.policy_size(state)} points), and the searches running now hold "
                     f"{self.reserved / mb:.0f} MB of the server's {limit / mb:.0f} MB "
-                    "(--search-memory-mb): ask fewer visits or retry later")
+                    "(--search-memory-mb): retry later or ask fewer visits",
+                    need, self.reserved, limit)
             self.reserved += need
         try:
             yield
@@ -245,26 +271,48 @@ def nonfinite_model(exc: BaseException) -> str | None:
     return None
 
 
-def _status(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
+@dataclass(frozen=True)
+class Failure:
+    """How a failed call ends: its code, message and google.rpc details."""
+
+    code: grpc.StatusCode
+    message: str
+    details: tuple[Any, ...] = ()
+
+
+def _invalid(field: str, message: str, reason: str = errors.INVALID) -> Failure:
+    """INVALID_ARGUMENT "<field>: <message>" with the BadRequest violation naming `field`."""
+    return Failure(grpc.StatusCode.INVALID_ARGUMENT, f"{field}: {message}",
+                   (errors.bad_request(field, message, reason),))
+
+
+def _status(exc: BaseException) -> Failure | None:
     """The gRPC status for a known failure (None: unexpected, let gRPC report UNKNOWN)."""
-    if isinstance(exc, (SearchLimitExceeded, SearchMemoryExceeded)):
-        return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
+    if isinstance(exc, SearchNeverFits):
+        return _invalid("max_visits", str(exc), errors.OVER_LIMIT)
+    if isinstance(exc, SearchLimitExceeded):
+        return Failure(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc), (errors.error_info(
+            errors.SEARCH_SLOTS_BUSY, max_searches=exc.limit),))
+    if isinstance(exc, SearchMemoryExceeded):
+        return Failure(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc), (errors.error_info(
+            errors.SEARCH_MEMORY_BUSY, needed_bytes=exc.need, held_bytes=exc.held,
+            limit_bytes=exc.limit),))
     if isinstance(exc, validation.RequestTooLarge):
-        return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
+        return _invalid(exc.field, exc.message, errors.OVER_LIMIT)
     if isinstance(exc, validation.InvalidRequest):
-        return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+        return _invalid(exc.field, exc.message)
     if isinstance(exc, NoRolloutPolicy):
-        return grpc.StatusCode.FAILED_PRECONDITION, str(exc)
+        return Failure(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
     if isinstance(exc, mcts.GameOverError):
-        return grpc.StatusCode.INVALID_ARGUMENT, f"position: {exc}"
+        return _invalid("position", str(exc))
     if isinstance(exc, TritonUnavailableError):
-        return grpc.StatusCode.UNAVAILABLE, f"Triton is unreachable: {exc}"
+        return Failure(grpc.StatusCode.UNAVAILABLE, f"Triton is unreachable: {exc}")
     if isinstance(exc, EvaluatorTimeout):
-        return grpc.StatusCode.DEADLINE_EXCEEDED, str(exc)
+        return Failure(grpc.StatusCode.DEADLINE_EXCEEDED, str(exc))
     if isinstance(exc, NonFiniteOutputError):
-        return grpc.StatusCode.INTERNAL, f"policy network failed: {exc}"
+        return Failure(grpc.StatusCode.INTERNAL, f"policy network failed: {exc}")
     if isinstance(exc, (TritonRequestError, EvaluatorError)):
-        return grpc.StatusCode.INTERNAL, f"policy network failed: {exc}"
+        return Failure(grpc.StatusCode.INTERNAL, f"policy network failed: {exc}")
     return None
 
 
@@ -396,17 +444,21 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         try:
             yield call
         except Exception as exc:
-            status = _status(exc)
-            if status is None:
+            failure = _status(exc)
+            if failure is None:
                 code, details, unexpected = grpc.StatusCode.UNKNOWN, repr(exc), exc
                 raise
-            code, details = status
+            code, details = failure.code, failure.message
             model = nonfinite_model(exc)
             if model is not None:
                 self.metrics.nonfinite_outputs.labels(model).inc()
             if isinstance(exc, NonFiniteOutputError):
                 call.served_by(exc.model_name, exc.model_version)
-            context.abort(*status)
+            if failure.details:
+                context.abort_with_status(
+                    errors.rich_status(failure.code, failure.message, failure.details))
+            else:
+                context.abort(failure.code, failure.message)
             raise AssertionError("context.abort always raises") from exc  # pragma: no cover
         finally:
             code = self._record(rpc, context, code, started)

@@ -40,10 +40,11 @@ Defaults and limits (documented in the report and the CLI help):
 
 Over a limit (a budget above its maximum, more than MAX_POSITIONS positions, more moves or setup
 stones than the board has points, more replay work than MAX_REQUEST_MOVES) is
-`RequestTooLarge`, which the service answers with
-RESOURCE_EXHAUSTED naming the field; a malformed value is `InvalidRequest` (INVALID_ARGUMENT).
-Messages over the server's max_receive_message_length never reach this module: gRPC itself
-answers RESOURCE_EXHAUSTED.
+`RequestTooLarge`, a malformed value `InvalidRequest`: the service answers both INVALID_ARGUMENT
+naming the field (a fixed limit is no busy server: the same request never passes, so it is not
+the retryable RESOURCE_EXHAUSTED), with BadRequest reason OVER_LIMIT or INVALID. Messages over
+the server's max_receive_message_length never reach this module: gRPC itself answers
+RESOURCE_EXHAUSTED.
 """
 
 from __future__ import annotations

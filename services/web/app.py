@@ -55,7 +55,7 @@ from services.web.positions import Board
 logger = logging.getLogger(__name__)
 
 STATIC = Path(__file__).resolve().parent / "static"
-MAX_VISITS = 100_000  # the service's own limits (it answers RESOURCE_EXHAUSTED beyond them)
+MAX_VISITS = 100_000  # the service's own limits (it answers INVALID_ARGUMENT beyond them)
 MAX_TIME_MS = 60_000
 # a request body: an SGF of MAX_SGF_CHARS characters in UTF-8 JSON, with room; bodies are read
 # whole before validation, so an unbounded one would cost memory before any answer
