@@ -15,7 +15,7 @@ TRITON_GRPC ?= 127.0.0.1:$(TRITON_GRPC_PORT)
 SEARCH      ?= 127.0.0.1:$(SEARCH_PORT)
 
 .PHONY: setup demo test test-fast lint lint-only sample ingest schedule prefect-server train triton serve predict genmove status stop \
-        web proto api-image client bench faults clean
+        web up down proto api-image client bench faults clean
 
 setup:            ## virtualenv with pinned dependencies + generated gRPC code
 	@bash scripts/setup_env.sh
@@ -92,6 +92,15 @@ web: setup        ## the web board on http://127.0.0.1:$(WEB_PORT) over the sear
 	$(PY) -m services.processes exec --name web --port web=$(WEB_PORT) \
 	    --health http://127.0.0.1:$(WEB_PORT)/api/status -- \
 	    $(PY) -m services.web --port $(WEB_PORT) --target $(SEARCH) $(WEB_ARGS)
+
+up: setup         ## Triton, the search service and the web board in the background (logs in runs/log/), each waited for until healthy [TRITON_ARGS= SEARCH_ARGS= WEB_ARGS=]
+	$(PY) scripts/stack.py up --repository model_repository --triton-grpc-port $(TRITON_GRPC_PORT) \
+	    --triton-http-port $(TRITON_HTTP_PORT) --triton-metrics-port $(TRITON_METRICS_PORT) \
+	    --search-port $(SEARCH_PORT) --search-metrics-port $(SEARCH_METRICS_PORT) --web-port $(WEB_PORT) \
+	    --triton-args "$(TRITON_ARGS)" --search-args "$(SEARCH_ARGS)" --web-args "$(WEB_ARGS)"
+
+down: setup       ## stop what `make up` started: the web board, the search service, Triton
+	$(PY) scripts/stack.py down
 
 genmove: setup    ## make genmove MOVES="h8 h9 i8" VISITS=400
 	$(PY) -m services.cli genmove --target $(SEARCH) --visits $(or $(VISITS),400) $(MOVES)

@@ -547,7 +547,7 @@ def summary_markdown(result: dict, rows: Sequence[dict]) -> str:
 def main(argv: list[str] | None = None) -> dict:
     from services.search import auth
 
-    parser = argparse.ArgumentParser(description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m flows.infer", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sources", nargs="+",
                         help=f".sgf (Go), {', '.join(RIF_SUFFIXES)} (RenjuNet) or "

@@ -436,7 +436,7 @@ def ingest_on(dask_address: str | None = None, dask_workers: int = 0,
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m flows.ingest", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sources", nargs="*",
                         help="record files of one game: "

@@ -84,7 +84,7 @@ def match_flow(engines: list[str], game: str = default_game().name, pairs: int =
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m flows.match", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--engine", action="append", required=True, metavar="SPEC")
     parser.add_argument("--game", choices=[g.name for g in registered_games()],

@@ -79,7 +79,7 @@ def rollback_flow(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m flows.rollout", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--triton-url", default=TRITON_URL)
     parser.add_argument("--repository", default=DEFAULT_REPOSITORY)

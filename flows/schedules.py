@@ -112,7 +112,7 @@ def train_deployment(dataset_dir: str = DEFAULT_OUT, config: TrainConfig | None 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line of `python -m flows.schedules` (`make schedule`)."""
-    parser = argparse.ArgumentParser(description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m flows.schedules", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sources", nargs="*",
                         help="RenjuNet .rif files or Go .sgf files / archives (default: the "
