@@ -1,6 +1,6 @@
 """The documents that describe code or point into each other stay true to it.
 
-* the README's table of shard columns lists exactly the columns and Arrow types of
+* docs/reference.md's table of shard columns lists exactly the columns and Arrow types of
   `services.dataset.shards.PAIR_SCHEMA`, in order;
 * every place that cites a section of docs/benchmarks.md by its quoted name (`docs/benchmarks.md,
   "Request cost"`, in code comments and documents alike) names a section that exists;
@@ -30,8 +30,8 @@ def _sections(doc: Path) -> list[str]:
     return [line[3:].strip() for line in doc.read_text().splitlines() if line.startswith("## ")]
 
 
-def _readme_shard_columns() -> list[tuple[str, str]]:
-    text = (ROOT / "README.md").read_text()
+def _reference_shard_columns() -> list[tuple[str, str]]:
+    text = (ROOT / "docs" / "reference.md").read_text()
     start = text.index("| column | type | what it holds |")
     rows = []
     for line in text[start:].splitlines()[2:]:
@@ -42,11 +42,11 @@ def _readme_shard_columns() -> list[tuple[str, str]]:
     return rows
 
 
-def test_the_readme_lists_every_shard_column_with_its_type() -> None:
+def test_the_reference_lists_every_shard_column_with_its_type() -> None:
     names = {pa.binary(): "binary", pa.string(): "string", pa.int8(): "int8", pa.int16(): "int16",
              pa.int32(): "int32", pa.uint64(): "uint64", pa.float32(): "float32"}
     expected = [(field.name, names[field.type]) for field in PAIR_SCHEMA]
-    assert _readme_shard_columns() == expected
+    assert _reference_shard_columns() == expected
 
 
 def _citing_files() -> list[Path]:

@@ -1,8 +1,8 @@
-"""The README's typical session, in its order, on a fresh copy of the repository.
+"""The typical session of docs/reference.md, in its order, on a fresh copy of the repository.
 
 `make triton` (terminal 1), `make ingest && make train` (terminal 2), `make serve` (terminal 3),
 then `make genmove MOVES="h8 h9"`. The commands are the Make targets' own (`make -n` in the
-copy, with free ports given as Make variables, and the README's training defaults), run in a
+copy, with free ports given as Make variables, and the reference's training defaults), run in a
 copy of the working tree that holds no dataset, no published version and no Prefect database,
 as a fresh clone after `make setup`. The session runs twice: on torch's `default` kernels and on
 this machine's native ones (torch's, oneDNN's and MKL's instruction sets capped or not), since
@@ -206,7 +206,7 @@ def test_typical_session_in_the_readme_order(session: Session) -> None:
 
 
 def test_session_commands_are_the_make_targets(session: Session) -> None:
-    """The module commands above are what the README's targets run."""
+    """The module commands above are what the reference's targets run."""
     commands = {t: session.command(t) for t in ("triton", "ingest", "train", "serve", "genmove")}
     assert "-m services.triton.server --repository model_repository" in commands["triton"]
     assert "-m flows.ingest" in commands["ingest"] and "--out artifacts/dataset" in commands[

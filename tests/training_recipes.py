@@ -42,12 +42,12 @@ SAMPLE_RIF = ROOT / "data" / "sample" / "selfplay.rif"
 
 # The lead over the smoke test's limit every tactical answer keeps, in logits (e^2: the answer
 # is at least 7x as likely as the 5th-best other point). Measured on the sample, 4 to 6 seeds
-# on each float path of an AVX-512 machine (docs/testing.md): README defaults >= 5.3, demo
+# on each float path of an AVX-512 machine (docs/testing.md): make train's defaults >= 5.3, demo
 # >= 3.4; 400 steps of 32 went down to 0.19 and failed on an AVX2 machine.
 MARGIN_LOGITS = 2.0
 
 SERVED_RECIPES: dict[str, TrainConfig] = {
-    # `make ingest && make train` as the README runs them: the trainer's defaults
+    # `make ingest && make train` as the typical session runs them: the trainer's defaults
     "make train": TrainConfig(),
     # scripts/demo.py (`make demo`), also the network of the train-rollout and end-to-end tests
     "make demo": DEMO_TRAINING,

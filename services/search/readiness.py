@@ -41,7 +41,7 @@ DEFAULT_TIMEOUT_S = 0.5
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
-# What an operator runs when a game's model is missing (README's typical session).
+# What an operator runs when a game's model is missing (docs/reference.md's typical session).
 REMEDY = (
     "start Triton (`make triton`), publish a version (`make train`, or "
     "`python -m services.trainer.publish --game go` for Go) and load it (`movepred rollout`); "
