@@ -15,8 +15,8 @@ analyse into a `search_pb2.Position`. The thread that reads stdin only parses an
 numAnalysisThreads) take the turns by priority (then first come) and ask the service's Analyze
 for each, a new call taking over the cached tree when one call ends at the service's time
 limit before `maxVisits`; `includePolicy` adds one Predict call. The service reports every
-twentieth of the visits, so a terminated turn answers what was searched up to then (or
-``noResults``), and `reportDuringSearchEvery` has reports to send.
+twentieth of the visits (at most every 200 with `reportDuringSearchEvery`, which has reports
+to send then), so a terminated turn answers what was searched up to then (or ``noResults``).
 
 What the numbers are: the service's values are for the side to move, in [-1, 1]; a move's
 winrate is (1 + Q) / 2, its utility Q, lcb Hoeffding's 95 % bound on the winrate (as
@@ -77,6 +77,7 @@ DEFAULT_THREADS = 2
 OUTPUT_DIGITS = 8  # KataGo rounds every float it writes to 8 significant digits
 REPORTS_PER_SEARCH = 20  # the service reports this often, so a terminated turn has results
 MIN_REPORT_EVERY = 8
+MAX_REPORT_EVERY_DURING = 200  # with reportDuringSearchEvery: a report at least this often
 CALL_MARGIN_S = 30.0  # an Analyze call's deadline past the service's time limit
 PREDICT_TIMEOUT_S = 30.0
 COLOR_LETTERS = {BLACK: "B", WHITE: "W"}
@@ -418,7 +419,10 @@ class AnalysisEngine(SearchClientOwner):
         next_report = (started + query.first_report_s if query.first_report_s is not None
                        else math.inf)
         points = query.size * query.size
-        every = max(MIN_REPORT_EVERY, query.max_visits // REPORTS_PER_SEARCH)
+        every = query.max_visits // REPORTS_PER_SEARCH
+        if query.report_every_s is not None:  # reports for the tool to show while it runs
+            every = min(every, MAX_REPORT_EVERY_DURING)
+        every = max(MIN_REPORT_EVERY, every)
         try:
             if query.include_policy:
                 reply = client.predict(job.position, top_k=1, timeout=PREDICT_TIMEOUT_S)

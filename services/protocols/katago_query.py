@@ -496,13 +496,12 @@ def parse_query(query: dict, *, default_visits: int = DEFAULT_VISITS,
         low, high = game.sizes[0], game.sizes[-1]
         served = f"{low}x{low} only" if low == high else f"sizes {low} to {high}"
         raise QueryError(f"{game.title} is served on {served}, got {size}", "boardXSize")
+    black = sum(1 for c, _ in stones if c == BLACK)
+    handicap = black >= 2 and black == len(stones)  # handicap stones on the board
     if initial_player is None:
-        black = sum(1 for c, _ in stones if c == BLACK)
-        handicap = black >= 2 and black == len(stones)  # KataGo's handicap stones on board
         initial_player = moves[0][0] if moves else WHITE if handicap else BLACK
     if go_rules is not None:
         differs = go_rules.differences(SERVED_GO_RULES)
-        handicap = any(c == BLACK for c, _ in stones) and not any(c == WHITE for c, _ in stones)
         if handicap and handicap_bonus != "0":
             differs.append(f"white handicap bonus {handicap_bonus}")
         if differs:
