@@ -17,6 +17,7 @@ all in one dict and dispatches; add a registrar to `REGISTRARS` to add commands.
     movepred stop [search triton prefect ...]                      (SIGTERM, then SIGKILL)
     movepred match --engine version:3:visits=200 --engine gnugo     (a rated match: docs/matches.md)
     movepred gate --candidate 4                                    (the candidate's match gate)
+    movepred selfplay --game gomoku --iterations 3 --games 200     (the self-play loop flow)
 
 Every client of the search service takes the same security options
 (`services.search.auth.add_client_arguments`): --tls-ca / --tls (TLS), --tls-client-cert and
@@ -59,6 +60,7 @@ from services.records.sgf_writer import app_version
 from services.search import auth
 from services.search.advice import next_step
 from services.search.client import game_position, proto_rule, search_client_factory
+from services.selfplay_loop.cli import add_selfplay_command
 from services.settings import DEADLINE_S, MAX_INT32, bounded
 from services.triton.cli import add_rollout_commands
 
@@ -577,6 +579,7 @@ REGISTRARS: list[Registrar] = [
     add_gtp_command,
     add_analysis_engine_command,
     add_match_commands,
+    add_selfplay_command,
 ]
 
 
