@@ -309,6 +309,9 @@ with SearchClient(ARGS["target"], wait_for_ready=True) as client:
     reply = client.predict(ARGS["moves"], top_k=5)
     many = client.predict_many([ARGS["moves"], ["h8"]], rule="freestyle", top_k=3)
     renju = client.predict(gomoku_position(ARGS["moves"], rule="renju"), top_k=5)
+    move = client.genmove(ARGS["moves"], max_visits=16, reuse_tree=False)
+    reports = list(client.analyze(ARGS["moves"], max_visits=32, report_every_visits=16,
+                                  reuse_tree=False))
     try:
         client.predict(["h8", "h8"])
         occupied = "answered"
@@ -325,6 +328,8 @@ print(json.dumps({
     "many": [[m.name for m in r.top_moves] for r in many.results],
     "renju_top": [m.name for m in renju.top_moves],
     "occupied": occupied, "bad_name": bad_name,
+    "genmove": [move.name, move.total_visits, move.model_name],
+    "analyze": [[r.final, r.total_visits] for r in reports],
 }))
 """
 
@@ -348,6 +353,11 @@ def test_a_fresh_venv_calls_predict_on_the_running_service(client_python: Path, 
                            [m.name for m in expected_one.top_moves]]
     assert len(out["renju_top"]) == 5
     assert out["occupied"] == "INVALID_ARGUMENT"
+    name, visits, model = out["genmove"]  # a searched move: a free point, the budget spent
+    assert name not in moves and client_coords.parse_point(name, 15) and visits >= 16
+    assert model == expected.model_name
+    assert out["analyze"][-1][0] and out["analyze"][-1][1] >= 32
+    assert not any(final for final, _ in out["analyze"][:-1])
     assert "'z99'" in out["bad_name"]
 
 

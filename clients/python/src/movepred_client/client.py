@@ -130,6 +130,12 @@ def _as_position(moves: Sequence[MoveLike] | search_pb2.Position,
     return moves if isinstance(moves, search_pb2.Position) else gomoku_position(moves, rule)
 
 
+def _rollout_field(rollout_lambda: float) -> dict[str, float]:
+    """The request's optional `rollout_lambda`: set when > 0, else left unset (a search with
+    the value network alone, as a server without rollouts expects)."""
+    return {"rollout_lambda": rollout_lambda} if rollout_lambda else {}
+
+
 def _search_timeout(timeout: float | None, max_time_ms: int) -> float:
     if timeout is not None:
         return timeout
@@ -247,26 +253,31 @@ class SearchClient:
     def genmove(self, moves: Sequence[MoveLike] | search_pb2.Position,
                 rule: str | int = "freestyle", max_visits: int = 0, max_time_ms: int = 0,
                 timeout: float | None = None, max_candidates: int = 0,
-                reuse_tree: bool = True, ponder: bool = False) -> search_pb2.GenMoveResponse:
+                reuse_tree: bool = True, ponder: bool = False,
+                rollout_lambda: float = 0.0) -> search_pb2.GenMoveResponse:
         """A move chosen by tree search; both budgets 0 lets the server pick (200 visits).
-        timeout None: max_time_ms plus 10 s with a time budget, else 300 s."""
+        timeout None: max_time_ms plus 10 s with a time budget, else 300 s. `ponder`: the
+        server searches on during the opponent's turn; `rollout_lambda` > 0: leaf values mixed
+        with rollouts (sent only then)."""
         request = search_pb2.GenMoveRequest(
             position=_as_position(moves, rule), max_visits=max_visits, max_time_ms=max_time_ms,
-            max_candidates=max_candidates, disable_tree_reuse=not reuse_tree, ponder=ponder)
+            max_candidates=max_candidates, disable_tree_reuse=not reuse_tree, ponder=ponder,
+            **_rollout_field(rollout_lambda))
         return self._stub.GenMove(request,
                                   **self._call_options(_search_timeout(timeout, max_time_ms)))
 
     def analyze(self, moves: Sequence[MoveLike] | search_pb2.Position,
                 rule: str | int = "freestyle", max_visits: int = 0, max_time_ms: int = 0,
                 report_every_visits: int = 0, max_candidates: int = 0,
-                timeout: float | None = None, reuse_tree: bool = True
-                ) -> Iterator[search_pb2.AnalyzeResponse]:
+                timeout: float | None = None, reuse_tree: bool = True, ponder: bool = False,
+                rollout_lambda: float = 0.0) -> Iterator[search_pb2.AnalyzeResponse]:
         """The stream of a search's reports (the last has final=True); the returned call is
-        also a `grpc.Call`: `cancel()` stops the search. Budgets and timeout as `genmove`."""
+        also a `grpc.Call`: `cancel()` stops the search. Budgets, timeout, `ponder` (here: on
+        the analysed position) and `rollout_lambda` as `genmove`."""
         request = search_pb2.AnalyzeRequest(
             position=_as_position(moves, rule), max_visits=max_visits, max_time_ms=max_time_ms,
             report_every_visits=report_every_visits, max_candidates=max_candidates,
-            disable_tree_reuse=not reuse_tree)
+            disable_tree_reuse=not reuse_tree, ponder=ponder, **_rollout_field(rollout_lambda))
         return self._stub.Analyze(request,
                                   **self._call_options(_search_timeout(timeout, max_time_ms)))
 
