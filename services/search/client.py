@@ -4,7 +4,9 @@ Moves are given as RenjuNet names ("h8") or (x, y) pairs; names are parsed here,
 as they are, so the server's validation has the last word. Every call also takes a ready
 `search_pb2.Position` in place of the moves: that is how Go positions are sent (`go_position`
 builds one from GTP vertices such as "D4" and "pass"). Calls return the proto responses and
-raise `grpc.RpcError` for failures (e.g. INVALID_ARGUMENT, UNAVAILABLE, RESOURCE_EXHAUSTED).
+raise `grpc.RpcError` for failures (e.g. INVALID_ARGUMENT, UNAVAILABLE, RESOURCE_EXHAUSTED;
+`services.api.errors.field_violations(error)` reads the field an INVALID_ARGUMENT names, and
+docs/api.md lists the codes).
 `analyze` returns the streaming call: iterate it for the reports, `cancel()` it to stop the
 search on the server.
 
