@@ -114,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def next_steps(repository: Path) -> str:
     """How to serve the model the demo trained, and how to train one into model_repository/
-    (what `make triton` serves): the commands, in the order of the typical session (docs/reference.md)."""
+    (what `make triton` serves): the commands, in the order of the typical session
+    (docs/reference.md)."""
     try:
         shown = repository.resolve().relative_to(ROOT)
     except ValueError:

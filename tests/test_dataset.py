@@ -151,7 +151,8 @@ def test_ingest_flow_writes_unique_pairs_and_reruns_identically(tmp_path: Path) 
 
 
 def _the_readme_queries_agree(out: Path, manifest: dict) -> None:
-    """docs/reference.md's one-line queries (polars, pyarrow, duckdb) open the shards as they are."""
+    """The one-line queries of docs/reference.md (polars, pyarrow, duckdb) open the shards
+    as they are."""
     import glob
 
     import duckdb
