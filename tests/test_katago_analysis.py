@@ -10,8 +10,9 @@ stand-in of `SearchClient`'s two calls (analyze, predict): terminate of a queued
 running turn, reports during the search, priorities, the end of the input.
 
 Second part (skipped without a ``tritonserver`` binary): a real Triton serving the test Go
-model and a real search service in-process, and `movepred analysis-engine` as a subprocess fed
-KataGo's documented example queries one line at a time.
+model and the tiny Gomoku policy, a real search service in-process, and `movepred
+analysis-engine` as a subprocess fed KataGo's documented example query and others one line at
+a time (Go 19x19 and 9x9, Gomoku 15x15, the policy, an error, a terminated long search).
 """
 
 from __future__ import annotations
@@ -228,6 +229,8 @@ ERROR_LINES = [
      {"id": "a", "field": "komi", "error": "must be finite and within +-81, got 100.0"}),
     # general errors: no id
     ('{"id":"a","moves":[]', None),
+    ('{"id":"a","komi":NaN}', None),  # not JSON (Python's parser would take it)
+    ("[" * 100_000, None),  # nested deeper than the parser goes
     ('[1,2]', {"error": "Request line was valid json but was not an object, ignoring: [1,2]"}),
     ('{"moves":[]}', {"error": 'Request must have a string "id" field'}),
     ('{"id":7}', {"error": 'Request must have a string "id" field'}),
@@ -564,8 +567,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     from tests.triton_fixtures import go_triton_setup, require_tritonserver
 
     require_tritonserver()
-    server, _ = go_triton_setup(tmp_path_factory.mktemp("katago-analysis-triton"),
-                                with_gomoku=False)
+    server, _ = go_triton_setup(tmp_path_factory.mktemp("katago-analysis-triton"))
     with server:
         gomoku = PolicyClient(server.grpc_url, "gomoku_policy", timeout_s=30.0)
         go = PolicyClient(server.grpc_url, "go_policy", timeout_s=30.0)
@@ -638,8 +640,9 @@ def test_documented_queries_line_by_line(service: str) -> None:
         pipe.send('{"id":"m","action":"query_models"}')
         models = pipe.get()
         assert models["id"] == "m" and models["action"] == "query_models"
-        go_model, = [m for m in models["models"] if m["game"] == "go"]  # Gomoku: not served
-        assert go_model["name"] == "go_policy" and go_model["version"]
+        served = {m["game"]: m for m in models["models"]}
+        assert set(served) == {"go", "gomoku"}
+        assert served["go"]["name"] == "go_policy" and served["go"]["version"] == "1"
         # KataGo's example query (docs/Analysis_Engine.md), with a budget for a CPU test
         pipe.send({**DOC_QUERY, "maxVisits": 16})
         warning = pipe.get()
@@ -660,6 +663,18 @@ def test_documented_queries_line_by_line(service: str) -> None:
         assert len(policy) == 82 and policy[4 * 9 + 4] == -1 and policy[6 * 9 + 2] == -1
         assert sum(p for p in policy if p >= 0) == pytest.approx(1.0, abs=1e-3)
         assert policy_result["rootInfo"]["currentPlayer"] == "B"
+        # Gomoku through its rule name, 15x15, in GTP vertices (no I), no pass in the policy
+        pipe.send({"id": "g", "moves": [["B", "H8"], ["W", "J9"]], "rules": "freestyle",
+                   "boardXSize": 15, "boardYSize": 15, "maxVisits": 8, "includePolicy": True})
+        gomoku = pipe.get()
+        assert gomoku["id"] == "g" and gomoku["rootInfo"]["currentPlayer"] == "B"
+        vertex_15 = {f"{c}{r}" for c in "ABCDEFGHJKLMNOP" for r in range(1, 16)}
+        assert gomoku["moveInfos"] and all(
+            m["move"] in vertex_15 - {"H8", "J9"} and set(m["pv"]) <= vertex_15
+            for m in gomoku["moveInfos"])
+        g_policy = gomoku["policy"]
+        assert len(g_policy) == 226 and g_policy[-1] == -1
+        assert g_policy[7 * 15 + 7] == -1 and g_policy[6 * 15 + 8] == -1  # H8, J9 (rows 8, 9)
         # an error line leaves the engine serving
         pipe.send({"id": "bad", "moves": [["B", "E5"], ["W", "E5"]], "rules": "chinese",
                    "boardXSize": 9, "boardYSize": 9})

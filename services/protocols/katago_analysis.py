@@ -279,7 +279,7 @@ class AnalysisEngine(SearchClientOwner):
 
         try:
             query = json.loads(line, parse_constant=refuse)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
             self.error(f"{exc} - could not parse input line as json request: {line}")
             return
         if not isinstance(query, dict):
@@ -509,6 +509,8 @@ def cmd_analysis_engine(args: argparse.Namespace) -> int:
     except auth.AuthConfigError as exc:  # stdout belongs to the protocol
         print(f"movepred analysis-engine: error: {exc}", file=sys.stderr)
         return 2
+    if hasattr(sys.stdin, "reconfigure"):  # a line that is not UTF-8 is an error line, not
+        sys.stdin.reconfigure(errors="replace")  # the end of the engine
     engine = AnalysisEngine(args.target, out=sys.stdout, client_factory=factory,
                             visits=args.visits, threads=args.threads,
                             perspective=PERSPECTIVES[args.report_winrates_as])
