@@ -115,8 +115,8 @@ def test_a_breaking_change_is_caught(tmp_path: Path, edit: tuple[str, str], word
 
 
 def test_an_added_field_is_no_breaking_change(tmp_path: Path) -> None:
-    edit = ("  repeated Position positions = 3;\n",
-            "  repeated Position positions = 3;\n  bool fast = 4;\n")
+    edit = ("  repeated Position positions = 3;",
+            "  bool fast = 4;\n  repeated Position positions = 3;")
     breaking = buf("breaking", "--against", str(IMAGE), cwd=workspace(tmp_path, edit))
     assert breaking.returncode == 0, breaking.stdout + breaking.stderr
 
