@@ -17,6 +17,14 @@ derived from (seed, epoch, step), and a checkpoint holds model, optimiser, sched
 position, RNG state and history, so a killed run resumes to the same result. On a GPU the forward
 pass runs in bf16 autocast with channels-last memory; on CPU in fp32.
 
+Self-play training (docs/selfplay.md): with `value_per_game` k > 0 the loader keeps each train
+row's result with probability min(1, k / its game's rows), so each game gives about k value
+targets an epoch rather than one per position (a value head trained on every position of a game
+learns the game); with `expert_dataset` and `expert_share`, that share of every batch comes from
+an expert dataset's train split (its own stream, cycled, resumed from the checkpoint), and the
+expert dataset's held-out games are measured at every evaluation as `expert_game_test`, next to
+the dataset's own `game_test` (the value figures `value_mse` and `value_sign` on both).
+
 Input encoders: a configuration built for another of its game's inputs than the stored one
 (`ModelSpec.encoder`, e.g. Go's "extended": the basic planes and tactical channels) gets every
 training batch, evaluated split and export check in that input, computed on the CPU from the
