@@ -51,12 +51,7 @@ def _selfplay_dataset(out: Path, games: int = 10) -> Path:
                    settings=FAST, concurrency=2, openings=openings, worker=worker)
     pairs = out.with_name(out.name + ".pairs.parquet")
     write_selfplay_pairs(game, folder, pairs, None)
-    built = build_shards([pairs], out, "gomoku",
-                         BuildSettings(temp_dir=out.parent, threads=1, holdout_games=0.5))
-    manifest = {"schema_version": shards.SCHEMA_VERSION, "game": "gomoku",
-                "files": built.files, "splits": built.rows,
-                "writer": {"board_encoding": built.board_encoding}}
-    (out / shards.MANIFEST).write_text(json.dumps(manifest))
+    built_dataset([pairs], out, 0.5)
     return out
 
 
@@ -65,21 +60,32 @@ def selfplay(tmp_path_factory) -> Path:
     return _selfplay_dataset(tmp_path_factory.mktemp("sp") / "data")
 
 
-@pytest.fixture(scope="module")
-def expert(tmp_path_factory) -> Path:
-    """The shipped sample's first 120 games through the out-of-core build (the ingest's), a
-    fifth of the games held out whole as game_test."""
-    out = tmp_path_factory.mktemp("expert") / "data"
-    out.mkdir()
+def built_dataset(pairs: list[Path], out: Path, holdout: float) -> dict:
+    """Shards of the intermediates at `pairs` through the ingest's out-of-core build, a share
+    `holdout` of the games held out whole as game_test, and their manifest (committed)."""
+    built = build_shards(pairs, out, "gomoku",
+                         BuildSettings(temp_dir=out.parent, threads=1, holdout_games=holdout))
+    manifest = {"schema_version": shards.SCHEMA_VERSION, "game": "gomoku",
+                "files": built.files, "splits": built.rows, "rows": sum(built.rows.values()),
+                "counts": [], "writer": {"board_encoding": built.board_encoding}}
+    (out / shards.MANIFEST).write_text(json.dumps(manifest))
+    return manifest
+
+
+def expert_dataset(out: Path) -> Path:
+    """The shipped sample's first 120 games as an expert dataset, a fifth of the games held
+    out whole as game_test."""
+    out.mkdir(parents=True)
     games = [g for g in read_rif(SAMPLE_RIF) if isinstance(g, RifGame)][:120]
     pairs = out.with_name("sample.pairs.parquet")
     pq.write_table(source_pairs("sample", games).pairs, pairs)
-    built = build_shards([pairs], out, "gomoku",
-                         BuildSettings(temp_dir=out.parent, threads=1, holdout_games=0.2))
-    (out / shards.MANIFEST).write_text(json.dumps({
-        "schema_version": shards.SCHEMA_VERSION, "game": "gomoku", "files": built.files,
-        "splits": built.rows, "writer": {"board_encoding": built.board_encoding}}))
+    built_dataset([pairs], out, 0.2)
     return out
+
+
+@pytest.fixture(scope="module")
+def expert(tmp_path_factory) -> Path:
+    return expert_dataset(tmp_path_factory.mktemp("expert") / "data")
 
 
 # ---------------------------------------------------------------------------- value sampling
