@@ -1261,7 +1261,8 @@ def test_k8s_prefect_server_and_schedules_worker(monkeypatch: pytest.MonkeyPatch
 
 def test_servicemonitors_select_the_metrics_ports() -> None:
     monitors = load_yaml_docs(K8S / "monitoring" / "servicemonitors.yaml")
-    assert {m["metadata"]["name"] for m in monitors} == {"triton", "movepred-search"}
+    assert {m["metadata"]["name"] for m in monitors} == {"triton", "movepred-search",
+                                                         "selfplay-loop"}
     for monitor in monitors:
         assert monitor["kind"] == "ServiceMonitor"
         service = k8s_object("Service", monitor["metadata"]["name"])
@@ -1269,3 +1270,146 @@ def test_servicemonitors_select_the_metrics_ports() -> None:
         names = {p["name"] for p in service["spec"]["ports"]}
         assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["metrics"]
         assert "metrics" in names
+
+
+# ------------------------------------------------------------------ the self-play loop
+SELFPLAY_JOBS = K8S / "selfplay-jobs.yaml"
+
+
+def selfplay_loop_args() -> tuple[dict, Any]:
+    """The loop Deployment and its command line, parsed by flows.selfplay's own parser."""
+    from flows.selfplay import build_parser
+
+    loop = k8s_object("Deployment", "selfplay-loop")
+    argv = [str(a) for a in only_container(loop)["command"]]
+    assert argv[:3] == ["python", "-m", "flows.selfplay"]
+    return loop, build_parser().parse_args(argv[3:])
+
+
+def test_selfplay_loop_and_its_workers_follow_the_serving_version() -> None:
+    """The loop (one pod, never two: one writer of the run folder) sends its shares to the
+    self-play Dask cluster, whose workers see the run folder and the repository at the loop's
+    paths (a share names the version folder the loop pinned from the rollout record there);
+    the workers' command lines parse with Dask's CLI, and only the loop reaches the cluster."""
+    from distributed.cli import dask_scheduler, dask_worker
+
+    from services import settings
+    from services.selfplay.settings import SelfPlaySettings
+    from services.selfplay_loop.stages import LoopSettings
+
+    loop, args = selfplay_loop_args()
+    assert loop["spec"]["replicas"] == 1 and loop["spec"]["strategy"]["type"] == "Recreate"
+    played = settings.from_args(SelfPlaySettings, args, prefix="selfplay-")
+    config = settings.from_args(LoopSettings, args, selfplay=played)
+    assert args.dask_address and args.shares and args.shares >= 1
+    host, port = args.dask_address.removeprefix("tcp://").rsplit(":", 1)
+    scheduler_service = k8s_object("Service", host)
+    assert int(port) in [p["port"] for p in scheduler_service["spec"]["ports"]]
+    scheduler = k8s_object("Deployment", host)
+    assert _selects({"matchLabels": scheduler_service["spec"]["selector"]},
+                    scheduler["spec"]["template"]["metadata"]["labels"])
+    s_argv = only_container(scheduler)["command"]
+    assert s_argv[:2] == ["dask", "scheduler"]
+    s_params = dask_scheduler.main.make_context("dask scheduler", s_argv[2:]).params
+    assert int(s_params["port"]) == int(port)
+    worker = k8s_object("Deployment", "selfplay-worker")
+    w_argv = only_container(worker)["command"]
+    assert w_argv[:2] == ["dask", "worker"]
+    w_params = dask_worker.main.make_context("dask worker", w_argv[2:]).params
+    assert w_params["scheduler"] == args.dask_address and w_params["nthreads"] == 1
+    image = only_container(k8s_object("Deployment", "movepred-search"))["image"]
+    assert only_container(loop)["image"] == only_container(worker)["image"] == image
+
+    # the same files at the same paths: the run folder and the repository
+    loop_mounts, worker_mounts = pod_mounts(loop), pod_mounts(worker)
+    assert claim_of(args.run_dir, loop_mounts) == claim_of(args.run_dir, worker_mounts) == (
+        DATA_CLAIM)
+    assert claim_of(config.repository, loop_mounts) == claim_of(
+        config.repository, worker_mounts) == "model-repository"
+    read_only = {m["mountPath"]: m.get("readOnly", False)
+                 for m in only_container(worker)["volumeMounts"]}
+    assert read_only[config.repository]  # the workers only read versions
+    assert not only_container(loop)["volumeMounts"][0].get("readOnly", False)
+    assert config.triton_url is None  # passed versions go to the rollout record on the PVC
+
+    # only the loop (a labelled Dask client) and the Dask pods reach the cluster
+    policy = k8s_object("NetworkPolicy", "dask-ingress")["spec"]
+    for deployment in (scheduler, worker):
+        assert _selects(policy["podSelector"], deployment["spec"]["template"]["metadata"][
+            "labels"])
+    labels = loop["spec"]["template"]["metadata"]["labels"]
+    assert dict([DASK_CLIENT_LABEL]).items() <= labels.items()
+    assert not _selects(policy["podSelector"], labels)
+
+
+def test_selfplay_loop_metrics_port() -> None:
+    """The loop serves its metrics on all interfaces of the pod, on the port its Service, the
+    ServiceMonitor and the scrape annotations name."""
+    loop, args = selfplay_loop_args()
+    container = only_container(loop)
+    assert args.metrics_host == "0.0.0.0" and args.metrics_port
+    assert container_port(container, "metrics") == args.metrics_port
+    service = k8s_object("Service", "selfplay-loop")
+    assert _selects({"matchLabels": service["spec"]["selector"]},
+                    loop["spec"]["template"]["metadata"]["labels"])
+    (port,) = service["spec"]["ports"]
+    assert port["name"] == "metrics" and container_port(container, port["targetPort"]) == (
+        args.metrics_port)
+    notes = loop["spec"]["template"]["metadata"]["annotations"]
+    assert notes["prometheus.io/scrape"] == "true"
+    assert int(notes["prometheus.io/port"]) == args.metrics_port
+
+
+def test_selfplay_trainer_and_match_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two Job templates that never run on their own (suspended CronJobs, started with
+    `kubectl create job --from=cronjob/...`): the trainer's command line passes flows.train's
+    parser and trains on an iteration's dataset of the loop's run folder, publishing into the
+    loop's repository; the match's passes `movepred match`'s parser and rates the serving
+    version against the first one into a ratings log of the run folder."""
+    from flows.train import build_parser as train_parser
+    from services.cli import build_parser as cli_parser
+
+    _, loop_args = selfplay_loop_args()
+    docs = {d["metadata"]["name"]: d for d in load_yaml_docs(SELFPLAY_JOBS)}
+    assert set(docs) == {"selfplay-train", "selfplay-match"}
+    for cron in docs.values():
+        assert cron["kind"] == "CronJob" and cron["spec"]["suspend"] is True
+        assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+        k8s_object("CronJob", cron["metadata"]["name"])  # in the kustomization
+
+    train = docs["selfplay-train"]["spec"]["jobTemplate"]
+    container = only_container(train)
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    assert env["RUN_DIR"] == loop_args.run_dir
+    command = container["command"]
+    assert command[:2] == ["sh", "-c"] and len(command) == 3
+    newest = re.search(r'"\$\(ls -d (\S+) \| tail -n 1\)"', command[2])
+    assert newest, command[2]
+    run = loop_args.run_dir
+    assert newest.group(1).replace("$RUN_DIR", env["RUN_DIR"]) == f"{run}/iter-*/dataset"
+    tokens = shlex.split(command[2].replace(newest.group(0), f"{run}/iter-0003/dataset"))
+    assert tokens[0] == "exec", "the shell must hand its signals to the flow (exec)"
+    argv = [re.sub(r"\$(\w+)", lambda m: env[m.group(1)], t) for t in tokens[1:]]
+    assert argv[:3] == ["python", "-m", "flows.train"]
+    args = train_parser().parse_args(argv[3:])
+    assert args.dataset_dir.startswith(loop_args.run_dir + "/iter-")
+    assert args.run_dir.startswith(loop_args.run_dir + "/")
+    mounts = pod_mounts(train)
+    assert claim_of(args.dataset_dir, mounts) == claim_of(args.run_dir, mounts) == DATA_CLAIM
+    assert args.repository == loop_args.repository
+    assert claim_of(args.repository, mounts) == "model-repository"
+
+    match = docs["selfplay-match"]["spec"]["jobTemplate"]
+    container = only_container(match)
+    argv = [str(a) for a in container["command"]]
+    assert argv[0] == "movepred"
+    parser, _ = cli_parser()
+    args = parser.parse_args(argv[1:])
+    assert args.command == "match"
+    assert args.repository == loop_args.repository and args.game == loop_args.game
+    engines = [str(e) for e in argv[argv.index("--engine") + 1::2][:2]]
+    assert engines[1].startswith("version:serving") and engines[0].startswith("version:1")
+    assert args.out.startswith(loop_args.run_dir + "/")
+    mounts = pod_mounts(match)
+    assert claim_of(args.out, mounts) == DATA_CLAIM
+    assert claim_of(args.repository, mounts) == "model-repository"

@@ -1,20 +1,22 @@
 """The monitoring pieces in deploy/: Prometheus scrape configs, Grafana provisioning and the
 dashboard JSON.
 
-* the dashboard loads into Grafana's own typed model of the dashboard schema (the
-  grafana-foundation-sdk generated from Grafana 11.3's schema, the Grafana version compose runs,
-  with its panel and datasource plugins registered: timeseries and table options, Prometheus
-  queries) and encodes back with every field and value it had: a field the schema does not
-  know, at any level, would be dropped on the way and fail the comparison (a control checks
-  that);
+* each dashboard (the serving one, the self-play loop's) loads into Grafana's own typed model
+  of the dashboard schema (the grafana-foundation-sdk generated from Grafana 11.3's schema,
+  the Grafana version compose runs, with its panel and datasource plugins registered:
+  timeseries and table options, Prometheus queries) and encodes back with every field and
+  value it had: a field the schema does not know, at any level, would be dropped on the way
+  and fail the comparison (a control checks that);
 * the dashboard passes the checks of Grafana's dashboard JSON model (the "Dashboard kind"
   schema reference, grafana/grafana docs/sources/developers/kinds/core/dashboard/
   schema-reference.md): `schemaVersion` present; panels with a non-empty `type` among the core
   visualisations, unique `id`, a `gridPos` inside the 24-column grid, `fieldConfig` with
   `defaults` and `overrides`, targets with unique `refId`s; `graphTooltip` in 0..2; a `time`
   range; a `uid` of at most 40 characters; the datasource it names is the provisioned one;
-* every metric name its PromQL uses is one a live Triton and a live search service export:
-  both are started, asked a few Predicts and a GenMove, and scraped;
+* every metric name the serving dashboard's PromQL uses is one a live Triton and a live search
+  service export: both are started, asked a few Predicts and a GenMove, and scraped (the
+  self-play dashboard's are checked against a live loop's endpoint in
+  tests/test_selfplay_operations.py);
 * the scrape targets are the ports compose gives Triton (--metrics-port) and the search service
   (--metrics-port), and the local file's are the ports `make triton`/`make serve` use.
 """
@@ -38,21 +40,26 @@ from tests.triton_fixtures import TritonSetup, triton_server  # noqa: F401 - fix
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "movepred-serving.json"
+SELFPLAY_DASHBOARD = DEPLOY / "grafana" / "dashboards" / "movepred-selfplay.json"
+DASHBOARDS = (DASHBOARD, SELFPLAY_DASHBOARD)
 DATASOURCES = DEPLOY / "grafana" / "provisioning" / "datasources" / "prometheus.yaml"
 PROVIDERS = DEPLOY / "grafana" / "provisioning" / "dashboards" / "movepred.yaml"
 PROMETHEUS = DEPLOY / "prometheus" / "prometheus.yml"
 PROMETHEUS_LOCAL = DEPLOY / "prometheus" / "prometheus-local.yml"
 COMPOSE = DEPLOY / "compose.yaml"
+SELFPLAY_LOCAL_PORT = 9108  # prometheus-local.yml's target for `flows.selfplay --metrics-port`
 # Grafana's core visualisations (public/app/plugins/panel) a provisioned dashboard may use
 CORE_PANELS = {"timeseries", "stat", "gauge", "bargauge", "table", "heatmap", "histogram",
                "text", "row", "piechart", "state-timeline", "status-history", "barchart",
                "logs", "news", "dashlist", "alertlist", "nodeGraph", "trend", "xychart"}
 METRIC = re.compile(r"\b((?:movepred|nv)_[a-zA-Z0-9_]+)\b")
-PANELS_WANTED = ("requests", "latency", "batch", "playouts", "version", "errors")
+PANELS_WANTED = {DASHBOARD: ("requests", "latency", "batch", "playouts", "version", "errors"),
+                 SELFPLAY_DASHBOARD: ("games/hour", "visits/s", "game length", "resign",
+                                      "policy and value loss", "elo by version")}
 
 
-def dashboard() -> dict[str, Any]:
-    return json.loads(DASHBOARD.read_text())
+def dashboard(path: Path = DASHBOARD) -> dict[str, Any]:
+    return json.loads(path.read_text())
 
 
 def panels(dash: dict[str, Any]) -> list[dict[str, Any]]:
@@ -101,7 +108,8 @@ def lost(original: Any, decoded: Any, path: str = "") -> list[str]:
     return [] if original == decoded else [path]
 
 
-def test_dashboard_loads_in_grafanas_schema_unchanged() -> None:
+@pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)
+def test_dashboard_loads_in_grafanas_schema_unchanged(path: Path) -> None:
     from importlib.metadata import version
 
     import grafana_foundation_sdk.models.prometheus as prometheus
@@ -111,7 +119,7 @@ def test_dashboard_loads_in_grafanas_schema_unchanged() -> None:
     assert version("grafana-foundation-sdk").endswith("!11.3.0")  # compose's Grafana 11.3.0
     compose = yaml.safe_load(COMPOSE.read_text())["services"]
     assert compose["grafana"]["image"].endswith(":11.3.0}")
-    data = dashboard()
+    data = dashboard(path)
     assert lost(data, grafana_round_trip(data)) == []
     typed = Dashboard.from_json(data)
     graphs = [p for p in typed.panels or [] if getattr(p, "type_val", "") == "timeseries"]
@@ -126,8 +134,9 @@ def test_dashboard_loads_in_grafanas_schema_unchanged() -> None:
         assert lost(broken, grafana_round_trip(broken)) != [], where
 
 
-def test_dashboard_follows_grafanas_dashboard_model() -> None:
-    dash = dashboard()
+@pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)
+def test_dashboard_follows_grafanas_dashboard_model(path: Path) -> None:
+    dash = dashboard(path)
     assert isinstance(dash["schemaVersion"], int) and 36 <= dash["schemaVersion"] < 2 ** 16
     assert isinstance(dash["title"], str) and dash["title"]
     assert isinstance(dash["uid"], str) and 1 <= len(dash["uid"]) <= 40
@@ -175,8 +184,11 @@ def test_dashboard_follows_grafanas_dashboard_model() -> None:
     assert len(set(ids)) == len(ids), "panel ids must be unique"
 
     titles = " ".join(p["title"].lower() for p in panels(dash))
-    for word in PANELS_WANTED:
+    for word in PANELS_WANTED[path]:
         assert word in titles, f"no panel about {word}"
+    assert len({json.loads(p.read_text())["uid"] for p in DASHBOARDS}) == len(DASHBOARDS)
+    if path != DASHBOARD:
+        return
     # latency quantiles, from both sides
     assert any("histogram_quantile(0.99" in e and "duration_seconds_bucket" in e
                for e in exprs(dash))
@@ -230,7 +242,10 @@ def test_scrape_targets_are_the_ports_the_services_serve_metrics_on() -> None:
     search_local = re.search(r"SEARCH_METRICS_PORT\s*\?=\s*(\d+)", makefile)
     assert triton_local and search_local
     assert local == {"triton": [f"127.0.0.1:{triton_local.group(1)}"],
-                     "movepred-search": [f"127.0.0.1:{search_local.group(1)}"]}
+                     "movepred-search": [f"127.0.0.1:{search_local.group(1)}"],
+                     "movepred-selfplay": [f"127.0.0.1:{SELFPLAY_LOCAL_PORT}"]}
+    # the self-play loop's port: the one the docs run the loop with here
+    assert f"--metrics-port {SELFPLAY_LOCAL_PORT}" in (ROOT / "docs" / "selfplay.md").read_text()
     assert "--metrics-port $(TRITON_METRICS_PORT)" in makefile
     assert "--metrics-port $(SEARCH_METRICS_PORT)" in makefile
 

@@ -39,6 +39,14 @@ def _samples(text: str) -> dict[tuple[str, tuple], float]:
             for family in text_string_to_metric_families(text) for s in family.samples}
 
 
+def _series_names(text: str) -> set[str]:
+    """The series names Prometheus stores from an exposition: each sample line's name as
+    written, and each declared family's name."""
+    names = {line.split("{")[0].split()[0] for line in text.splitlines()
+             if line and not line.startswith("#")}
+    return names | {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
+
+
 def test_a_share_plan_is_pinned_and_keeps_an_in_process_start(tmp_path):
     run = tmp_path / "run"
     plan = share_plan(run, 0, games=5, shares=2)
@@ -157,3 +165,67 @@ def test_the_loop_on_a_local_dask_cluster_serves_its_metrics(tmp_path, monkeypat
     for stage in STAGES:
         assert got[("movepred_loop_stage_cpu_seconds_total",
                     (*game, ("stage", stage)))] == record[stage]["cpu_seconds"]
+    # every metric the self-play dashboard asks for is served
+    from tests.test_monitoring import METRIC, SELFPLAY_DASHBOARD, dashboard, exprs
+
+    used = {m for e in exprs(dashboard(SELFPLAY_DASHBOARD)) for m in METRIC.findall(e)}
+    assert used and not used - _series_names(scraped[0]), sorted(used - _series_names(
+        scraped[0]))
+
+
+def _loop_record(cpu: dict[int, float | None]) -> dict:
+    """A loop.json of iterations whose every stage took `cpu[i]` CPU seconds; iteration i made
+    version i + 2 from the first version 1."""
+    return {"history": [
+        {"iteration": i, "selfplay": {"serving_version": 1, "cpu_seconds": c},
+         "train": {"candidate_version": i + 2, "cpu_seconds": c},
+         **{s: {"cpu_seconds": c} for s in ("ingest", "gate", "rollout")}}
+        for i, c in cpu.items()]}
+
+
+def test_loop_cpu_hours_add_every_stage_up_to_the_versions_iteration():
+    from services.match.ratings import loop_cpu_hours
+
+    hours = loop_cpu_hours(_loop_record({0: 360.0, 1: 720.0}))
+    assert hours == {1: 0.0, 2: pytest.approx(0.5), 3: pytest.approx(1.5)}
+    # a run recorded before the loop counted CPU: refused, unless measured figures are given
+    old = _loop_record({0: None, 1: 720.0})
+    with pytest.raises(ValueError, match="iteration 0 selfplay: no CPU time"):
+        loop_cpu_hours(old)
+    given = {0: {s: 72.0 for s in STAGES}}
+    assert loop_cpu_hours(old, given)[3] == pytest.approx(0.1 + 1.0)
+
+
+def test_elo_against_cpu_command_draws_the_rated_versions(tmp_path, capsys):
+    from services.match.ratings import main
+
+    players = {f"version:m/{v}:visits=10": {"kind": "version", "model_name": "m", "version": v,
+                                             "visits": 10} for v in (1, 2, 3)}
+    entries = []
+    for n, (a, b, score) in enumerate([(1, 2, 0.0), (2, 1, 1.0), (1, 2, 1.0), (1, 3, 0.0),
+                                       (3, 1, 1.0), (3, 1, 0.0), (2, 3, 0.5), (1, 3, 0.0)]):
+        black, white = f"version:m/{a}:visits=10", f"version:m/{b}:visits=10"
+        entries.append({"format": 1, "id": f"{n:04d}", "black": black, "white": white,
+                        "score": score, "opening_index": n, "opening": [n],
+                        "players": {black: players[black], white: players[white]}})
+    log = tmp_path / "ratings" / "games.jsonl"
+    log.parent.mkdir()
+    log.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    run = tmp_path / "loop"
+    run.mkdir()
+    (run / "loop.json").write_text(json.dumps(_loop_record({0: 360.0, 1: 720.0})))
+    cpu = tmp_path / "cpu.json"
+    cpu.write_text(json.dumps({"iterations": {"0": {s: 36.0 for s in STAGES}},
+                               "estimated": [0]}))
+    assert main(["--log", str(log), "--loop", str(run), "--cpu", str(cpu)]) == 0
+    out = capsys.readouterr().out
+    assert "v2: 0.050 CPU-hours" in out and "v3: 1.050 CPU-hours" in out
+    assert out.count("estimated") == 1  # v2's iteration only
+    png = log.with_name("elo_cpu.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5_000
+    # a loop record without CPU figures: one line, no picture
+    (run / "loop.json").write_text(json.dumps(_loop_record({0: None})))
+    with pytest.raises(SystemExit) as stopped:
+        main(["--log", str(log), "--loop", str(run), "--out", str(tmp_path / "x.png")])
+    assert stopped.value.code == 2 and "no CPU time" in capsys.readouterr().err
+    assert not (tmp_path / "x.png").exists()
