@@ -1,4 +1,5 @@
-"""Ratings of versions from a ratings log: Elo against version as a PNG, and on model cards.
+"""Ratings of versions from a ratings log: Elo against version (and against the CPU-hours of
+the self-play loop that made them) as PNGs, and on model cards.
 
 Why: "is version 7 stronger than 5" is a question about the whole history, not one match. The
 ratings log (a match folder's ``games.jsonl``, kept apart from the gate's games, which are
@@ -8,19 +9,30 @@ number with the 95% intervals, one line per kind of player (model and budget), o
 (GNU Go at a level, a brain) as labelled horizontal lines, and `write_cards` stores each
 version's rating in its model card (``ratings`` in ``metadata.json``,
 `services.repository.model_card.update_card`).
+
+A self-play loop's run also gets Elo against compute: `loop_cpu_hours` reads the loop's
+``loop.json`` (`services.selfplay.loop`) and gives each version the loop made the cumulative
+CPU-hours of the loop up to the end of the iteration that made it (every stage: self-play,
+ingest, training, gate, rollout; the loop's first version at 0), and `plot_elo_against_cpu`
+draws Elo against them. ``python -m services.match.ratings`` draws it for a run.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import logging
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import Any
 
-from services.match.results import standings
+from services.match.results import read_log, standings
 from services.ratings.bradley_terry import Rating
 from services.repository.model_card import update_card
 from services.repository.rollout_state import now_text
+from services.selfplay.loop import STAGES
+
+CPU_PLOT_FILE = "elo_cpu.png"
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +96,86 @@ def plot_ratings(ratings: dict[Hashable, Rating], entries: list[dict[str, Any]],
     return path
 
 
+def loop_cpu_hours(loop: Mapping[str, Any],
+                   cpu: Mapping[int, Mapping[str, float]] | None = None) -> dict[int, float]:
+    """{version: cumulative CPU-hours of the loop when it was made}: the loop's first serving
+    version at 0, each candidate at the sum of every stage's ``cpu_seconds`` of the finished
+    iterations up to and including its own (its gate and rollout too). `cpu`: CPU seconds by
+    iteration and stage measured outside the loop, for a run recorded before its stages
+    counted their CPU; it wins over the record. A stage with neither is an error naming it."""
+    cpu = cpu or {}
+    hours: dict[int, float] = {}
+    total = 0.0
+    for record in loop.get("history", []):
+        iteration = int(record["iteration"])
+        if not hours:
+            hours[int(record["selfplay"]["serving_version"])] = 0.0
+        for stage in STAGES:
+            seconds = cpu.get(iteration, {}).get(stage, record[stage].get("cpu_seconds"))
+            if seconds is None:
+                raise ValueError(f"iteration {iteration} {stage}: no CPU time in the loop's "
+                                 "record (a run from before the loop counted it) and none "
+                                 "given")
+            total += float(seconds)
+        hours[int(record["train"]["candidate_version"])] = total / 3600
+    return hours
+
+
+def plot_elo_against_cpu(ratings: dict[Hashable, Rating], entries: list[dict[str, Any]],
+                         cpu_hours: Mapping[int, float], path: Path,
+                         estimated: frozenset[int] = frozenset(),
+                         title: str = "Elo against the loop's CPU-hours") -> Path:
+    """A PNG of each rated version's Elo (95% interval bars) against the loop's cumulative
+    CPU-hours when it was made (`loop_cpu_hours`), one line per kind of player (model and
+    budget), each point labelled with its version; versions in `estimated` (made in an
+    iteration whose CPU was estimated, not measured) drawn hollow. Versions the loop did not
+    make are left out."""
+    import matplotlib  # here: `movepred` starts without it
+
+    matplotlib.use("Agg")  # headless: files only
+    import matplotlib.pyplot as plt
+
+    info = player_info(entries)
+    series: dict[str, list[tuple[float, int, Rating]]] = {}
+    for label, rating in ratings.items():
+        meta = info.get(str(label), {})
+        version = meta.get("version")
+        if version is None or int(version) not in cpu_hours:
+            continue
+        budget = (f"{meta.get('visits')} visits" if meta.get("visits")
+                  else f"{meta.get('time_ms')} ms" if meta.get("time_ms") else "raw policy")
+        group = f"{meta.get('model_name')} ({budget})"
+        series.setdefault(group, []).append((cpu_hours[int(version)], int(version), rating))
+    if not series:
+        raise ValueError("no rated version is one the loop made")
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for i, (group, points) in enumerate(sorted(series.items())):
+        points.sort(key=lambda p: (p[0], p[1]))
+        colour = f"C{i % 10}"
+        xs = [p[0] for p in points]
+        ax.plot(xs, [p[2].elo for p in points], color=colour, lw=1, alpha=0.6)
+        for x, version, r in points:
+            hollow = version in estimated
+            ax.errorbar([x], [r.elo], yerr=[[r.elo - r.low], [r.high - r.elo]], marker="o",
+                        capsize=3, color=colour, mfc="white" if hollow else colour)
+            ax.annotate(f"v{version}", (x, r.elo), textcoords="offset points", xytext=(4, 4),
+                        fontsize=8, color=colour)
+        ax.plot([], [], marker="o", color=colour, label=group)
+    if estimated:
+        ax.plot([], [], marker="o", ls="", color="grey", mfc="white",
+                label="hollow: its iteration's CPU estimated (later points add it too)")
+    ax.set(xlabel="cumulative CPU-hours of the loop (self-play, ingest, training, gate)",
+           ylabel="Elo (95% interval)", title=title)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def write_cards(repository: Path, ratings: dict[Hashable, Rating],
                 entries: list[dict[str, Any]], log_path: Path, anchor: Hashable) -> list[str]:
     """Store each rated version's Elo in its model card (``ratings``, by player label; the
@@ -109,4 +201,64 @@ def write_cards(repository: Path, ratings: dict[Hashable, Rating],
     return written
 
 
-__all__ = ["player_info", "plot_ratings", "rate", "write_cards"]
+def read_cpu_file(path: Path) -> tuple[dict[int, dict[str, float]], frozenset[int]]:
+    """A file of CPU seconds measured outside a loop: ``{"iterations": {"N": {stage:
+    seconds}}, "estimated": [N, ...]}`` (the iterations whose figures are estimates)."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    cpu = {int(i): {str(k): float(v) for k, v in stages.items()}
+           for i, stages in data["iterations"].items()}
+    return cpu, frozenset(int(i) for i in data.get("estimated", []))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Elo against the loop's CPU-hours for a run: its ratings log and its ``loop.json``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m services.match.ratings",
+        description="Draw Elo (a ratings log, fitted whole) against the cumulative CPU-hours "
+                    "of the self-play loop that made each version (its loop.json).")
+    parser.add_argument("--log", type=Path, required=True,
+                        help="the ratings log (a match folder's games.jsonl)")
+    parser.add_argument("--loop", type=Path, required=True,
+                        help="the loop's run folder or its loop.json")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"the PNG (default: {CPU_PLOT_FILE} next to the log)")
+    parser.add_argument("--anchor", default=None,
+                        help="the player rated 0 (default: the first game's black)")
+    parser.add_argument("--cpu", type=Path, default=None,
+                        help="CPU seconds by iteration and stage measured outside the loop "
+                             "(JSON, see read_cpu_file), for a run recorded before the loop "
+                             "counted them")
+    parser.add_argument("--title", default="Elo against the loop's CPU-hours")
+    args = parser.parse_args(argv)
+    record = args.loop / "loop.json" if args.loop.is_dir() else args.loop
+    try:
+        loop = json.loads(record.read_text(encoding="utf-8"))
+        cpu, estimated = read_cpu_file(args.cpu) if args.cpu else ({}, frozenset())
+        entries = read_log(args.log)
+        ratings = rate(entries, args.anchor)
+        hours = loop_cpu_hours(loop, cpu)
+        made = {int(h["iteration"]): int(h["train"]["candidate_version"])
+                for h in loop.get("history", [])}
+        estimated = frozenset(v for i, v in made.items() if i in estimated)
+        out = plot_elo_against_cpu(ratings, entries, hours, args.out or args.log.with_name(
+            CPU_PLOT_FILE), estimated=estimated, title=args.title)
+    except (OSError, ValueError, KeyError) as exc:
+        parser.exit(2, f"error: {exc}\n")
+    info = player_info(entries)
+    rated = {int(info[str(label)]["version"]): rating for label, rating in ratings.items()
+             if info.get(str(label), {}).get("version") is not None}
+    for version, rating in sorted(rated.items()):
+        if version in hours:
+            print(f"v{version}: {hours[version]:.3f} CPU-hours, Elo {rating.elo:+.0f} "
+                  f"[{rating.low:+.0f}, {rating.high:+.0f}]"
+                  + (" (its iteration's CPU estimated)" if version in estimated else ""))
+    print(f"-> {out}")
+    return 0
+
+
+__all__ = ["CPU_PLOT_FILE", "loop_cpu_hours", "main", "player_info", "plot_elo_against_cpu",
+           "plot_ratings", "rate", "read_cpu_file", "write_cards"]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
