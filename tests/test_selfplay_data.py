@@ -30,11 +30,16 @@ from services.selfplay.pairs import selfplay_pairs, write_selfplay_pairs
 from services.selfplay.worker import run_worker
 from services.trainer.train import TrainConfig, make_model, make_step, policy_loss, train
 from tests.test_selfplay import FAST, HashedEvaluator
+from tests.tictactoe_game import TICTACTOE
 
 torch.set_num_threads(1)
 
-# (game, board size kept, evaluator's extra policy entries: Go's pass)
-GAMES = {"gomoku": (None, 0), "go": (9, 1)}
+# (game, board size kept, evaluator's extra policy entries: Go's pass); every registered game,
+# the test game of tests/tictactoe_game.py (imported above: it registers itself) included
+GAMES = {"gomoku": (None, 0), "go": (9, 1), "capture": (5, 0), TICTACTOE.name: (None, 0)}
+# the games whose self-play here reaches FAST's move cap (a draw); the Capture Game ends by the
+# rules within its 25 points and never in a draw, tic-tac-toe within 9 moves
+MOVE_CAP_DRAWS = {"gomoku", "go"}
 
 
 def _play(folder: Path, name: str, games: int = 4) -> Path:
@@ -134,7 +139,35 @@ def test_rows_targets_and_lineage_follow_the_game_files(played, tmp_path):
         assert row["policy_target"] == _brute_target(list(move.target), k, size, entries)
         assert row["policy_target"][row["move"]] > 0  # the move played was searched
     assert 0 < full_rows < len(rows)
-    assert {r["result"] for r in rows} == {0.0, 0.5, 1.0}  # draws and resignations
+    results = {r["result"] for r in rows}
+    assert {0.0, 1.0} <= results <= {0.0, 0.5, 1.0}  # won and lost games (resignations)
+    if name in MOVE_CAP_DRAWS:
+        assert 0.5 in results  # games drawn at the move cap
+    if name == "capture":
+        assert 0.5 not in results  # the first capture (or a suicide) decides every game
+
+
+def test_the_test_game_writes_the_records_its_own_codec_reads(tmp_path):
+    """Tic-tac-toe's package brings its record codec: `write_record` (the longest of its
+    suffixes, `.ttt.sgf`) and `replay_source`, which quarantines what its rules refuse."""
+    from services.games.base import SourceResult
+    from tests.tictactoe_game import RECORD_SUFFIX
+
+    path = TICTACTOE.write_record(tmp_path / f"g{RECORD_SUFFIX}", [0, 3, 1, 4, 2], 3,
+                                  comments=["corner"], summary="a test")
+    text = path.read_text()
+    assert "GM[40]" in text and "RE[B+]" in text and "C[corner]" in text
+    path.write_text(text + "(;GM[40]SZ[3];B[bb];W[])(;GM[40]SZ[3];B[bb];B[aa])"
+                    "(;GM[40]SZ[3];B[bb];W[bb])")
+    result = SourceResult(source=path.name)
+    table = pa.concat_tables(list(TICTACTOE.replay_source(path, result)))
+    assert (result.read, result.ingested, result.quarantined) == (4, 1, 3)
+    assert [q["reason"] for q in result.quarantine] == [
+        "illegal move: move 2 is a pass", "illegal move: move 2 is not O's",
+        "illegal move: occupied"]
+    assert table["ply"].to_pylist() == list(range(5))
+    # X (black) made a line on the first row: its moves won (1), O's lost (0)
+    assert table["result"].to_pylist() == [1.0, 0.0, 1.0, 0.0, 1.0]
 
 
 def test_selfplay_rows_are_never_merged(tmp_path):

@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch
 
@@ -37,20 +39,26 @@ from services.selfplay_loop.stages import (
 from services.selfplay_loop.window import window_iterations, window_rows
 from services.trainer.train import EXPERT_GAME_SPLIT
 from tests.test_selfplay_training import built_dataset, expert_dataset
+from tests.tictactoe_game import TICTACTOE
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]
 TINY = SelfPlaySettings(full_visits=6, fast_visits=2, batch_size=4, temperature_moves=4,
                         max_moves=24)
-# (game, board size, opening plies)
-GAMES = {"gomoku": (None, 4), "go": (9, 0)}
+# game: (board size, opening plies, games, openings), for every registered game, the test game
+# of tests/tictactoe_game.py (imported above: it registers itself) included. The short games
+# (the Capture Game on 5x5, tic-tac-toe) play more of them, so that the ingest's validation
+# split, a few per cent of the rows by position hash, is not empty
+GAMES = {"gomoku": (None, 4, 4, 4), "go": (9, 0, 4, 4), "capture": (5, 2, 32, 8),
+         TICTACTOE.name: (None, 2, 32, 12)}
 
 
 def _settings(tmp_path: Path, game: str, **changes) -> LoopSettings:
-    size, plies = GAMES[game]
+    size, plies, games, openings = GAMES[game]
     return LoopSettings(**{
-        "game": game, "board_size": size, "games": 4, "concurrency": 2, "openings": 4,
-        "opening_plies": plies, "repository": str(tmp_path / "repo"), "train_steps": 4,
+        "game": game, "board_size": size, "games": games, "concurrency": 2,
+        "openings": openings, "opening_plies": plies, "repository": str(tmp_path / "repo"),
+        "train_steps": 4,
         "batch_size": 16, "gate_visits": 2, "gate_max_games": 2, "selfplay": TINY, **changes})
 
 
@@ -72,9 +80,20 @@ def test_match_elo_is_the_scores_logistic_difference():
     assert match_elo(3, 0, 1) == pytest.approx(190.8, abs=0.1)
 
 
-def test_a_game_whose_selfplay_cannot_be_ingested_is_refused(tmp_path):
+def test_every_registered_game_is_one_the_loop_runs():
+    """Each game writes a record format its ingest reads back: the loop refuses none."""
+    from services.games.registry import registered_games
+    from services.selfplay.records import record_suffix
+
+    assert {g.name for g in registered_games()} <= set(GAMES)
+    for game in registered_games():
+        assert record_suffix(game) in game.record_formats, game.name
+
+
+def test_a_game_whose_selfplay_cannot_be_ingested_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(TICTACTOE, "record_formats", ())  # it writes records it cannot read
     with pytest.raises(ValueError, match="cannot become training rows"):
-        SelfPlayStages(LoopSettings(game="capture", repository=str(tmp_path)), tmp_path,
+        SelfPlayStages(LoopSettings(game=TICTACTOE.name, repository=str(tmp_path)), tmp_path,
                        ingest=lambda **_: {})
 
 
@@ -90,6 +109,10 @@ def _check_iteration(run: Path, settings: LoopSettings, model: str) -> dict:
     manifest = read_manifest(dataset)
     assert manifest["rows"] == folder_stats(games)["rows"] == record["ingest"]["rows"]
     assert [s["path"] for s in manifest["sources"]] == ["selfplay-0000"]
+    rows = pa.concat_tables([pq.read_table(dataset / f["path"]) for f in manifest["files"]])
+    targets = rows["policy_target"].to_pylist()  # a full search's visits: a policy target
+    assert sum(t is not None for t in targets) == record["selfplay"]["full_rows"] > 0
+    assert set(rows["model_name"].to_pylist()) == {model}  # each row's lineage
     repo = Path(settings.repository)
     assert record["selfplay"]["serving_version"] == 1  # the seeded first version
     fit = record["train"]

@@ -5,11 +5,15 @@ generated from this game by `services.games.triton_config`) knows about it: the 
 validates its requests, searches it and names its moves by asking this `Game`, and the Triton
 client takes its shapes from it. Three in a row wins; a full board without one is a draw. The
 network input is the int8 board [3, 3] (0 empty, 1 X, 2 O), the policy has 9 entries.
+
+Its records are its own codec, here too: SGF with the game type GM[40] in ``*.ttt.sgf`` files
+(`RECORD_SUFFIX`), written by `record_text` and read back by `replay_source`, so the ingest
+takes its record files and the self-play loop its self-play games.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,10 +36,11 @@ from services.games.registry import register
 from services.games.triton_config import config_text
 from services.models.configs import ModelSpec, register_config
 from services.records.sgf import SgfRejected, read_sgf
+from services.records.sgf_writer import APP_NAME, sgf_point, sgf_record
 
 SIZE = 3
 RECORD_SUFFIX = ".ttt.sgf"  # SGF records of the game (longer than Go's .sgf, so they are ours)
-SGF_GAME_TYPES = frozenset({"40"})  # the GM[] value its records carry
+SGF_GAME_TYPE = "40"  # the GM[] value its records carry
 LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
 
 
@@ -94,27 +99,39 @@ class TicTacToe(Game):
     default_model = "tictactoe_policy"
     default_config = "tictactoe_tiny"  # registered below, beside the game
     record_formats = (RECORD_SUFFIX,)
+    written_formats = (RECORD_SUFFIX,)
+    sgf_game_type = SGF_GAME_TYPE
 
     def replay_source(self, path: Path, result: SourceResult, *,
                       board_size: int | None = None, packed: bool = True) -> Iterator[pa.Table]:
         """SGF records (GM[40], SZ[3]) replayed by the rules: a record the reader rejects, of
-        another size or with an illegal move is quarantined; every position before a move is a
-        pair, with the mover's result from RE."""
+        another size (or not `board_size`), with set-up stones, a pass, colours that do not
+        alternate from X or an illegal move is quarantined with its reason; every position
+        before a move is a pair, with the mover's result from RE. No packed encoding."""
         boards, moves, to_move, plies, results, ids = [], [], [], [], [], []
-        for record in read_sgf(path, source=result.source, game_types=SGF_GAME_TYPES):
+        for record in read_sgf(path, source=result.source,
+                               game_types=frozenset({SGF_GAME_TYPE})):
             result.read += 1
             if isinstance(record, SgfRejected):
                 result.quarantine.append(quarantine_row(result.source, record.record_id,
                                                         record.reason, record.snippet))
                 continue
             record_id = f"game {record.game_index}"
-            if record.size != SIZE:
+            if record.size != SIZE or board_size not in (None, SIZE):
                 result.quarantine.append(quarantine_row(result.source, record_id,
                                                         f"board size {record.size}"))
                 continue
+            if record.setup_black or record.setup_white:
+                result.quarantine.append(quarantine_row(result.source, record_id,
+                                                        "set-up stones (AB/AW)"))
+                continue
             state, rows = self.start(), []
             try:
-                for ply, (_, point) in enumerate(record.moves):
+                for ply, (colour, point) in enumerate(record.moves):
+                    if point is None:
+                        raise ValueError(f"move {ply + 1} is a pass")
+                    if colour != state.to_move:
+                        raise ValueError(f"move {ply + 1} is not {'XO'[ply % 2]}'s")
                     rows.append((state.board.copy(), point, state.to_move, ply))
                     state = state.play(point)
             except (ValueError, TypeError, IndexError) as exc:
@@ -136,6 +153,32 @@ class TicTacToe(Game):
                           np.array(plies, np.int64), ids, result.source,
                           np.array(results, np.float32), size=SIZE).append_column(
             "rule", pa.array([""] * len(ids), pa.string()))
+
+    def record_text(self, suffix: str, moves: Sequence[int], size: int, *,
+                    rule: str | None = None, comments: Sequence[str] = (),
+                    summary: str = "", komi: float | None = None, players: str = "",
+                    result: str | None = None) -> str:
+        """SGF (GM[40], SZ[3]): the moves replayed by the rules (ValueError for one they
+        refuse), RE the rules' result of a finished game (B+, W+, 0 a draw), else `result`
+        or "?"; each move's comment and `summary` as GC."""
+        if suffix not in self.written_formats:
+            return super().record_text(suffix, moves, size)
+        state = self.start()
+        for i, move in enumerate(moves):
+            try:
+                state = state.play(int(move))
+            except (ValueError, IndexError) as exc:
+                raise ValueError(f"moves[{i}]: {move}: {exc}") from exc
+        outcome = ({BLACK: "B+", WHITE: "W+"}.get(state.winner, "0") if state.is_over
+                   else result or "?")
+        root = [("FF", "4"), ("GM", SGF_GAME_TYPE), ("AP", APP_NAME), ("SZ", str(SIZE)),
+                ("RE", outcome)]
+        root += [(key, players) for key in ("PB", "PW") if players]
+        if summary:
+            root.append(("GC", summary))
+        return sgf_record(root, [("B" if i % 2 == 0 else "W", sgf_point(int(m), SIZE),
+                                  comments[i] if i < len(comments) else None)
+                                 for i, m in enumerate(moves)])
 
     def start(self, size: int | None = None) -> TicTacToeState:
         return TicTacToeState()
