@@ -229,3 +229,32 @@ def test_elo_against_cpu_command_draws_the_rated_versions(tmp_path, capsys):
         main(["--log", str(log), "--loop", str(run), "--out", str(tmp_path / "x.png")])
     assert stopped.value.code == 2 and "no CPU time" in capsys.readouterr().err
     assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.parametrize(("flags", "cluster", "shares"), [
+    ([], {"dask_address": None, "dask_workers": 0}, None),
+    (["--dask"], {"dask_address": None, "dask_workers": 2}, 2),
+    (["--dask", "--dask-workers", "3"], {"dask_address": None, "dask_workers": 3}, 3),
+    (["--dask-address", "tcp://s:8786"], {"dask_address": "tcp://s:8786", "dask_workers": 0},
+     4),
+    (["--dask-address", "tcp://s:8786", "--shares", "9"],
+     {"dask_address": "tcp://s:8786", "dask_workers": 0}, 9),
+])
+def test_the_command_line_puts_the_flow_on_dask(monkeypatch, flags, cluster, shares):
+    """`--dask` is a local cluster of 2 worker processes and as many shares; an address keeps
+    its workers' count to itself, so 4 shares unless told; without either, no shares."""
+    import flows.selfplay as selfplay
+
+    called: dict = {}
+
+    def selfplay_on(**options):
+        called.update(options)
+        return lambda **kwargs: called.update(kwargs) or {"why": "test"}
+
+    monkeypatch.setattr(selfplay, "selfplay_on", selfplay_on)
+    monkeypatch.setattr(selfplay, "configure_logging", lambda args: None)
+    monkeypatch.setattr(selfplay, "announce_prefect_api", lambda: None)
+    assert selfplay.main(["--iterations", "1", "--metrics-port", "9108", *flags]) == 0
+    assert {k: called[k] for k in cluster} == cluster
+    assert called["shares"] == shares and called["metrics_port"] == 9108
+    assert called["metrics_host"] == "127.0.0.1"
