@@ -49,7 +49,7 @@ import numpy as np
 from services.api.movepred.v1 import search_pb2
 from services.defaults import SEARCH_TARGET
 from services.games.base import BLACK, WHITE, Position
-from services.games.registry import get_game, registered_games
+from services.games.registry import registered_games
 from services.protocols.frontend import SearchClientOwner
 from services.protocols.gtp_analysis import LCB_LOG_TERM
 from services.protocols.katago_query import (
@@ -341,7 +341,7 @@ class AnalysisEngine(SearchClientOwner):
         of the game: the service names the version it answered with)."""
         models = []
         failure = None
-        for game in {get_game(KATAGO_RULES_GAME), *(g for g in registered_games()
+        for game in {KATAGO_RULES_GAME, *(g for g in registered_games()
                                                     if g.rule_names)}:
             position = search_pb2.Position(game=game.proto_game, game_name=game.name,
                                            board_size=game.default_size)

@@ -35,13 +35,14 @@ import numpy as np
 from services import coords
 from services.api.movepred.v1 import search_pb2
 from services.games.base import BLACK, WHITE, Game, InvalidRequest, Position
-from services.games.registry import get_game, registered_games
+from services.games.go.game import GO
+from services.games.registry import registered_games
 from services.search.validation import MAX_VISITS
 
 DEFAULT_VISITS = 500  # KataGo's analysis_example.cfg maxVisits
 DEFAULT_PV_LEN = 15  # KataGo's analysisPVLen default: moves after the first
 MAX_BOARD_LEN = 19  # KataGo's Board::MAX_LEN: its message names it
-KATAGO_RULES_GAME = "go"  # the registered game KataGo's rules describe
+KATAGO_RULES_GAME = GO  # the game KataGo's rules describe (as GTP, a Go protocol)
 PERSPECTIVES = {"black": BLACK, "b": BLACK, "white": WHITE, "w": WHITE, "sidetomove": None}
 
 # the fields a query may have (KataGo's list); others get KataGo's "unused field" warning
@@ -321,7 +322,7 @@ def _game_of(rules_value: Any) -> tuple[Game, int, GoRules | None]:
     if rules is None:
         shown = rules_value if isinstance(rules_value, str) else dump_line(rules_value)
         raise QueryError(f"Could not parse rules: {shown}", "rules")
-    return get_game(KATAGO_RULES_GAME), 0, rules
+    return KATAGO_RULES_GAME, 0, rules
 
 
 def _request_field(exc: InvalidRequest) -> str:
