@@ -97,6 +97,26 @@ def test_a_game_whose_selfplay_cannot_be_ingested_is_refused(tmp_path, monkeypat
                        ingest=lambda **_: {})
 
 
+def test_a_network_the_trainer_cannot_train_is_refused_before_it_plays(tmp_path):
+    """The Capture Game's sweep networks (the game's default, trained by the policy search)
+    are not the loop's: it starts from `Game.selfplay_config` and refuses one of them, named
+    or serving, before a game is played."""
+    from services.trainer.publish import publish_model
+
+    repo = tmp_path / "repo"
+    fresh = SelfPlayStages(LoopSettings(game="capture", repository=str(repo)), tmp_path / "a",
+                           ingest=lambda **_: {})
+    assert fresh.first_config == "capture_res_b2c32_v" and fresh.model == "capture_policy"
+    with pytest.raises(ValueError, match="'capture_mdlstm_k2' network, which takes other "):
+        SelfPlayStages(LoopSettings(game="capture", config="capture_mdlstm_k2",
+                                    repository=str(repo)), tmp_path / "b",
+                       ingest=lambda **_: {})
+    publish_model(repo, game="capture", config="capture_mdlstm_k2", seed=0)
+    with pytest.raises(ValueError, match="capture_policy v1 is a 'capture_mdlstm_k2'"):
+        fresh.serving(0)
+    assert not (tmp_path / "a" / "iter-0000" / "selfplay-0000").exists()
+
+
 def _check_iteration(run: Path, settings: LoopSettings, model: str) -> dict:
     """One finished iteration: every stage's work done once and agreeing with the others."""
     state = LoopState.load(run)

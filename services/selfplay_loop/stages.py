@@ -10,8 +10,10 @@
    ``shares.json``: worker ``itN-sK`` plays its share's games) that the injected
    `PlayShares` runs where it likes (the flow: Prefect tasks on Dask workers). The
    first iteration needs a version: `init_version` (recorded as serving), else the version
-   the repository serves, else the game's default configuration (or `config`) with weights
-   drawn from `seed`, published by `publish_model` and recorded as serving.
+   the repository serves, else the game's self-play configuration (`Game.selfplay_config`,
+   else its default one; or `config`) with weights drawn from `seed`, published by
+   `publish_model` and recorded as serving. A network the trainer cannot train by gradient
+   (`require_trainable`) is refused before a game is played.
 2. **ingest**: the replay window (`services.selfplay_loop.window`, KataGo's rule) picks the
    newest iterations' self-play folders; the injected `ingest` (the ingest flow) writes them
    as shards with policy targets into ``iter-N/dataset/``.
@@ -135,7 +137,8 @@ class LoopSettings:
     model_name: str | None = setting(None, "model name in the repository (default: the "
                                            "game's model for the network's input)")
     config: str | None = setting(None, "network configuration of the first version when the "
-                                       "repository has none (default: the game's default)")
+                                       "repository has none (default: the game's "
+                                       "self-play configuration)")
     init_version: int | None = setting(None, "the version the first iteration plays with "
                                              "(recorded as serving; default: the serving "
                                              "one, else a seeded new one)", minimum=1)
