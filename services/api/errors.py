@@ -11,8 +11,9 @@ is worth a retry later. Details ride in the status's `grpc-status-details-bin` t
 * INVALID_ARGUMENT: `google.rpc.BadRequest`, one field violation whose `field` is the request
   field's path (`position.moves[3]`, `max_visits`: the message's "<field>: " prefix) and whose
   `reason` is INVALID or OVER_LIMIT.
-* RESOURCE_EXHAUSTED from the service: `google.rpc.ErrorInfo`, `reason` SEARCH_SLOTS_BUSY or
-  SEARCH_MEMORY_BUSY, `domain` movepred.v1, `metadata` the figures (limits, bytes held).
+* RESOURCE_EXHAUSTED from the service: `google.rpc.ErrorInfo`, `reason` SEARCH_SLOTS_BUSY,
+  SEARCH_MEMORY_BUSY or OPERATIONS_BUSY, `domain` movepred.v1, `metadata` the figures (limits,
+  bytes held).
 
 `ERROR_CODES` is the table docs/api.md shows (scripts/api_reference.py writes it from here).
 """
@@ -34,6 +35,7 @@ OVER_LIMIT = "OVER_LIMIT"  # over a fixed limit of the server (visits, positions
 # ErrorInfo.reason of a RESOURCE_EXHAUSTED
 SEARCH_SLOTS_BUSY = "SEARCH_SLOTS_BUSY"    # every --max-searches slot is taken
 SEARCH_MEMORY_BUSY = "SEARCH_MEMORY_BUSY"  # the running searches hold the --search-memory-mb
+OPERATIONS_BUSY = "OPERATIONS_BUSY"  # the most InferSequence operations held, all running
 
 _DETAIL_TYPES: tuple[type[Message], ...] = (
     error_details_pb2.BadRequest,
@@ -59,17 +61,23 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
               "a fixed limit of the server: max_visits over 100,000, max_time_ms over 60,000, "
               "more than 256 positions, more moves than the board has points, more than 16,384 "
               "moves to replay in one request, InferSequence's restarts over 64 or restarts * "
-              "iterations over 200,000, a search whose tree could never fit in "
-              "--search-memory-mb",
+              "iterations over 200,000, an InferSequence operation's max_time_ms over "
+              "3,600,000, a search whose tree could never fit in --search-memory-mb",
               "BadRequest: the field's path, reason INVALID or OVER_LIMIT"),
     ErrorCode("RESOURCE_EXHAUSTED", "yes, later",
               "capacity in use now: every --max-searches search slot is busy (GenMove, Analyze, "
-              "InferSequence), or the running searches hold so much of --search-memory-mb that "
-              "this one's tree does not fit beside them. gRPC itself also answers it for a "
+              "InferSequence and its running operations), or the running searches hold so much "
+              "of --search-memory-mb that this one's tree does not fit beside them, or the "
+              "server holds its most InferSequence operations and all still run. gRPC itself "
+              "also answers it for a "
               "message over the server's 1 MiB receive limit (which no retry mends) and past "
               "--max-concurrent-rpcs",
-              "ErrorInfo: reason SEARCH_SLOTS_BUSY or SEARCH_MEMORY_BUSY (none from gRPC "
-              "itself)"),
+              "ErrorInfo: reason SEARCH_SLOTS_BUSY, SEARCH_MEMORY_BUSY or OPERATIONS_BUSY (none "
+              "from gRPC itself)"),
+    ErrorCode("NOT_FOUND", "no",
+              "GetInferSequence / CancelInferSequence of an operation id the server does not "
+              "hold: never started there, expired (kept an hour after it ended), or the server "
+              "restarted", "none"),
     ErrorCode("FAILED_PRECONDITION", "no",
               "rollout_lambda > 0 and the served version has no rollout policy", "none"),
     ErrorCode("UNAVAILABLE", "yes",

@@ -325,12 +325,14 @@ def infer_order(problem: Problem, evaluator: PolicyEvaluator,
                 params: AnnealingParams | None = None, *,
                 max_boards: int = DEFAULT_MAX_BOARDS,
                 on_accept: Callable[[Scored], None] | None = None,
-                should_stop: Callable[[], bool] | None = None) -> InferenceResult:
+                should_stop: Callable[[], bool] | None = None,
+                on_greedy: Callable[[Scored], None] | None = None) -> InferenceResult:
     """The most likely order of `problem`'s stones found by `params.restarts` annealing runs,
     and the greedy order, computed first whatever the init (NoLegalOrder when it finds no
     legal order). `should_stop` is asked between annealing iterations: when it answers True
     the annealing ends there and the result is the best order so far (the greedy order when
-    none is better), `stopped`; the restarts not begun are left out of `restarts`."""
+    none is better), `stopped`; the restarts not begun are left out of `restarts`.
+    `on_greedy` is told the greedy order once it is complete (a progress report's floor)."""
     params = params or AnnealingParams()
     scorer = PrefixScorer(problem, evaluator, max_boards)
     iterations = params.iterations_for(problem.n)
@@ -338,6 +340,8 @@ def infer_order(problem: Problem, evaluator: PolicyEvaluator,
     seeds = np.random.SeedSequence(params.seed).spawn(params.restarts + 1)
     exchange_rng = np.random.default_rng(seeds.pop())
     greedy = greedy_order(scorer)
+    if on_greedy is not None:
+        on_greedy(greedy)
     rngs = [np.random.default_rng(seed) for seed in seeds]
     initials: list[Scored] = []
     for r, rng in enumerate(rngs):

@@ -21,8 +21,10 @@ for the connection instead of failing with UNAVAILABLE at once.
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -142,6 +144,38 @@ def _search_timeout(timeout: float | None, max_time_ms: int) -> float:
     if max_time_ms > 0:
         return max_time_ms / 1000.0 + GENMOVE_EXTRA_TIMEOUT_S
     return DEFAULT_GENMOVE_TIMEOUT_S
+
+
+def infer_sequence_request(
+    black: Sequence[MoveLike],
+    white: Sequence[MoveLike],
+    game: str | Game | None = None,
+    rule: RuleLike = 0,
+    board_size: int = 0,
+    *,
+    iterations: int = 0,
+    restarts: int = 0,
+    seed: int = 0,
+    max_time_ms: int = 0,
+    neighbour: str = "",
+    init: str = "",
+    tempering: bool = False,
+    polish: bool = False,
+) -> search_pb2.InferSequenceRequest:
+    """An InferSequenceRequest of the stones (names in the game's notation or (x, y) pairs)."""
+    g = default_game() if game is None else get_game(game) if isinstance(game, str) else game
+    size = board_size or g.default_size
+
+    def points(stones: Sequence[MoveLike]) -> list[search_pb2.Point]:
+        return [g.move_point(g.parse_move(m, size), size) if isinstance(m, str)
+                else search_pb2.Point(x=int(m[0]), y=int(m[1])) for m in stones]
+
+    return search_pb2.InferSequenceRequest(
+        game=g.proto_game, game_name=g.name, rule=proto_rule(rule), board_size=size,
+        black=points(black), white=points(white), iterations=iterations,
+        restarts=restarts, seed=seed, max_time_ms=max_time_ms, neighbour=neighbour,
+        init=init, tempering=tempering, polish=polish,
+    )
 
 
 class SearchClient:
@@ -299,21 +333,66 @@ class SearchClient:
         limit); game None: the default game. timeout None: max_time_ms (0: the server's limit)
         plus 10 s. `tempering` / `polish`: the optimiser's options beyond the paper (see
         `InferSequenceRequest`)."""
-        g = default_game() if game is None else get_game(game) if isinstance(game, str) else game
-        size = board_size or g.default_size
-
-        def points(stones: Sequence[MoveLike]) -> list[search_pb2.Point]:
-            return [g.move_point(g.parse_move(m, size), size) if isinstance(m, str)
-                    else search_pb2.Point(x=int(m[0]), y=int(m[1])) for m in stones]
-
-        request = search_pb2.InferSequenceRequest(
-            game=g.proto_game, game_name=g.name, rule=proto_rule(rule), board_size=size,
-            black=points(black), white=points(white), iterations=iterations,
-            restarts=restarts, seed=seed, max_time_ms=max_time_ms, neighbour=neighbour,
-            init=init, tempering=tempering, polish=polish,
-        )
+        request = infer_sequence_request(
+            black, white, game, rule, board_size, iterations=iterations, restarts=restarts,
+            seed=seed, max_time_ms=max_time_ms, neighbour=neighbour, init=init,
+            tempering=tempering, polish=polish)
         wait = _search_timeout(timeout, max_time_ms or MAX_TIME_MS)
         return self._stub.InferSequence(request, **self._call_options(wait))
+
+    def start_infer_sequence(
+        self,
+        black: Sequence[MoveLike],
+        white: Sequence[MoveLike],
+        game: str | Game | None = None,
+        rule: RuleLike = 0,
+        board_size: int = 0,
+        timeout: float | None = 10.0,
+        **options: Any,
+    ) -> search_pb2.InferSequenceOperation:
+        """`infer_sequence` as a background operation on the server (budgets past the unary
+        call's 60 s: the paper's recipe): the operation, RUNNING, with its id for
+        `get_infer_sequence` / `cancel_infer_sequence` / `wait_infer_sequence`. `options`: the
+        keyword parameters of `infer_sequence` (iterations, restarts, seed, max_time_ms,
+        neighbour, init, tempering, polish); max_time_ms 0 is the operation's limit (1 hour)."""
+        request = infer_sequence_request(black, white, game, rule, board_size, **options)
+        return self._stub.StartInferSequence(
+            search_pb2.StartInferSequenceRequest(request=request),
+            **self._call_options(timeout)).operation
+
+    def get_infer_sequence(self, operation_id: str, timeout: float | None = 10.0
+                           ) -> search_pb2.InferSequenceOperation:
+        """An operation's progress, and its `result` once its state is DONE."""
+        return self._stub.GetInferSequence(
+            search_pb2.GetInferSequenceRequest(operation_id=operation_id),
+            **self._call_options(timeout)).operation
+
+    def cancel_infer_sequence(self, operation_id: str, timeout: float | None = 30.0
+                              ) -> search_pb2.InferSequenceOperation:
+        """Stop an operation (the server waits for its next step); its state after."""
+        return self._stub.CancelInferSequence(
+            search_pb2.CancelInferSequenceRequest(operation_id=operation_id),
+            **self._call_options(timeout)).operation
+
+    def wait_infer_sequence(
+        self,
+        operation_id: str,
+        poll_s: float = 1.0,
+        timeout: float | None = None,
+        on_progress: Callable[[search_pb2.InferSequenceOperation], None] | None = None,
+    ) -> search_pb2.InferSequenceOperation:
+        """Poll the operation every `poll_s` until it is no longer RUNNING (TimeoutError after
+        `timeout` seconds, the operation left running); `on_progress` sees every poll."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            operation = self.get_infer_sequence(operation_id)
+            if on_progress is not None:
+                on_progress(operation)
+            if operation.state != search_pb2.OPERATION_STATE_RUNNING:
+                return operation
+            if end is not None and time.monotonic() + poll_s > end:
+                raise TimeoutError(f"operation {operation_id} still running after {timeout} s")
+            time.sleep(poll_s)
 
     def close(self) -> None:
         self._channel.close()

@@ -86,6 +86,11 @@ from services.search import auth, mcts, validation
 from services.search.batcher import DEFAULT_MAX_BOARDS, DEFAULT_WINDOW_S
 from services.search.decoding import TolerantDecoding
 from services.search.metrics import Metrics, MetricsServer
+from services.search.operations import (
+    DEFAULT_MAX_OPERATIONS,
+    DEFAULT_OPERATION_TTL_S,
+    OperationStore,
+)
 from services.search.ponder import DEFAULT_PONDER_SECONDS, DEFAULT_PONDER_VISITS, Ponderer
 from services.search.readiness import DEFAULT_INTERVAL_S, ReadinessWatcher
 from services.search.rollout_value import RolloutSource
@@ -183,6 +188,13 @@ class ServiceConfig:
     ponder_visits: int = settings.setting(
         DEFAULT_PONDER_VISITS, "new visits of one ponder at most", minimum=1,
         maximum=validation.MAX_VISITS)
+    max_operations: int = settings.setting(
+        DEFAULT_MAX_OPERATIONS, "InferSequence operations held at once, running or ended "
+        "(StartInferSequence); each running one also holds a search slot", minimum=1,
+        maximum=4096)
+    operation_ttl_s: float = settings.setting(
+        DEFAULT_OPERATION_TTL_S, "seconds an ended InferSequence operation is kept for its "
+        "result to be fetched", minimum=0, maximum=7 * 86400)
     # set by --insecure (services.search.auth's flags)
     insecure: bool = settings.setting(
         False, "listen beyond loopback without TLS and a token", cli=False)
@@ -279,6 +291,7 @@ def build_service(
         rollout_source=rollout_source,
         ponderer=Ponderer(servicer_trees, max_visits=c.ponder_visits,
                           max_seconds=c.ponder_seconds) if c.ponder_seconds > 0 else None,
+        operations=OperationStore(max_operations=c.max_operations, ttl_s=c.operation_ttl_s),
     )
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="movepred-rpc"),

@@ -56,6 +56,16 @@ by MAX_INFER_STEPS annealing steps and MAX_INFER_TIME_MS (over them: INVALID_ARG
 the limit). The annealing asks between its steps whether to stop (`infer_order`'s
 `should_stop`): its time budget or the call's deadline (less the reply's margin) ends it with
 the best order found (`stopped_early`), and a cancelled call ends it without an answer.
+
+StartInferSequence / GetInferSequence / CancelInferSequence run the same inference as a
+background operation (`services.search.operations`) for budgets past the unary call's 60 s:
+validated as InferSequence (fields under `request.`, max_time_ms up to MAX_OPERATION_TIME_MS),
+admitted like a search (a search slot and a memory reservation for the inference's caches,
+`inference_bytes`, held until it ends; `OperationsBusy` when the store is full of running
+ones -> RESOURCE_EXHAUSTED, ErrorInfo OPERATIONS_BUSY), run in a thread of its own that waits
+between its steps while a real search runs (`ForegroundGate`). Its calls go to the game's
+batcher as plain callers, not participants, so a real search never waits for its boards. An
+unknown or expired id is NOT_FOUND. The server's close cancels the running ones.
 """
 
 from __future__ import annotations
@@ -87,12 +97,27 @@ from services.evaluator import (
 from services.games.base import BLACK
 from services.games.registry import UnknownGame, default_game, game_for_proto, get_game
 from services.move_order.annealing import AnnealingParams, default_iterations, infer_order
-from services.move_order.likelihood import Scored
+from services.move_order.likelihood import (
+    DEFAULT_CACHE_SIZE,
+    DEFAULT_PREFIX_CACHE_SIZE,
+    DEFAULT_TRANSITION_CACHE_SIZE,
+    Scored,
+)
 from services.move_order.problem import Problem, problem_from_stones
 from services.search import mcts, validation
 from services.search.batcher import DEFAULT_MAX_BOARDS, DEFAULT_WINDOW_S, BatchingEvaluator
 from services.search.decoding import decoded
 from services.search.metrics import Metrics
+from services.search.operations import (
+    ForegroundGate,
+    Operation,
+    OperationCancelled,
+    OperationNotFound,
+    OperationsBusy,
+    OperationState,
+    OperationStore,
+    OperationView,
+)
 from services.search.ponder import Ponderer
 from services.search.rollout_value import NoRolloutPolicy, RolloutSource, RolloutValueEvaluator
 from services.search.tree_cache import TreeCache
@@ -188,9 +213,11 @@ class SearchMemoryExceeded(RuntimeError):
     """The running searches' trees hold so much of `search_memory_bytes` that this one's might
     not fit."""
 
-    def __init__(self, message: str, need: int, held: int, limit: int) -> None:
+    def __init__(self, message: str, need: int, held: int, limit: int,
+                 field: str = "max_visits") -> None:
         super().__init__(message)
         self.need, self.held, self.limit = need, held, limit
+        self.field = field  # what a request changes for a search that never fits
 
 
 class SearchNeverFits(SearchMemoryExceeded):
@@ -247,6 +274,30 @@ class SearchMemory:
             with self._lock:
                 self.reserved -= need
 
+    @contextlib.contextmanager
+    def reserve_bytes(self, need: int, what: str, field: str) -> Iterator[None]:
+        """Reserve `need` bytes for something other than a tree (`what`, for the messages;
+        `field`, what a request never fitting is told about)."""
+        mb = 1 << 20
+        with self._lock:
+            limit = self.limit_bytes
+            if limit is not None and need > limit:
+                raise SearchNeverFits(
+                    f"{what} may need {need / mb:.0f} MB, more than the server's "
+                    f"{limit / mb:.0f} MB (--search-memory-mb) for all searches", need,
+                    self.reserved, limit, field)
+            if limit is not None and self.reserved + need > limit:
+                raise SearchMemoryExceeded(
+                    f"{what} may need {need / mb:.0f} MB, and the searches running now hold "
+                    f"{self.reserved / mb:.0f} MB of the server's {limit / mb:.0f} MB "
+                    "(--search-memory-mb): retry later", need, self.reserved, limit, field)
+            self.reserved += need
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.reserved -= need
+
 
 @dataclass
 class Call:
@@ -289,7 +340,12 @@ def _invalid(field: str, message: str, reason: str = errors.INVALID) -> Failure:
 def _status(exc: BaseException) -> Failure | None:
     """The gRPC status for a known failure (None: unexpected, let gRPC report UNKNOWN)."""
     if isinstance(exc, SearchNeverFits):
-        return _invalid("max_visits", str(exc), errors.OVER_LIMIT)
+        return _invalid(exc.field, str(exc), errors.OVER_LIMIT)
+    if isinstance(exc, OperationsBusy):
+        return Failure(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc), (errors.error_info(
+            errors.OPERATIONS_BUSY, max_operations=exc.limit),))
+    if isinstance(exc, OperationNotFound):
+        return Failure(grpc.StatusCode.NOT_FOUND, str(exc))
     if isinstance(exc, SearchLimitExceeded):
         return Failure(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc), (errors.error_info(
             errors.SEARCH_SLOTS_BUSY, max_searches=exc.limit),))
@@ -334,6 +390,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         search_memory_bytes: int | None = None,
         rollout_source: RolloutSource | None = None,
         ponderer: Ponderer | None = None,
+        operations: OperationStore | None = None,
     ) -> None:
         """`evaluator`: the policy of the default game (Gomoku), or a mapping from registered
         game names to their policies (every game the server serves); `go_evaluator`: Go's
@@ -348,7 +405,10 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
 
         `rollout_source`: where the rollout policy of a served version is found, for searches
         asked for `rollout_lambda` > 0 (`services.search.rollout_value`); None: such a search
-        is refused with FAILED_PRECONDITION."""
+        is refused with FAILED_PRECONDITION.
+
+        `operations`: where StartInferSequence's operations are held (default: an
+        `OperationStore` with its default bounds)."""
         if max_searches is not None and max_searches < 1:
             raise ValueError(f"max_searches must be >= 1 (or None), got {max_searches}")
         self.max_searches = max_searches
@@ -373,11 +433,16 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         self.ponderer = ponderer
         if ponderer is not None and ponderer.trees is not self.trees:
             raise ValueError("the ponderer must keep its trees in the service's tree cache")
+        self.operations = operations if operations is not None else OperationStore()
+        self.operations.describe_error = operation_error
+        self.foreground = ForegroundGate()  # the real searches an operation waits for
 
     def close(self) -> None:
-        """Stop the ponders and the batching threads (after the server has stopped)."""
+        """Stop the ponders, the operations and the batching threads (after the server has
+        stopped)."""
         if self.ponderer is not None:
             self.ponderer.close()
+        self.operations.close()
         for batcher in self.batchers.values():
             batcher.close()
 
@@ -421,6 +486,29 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             "InferSequence", context,
             lambda call: self._infer_sequence(decoded(request), context, call)
         )
+
+    def StartInferSequence(
+        self, request: search_pb2.StartInferSequenceRequest, context: grpc.ServicerContext
+    ) -> search_pb2.StartInferSequenceResponse:
+        return self._unary(
+            "StartInferSequence", context,
+            lambda call: self._start_infer_sequence(decoded(request), call))
+
+    def GetInferSequence(
+        self, request: search_pb2.GetInferSequenceRequest, context: grpc.ServicerContext
+    ) -> search_pb2.GetInferSequenceResponse:
+        return self._unary(
+            "GetInferSequence", context,
+            lambda call: search_pb2.GetInferSequenceResponse(operation=operation_message(
+                self.operations.get(decoded(request).operation_id))))
+
+    def CancelInferSequence(
+        self, request: search_pb2.CancelInferSequenceRequest, context: grpc.ServicerContext
+    ) -> search_pb2.CancelInferSequenceResponse:
+        return self._unary(
+            "CancelInferSequence", context,
+            lambda call: search_pb2.CancelInferSequenceResponse(operation=operation_message(
+                self.operations.cancel(decoded(request).operation_id))))
 
     # ------------------------------------------------------------------ plumbing
     def _unary(
@@ -516,16 +604,18 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         )
 
     @contextlib.contextmanager
-    def _search_slot(self) -> Iterator[None]:
+    def _search_slot(self, foreground: bool = True) -> Iterator[None]:
         """Hold one of the `max_searches` slots for a search, or fail at once when none is
-        free (SearchLimitExceeded: RESOURCE_EXHAUSTED, not a queue)."""
+        free (SearchLimitExceeded: RESOURCE_EXHAUSTED, not a queue). A `foreground` search (a
+        client's, not a ponder or an operation) makes the operations wait while it runs."""
         slots = self._search_slots
         if slots is not None and not slots.acquire(blocking=False):
             self.metrics.searches_rejected.inc()
             raise SearchLimitExceeded(self.max_searches or 0)
         self.metrics.searches_active.inc()
         try:
-            yield
+            with self.foreground.search() if foreground else contextlib.nullcontext():
+                yield
         finally:
             self.metrics.searches_active.dec()
             if slots is not None:
@@ -669,7 +759,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         assert self.ponderer is not None
         resources = contextlib.ExitStack()
         try:
-            resources.enter_context(self._search_slot())
+            resources.enter_context(self._search_slot(foreground=False))
             resources.enter_context(self.search_memory.reserve(
                 state, search.total_visits + self.ponderer.max_visits))
         except (SearchLimitExceeded, SearchMemoryExceeded):
@@ -761,6 +851,126 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             if not context.is_active():
                 return search_pb2.InferSequenceResponse()  # nobody reads it: the call ended
         return infer_sequence_response(job, inferred, watched)
+
+    def _start_infer_sequence(self, request: search_pb2.StartInferSequenceRequest,
+                              call: Call) -> search_pb2.StartInferSequenceResponse:
+        with request_fields("request."):
+            job = infer_sequence_request(request.request, MAX_OPERATION_TIME_MS)
+            with top_level_fields("request."):
+                batcher = self.batcher_for(job.problem.start, "request")
+        resources = contextlib.ExitStack()
+        try:
+            resources.enter_context(self._search_slot(foreground=False))
+            resources.enter_context(self.search_memory.reserve_bytes(
+                inference_bytes(job.problem.game.policy_size(job.problem.size)),
+                "an InferSequence operation's caches", "request"))
+        except BaseException:
+            resources.close()
+            raise
+        view = self.operations.start(
+            lambda op: self._run_operation(op, job, batcher), resources)
+        logger.info("InferSequence operation %s started: %d stones, %d x %d steps",
+                    view.operation_id, job.problem.n, job.params.restarts,
+                    job.params.iterations)
+        return search_pb2.StartInferSequenceResponse(operation=operation_message(view))
+
+    def _run_operation(self, op: Operation, job: InferenceJob, batcher: BatchingEvaluator
+                       ) -> search_pb2.InferSequenceResponse:
+        """The inference of one operation, in its thread: stops between steps when cancelled
+        or out of time, waits while real searches run, reports its progress."""
+        watched = WatchedEvaluator(batcher)  # a plain caller of the batcher, never waited for
+        end = time.monotonic() + job.max_time_ms / 1000.0
+        params = job.params
+        total = params.iterations if params.lockstep else params.iterations * params.restarts
+        progress = {"steps_done": 0, "best": 0.0, "paused_s": 0.0}
+
+        def give_up() -> bool:
+            return op.cancelled.is_set() or time.monotonic() >= end
+
+        def report() -> None:
+            op.report(steps_done=progress["steps_done"], steps_total=total,
+                      best_geometric_mean=progress["best"], calls=watched.calls,
+                      boards=watched.boards, paused_s=progress["paused_s"])
+
+        def improved(order: Scored) -> None:
+            progress["best"] = max(progress["best"], order.geometric_mean)
+
+        asked = [0]
+
+        def should_stop() -> bool:
+            progress["steps_done"] = min(total, asked[0])
+            asked[0] += 1
+            report()
+            if self.foreground.busy:
+                progress["paused_s"] += self.foreground.wait_clear(give_up)
+            return give_up()
+
+        report()
+        result = infer_order(job.problem, watched, params, max_boards=batcher.max_boards,
+                             on_accept=improved, should_stop=should_stop, on_greedy=improved)
+        restarts = () if result.stopped else tuple(r.best for r in result.restarts)
+        inferred = Inference(result.best, result.greedy, restarts, result.iterations,
+                             watched.calls, watched.boards, stopped_early=result.stopped)
+        improved(result.best)
+        if not result.stopped:
+            progress["steps_done"] = total
+        report()
+        if result.stopped and op.cancelled.is_set():
+            raise OperationCancelled()
+        return infer_sequence_response(job, inferred, watched)
+
+
+def operation_error(exc: BaseException) -> tuple[str, str]:
+    """How an operation's failure is reported: the status code name and message the unary
+    InferSequence would have ended with."""
+    failure = _status(exc)
+    if failure is None:
+        return grpc.StatusCode.UNKNOWN.name, repr(exc)
+    return failure.code.name, failure.message
+
+
+_OPERATION_STATES = {
+    OperationState.RUNNING: search_pb2.OPERATION_STATE_RUNNING,
+    OperationState.DONE: search_pb2.OPERATION_STATE_DONE,
+    OperationState.CANCELLED: search_pb2.OPERATION_STATE_CANCELLED,
+    OperationState.FAILED: search_pb2.OPERATION_STATE_FAILED,
+}
+
+
+def operation_message(view: OperationView) -> search_pb2.InferSequenceOperation:
+    p = view.progress
+    message = search_pb2.InferSequenceOperation(
+        operation_id=view.operation_id, state=_OPERATION_STATES[view.state],
+        steps_done=p.steps_done, steps_total=p.steps_total,
+        best_geometric_mean=p.best_geometric_mean, evaluator_calls=p.calls, boards=p.boards,
+        elapsed_ms=view.elapsed_s * 1000.0, paused_ms=p.paused_s * 1000.0,
+        expires_in_ms=view.expires_in_s * 1000.0)
+    if view.state is OperationState.DONE and view.result is not None:
+        message.result.CopyFrom(view.result)
+    if view.error is not None:
+        message.error_code, message.error_message = view.error
+    return message
+
+
+def inference_bytes(policy_points: int) -> int:
+    """What an inference's caches may hold at most (`PrefixScorer`'s bounds): float32 logits
+    rows by input, masked float64 policies by move sequence and by input with their keys and
+    positions (~1 KB each), positions by transition: an estimate from the bounds, reserved
+    against --search-memory-mb while an operation runs (about 180 MB on 19x19)."""
+    position = 1024
+    return (DEFAULT_CACHE_SIZE * policy_points * 4
+            + DEFAULT_PREFIX_CACHE_SIZE * 2 * (policy_points * 8 + position)
+            + DEFAULT_TRANSITION_CACHE_SIZE * position)
+
+
+@contextlib.contextmanager
+def request_fields(prefix: str) -> Iterator[None]:
+    """InvalidRequest raised inside with `prefix` put before its field: the inference of a
+    StartInferSequence is its field `request`."""
+    try:
+        yield
+    except validation.InvalidRequest as exc:
+        raise type(exc)(prefix + exc.field, exc.message) from None
 
 
 def served_evaluators(
@@ -871,6 +1081,9 @@ MAX_INFER_RESTARTS = 64
 MAX_INFER_STEPS = 200_000
 # And its time: max_time_ms 0 means this much (an inference stops with its best order so far).
 MAX_INFER_TIME_MS = validation.MAX_TIME_MS
+# The same for an operation (StartInferSequence): the paper's 40-stone recipe costs 150-420
+# CPU s a position on a 2-core machine, more while real searches make it wait.
+MAX_OPERATION_TIME_MS = 3_600_000
 
 
 @dataclass(frozen=True)
@@ -955,10 +1168,12 @@ def _stone_points(points: Any, size: int, field: str) -> list[int]:
     return flat
 
 
-def infer_sequence_request(request: search_pb2.InferSequenceRequest) -> InferenceJob:
+def infer_sequence_request(request: search_pb2.InferSequenceRequest,
+                           max_time_ms: int = MAX_INFER_TIME_MS) -> InferenceJob:
     """An InferSequence request validated (before any inference): InvalidRequest naming the
     field for a game or rule not known, stones off the board, given twice or in counts no
-    alternation reaches, and for a budget over the limits (which it names)."""
+    alternation reaches, and for a budget over the limits (which it names); `max_time_ms` is
+    the time limit (the unary call's, or an operation's)."""
     with top_level_fields("request."):
         game = validation.game_of(search_pb2.Position(game=request.game,
                                                       game_name=request.game_name), "request")
@@ -967,9 +1182,9 @@ def infer_sequence_request(request: search_pb2.InferSequenceRequest) -> Inferenc
     if not 0 <= request.restarts <= MAX_INFER_RESTARTS:
         raise validation.InvalidRequest(
             "restarts", f"must be in 0..{MAX_INFER_RESTARTS}, got {request.restarts}")
-    if not 0 <= request.max_time_ms <= MAX_INFER_TIME_MS:
+    if not 0 <= request.max_time_ms <= max_time_ms:
         raise validation.InvalidRequest(
-            "max_time_ms", f"must be in 0..{MAX_INFER_TIME_MS}, got {request.max_time_ms}")
+            "max_time_ms", f"must be in 0..{max_time_ms}, got {request.max_time_ms}")
     size = game.request_size(request.board_size)
     with top_level_fields("position."):
         black = _stone_points(request.black, size, "black")
@@ -991,7 +1206,7 @@ def infer_sequence_request(request: search_pb2.InferSequenceRequest) -> Inferenc
         text = str(exc)
         field = "neighbour" if text.startswith("unknown neighbour") else "init"
         raise validation.InvalidRequest(field, text) from None
-    return InferenceJob(problem, params, request.max_time_ms or MAX_INFER_TIME_MS)
+    return InferenceJob(problem, params, request.max_time_ms or max_time_ms)
 
 
 def run_inference(problem: Problem, params: AnnealingParams, evaluator: WatchedEvaluator,
