@@ -11,4 +11,6 @@ Modules:
                  version (its rule: `services.repository.gate`)
     plots        PNG plots of a run: learning curves, top-1 by game stage
     distributed  data-parallel training over processes, GPUs or machines (`torchrun`)
+    tracking     experiment tracking of a run in MLflow (`--track mlflow`): scalars,
+                 parameters, the model card and plots as artefacts; off by default
 """
