@@ -304,7 +304,7 @@ def test_a_fresh_venv_imports_the_client_without_the_platform(client_python: Pat
 
 PREDICT_SCRIPT = """
 import grpc
-from movepred_client import CoordinateError, SearchClient, gomoku_position
+from movepred_client import CoordinateError, SearchClient, gomoku_position, search_pb2
 with SearchClient(ARGS["target"], wait_for_ready=True) as client:
     reply = client.predict(ARGS["moves"], top_k=5)
     many = client.predict_many([ARGS["moves"], ["h8"]], rule="freestyle", top_k=3)
@@ -322,7 +322,20 @@ with SearchClient(ARGS["target"], wait_for_ready=True) as client:
         bad_name = "sent"
     except CoordinateError as exc:
         bad_name = str(exc)
+    import time
+    operation = client.start_infer_sequence(["h8", "i9"], ["h9"], iterations=5, restarts=1,
+                                            seed=1)
+    polled = client.get_infer_sequence(operation.operation_id)
+    for _ in range(600):
+        if polled.state != search_pb2.OPERATION_STATE_RUNNING:
+            break
+        time.sleep(0.1)
+        polled = client.get_infer_sequence(operation.operation_id)
+    after_cancel = client.cancel_infer_sequence(operation.operation_id)
 print(json.dumps({
+    "operation": [search_pb2.OperationState.Name(polled.state),
+                  [m.name for m in polled.result.moves], polled.steps_done,
+                  search_pb2.OperationState.Name(after_cancel.state)],
     "top": [[m.name, m.probability] for m in reply.top_moves],
     "policy_len": len(reply.policy), "model": reply.model_name, "to_move": reply.to_move,
     "many": [[m.name for m in r.top_moves] for r in many.results],
@@ -359,6 +372,10 @@ def test_a_fresh_venv_calls_predict_on_the_running_service(client_python: Path, 
     assert out["analyze"][-1][0] and out["analyze"][-1][1] >= 32
     assert not any(final for final, _ in out["analyze"][:-1])
     assert "'z99'" in out["bad_name"]
+    # an InferSequence operation: started, polled to its end, then left as it ended
+    state, moves_inferred, steps, after_cancel = out["operation"]
+    assert state == "OPERATION_STATE_DONE" and after_cancel == "OPERATION_STATE_DONE"
+    assert sorted(moves_inferred) == ["h8", "h9", "i9"] and steps == 5
 
 
 class _Unavailable(grpc.GenericRpcHandler):

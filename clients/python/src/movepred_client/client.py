@@ -290,6 +290,41 @@ class SearchClient:
         server knows by name, whose stones are then (x, y) pairs. `options`: the other
         InferSequenceRequest fields (iterations, restarts, neighbour, init, tempering,
         polish). timeout None: max_time_ms (0: the server's limit) plus 10 s."""
+        request = self._infer_request(black, white, game, rule, board_size, seed, max_time_ms,
+                                      **options)
+        wait = _search_timeout(timeout, max_time_ms or INFER_SEQUENCE_LIMIT_MS)
+        return self._stub.InferSequence(request, **self._call_options(wait))
+
+    def start_infer_sequence(self, black: Sequence[GoMoveLike], white: Sequence[GoMoveLike],
+                             game: str = "gomoku", rule: str | int = 0, board_size: int = 0,
+                             seed: int = 0, max_time_ms: int = 0, timeout: float | None = 10.0,
+                             **options: Any) -> search_pb2.InferSequenceOperation:
+        """`infer_sequence` as a background operation on the server, for budgets past the
+        unary call's 60 s (the paper's recipe; max_time_ms 0: the operation's limit, 1 hour):
+        the operation with its id, for `get_infer_sequence` and `cancel_infer_sequence`."""
+        request = self._infer_request(black, white, game, rule, board_size, seed, max_time_ms,
+                                      **options)
+        return self._stub.StartInferSequence(
+            search_pb2.StartInferSequenceRequest(request=request),
+            **self._call_options(timeout)).operation
+
+    def get_infer_sequence(self, operation_id: str, timeout: float | None = 10.0
+                           ) -> search_pb2.InferSequenceOperation:
+        """An operation's progress, and its `result` once its state is DONE."""
+        return self._stub.GetInferSequence(
+            search_pb2.GetInferSequenceRequest(operation_id=operation_id),
+            **self._call_options(timeout)).operation
+
+    def cancel_infer_sequence(self, operation_id: str, timeout: float | None = 30.0
+                              ) -> search_pb2.InferSequenceOperation:
+        """Stop an operation; its state after (CANCELLED, or how it had already ended)."""
+        return self._stub.CancelInferSequence(
+            search_pb2.CancelInferSequenceRequest(operation_id=operation_id),
+            **self._call_options(timeout)).operation
+
+    def _infer_request(self, black: Sequence[GoMoveLike], white: Sequence[GoMoveLike],
+                       game: str, rule: str | int, board_size: int, seed: int,
+                       max_time_ms: int, **options: Any) -> search_pb2.InferSequenceRequest:
         name = game.strip().lower()
         size = board_size or {"gomoku": GOMOKU_SIZE, "go": GO_SIZE}.get(name, 0)
 
@@ -309,13 +344,11 @@ class SearchClient:
 
         known = {v.name.removeprefix(_prefix(search_pb2.Game)).lower()
                  for v in search_pb2.Game.DESCRIPTOR.values if v.number}
-        request = search_pb2.InferSequenceRequest(
+        return search_pb2.InferSequenceRequest(
             game=enum_value(search_pb2.Game, name) if name in known else 0, game_name=name,
             rule=enum_value(search_pb2.Rule, rule), board_size=size,
             black=[point(s) for s in black], white=[point(s) for s in white], seed=seed,
             max_time_ms=max_time_ms, **options)
-        wait = _search_timeout(timeout, max_time_ms or INFER_SEQUENCE_LIMIT_MS)
-        return self._stub.InferSequence(request, **self._call_options(wait))
 
     def close(self) -> None:
         self._channel.close()
