@@ -209,16 +209,18 @@ def test_greedy_opponent_is_seeded_and_captures() -> None:
 
 
 def test_play_refuses_what_it_cannot_play(capsys: pytest.CaptureFixture[str]) -> None:
-    """Go has no reference player and self-play is Gomoku's; Gomoku self-play needs --out;
-    a size the game does not serve is refused before any call."""
+    """Self-play (any game without a reference player) needs --out; a size the game does not
+    serve is refused before any call; errors go to stderr, nothing to stdout."""
     from services.cli import main
 
     assert main(["play", "--game", "go", "--target", "127.0.0.1:1"]) == 2
-    assert "Go has no reference player" in capsys.readouterr().out
+    out = capsys.readouterr()
+    assert "--out (the record file to write) is required" in out.err and out.out == ""
     assert main(["play", "--target", "127.0.0.1:1"]) == 2
-    assert "--out (the SGF file to write) is required" in capsys.readouterr().out
+    assert "--out (the record file to write) is required" in capsys.readouterr().err
     assert main(["play", "--game", CAPTURE.name, "--size", "10", "--target", "127.0.0.1:1"]) == 2
-    assert "--size must be one of [5, 6, 7, 8, 9]" in capsys.readouterr().out
+    out = capsys.readouterr()
+    assert "--size must be one of [5, 6, 7, 8, 9]" in out.err and out.out == ""
 
 
 # --------------------------------------------------------------------------- over Triton
