@@ -8,7 +8,7 @@ Run: python -m flows.capture_train --out runs/capture/grid [--runs 10 --evaluati
          [--pgpe-steps 0.1:0.05] [--coevolution] [--shaping 0.5[:losses]] [--restarts]
          [--curriculum 0.25] [--scout 1000] [--cmaes-first 2500] [--pgpe-memory 50]
          [--cmaes-popsize 60] [--common-draws] [--abandon 2500:-0.5] [--weight-decay 0.01]
-         [--combine]
+         [--combine] [--init WEIGHTS [--init-sigma 0.5 | --keep-sigma]]
          [--seed 0] [--together 10]
      python -m flows.capture_train --out runs/capture/grid --replot docs/fig.png [--dpi 90]
 
@@ -58,6 +58,20 @@ candidate's fitness less C times its mean squared weight (see runs.py).
 cell each (those that apply to its optimiser): the best MDLSTM 5x5 recipe in
 docs/capture_game.md is `--optimisers cmaes --cmaes-popsize 30 --lazy 10:70 --weight-decay 0.01
 --combine --evaluations 9250` (9,250 x 40 games: 12,060 fitness evaluations, the paper's 12,000).
+
+`--init FILE` starts every run from the weights in FILE instead of random ones (a flow's
+`best_network.pt`, a flat vector, or a run's checkpoint `OUT/runs/<run>.pkl`, whose optimiser's
+mean is the start): the paper's incremental scaling, a network trained on one size retrained on
+the next (the networks' weights do not depend on the board size). `--init-sigma S` starts the
+optimiser's search widths at S for every weight instead of its own sigma_0 (PGPE's 2.0);
+`--keep-sigma` (PGPE, from a run's checkpoint) keeps the widths that run's optimiser ended with
+(see runs.py). E.g. 7x7 from a 5x5 run, then 9x9 from the 7x7 one:
+    python -m flows.capture_train --out runs/capture/scale7 --networks mdlstm --sizes 7 \
+        --optimisers pgpe --evaluations 700 --runs 3 --workers 0 \
+        --init runs/capture/full5/best_network.pt --init-sigma 0.5
+    python -m flows.capture_train --out runs/capture/scale9 --networks mdlstm --sizes 9 \
+        --optimisers pgpe --evaluations 700 --runs 3 --workers 0 \
+        --init runs/capture/scale7/best_network.pt --init-sigma 0.5
 
 What it leaves under `--out`:
     runs/<run>.pkl          each run's checkpoint (optimiser, history; the finished result)
@@ -182,7 +196,9 @@ def grid_specs(networks: list[str], sizes: list[int], optimisers: list[str], run
                cmaes_first: int = 0, pgpe_memory: int = 0,
                cmaes_popsize: int = 0, common_draws: bool = False,
                abandon: tuple[int, float] | None = None,
-               weight_decay: float = 0.0, combine: bool = False) -> list[RunSpec]:
+               weight_decay: float = 0.0, combine: bool = False,
+               init: str | None = None, init_sigma: float = 0.0,
+               keep_sigma: bool = False) -> list[RunSpec]:
     """Every run of the grid: each cell, then its lazy variant where `lazy` is given, its
     co-evolving variant where `coevolution` is set, its length-shaped variant where `shaping`
     is > 0, its opponent-curriculum variant where `curriculum` is > 0, its scouting variant
@@ -191,7 +207,8 @@ def grid_specs(networks: list[str], sizes: list[int], optimisers: list[str], run
     starts where `abandon` is given, its weight-decay variant where `weight_decay` is > 0,
     with `combine`, all those variants of a cell merged into one; for PGPE its variants with
     `pgpe_steps` and `pgpe_memory` where given, and for CMA-ES its variants
-    with restarts where `restarts` is set and with `cmaes_popsize` where given."""
+    with restarts where `restarts` is set and with `cmaes_popsize` where given. Every run
+    starts from `init`'s weights where given (with `init_sigma` or `keep_sigma`)."""
     specs = []
     for network in networks:
         for size in sizes:
@@ -217,8 +234,10 @@ def grid_specs(networks: list[str], sizes: list[int], optimisers: list[str], run
                     variants.append({"cmaes_popsize": cmaes_popsize})
                 if combine and len(variants) > 1:
                     variants = [{}, {k: v for variant in variants for k, v in variant.items()}]
+                start = {"init": init, "init_sigma": init_sigma,
+                         "keep_sigma": keep_sigma and optimiser == "pgpe"} if init else {}
                 specs += [RunSpec(network, size, optimiser, r, seed, evaluations, games,
-                                  final_games=final_games, **variant)
+                                  final_games=final_games, **variant, **start)
                           for variant in variants for r in range(runs)]
     return specs
 
@@ -237,7 +256,9 @@ def capture_train(out_dir: str = DEFAULT_OUT, networks: list[str] | None = None,
                   pgpe_memory: int = 0, cmaes_popsize: int = 0,
                   common_draws: bool = False,
                   abandon: tuple[int, float] | None = None,
-                  weight_decay: float = 0.0, combine: bool = False) -> dict:
+                  weight_decay: float = 0.0, combine: bool = False,
+                  init: str | None = None, init_sigma: float = 0.0,
+                  keep_sigma: bool = False) -> dict:
     """Run the grid (see the module docstring) into `out_dir`; return the per-cell table."""
     log = get_run_logger()
     out = Path(out_dir).resolve()
@@ -246,7 +267,8 @@ def capture_train(out_dir: str = DEFAULT_OUT, networks: list[str] | None = None,
                        optimisers or list(OPTIMISERS), runs, evaluations, games, seed,
                        lazy, final_games, pgpe_steps, coevolution, shaping, shaping_form,
                        restarts, curriculum, scout, cmaes_first, pgpe_memory,
-                       cmaes_popsize, common_draws, abandon, weight_decay, combine)
+                       cmaes_popsize, common_draws, abandon, weight_decay, combine,
+                       init, init_sigma, keep_sigma)
     progress = create_progress_artifact(progress=0.0, key="capture-train-progress",
                                         description=f"runs finished of {len(specs)}")
     futures = [search_runs.submit(
@@ -571,6 +593,16 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--combine", action="store_true",
                         help="put the variant options together into one extra cell per cell "
                              "instead of one cell each")
+    parser.add_argument("--init", default=None, metavar="FILE",
+                        help="start every run from these weights (best_network.pt, a flat "
+                             "vector, or a run's checkpoint .pkl: its mean) instead of random "
+                             "ones: incremental scaling (see runs.py)")
+    parser.add_argument("--init-sigma", type=bounded(float, 0), default=0.0, metavar="S",
+                        help="with --init: the optimiser's starting width for every weight "
+                             "(default: its own, PGPE's 2.0)")
+    parser.add_argument("--keep-sigma", action="store_true",
+                        help="with --init of a run's checkpoint: PGPE starts with the widths "
+                             "that run's optimiser ended with")
     parser.add_argument("--restarts", action="store_true",
                         help="also run every CMA-ES cell with IPOP restarts (see cmaes.py)")
     parser.add_argument("--generalise", type=_csv(int, BOARD_SIZES), default=list(GENERALISE_SIZES),
@@ -610,6 +642,19 @@ def main(argv: list[str] | None = None) -> dict:
                         **{option: getattr(args, option)})
             except ValueError as error:
                 parser.error(f"--{option.replace('_', '-')}: {error}")
+    if args.init is not None:
+        init = Path(args.init).resolve()
+        if args.init_sigma and args.keep_sigma:
+            parser.error("--init-sigma and --keep-sigma: one or the other")
+        for network in args.networks:
+            try:
+                RunSpec(network, args.sizes[0], "pgpe" if args.keep_sigma else "es",
+                        init=str(init), init_sigma=args.init_sigma, keep_sigma=args.keep_sigma)
+            except ValueError as error:
+                parser.error(f"--init: {error}")
+        args.init = str(init)
+    elif args.init_sigma or args.keep_sigma:
+        parser.error("--init-sigma and --keep-sigma go with --init")
     configure_logging(args)
     # `python -m flows.capture_train` runs this file as __main__: take the flow from the
     # importable module so that Dask workers unpickle its tasks by reference
@@ -628,7 +673,8 @@ def main(argv: list[str] | None = None) -> dict:
                    cmaes_first=args.cmaes_first, pgpe_memory=args.pgpe_memory,
                    cmaes_popsize=args.cmaes_popsize, common_draws=args.common_draws,
                    abandon=args.abandon, weight_decay=args.weight_decay,
-                   combine=args.combine)
+                   combine=args.combine, init=args.init, init_sigma=args.init_sigma,
+                   keep_sigma=args.keep_sigma)
     print(table_markdown(result["cells"]))
     print(generalisation_markdown(result["generalisation"]))
     print(f"best run: {result['best']} -> {Path(args.out) / 'best_network.pt'}")

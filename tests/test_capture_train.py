@@ -808,3 +808,60 @@ def test_bad_grid_options_are_usage_errors_before_anything_runs(
         err = capsys.readouterr().err
         assert exited.value.code == 2 and flag[0] in err and message in err, (flag, err)
     assert not out.exists()
+
+
+def test_a_run_starts_from_given_weights_with_reset_set_or_kept_widths(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Incremental scaling: a run on one size starts from the weights of a network trained on
+    another (a weights file, or a run's checkpoint: its optimiser's mean), PGPE's widths its
+    own sigma_0, a given one, or the checkpoint's optimiser's; the weights name the cell."""
+    import pickle
+
+    from flows.capture_train import main
+    from services.policy_search.runs import network_for, start_point
+
+    small = RunSpec("mdrnn", 5, "pgpe", run=2, evaluations=12, games=2, final_games=2)
+    trained = run(small, tmp_path / "small.pkl")
+    flat = tmp_path / "small.npy"
+    np.save(flat, trained.mean)
+    from_file = RunSpec("mdrnn", 7, "pgpe", evaluations=2, games=2, final_games=2,
+                        init=str(flat))
+    assert np.array_equal(start_point(from_file, network_for(from_file)), trained.mean)
+    # PGPE's first generation only sets its baseline: the mean network is still the start
+    up = run(from_file, tmp_path / "up.pkl")
+    assert np.array_equal(up.mean, trained.mean)
+    assert np.all(load_state(tmp_path / "up.pkl")["optimiser"].sigma == 2.0)  # the paper's
+    plain = RunSpec("mdrnn", 7, "pgpe", evaluations=2, games=2, final_games=2)
+    assert from_file.cell.startswith(plain.cell + "-from") and from_file.cell != plain.cell
+    # a set width, and the widths the checkpoint's PGPE ended with
+    narrow = RunSpec("mdrnn", 7, "pgpe", evaluations=2, games=2, final_games=2,
+                     init=str(flat), init_sigma=0.5)
+    run(narrow, tmp_path / "narrow.pkl")
+    assert np.all(load_state(tmp_path / "narrow.pkl")["optimiser"].sigma == 0.5)
+    state = load_state(tmp_path / "small.pkl")  # widths of its own, as a longer run has
+    state["optimiser"].sigma = np.random.default_rng(0).uniform(0.1, 1.0, 12)
+    (tmp_path / "ended.pkl").write_bytes(pickle.dumps(state))
+    kept = RunSpec("mdrnn", 7, "pgpe", evaluations=2, games=2, final_games=2,
+                   init=str(tmp_path / "ended.pkl"), keep_sigma=True)
+    run(kept, tmp_path / "kept.pkl")
+    ended, began = state["optimiser"], load_state(tmp_path / "kept.pkl")["optimiser"]
+    assert np.array_equal(began.sigma, ended.sigma) and np.array_equal(began.mean, ended.mean)
+    assert len({narrow.cell, kept.cell, from_file.cell}) == 3
+    # what cannot start a run is refused before a game is played, naming the file
+    other = tmp_path / "other.npy"
+    np.save(other, np.zeros(7))
+    with pytest.raises(ValueError, match=r"other\.npy: 7 weights, the network has 12"):
+        RunSpec("mdrnn", 7, "pgpe", init=str(other))
+    with pytest.raises(ValueError, match="no optimiser's widths"):
+        RunSpec("mdrnn", 7, "pgpe", init=str(flat), keep_sigma=True)
+    with pytest.raises(ValueError, match="keep_sigma needs"):
+        RunSpec("mdrnn", 7, "pgpe", keep_sigma=True)
+    # and on the command line, usage errors
+    for flags, message in ((["--init-sigma", "0.5"], "go with --init"),
+                           (["--init", str(other)], "7 weights"),
+                           (["--init", str(tmp_path / "missing.pt")], "no such file")):
+        with pytest.raises(SystemExit) as exited:
+            main(["--out", str(tmp_path / "grid"), "--networks", "mdrnn", *flags])
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and message in err, (flags, err)
+    assert not (tmp_path / "grid").exists()

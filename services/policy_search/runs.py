@@ -104,6 +104,19 @@ that pull. It helps where the optimiser leaves the floor at once (CMA-ES with po
 and lazy evaluation: +0.611 over thirty runs against +0.266) and hurts PGPE, which in its slow
 phase sees nothing but the penalty (`docs/capture_game.md`). Any optimiser.
 
+Given start weights (the paper's incremental scaling: train on 5x5, scale up, retrain): `init`
+names a file whose weights the run starts from instead of random ones (`start.read_start`: a
+weights file such as the flow's ``best_network.pt``, or a run's checkpoint, whose optimiser's
+mean is the start). The networks' weights do not depend on the board size, so a 5x5 network
+starts a 7x7 run as it stands. The search widths: the optimiser's own sigma_0 (PGPE's 2.0, the
+paper's), `init_sigma` for every weight, or with `keep_sigma` (PGPE only, from a run's
+checkpoint) the widths that run's optimiser had at its end (PGPE's sigma, CMA-ES's
+sigma * sqrt(diag C)): a start that already plays loses its play under perturbations as wide
+as the random start's, so the retraining may keep the previous search's widths or choose
+narrower ones. The weights' CRC-32 names the cell (`-from<crc>`), so a run from other weights has
+streams of its own. A chain started after an abandoned one (`abandon`) starts from random
+weights as before.
+
 Seeds. The start point x0 (the network's random initial weights) depends only on the grid seed
 and the run index, so the three optimisers of a run start from the same network; the optimiser's
 and the games' random streams also depend on the run's cell, so that no two cells share games.
@@ -144,6 +157,7 @@ from services.policy_search.fitness import (
 from services.policy_search.handoff import Handoff
 from services.policy_search.pgpe import PGPE
 from services.policy_search.scout import Scouted
+from services.policy_search.start import read_start
 
 logger = logging.getLogger(__name__)
 
@@ -190,6 +204,9 @@ class RunSpec:
     common_draws: bool = False  # a generation's candidates meet the same opponent draws (above)
     abandon: tuple[int, float] | None = None  # (episodes, fitness): drop a stuck chain (above)
     weight_decay: float = 0.0  # told fitness minus this x the mean squared weight (above)
+    init: str | None = None  # a file of start weights instead of random ones (above)
+    init_sigma: float = 0.0  # the optimiser's starting width for every weight (0: its own)
+    keep_sigma: bool = False  # PGPE from `init`'s run checkpoint: that optimiser's widths
 
     def __post_init__(self) -> None:
         if self.network not in NETWORKS:
@@ -238,6 +255,18 @@ class RunSpec:
         if self.shaping_form not in SHAPING_FORMS:
             raise ValueError(f"shaping_form {self.shaping_form!r}: one of "
                              f"{', '.join(SHAPING_FORMS)}")
+        if not (self.init_sigma >= 0 and np.isfinite(self.init_sigma)):
+            raise ValueError(f"init_sigma must be >= 0 (0: the optimiser's own): "
+                             f"{self.init_sigma}")
+        if self.keep_sigma and (self.init is None or self.optimiser != "pgpe"
+                                or self.init_sigma):
+            raise ValueError("keep_sigma needs init (a run checkpoint), pgpe and no "
+                             "init_sigma")
+        if self.init is not None:
+            start = read_start(self.init, NETWORKS[self.network])  # ValueError: not a start
+            if self.keep_sigma and start.widths is None:
+                raise ValueError(f"keep_sigma: {self.init} holds no optimiser's widths (a "
+                                 "run checkpoint of PGPE or CMA-ES has them)")
 
     @property
     def cell(self) -> str:
@@ -258,9 +287,13 @@ class RunSpec:
         abandon = (f"-abandon{self.abandon[0]}below{self.abandon[1]:g}" if self.abandon
                    else "")
         decay = f"-decay{self.weight_decay:g}" if self.weight_decay else ""
+        init = (f"-from{read_start(self.init, NETWORKS[self.network]).tag}"
+                if self.init is not None else "")
+        sigma = ("-keptsigma" if self.keep_sigma
+                 else f"-sigma{self.init_sigma:g}" if self.init_sigma else "")
         return (f"{self.network}-{self.size}x{self.size}-{self.optimiser}{popsize}{restarts}{lazy}"
                 f"{steps}{memory}{common}{coevolution}{shaping}{curriculum}{scout}{cmaes_first}"
-                f"{abandon}{decay}")
+                f"{abandon}{decay}{init}{sigma}")
 
     @property
     def name(self) -> str:
@@ -378,8 +411,10 @@ def network_for(spec: RunSpec) -> torch.nn.Module:
 
 
 def start_point(spec: RunSpec, net: torch.nn.Module, chain: int = 0) -> np.ndarray:
-    """x0: N(0, 1) initial weights (the networks' own init), the same for every optimiser;
-    `chain` > 0: the start drawn after that many abandoned ones."""
+    """x0: N(0, 1) initial weights (the networks' own init), the same for every optimiser, or
+    the spec's `init` weights; `chain` > 0: the start drawn after that many abandoned ones."""
+    if spec.init is not None and not chain:
+        return read_start(spec.init, NETWORKS[spec.network]).weights.copy()
     rng = np.random.default_rng(_streams(spec, chain)[0])
     return rng.standard_normal(net.n_weights())
 
@@ -415,6 +450,11 @@ def _pgpe_after(spec: RunSpec, seed: int, first: CMAES) -> PGPE:
 
 def _pgpe(spec: RunSpec, x0: np.ndarray, seed: int, **kwargs: Any) -> PGPE:
     """PGPE from x0 with the spec's `pgpe_steps` where given, else PGPE's own (the paper's)."""
+    if "sigma0" not in kwargs:
+        if spec.keep_sigma:
+            kwargs["sigma0"] = read_start(spec.init, NETWORKS[spec.network]).widths
+        elif spec.init_sigma:
+            kwargs["sigma0"] = spec.init_sigma
     if spec.pgpe_steps:
         kwargs.update(alpha_mu=spec.pgpe_steps[0], alpha_sigma=spec.pgpe_steps[1])
     return PGPE(x0, seed=seed, memory=spec.pgpe_memory or None, **kwargs)
@@ -424,9 +464,11 @@ def _optimiser(spec: RunSpec, x0: np.ndarray, seed: int) -> Optimizer:
     """The spec's optimiser from x0 (see `make_optimiser`)."""
     if spec.optimiser == "pgpe":
         return _pgpe(spec, x0, seed)
+    widths = {"sigma0": spec.init_sigma} if spec.init_sigma else {}
     if spec.optimiser == "es":
-        return MuCommaLambdaES(x0, seed=seed)
-    return CMAES(x0, seed=seed, restarts=spec.restarts, popsize=spec.cmaes_popsize or None)
+        return MuCommaLambdaES(x0, seed=seed, **widths)
+    return CMAES(x0, seed=seed, restarts=spec.restarts, popsize=spec.cmaes_popsize or None,
+                 **widths)
 
 
 def _fresh_state(spec: RunSpec, net: torch.nn.Module) -> dict[str, Any]:
