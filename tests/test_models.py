@@ -41,6 +41,24 @@ def test_small_configs_script_and_match_eager(name: str) -> None:
         assert torch.allclose(out, model(x), atol=1e-5)
 
 
+# Shao et al. 2016, Table I: parameters of the fully connected and the 1x1 conv top, N = 2, 4, 6
+SHAO_TABLE_I_PARAMS = {2: (6_785_121, 305_025), 4: (7_080_289, 600_193),
+                       6: (7_375_457, 895_361)}
+
+
+@pytest.mark.parametrize("n", sorted(SHAO_TABLE_I_PARAMS))
+def test_shao_table_i_and_ii_configs_differ_only_in_their_top_or_batch_norm(n: int) -> None:
+    def params(name: str) -> int:
+        return sum(p.numel() for p in build(name).parameters())
+
+    fc, conv = SHAO_TABLE_I_PARAMS[n]
+    assert (params(f"shao_f128_n{n}_fc"), params(f"shao_f128_n{n}")) == (fc, conv)
+    batch_norms = [m for m in build(f"shao_f128_n{n}_bn").modules()
+                   if isinstance(m, torch.nn.BatchNorm2d)]
+    assert len(batch_norms) == n + 1  # after the 5x5 conv and every 3x3 one
+    assert params(f"shao_f128_n{n}_bn") == conv + 2 * 128 * (n + 1)
+
+
 def test_unknown_config_names_the_known_ones() -> None:
     with pytest.raises(ValueError, match="shao_f128_n4"):
         build("nope")

@@ -117,9 +117,12 @@ def _rollout(game: str, kernel: int) -> ModelSpec:
 
 _POLICIES: dict[str, ModelSpec] = {
     **{f"shao_f128_n{n}": _shao(128, n) for n in (0, 1, 2, 4, 6, 8, 10)},  # Table III
-    "shao_f128_n4_fc": _shao(128, 4, head="fc"),
-    "shao_f128_n4_bn": _shao(128, 4, batch_norm=True),
-    "shao_f64_n4": _shao(64, 4),
+    # Table I: the fully connected top against the 1x1 conv one (shao_f128_nN), N = 2, 4, 6
+    **{f"shao_f128_n{n}_fc": _shao(128, n, head="fc") for n in (2, 4, 6)},
+    # Table II: batch normalisation after every conv against none (shao_f128_nN)
+    **{f"shao_f128_n{n}_bn": _shao(128, n, batch_norm=True) for n in (2, 4, 6)},
+    # Table III's filter rows at N = 4 (its batch-size rows are a training setting)
+    **{f"shao_f{f}_n4": _shao(f, 4) for f in (64, 192, 256)},
     "shao_f32_n2": _shao(32, 2),  # small: demo and tests on 2 CPU cores
     "res_b6c96": _res(6, 96),
     "res_b10c128": _res(10, 128),
