@@ -25,8 +25,9 @@ images but parameters only through its hparams plugin, and no arbitrary files (a
 For the install, ``mlflow-skinny`` (the client without the server, UI and data-science stack)
 adds 13 packages, 6.9 MB of wheels, to this project's environment, against 4 packages and
 12.5 MB for ``tensorboard`` (its data server alone is 6.6 MB); the full ``mlflow`` package would
-add 38 (pandas, scipy, scikit-learn, Flask among them) and move numpy to 2.x. The UI is the
-full package's: run it from its own environment on the same store (docs/tracking.md).
+add 38 (pandas, scipy, scikit-learn, Flask among them) and, resolved on its own, move numpy to
+2.x (pinned 1.26.4 here). The UI is the full package's: run it from its own environment on
+the same store (docs/tracking.md).
 
 Where runs go (`tracking_uri`): None is a local SQLite store, ``artifacts/mlruns/mlflow.db``
 with the artefact files beside it in ``artifacts/mlruns/artifacts`` (`DEFAULT_TRACKING_DIR`,
@@ -38,9 +39,10 @@ not MLflow's plain-folder store: MLflow 3.18 refuses to open that one unless tol
 ``$MLFLOW_EXPERIMENT_NAME`` or ``movepred-<game>``.
 
 A store that cannot be opened is a `TrackingError` before any step. Once a run trains, a
-failing store (a tracking server going away) costs its scalars, not the training: the first
-failure of each kind is logged as a warning and the run goes on; the run folder keeps the
-run's full record.
+failing store (a tracking server going away) costs what it was sent, not the training: scalars
+are queued to MLflow's logging thread, which logs its own failures, and the first failure of
+each other kind of call is logged here as a warning; the run goes on, and the run folder keeps
+the run's full record.
 """
 
 from __future__ import annotations
