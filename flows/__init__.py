@@ -33,6 +33,10 @@ import os
 import tomllib
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # Prefect is imported only after the defaults below are set
+    from prefect import Flow
 
 RUN_LOGGERS = ("services", "flows")
 PREFECT_DEFAULTS = {
@@ -130,3 +134,25 @@ def announce_prefect_api() -> None:
     """Log `prefect_api_line`: an entry point calls it once its arguments are checked, just
     before its flow runs (a refused command line stays one line)."""
     logging.getLogger(__name__).info("%s", prefect_api_line())
+
+
+def on_dask(flow: Flow, address: str | None = None, workers: int = 0,
+            processes: bool = True) -> Flow:
+    """`flow` with its tasks on a Dask cluster: an existing one at `address`
+    (tcp://host:8786), or a local one of `workers` workers (one thread each; processes unless
+    `processes` is False) started for the run; with neither, `flow` itself. One place for what
+    every flow with a `--dask` option does: Dask's INFO lines (every worker start and stop)
+    kept to warnings, in this process and, through the environment, in local workers."""
+    if not address and not workers:
+        return flow
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
+    logging.getLogger("distributed").setLevel(logging.WARNING)
+    from prefect_dask import DaskTaskRunner
+
+    if address:
+        runner = DaskTaskRunner(address=address)
+    else:
+        runner = DaskTaskRunner(cluster_kwargs={
+            "n_workers": workers, "threads_per_worker": 1, "processes": processes,
+            "dashboard_address": None})
+    return flow.with_options(task_runner=runner)

@@ -40,8 +40,6 @@ How a run goes:
 from __future__ import annotations
 
 import argparse
-import logging
-import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -54,7 +52,7 @@ from prefect.cache_policies import INPUTS
 from prefect.futures import as_completed
 from prefect.tasks import exponential_backoff
 
-from flows import announce_prefect_api, configure_logging
+from flows import announce_prefect_api, configure_logging, on_dask
 from services import logs
 from services.dataset.dedup import BuildSettings, build_shards
 from services.dataset.shards import (
@@ -419,20 +417,7 @@ def ingest_on(dask_address: str | None = None, dask_workers: int = 0,
     """The `ingest` flow on a Dask cluster: an existing one at `dask_address`
     (tcp://host:8786), or a local one of `dask_workers` workers started for the run; without
     either, the flow itself (threads in this process)."""
-    if not dask_address and not dask_workers:
-        return ingest
-    # Dask logs every worker start and stop at INFO; keep warnings (workers inherit the env)
-    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
-    logging.getLogger("distributed").setLevel(logging.WARNING)
-    from prefect_dask import DaskTaskRunner
-
-    if dask_address:
-        runner = DaskTaskRunner(address=dask_address)
-    else:
-        runner = DaskTaskRunner(cluster_kwargs={
-            "n_workers": dask_workers, "threads_per_worker": 1, "processes": dask_processes,
-            "dashboard_address": None})
-    return ingest.with_options(task_runner=runner)
+    return on_dask(ingest, dask_address, dask_workers, processes=dask_processes)
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,7 +43,7 @@ from prefect import Flow, flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from flows import announce_prefect_api, configure_logging
+from flows import announce_prefect_api, configure_logging, on_dask
 from flows.ingest import ingest
 from services import logs, settings
 from services.selfplay.loop import STAGES, Budget, LoopState, run_loop
@@ -213,19 +212,7 @@ def selfplay_on(dask_address: str | None = None, dask_workers: int = 0) -> Flow:
     """The `selfplay` flow whose tasks (the self-play shares) run on a Dask cluster: an
     existing one at `dask_address`, or a local one of `dask_workers` worker processes (one
     thread each) started for the run; without either, the flow itself."""
-    if not dask_address and not dask_workers:
-        return selfplay_flow
-    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
-    logging.getLogger("distributed").setLevel(logging.WARNING)
-    from prefect_dask import DaskTaskRunner
-
-    if dask_address:
-        runner = DaskTaskRunner(address=dask_address)
-    else:
-        runner = DaskTaskRunner(cluster_kwargs={
-            "n_workers": dask_workers, "threads_per_worker": 1, "processes": True,
-            "dashboard_address": None})
-    return selfplay_flow.with_options(task_runner=runner)
+    return on_dask(selfplay_flow, dask_address, dask_workers)
 
 
 def build_parser() -> argparse.ArgumentParser:
