@@ -26,22 +26,12 @@ BOARD_RGB = tuple(int(BOARD_COLOUR[i:i + 2], 16) for i in (1, 3, 5))
 
 @pytest.fixture(scope="module")
 def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from services.search.server import build_service
-    from services.triton.client import PolicyClient
-    from tests.triton_fixtures import go_triton_setup, require_tritonserver
+    from tests.triton_fixtures import go_triton_setup, gomoku_and_go_service, require_tritonserver
 
     require_tritonserver()
     server, _ = go_triton_setup(tmp_path_factory.mktemp("pictures-triton"))
-    with server:
-        gomoku = PolicyClient(server.grpc_url, "gomoku_policy", timeout_s=30.0)
-        go = PolicyClient(server.grpc_url, "go_policy", timeout_s=30.0)
-        service = build_service(gomoku, go_evaluator=go).start()
-        try:
-            yield f"127.0.0.1:{service.port}"
-        finally:
-            service.stop()
-            gomoku.close()
-            go.close()
+    with server, gomoku_and_go_service(server.grpc_url) as service:
+        yield f"127.0.0.1:{service.port}"
 
 
 def rgb(pixels: np.ndarray, x: int, y: int, size: int, dx: float = 0.3,

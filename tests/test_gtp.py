@@ -315,22 +315,12 @@ def test_cli_registers_gtp() -> None:
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from services.search.server import build_service
-    from services.triton.client import PolicyClient
-    from tests.triton_fixtures import go_triton_setup, require_tritonserver
+    from tests.triton_fixtures import go_triton_setup, gomoku_and_go_service, require_tritonserver
 
     require_tritonserver()
     server, _ = go_triton_setup(tmp_path_factory.mktemp("gtp-triton"), with_gomoku=False)
-    with server:
-        gomoku = PolicyClient(server.grpc_url, "gomoku_policy", timeout_s=30.0)
-        go = PolicyClient(server.grpc_url, "go_policy", timeout_s=30.0)
-        svc = build_service(gomoku, go_evaluator=go).start()
-        try:
-            yield f"127.0.0.1:{svc.port}"
-        finally:
-            svc.stop()
-            gomoku.close()
-            go.close()
+    with server, gomoku_and_go_service(server.grpc_url) as svc:
+        yield f"127.0.0.1:{svc.port}"
 
 
 @pytest.mark.timeout(300)

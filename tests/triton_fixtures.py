@@ -275,6 +275,26 @@ def game_search_service(grpc_url: str, game: Any, first: Any) -> Iterator[str]:
         policy.close()
 
 
+@contextmanager
+def gomoku_and_go_service(grpc_url: str, **overrides: Any) -> Iterator[Any]:
+    """The search service in this process (`services.search.server.Service`, started) over
+    the Triton at `grpc_url` serving `gomoku_policy` and `go_policy` (`go_triton_setup`), with
+    `build_service`'s `overrides`; stopped, and its Triton clients closed, on the way out."""
+
+    from services.search.server import build_service
+    from services.triton.client import PolicyClient
+
+    gomoku = PolicyClient(grpc_url, "gomoku_policy", timeout_s=30.0)
+    go = PolicyClient(grpc_url, "go_policy", timeout_s=30.0)
+    service = build_service(gomoku, go_evaluator=go, **overrides).start()
+    try:
+        yield service
+    finally:
+        service.stop()
+        gomoku.close()
+        go.close()
+
+
 @pytest.fixture(scope="module", name="service")
 def search_service(triton_server: TritonSetup) -> Iterator[str]:
     """The search service in this process over `triton_server`, once the model answers
