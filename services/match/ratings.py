@@ -51,6 +51,19 @@ def rate(entries: list[dict[str, Any]], anchor: Hashable | None = None
     return standings(entries, anchor)
 
 
+def _save(fig: Any, path: Path) -> Path:
+    """`fig` written to `path` as a PNG (its folder made) and closed; the path. Called by the
+    plots after they imported matplotlib with the Agg backend."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def plot_ratings(ratings: dict[Hashable, Rating], entries: list[dict[str, Any]], path: Path,
                  title: str = "Elo against version") -> Path:
     """A PNG of Elo (95% interval bars) against version number (see the module docstring)."""
@@ -88,12 +101,7 @@ def plot_ratings(ratings: dict[Hashable, Rating], entries: list[dict[str, Any]],
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def loop_cpu_hours(loop: Mapping[str, Any],
@@ -168,12 +176,7 @@ def plot_elo_against_cpu(ratings: dict[Hashable, Rating], entries: list[dict[str
            ylabel="Elo (95% interval)", title=title)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def write_cards(repository: Path, ratings: dict[Hashable, Rating],
