@@ -33,7 +33,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-
 SIZE = 19  # the sets' board
 
 
@@ -113,8 +112,9 @@ def main() -> None:
                         triton = group_cpu_seconds(pgid) if pgid is not None else 0.0
                         started = client.start_infer_sequence(
                             [(p % SIZE, p // SIZE) for p in black],
-                            [(p % SIZE, p // SIZE) for p in white], game="go", iterations=args.iterations,
-                            restarts=args.restarts, seed=args.seed)
+                            [(p % SIZE, p // SIZE) for p in white], game="go",
+                            iterations=args.iterations, restarts=args.restarts,
+                            seed=args.seed)
                         done = client.wait_infer_sequence(started.operation_id,
                                                           poll_s=args.poll)
                         served = done.result

@@ -140,6 +140,9 @@ CLIENT_CODES = frozenset({
     grpc.StatusCode.DEADLINE_EXCEEDED,
 })
 
+# Calls that only read or stop an operation: they do no search, so a ponder goes on through
+# them (a client polling its operation every second would otherwise end every ponder)
+POLLING_RPCS = frozenset({"GetInferSequence", "CancelInferSequence"})
 # Part of the request deadline kept back for building and sending the GenMove/Analyze reply
 # (on a loaded 2-core machine one batch plus the reply took up to ~0.2 s); besides, a search
 # does not start a batch that its recent batches say would end after that point.
@@ -523,7 +526,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         it ends (GeneratorExit of a dropped stream included: not an Exception, so not mapped),
         and log one line for a call that did not end OK."""
         started = time.perf_counter()
-        if self.ponderer is not None:
+        if self.ponderer is not None and rpc not in POLLING_RPCS:
             self.ponderer.yield_to_request()  # a ponder never delays a real request
         call = Call(rpc)
         code = grpc.StatusCode.OK
