@@ -642,17 +642,16 @@ def main(argv: list[str] | None = None) -> dict:
                         **{option: getattr(args, option)})
             except ValueError as error:
                 parser.error(f"--{option.replace('_', '-')}: {error}")
-    if args.init is not None:
-        init = Path(args.init).resolve()
+    if args.init is not None:  # kept as given: the path is part of each run's spec, which a
+        # rerun of the same command must match to read its runs back
         if args.init_sigma and args.keep_sigma:
             parser.error("--init-sigma and --keep-sigma: one or the other")
         for network in args.networks:
             try:
                 RunSpec(network, args.sizes[0], "pgpe" if args.keep_sigma else "es",
-                        init=str(init), init_sigma=args.init_sigma, keep_sigma=args.keep_sigma)
+                        init=args.init, init_sigma=args.init_sigma, keep_sigma=args.keep_sigma)
             except ValueError as error:
                 parser.error(f"--init: {error}")
-        args.init = str(init)
     elif args.init_sigma or args.keep_sigma:
         parser.error("--init-sigma and --keep-sigma go with --init")
     configure_logging(args)
