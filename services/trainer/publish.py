@@ -1,7 +1,8 @@
 """Publishing a network, for every registered game: one function and one command.
 
     python -m services.trainer.publish --repository R [--game GAME] [--config NAME] [--seed N]
-        [--weights PATH | --checkpoint PATH] [--dataset DIR] [--model-name NAME]
+        [--weights PATH | --checkpoint PATH] [--weights-per-size SIZE=FILE ...]
+        [--dataset DIR] [--model-name NAME]
 
 publishes a network of a named configuration (`services.models.configs`; default: the one the
 weights file names, else the game's `default_config`; ``--game`` defaults to the
@@ -9,7 +10,10 @@ configuration's) as the next version of its game's Triton model for the configur
 (`Game.model_name`: ``go_policy``, ``go_policy_extended``, ``capture_policy``, ...), and prints
 the version: random weights drawn from ``--seed``, or those of a weights file
 (`services.models.weights.read_weights`: a trainer checkpoint, the policy search's
-``best_network.pt``, a state_dict or a flat vector). `publish_model` is the command as a
+``best_network.pt``, a state_dict or a flat vector; or a per-size file, one network per board
+size, which ``--weights-per-size 5=a.pt 7=b.pt 9=c.pt`` writes to ``--weights`` from several
+``best_network.pt`` files: served as one model, `services.models.per_size.PerSize`, that plays
+each board with the network of its size). `publish_model` is the command as a
 function; `publish_network` publishes a network at hand, and the train flow (flows/train.py,
 which runs `export_and_publish` as a Prefect task) and rank 0 of
 `services.trainer.distributed` publish their trained networks through it too.
@@ -59,7 +63,7 @@ from services.games.rollout import RolloutWeights
 from services.games.triton_config import io_dims
 from services.models.configs import CONFIGS, spec
 from services.models.export import ExportError, export_for_serving
-from services.models.weights import WeightsFile, network, read_weights
+from services.models.weights import WeightsFile, network, read_weights, write_per_size
 from services.repository import gate
 from services.repository.configs import config_file, config_io, dims_accept
 from services.repository.model_card import build_card
@@ -144,13 +148,15 @@ def export_checked(result: TrainResult, model_file: Path, dataset_dir: str | Pat
 
 
 def export_served(net: nn.Module, config: str, model_file: Path,
-                  dataset_dir: str | Path | None = None) -> float:
+                  dataset_dir: str | Path | None = None,
+                  sizes: tuple[int, ...] | None = None) -> float:
     """The TorchScript export of what Triton serves for `net` (a `config` network:
     `ModelSpec.served`), checked against the eager module (`export_for_serving`) at every size
     its game's model is test-run at (`check_sizes_for`) on the game's random inputs and
     positions of random legal games, and on `CHECK_ROWS` real validation positions of
     `dataset_dir` where given, all in the model's input (`ModelSpec.encoder`); return the
-    max abs difference."""
+    max abs difference. `sizes`: check at these instead (a per-size network: every size its
+    game serves, so each network it holds, and each choice between them, is checked)."""
     found = spec(config)
     game = get_game(found.game)
     boards = None
@@ -158,7 +164,8 @@ def export_served(net: nn.Module, config: str, model_file: Path,
         boards = read_split(Path(dataset_dir), "validation")[0][:CHECK_ROWS]
         if len(boards):
             boards = game.encode_inputs(boards, found.encoder)
-    return export_for_serving(found.served(net), model_file, game, check_sizes_for(game),
+    return export_for_serving(found.served(net), model_file, game,
+                              sizes or check_sizes_for(game),
                               encoder=found.encoder, n_check=CHECK_INPUTS, boards=boards)
 
 
@@ -218,7 +225,8 @@ def publish_network(net: nn.Module, config: str, repository: str | Path,
                     metrics: dict | None = None, metrics_source: str | None = None,
                     decision: gate.GateDecision | None = None,
                     metadata: dict | None = None,
-                    rollout: RolloutWeights | None = None) -> int:
+                    rollout: RolloutWeights | None = None,
+                    check_sizes: tuple[int, ...] | None = None) -> int:
     """Export a `config` network `net` (`export_served`: checked, at its game's sizes) and
     publish it as the next version of `model_name` (default: its game's model for the
     configuration's input, `Game.model_name`); return the
@@ -234,8 +242,9 @@ def publish_network(net: nn.Module, config: str, repository: str | Path,
     (`evaluate_dataset`), else none. `source` (recorded as ``source``) says what the network
     was made from. `rollout`: the fast rollout policy trained with the network, versioned
     with it (``rollout.npz`` beside ``model.pt``: searches with ``rollout_lambda`` > 0 use
-    it); refused (ValueError) when it plays another game's rollouts. ValueError when the
-    dataset is of another game than the configuration."""
+    it); refused (ValueError) when it plays another game's rollouts. `check_sizes`: the sizes
+    the export is checked at, when not its game's usual ones (`export_served`). ValueError
+    when the dataset is of another game than the configuration."""
     found = spec(config)
     game = get_game(found.game)
     encoder = found.encoder
@@ -257,7 +266,7 @@ def publish_network(net: nn.Module, config: str, repository: str | Path,
                       metrics=metrics, metrics_source=metrics_source, gate=decision)
     with tempfile.TemporaryDirectory(prefix="publish-") as tmp:
         model_file = Path(tmp) / MODEL_FILE
-        diff = export_served(net, config, model_file, dataset_dir)
+        diff = export_served(net, config, model_file, dataset_dir, check_sizes)
         info = {**(metadata or {}), **card, "export_max_abs_diff": diff}
         extra_files: dict[str, Path | bytes] = {}
         rows = smoke_rows(dataset_dir, encoder=encoder) if dataset_dir is not None else None
@@ -307,7 +316,9 @@ def publish_model(repository: str | Path, *, game: str | None = None,
     """Publish a network of any registered game (`publish_network`): a `config` network (the
     configuration `resolve_config` picks from `game`, `config` and the weights file) with
     random weights drawn from `seed`, or those of `weights` (a trainer checkpoint, the policy
-    search's ``best_network.pt``, a state_dict or a flat vector: `read_weights`). The card's
+    search's ``best_network.pt``, a state_dict or a flat vector, or a per-size file of one
+    network per board size, served as one module and checked at every size its game serves:
+    `read_weights`). The card's
     metrics: with `dataset`, the network evaluated on its splits now; else those the weights
     file records (the checkpoint's last evaluation, the policy search's fitness); else none.
     Returns the version."""
@@ -324,11 +335,16 @@ def publish_model(repository: str | Path, *, game: str | None = None,
                                                   "no dataset to evaluate it on")
     if dataset is not None:  # measured now instead
         metrics = metrics_source = None
+    per_size = found is not None and found.sizes is not None
+    metadata: dict[str, Any] = {"seed": None if where else seed, "weights": where}
+    if per_size:
+        metadata["per_size"] = sorted(found.sizes)
     return publish_network(net, config, repository, model_name, dataset_dir=dataset,
                            recipe=recipe, metrics=metrics, metrics_source=metrics_source,
                            source=where or f"untrained {config}, seed {seed}",
-                           metadata={"seed": None if where else seed, "weights": where},
-                           rollout=read_rollout_file(rollout))
+                           metadata=metadata, rollout=read_rollout_file(rollout),
+                           check_sizes=(get_game(spec(config).game).sizes
+                                        if per_size else None))
 
 
 def check_rollout_game(rollout: RolloutWeights, game: Game) -> None:
@@ -354,6 +370,20 @@ def read_rollout_file(rollout: str | Path | RolloutWeights | None) -> RolloutWei
         raise ValueError(f"{path}: not a rollout policy file ({exc})") from exc
 
 
+def per_size_files(pairs: Sequence[str]) -> dict[int, Path]:
+    """``SIZE=FILE`` pairs as {size: file}; ValueError naming a pair that is not one, or a
+    size given twice."""
+    files: dict[int, Path] = {}
+    for pair in pairs:
+        size, sep, file = pair.partition("=")
+        if not sep or not size.strip().isdigit() or not file:
+            raise ValueError(f"{pair!r}: give SIZE=FILE, e.g. 7=runs/capture/7x7.pt")
+        if int(size) in files:
+            raise ValueError(f"size {int(size)} given twice")
+        files[int(size)] = Path(file)
+    return files
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m services.trainer.publish",
@@ -371,6 +401,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--weights", "--checkpoint", dest="weights", type=Path, default=None,
                    help="trainer checkpoint, policy search best_network.pt, state_dict (.pt) "
                         "or flat weight vector (.npy, .npz)")
+    p.add_argument("--weights-per-size", nargs="+", default=None, metavar="SIZE=FILE",
+                   help="one network per board size (e.g. 5=a.pt 7=b.pt 9=c.pt: policy search "
+                        "best_network.pt files), served as one model that plays each board "
+                        "with the network of the largest size at or below it; combined into "
+                        "--weights FILE (written) and published")
     p.add_argument("--dataset", type=Path, default=None,
                    help="dataset of the game: the network's top-1/top-5 (by stage) on each "
                         "split for its model card, and validation positions stored with it")
@@ -381,7 +416,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "--save) published with the network: searches with rollout_lambda > 0 "
                         "use it")
     args = p.parse_args(argv)
+    if args.weights_per_size is not None and args.weights is None:
+        p.error("--weights-per-size writes the combined file to --weights FILE: name it")
     try:
+        if args.weights_per_size is not None:
+            write_per_size(per_size_files(args.weights_per_size), args.weights)
         found = read_weights(args.weights) if args.weights is not None else None
         config = resolve_config(args.game, args.config, found)
         found_spec = spec(config)
