@@ -11,7 +11,9 @@ sweeps are the same layer run on the board mirrored vertically, horizontally and
 directions share every weight, as in the paper's "four (identical) hidden layers". The output
 at each point is sigmoid(sum over the four directions of w_out . h_d(i, j)), a preference per
 point; the player moves to the legal point with the highest one. Nothing depends on the board
-size, so the same weights play 5x5, 7x7 or 9x9.
+size, so the same weights play 5x5, 7x7 or 9x9 (though a network trained on one size loses on
+the others: one retrained per size is served as one model, `services.models.per_size.PerSize`,
+inside `CapturePolicy`).
 
 Input per point: two values, (1, 0) for a stone of the player to move, (0, 1) for an opponent
 stone, (0, 0) for an empty point (the paper's two input weights per hidden neuron; PyBrain's
