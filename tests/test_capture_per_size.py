@@ -2,7 +2,7 @@
 (`write_per_size` / `read_weights`), the `PerSize` module, and its publication
 (`python -m services.trainer.publish --weights-per-size`), whose TorchScript file must play each
 size 5..9 exactly as the in-process network trained for it (small random-weight networks, no
-training)."""
+training), and a real Triton serving it."""
 
 from __future__ import annotations
 
@@ -17,7 +17,10 @@ from services.games.capture.game import CAPTURE
 from services.models.configs import spec
 from services.models.per_size import PerSize
 from services.models.weights import load_weights, network, read_weights, write_per_size
-from services.trainer.publish import main
+from services.trainer.publish import main, publish_model
+from services.triton.client import PolicyClient
+from services.triton.launcher import TritonServer
+from tests.triton_fixtures import make_repository, require_tritonserver
 
 CONFIG = "capture_mdlstm_k2"
 TRAINED = {5: 11, 7: 12, 9: 13}  # size -> the seed of its random network
@@ -96,3 +99,23 @@ def test_the_published_per_size_model_plays_each_size_with_its_network(
         # and not another size's network (the random networks differ on every size)
         other = _logits(wrap(network(CONFIG, TRAINED[9 if _plays(size) != 9 else 5])), boards)
         assert not torch.allclose(got, other, atol=1e-3), size
+
+
+@pytest.mark.timeout(300)
+def test_triton_serves_the_per_size_model_on_every_size(tmp_path: Path) -> None:
+    """The published per-size version loads in a real Triton (the tracked ``capture_policy``
+    config, any size) and answers each size 5..9 with the logits of that size's network."""
+    require_tritonserver()
+    repo = make_repository(tmp_path, CAPTURE.default_model)
+    combined = write_per_size(_best_networks(tmp_path), tmp_path / "per_size.pt")
+    assert publish_model(repo, game=CAPTURE.name, weights=combined) == 1
+    wrap = spec(CONFIG).served
+    server = TritonServer(repo, models=(CAPTURE.default_model,),
+                          log_path=tmp_path / "tritonserver.log", startup_timeout_s=120)
+    with server, PolicyClient(server.grpc_url, CAPTURE.default_model, timeout_s=30.0) as client:
+        for size in CAPTURE.sizes:
+            boards = CAPTURE.sample_inputs(6, size, size)
+            got = torch.tensor(client.infer(boards).logits)
+            own = _logits(wrap(network(CONFIG, TRAINED[_plays(size)])), boards)
+            assert got.shape == (6, size * size)
+            assert torch.allclose(got, own, atol=1e-5), size
