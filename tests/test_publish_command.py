@@ -77,7 +77,8 @@ def test_the_command_publishes_a_network_of_every_game(game: Game, tmp_path: Pat
     (["--config", "no_such_net"], "unknown model config 'no_such_net'; known: "),
     (["--game", "capture", "--config", "go_res_b2c32"],
      "'go_res_b2c32' is a go configuration, not a Capture Game one (Capture Game "
-     "configurations: capture_mdlstm_k2, capture_mdrnn_k2)"),
+     "configurations: capture_mdlstm_k2, capture_mdrnn_k2, capture_res_b2c32, "
+     "capture_res_b2c32_v)"),
     (["--game", "go", "--config", "tictactoe_tiny"],
      "'tictactoe_tiny' is a tictactoe configuration, not a Go one"),
     (["--game", "chess"], "unknown game"),
