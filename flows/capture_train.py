@@ -92,7 +92,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 from pathlib import Path
 
 import numpy as np
@@ -106,7 +105,7 @@ from prefect.artifacts import (
 from prefect.futures import as_completed
 from prefect.tasks import exponential_backoff
 
-from flows import announce_prefect_api, configure_logging
+from flows import announce_prefect_api, configure_logging, on_dask
 from services import logs
 from services.atomic_files import atomic_path, atomic_write_text
 from services.games.capture.game import MAX_SIZE as CAPTURE_MAX_SIZE
@@ -449,18 +448,7 @@ def plot_curves(results: list[dict], path: Path, dpi: int = 110) -> None:
 def capture_train_on(address: str | None = None, workers: int = 0) -> Flow:
     """The flow on a Dask cluster: an existing one at `address`, or a local one of `workers`
     processes (one thread each) started for the run; with neither, the flow's own process."""
-    if not address and not workers:
-        return capture_train
-    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
-    logging.getLogger("distributed").setLevel(logging.WARNING)
-    from prefect_dask import DaskTaskRunner
-
-    if address:
-        runner = DaskTaskRunner(address=address)
-    else:
-        runner = DaskTaskRunner(cluster_kwargs={"n_workers": workers, "threads_per_worker": 1,
-                                                "processes": True, "dashboard_address": None})
-    return capture_train.with_options(task_runner=runner)
+    return on_dask(capture_train, address, workers)
 
 
 def _csv(kind: type, choices: tuple | None = None):
