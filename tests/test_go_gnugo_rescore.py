@@ -50,3 +50,29 @@ def test_a_match_folder_is_rescored_by_gnugo(tmp_path: Path, capsys) -> None:
     assert figures["rows"][0]["gnugo_winner"] == "black"  # black holds the larger area
     assert figures["agree"] == 0  # the entry's area winner was white
     assert "agree on 0 of 1 games" in capsys.readouterr().out
+
+
+@pytest.mark.integration
+def test_gnugo_as_a_match_engine_captures_dead_stones_before_it_passes(tmp_path: Path) -> None:
+    """A match counts every stone left on the board as alive, so GNU Go must not pass with a
+    dead stone of its opponent in its territory (it passes there without
+    ``--capture-all-dead``)."""
+    from services.games.registry import get_game
+    from services.match.specs import open_engine, resolve
+
+    if find_gnugo() is None:
+        pytest.skip("gnugo is not installed (apt-get install gnugo)")
+    go = get_game("go")
+    # black walls column E, white column F; black's H5 is dead inside white's area
+    state = go.start(9)
+    for row in range(9):
+        state = state.play(go.parse_move(f"E{row + 1}", 9))
+        state = state.play(go.parse_move(f"F{row + 1}", 9))
+    state = state.play(go.parse_move("H5", 9))
+    engine = open_engine(resolve("gnugo:level=10", go, tmp_path), go)
+    try:
+        move = engine.genmove(state)
+    finally:
+        engine.close()
+    assert move is not None and move != go.pass_move(9), "GNU Go passed over a dead stone"
+    assert state.legal_mask()[move]

@@ -121,9 +121,13 @@ class PolicyEngine:
 
 
 def gnugo_argv(binary: str, level: int, seed: int = 0) -> list[str]:
-    """GNU Go as a GTP engine at `level` (0..10), scoring by area as the Go rules here do."""
+    """GNU Go as a GTP engine at `level` (0..10), scoring by area as the Go rules here do,
+    and capturing every dead stone before it passes (``--capture-all-dead``): a match ends
+    at two passes and counts every stone on the board as alive, so GNU Go's habit of passing
+    with its opponent's dead stones in its territory (expecting them removed at scoring) would
+    hand those points to the opponent; the seed comes last (`open_engine` sets it)."""
     return [binary, "--mode", "gtp", "--level", str(level), "--chinese-rules",
-            "--seed", str(seed)]
+            "--capture-all-dead", "--seed", str(seed)]
 
 
 class GtpProgramEngine:
