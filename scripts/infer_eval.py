@@ -117,11 +117,21 @@ def recorded_go_game(record: SgfGame) -> RecordedGame:
     return RecordedGame(f"{record.source}#{record.game_index}", record.size, tuple(moves), setup)
 
 
-def go_games(archives: tuple[Path, ...] = GO_ARCHIVES) -> Iterator[RecordedGame]:
+def go_records(archives: tuple[Path, ...] = GO_ARCHIVES) -> Iterator[SgfGame]:
+    """Every game of the Go archives, any board size, in archive order: the one reading
+    that both the evaluation sets here and scripts/infer_rank_sets.py's sets start from, so
+    the two see the same games under the same ids. A record the reader rejects is dropped
+    (the ingest counts those; a set only needs the games)."""
     for archive in archives:
         for record in read_archive(archive):
-            if isinstance(record, SgfGame) and record.size == GO_SIZE:
-                yield recorded_go_game(record)
+            if isinstance(record, SgfGame):
+                yield record
+
+
+def go_games(archives: tuple[Path, ...] = GO_ARCHIVES) -> Iterator[RecordedGame]:
+    for record in go_records(archives):
+        if record.size == GO_SIZE:
+            yield recorded_go_game(record)
 
 
 @dataclass(frozen=True)
@@ -200,6 +210,23 @@ class TorchScriptPolicy:
             out = self.model(x)
         logits = out[0] if isinstance(out, tuple) else out
         return Output(logits.to(torch.float32).cpu().numpy(), self.name)
+
+
+def add_annealing_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options `annealing_params` reads, for every script that runs the evaluation's
+    annealing (here and scripts/infer_rank_sets.py): one set of names and bounds, so a run of
+    either is described, and resumed, with the same words."""
+    parser.add_argument("--restarts", type=bounded(int, 1, 64), default=5)
+    parser.add_argument("--iterations", type=bounded(int, 0, 10_000_000), default=0,
+                        help="per restart (0: the paper's, 5,000 * (stones / 20)^2)")
+    parser.add_argument("--budget", type=bounded(int, 0, 10_000_000), default=0,
+                        help="candidates per position in all (overrides --iterations)")
+    parser.add_argument("--neighbour", default="mix")
+    parser.add_argument("--init", default="greedy")
+    parser.add_argument("--tempering", action="store_true",
+                        help="parallel tempering instead of the paper's annealing schedule "
+                             "(the restarts are the chains of a temperature ladder)")
+    parser.add_argument("--seed", type=bounded(int, 0, 2**63 - 1), default=0)
 
 
 def annealing_params(args: argparse.Namespace) -> AnnealingParams:
@@ -353,17 +380,7 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--stones", type=bounded(int, 2, 361), default=20)
     r.add_argument("--limit", type=bounded(int, 0, 1_000_000), default=100,
                    help="positions (0: every one)")
-    r.add_argument("--restarts", type=bounded(int, 1, 64), default=5)
-    r.add_argument("--iterations", type=bounded(int, 0, 10_000_000), default=0,
-                   help="per restart (0: the paper's, 5,000 * (stones / 20)^2)")
-    r.add_argument("--budget", type=bounded(int, 0, 10_000_000), default=0,
-                   help="candidates per position in all (overrides --iterations)")
-    r.add_argument("--neighbour", default="mix")
-    r.add_argument("--init", default="greedy")
-    r.add_argument("--tempering", action="store_true",
-                   help="parallel tempering instead of the paper's annealing schedule (the "
-                        "restarts are the chains of a temperature ladder)")
-    r.add_argument("--seed", type=bounded(int, 0, 2**63 - 1), default=0)
+    add_annealing_arguments(r)
     r.add_argument("--threads", type=bounded(int, 1, 256), default=1)
     r.add_argument("--device", default="cpu", help="where the network runs (cpu, cuda)")
     r.add_argument("--shard", default="0/1", help="K/N: only the K-th of N interleaved parts "

@@ -55,7 +55,7 @@ from services.move_order.evaluation import (  # noqa: E402
     game_hash,
     held_out_ids,
 )
-from services.records.sgf import SgfGame, read_archive, read_sgf  # noqa: E402
+from services.records.sgf import SgfGame, read_sgf  # noqa: E402
 from services.settings import bounded  # noqa: E402
 
 log = logging.getLogger("infer_rank_sets")
@@ -95,10 +95,8 @@ def level(record: SgfGame) -> str | None:
 
 
 def records() -> Iterator[SgfGame]:
-    for archive in infer_eval.GO_ARCHIVES:
-        for record in read_archive(archive):
-            if isinstance(record, SgfGame):
-                yield record
+    """infer_eval's Go archives, then the loose KGS files (they carry ranks too)."""
+    yield from infer_eval.go_records()
     if LOOSE_KGS.is_dir():
         for path in sorted(LOOSE_KGS.glob("*.sgf")):
             for record in read_sgf(path):
@@ -191,15 +189,7 @@ def main(argv: list[str] | None = None) -> None:
                    help="positions (0: the whole set)")
     r.add_argument("--held-out-only", action="store_true",
                    help="only the games the network never trained on")
-    r.add_argument("--restarts", type=bounded(int, 1, 64), default=5)
-    r.add_argument("--iterations", type=bounded(int, 0, 10_000_000), default=0,
-                   help="per restart (0: the paper's, 5,000 * (stones / 20)^2)")
-    r.add_argument("--budget", type=bounded(int, 0, 10_000_000), default=0,
-                   help="candidates per position in all (overrides --iterations)")
-    r.add_argument("--neighbour", default="mix")
-    r.add_argument("--init", default="greedy")
-    r.add_argument("--tempering", action="store_true")
-    r.add_argument("--seed", type=bounded(int, 0, 2**63 - 1), default=0)
+    infer_eval.add_annealing_arguments(r)
     r.add_argument("--threads", type=bounded(int, 1, 256), default=1)
     r.add_argument("--results", type=Path, required=True)
     args = parser.parse_args(argv)
