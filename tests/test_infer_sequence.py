@@ -18,7 +18,6 @@ game cut after some moves, as its input.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import socket
 import threading
@@ -41,7 +40,7 @@ from services.records.rif import RifGame
 from services.records.rif_writer import write_rif
 from services.records.sgf import SgfGame, read_sgf
 from services.search.client import SearchClient
-from services.search.server import Service, build_service
+from services.search.server import build_service
 from services.search.servicer import (
     MAX_INFER_RESTARTS,
     MAX_INFER_STEPS,
@@ -51,7 +50,7 @@ from services.search.servicer import (
     run_inference,
 )
 from services.triton.client import PolicyClient
-from tests.triton_fixtures import go_triton_setup, require_tritonserver
+from tests.triton_fixtures import go_triton_setup, gomoku_and_go_service, require_tritonserver
 
 TOKEN = "infer-sequence-test-token"
 GOMOKU_BLACK = ["h8", "i9", "g9", "j7", "h10"]
@@ -217,22 +216,9 @@ def triton_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield server.grpc_url
 
 
-@contextlib.contextmanager
-def search_service(triton_url: str, **overrides: object) -> Iterator[Service]:
-    gomoku = PolicyClient(triton_url, "gomoku_policy", timeout_s=30.0)
-    go = PolicyClient(triton_url, "go_policy", timeout_s=30.0)
-    service = build_service(gomoku, go_evaluator=go, **overrides).start()
-    try:
-        yield service
-    finally:
-        service.stop()
-        gomoku.close()
-        go.close()
-
-
 @pytest.fixture(scope="module")
 def live(triton_url: str) -> Iterator[str]:
-    with search_service(triton_url) as service:
+    with gomoku_and_go_service(triton_url) as service:
         yield f"127.0.0.1:{service.port}"
 
 
@@ -331,7 +317,7 @@ def test_go_group_without_liberties_has_no_legal_order(live: str) -> None:
 def test_a_time_budget_answers_the_best_order_so_far_holding_a_search_slot(
         triton_url: str) -> None:
     budget = dict(iterations=40_000, restarts=1, seed=3, max_time_ms=1500)
-    with search_service(triton_url, max_searches=1) as service:
+    with gomoku_and_go_service(triton_url, max_searches=1) as service:
         target = f"127.0.0.1:{service.port}"
         replies: list[search_pb2.InferSequenceResponse] = []
 
@@ -381,7 +367,7 @@ def test_a_deadline_shorter_than_the_run_answers_the_best_order_so_far(live: str
 
 
 def test_a_cancelled_inference_gives_its_search_slot_back(triton_url: str) -> None:
-    with search_service(triton_url, max_searches=1) as service:
+    with gomoku_and_go_service(triton_url, max_searches=1) as service:
         target = f"127.0.0.1:{service.port}"
         m = service.metrics
         with grpc.insecure_channel(target) as channel:
