@@ -16,6 +16,8 @@ Series (all prefixed `movepred_`):
 * `triton_errors_total{kind}`: failed Triton calls: unavailable, request, bad_output, other.
 * `search_playouts_total`: simulations run by GenMove and Analyze (reused visits excluded).
 * `tree_reuse_total{result}`: tree cache lookups, hit or miss; `tree_reused_visits_total`.
+* `eval_cache_boards_total{result}`: boards the searches asked the network for, answered from
+  the cache of its answers (hit: `services.evaluator_cache`) or sent to it (miss).
 * `nonfinite_outputs_total{model}`: requests failed with INTERNAL because the model answered
   NaN/Inf logits or a non-finite value (found by the service, or refused by the model inside
   Triton). Anything above 0 means a broken model is serving: roll it back.
@@ -116,6 +118,12 @@ class Metrics:
         self.reused_visits = Counter(
             "movepred_tree_reused_visits", "Root visits taken over from cached trees", registry=r
         )
+        self.eval_cache = Counter(
+            "movepred_eval_cache_boards", "Boards the searches asked for, by whether the cache "
+            "of network answers had them", ["result"], registry=r,
+        )
+        for result in ("hit", "miss"):
+            self.eval_cache.labels(result)
         self.nonfinite_outputs = Counter(
             "movepred_nonfinite_outputs", "Requests failed because the model answered NaN/Inf",
             ["model"], registry=r,
@@ -146,6 +154,13 @@ class Metrics:
         self.triton_seconds.observe(seconds)
         if error is not None:
             self.triton_errors.labels(error_kind(error)).inc()
+
+    def eval_cache_lookup(self, hits: int, misses: int) -> None:
+        """One search evaluator call: `hits` boards from the cache, `misses` to the network."""
+        if hits:
+            self.eval_cache.labels("hit").inc(hits)
+        if misses:
+            self.eval_cache.labels("miss").inc(misses)
 
     # ------------------------------------------------------------------ reading
     def value(self, name: str, **labels: str) -> float:

@@ -79,6 +79,7 @@ from services import logs, processes, settings
 from services.api.movepred.v1 import search_pb2, search_pb2_grpc
 from services.defaults import SEARCH_PORT, TRITON_URL
 from services.evaluator import PolicyEvaluator
+from services.evaluator_cache import DEFAULT_CACHE_MB, EvalCache
 from services.games.base import Game
 from services.games.registry import default_game, registered_games
 from services.repository.rollout_policy import VersionRollouts
@@ -160,6 +161,9 @@ class ServiceConfig:
         DEFAULT_MAX_ENTRIES, "searched trees kept for reuse (0: no tree reuse)", minimum=0)
     tree_cache_visits: int = settings.setting(
         DEFAULT_MAX_VISITS, "root visits of all kept trees together, at most", minimum=0)
+    eval_cache_mb: float = settings.setting(
+        DEFAULT_CACHE_MB, "memory of the cache of network answers the searches share, in MB: "
+        "a board evaluated before is answered from it (0: off)", minimum=0, maximum=1 << 20)
     max_message_bytes: int = settings.setting(
         DEFAULT_MAX_MESSAGE_BYTES, "largest request accepted (RESOURCE_EXHAUSTED above)",
         minimum=1024, maximum=settings.MAX_INT32)
@@ -292,6 +296,7 @@ def build_service(
         ponderer=Ponderer(servicer_trees, max_visits=c.ponder_visits,
                           max_seconds=c.ponder_seconds) if c.ponder_seconds > 0 else None,
         operations=OperationStore(max_operations=c.max_operations, ttl_s=c.operation_ttl_s),
+        eval_cache=EvalCache.of_mb(c.eval_cache_mb),
     )
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="movepred-rpc"),

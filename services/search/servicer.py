@@ -46,6 +46,11 @@ GenMove/Analyze searches and the boards of Predict calls share Triton requests (
 positions always travel in one). Every served game has a batcher, in front of its own
 evaluator (Triton models `gomoku_policy`, `go_policy`, ...); a request of a game the server has
 no evaluator for gets INVALID_ARGUMENT ("position.game: GO is not served ...").
+The searches ask their game's batcher through a cache of the network's answers
+(`services.evaluator_cache.CachingEvaluator`, one `EvalCache` for all games, bounded by
+`--eval-cache-mb`, counted in `movepred_eval_cache_boards_total{result}`): a board a search
+reaches by another move order, or that an earlier request's search evaluated, is not sent
+again. Only finite answers are kept, and a new model version empties it.
 GenMove and Analyze continue the cached tree of an earlier request of the same game when there
 is one (`TreeCache`), stop between batches when the client cancels or the deadline comes near,
 and then store their tree for the next move.
@@ -94,6 +99,7 @@ from services.evaluator import (
     finite_outputs,
     value_rows,
 )
+from services.evaluator_cache import CachingEvaluator, EvalCache
 from services.games.base import BLACK
 from services.games.registry import UnknownGame, default_game, game_for_proto, get_game
 from services.move_order.annealing import AnnealingParams, default_iterations, infer_order
@@ -394,6 +400,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         rollout_source: RolloutSource | None = None,
         ponderer: Ponderer | None = None,
         operations: OperationStore | None = None,
+        eval_cache: EvalCache | None = None,
     ) -> None:
         """`evaluator`: the policy of the default game (Gomoku), or a mapping from registered
         game names to their policies (every game the server serves); `go_evaluator`: Go's
@@ -411,7 +418,10 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         is refused with FAILED_PRECONDITION.
 
         `operations`: where StartInferSequence's operations are held (default: an
-        `OperationStore` with its default bounds)."""
+        `OperationStore` with its default bounds).
+
+        `eval_cache`: the network answers the searches of every game share (default: an
+        `EvalCache` of its default size; one of size 0 turns it off)."""
         if max_searches is not None and max_searches < 1:
             raise ValueError(f"max_searches must be >= 1 (or None), got {max_searches}")
         self.max_searches = max_searches
@@ -428,6 +438,14 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
                 e, max_boards=max_batch_boards, window_s=batch_window_s, metrics=self.metrics
             )
             for name, e in self.evaluators.items()
+        }
+        self.eval_cache = eval_cache if eval_cache is not None else EvalCache()
+        # what the searches ask: each game's batcher behind the shared cache of answers
+        self.search_evaluators = {
+            name: CachingEvaluator(b, self.eval_cache, namespace=name,
+                                   on_lookup=self.metrics.eval_cache_lookup,
+                                   served_model=lambda b=b: b.last_model)
+            for name, b in self.batchers.items()
         }
         self.trees = tree_cache if tree_cache is not None else TreeCache()
         self.search_memory = SearchMemory(search_memory_bytes)
@@ -629,8 +647,9 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         """A search of `state`, continuing a cached tree of the same game when there is one;
         with `rollout_lambda` > 0 a fresh one whose leaf values mix in rollouts."""
         batcher = self.batcher_for(state)
+        evaluator = self.search_evaluators[state.game.name]
         if rollout_lambda > 0:
-            return mcts.Search(state, self._rollout_evaluator(batcher, state, rollout_lambda),
+            return mcts.Search(state, self._rollout_evaluator(evaluator, state, rollout_lambda),
                                c_puct=self.c_puct, batch_size=self.batch_size)
         hit = None
         if reuse and self.trees.enabled:
@@ -641,25 +660,26 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             self.metrics.reused_visits.inc(hit.visits)
             return mcts.Search(
                 hit.root,
-                batcher,
+                evaluator,
                 c_puct=self.c_puct,
                 batch_size=self.batch_size,
                 model_name=hit.model_name,
                 model_version=hit.model_version,
             )
-        return mcts.Search(state, batcher, c_puct=self.c_puct, batch_size=self.batch_size)
+        return mcts.Search(state, evaluator, c_puct=self.c_puct, batch_size=self.batch_size)
 
-    def _rollout_evaluator(self, batcher: BatchingEvaluator, state: State,
+    def _rollout_evaluator(self, evaluator: CachingEvaluator, state: State,
                            rollout_lambda: float) -> RolloutValueEvaluator:
-        """`batcher` with its leaf values mixed with rollouts (FAILED_PRECONDITION when the
-        service has no rollout policies, the game no rollouts)."""
+        """The game's network (`evaluator`) with its leaf values mixed with rollouts
+        (FAILED_PRECONDITION when the service has no rollout policies, the game no
+        rollouts)."""
         if self.rollout_source is None:
             raise NoRolloutPolicy("", "", "this service has no rollout policies (it was started "
                                   "without a model repository): search with rollout_lambda 0")
         if state.game.rollouts() is None:
             raise validation.InvalidRequest("rollout_lambda",
                                             f"{state.game.title} has no rollouts")
-        return RolloutValueEvaluator.for_search(batcher, state, self.rollout_source,
+        return RolloutValueEvaluator.for_search(evaluator, state, self.rollout_source,
                                                 rollout_lambda)
 
     def _finish_search(self, state: State, search: mcts.Search, reuse: bool) -> None:
