@@ -5,15 +5,24 @@ one (`services.search.mcts`), in the same run.
    same position and budget for both trees, Gomoku 15x15 and Go 19x19; µs of CPU per playout
    and the ratio. Numba compiles before the clock starts (a warm-up search).
 2. GenMove playouts/s with a network in this process on CPU (torch threads 1): the Gomoku
-   network `--config` (default the served one) with seeded random weights, scripted, searched
-   by both trees through one evaluator at the service's batch size, `--repeats` runs each,
-   interleaved; best-of, spread and ratio, checked to give the same answer. Also where the
-   compiled tree's time goes: the network's time per board, measured inside the evaluator's
-   calls, and the ratio no tree could beat with it (the interpreted tree's time per playout
-   over the network's per playout).
+   network `--config` (default the served one) with seeded random weights, scripted (or a
+   trained TorchScript file, `--model`), searched by both trees through one evaluator at the
+   service's batch size, `--repeats` runs each, interleaved; best-of, spread and ratio,
+   checked to give the same answer. Also where the compiled tree's time goes: the network's
+   time per board, measured inside the evaluator's calls, and the ratio no tree could beat
+   with it (the interpreted tree's time per playout over the network's per playout). The
+   compiled tree is run twice: asking the network directly, and through a cache of its
+   answers (`services.evaluator_cache`, fresh for each run: what one search saves by
+   transpositions), with the share of boards it answered.
+3. GenMove along a game: `--line-moves` consecutive positions of one game (each position the
+   previous one plus the move searched there), a fresh tree every move as a match's or
+   self-play's `SearchEngine` searches, both sides by one evaluator; the interpreted and the
+   compiled tree asking the network, and the compiled one through a cache kept along the line
+   (emptied before each of `--line-repeats` runs); playouts/s over the whole line, checked to
+   play the same line, and the cache's hit rate.
 
 Usage: .venv/bin/python benchmarks/search_speed.py [--visits 3200] [--genmove-visits 800]
-       [--repeats 5]
+       [--repeats 5] [--line-moves 12] [--line-repeats 3] [--model model.pt]
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from services.evaluator_cache import CachingEvaluator, EvalCache  # noqa: E402
 from services.games.go.game import GO  # noqa: E402
 from services.games.gomoku.rules import GomokuState  # noqa: E402
 from services.search import interpreted as reference_search  # noqa: E402
@@ -130,25 +140,30 @@ class Run:
         return self.net_seconds / self.playouts * 1e6
 
 
-def timed_search(module: Any, state: Any, ev: Timed, visits: int, batch: int) -> tuple[Run, tuple]:
-    """One search of `state` by `module`'s tree: its Run and its answer (move, visits, PV,
-    evaluator calls and boards; the two trees must agree on it)."""
+def timed_search(module: Any, state: Any, ev: Timed, visits: int, batch: int,
+                 cache: EvalCache | None = None) -> tuple[Run, tuple]:
+    """One search of `state` by `module`'s tree (through `cache` when given): its Run and
+    its answer (move, visits, PV, evaluator calls and boards asked; the trees must agree)."""
     ev.seconds, ev.leaves = 0.0, 0
+    asked = ev if cache is None else CachingEvaluator(ev, cache)
     t = time.perf_counter()
-    r = module.search(state, ev, max_visits=visits, batch_size=batch)
+    r = module.search(state, asked, max_visits=visits, batch_size=batch)
     seconds = time.perf_counter() - t
     run = Run(seconds, r.new_visits, ev.seconds, ev.leaves, r.evaluator_calls)
     answer = (r.move, r.visits, r.principal_variation, r.evaluator_calls, r.evaluated_leaves)
     return run, answer
 
 
-def genmove(visits: int, config: str, repeats: int, batch: int = mcts.DEFAULT_BATCH_SIZE
-            ) -> tuple[list[Run], list[Run]]:
-    """`repeats` searches of a Gomoku position by each tree, interleaved (the order swapped
-    every round, so a change of the machine's load hits both), through one evaluator."""
+def load_network(config: str, model: str = "") -> Any:
+    """The network `config` with seeded random weights, scripted as the service runs it (or
+    the TorchScript file `model`, e.g. a trained one)."""
     import tempfile
 
     import torch
+
+    if model:
+        torch.set_num_threads(1)
+        return torch.jit.load(model, map_location="cpu").eval()
 
     from services.models.configs import build
     from services.models.export import export_torchscript
@@ -158,30 +173,85 @@ def genmove(visits: int, config: str, repeats: int, batch: int = mcts.DEFAULT_BA
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.pt"
         export_torchscript(build(config).eval(), path)
-        model = torch.jit.load(str(path), map_location="cpu").eval()
+        return torch.jit.load(str(path), map_location="cpu").eval()
 
-    state = GomokuState.from_moves([112, 113, 97])
-    ev = Timed(model)
+
+START = (112, 113, 97)  # the searched Gomoku position: three stones at the centre
+
+
+def genmove(ev: Timed, visits: int, repeats: int, batch: int = mcts.DEFAULT_BATCH_SIZE
+            ) -> tuple[dict[str, list[Run]], float]:
+    """`repeats` searches of a Gomoku position by the interpreted tree ("old"), the compiled
+    one ("new") and the compiled one through a fresh cache of answers ("cached"), interleaved
+    (the order rotated every round, so a change of the machine's load hits all), through one
+    evaluator; and the cache's hit rate over its runs."""
+    state = GomokuState.from_moves(START)
     for module in (mcts, reference_search):  # numba's kernels, TorchScript's profiling runs
         module.search(state, ev, max_visits=64, batch_size=batch)
-    runs: dict[str, list[Run]] = {"old": [], "new": []}
-    answers = {}
+    runs: dict[str, list[Run]] = {"old": [], "new": [], "cached": []}
+    hits = asked = 0
     for k in range(repeats):
-        order = (("old", reference_search), ("new", mcts))
-        for name, module in order if k % 2 == 0 else order[::-1]:
-            run, answers[name] = timed_search(module, state, ev, visits, batch)
+        order = [("old", reference_search), ("new", mcts), ("cached", mcts)]
+        answers = {}
+        for name, module in order[k % 3:] + order[:k % 3]:
+            cache = EvalCache() if name == "cached" else None
+            run, answer = timed_search(module, state, ev, visits, batch, cache)
+            answers[name] = answer[:3]
             runs[name].append(run)
-        if answers["old"] != answers["new"]:
+            if cache is not None:
+                hits, asked = hits + cache.hits, asked + cache.hits + cache.misses
+        if len(set(answers.values())) > 1:
             raise SystemExit(f"the trees disagree: {answers} (the comparison means nothing)")
-    return runs["old"], runs["new"]
+    return runs, hits / asked
 
 
-def report_genmove(config: str, visits: int, old: list[Run], new: list[Run]) -> list[str]:
-    """Best-of and spread of each tree, the ratio, and where the compiled tree's time goes:
-    the network's time per board (the best of every run's average, both trees') bounds the
+def line(ev: Timed, visits: int, moves: int, repeats: int,
+         batch: int = mcts.DEFAULT_BATCH_SIZE) -> tuple[dict[str, list[Run]], float]:
+    """GenMove at `moves` consecutive positions of one game (each the previous plus the
+    move searched there), a fresh tree each: the interpreted tree ("old") and the compiled one
+    ("new") asking `ev`, and the compiled one through a cache kept along the line ("cached",
+    empty at each of `repeats` runs), interleaved; one Run per tree and run (the line's
+    totals), and the cache's hit rate."""
+    runs: dict[str, list[Run]] = {"old": [], "new": [], "cached": []}
+    hits = asked = 0
+    for k in range(repeats):
+        order = [("old", reference_search), ("new", mcts), ("cached", mcts)]
+        lines = {}
+        for name, module in order[k % 3:] + order[:k % 3]:
+            cache = EvalCache() if name == "cached" else None
+            state = GomokuState.from_moves(START)
+            parts: list[Run] = []
+            for _ in range(moves):
+                run, answer = timed_search(module, state, ev, visits, batch, cache)
+                parts.append(run)
+                state = state.play(answer[0])
+                if state.is_over:
+                    break
+            runs[name].append(Run(*(sum(v) for v in zip(
+                *((r.seconds, r.playouts, r.net_seconds, r.leaves, r.calls) for r in parts),
+                strict=True))))
+            lines[name] = state.moves
+            if cache is not None:
+                hits, asked = hits + cache.hits, asked + cache.hits + cache.misses
+        if len(set(lines.values())) > 1:
+            raise SystemExit(f"the trees played different lines: {lines}")
+    return runs, hits / asked
+
+
+def spread(runs: list[Run]) -> str:
+    best = max(r.rate for r in runs)
+    return f"{best:,.0f} ({min(r.rate for r in runs):,.0f}-{best:,.0f})"
+
+
+def report_genmove(config: str, visits: int, runs: dict[str, list[Run]], hit_rate: float
+                   ) -> list[str]:
+    """Best-of and spread of each tree, the ratios, and where the compiled tree's time goes:
+    the network's time per board (the best of every run's average, all trees') bounds the
     ratio at the interpreted tree's time per playout over the network's per playout."""
+    old, new, cached = runs["old"], runs["new"], runs["cached"]
     bo, bn = max(old, key=lambda r: r.rate), max(new, key=lambda r: r.rate)
-    net_leaf = min(r.net_seconds / r.leaves for r in old + new) * 1e6
+    bc = max(cached, key=lambda r: r.rate)
+    net_leaf = min(r.net_seconds / r.leaves for r in old + new + cached) * 1e6
     leaves_per_playout = bn.leaves / bn.playouts
     net = net_leaf * leaves_per_playout
     ceiling = bo.us_per_playout / net
@@ -191,6 +261,9 @@ def report_genmove(config: str, visits: int, old: list[Run], new: list[Run]) -> 
         f"{bo.rate:,.0f} playouts/s interpreted (runs {min(r.rate for r in old):,.0f}-"
         f"{bo.rate:,.0f}), {bn.rate:,.0f} compiled ({min(r.rate for r in new):,.0f}-"
         f"{bn.rate:,.0f}), {bn.rate / bo.rate:.2f}x",
+        f"  compiled through a cache of answers (fresh each run): {spread(cached)} playouts/s, "
+        f"{bc.rate / bo.rate:.2f}x the interpreted; {hit_rate:.1%} of the boards asked "
+        f"answered by the cache ({bc.leaves} boards evaluated for {bc.playouts} playouts)",
         f"  per playout: interpreted {bo.us_per_playout:.0f} µs, compiled "
         f"{bn.us_per_playout:.0f} µs = network {bn.net_us_per_playout:.0f} µs + tree and "
         f"Python {bn.us_per_playout - bn.net_us_per_playout:.0f} µs "
@@ -208,14 +281,31 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--genmove-visits", type=int, default=800)
     parser.add_argument("--repeats", type=int, default=5, help="GenMove searches per tree")
     parser.add_argument("--config", default="", help="network config (default: Gomoku's)")
+    parser.add_argument("--model", default="",
+                        help="a TorchScript Gomoku network to search with instead (e.g. "
+                             "runs/rollout_match/model_v.pt, trained by benchmarks/strength.py)")
+    parser.add_argument("--line-moves", type=int, default=12,
+                        help="consecutive positions of the game searched in part 3")
+    parser.add_argument("--line-repeats", type=int, default=3, help="runs of part 3 per tree")
     args = parser.parse_args(argv)
     print(f"cpus={os.cpu_count()}")
     for name, old, new in tree_work(args.visits):
         print(f"{name}: tree work per playout {old:.1f} µs interpreted, {new:.1f} µs compiled, "
               f"{old / new:.1f}x")
     config = args.config or GomokuState().game.default_config
-    old, new = genmove(args.genmove_visits, config, args.repeats)
-    print("\n".join(report_genmove(config, args.genmove_visits, old, new)))
+    ev = Timed(load_network(config, args.model))
+    config = Path(args.model).name if args.model else config
+    runs, hit_rate = genmove(ev, args.genmove_visits, args.repeats)
+    print("\n".join(report_genmove(config, args.genmove_visits, runs, hit_rate)))
+    runs, line_hits = line(ev, args.genmove_visits, args.line_moves, args.line_repeats)
+    bo, bn, bc = (max(runs[k], key=lambda r: r.rate) for k in ("old", "new", "cached"))
+    print(f"GenMove along a game ({args.line_moves} consecutive positions from the same start, "
+          f"a fresh tree each, both sides, {args.genmove_visits} visits, best of "
+          f"{args.line_repeats}, runs interleaved): {spread(runs['old'])} playouts/s "
+          f"interpreted, {spread(runs['new'])} compiled ({bn.rate / bo.rate:.2f}x), "
+          f"{spread(runs['cached'])} compiled with the cache kept along the game "
+          f"({bc.rate / bo.rate:.2f}x); {line_hits:.1%} of the boards asked answered by the "
+          f"cache ({bc.leaves} boards evaluated for {bc.playouts} playouts)")
 
 
 if __name__ == "__main__":
