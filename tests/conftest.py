@@ -125,6 +125,7 @@ INTEGRATION_NAMES = {
     ("prefect.testing.utilities", "prefect_test_harness"): "starts a Prefect server",
     ("services.match.gtp_process", "find_gnugo"): "plays GNU Go",
     ("torch.multiprocessing.spawn", "spawn"): "spawns a process group",
+    ("tests.service_pipe", "ServicePipe"): "starts a project module in a subprocess",
 }
 
 
@@ -217,9 +218,12 @@ def _function_reason(func: types.FunctionType) -> str | None:
             shared = next((v for v in values if _under_shared(v)), None)
             if shared is not None:
                 return f"reads ../shared ({func.__qualname__} names {shared})"
-            key = (getattr(obj, "__module__", None), getattr(obj, "__qualname__", None))
-            if key in INTEGRATION_NAMES:
-                return f"{INTEGRATION_NAMES[key]} ({func.__qualname__} names {key[1]})"
+            # a class is what it inherits too (a test's `GtpPipe(ServicePipe)`)
+            classes = obj.__mro__ if isinstance(obj, type) else (obj,)
+            for key in ((getattr(c, "__module__", None), getattr(c, "__qualname__", None))
+                        for c in classes):
+                if key in INTEGRATION_NAMES:
+                    return f"{INTEGRATION_NAMES[key]} ({func.__qualname__} names {key[1]})"
             if isinstance(obj, type | types.FunctionType) and _in_tests(obj):
                 members = vars(obj).values() if isinstance(obj, type) else (obj,)
                 reason = integration_reason(members)

@@ -11,12 +11,8 @@ pipe as a manager would (``python -m services.protocols.gomocup``) and in-proces
 
 from __future__ import annotations
 
-import queue
 import re
 import socket
-import subprocess
-import sys
-import threading
 from pathlib import Path
 
 import grpc
@@ -37,10 +33,10 @@ from services.protocols.gomocup import (
     to_service,
 )
 from services.search.client import SearchClient
+from tests.service_pipe import ServicePipe
 from tests.test_mcts import state_from_ascii
 from tests.triton_fixtures import search_service, triton_server  # noqa: F401  (fixtures)
 
-ROOT = Path(__file__).resolve().parents[1]
 MOVE = re.compile(r"^(\d+),(\d+)$")
 ABOUT = re.compile(
     r'^name="movepred", version="[^"]+", author="[^"]+", country="[^"]+"$'
@@ -370,68 +366,28 @@ def test_quick_move_wins_then_blocks_then_builds() -> None:
         quick_move(empty, avoid=set(range(225)))
 
 
-class Pipe:
+class Pipe(ServicePipe):
     """The brain as a manager sees it: a subprocess spoken to through stdin/stdout."""
 
-    def __init__(self, target: str, log: Path, *extra: str) -> None:
-        self.log = log
-        self._log_file = log.open("w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "services.protocols.gomocup", "--target", target, *extra],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._log_file,
-            text=True,
-            cwd=ROOT,
-        )
-        self._lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._lines.put(line.rstrip("\r\n"))
-        self._lines.put(None)
-
-    def send(self, *lines: str) -> None:
-        assert self.proc.stdin is not None
-        for line in lines:
-            self.proc.stdin.write(line + "\r\n")  # the manager ends lines with CR LF
-        self.proc.stdin.flush()
-
-    def reply(self, timeout: float = 60.0) -> str:
-        try:
-            line = self._lines.get(timeout=timeout)
-        except queue.Empty:
-            raise AssertionError(f"no reply in {timeout} s; stderr: {self.stderr()}") from None
-        assert line is not None, f"brain exited ({self.proc.poll()}); stderr: {self.stderr()}"
-        return line
+    def __init__(self, target: str, *extra: str) -> None:
+        # the manager ends lines with CR LF
+        super().__init__("services.protocols.gomocup", "--target", target, *extra,
+                         line_end="\r\n")
 
     def ask(self, *lines: str, timeout: float = 60.0) -> str:
         self.send(*lines)
-        return self.reply(timeout)
+        return self.line(timeout)
 
     def ask_move(self, *lines: str, timeout: float = 60.0) -> str:
         """The answer after the MESSAGE lines a manager shows and skips (all within `timeout`)."""
         self.send(*lines)
-        while (line := self.reply(timeout)).startswith("MESSAGE "):
+        while (line := self.line(timeout)).startswith("MESSAGE "):
             pass
         return line
 
-    def stderr(self) -> str:
-        self._log_file.flush()
-        return self.log.read_text()[-2000:]
 
-    def close(self) -> int | None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        rc = self.proc.wait(10)
-        self._log_file.close()
-        return rc
-
-
-def test_dead_service_gives_error_lines_and_the_brain_keeps_running(tmp_path: Path) -> None:
-    pipe = Pipe(f"127.0.0.1:{closed_port()}", tmp_path / "brain.log")
+def test_dead_service_gives_error_lines_and_the_brain_keeps_running() -> None:
+    pipe = Pipe(f"127.0.0.1:{closed_port()}")
     try:
         assert pipe.ask("START 15") == "OK"
         reply = pipe.ask("BEGIN", timeout=10)  # an answer, not a hang on the dead service
@@ -451,15 +407,15 @@ def test_dead_service_gives_error_lines_and_the_brain_keeps_running(tmp_path: Pa
 DOUBLE_THREE_BOARD = ["6,7,1", "0,14,2", "7,7,1", "0,12,2", "8,9,1", "0,10,2", "8,8,1", "0,8,2"]
 
 
-def test_yixin_board_and_forbidden_points_over_a_pipe(tmp_path: Path) -> None:
+def test_yixin_board_and_forbidden_points_over_a_pipe() -> None:
     """YXBOARD sets a position without a move; YXSHOWFORBID lists black's forbidden points as
     Yixin-Board reads them (no search: the service may be down)."""
-    pipe = Pipe(f"127.0.0.1:{closed_port()}", tmp_path / "brain.log")
+    pipe = Pipe(f"127.0.0.1:{closed_port()}")
     try:
         assert pipe.ask("START 15") == "OK"
         assert re.fullmatch(r"MESSAGE movepred \S+", pipe.ask("YXSHOWINFO"))
-        assert [pipe.reply(), pipe.reply()] == ["MESSAGE INFO MAX_THREAD_NUM 1",
-                                                "MESSAGE INFO MAX_HASH_SIZE 0"]
+        assert [pipe.line(), pipe.line()] == ["MESSAGE INFO MAX_THREAD_NUM 1",
+                                              "MESSAGE INFO MAX_HASH_SIZE 0"]
         assert pipe.ask("YXHASHCLEAR").startswith("MESSAGE ")
         pipe.send("INFO rule 4", "YXBOARD", *DOUBLE_THREE_BOARD, "DONE")  # no answer to these
         assert pipe.ask("YXSHOWFORBID") == "FORBID 0807."
@@ -494,8 +450,8 @@ SCHEDULING_SLACK_S = 2.0
 
 
 @pytest.mark.timeout(240)
-def test_session_over_a_pipe(service: str, tmp_path: Path) -> None:
-    pipe = Pipe(service, tmp_path / "brain.log")
+def test_session_over_a_pipe(service: str) -> None:
+    pipe = Pipe(service)
     try:
         assert pipe.ask("START 20").startswith("ERROR unsupported size")
         assert pipe.ask("START 15") == "OK"
@@ -667,13 +623,13 @@ NBEST = re.compile(r"^MESSAGE \((\d+)\) (\d+),(\d+) visits (\d+) winrate (\d+\.\
 
 
 @pytest.mark.timeout(240)
-def test_yxnbest_reports_the_best_moves_then_plays_the_first(service: str, tmp_path: Path) -> None:
-    pipe = Pipe(service, tmp_path / "brain.log")
+def test_yxnbest_reports_the_best_moves_then_plays_the_first(service: str) -> None:
+    pipe = Pipe(service)
     try:
         assert pipe.ask("START 15") == "OK"
         pipe.send("INFO timeout_turn 0", "YXBOARD", "7,7,2", "DONE")  # we are white
         pipe.send("YXNBEST 3")
-        lines = [pipe.reply(60) for _ in range(4)]
+        lines = [pipe.line(60) for _ in range(4)]
         found = [NBEST.match(line) for line in lines[:3]]
         assert all(found), lines
         assert [int(m.group(1)) for m in found if m] == [1, 2, 3]

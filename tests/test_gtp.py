@@ -19,12 +19,10 @@ installed).
 from __future__ import annotations
 
 import importlib.util
-import queue
 import re
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,6 +44,7 @@ from services.protocols.gtp_analysis import (
 from services.protocols.gtp_clock import GtpClock
 from services.records.sgf_writer import go_sgf
 from services.search import validation
+from tests.service_pipe import ServicePipe
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -403,32 +402,11 @@ def parse_info_line(line: str, grammar: re.Pattern[str]) -> list[dict[str, str]]
     return [m.groupdict() for m in matches if m]
 
 
-class GtpPipe:
+class GtpPipe(ServicePipe):
     """`movepred gtp` as a GUI runs it: a subprocess spoken to through pipes."""
 
     def __init__(self, target: str, *extra: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "gtp", "--target", target, *extra],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            cwd=ROOT)
-        self._lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._lines.put(line.rstrip("\n"))
-        self._lines.put(None)
-
-    def send(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def line(self, timeout: float = 60.0) -> str:
-        got = self._lines.get(timeout=timeout)
-        assert got is not None, f"engine exited: {self.proc.poll()}"
-        return got
+        super().__init__("services.cli", "gtp", "--target", target, *extra)
 
     def answer(self, command: str) -> str:
         """One whole response (through its empty line), its lines joined."""
@@ -437,11 +415,6 @@ class GtpPipe:
         while (line := self.line()) != "":
             lines.append(line)
         return "\n".join(lines)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(10)
 
 
 @pytest.mark.timeout(300)

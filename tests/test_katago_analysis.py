@@ -20,12 +20,9 @@ from __future__ import annotations
 import json
 import queue
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -48,8 +45,8 @@ from services.protocols.katago_query import (
     parse_location,
     parse_query,
 )
+from tests.service_pipe import ServicePipe
 
-ROOT = Path(__file__).resolve().parents[1]
 # KataGo's example query (docs/Analysis_Engine.md), as one line
 DOC_QUERY = {"id": "foo", "initialStones": [["B", "Q4"], ["B", "C4"]],
              "moves": [["W", "P5"], ["B", "P6"]], "rules": "tromp-taylor", "komi": 7.5,
@@ -570,39 +567,19 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield f"127.0.0.1:{svc.port}"
 
 
-class EnginePipe:
+class EnginePipe(ServicePipe):
     """`movepred analysis-engine` as a tool runs it: a subprocess fed one line at a time."""
 
     def __init__(self, target: str, *extra: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "analysis-engine", "--target", target,
-             *extra],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            cwd=ROOT)
-        self._lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
+        super().__init__("services.cli", "analysis-engine", "--target", target, *extra)
 
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._lines.put(line)
-        self._lines.put(None)
-
-    def send(self, query: dict | str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write((query if isinstance(query, str) else json.dumps(query)) + "\n")
-        self.proc.stdin.flush()
+    def send(self, *queries: dict | str) -> None:
+        super().send(*(q if isinstance(q, str) else json.dumps(q) for q in queries))
 
     def get(self, timeout: float = 120.0) -> dict:
-        line = self._lines.get(timeout=timeout)
-        assert line is not None, f"engine exited: {self.proc.poll()}"
+        line = self.raw_line(timeout)
         assert line.endswith("\n") and "\n" not in line[:-1]  # one JSON object a line
         return json.loads(line)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(10)
 
 
 VERTEX_19 = {f"{c}{r}" for c in "ABCDEFGHJKLMNOPQRST" for r in range(1, 20)} | {"pass"}

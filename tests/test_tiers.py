@@ -18,6 +18,7 @@ from tests.conftest import (
     integration_reason,
     renjunet_games,
 )
+from tests.service_pipe import ServicePipe
 
 
 def test_every_collected_test_is_in_exactly_one_tier(request: pytest.FixtureRequest) -> None:
@@ -61,6 +62,15 @@ def _asks_the_service_for_its_help():
     return subprocess.run([sys.executable, "-m", "services.search.server", "--help"])
 
 
+class _ProtocolPipe(ServicePipe):  # as a protocol's tests subclass it
+    def __init__(self) -> None:
+        super().__init__("services.cli", "gtp")
+
+
+def _talks_to_a_program_through_pipes():
+    return _ProtocolPipe()
+
+
 def _pure():
     return sorted(ROOT.name)
 
@@ -72,6 +82,8 @@ def test_the_classifier_finds_what_makes_a_test_integration() -> None:
     assert "reads ../shared" in reason and "renjunet_games" in reason
     assert "python -m services.search.server" in integration_reason([_starts_the_search_service])
     assert integration_reason([_asks_the_service_for_its_help]) is None
+    reason = integration_reason([_talks_to_a_program_through_pipes])
+    assert "starts a project module in a subprocess" in reason and "ServicePipe" in reason
     assert integration_reason([_pure]) is None
     assert integration_reason([_pure, _names_shared_data]) is not None
 
