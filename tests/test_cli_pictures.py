@@ -26,12 +26,9 @@ BOARD_RGB = tuple(int(BOARD_COLOUR[i:i + 2], 16) for i in (1, 3, 5))
 
 @pytest.fixture(scope="module")
 def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from tests.triton_fixtures import go_triton_setup, gomoku_and_go_service, require_tritonserver
+    from tests.triton_fixtures import go_service_target
 
-    require_tritonserver()
-    server, _ = go_triton_setup(tmp_path_factory.mktemp("pictures-triton"))
-    with server, gomoku_and_go_service(server.grpc_url) as service:
-        yield f"127.0.0.1:{service.port}"
+    yield from go_service_target(tmp_path_factory.mktemp("pictures-triton"))
 
 
 def rgb(pixels: np.ndarray, x: int, y: int, size: int, dx: float = 0.3,

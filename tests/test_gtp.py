@@ -314,12 +314,9 @@ def test_cli_registers_gtp() -> None:
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from tests.triton_fixtures import go_triton_setup, gomoku_and_go_service, require_tritonserver
+    from tests.triton_fixtures import go_service_target
 
-    require_tritonserver()
-    server, _ = go_triton_setup(tmp_path_factory.mktemp("gtp-triton"), with_gomoku=False)
-    with server, gomoku_and_go_service(server.grpc_url) as svc:
-        yield f"127.0.0.1:{svc.port}"
+    yield from go_service_target(tmp_path_factory.mktemp("gtp-triton"), with_gomoku=False)
 
 
 @pytest.mark.timeout(300)

@@ -295,6 +295,22 @@ def gomoku_and_go_service(grpc_url: str, **overrides: Any) -> Iterator[Any]:
         go.close()
 
 
+def go_service_target(root: Path, with_gomoku: bool = True) -> Iterator[str]:
+    """A Triton under `root` with the Go model v1 (and the tiny Gomoku policy v1 unless
+    `with_gomoku` is false: `go_triton_setup`) and the search service over it
+    (`gomoku_and_go_service`): the whole stack a protocol front end's tests talk to. Yields the
+    service's target "127.0.0.1:port"; skips the test without a tritonserver binary.
+
+    A plain generator for a module fixture to `yield from`, not a context manager: the tier
+    classifier of tests/conftest.py follows a helper of the suite into its body, which it
+    cannot do through contextlib's wrapper, and this body is what makes the fixture's tests
+    integration tests."""
+    require_tritonserver()
+    server, _ = go_triton_setup(root, with_gomoku)
+    with server, gomoku_and_go_service(server.grpc_url) as service:
+        yield f"127.0.0.1:{service.port}"
+
+
 @pytest.fixture(scope="module", name="service")
 def search_service(triton_server: TritonSetup) -> Iterator[str]:
     """The search service in this process over `triton_server`, once the model answers
