@@ -34,11 +34,12 @@ value are never stored: nothing about a failure is cached.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -59,9 +60,8 @@ class CachedOutput:
     values: np.ndarray | None = None  # float32 [N]; None: the network has no value head
 
 
-@dataclass(frozen=True)
-class _Entry:
-    logits: np.ndarray  # float32 [policy size]
+class _Entry(NamedTuple):
+    logits: bytes  # float32 [policy size], as bytes: rows are joined into an answer at once
     value: float  # NaN: no value head
     model: tuple[str, str]
     nbytes: int
@@ -116,21 +116,26 @@ class EvalCache:
                     self._entries.move_to_end(k)
         return found
 
-    def store(self, keys: list[Key], logits: np.ndarray, values: np.ndarray,
+    def store(self, keys: list[Key], rows: list[bytes], values: list[float],
               model: tuple[str, str]) -> None:
-        """Keep row i of `logits` / `values` under keys[i], then evict down to the bound."""
+        """Keep logits row i (float32 bytes) and value i under keys[i], then evict down to
+        the bound."""
         if not self.enabled:
             return
+        entries, new = self._entries, _Entry._make
         with self._lock:
-            for k, row, v in zip(keys, logits, values, strict=True):
-                size = len(k[1]) + row.nbytes + ENTRY_OVERHEAD_BYTES
-                old = self._entries.pop(k, None)
-                if old is not None:
-                    self._bytes -= old.nbytes
-                self._entries[k] = _Entry(row.copy(), float(v), model, size)
-                self._bytes += size
-            while self._bytes > self.max_bytes and self._entries:
-                _, evicted = self._entries.popitem(last=False)
+            added = 0
+            for k, row, v in zip(keys, rows, values, strict=True):
+                size = len(k[1]) + len(row) + ENTRY_OVERHEAD_BYTES
+                old = entries.get(k)
+                if old is not None:  # stored meanwhile by a concurrent call
+                    added -= old.nbytes
+                    entries.move_to_end(k)
+                entries[k] = new((row, v, model, size))
+                added += size
+            self._bytes += added
+            while self._bytes > self.max_bytes and entries:
+                _, evicted = entries.popitem(last=False)
                 self._bytes -= evicted.nbytes
 
     def count(self, hits: int, misses: int) -> None:
@@ -168,8 +173,9 @@ class CachingEvaluator:
         arr = np.ascontiguousarray(boards)
         if arr.ndim < 2 or len(arr) == 0:
             raise EvaluatorError(f"boards must be [N, ...] with N >= 1, got {arr.shape}")
-        prefix = (self.namespace, arr.shape[1:])
-        keys = [(prefix, b.tobytes()) for b in arr]
+        prefix = (self.namespace, arr.shape[1:], arr.dtype.str)
+        raw, width = arr.tobytes(), arr[0].nbytes
+        keys = [(prefix, raw[i:i + width]) for i in range(0, len(raw), width)]
         found = self.cache.lookup(keys) if self.cache.enabled else [None] * len(keys)
         models = {e.model for e in found if e is not None}
         served = self.served_model() if self.served_model is not None else None
@@ -182,40 +188,53 @@ class CachingEvaluator:
         if not missing:
             self._count(len(keys), 0)
             (model,) = models
-            return _assemble(found, model)  # type: ignore[arg-type]
+            known = [e for e in found if e is not None]
+            return _joined([e.logits for e in known], [e.value for e in known], model)
+        if len(missing) == len(keys):  # nothing known: the network's answer
+            return self._fresh(arr, keys, args)
         rows, unique = _distinct(keys, missing)  # a board asked twice is evaluated once
-        logits, values, model = _answer(self.inner.infer(arr[unique], *args), len(unique))
+        answer, fresh_rows, fresh_values, model = self._ask(arr[unique], args)
         if models and models != {model}:  # a new version answers: forget the old one's
             self.cache.clear()
             return self._fresh(arr, keys, args)
-        self._keep([keys[i] for i in unique], logits, values, model)
+        self._keep([keys[i] for i in unique], answer, fresh_rows, fresh_values, model)
         self._count(len(keys) - len(unique), len(unique))
-        out_logits = np.empty((len(keys), logits.shape[1]), np.float32)
-        out_values = np.empty(len(keys), np.float32)
-        for i, (k, e) in enumerate(zip(keys, found, strict=True)):
-            if e is None:
-                out_logits[i] = logits[rows[k]]
-                out_values[i] = values[rows[k]]
-            else:
-                out_logits[i] = e.logits
-                out_values[i] = e.value
-        return CachedOutput(out_logits, *model, _no_head(out_values))
+        both = list(zip(keys, found, strict=True))
+        parts = [fresh_rows[rows[k]] if e is None else e.logits for k, e in both]
+        values = [fresh_values[rows[k]] if e is None else e.value for k, e in both]
+        return _joined(parts, values, model)
 
     def _fresh(self, arr: np.ndarray, keys: list[Key], args: tuple[Any, ...]) -> CachedOutput:
         """Every board of the call from the network (distinct ones once), kept."""
         rows, unique = _distinct(keys, range(len(keys)))
-        logits, values, model = _answer(self.inner.infer(arr[unique], *args), len(unique))
-        self._keep([keys[i] for i in unique], logits, values, model)
+        answer, fresh_rows, values, model = self._ask(arr if len(unique) == len(keys)
+                                                      else arr[unique], args)
+        self._keep([keys[i] for i in unique], answer, fresh_rows, values, model)
         self._count(len(keys) - len(unique), len(unique))
+        if len(unique) == len(keys):
+            return CachedOutput(answer.logits, *model, answer.values)
         index = [rows[k] for k in keys]
-        return CachedOutput(logits[index], *model, _no_head(values[index]))
+        vals = None if answer.values is None else answer.values[index]
+        return CachedOutput(answer.logits[index], *model, vals)
 
-    def _keep(self, keys: list[Key], logits: np.ndarray, values: np.ndarray,
-              model: tuple[str, str]) -> None:
+    def _ask(self, boards: np.ndarray, args: tuple[Any, ...]
+             ) -> tuple[CachedOutput, list[bytes], list[float], tuple[str, str]]:
+        """The inner evaluator's answer for `boards` (float32 logits, values None or [n]),
+        its logits rows as bytes and its values (NaN: no value head)."""
+        n = len(boards)
+        answer = _answer(self.inner.infer(boards, *args), n)
+        raw = answer.logits.tobytes()
+        width = len(raw) // n
+        rows = [raw[i:i + width] for i in range(0, len(raw), width)]
+        values = [math.nan] * n if answer.values is None else answer.values.tolist()
+        return answer, rows, values, (answer.model_name, answer.model_version)
+
+    def _keep(self, keys: list[Key], answer: CachedOutput, rows: list[bytes],
+              values: list[float], model: tuple[str, str]) -> None:
         """Store the rows unless the answer is one a search refuses (`finite_outputs`)."""
-        nan = np.isnan(values)
-        if np.isfinite(logits).all() and (np.isfinite(values).all() or nan.all()):
-            self.cache.store(keys, logits, values, model)
+        v = answer.values
+        if np.isfinite(answer.logits).all() and (v is None or np.isfinite(v).all()):
+            self.cache.store(keys, rows, values, model)
 
     def _count(self, hits: int, misses: int) -> None:
         self.cache.count(hits, misses)
@@ -235,29 +254,26 @@ def _distinct(keys: list[Key], among: Iterable[int]) -> tuple[dict[Key, int], li
     return rows, unique
 
 
-def _answer(out: Any, n: int) -> tuple[np.ndarray, np.ndarray, tuple[str, str]]:
-    """(logits float32 [n, P], values float32 [n] (NaN: no value head), (name, version))."""
-    logits = np.asarray(out.logits, dtype=np.float32)
+def _answer(out: Any, n: int) -> CachedOutput:
+    """The inner answer checked for shape: logits float32 [n, P], values float32 [n] or None
+    (no value head: none sent, or NaN for every board)."""
+    logits = np.ascontiguousarray(out.logits, dtype=np.float32)
     if logits.ndim != 2 or logits.shape[0] != n:
         raise EvaluatorError(f"evaluator returned logits {logits.shape} for {n} boards")
     raw = getattr(out, "values", None)
-    values = (np.full(n, np.nan, np.float32) if raw is None
-              else np.asarray(raw, dtype=np.float32).reshape(-1))
-    if values.shape != (n,):
+    values = None if raw is None else np.asarray(raw, dtype=np.float32).reshape(-1)
+    if values is not None and values.shape != (n,):
         raise EvaluatorError(f"evaluator returned values {values.shape} for {n} boards")
-    model = (str(out.model_name), str(out.model_version))
-    return logits, values, model
+    if values is not None and np.isnan(values).all():
+        values = None
+    return CachedOutput(logits, str(out.model_name), str(out.model_version), values)
 
 
-def _assemble(entries: list[_Entry], model: tuple[str, str]) -> CachedOutput:
-    logits = np.stack([e.logits for e in entries])
-    values = np.array([e.value for e in entries], np.float32)
-    return CachedOutput(logits, *model, _no_head(values))
-
-
-def _no_head(values: np.ndarray) -> np.ndarray | None:
-    """None when every value is NaN (a network without a value head), as it answered."""
-    return None if np.isnan(values).all() else values
+def _joined(rows: list[bytes], values: list[float], model: tuple[str, str]) -> CachedOutput:
+    """One answer from logits rows (float32 bytes) and values (NaN: no value head)."""
+    logits = np.frombuffer(b"".join(rows), np.float32).reshape(len(rows), -1).copy()
+    vals = np.array(values, np.float32)
+    return CachedOutput(logits, *model, None if np.isnan(vals).all() else vals)
 
 
 __all__ = ["DEFAULT_CACHE_MB", "CachedOutput", "CachingEvaluator", "EvalCache"]
