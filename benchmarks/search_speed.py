@@ -3,7 +3,8 @@ one (`services.search.mcts`), in the same run.
 
 1. Tree work per playout: a zero-cost evaluator (precomputed uniform logits, no value), the
    same position and budget for both trees, Gomoku 15x15 and Go 19x19; µs of CPU per playout
-   and the ratio. Numba compiles before the clock starts (a warm-up search).
+   and the ratio, and the compiled tree's through a fresh cache of answers (every board a
+   miss: what the cache costs). Numba compiles before the clock starts (a warm-up search).
 2. GenMove playouts/s with a network in this process on CPU (torch threads 1): the Gomoku
    network `--config` (default the served one) with seeded random weights, scripted (or a
    trained TorchScript file, `--model`), searched by both trees through one evaluator at the
@@ -65,17 +66,20 @@ class ZeroCost:
         return self.out[len(boards)]
 
 
-def per_playout_us(module, state, evaluator, visits: int, repeats: int = 3) -> float:
-    """Best of `repeats`: CPU µs per playout of a `visits` search of `state`."""
+def per_playout_us(module, state, evaluator, visits: int, repeats: int = 3,
+                   cached: bool = False) -> float:
+    """Best of `repeats`: CPU µs per playout of a `visits` search of `state` (`cached`: through
+    a fresh cache of answers each time, every board a miss: what the cache costs)."""
     best = float("inf")
     for _ in range(repeats):
+        asked = CachingEvaluator(evaluator, EvalCache()) if cached else evaluator
         t = time.process_time()
-        r = module.search(state, evaluator, max_visits=visits, batch_size=16)
+        r = module.search(state, asked, max_visits=visits, batch_size=16)
         best = min(best, (time.process_time() - t) / r.new_visits * 1e6)
     return best
 
 
-def tree_work(visits: int) -> list[tuple[str, float, float]]:
+def tree_work(visits: int) -> list[tuple[str, float, float, float]]:
     gomoku = GomokuState.from_moves([112, 113, 97])
     go = GO.start(19)
     for m in (72, 288, 60, 300):
@@ -86,7 +90,8 @@ def tree_work(visits: int) -> list[tuple[str, float, float]]:
         mcts.search(state, ev, max_visits=64)  # compile (or load) the kernels
         old = per_playout_us(reference_search, state, ev, max(visits // 4, 200))
         new = per_playout_us(mcts, state, ev, visits)
-        rows.append((name, old, new))
+        cached = per_playout_us(mcts, state, ev, visits, cached=True)
+        rows.append((name, old, new, cached))
     return rows
 
 
@@ -289,9 +294,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--line-repeats", type=int, default=3, help="runs of part 3 per tree")
     args = parser.parse_args(argv)
     print(f"cpus={os.cpu_count()}")
-    for name, old, new in tree_work(args.visits):
+    for name, old, new, cached in tree_work(args.visits):
         print(f"{name}: tree work per playout {old:.1f} µs interpreted, {new:.1f} µs compiled, "
-              f"{old / new:.1f}x")
+              f"{old / new:.1f}x; compiled through a fresh cache of answers (all misses: its "
+              f"cost) {cached:.1f} µs")
     config = args.config or GomokuState().game.default_config
     ev = Timed(load_network(config, args.model))
     config = Path(args.model).name if args.model else config
