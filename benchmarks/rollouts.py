@@ -1,13 +1,14 @@
 """Fast rollouts: rollouts per second and microseconds per rollout move, Gomoku and Go.
 
     .venv/bin/python benchmarks/rollouts.py [--leaves 64] [--rollouts 4] [--repeats 3]
-        [--kernel 5] [--weights rollout.npz] [--seed 0]
+        [--kernel 5] [--weights rollout.npz] [--seed 0] [--cases gomoku renju go9 go19]
 
 Why: a leaf value mixed with rollouts (services/search/rollout_value.py) costs one rollout per
 leaf, hundreds of moves each; the budget of a search at a given time per move follows from
 these figures. Each case plays `--rollouts` rollouts from each of `--leaves` positions (Gomoku
-15x15 and Go 9x9 / 19x19, after 10 random moves from the empty board) with the game's compiled
-rollouts (`Game.rollouts`), after one warm-up call (numba compiles or loads its cache). The
+15x15 under freestyle and under renju, whose rollouts keep Black off its forbidden points, and
+Go 9x9 / 19x19, after 10 random moves from the empty board) with the game's compiled rollouts
+(`Game.rollouts`), after one warm-up call (numba compiles or loads its cache). The
 policy is `--weights` (a rollout.npz of a version, `services.repository.rollout_policy`), else
 random weights of the `--kernel` width drawn from `--seed`: the cost of a move does not depend
 on what the weights are, only the game lengths do (a trained policy plays other games). The
@@ -30,7 +31,9 @@ from benchmarks.go_replay import machine  # noqa: E402
 from services.games.registry import get_game  # noqa: E402
 from services.games.rollout import RolloutWeights  # noqa: E402
 
-CASES = (("gomoku", 15, 0.0), ("go", 9, 7.5), ("go", 19, 7.5))
+# name: (game, rule, board size, komi)
+CASES = {"gomoku": ("gomoku", "freestyle", 15, 0.0), "renju": ("gomoku", "renju", 15, 0.0),
+         "go9": ("go", "", 9, 7.5), "go19": ("go", "", 19, 7.5)}
 OPENING_MOVES = 10
 
 
@@ -49,9 +52,9 @@ def leaves(game_name: str, size: int, n: int, seed: int) -> tuple[np.ndarray, np
     return np.stack(boards).astype(np.int8), np.array(colours, np.int8)
 
 
-def measure(game_name: str, size: int, komi: float, weights: RolloutWeights,
+def measure(game_name: str, rule: str, size: int, komi: float, weights: RolloutWeights,
             args: argparse.Namespace) -> dict:
-    rollouts = get_game(game_name).rollouts()
+    rollouts = get_game(game_name).rollouts(rule)
     boards, colours = leaves(game_name, size, args.leaves, args.seed)
     rollouts.run(boards[:2], weights, komi=komi, colours=colours[:2])  # compile / load
     best = None
@@ -64,7 +67,8 @@ def measure(game_name: str, size: int, komi: float, weights: RolloutWeights,
             best = (seconds, moves, float(np.mean(z)))
     seconds, moves, mean_z = best
     games = args.leaves * args.rollouts
-    return {"case": f"{game_name} {size}x{size}", "rollouts_s": games / seconds,
+    name = f"{game_name} {size}x{size}" + (f" {rule}" if rule else "")
+    return {"case": name, "rollouts_s": games / seconds,
             "us_move": 1e6 * seconds / moves, "moves": moves / games, "mean_z": mean_z}
 
 
@@ -76,6 +80,7 @@ def main() -> int:
     parser.add_argument("--kernel", type=int, default=5)
     parser.add_argument("--weights", type=Path, default=None, help="a rollout.npz")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cases", nargs="+", choices=sorted(CASES), default=list(CASES))
     args = parser.parse_args()
     if args.weights is not None:
         weights = RolloutWeights.from_bytes(args.weights.read_bytes())
@@ -88,8 +93,8 @@ def main() -> int:
           f"{args.leaves} leaves x {args.rollouts} rollouts, best of {args.repeats}")
     print("| case | rollouts/s | µs per move | moves per rollout | mean result |")
     print("|---|---|---|---|---|")
-    for game_name, size, komi in CASES:
-        r = measure(game_name, size, komi, weights, args)
+    for case in args.cases:
+        r = measure(*CASES[case], weights, args)
         print(f"| {r['case']} | {r['rollouts_s']:.0f} | {r['us_move']:.2f} | "
               f"{r['moves']:.0f} | {r['mean_z']:+.3f} |")
     print(machine())

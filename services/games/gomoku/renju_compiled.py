@@ -223,3 +223,35 @@ def forbidden_reasons(board: np.ndarray, size: int, out: np.ndarray) -> int:
             out[p] = reason
             count += 1
     return count
+
+
+@kernel
+def forbidden_point(cells: np.ndarray, w: int, i: int, line: np.ndarray) -> int:
+    """Why black may not play the empty padded index i of `cells` (`padded`'s layout, width
+    `w`): a reason code, NONE when allowed. One point's `forbidden_reasons`: the same screen
+    (`renju._candidates`: two lines with two black stones within 3, two with three within 4,
+    or one with four within 4) before `forbidden_at`, so a point far from black's stones
+    costs a few reads. Why: a rollout checks each point it draws for black (the padding,
+    `PAD` >= 4 cells, keeps every read on the padded board)."""
+    near_lines = 0
+    far_lines = 0
+    crowded = False
+    for d in range(4):
+        s = 1 if d == 0 else (w if d == 1 else (w + 1 if d == 2 else w - 1))
+        near = 0
+        far = 0
+        for sign in (-1, 1):
+            for k in range(1, 5):
+                if cells[i + sign * k * s] == BLACK:
+                    far += 1
+                    if k <= 3:
+                        near += 1
+        if near >= 2:
+            near_lines += 1
+        if far >= 3:
+            far_lines += 1
+        if far >= 4:
+            crowded = True
+    if near_lines < 2 and far_lines < 2 and not crowded:
+        return NONE
+    return forbidden_at(cells, w, i, 0, line)

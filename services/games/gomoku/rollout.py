@@ -8,9 +8,15 @@ would let most won positions slip (it finds the one winning point among two hund
 chance); fours are found where they arise, from the lines through each move, so the rule
 costs little. A five is five or more in a row for a side whose rule is freestyle, exactly
 five for one whose rule says so (standard Gomoku; Black under renju): `GomokuRollouts(rule)`
-takes the game's rule, the network input's colours say which side is Black. Renju's forbidden
-points are not kept out of Black's rollout moves: a rollout is a cheap estimate, and the
-search itself never plays them (its candidates are the legal moves).
+takes the game's rule, the network input's colours say which side is Black.
+
+Under renju Black never plays a forbidden point (double-three, double-four, overline) in a
+rollout either: a rollout that let Black play them would count wins the rules refuse and
+make a renju position look better for Black than it is. Each point drawn for Black is
+checked by the compiled rules of the search (`renju_compiled.forbidden_point`, on a padded
+copy of the board kept up to date move by move); a forbidden one is set aside for that move
+and another drawn. A five is never forbidden, and a four Black could only block on a
+forbidden point is not blocked: White makes five next.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ import numpy as np
 
 from services.compiled import kernel
 from services.games.base import BLACK, WHITE
+from services.games.gomoku.renju import PAD
+from services.games.gomoku.renju_compiled import NONE, forbidden_point
 from services.games.gomoku.rules import Rule
 from services.games.gomoku.search_kernels import five_through
 from services.games.rollout import (
@@ -96,15 +104,45 @@ def _leaf_threats(cells, colour, size, exact, threats):
 
 
 @kernel
-def _rollouts(cells0, exact, base, d_own, d_opp, size, k, seed, rollouts, cap, trace, final):
+def _padded_black(cells, black, size):
+    """The renju rules' padded board (`renju_compiled.padded`: BLACK 1, WHITE 2, a margin of
+    WHITE) of the mover's `cells` where Black's stones are the cells `black` (1 or 2)."""
+    w = size + 2 * PAD
+    out = np.full(w * w, WHITE, np.int8)
+    for p in range(size * size):
+        c = cells[p]
+        out[(p // size + PAD) * w + p % size + PAD] = 0 if c == 0 else (
+            BLACK if c == black else WHITE)
+    return out
+
+
+@kernel
+def _allowed(padded, side, forbid, p, size, line):
+    """Whether `side` may play the empty point `p`: always, unless it is the side `forbid`
+    (Black under renju) and `p` is one of its forbidden points."""
+    if side != forbid:
+        return True
+    w = size + 2 * PAD
+    return forbidden_point(padded, w, (p // size + PAD) * w + p % size + PAD, line) == NONE
+
+
+@kernel
+def _rollouts(cells0, exact, forbid, base, d_own, d_opp, size, k, seed, rollouts, cap, trace,
+              final):
     """(float64 [N], moves played): the mean result of `rollouts` games from each leaf
     (uint8 [N, S*S], the mover's cells); `exact[i, side]`: side (0 mover, 1 opponent) needs
-    exactly five."""
+    exactly five; `forbid[i]`: the side kept off renju's forbidden points (Black), -1 none."""
     n, area = cells0.shape
     out = np.zeros(n)
     moves = 0
     excluded = np.zeros(area, np.int64)
+    stamp = 0  # excluded[q] == stamp: q set aside for the move being drawn
+    line = np.empty(11, np.int8)
+    w = size + 2 * PAD
     for i in range(n):
+        renju = forbid[i] >= 0
+        padded0 = _padded_black(cells0[i], forbid[i] + 1, size) if renju else \
+            np.zeros(1, np.int8)
         logits0, weights0 = _initial_logits(cells0[i], base, d_own, d_opp, size, k)
         threats0 = np.empty((2, 4 * area), np.int64)
         counts0 = np.zeros(2, np.int64)
@@ -118,6 +156,7 @@ def _rollouts(cells0, exact, base, d_own, d_opp, size, k, seed, rollouts, cap, t
             weights = weights0.copy()
             threats = threats0.copy()
             counts = counts0.copy()
+            padded = padded0.copy()
             state = seed_state(seed, i, r)
             side = 0
             result = 0.0
@@ -127,11 +166,23 @@ def _rollouts(cells0, exact, base, d_own, d_opp, size, k, seed, rollouts, cap, t
                 if p < 0:  # block the opponent's five
                     p = _winning_point(cells, 2 - side, size, exact[i, 1 - side],
                                        threats[1 - side], counts[1 - side])
+                    if p >= 0 and renju and not _allowed(padded, side, forbid[i], p, size,
+                                                         line):
+                        p = -1  # a forbidden block: Black cannot stop the five
                 if p < 0:
-                    p, state = draw_point(weights[side], cells, excluded, -1, state)
+                    stamp += 1
+                    while True:
+                        p, state = draw_point(weights[side], cells, excluded, stamp, state)
+                        if p < 0 or not renju or _allowed(padded, side, forbid[i], p, size,
+                                                          line):
+                            break
+                        excluded[p] = stamp
                 if p < 0:
-                    break  # the board is full: a draw
+                    break  # no point left to play: a draw
                 cells[p] = side + 1
+                if renju:
+                    padded[(p // size + PAD) * w + p % size + PAD] = \
+                        BLACK if side == forbid[i] else WHITE
                 if i == 0 and r == 0 and moves < trace.shape[0]:
                     trace[moves] = p
                 moves += 1
@@ -171,6 +222,15 @@ class GomokuRollouts(Rollouts):
                             trace=trace)
         return [int(m) for m in trace[0][:moves]], trace[1], float(z[0])
 
+    def _forbid(self, boards: np.ndarray) -> np.ndarray:
+        """int64 [N]: the side kept off the forbidden points, 0 the mover, 1 the opponent
+        (Black under renju), -1 none (the other rules)."""
+        b = np.asarray(boards).reshape(len(boards), -1)
+        if self.rule is not Rule.RENJU:
+            return np.full(len(b), -1, np.int64)
+        black_moves = (b == BLACK).sum(axis=1) <= (b == WHITE).sum(axis=1)
+        return np.where(black_moves, 0, 1).astype(np.int64)
+
     def _exact(self, boards: np.ndarray) -> np.ndarray:
         """bool [N, 2]: whether the mover / the opponent needs exactly five."""
         b = np.asarray(boards).reshape(len(boards), -1)
@@ -191,6 +251,6 @@ class GomokuRollouts(Rollouts):
         size = int(boards.shape[-1])
         base, d_own, d_opp = weights.tables(size)
         cap = move_cap or size * size
-        return _rollouts(self.leaf_cells(boards), self._exact(boards), base, d_own, d_opp,
-                         size, weights.size, int(seed), max(1, int(rollouts)), int(cap),
-                         *_trace_buffers(trace, size))
+        return _rollouts(self.leaf_cells(boards), self._exact(boards), self._forbid(boards),
+                         base, d_own, d_opp, size, weights.size, int(seed),
+                         max(1, int(rollouts)), int(cap), *_trace_buffers(trace, size))
