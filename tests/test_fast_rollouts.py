@@ -15,6 +15,7 @@ from services.games.gomoku.search_kernels import five_through
 from services.games.registry import get_game
 from services.games.rollout import RolloutWeights
 from services.models.rollout import LinearRolloutPolicy
+from tests.evaluators import HashEvaluator
 
 torch.set_num_threads(1)
 GOMOKU = get_game("gomoku")
@@ -156,13 +157,66 @@ def test_go_komi_decides_for_the_right_colour() -> None:
     assert rollouts.play(board, w, komi=100, colours=np.array([BLACK]))[0] == -1.0
 
 
-def test_go_leaf_colours_from_the_stone_balance() -> None:
-    root = go_leaf(10, 1)
-    leaves = [root.play(int(np.flatnonzero(root.legal_mask())[0]))]
-    leaves.append(leaves[0].play(int(np.flatnonzero(leaves[0].legal_mask())[0])))
-    colours = GO.rollouts().leaf_colours(np.stack([compact(s) for s in leaves]),
-                                         compact(root), root.to_move)
-    assert colours.tolist() == [s.to_move for s in leaves]
+class ColourRecorder:
+    """An evaluator that takes colours (as the rollout wrapper does) and keeps them."""
+
+    takes_colours = True
+
+    def __init__(self) -> None:
+        self.inner = HashEvaluator(has_pass=True)
+        self.boards: list[np.ndarray] = []
+        self.colours: list[int] = []
+
+    def infer(self, boards: np.ndarray, colours: np.ndarray | None = None):
+        assert colours is not None and len(colours) == len(boards)
+        self.boards.extend(boards)
+        self.colours.extend(int(c) for c in colours)
+        return self.inner.infer(boards)
+
+
+def _balance_guess(board: np.ndarray, root: np.ndarray, root_colour: int) -> int:
+    """The colour a stone count would guess for a leaf (what the search no longer does)."""
+    def balance(planes: np.ndarray) -> int:
+        return int((planes[0] == 1).sum()) - int((planes[0] == 2).sum())
+    d, d_root = balance(board), balance(root)
+    return root_colour if abs(d - d_root) <= abs(d + d_root + 1) else 3 - root_colour
+
+
+def test_a_go_search_passes_each_leafs_colour() -> None:
+    """The compiled search gives the evaluator the colours the interpreted one reads off its
+    positions, passes and captures in the tree included (where a stone count goes wrong)."""
+    from services.games.go.game import GoSearchState
+    from services.search import interpreted, mcts
+
+    state = GoSearchState(go_leaf(6, 3, size=5))
+    compiled, reference = ColourRecorder(), ColourRecorder()
+    mcts.Search(state, compiled).run(300)
+    interpreted.Search(state, reference).run(300)
+    assert compiled.colours == reference.colours
+    assert all(np.array_equal(a, b) for a, b in zip(compiled.boards, reference.boards,
+                                                    strict=True))
+    assert set(compiled.colours) == {BLACK, WHITE}
+    root = GO.network_input(state)
+    guesses = [_balance_guess(b, root, state.to_move) for b in compiled.boards]
+    assert guesses != compiled.colours  # the tree holds leaves a stone count gets wrong
+
+
+def test_colours_of_a_reused_tree_are_its_positions() -> None:
+    from services.games.go.game import GoSearchState
+    from services.search import mcts
+
+    state = GoSearchState(go_leaf(6, 4, size=5))
+    first = mcts.Search(state, ColourRecorder())
+    first.run(200)
+    child = first.root.child(first.result().move).compacted()  # the other colour to move
+    recorder = ColourRecorder()
+    mcts.Search(child, recorder).run(child.visits + 100)
+    assert recorder.colours
+    data = child._data
+    nodes = np.arange(int(data.tree.used[0]))
+    want = [mcts.Node(data, int(i)).state.to_move for i in nodes]
+    assert mcts._colours(data, nodes).tolist() == want
+    assert set(want) == {BLACK, WHITE}
 
 
 @pytest.mark.parametrize("game_name", ["gomoku", "go"])

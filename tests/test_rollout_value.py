@@ -120,24 +120,64 @@ def test_lambda_outside_zero_one_is_refused(bad: float) -> None:
 
 def test_go_leaves_are_scored_with_the_komi_of_their_colour() -> None:
     root = GO.start(9).play(40)  # white to move
-    search_root = root
     w = weights(2)
-    wrapper = RolloutValueEvaluator.for_search(HashEvaluator(has_pass=True), search_root,
+    wrapper = RolloutValueEvaluator.for_search(HashEvaluator(has_pass=True), root,
                                                FixedRollouts(w), 1.0)
-    assert wrapper.komi == root.komi and wrapper.root_colour == WHITE
+    assert wrapper.komi == root.komi and wrapper.takes_colours
     leaves = [root.play(41), root.play(41).play(42)]
     boards = np.stack([GO.network_input(s) for s in leaves])
+    colours = np.array([s.to_move for s in leaves])
+    assert colours.tolist() == [BLACK, WHITE]
     z = GO.rollouts().play(boards, w, seed=wrapper.call_seed(0), komi=root.komi,
-                           colours=np.array([BLACK, WHITE]))
-    np.testing.assert_array_equal(wrapper.infer(boards).values, z.astype(np.float32))
+                           colours=colours)
+    np.testing.assert_array_equal(wrapper.infer(boards, colours=colours).values,
+                                  z.astype(np.float32))
 
 
-def test_go_rollouts_estimate_the_colour_without_being_told() -> None:
-    state = GoState(9)
-    for p in (40, 41, 31, 32):
-        state = state.play(p)
-    colours = GO.rollouts().leaf_colours(compact(state)[None], compact(state), BLACK)
-    assert colours.tolist() == [BLACK]
+def test_go_rollouts_without_colours_are_refused() -> None:
+    """No guessed colour: a caller that does not say whose move it is gets an error."""
+    state = GoState(9).play(40)
+    boards = compact(state)[None]
+    with pytest.raises(ValueError, match="colours"):
+        GO.rollouts().play(boards, weights(), komi=7.5)
+    with pytest.raises(ValueError, match="BLACK"):
+        GO.rollouts().play(boards, weights(), komi=7.5, colours=np.array([0]))
+    inner = HashEvaluator(has_pass=True)
+    wrapper = RolloutValueEvaluator.for_search(inner, GO.start(9), FixedRollouts(weights()), 0.5)
+    with pytest.raises(ValueError, match="colours"):
+        wrapper.infer(boards)
+    assert inner.calls == []  # refused before the network was asked
+    gomoku = RolloutValueEvaluator(HashEvaluator(), GOMOKU.rollouts(), FixedRollouts(weights()),
+                                   0.5)
+    assert not gomoku.takes_colours  # Gomoku's input says whose move it is
+    assert len(gomoku.infer(gomoku_boards()).values) == 6
+
+
+@pytest.mark.parametrize("komi, black_value", [(100.0, -1.0), (-100.0, 1.0)])
+@pytest.mark.parametrize("tree", ["compiled", "interpreted"])
+def test_a_go_search_gives_the_komi_to_white(komi: float, black_value: float, tree: str
+                                             ) -> None:
+    """A komi larger than the board: whatever the rollouts play, White wins every one (komi
+    100) or loses every one (-100). Each leaf's value is its mover's result, so the search's
+    values are all that result for Black only when every leaf was scored for its colour."""
+    from services.games.go.game import GoSearchState
+    from services.search import interpreted
+
+    state = GoSearchState(GoState(5), komi=komi)  # black to move
+    wrapper = RolloutValueEvaluator.for_search(HashEvaluator(has_pass=True), state,
+                                               FixedRollouts(weights(7)), 1.0)
+    make = mcts.Search if tree == "compiled" else interpreted.Search
+    search = make(state, wrapper)
+    search.run(96)
+    result = search.result()
+    assert result.value == pytest.approx(black_value)
+    visited = [c for c in result.children if c.visits > 0]
+    assert len(visited) > 3
+    assert all(c.value == pytest.approx(black_value) for c in visited)
+    white_root = make(state.play(12), RolloutValueEvaluator.for_search(
+        HashEvaluator(has_pass=True), state, FixedRollouts(weights(7)), 1.0))
+    white_root.run(48)
+    assert white_root.result().value == pytest.approx(-black_value)
 
 
 def test_the_rollout_policy_is_found_with_its_version(tmp_path) -> None:

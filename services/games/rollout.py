@@ -28,11 +28,12 @@ results on any machine.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 
 import numpy as np
 
@@ -64,6 +65,15 @@ class RolloutWeights:
             raise ValueError(f"a rollout kernel is float [3, k, k] with k odd, got {k.shape}")
         if not (np.isfinite(k).all() and math.isfinite(self.bias)):
             raise ValueError("rollout weights must be finite")
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """A digest of the weights the rollouts play with (kernel and bias): which rollout
+        policy a search's leaf values were mixed with, so a tree searched with one policy is
+        never continued with another (`services.search.tree_cache`)."""
+        digest = hashlib.sha256(np.ascontiguousarray(self.kernel, np.float32).tobytes())
+        digest.update(np.float64(self.bias).tobytes())
+        return digest.hexdigest()[:16]
 
     @property
     def size(self) -> int:
@@ -132,7 +142,13 @@ def _tables(kernel_bytes: bytes, k: int, bias: float, size: int
 
 
 class Rollouts(ABC):
-    """A game's compiled rollouts (`Game.rollouts()`)."""
+    """A game's compiled rollouts (`Game.rollouts()`).
+
+    `needs_colours`: whether `run` needs each board's side-to-move colour (`colours`), as a
+    game does whose network input does not say it and whose score does depend on it (Go's
+    komi); such rollouts refuse boards without colours rather than guess them."""
+
+    needs_colours: bool = False
 
     @abstractmethod
     def leaf_cells(self, boards: np.ndarray) -> np.ndarray:
@@ -156,16 +172,10 @@ class Rollouts(ABC):
         `weights` (+1 won, -1 lost, 0 drawn or cut at `move_cap` moves without a verdict; 0:
         the game's default cap).
         `komi` and `colours` (the side to move's colour, BLACK/WHITE, per board) for a game
-        that scores with a komi; the rest ignore them. `trace`, a list, gets the first
+        that scores with a komi (`needs_colours`: ValueError without them); the rest ignore
+        them. `trace`, a list, gets the first
         rollout's moves (int64 [moves played in all, at least its own]; -1 a pass) and its
         final cells appended (`_trace_buffers`)."""
-
-    def leaf_colours(self, boards: np.ndarray, root: np.ndarray, root_colour: int
-                     ) -> np.ndarray | None:
-        """int8 [N] the colour to move at positions searched from the network input `root`
-        whose side to move is `root_colour`, for a game whose rollouts need it (komi); None
-        (the default): the game's rollouts do not."""
-        return None
 
 
 def _trace_buffers(trace: list[np.ndarray] | None, size: int) -> tuple[np.ndarray, np.ndarray]:

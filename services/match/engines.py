@@ -63,8 +63,9 @@ def colour_of_move(index: int) -> int:
 class SearchEngine:
     """The PUCT search over `evaluator`, `visits` root visits and/or `time_ms` a move; with
     `rollout_lambda` > 0 its leaf values are mixed with fast rollouts of `rollouts`
-    (`services.search.rollout_value`, a wrapper built for each move's root: Go's komi and
-    leaf colours), seeded from `seed` and the move number, so a game replays alike."""
+    (`services.search.rollout_value`, a wrapper built for each move's root: its rule and Go's
+    komi; the search gives it each leaf's colour), seeded from `seed` and the move number, so
+    a game replays alike."""
 
     def __init__(self, evaluator: PolicyEvaluator, name: str, *, visits: int = 0,
                  time_ms: int = 0, rollout_lambda: float = 0.0,

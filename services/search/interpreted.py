@@ -30,6 +30,7 @@ from services.search.puct import (
     SearchLoop,
     SearchResult,
     State,
+    infer_leaves,
     leaf_values,
     masked_softmax,
     network_input,
@@ -190,7 +191,8 @@ class Search(SearchLoop):
         """One evaluator call for `nodes`: (legal-point policies [N, size*size], leaf values
         [N]); a leaf value is for the player who moved into the node (see `leaf_values`)."""
         boards = np.stack([network_input(n.state) for n in nodes]).astype(np.int8, copy=False)
-        out = self.evaluator.infer(boards)
+        out = infer_leaves(self.evaluator, boards,
+                           lambda: np.array([n.state.to_move for n in nodes], np.int8))
         logits = np.asarray(out.logits, dtype=np.float32)
         points = policy_size(nodes[0].state)
         if logits.shape != (len(nodes), points):

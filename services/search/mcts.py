@@ -73,7 +73,7 @@ from services.evaluator import (
     PolicyEvaluator,
     finite_outputs,
 )
-from services.games.base import Game
+from services.games.base import BLACK, WHITE, Game
 from services.search import compiled_tree as ct
 from services.search import interpreted
 from services.search.puct import (  # the search's answers and options, re-exported
@@ -86,6 +86,7 @@ from services.search.puct import (  # the search's answers and options, re-expor
     SearchLoop,
     SearchResult,
     State,
+    infer_leaves,
     leaf_values,
     masked_softmax,
     network_input,
@@ -261,6 +262,20 @@ class Node:
         return Node(data, 0, self.state)
 
 
+def _colours(data: _TreeData, nodes: np.ndarray) -> np.ndarray:
+    """int8 [N]: the side to move at the tree's `nodes`. Every move (a pass too) hands the
+    turn to the other colour, so a node an odd number of moves below node 0 (`data.state`)
+    has the other side to move than it."""
+    parent = data.tree.nodes_i[:, ct.PARENT]
+    at = np.asarray(nodes, np.int64).copy()
+    odd = np.zeros(len(at), bool)
+    while (below := at > 0).any():
+        odd ^= below
+        at = np.where(below, parent[at], 0)
+    first = int(data.state.to_move)
+    return np.where(odd, BLACK + WHITE - first, first).astype(np.int8)
+
+
 def _best_child(tree: ct.Tree, node: int) -> int:
     first, count = int(tree.nodes_i[node, ct.FIRST]), int(tree.nodes_i[node, ct.COUNT])
     moves = tree.edge_move[first:first + count]
@@ -320,14 +335,15 @@ class Search(SearchLoop):
         self._count_from(self.root.visits if self.reused else 0, model_name, model_version, clock)
         self._started = False
 
-    def _evaluate(self, n: int, legal: np.ndarray, inputs: np.ndarray) -> tuple[np.ndarray,
-                                                                                 np.ndarray]:
-        """One evaluator call for the first `n` rows of `inputs`: (the masked softmax's
-        numerators [n, points], float64, see `compiled_tree.set_priors`; leaf values [n] for
-        the player who moved into each node, see `leaf_values`)."""
+    def _evaluate(self, n: int, legal: np.ndarray, inputs: np.ndarray, nodes: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+        """One evaluator call for the first `n` rows of `inputs`, the positions of the tree's
+        `nodes[:n]`: (the masked softmax's numerators [n, points], float64, see
+        `compiled_tree.set_priors`; leaf values [n] for the player who moved into each node,
+        see `leaf_values`)."""
         data = self._data
         boards = inputs[:n].reshape(n, *data.input_shape).copy()
-        out = self.evaluator.infer(boards)
+        out = infer_leaves(self.evaluator, boards, lambda: _colours(data, nodes[:n]))
         logits = np.asarray(out.logits, dtype=np.float32)
         if logits.shape != (n, data.points):
             expected = (n, data.points)
@@ -357,7 +373,7 @@ class Search(SearchLoop):
                 data.compiled.legal_of(t.arrays, root, data.iparams, data.fparams, legal[0],
                                        candidates)
             data.compiled.encode_node(t.arrays, root, data.iparams, data.fparams, inputs[0])
-            e, _ = self._evaluate(1, legal, inputs)
+            e, _ = self._evaluate(1, legal, inputs, np.array([root]))
             ct.set_priors(t.arrays, root, e[0], np.empty(data.points))
         self.proven_win = self.root.proven  # the side to move can make five: one visit shows it
         self._noise_root()
@@ -378,7 +394,7 @@ class Search(SearchLoop):
             data.fparams, leaves, inputs, legal, candidates)
         if waiting:
             try:
-                e, values = self._evaluate(waiting, legal, inputs)
+                e, values = self._evaluate(waiting, legal, inputs, leaves)
             except BaseException:  # leave the tree clean: no virtual loss, no half node
                 ct.abandon_batch(t.arrays, leaves, waiting, root)
                 self.visits += done - waiting  # the known leaves were backed up

@@ -58,6 +58,17 @@ def masked_softmax(logits: np.ndarray, legal: np.ndarray) -> np.ndarray:
     return numerics.masked_softmax(np.ravel(logits), legal.ravel()).reshape(legal.shape)
 
 
+def infer_leaves(evaluator: PolicyEvaluator, boards: np.ndarray,
+                 colours: Callable[[], np.ndarray]) -> Any:
+    """`evaluator.infer(boards)`, with `colours=colours()` (int8 [N], BLACK / WHITE: each
+    leaf's side to move) for an evaluator that says it `takes_colours` (leaf values mixed
+    with Go rollouts: the komi goes to one colour, and Go's input does not say which).
+    The search knows every leaf's colour; it works them out only for such an evaluator."""
+    if getattr(evaluator, "takes_colours", False):
+        return evaluator.infer(boards, colours=colours())  # type: ignore[call-arg]
+    return evaluator.infer(boards)
+
+
 def leaf_values(values: np.ndarray | None, n: int) -> np.ndarray:
     """Leaf values (float64 [n], for the player who moved into each node) from the network's
     values for the side to move there: -v, clipped to [-1, 1]; 0 (a draw) everywhere when

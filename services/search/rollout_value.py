@@ -16,9 +16,14 @@ repeatable as its evaluator. A version without a rollout policy, asked for lambd
 `NoRolloutPolicy` (the service answers FAILED_PRECONDITION).
 
 Komi (Go): the rollouts score the board for the leaf's side to move, and Go's network input does
-not say which colour that is. `infer(boards, colours)` takes them from a caller that knows;
-without them the game estimates them from the root the wrapper was built for
-(`Rollouts.leaf_colours`).
+not say which colour that is. The search knows it (it replays the moves): the wrapper says it
+`takes_colours` and the search passes them, `infer(boards, colours=...)`
+(`services.search.puct.infer_leaves`); a call without them, for rollouts that need them
+(`Rollouts.needs_colours`), is a ValueError rather than a guessed komi.
+
+Tree reuse: a tree's values are mixed with rollouts at one lambda by one rollout policy;
+`tree_key` names both, and the tree cache keeps and finds trees under it, so a tree is only
+continued by a search that mixes the same way.
 """
 
 from __future__ import annotations
@@ -86,8 +91,10 @@ class RolloutValueEvaluator:
 
     def __init__(self, inner: PolicyEvaluator, rollouts: Rollouts, source: RolloutSource,
                  lam: float, *, seed: int = 0, rollouts_per_leaf: int = DEFAULT_ROLLOUTS_PER_LEAF,
-                 move_cap: int = 0, komi: float = 0.0, root: np.ndarray | None = None,
-                 root_colour: int = 0) -> None:
+                 move_cap: int = 0, komi: float = 0.0, policy: str | None = None) -> None:
+        """`policy`: the fingerprint of the rollout policy a reused tree was mixed with
+        (`RolloutWeights.fingerprint`), what `tree_key` says before this wrapper played any
+        rollout."""
         self.inner = inner
         self.rollouts = rollouts
         self.source = source
@@ -96,24 +103,40 @@ class RolloutValueEvaluator:
         self.rollouts_per_leaf = max(1, int(rollouts_per_leaf))
         self.move_cap = int(move_cap)
         self.komi = float(komi)
-        self.root = root
-        self.root_colour = int(root_colour)
+        self._policies = {policy} if policy is not None else set()
         self.calls = 0
         self._lock = threading.Lock()
 
     @classmethod
     def for_search(cls, inner: PolicyEvaluator, state: Position, source: RolloutSource,
                    lam: float, **options) -> RolloutValueEvaluator:
-        """The wrapper for a search of `state`: its game's rollouts under its rule, its komi
-        (if any) and the root its leaves' colours are estimated from."""
+        """The wrapper for a search of `state`: its game's rollouts under its rule and its
+        komi (if any)."""
         game = state.game
         rule = getattr(state, "rule", "")
         komi = getattr(state, "komi", 0.0)
         rollouts = game.rollouts(str(rule.value if hasattr(rule, "value") else ""))
         if rollouts is None:
             raise ValueError(f"{game.title} has no rollouts")
-        return cls(inner, rollouts, source, lam, komi=float(komi or 0.0),
-                   root=game.network_input(state), root_colour=state.to_move, **options)
+        return cls(inner, rollouts, source, lam, komi=float(komi or 0.0), **options)
+
+    @property
+    def takes_colours(self) -> bool:
+        """Whether `infer` needs each board's side-to-move colour: the rollouts score with a
+        komi (Go) and lambda > 0."""
+        return self.lam > 0.0 and self.rollouts.needs_colours
+
+    def tree_key(self) -> tuple[object, ...] | None:
+        """What a tree searched through this wrapper was mixed with, for the tree cache: ()
+        for lambda 0 (the network alone), (lambda, the rollout policy's fingerprint) after
+        rollouts by one policy; None (keep no tree) when no rollout policy is known yet or
+        the search mixed two (the served version changed during it)."""
+        if self.lam == 0.0:
+            return ()
+        with self._lock:
+            if len(self._policies) != 1:
+                return None
+            return (self.lam, next(iter(self._policies)))
 
     def call_seed(self, call: int) -> int:
         """The rollout seed of the wrapper's call number `call` (0 first)."""
@@ -123,7 +146,10 @@ class RolloutValueEvaluator:
               ) -> PolicyOutput:
         """The inner answer for `boards`, its values mixed with rollouts from them; `args`
         go to the inner evaluator (a batcher's deadline). `colours`: the side to move's
-        colour at each board, where the caller knows it (Go's komi)."""
+        colour at each board, required where `takes_colours` (ValueError without)."""
+        if self.takes_colours and colours is None:
+            raise ValueError(f"{type(self.rollouts).__name__} score with a komi: the caller "
+                             "must pass each board's side to move (colours=)")
         out = self.inner.infer(boards, *args)
         if self.lam == 0.0:
             return out
@@ -137,10 +163,18 @@ class RolloutValueEvaluator:
         with self._lock:
             call = self.calls
             self.calls += 1
-        if colours is None and self.root is not None:
-            colours = self.rollouts.leaf_colours(boards, self.root, self.root_colour)
+            self._policies.add(weights.fingerprint)
         z = self.rollouts.play(boards, weights, seed=self.call_seed(call),
                                rollouts=self.rollouts_per_leaf, move_cap=self.move_cap,
                                komi=self.komi, colours=colours)
         mixed = (1.0 - self.lam) * v + self.lam * z
         return MixedOutput(out.logits, mixed.astype(np.float32), name, version)
+
+
+def tree_key(evaluator: PolicyEvaluator) -> tuple[object, ...] | None:
+    """What the leaf values of a search through `evaluator` were mixed with (the tree
+    cache's key besides the position): () for a plain network, else
+    `RolloutValueEvaluator.tree_key`."""
+    if isinstance(evaluator, RolloutValueEvaluator):
+        return evaluator.tree_key()
+    return ()

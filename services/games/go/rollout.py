@@ -14,8 +14,9 @@ neighbour of the move left empty (`fast._capture` empties the cells and keeps th
 and each leaves the policy's logits around it.
 
 The komi goes to White, and Go's network input is seen from the side to move without saying
-which colour that is: the caller gives each leaf's colour (`colours`), or `leaf_colours`
-estimates it from the stone balance relative to the search's root (see there).
+which colour that is: the caller gives each leaf's colour (`colours`; a search knows it, it
+replays the moves). Boards without colours are refused (ValueError), never scored for a
+guessed side: a stone balance cannot tell the colour once captures or passes happened.
 """
 
 from __future__ import annotations
@@ -127,7 +128,10 @@ def _rollouts(cells0, kos, komis, nbrs, base, d_own, d_opp, size, k, seed, rollo
 
 
 class GoRollouts(Rollouts):
-    """Rollouts of Go by area scoring with a komi."""
+    """Rollouts of Go by area scoring with a komi (for the colour of each board's side to
+    move: `colours` is required)."""
+
+    needs_colours = True
 
     def leaf_cells(self, boards: np.ndarray) -> np.ndarray:
         b = np.asarray(boards)
@@ -144,22 +148,6 @@ class GoRollouts(Rollouts):
         return ([None if m < 0 else int(m) for m in trace[0][:moves]], trace[1],
                 float(z[0]))
 
-    def leaf_colours(self, boards: np.ndarray, root: np.ndarray, root_colour: int
-                     ) -> np.ndarray:
-        """The colour to move at each leaf, from its stone balance: a leaf an even number of
-        moves below the root has the root's balance (own - opponent stones, `d`); one an odd
-        number below has `-d - 1` (the root's opponent has one stone less). The nearer of the
-        two decides, so captures in the tree, and passes (a pass flips the side without a
-        stone), can make it wrong; a caller that knows the colours passes them instead."""
-        def balance(planes: np.ndarray) -> np.ndarray:
-            stones = np.asarray(planes)[..., 0, :, :].reshape(-1, planes.shape[-1] ** 2)
-            return (stones == 1).sum(axis=1) - (stones == 2).sum(axis=1)
-
-        d_root = int(balance(np.asarray(root)[None])[0])
-        d = balance(np.asarray(boards))
-        same = np.abs(d - d_root) <= np.abs(d + d_root + 1)
-        return np.where(same, root_colour, 3 - root_colour).astype(np.int8)
-
     def run(self, boards: np.ndarray, weights: RolloutWeights, *, seed: int = 0,
             rollouts: int = 1, move_cap: int = 0, komi: float = 0.0,
             colours: np.ndarray | None = None, trace: list[np.ndarray] | None = None
@@ -174,11 +162,21 @@ class GoRollouts(Rollouts):
         base, d_own, d_opp = weights.tables(size)
         ko_plane = boards[:, KO_PLANE].reshape(n, -1)
         kos = np.where(ko_plane.any(axis=1), ko_plane.argmax(axis=1), -1).astype(np.int64)
-        movers = (np.full(n, BLACK) if colours is None
-                  else np.asarray(colours).reshape(n))
+        movers = _movers(colours, n)
         komis = np.where(movers == WHITE, -komi, komi).astype(np.float64)
         cap = move_cap or 2 * size * size
         return _rollouts(self.leaf_cells(boards), kos, komis, neighbour_table(size), base,
                          d_own, d_opp, size, weights.size, int(seed), max(1, int(rollouts)),
                          int(cap), *_trace_buffers(trace, size))
 
+
+def _movers(colours: np.ndarray | None, n: int) -> np.ndarray:
+    """`colours` checked as the side to move of `n` boards: BLACK or WHITE each."""
+    if colours is None:
+        raise ValueError("Go rollouts score with the komi and need each board's side to move "
+                         "(colours=): a search passes its leaves' colours")
+    movers = np.asarray(colours).reshape(-1)
+    if movers.shape != (n,) or not np.isin(movers, (BLACK, WHITE)).all():
+        raise ValueError(f"colours must be BLACK ({BLACK}) or WHITE ({WHITE}) for each of the "
+                         f"{n} boards, got {np.asarray(colours).tolist()}")
+    return movers
