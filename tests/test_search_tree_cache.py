@@ -163,8 +163,8 @@ def test_answers_are_read_off_the_tree_before_the_cache_shares_it() -> None:
     from tests.evaluators import UniformEvaluator
 
     class TakenAtOnce(TreeCache):
-        def put(self, state, root, model_name, model_version) -> bool:
-            kept = super().put(state, root, model_name, model_version)
+        def put(self, state, root, model_name, model_version, **options) -> bool:
+            kept = super().put(state, root, model_name, model_version, **options)
             root.child_n += 1000  # another search's visits, as soon as the tree is shared
             return kept
 

@@ -8,6 +8,8 @@ comes. Here a finished search hands its subtree for the position after its chose
 `Ponderer`, which searches it in a background thread and then keeps it in the service's
 `TreeCache` under that position: the next request, that position plus the opponent's reply,
 takes the reply's subtree from the cache (tree reuse's one-move extension) with all its visits.
+A ponder searches through the evaluator of the search it continues (leaf values mixed with
+rollouts at that search's lambda, if any) and keeps its tree under the same mix.
 
 Bounds (a ponder is a search like any other, never a cost a real request pays):
 
@@ -37,6 +39,7 @@ from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 
 from services.search import mcts
+from services.search.rollout_value import tree_key
 from services.search.tree_cache import TreeCache
 
 log = logging.getLogger(__name__)
@@ -148,7 +151,8 @@ class Ponderer:
                              type(exc).__name__, exc)
                 finally:
                     kept = search.root.priors is not None and self.trees.put(
-                        ponder.state, search.root, search.model_name, search.model_version)
+                        ponder.state, search.root, search.model_name, search.model_version,
+                        mix=tree_key(search.evaluator))
                     with self._lock:
                         self.stats.visits += search.visits - before
                         self.stats.kept += int(kept)

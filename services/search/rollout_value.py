@@ -91,10 +91,7 @@ class RolloutValueEvaluator:
 
     def __init__(self, inner: PolicyEvaluator, rollouts: Rollouts, source: RolloutSource,
                  lam: float, *, seed: int = 0, rollouts_per_leaf: int = DEFAULT_ROLLOUTS_PER_LEAF,
-                 move_cap: int = 0, komi: float = 0.0, policy: str | None = None) -> None:
-        """`policy`: the fingerprint of the rollout policy a reused tree was mixed with
-        (`RolloutWeights.fingerprint`), what `tree_key` says before this wrapper played any
-        rollout."""
+                 move_cap: int = 0, komi: float = 0.0) -> None:
         self.inner = inner
         self.rollouts = rollouts
         self.source = source
@@ -103,7 +100,7 @@ class RolloutValueEvaluator:
         self.rollouts_per_leaf = max(1, int(rollouts_per_leaf))
         self.move_cap = int(move_cap)
         self.komi = float(komi)
-        self._policies = {policy} if policy is not None else set()
+        self._policies: set[str] = set()  # the fingerprints of the rollout policies used
         self.calls = 0
         self._lock = threading.Lock()
 
@@ -125,6 +122,14 @@ class RolloutValueEvaluator:
         """Whether `infer` needs each board's side-to-move colour: the rollouts score with a
         komi (Go) and lambda > 0."""
         return self.lam > 0.0 and self.rollouts.needs_colours
+
+    def continues(self, policy: str) -> None:
+        """The search through this wrapper goes on with a tree whose values were mixed with
+        the rollout policy of fingerprint `policy` (`RolloutWeights.fingerprint`, from the
+        tree cache): `tree_key` counts it as used, so the tree is kept again even if no
+        rollout is played before the search ends."""
+        with self._lock:
+            self._policies.add(policy)
 
     def tree_key(self) -> tuple[object, ...] | None:
         """What a tree searched through this wrapper was mixed with, for the tree cache: ()

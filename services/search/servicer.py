@@ -125,7 +125,13 @@ from services.search.operations import (
     OperationView,
 )
 from services.search.ponder import Ponderer
-from services.search.rollout_value import NoRolloutPolicy, RolloutSource, RolloutValueEvaluator
+from services.search.rollout_value import (
+    NoRolloutPolicy,
+    RolloutSource,
+    RolloutValueEvaluator,
+    check_lambda,
+    tree_key,
+)
 from services.search.tree_cache import TreeCache
 from services.triton.client import TritonRequestError, TritonUnavailableError
 
@@ -644,18 +650,25 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
 
     def _new_search(self, state: State, reuse: bool, rollout_lambda: float = 0.0
                     ) -> mcts.Search:
-        """A search of `state`, continuing a cached tree of the same game when there is one;
-        with `rollout_lambda` > 0 a fresh one whose leaf values mix in rollouts."""
+        """A search of `state`, continuing a cached tree of the same game whose values were
+        mixed the same way (the network alone, or rollouts at `rollout_lambda` by the served
+        version's rollout policy) when there is one; with `rollout_lambda` > 0 its leaf
+        values mix in rollouts."""
         batcher = self.batcher_for(state)
-        evaluator = self.search_evaluators[state.game.name]
+        evaluator: PolicyEvaluator = self.search_evaluators[state.game.name]
+        wrapper = None
         if rollout_lambda > 0:
-            return mcts.Search(state, self._rollout_evaluator(evaluator, state, rollout_lambda),
-                               c_puct=self.c_puct, batch_size=self.batch_size)
+            wrapper = self._rollout_evaluator(evaluator, state, rollout_lambda)
+            evaluator = wrapper
         hit = None
         if reuse and self.trees.enabled:
             served = batcher.last_model
-            hit = self.trees.take(state, served[1] if served is not None else None)
+            mix = self._tree_mix(served, rollout_lambda)
+            if mix is not None:
+                hit = self.trees.take(state, served[1] if served is not None else None, mix)
             self.metrics.tree_reuse.labels("hit" if hit is not None else "miss").inc()
+            if hit is not None and wrapper is not None and mix:
+                wrapper.continues(str(mix[1]))
         if hit is not None:
             self.metrics.reused_visits.inc(hit.visits)
             return mcts.Search(
@@ -668,7 +681,20 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             )
         return mcts.Search(state, evaluator, c_puct=self.c_puct, batch_size=self.batch_size)
 
-    def _rollout_evaluator(self, evaluator: CachingEvaluator, state: State,
+    def _tree_mix(self, served: tuple[str, str] | None, rollout_lambda: float
+                  ) -> tuple[object, ...] | None:
+        """What a search's leaf values will be mixed with, as the tree cache keys it
+        (`rollout_value.tree_key`): () for the network alone; (lambda, the fingerprint of the
+        rollout policy of the `served` version) with rollouts; None when that is unknown (no
+        version answered yet, or it has no rollout policy): no cached tree fits."""
+        if rollout_lambda == 0:
+            return ()
+        if served is None or self.rollout_source is None:
+            return None
+        weights = self.rollout_source.weights_for(*served)
+        return None if weights is None else (check_lambda(rollout_lambda), weights.fingerprint)
+
+    def _rollout_evaluator(self, evaluator: PolicyEvaluator, state: State,
                            rollout_lambda: float) -> RolloutValueEvaluator:
         """The game's network (`evaluator`) with its leaf values mixed with rollouts
         (FAILED_PRECONDITION when the service has no rollout policies, the game no
@@ -688,7 +714,8 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         taken and searched on by another request at once."""
         self.metrics.playouts.inc(search.visits)
         if reuse:
-            self.trees.put(state, search.root, search.model_name, search.model_version)
+            self.trees.put(state, search.root, search.model_name, search.model_version,
+                           mix=tree_key(search.evaluator))
 
     # ------------------------------------------------------------------ Predict
     def _predict(
@@ -733,7 +760,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             remaining = context.time_remaining()
             end, deadline = search_end(budget.max_time_ms, remaining)
             rollout_lambda = validation.rollout_lambda(request)
-            reuse = not request.disable_tree_reuse and rollout_lambda == 0
+            reuse = not request.disable_tree_reuse
             search = self._new_search(state, reuse, rollout_lambda)
             try:
                 with batcher.participant(wait_deadline(remaining)):
@@ -754,7 +781,8 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         if ponder is not None:
             response.pondering = self._start_ponder(*ponder, batcher)
             if not response.pondering:  # keep the tree for the next move all the same
-                self.trees.put(state, search.root, search.model_name, search.model_version)
+                self.trees.put(state, search.root, search.model_name, search.model_version,
+                               mix=tree_key(search.evaluator))
         return response
 
     def _ponder_search(self, state: State, search: mcts.Search, move: int
@@ -816,7 +844,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             return stopped.is_set() or not context.is_active()
 
         rollout_lambda = validation.rollout_lambda(request)
-        reuse = not request.disable_tree_reuse and rollout_lambda == 0
+        reuse = not request.disable_tree_reuse
         search = self._new_search(a.state, reuse, rollout_lambda)
         batcher = self.batcher_for(a.state)
         every = a.report_every
@@ -844,7 +872,8 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             self.metrics.playouts.inc(search.visits)
             final.pondering = self._start_ponder(a.state, search, batcher)
             if not final.pondering:  # keep the tree for the next request all the same
-                self.trees.put(a.state, search.root, search.model_name, search.model_version)
+                self.trees.put(a.state, search.root, search.model_name, search.model_version,
+                               mix=tree_key(search.evaluator))
         else:
             self._finish_search(a.state, search, reuse)
         if not should_stop():

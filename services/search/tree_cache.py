@@ -2,12 +2,16 @@
 
 After a search of position P the service keeps P's tree, keyed by how P arose: its game's
 `base_key` (Gomoku: the rule, the board size, the setup stones; Go: the komi, the set-up board
-and who moved first) and the move sequence (passes included). A later request whose moves
-extend P's by 0, 1 or 2 moves (the same position asked again, the move just searched, or that
-move and the opponent's reply) takes the matching subtree out of the cache and continues from
-it, with all its visits. Entries are *taken*, never shared: two concurrent searches can never
-touch one tree (the second one simply searches from scratch), and the search that took a tree
-puts its new tree back under its own position when it finishes.
+and who moved first) and the move sequence (passes included), and by what its leaf values
+were mixed with (`mix`: () for the value network alone; (lambda, the rollout policy's
+fingerprint) for values mixed with fast rollouts, `services.search.rollout_value.tree_key`),
+so a search only ever continues a tree whose values are what its own would be. A later
+request whose moves extend P's by 0, 1 or 2 moves (the same position asked again, the move
+just searched, or that move and the opponent's reply) takes the matching subtree out of the
+cache and continues from it, with all its visits. Entries are *taken*, never shared: two
+concurrent searches can never touch one tree (the second one simply searches from scratch),
+and the search that took a tree puts its new tree back under its own position when it
+finishes.
 
 Bounds: at most `max_entries` trees and `max_visits` root visits in all (a tree's node count
 grows with its visits, so this bounds memory; `nbytes` counts what the trees' arrays hold, each
@@ -32,6 +36,7 @@ DEFAULT_MAX_VISITS = 50_000
 MAX_EXTENSION = 2  # moves a request may add to a cached position and still reuse its tree
 
 BaseKey = tuple[object, ...]
+Mix = tuple[object, ...]  # what a tree's leaf values were mixed with: () the network alone
 
 
 def base_key(state: State) -> BaseKey:
@@ -74,7 +79,8 @@ class TreeCache:
         self.max_entries = max_entries
         self.max_visits = max_visits
         self.max_extension = max_extension
-        self._entries: OrderedDict[tuple[BaseKey, tuple[int, ...]], CachedTree] = OrderedDict()
+        self._entries: OrderedDict[tuple[BaseKey, Mix, tuple[int, ...]], CachedTree] = \
+            OrderedDict()
         self._visits = 0
         self._bytes = 0
         self._lock = threading.Lock()
@@ -99,16 +105,18 @@ class TreeCache:
         with self._lock:
             return self._bytes
 
-    def take(self, state: State, model_version: str | None = None) -> Reuse | None:
+    def take(self, state: State, model_version: str | None = None, mix: Mix = ()
+             ) -> Reuse | None:
         """Remove and return the subtree for `state`, if a cached position is `state` minus its
-        last 0..max_extension moves and that tree reached `state`. `model_version`: the version
-        now served (None: do not check); a tree of another version is dropped."""
+        last 0..max_extension moves, kept with the same `mix`, and that tree reached `state`.
+        `model_version`: the version now served (None: do not check); a tree of another
+        version is dropped."""
         if not self.enabled:
             return None
         base, moves = base_key(state), tuple(state.moves)
         with self._lock:
             for k in range(min(self.max_extension, len(moves)) + 1):
-                entry = self._entries.pop((base, moves[: len(moves) - k]), None)
+                entry = self._entries.pop((base, mix, moves[: len(moves) - k]), None)
                 if entry is None:
                     continue
                 self._visits -= entry.visits
@@ -121,12 +129,15 @@ class TreeCache:
                 return Reuse(node, node.visits, k, entry.model_name, entry.model_version)
         return None
 
-    def put(self, state: State, root: Node, model_name: str, model_version: str) -> bool:
-        """Keep `root` (the searched tree of `state`); False when it is not kept."""
+    def put(self, state: State, root: Node, model_name: str, model_version: str,
+            mix: Mix | None = ()) -> bool:
+        """Keep `root` (the searched tree of `state`, its values mixed with `mix`; None: with
+        something unknown, so it is not kept); False when it is not kept."""
         visits = root.visits
-        if not self.enabled or visits == 0 or visits > self.max_visits or root.priors is None:
+        if not self.enabled or visits == 0 or visits > self.max_visits or root.priors is None \
+                or mix is None:
             return False
-        key = (base_key(state), tuple(state.moves))
+        key = (base_key(state), mix, tuple(state.moves))
         root = root.compacted()  # the subtree alone: the rest of a reused tree is freed
         entry = CachedTree(root, visits, model_name, model_version, root.tree_bytes)
         with self._lock:
