@@ -227,3 +227,33 @@ def test_a_network_without_a_value_head_still_answers_no_value() -> None:
     board = GomokuState.from_moves([0]).board[None]
     assert cached.infer(board).values is None
     assert cached.infer(board).values is None  # from the cache
+
+
+@pytest.mark.parametrize("mb", [64, 0])
+def test_the_service_answers_a_repeated_search_from_its_cache_the_same(mb: int) -> None:
+    """Two GenMoves of one position without tree reuse: the second asks the network for
+    nothing new (counted in the metrics) and answers as the first; `--eval-cache-mb 0`
+    caches nothing."""
+    from services.search.client import SearchClient
+    from services.search.server import build_service
+
+    net = Recording(HashEvaluator(values=True))
+    service = build_service(net, port=0, eval_cache_mb=mb).start()
+    try:
+        with SearchClient(f"127.0.0.1:{service.port}") as client:
+            first = client.genmove(["h8", "h9"], max_visits=200, reuse_tree=False, timeout=30)
+            sent = len(net.boards)
+            second = client.genmove(["h8", "h9"], max_visits=200, reuse_tree=False, timeout=30)
+        hits = service.metrics.value("movepred_eval_cache_boards_total", result="hit")
+        misses = service.metrics.value("movepred_eval_cache_boards_total", result="miss")
+    finally:
+        service.stop()
+    assert second.move == first.move
+    assert [(c.move, c.visits) for c in second.candidates] == \
+        [(c.move, c.visits) for c in first.candidates]
+    if mb:
+        assert len(net.boards) == sent  # the second search: every board from the cache
+        assert hits >= 150 and misses == sent
+    else:
+        assert len(net.boards) == 2 * sent
+        assert hits == 0 and misses == 2 * sent
