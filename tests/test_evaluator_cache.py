@@ -257,3 +257,25 @@ def test_the_service_answers_a_repeated_search_from_its_cache_the_same(mb: int) 
     else:
         assert len(net.boards) == 2 * sent
         assert hits == 0 and misses == 2 * sent
+
+
+@pytest.mark.parametrize("mb", [64, 0])
+def test_the_in_process_evaluator_answers_a_board_again_from_its_cache(tmp_path, mb) -> None:
+    """`LocalEvaluator` (matches, self-play, benchmarks): a board asked again costs no forward
+    pass and gets the answer it got; `cache_mb` 0 evaluates every board."""
+    import torch
+    from match_nets import LineNet, save
+
+    from services.models.local_evaluator import LocalEvaluator
+
+    threads = torch.get_num_threads()
+    try:
+        ev = LocalEvaluator(save(LineNet(), tmp_path / "lines.pt"), "lines", cache_mb=mb)
+    finally:
+        torch.set_num_threads(threads)
+    a, b = (GomokuState.from_moves(m).board for m in ([112, 113], [112, 113, 97]))
+    first = ev.infer(np.stack([a, b]))
+    again = ev.infer(np.stack([b, a, b]))
+    assert np.array_equal(again.logits, first.logits[[1, 0, 1]])
+    assert np.array_equal(ev.evaluate(a[None]).logits, first.logits[:1])
+    assert ev.boards == (2 + 1 if mb else 2 + 3 + 1)
