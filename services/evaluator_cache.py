@@ -7,7 +7,7 @@ board; across requests a search on a fresh tree (a match's or self-play's `Searc
 GenMove without tree reuse) asks again for most of the positions the previous move's search
 evaluated below its chosen line. Each such board is a forward pass saved.
 
-Key: the board's exact bytes (with its shape and a namespace, the served game), nothing
+Key: the board's exact bytes (with its shape, dtype and a namespace, the served game), nothing
 derived from it: the network sees nothing but its input, so two boards with the same bytes get
 the same answer from a deterministic network, and two different inputs never share an entry
 (Go's compact input holds the side to move's view and the ko point, so a different ko or side
@@ -47,7 +47,7 @@ from services.evaluator import EvaluatorError, PolicyEvaluator
 
 # one source of the default bound: the search server's --eval-cache-mb and LocalEvaluator's
 DEFAULT_CACHE_MB = 64
-ENTRY_OVERHEAD_BYTES = 240  # dict slot, key tuple, bytes and array headers (CPython, about)
+ENTRY_OVERHEAD_BYTES = 240  # dict slot, key and entry tuples, two bytes headers (CPython, about)
 
 
 @dataclass(frozen=True)
