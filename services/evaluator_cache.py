@@ -47,7 +47,9 @@ from services.evaluator import EvaluatorError, PolicyEvaluator
 
 # one source of the default bound: the search server's --eval-cache-mb and LocalEvaluator's
 DEFAULT_CACHE_MB = 64
-ENTRY_OVERHEAD_BYTES = 240  # dict slot, key and entry tuples, two bytes headers (CPython, about)
+# the rest of an entry: dict slot, key and entry tuples, bytes headers (tracemalloc, 15x15
+# Gomoku: 1,456 bytes an entry, 1,125 of them the board and its logits)
+ENTRY_OVERHEAD_BYTES = 336
 
 
 @dataclass(frozen=True)
