@@ -6,8 +6,13 @@ say nothing about strength, only that the games land once each and the metrics a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
+import signal
+import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -15,9 +20,16 @@ import pytest
 import torch
 from prometheus_client.parser import text_string_to_metric_families
 
+from services.atomic_files import locked
 from services.selfplay.game_record import MoveRecord, SelfPlayGame
-from services.selfplay.loop import STAGES, LoopState
-from services.selfplay.records import finished_ids
+from services.selfplay.loop import STAGES, STOP_FILE, LoopState
+from services.selfplay.records import (
+    GAMES_DIR,
+    RECORDS_DIR,
+    finished_ids,
+    read_game,
+    record_suffix,
+)
 from services.selfplay.settings import SelfPlaySettings
 from services.selfplay_loop.metrics import LoopMetrics
 from services.selfplay_loop.stages import SHARES_FILE, LoopSettings, share_plan
@@ -171,6 +183,148 @@ def test_the_loop_on_a_local_dask_cluster_serves_its_metrics(tmp_path, monkeypat
     used = {m for e in exprs(dashboard(SELFPLAY_DASHBOARD)) for m in METRIC.findall(e)}
     assert used and not used - _series_names(scraped[0]), sorted(used - _series_names(
         scraped[0]))
+
+
+HELD_SHARE = "it0000-s00"  # the share whose worker process is killed mid-share
+
+
+def _kill_the_held_worker(run: Path, marker: Path, seen: dict, flow_done: threading.Event) -> None:
+    """Wait until the held share's worker waits in the middle of a game's write
+    (`tests.dask_share_hold`), note what the share has on disk, ask the loop to stop after
+    this stage, SIGKILL that worker process (a child of this one), and lift the hold once it
+    is dead, so that Dask's retry of the share can write its games."""
+    import psutil
+
+    folder = run / "iter-0000" / "selfplay-0000"
+    pid_file = marker.with_name(marker.name + ".pid")
+    try:
+        while not pid_file.exists():
+            if flow_done.is_set():
+                return
+            time.sleep(0.05)
+        pid = int(pid_file.read_text())
+        children = {p.pid for p in psutil.Process().children(recursive=True)}
+        assert pid in children, f"{pid} is not a worker process of this test's cluster"
+        seen["temporary"] = sorted(p.name for p in (folder / GAMES_DIR).glob(
+            f".{HELD_SHARE}-*.tmp"))
+        try:
+            with locked(folder / f".{HELD_SHARE}.lock", timeout_s=0):
+                seen["locked_while_playing"] = False
+        except TimeoutError:
+            seen["locked_while_playing"] = True
+        (run / STOP_FILE).touch()  # the loop stops after the self-play stage
+        # the worker and any process it started, as a lost machine or container goes
+        doomed = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+        os.kill(pid, signal.SIGKILL)
+        for process in doomed[1:]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        psutil.wait_procs(doomed, timeout=60)
+        assert not any(process.is_running() for process in doomed)
+        # dead: what the killed worker finished; the retry places none while the hold lasts
+        seen["finished"] = sorted(i for i in finished_ids(folder) if i.startswith(HELD_SHARE))
+        seen["pid"] = pid
+    except BaseException as exc:  # the test reports it
+        seen["error"] = exc
+    finally:
+        marker.unlink(missing_ok=True)
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_dask_worker_killed_mid_share_loses_no_game_and_counts_none_twice(tmp_path,
+                                                                          monkeypatch):
+    """The flow's self-play on a local Dask cluster of 2 worker processes, 2 shares of 4
+    tic-tac-toe games: the worker playing share 0 is SIGKILLed after a game of it is written
+    and while the next one's file is half-placed (its temporary file written, its JSON not yet
+    renamed: `tests/dask_share_hold.py` holds it there, so the moment does not depend on the
+    machine's speed). Dask runs the share again on a worker; the lock the dead worker held
+    does not stop it, it removes the temporary file and plays only the missing games. Every
+    planned game is on disk once, whole, with its record, and the stage counts each once."""
+    import dask
+    from prefect.settings import get_current_settings
+
+    import flows.selfplay as selfplay
+    from tests.dask_share_hold import HOLD_ENV
+    from tests.tictactoe_game import TICTACTOE
+
+    settings = LoopSettings(game=TICTACTOE.name, games=8, concurrency=2, openings=4,
+                            opening_plies=2, repository=str(tmp_path / "repo"), selfplay=TINY)
+    run = tmp_path / "run"
+    marker = tmp_path / "hold"
+    marker.write_text(HELD_SHARE)
+    monkeypatch.setenv(HOLD_ENV, str(marker))
+    # the workers' Prefect talks to the test's API server; without it in their environment,
+    # each worker process starts an API server of its own for its log lines, which the
+    # cluster's close (a SIGKILL after 4 s) leaves running
+    monkeypatch.setenv("PREFECT_API_URL", str(get_current_settings().api.url))
+    seen: dict = {}
+    flow_done = threading.Event()
+    tasks_before = {task.id for task in _share_task_runs()}
+    killer = threading.Thread(target=_kill_the_held_worker,
+                              args=(run, marker, seen, flow_done), daemon=True)
+    killer.start()
+    try:
+        with dask.config.set({"distributed.worker.preload": ["tests.dask_share_hold"]}):
+            out = selfplay.selfplay_on(dask_workers=2)(config=settings, run_dir=str(run),
+                                                       iterations=1, shares=2)
+    finally:
+        flow_done.set()
+        killer.join(timeout=60)
+    assert "error" not in seen, seen.get("error")
+    assert "pid" in seen, "the held share's worker never waited mid-write"
+    # killed mid-share: with a game written, another half-placed, the lock still held
+    assert 1 <= len(seen["finished"]) < 4 and len(seen["temporary"]) >= 1
+    assert seen["locked_while_playing"]
+    assert out["why"] == "stop requested" and out["done"] == ["selfplay"]
+
+    folder = run / "iter-0000" / "selfplay-0000"
+    planned = [f"it0000-s00-{i:06d}" for i in range(4)] + [f"it0000-s01-{i:06d}"
+                                                            for i in range(4)]
+    assert sorted(finished_ids(folder)) == planned
+    suffix = record_suffix(TICTACTOE)
+    records = sorted(p.name[:-len(suffix)] for p in (folder / RECORDS_DIR).iterdir())
+    assert records == planned  # a record per game, none without its game
+    seeds = set()
+    for game_id in planned:
+        data = json.loads((folder / GAMES_DIR / f"{game_id}.json").read_text())
+        record = read_game(folder / GAMES_DIR / f"{game_id}.json")
+        assert data["game_id"] == game_id and record.moves and record.end
+        assert len(record.opening) + len(record.moves) <= 9
+        assert (folder / RECORDS_DIR / f"{game_id}{suffix}").stat().st_size > 0
+        seeds.add(record.seed)
+    assert len(seeds) == len(planned)  # eight games, not one played twice under two names
+    assert not [p for p in run.rglob("*") if p.name.endswith(".tmp")]
+    # the dead worker's lock file is there, and free
+    with locked(folder / f".{HELD_SHARE}.lock", timeout_s=0):
+        pass
+
+    # counted once: the killed worker's games as finished before the share's retry
+    state = LoopState.load(run)
+    play = state.current["selfplay"]
+    assert play["games"] == 8 and state.games == 8
+    assert play["played_now"] + play["finished_before"] == 8
+    shares = {s["worker"]: s for s in play["shares"]}
+    assert sorted(shares) == ["it0000-s00", "it0000-s01"]
+    assert shares[HELD_SHARE]["skipped"] == len(seen["finished"])
+    assert shares[HELD_SHARE]["played"] == 4 - len(seen["finished"])
+    assert shares["it0000-s01"]["played"] + shares["it0000-s01"]["skipped"] == 4
+    # and in Prefect: one task run per share, the killed one's rerun by Dask under its id
+    tasks = [task for task in _share_task_runs() if task.id not in tasks_before]
+    assert sorted((task.name, task.state_name) for task in tasks) == [
+        ("self-play it0000-s00", "Completed"), ("self-play it0000-s01", "Completed")]
+
+
+def _share_task_runs() -> list:
+    """The task runs of iteration 0's two self-play shares that the Prefect API (the test
+    harness's server, shared by the session's tests) knows."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterName
+
+    names = [f"self-play it0000-s{k:02d}" for k in range(2)]
+    with get_client(sync_client=True) as client:
+        return client.read_task_runs(task_run_filter=TaskRunFilter(
+            name=TaskRunFilterName(any_=names)))
 
 
 def _loop_record(cpu: dict[int, float | None]) -> dict:
