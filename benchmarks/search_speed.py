@@ -20,10 +20,22 @@ one (`services.search.mcts`), in the same run.
    self-play's `SearchEngine` searches, both sides by one evaluator; the interpreted and the
    compiled tree asking the network, and the compiled one through a cache kept along the line
    (emptied before each of `--line-repeats` runs); playouts/s over the whole line, checked to
-   play the same line, and the cache's hit rate.
+   play the same line, and the cache's hit rate. Then the goal's ratio: the old service path
+   (the interpreted tree asking the network directly) against the new one (the compiled tree
+   through the cache kept along the game), both running the network as the service does
+   (`NetworkPath`: the TorchScript file, `torch.inference_mode`, as `LocalEvaluator` and the
+   Triton backend's model.py run it; part 4 found no faster CPU path that keeps the answers).
+4. The network's forward pass alone, µs of CPU a board at batch `--forward-batches`, the
+   TorchScript file as the service runs it against what torch offers on the CPU for the same
+   weights: `no_grad` instead of `inference_mode`, `torch.jit.freeze`, freeze +
+   `torch.jit.optimize_for_inference` (oneDNN's prepacked convolutions), channels-last weights,
+   and oneDNN's convolutions computing in bfloat16 (`torch.backends.mkldnn.conv.fp32_precision`,
+   a reduced precision: its answers differ); each variant's largest difference from the served
+   outputs and its share of boards with the same best move, on the positions of random games.
 
 Usage: .venv/bin/python benchmarks/search_speed.py [--visits 3200] [--genmove-visits 800]
        [--repeats 5] [--line-moves 12] [--line-repeats 3] [--model model.pt]
+       [--forward-batches 1 4 16 64]
 """
 
 from __future__ import annotations
@@ -97,8 +109,9 @@ def tree_work(visits: int) -> list[tuple[str, float, float, float]]:
 
 class Timed:
     """The evaluator both trees ask (one object, so the network work is the same): the
-    TorchScript network as the service's Triton backend runs it, with the wall time spent in
-    its calls and the boards sent counted (the network's share of a search)."""
+    TorchScript network as the service runs it on the CPU (`LocalEvaluator.evaluate`, the
+    Triton backend's model.py: `torch.inference_mode`, the file as loaded), with the wall time
+    spent in its calls and the boards sent counted (the network's share of a search)."""
 
     def __init__(self, model: Any) -> None:
         import torch
@@ -159,26 +172,28 @@ def timed_search(module: Any, state: Any, ev: Timed, visits: int, batch: int,
     return run, answer
 
 
-def load_network(config: str, model: str = "") -> Any:
-    """The network `config` with seeded random weights, scripted as the service runs it (or
-    the TorchScript file `model`, e.g. a trained one)."""
+def network_loader(config: str, model: str = "") -> Any:
+    """A function loading a fresh copy of the network `config` with seeded random weights,
+    scripted as the publisher exports it (or of the TorchScript file `model`, e.g. a trained
+    one), as the service loads it; torch set to one thread."""
+    import io
     import tempfile
 
     import torch
 
-    if model:
-        torch.set_num_threads(1)
-        return torch.jit.load(model, map_location="cpu").eval()
-
-    from services.models.configs import build
-    from services.models.export import export_torchscript
-
     torch.set_num_threads(1)
-    torch.manual_seed(0)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "model.pt"
-        export_torchscript(build(config).eval(), path)
-        return torch.jit.load(str(path), map_location="cpu").eval()
+    if model:
+        data = Path(model).read_bytes()
+    else:
+        from services.models.configs import build
+        from services.models.export import export_torchscript
+
+        torch.manual_seed(0)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "model.pt"
+            export_torchscript(build(config).eval(), path)
+            data = path.read_bytes()
+    return lambda: torch.jit.load(io.BytesIO(data), map_location="cpu").eval()
 
 
 START = (112, 113, 97)  # the searched Gomoku position: three stones at the centre
@@ -280,6 +295,115 @@ def report_genmove(config: str, visits: int, runs: dict[str, list[Run]], hit_rat
     ]
 
 
+@dataclass(frozen=True)
+class Variant:
+    """One way to run the network's forward pass on the CPU (part 4)."""
+
+    name: str
+    module: Any
+    grad_mode: str = "inference_mode"  # or "no_grad"
+    conv_precision: str = ""  # oneDNN's convolution precision for fp32 tensors, "" as set
+
+
+def forward_variants(load: Any) -> list[Variant]:
+    """The served file (`load()` loads a fresh copy) and what torch offers for the same
+    weights on the CPU. Freezing inlines the weights as constants; optimize_for_inference then
+    rewrites the convolutions into oneDNN's prepacked ones (fused with their ReLU)."""
+    import torch
+
+    cl = torch.channels_last
+    return [
+        Variant("served (TorchScript, inference_mode)", load()),
+        Variant("the same under no_grad", load(), "no_grad"),
+        Variant("torch.jit.freeze", torch.jit.freeze(load())),
+        Variant("freeze + optimize_for_inference",
+                torch.jit.optimize_for_inference(torch.jit.freeze(load()))),
+        Variant("channels_last + freeze", torch.jit.freeze(load().to(memory_format=cl))),
+        Variant("channels_last + freeze + optimize_for_inference",
+                torch.jit.optimize_for_inference(torch.jit.freeze(load().to(memory_format=cl)))),
+        Variant("channels_last + freeze, convolutions in bfloat16 (reduced precision)",
+                torch.jit.freeze(load().to(memory_format=cl)), conv_precision="bf16"),
+    ]
+
+
+def run_variant(v: Variant, boards: Any) -> list[Any]:
+    """The variant's outputs for `boards` (int8 tensor): [logits] or [logits, value]."""
+    import torch
+
+    from services.models.value import split_outputs
+
+    conv = torch.backends.mkldnn.conv
+    before = conv.fp32_precision
+    if v.conv_precision:
+        conv.fp32_precision = v.conv_precision
+    try:
+        with torch.inference_mode() if v.grad_mode == "inference_mode" else torch.no_grad():
+            logits, value = split_outputs(v.module(boards))
+    finally:
+        conv.fp32_precision = before
+    return [logits] if value is None else [logits, value]
+
+
+def forward_speed(load: Any, batches: list[int], rounds: int = 7, seconds: float = 0.05
+                  ) -> tuple[list[Variant], dict[tuple[str, int], list[float]],
+                             dict[str, tuple[float, float]]]:
+    """µs of CPU (process time: the machine's other load is not counted) a board, every
+    variant and batch size, `rounds` timings each of about `seconds` per variant, the variants
+    interleaved (the order rotated each round); and each variant's largest absolute
+    difference from the served outputs and share of the served best moves, over positions of
+    random games and random inputs (`Game.sample_inputs`, `Game.random_inputs`)."""
+    import torch
+
+    game = GomokuState().game
+    size = GomokuState().size
+    check = torch.from_numpy(np.concatenate([game.sample_inputs(64, size, 1),
+                                             game.random_inputs(64, size, 2)]))
+    variants = forward_variants(load)
+    reference = run_variant(variants[0], check)
+    agreement = {}
+    for v in variants:
+        out = run_variant(v, check)
+        diff = max((a - b).abs().max().item() for a, b in zip(out, reference, strict=True))
+        same = (out[0].argmax(1) == reference[0].argmax(1)).float().mean().item()
+        agreement[v.name] = (diff, same)
+    times: dict[tuple[str, int], list[float]] = {}
+    for batch in batches:
+        boards = check[:batch].clone() if batch <= len(check) else check[
+            torch.arange(batch) % len(check)]
+        for v in variants:  # TorchScript's profiling runs, oneDNN's primitives
+            for _ in range(3):
+                run_variant(v, boards)
+        calls = max(1, int(seconds * 1e6 / 100 / batch))
+        for k in range(rounds):
+            for v in variants[k % len(variants):] + variants[:k % len(variants)]:
+                t = time.process_time()
+                for _ in range(calls):
+                    run_variant(v, boards)
+                times.setdefault((v.name, batch), []).append(
+                    (time.process_time() - t) / calls / batch * 1e6)
+    return variants, times, agreement
+
+
+def report_forward(config: str, batches: list[int], variants: list[Variant],
+                   times: dict[tuple[str, int], list[float]],
+                   agreement: dict[str, tuple[float, float]]) -> list[str]:
+    """One line a variant: best (median) µs a board at each batch, its speed-up over the
+    served file at each batch (best against best), its difference from the served outputs."""
+    served = variants[0].name
+    lines = [f"Forward pass alone ({config}, CPU, 1 torch thread, µs of CPU a board, best "
+             f"(median) of {len(times[(served, batches[0])])} timings, variants interleaved):"]
+    for v in variants:
+        cells = []
+        for b in batches:
+            t = times[(v.name, b)]
+            speedup = min(times[(served, b)]) / min(t)
+            cells.append(f"batch {b}: {min(t):.1f} ({np.median(t):.1f}) {speedup:.2f}x")
+        diff, same = agreement[v.name]
+        lines.append(f"  {v.name}: " + "; ".join(cells)
+                     + f"; max abs diff {diff:.1e}, same best move {same:.1%}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--visits", type=int, default=3200)
@@ -292,14 +416,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--line-moves", type=int, default=12,
                         help="consecutive positions of the game searched in part 3")
     parser.add_argument("--line-repeats", type=int, default=3, help="runs of part 3 per tree")
+    parser.add_argument("--forward-batches", type=int, nargs="*", default=[1, 4, 16, 64],
+                        help="batch sizes of part 4 (none: skip it)")
     args = parser.parse_args(argv)
     print(f"cpus={os.cpu_count()}")
     for name, old, new, cached in tree_work(args.visits):
         print(f"{name}: tree work per playout {old:.1f} µs interpreted, {new:.1f} µs compiled, "
               f"{old / new:.1f}x; compiled through a fresh cache of answers (all misses: its "
               f"cost) {cached:.1f} µs")
-    config = args.config or GomokuState().game.default_config
-    ev = Timed(load_network(config, args.model))
+    config_name = config = args.config or GomokuState().game.default_config
+    ev = Timed(network_loader(config, args.model)())
     config = Path(args.model).name if args.model else config
     runs, hit_rate = genmove(ev, args.genmove_visits, args.repeats)
     print("\n".join(report_genmove(config, args.genmove_visits, runs, hit_rate)))
@@ -312,6 +438,17 @@ def main(argv: list[str] | None = None) -> None:
           f"{spread(runs['cached'])} compiled with the cache kept along the game "
           f"({bc.rate / bo.rate:.2f}x); {line_hits:.1%} of the boards asked answered by the "
           f"cache ({bc.leaves} boards evaluated for {bc.playouts} playouts)")
+    ratios = sorted(c.rate / o.rate for o, c in zip(runs["old"], runs["cached"], strict=True))
+    print(f"Service GenMove along a game, old path (interpreted tree, the network asked "
+          f"directly) against new (compiled tree, the cache kept along the game), the network "
+          f"run as the service runs it in both: {bc.rate / bo.rate:.2f}x best against best "
+          f"(each run against the interpreted run of its round: {ratios[0]:.2f}-"
+          f"{ratios[-1]:.2f}x); the goal is 3x")
+    if args.forward_batches:
+        variants, times, agreement = forward_speed(network_loader(config_name, args.model),
+                                                   args.forward_batches)
+        print("\n".join(report_forward(config, args.forward_batches, variants, times,
+                                       agreement)))
 
 
 if __name__ == "__main__":
