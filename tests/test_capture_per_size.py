@@ -2,11 +2,13 @@
 (`write_per_size` / `read_weights`), the `PerSize` module, and its publication
 (`python -m services.trainer.publish --weights-per-size`), whose TorchScript file must play each
 size 5..9 exactly as the in-process network trained for it (small random-weight networks, no
-training), and a real Triton serving it."""
+training), a real Triton serving it, and the search service over that Triton (Predict and
+GenMove answered with each size's own network)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +19,9 @@ from services.games.capture.game import CAPTURE
 from services.models.configs import spec
 from services.models.per_size import PerSize
 from services.models.weights import load_weights, network, read_weights, write_per_size
+from services.search import mcts
+from services.search.client import SearchClient, game_position
+from services.search.server import build_service
 from services.trainer.publish import main, publish_model
 from services.triton.client import PolicyClient
 from services.triton.launcher import TritonServer
@@ -101,21 +106,66 @@ def test_the_published_per_size_model_plays_each_size_with_its_network(
         assert not torch.allclose(got, other, atol=1e-3), size
 
 
+@pytest.fixture(scope="module")
+def triton_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Triton serving the published per-size version (the tracked ``capture_policy``
+    config): yields its gRPC url."""
+    require_tritonserver()
+    root = tmp_path_factory.mktemp("per-size-triton")
+    repo = make_repository(root, CAPTURE.default_model)
+    combined = write_per_size(_best_networks(root), root / "per_size.pt")
+    assert publish_model(repo, game=CAPTURE.name, weights=combined) == 1
+    server = TritonServer(repo, models=(CAPTURE.default_model,),
+                          log_path=root / "tritonserver.log", startup_timeout_s=120)
+    with server:
+        yield server.grpc_url
+
+
 @pytest.mark.timeout(300)
-def test_triton_serves_the_per_size_model_on_every_size(tmp_path: Path) -> None:
+def test_triton_serves_the_per_size_model_on_every_size(triton_url: str) -> None:
     """The published per-size version loads in a real Triton (the tracked ``capture_policy``
     config, any size) and answers each size 5..9 with the logits of that size's network."""
-    require_tritonserver()
-    repo = make_repository(tmp_path, CAPTURE.default_model)
-    combined = write_per_size(_best_networks(tmp_path), tmp_path / "per_size.pt")
-    assert publish_model(repo, game=CAPTURE.name, weights=combined) == 1
     wrap = spec(CONFIG).served
-    server = TritonServer(repo, models=(CAPTURE.default_model,),
-                          log_path=tmp_path / "tritonserver.log", startup_timeout_s=120)
-    with server, PolicyClient(server.grpc_url, CAPTURE.default_model, timeout_s=30.0) as client:
+    with PolicyClient(triton_url, CAPTURE.default_model, timeout_s=30.0) as client:
         for size in CAPTURE.sizes:
             boards = CAPTURE.sample_inputs(6, size, size)
             got = torch.tensor(client.infer(boards).logits)
             own = _logits(wrap(network(CONFIG, TRAINED[_plays(size)])), boards)
             assert got.shape == (6, size * size)
             assert torch.allclose(got, own, atol=1e-5), size
+
+
+@pytest.mark.timeout(300)
+def test_the_search_service_answers_each_size_with_its_own_network(triton_url: str) -> None:
+    """Through the search service (what GenMove and ``movepred play`` use): on 5x5 and 9x9,
+    Predict's policy and every GenMove candidate's prior are the masked softmax of that size's
+    own network (not of the other one), and the move is legal."""
+    wrap = spec(CONFIG).served
+    nets = {size: wrap(network(CONFIG, TRAINED[size])) for size in (5, 9)}
+    with PolicyClient(triton_url, CAPTURE.default_model, timeout_s=30.0) as policy:
+        service = build_service({CAPTURE.name: policy}).start()
+        try:
+            with SearchClient(f"127.0.0.1:{service.port}") as client:
+                for size, moves in ((5, ["c3", "b2"]), (9, ["e5", "d4", "f6"])):
+                    state = CAPTURE.start(size)
+                    for name in moves:
+                        state = state.play(CAPTURE.parse_move(name, size))
+                    legal = state.legal_mask()
+                    board = CAPTURE.network_input(state)[None].copy()
+                    own, other = (mcts.masked_softmax(_logits(nets[s], board)[0].numpy(), legal)
+                                  for s in (size, 14 - size))
+                    position = game_position(CAPTURE, moves, size)
+                    r = client.predict(position, top_k=1, timeout=60)
+                    assert r.model_version == "1"
+                    np.testing.assert_allclose(np.array(r.policy), own, rtol=1e-4, atol=1e-6)
+                    assert np.abs(np.array(r.policy) - other).max() > 1e-3, size
+                    g = client.genmove(position, max_visits=32, max_candidates=size * size,
+                                       reuse_tree=False, timeout=120)
+                    assert legal[CAPTURE.parse_move(g.name, size)], (size, g.name)
+                    priors = {c.name: c.prior for c in g.candidates}
+                    assert len(priors) == legal.sum(), size  # no suicide on these boards
+                    for name, prior in priors.items():
+                        assert prior == pytest.approx(own[CAPTURE.parse_move(name, size)],
+                                                      rel=1e-4, abs=1e-6), (size, name)
+        finally:
+            service.stop()
