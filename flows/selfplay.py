@@ -123,9 +123,11 @@ def iteration_markdown(iteration: int, record: dict) -> str:
         f"**Self-play**: {play['games']} games by v{play['serving_version']} "
         f"({play['played_now']} played in this run), {play['rows']} rows "
         f"({play['full_rows']} full searches), {play['mean_moves']} moves a game; "
-        f"wins {play['wins']}; {play.get('resigned', 0)} resigned, and of the "
-        f"{play.get('resign_checked', 0)} played out that would have resigned, "
-        f"{play.get('resign_wrong', 0)} did not lose (false positives)",
+        f"wins {play['wins']}; {play.get('resigned', 0)} resigned"
+        + (f" below -{play['resign_threshold']:.4f} "
+           f"({play['resign_calibration']['rule']})" if "resign_threshold" in play else "")
+        + f", and of the {play.get('resign_checked', 0)} played out that would have "
+        f"resigned, {play.get('resign_wrong', 0)} did not lose (false positives)",
         "",
         f"**Ingest**: {data['rows']} rows from iterations {data['window_first_iteration']}.."
         f"{iteration} (replay window {data['window_rows']} of {data['total_rows']} rows made), "

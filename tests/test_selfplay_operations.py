@@ -82,7 +82,7 @@ def test_metrics_count_each_game_once_and_chain_the_gates_elo():
     metrics.game_played("it0000-000000", record)  # played here: counted as it finishes
     summary = {"serving_version": 1, "played_now": 3, "moves_now": 7, "visits_now": 30,
                "seconds": 6.0, "mean_moves": 2.3, "resign_checked": 4, "resign_wrong": 1,
-               "wall_seconds": 6.5, "cpu_seconds": 5.0}
+               "resign_threshold": 0.975, "wall_seconds": 6.5, "cpu_seconds": 5.0}
     metrics.stage_finished(0, "selfplay", summary)  # the other 2 games played elsewhere
     metrics.stage_finished(0, "gate", {"candidate_version": 2, "serving_version": 1,
                                        "passed": True, "elo": 40.0})
@@ -96,6 +96,7 @@ def test_metrics_count_each_game_once_and_chain_the_gates_elo():
     assert got[("movepred_selfplay_games_per_hour", game)] == pytest.approx(1800)
     assert got[("movepred_selfplay_visits_per_second", game)] == pytest.approx(5)
     assert got[("movepred_selfplay_resign_false_positive_rate", game)] == 0.25
+    assert got[("movepred_selfplay_resign_threshold", game)] == 0.975
     assert got[("movepred_loop_stage_cpu_seconds_total", (*game, ("stage", "selfplay")))] == 5
     elo = {dict(k[1])["version"]: v for k, v in got.items()
            if k[0] == "movepred_loop_version_elo"}
@@ -164,6 +165,7 @@ def test_the_loop_on_a_local_dask_cluster_serves_its_metrics(tmp_path, monkeypat
     assert 1 <= got[("movepred_selfplay_game_moves", game)] <= TINY.max_moves
     rate = got[("movepred_selfplay_resign_false_positive_rate", game)]
     assert math.isnan(rate) or 0 <= rate <= 1
+    assert got[("movepred_selfplay_resign_threshold", game)] == play["resign_threshold"]
     loss = got[("movepred_train_policy_loss", (*game, ("split", "train")))]
     assert 0 < loss < 20 and math.isfinite(loss)
     assert 0 <= got[("movepred_train_value_mse", (*game, ("split", "train")))] <= 4

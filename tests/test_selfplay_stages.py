@@ -135,6 +135,11 @@ def _check_iteration(run: Path, settings: LoopSettings, model: str) -> dict:
     assert set(rows["model_name"].to_pylist()) == {model}  # each row's lineage
     repo = Path(settings.repository)
     assert record["selfplay"]["serving_version"] == 1  # the seeded first version
+    # no iteration before to calibrate from: the setting, kept, pinned and recorded
+    resign = record["selfplay"]["resign_calibration"]
+    assert record["selfplay"]["resign_threshold"] == settings.selfplay.resign_threshold
+    assert resign["rule"] == "kept" and resign["games"] == 0 and resign["iterations"] == []
+    assert json.loads((run / "iter-0000" / "resign.json").read_text()) == resign
     fit = record["train"]
     assert fit["parent_version"] == 1 and 1 <= fit["steps"] <= settings.train_steps
     candidate = fit["candidate_version"]
@@ -170,6 +175,7 @@ def test_one_iteration_end_to_end(game, tmp_path):
     assert meta[LINEAGE_KEY]["run"] == str(run.resolve()) and meta[LINEAGE_KEY]["parent"] == 1
     text = iteration_markdown(0, record)
     assert f"candidate **v{candidate}**" in text and record["gate"]["verdict"] in text
+    assert "resigned below -0.9000 (kept)" in text
     # the candidate started from the serving network's weights, not from random ones
     assert (run / "iter-0000" / "serving-weights.pt").is_file()
 
@@ -311,3 +317,98 @@ def test_folder_stats_count_resignations_and_wrong_ones(tmp_path):
     assert stats["games"] == 5 and stats["rows"] == 10 and stats["full_rows"] == 5
     assert stats["resigned"] == 1 and stats["resign_checked"] == 3
     assert stats["resign_wrong"] == 2 and stats["resign_false_positive_rate"] == 0.667
+
+
+def _played_out(black_value: float, winner: int) -> dict:
+    """A played-out tic-tac-toe game dict whose Black root values sit at `black_value`."""
+    from services.selfplay.play import END_RULES, MoveRecord, SelfPlayGame
+    from services.selfplay.records import to_json
+
+    record = SelfPlayGame(TICTACTOE.name, 3, 0, (), True, winner=winner, end=END_RULES)
+    record.moves = [MoveRecord(i, False, 2, black_value if i % 2 == 0 else 0.5)
+                    for i in range(7)]
+    return to_json(record, "x")
+
+
+def _write_games(folder: Path, games: list[dict], first: int = 0) -> None:
+    (folder / "games").mkdir(parents=True, exist_ok=True)
+    for i, data in enumerate(games, first):
+        (folder / "games" / f"it0000-{i:06d}.json").write_text(json.dumps(data))
+
+
+def test_the_resign_threshold_is_calibrated_and_pinned_across_a_resume(tmp_path):
+    """Iteration 1 calibrates from iteration 0's played-out games (4 right resignations at
+    -0.99, 2 wrong at -0.95: 33% at the fixed 0.9, none at 0.95), pins the threshold in its
+    ``resign.json``, and a rerun after the stage died mid-way plays the rest of its games at
+    the pinned threshold although iteration 0's games now say otherwise."""
+    from dataclasses import replace
+
+    from services.games.base import BLACK, WHITE
+    from services.selfplay.resign import calibrate
+    from services.selfplay_loop.stages import RESIGN_FILE, play_share
+    from services.trainer.publish import publish_model
+
+    settings = _settings(tmp_path, TICTACTOE.name, games=6, resign_fp_target=0.25)
+    run = tmp_path / "run"
+    before = run / "iter-0000" / "selfplay-0000"
+    _write_games(before, [_played_out(-0.99, WHITE)] * 4 + [_played_out(-0.95, BLACK)] * 2)
+    publish_model(Path(settings.repository), game=TICTACTOE.name, config="tictactoe_tiny",
+                  seed=0)
+    history = [{"iteration": 0, "selfplay": {"resign_threshold": 0.9}}]
+    folder = run / "iter-0001"
+    folder.mkdir(parents=True)
+    seen: list = []
+
+    def die_after_a_game(tasks):
+        seen.extend(tasks)
+        play_share(replace(tasks[0], games=1))
+        raise RuntimeError("killed mid-stage")
+
+    with pytest.raises(RuntimeError, match="killed mid-stage"):
+        SelfPlayStages(settings, run, ingest=lambda **_: {}, play_shares=die_after_a_game,
+                       shares=1).selfplay(1, folder, history)
+    pinned = json.loads((folder / RESIGN_FILE).read_text())
+    assert pinned["rule"] == "calibrated" and pinned["threshold"] == pytest.approx(0.95)
+    assert (pinned["checked"], pinned["wrong"], pinned["games"]) == (4, 0, 6)
+    assert (pinned["previous"], pinned["previous_checked"], pinned["previous_wrong"]) == \
+        (0.9, 6, 2) and pinned["iterations"] == [0]
+    assert [t.settings.resign_threshold for t in seen] == [pinned["threshold"]]
+
+    # iteration 0 now holds 6 more right resignations at -0.8 (2 wrong of 12 from 0.5 up):
+    # calibrated afresh, the threshold would be the floor; the resumed stage keeps its pin
+    _write_games(before, [_played_out(-0.8, WHITE)] * 6, first=6)
+    games = [json.loads(p.read_text()) for p in sorted((before / "games").glob("*.json"))]
+    assert calibrate(games, target=0.25, after=3, previous=0.9).threshold == 0.5
+    seen.clear()
+
+    def play_all(tasks):
+        seen.extend(tasks)
+        return [play_share(t) for t in tasks]
+
+    summary = SelfPlayStages(settings, run, ingest=lambda **_: {}, play_shares=play_all,
+                             shares=1).selfplay(1, folder, history)
+    assert [t.settings.resign_threshold for t in seen] == [pinned["threshold"]]
+    assert summary["resign_threshold"] == pinned["threshold"]
+    assert summary["resign_calibration"] == pinned
+    assert summary["finished_before"] == 1 and summary["played_now"] == 5
+    assert summary["games"] == 6
+
+
+def test_a_fixed_threshold_and_a_self_play_begun_before_a_pin_keep_the_setting(tmp_path):
+    from services.games.base import WHITE
+
+    history = [{"iteration": 0, "selfplay": {"resign_threshold": 0.99}}]
+    fixed = SelfPlayStages(_settings(tmp_path, "gomoku", resign_fp_target=0.0), tmp_path / "a",
+                           ingest=lambda **_: {})
+    got = fixed.resign_threshold(1, history)
+    assert got == {"threshold": 0.9, "rule": "fixed", "why": "--resign-fp-target 0"}
+    # a self-play folder with games and no pin: played with the setting before, kept
+    run = tmp_path / "b"
+    _write_games(run / "iter-0001" / "selfplay-0001", [_played_out(-0.99, WHITE)])
+    begun = SelfPlayStages(_settings(tmp_path, "gomoku"), run, ingest=lambda **_: {})
+    got = begun.resign_threshold(1, history)
+    assert got["rule"] == "fixed" and got["threshold"] == 0.9 and "began before" in got["why"]
+    # without games: calibrated from the history, from its last threshold (too few: kept)
+    fresh = SelfPlayStages(_settings(tmp_path, "gomoku"), tmp_path / "c", ingest=lambda **_: {})
+    got = fresh.resign_threshold(1, history)
+    assert got["rule"] == "kept" and got["threshold"] == 0.99 and got["games"] == 0

@@ -13,7 +13,9 @@ Why these defaults:
   visited move after: varied openings, sharp play after.
 * **Resignation** when the side to move's root value stays below `-resign_threshold` for
   `resign_after` of its moves, except in `no_resign_share` of the games (minigo settled on
-  10%), which are played out to measure how often a resignation would have been wrong.
+  10%), which are played out to measure how often a resignation would have been wrong. The
+  loop recalibrates the threshold each iteration from those games (`services.selfplay.resign`,
+  `LoopSettings.resign_fp_target`); `resign_threshold` is where it starts.
 """
 
 from __future__ import annotations

@@ -23,7 +23,9 @@ Series (all prefixed ``movepred_``, label ``game``):
 * ``selfplay_game_moves``: mean searched moves a game of the last self-play stage's folder.
 * ``selfplay_resign_false_positive_rate``: of the last iteration's games played out although a
   side would have resigned, the share that side did not lose (NaN when none was);
-  ``selfplay_resign_checked`` and ``selfplay_resign_wrong`` its counts.
+  ``selfplay_resign_checked`` and ``selfplay_resign_wrong`` its counts;
+  ``selfplay_resign_threshold``: the threshold its games resigned at (resign below minus it;
+  fixed or calibrated, `services.selfplay.resign`).
 * ``train_policy_loss{split}``, ``train_value_mse{split}``, ``train_top1{split}``: the last
   candidate's final evaluation (policy cross-entropy on the played move, value MSE, top-1)
   on the window's train and validation rows; ``train_batch_loss{point}``: its first and last
@@ -100,6 +102,9 @@ class LoopMetrics:
         self.resign_wrong = Gauge("movepred_selfplay_resign_wrong",
                                   "of those, games the would-be resigner did not lose", g,
                                   registry=r)
+        self.resign_threshold = Gauge("movepred_selfplay_resign_threshold",
+                                      "resign threshold of the last self-play stage (a side "
+                                      "resigns below minus it)", g, registry=r)
         self.policy_loss = Gauge("movepred_train_policy_loss", "last candidate: policy "
                                  "cross-entropy on the played move", [*g, "split"], registry=r)
         self.value_mse = Gauge("movepred_train_value_mse", "last candidate: value head MSE",
@@ -186,6 +191,8 @@ class LoopMetrics:
         self.resign_checked.labels(game).set(checked)
         self.resign_wrong.labels(game).set(wrong)
         self.resign_rate.labels(game).set(wrong / checked if checked else math.nan)
+        if s.get("resign_threshold") is not None:
+            self.resign_threshold.labels(game).set(float(s["resign_threshold"]))
         if count:  # a share played elsewhere: its games count now
             with self._lock:
                 done = dict(self._counted)

@@ -8,7 +8,10 @@
    ``iter-N/selfplay-N/``, from an opening suite: in this process (`LocalEvaluator`,
    `run_worker`, worker ``itN``), or split into shares (`share_plan`, pinned in
    ``shares.json``: worker ``itN-sK`` plays its share's games) that the injected
-   `PlayShares` runs where it likes (the flow: Prefect tasks on Dask workers). The
+   `PlayShares` runs where it likes (the flow: Prefect tasks on Dask workers). The games
+   resign at the threshold pinned in ``resign.json`` (`resign_threshold`): with
+   `resign_fp_target` 0 the games' own setting, else calibrated from the played-out games of
+   the newest iterations (`services.selfplay.resign`); the summary records it. The
    first iteration needs a version: `init_version` (recorded as serving), else the version
    the repository serves, else the game's self-play configuration (`Game.selfplay_config`,
    else its default one; or `config`) with weights drawn from `seed`, published by
@@ -37,10 +40,11 @@
 
 Kill-safety (the loop reruns the stage that was running): self-play plays only the missing
 games (a share's worker name and games are pinned, so a rerun on another number of workers,
-or in this process, plays the same ids); the ingest rewrites its manifest whole from the same
-folders; training resumes from its checkpoint, and a candidate published before the kill is
-found by its lineage, never published twice; the gate's match log skips finished games (a
-quarantined candidate is recognised); the rollout does nothing when the candidate already serves.
+or in this process, plays the same ids, at the pinned resign threshold); the ingest rewrites
+its manifest whole from the same folders; training resumes from its checkpoint, and a
+candidate published before the kill is found by its lineage, never published twice; the
+gate's match log skips finished games (a quarantined candidate is recognised); the rollout
+does nothing when the candidate already serves.
 
 Cost: each stage's summary holds ``wall_seconds`` and ``cpu_seconds``, the CPU time of this
 process (every thread) and of its finished child processes during the stage, plus the CPU
@@ -50,6 +54,7 @@ not counted (its summary was never written).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -89,6 +94,7 @@ from services.selfplay.openings import opening_suite
 from services.selfplay.pairs import game_files
 from services.selfplay.play import END_RESIGNED
 from services.selfplay.records import record_suffix
+from services.selfplay.resign import calibrate
 from services.selfplay.settings import SelfPlaySettings
 from services.selfplay.worker import DEFAULT_CONCURRENCY, WorkerReport, run_worker
 from services.selfplay_loop.window import (
@@ -106,6 +112,10 @@ log = logging.getLogger(__name__)
 LINEAGE_KEY = "selfplay_loop"  # a candidate's metadata entry: run folder, iteration, parent
 SERVING_FILE = "serving.json"
 SHARES_FILE = "shares.json"  # an iteration's self-play shares, pinned at its start
+RESIGN_FILE = "resign.json"  # an iteration's resign threshold, pinned at its start
+# minigo's and Leela Zero's target share of wrong resignations among the played-out games
+DEFAULT_RESIGN_FP_TARGET = 0.05
+DEFAULT_RESIGN_ITERATIONS = 3  # newest finished iterations whose played-out games calibrate
 WEIGHTS_FILE = "serving-weights.pt"
 LOCK_TIMEOUT_S = 300.0
 KATAGO_SAMPLES_PER_ROW = 4.0  # KataGo's max-train-bucket-per-new-data
@@ -177,6 +187,17 @@ class LoopSettings:
     alpha: float = setting(DEFAULT_ALPHA, "SPRT: false-pass rate", minimum=0.0001,
                            maximum=0.5)
     beta: float = setting(DEFAULT_BETA, "SPRT: false-fail rate", minimum=0.0001, maximum=0.5)
+    # on by default: a fixed threshold resigned wrongly in 10 of 33 checked Go 9x9 games (30%),
+    # and each wrong resignation is a wrong value target; the calibration starts from
+    # --selfplay-resign-threshold and keeps it while the played-out games say too little
+    resign_fp_target: float = setting(
+        DEFAULT_RESIGN_FP_TARGET, "calibrate the resign threshold each iteration so that at "
+        "most this share of the played-out games' would-be resignations is wrong "
+        "(services.selfplay.resign; 0: the fixed --selfplay-resign-threshold)",
+        minimum=0, maximum=0.5)
+    resign_iterations: int = setting(DEFAULT_RESIGN_ITERATIONS, "newest finished iterations "
+                                     "whose played-out games calibrate the resign threshold",
+                                     minimum=1)
     triton_url: str | None = setting(None, "a running Triton to roll passed versions out on "
                                            "(default: record them as serving in the "
                                            "repository's rollout record only)")
@@ -481,9 +502,45 @@ class SelfPlayStages:
                 return version, meta
         return None
 
-    def _share_tasks(self, iteration: int, serving: int) -> list[ShareTask]:
-        """The iteration's self-play as shares: one in-process worker ``itN`` (no
-        `play_shares`, no plan pinned), else the pinned plan (`share_plan`)."""
+    def resign_threshold(self, iteration: int, history: list[dict]) -> dict[str, Any]:
+        """The resign threshold `iteration`'s games are played with and how it was chosen,
+        pinned in its ``resign.json`` at the iteration's start (a rerun after a kill, here or
+        on a worker, plays the rest of the games with the same one):
+
+        * ``fixed``: `resign_fp_target` 0, or a self-play folder that began before a
+          threshold was pinned (its games were played with it): the games' own setting;
+        * else `services.selfplay.resign.calibrate` over the played-out games of the newest
+          `resign_iterations` finished iterations, from the previous iteration's threshold
+          (the first: the games' own setting): ``calibrated``, ``stricter`` or ``kept``."""
+        s = self.settings
+        path = iteration_folder(self.run_dir, iteration) / RESIGN_FILE
+        if path.exists():
+            return json.loads(path.read_text(encoding="utf-8"))
+        fixed = s.selfplay.resign_threshold
+        previous = next((float(h["selfplay"]["resign_threshold"]) for h in reversed(history)
+                         if "resign_threshold" in h.get("selfplay", {})), fixed)
+        if not s.resign_fp_target or game_files(self._games_dir(iteration)):
+            why = ("--resign-fp-target 0" if not s.resign_fp_target else
+                   "the iteration's self-play began before a threshold was pinned")
+            pinned: dict[str, Any] = {"threshold": fixed, "rule": "fixed", "why": why}
+        else:
+            recent = history[-s.resign_iterations:]
+            games = [json.loads(p.read_text(encoding="utf-8"))
+                     for h in recent for p in game_files(self._games_dir(h["iteration"]))]
+            found = calibrate(games, target=s.resign_fp_target, after=s.selfplay.resign_after,
+                              previous=previous)
+            pinned = {**found.to_dict(), "iterations": [h["iteration"] for h in recent]}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(json.dumps(pinned, indent=1), path)
+        self.say(f"iteration {iteration} self-play: resign below -{pinned['threshold']:.4f} "
+                 f"({pinned['rule']})")
+        return pinned
+
+    def _share_tasks(self, iteration: int, serving: int,
+                     played: SelfPlaySettings) -> list[ShareTask]:
+        """The iteration's self-play as shares, its games played with `played`: one
+        in-process worker ``itN`` (no `play_shares`, no plan pinned), else the pinned plan
+        (`share_plan`)."""
         s = self.settings
         plies = s.opening_plies
         openings = opening_suite(self.game, s.openings, size=self.size,
@@ -497,7 +554,7 @@ class SelfPlayStages:
                           version_folder=str(version_dir(self.repository, self.model,
                                                          serving)),
                           out_dir=str(self._games_dir(iteration)), worker=p["worker"],
-                          games=int(p["games"]), settings=s.selfplay, seed=s.seed,
+                          games=int(p["games"]), settings=played, seed=s.seed,
                           concurrency=s.concurrency,
                           openings=tuple(tuple(int(m) for m in o) for o in openings))
                 for p in plan]
@@ -507,7 +564,9 @@ class SelfPlayStages:
     def selfplay(self, iteration: int, folder: Path, history: list[dict]) -> dict:
         s = self.settings
         serving = self.serving(iteration)
-        tasks = self._share_tasks(iteration, serving)
+        resign = self.resign_threshold(iteration, history)
+        played = dataclasses.replace(s.selfplay, resign_threshold=float(resign["threshold"]))
+        tasks = self._share_tasks(iteration, serving, played)
         out = self._games_dir(iteration)
         started = time.perf_counter()
         count = {"n": 0}
@@ -528,6 +587,7 @@ class SelfPlayStages:
             reports = self.play_shares(tasks)
         stats = folder_stats(out)
         return {**stats, "serving_version": serving,
+                "resign_threshold": played.resign_threshold, "resign_calibration": resign,
                 "played_now": sum(r["played"] for r in reports),
                 "finished_before": sum(r["skipped"] for r in reports),
                 "moves_now": sum(r["moves"] for r in reports),
@@ -674,6 +734,6 @@ class SelfPlayStages:
                 "replaced": serving, "report": report.to_dict()}
 
 
-__all__ = ["LINEAGE_KEY", "SHARES_FILE", "Ingest", "LoopSettings", "PlayShares",
+__all__ = ["LINEAGE_KEY", "RESIGN_FILE", "SHARES_FILE", "Ingest", "LoopSettings", "PlayShares",
            "SelfPlayStages", "ShareTask", "folder_stats", "match_elo", "play_share",
            "process_cpu_seconds", "require_trainable", "served_weights", "share_plan"]
