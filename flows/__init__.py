@@ -6,6 +6,7 @@ Modules:
     rollout    `rollout` and `rollback`: change the version a running Triton serves
     schedules  the nightly `ingest` (and `train`) deployments, served until interrupted
     selfplay   the self-play loop: self-play -> ingest -> train -> gate -> rollout, resumable
+    dask_runner  the task runner of `on_dask`'s local cluster: workers on the flow's Prefect API
 
 Prefect settings that make local runs quiet and robust are defaulted here, before Prefect is
 imported by any flow module (no telemetry, a longer timeout for the ephemeral API server's first
@@ -142,7 +143,9 @@ def on_dask(flow: Flow, address: str | None = None, workers: int = 0,
     (tcp://host:8786), or a local one of `workers` workers (one thread each; processes unless
     `processes` is False) started for the run; with neither, `flow` itself. One place for what
     every flow with a `--dask` option does: Dask's INFO lines (every worker start and stop)
-    kept to warnings, in this process and, through the environment, in local workers."""
+    kept to warnings, in this process and, through the environment, in local workers; local
+    workers on the flow's Prefect API (`flows.dask_runner`). An existing cluster's workers use
+    the API their own environment names (PREFECT_API_URL, as deploy/ sets it)."""
     if not address and not workers:
         return flow
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
@@ -150,9 +153,11 @@ def on_dask(flow: Flow, address: str | None = None, workers: int = 0,
     from prefect_dask import DaskTaskRunner
 
     if address:
-        runner = DaskTaskRunner(address=address)
+        runner: DaskTaskRunner = DaskTaskRunner(address=address)
     else:
-        runner = DaskTaskRunner(cluster_kwargs={
+        from flows.dask_runner import LocalDaskTaskRunner
+
+        runner = LocalDaskTaskRunner({
             "n_workers": workers, "threads_per_worker": 1, "processes": processes,
             "dashboard_address": None})
     return flow.with_options(task_runner=runner)
