@@ -58,9 +58,9 @@ from tests.test_infer_sequence import (
     SMALL,
     check_order,
     rpc_error,
-    search_service,
     triton_url,  # noqa: F401  (the module's Triton fixture)
 )
+from tests.triton_fixtures import gomoku_and_go_service as search_service
 
 
 # --------------------------------------------------------------------------- the store
