@@ -6,7 +6,7 @@ Modules:
     rollout    `rollout` and `rollback`: change the version a running Triton serves
     schedules  the nightly `ingest` (and `train`) deployments, served until interrupted
     selfplay   the self-play loop: self-play -> ingest -> train -> gate -> rollout, resumable
-    dask_runner  the task runner of `on_dask`'s local cluster: workers on the flow's Prefect API
+    _dask_runner  the task runner of `on_dask`'s local cluster: workers on the flow's Prefect API
 
 Prefect settings that make local runs quiet and robust are defaulted here, before Prefect is
 imported by any flow module (no telemetry, a longer timeout for the ephemeral API server's first
@@ -144,7 +144,7 @@ def on_dask(flow: Flow, address: str | None = None, workers: int = 0,
     `processes` is False) started for the run; with neither, `flow` itself. One place for what
     every flow with a `--dask` option does: Dask's INFO lines (every worker start and stop)
     kept to warnings, in this process and, through the environment, in local workers; local
-    workers on the flow's Prefect API (`flows.dask_runner`). An existing cluster's workers use
+    workers on the flow's Prefect API (`flows._dask_runner`). An existing cluster's workers use
     the API their own environment names (PREFECT_API_URL, as deploy/ sets it)."""
     if not address and not workers:
         return flow
@@ -155,7 +155,7 @@ def on_dask(flow: Flow, address: str | None = None, workers: int = 0,
     if address:
         runner: DaskTaskRunner = DaskTaskRunner(address=address)
     else:
-        from flows.dask_runner import LocalDaskTaskRunner
+        from flows._dask_runner import LocalDaskTaskRunner
 
         runner = LocalDaskTaskRunner({
             "n_workers": workers, "threads_per_worker": 1, "processes": processes,

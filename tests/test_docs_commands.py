@@ -177,7 +177,7 @@ def test_a_wrong_command_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("flow", sorted(p.stem for p in (ROOT / "flows").glob("*.py")
-                                        if p.stem != "__init__"))
+                                        if not p.stem.startswith("_")))
 def test_every_flow_names_itself_as_it_is_run(flow: str, monkeypatch: pytest.MonkeyPatch
                                               ) -> None:
     """`--help` of a flow said `usage: ingest.py`: argparse's default prog is the file name."""
