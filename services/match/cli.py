@@ -5,6 +5,9 @@
     movepred match --game go --size 9 --engine version:go_policy/4:visits=100 \\
         --engine gnugo:level=10 --pairs 20 --out runs/match-go9
     movepred gate --game gomoku --candidate 4 [--visits 200] [--max-games 400]
+    movepred openings --game gomoku --judge version:gomoku_policy/4:visits=400 --count 200 \
+        --band 0.2 --out runs/openings/gomoku-balanced.json
+    movepred match ... --openings runs/openings/gomoku-balanced.json
 
 `match` prints a line per game and, at the end, the standings of every player of the folder's
 ratings log (all its games, earlier matches included) with 95% intervals; it writes
@@ -13,7 +16,10 @@ ratings log (all its games, earlier matches included) with 95% intervals; it wri
 decision and acts on it (quarantine; with ``--triton-url``, the rollout of a passed version;
 ``--dry-run``: decide only). Engine specs: `services.match.specs`. A wrong spec, a version
 that is not published or a program that is not there is refused before the first game, with
-exit code 2.
+exit code 2. `openings` builds a balanced suite (`services.selfplay.openings`): random openings
+kept when the judge, a version searched at a budget, rates them within ``--band`` of even; a
+match or a gate given it with ``--openings`` plays its openings instead of random ones, and
+prints black's score over the match's games, the suite's balance as played.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from services.games.registry import default_game, get_game, registered_games
+from services.match.engines import SearchEngine
 from services.match.gate import (
     DEFAULT_GATE_VISITS,
     DEFAULT_MAX_GAMES,
@@ -34,10 +41,12 @@ from services.match.gate import (
 )
 from services.match.rating_match import rating_match
 from services.match.runner import MatchConfig
-from services.match.specs import EngineSpecError, Player, parse_engine, resolve
+from services.match.specs import EngineSpecError, Player, open_engine, parse_engine, resolve
+from services.selfplay.openings import balanced_suite, load_suite, save_suite, search_judge
 from services.settings import DEFAULT_REPOSITORY, ROOT, bounded
 
 EXIT_USAGE = 2
+DEFAULT_PAIRS = 50
 DEFAULT_OUT = ROOT / "runs" / "match"
 
 
@@ -72,17 +81,18 @@ def cmd_match(args: argparse.Namespace) -> int:
         players: list[Player] = [resolve(spec, game, repository) for spec in args.engine]
         if len({p.label for p in players}) != len(players):
             raise EngineSpecError("two engines have the same name: give one name=...")
-        config = MatchConfig(pairs=args.pairs, size=args.size or None,
+        _check_size(game, args.size)
+        suite = _suite(args, game)
+        pairs = args.pairs or (len(suite) if suite else DEFAULT_PAIRS)
+        config = MatchConfig(pairs=pairs, size=args.size or None,
                              plies=tuple(args.plies), radius=args.radius, seed=args.seed,
-                             max_moves=args.max_moves, jobs=args.jobs)
-        if args.size and args.size not in game.sizes:
-            raise ValueError(f"{game.title} is played on {', '.join(map(str, game.sizes))}, "
-                             f"not {args.size}")
+                             max_moves=args.max_moves, jobs=args.jobs, suite=suite)
     except (EngineSpecError, ValueError) as exc:
         print(f"movepred match: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    games = len(players) * (len(players) - 1) * args.pairs
-    print(f"{game.title}: {', '.join(p.label for p in players)}; {args.pairs} openings, "
+    games = len(players) * (len(players) - 1) * pairs
+    print(f"{game.title}: {', '.join(p.label for p in players)}; {pairs} openings"
+          f"{' of ' + args.openings if args.openings else ''}, "
           f"{games} games, {args.jobs} at a time; log {Path(args.out) / 'games.jsonl'}",
           flush=True)
     started = time.perf_counter()
@@ -98,10 +108,69 @@ def cmd_match(args: argparse.Namespace) -> int:
           f"standings over all {result.log_games} games of the ratings log "
           f"(anchor {result.anchor} = 0, 95% intervals):")
     print(result.table)
+    print(black_line(result.report.entries))
     if result.plot:
         print(f"plot: {result.plot}")
     if result.cards:
         print(f"ratings written to the model cards of: {', '.join(result.cards)}")
+    return 0
+
+
+def _check_size(game: Any, size: int) -> None:
+    if size and size not in game.sizes:
+        raise ValueError(f"{game.title} is played on {', '.join(map(str, game.sizes))}, "
+                         f"not {size}")
+
+
+def _suite(args: argparse.Namespace, game: Any) -> tuple[tuple[int, ...], ...]:
+    """The openings of ``--openings FILE`` (empty without it)."""
+    if not args.openings:
+        return ()
+    return load_suite(Path(args.openings), game, args.size or None).openings
+
+
+def black_line(entries: list[dict[str, Any]]) -> str:
+    """Black's score over `entries` (draws a half): how even the openings were as played."""
+    if not entries:
+        return "black's score: no games"
+    score = sum(float(e["score"]) for e in entries) / len(entries)
+    return f"black's score over these players' {len(entries)} games: {score:.3f}"
+
+
+def cmd_openings(args: argparse.Namespace) -> int:
+    game = get_game(args.game)
+    try:
+        _check_size(game, args.size)
+        player = resolve(args.judge, game, Path(args.repository))
+        engine = open_engine(player, game, seed=args.seed)
+        if not isinstance(engine, SearchEngine) or engine.visits < 1:
+            raise EngineSpecError(f"the judge must be a searched version with visits=, not "
+                                  f"{args.judge}")
+    except (EngineSpecError, ValueError) as exc:
+        print(f"movepred openings: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    started = time.perf_counter()
+
+    def progress(judged: int, kept: int) -> None:
+        if judged % 50 == 0:
+            print(f"{judged} judged, {kept} kept [{time.perf_counter() - started:.0f} s]",
+                  flush=True)
+
+    try:
+        suite = balanced_suite(game, args.count, search_judge(engine.evaluator, engine.visits),
+                               band=args.band, size=args.size or None,
+                               plies=tuple(args.plies), radius=args.radius, seed=args.seed,
+                               max_candidates=args.max_candidates, judge_name=player.label,
+                               on_candidate=progress)
+    except ValueError as exc:
+        print(f"movepred openings: error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        engine.close()
+    save_suite(suite, Path(args.out))
+    print(f"{len(suite.openings)} openings within {args.band} of even of {suite.candidates} "
+          f"judged by {player.label}; mean value (black's side) "
+          f"{sum(suite.values) / len(suite.values):+.3f}; written to {args.out}")
     return 0
 
 
@@ -126,7 +195,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
                                  visits=args.visits, max_games=args.max_games,
                                  out_dir=args.out, jobs=args.jobs, seed=args.seed,
                                  size=args.size or None, rollout_client=client,
-                                 act=not args.dry_run, on_game=on_game)
+                                 act=not args.dry_run, suite=_suite(args, game),
+                                 on_game=on_game)
     except (EngineSpecError, ValueError) as exc:
         print(f"movepred gate: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -141,14 +211,18 @@ def cmd_gate(args: argparse.Namespace) -> int:
     return 0 if decision.passed else 1
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def _common(p: argparse.ArgumentParser, *, plays: bool = True) -> None:
     p.add_argument("--game", choices=_games(), default=default_game().name)
     p.add_argument("--size", type=_count, default=0, help="board size (0: the game's default)")
     p.add_argument("--repository", default=DEFAULT_REPOSITORY,
                    help="the model repository the versions come from")
-    p.add_argument("--jobs", type=_positive, default=1,
-                   help="games at once, one process each (default 1)")
     p.add_argument("--seed", type=_count, default=0, help="the opening suite's seed")
+    if plays:
+        p.add_argument("--jobs", type=_positive, default=1,
+                       help="games at once, one process each (default 1)")
+        p.add_argument("--openings", default=None, metavar="FILE",
+                       help="play this saved suite's openings (movepred openings) instead of "
+                            "random ones")
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
 
 
@@ -164,8 +238,9 @@ def add_match_commands(subparsers: Any) -> dict[str, Any]:
                "Each opening is played twice per two engines, colours swapped.")
     m.add_argument("--engine", action="append", type=_engine, required=True,
                    metavar="SPEC", help="a player (at least two)")
-    m.add_argument("--pairs", type=_positive, default=50,
-                   help="openings; each is played twice by every two engines (default 50)")
+    m.add_argument("--pairs", type=_positive, default=None,
+                   help=f"openings; each is played twice by every two engines (default "
+                        f"{DEFAULT_PAIRS}, or all of --openings)")
     m.add_argument("--out", default=str(DEFAULT_OUT),
                    help="match folder: games.jsonl (the ratings log), records/, elo.png")
     m.add_argument("--plies", type=_count, nargs=2, default=(2, 4), metavar=("MIN", "MAX"),
@@ -199,7 +274,26 @@ def add_match_commands(subparsers: Any) -> dict[str, Any]:
     g.add_argument("--dry-run", action="store_true",
                    help="decide only: no model card, quarantine or rollout")
     _common(g)
-    return {"match": _with_logging(cmd_match), "gate": _with_logging(cmd_gate)}
+    o = subparsers.add_parser(
+        "openings", help="a balanced opening suite, judged by a searched version",
+        description="Draw random openings (as a match's) and keep those the judge, a version "
+                    "searched at its visits, rates within --band of even (its root value from "
+                    "black's side), until --count are kept; written as JSON for --openings.")
+    o.add_argument("--judge", type=_engine, required=True, metavar="SPEC",
+                   help="version:[MODEL/]N:visits=V (a searched version)")
+    o.add_argument("--count", type=_positive, default=100, help="openings to keep")
+    o.add_argument("--band", type=float, default=0.2,
+                   help="largest |value| of a kept opening, value in [-1, 1] (default 0.2)")
+    o.add_argument("--plies", type=_count, nargs=2, default=(2, 4), metavar=("MIN", "MAX"),
+                   help="stones of an opening (default 2 4)")
+    o.add_argument("--radius", type=_count, default=3,
+                   help="openings' stones within this many lines of the centre")
+    o.add_argument("--max-candidates", type=_positive, default=10_000,
+                   help="most openings judged before giving up")
+    o.add_argument("--out", required=True, help="the suite's JSON file")
+    _common(o, plays=False)
+    return {"match": _with_logging(cmd_match), "gate": _with_logging(cmd_gate),
+            "openings": _with_logging(cmd_openings)}
 
 
 def _with_logging(handler: Any) -> Any:

@@ -123,12 +123,14 @@ def gate_by_match(repository: Path, game: Game | str, candidate_version: int, *,
                   elo0: float = DEFAULT_ELO0, elo1: float = DEFAULT_ELO1,
                   alpha: float = DEFAULT_ALPHA, beta: float = DEFAULT_BETA,
                   rollout_client: Any = None, act: bool = True,
+                  suite: tuple[tuple[int, ...], ...] = (),
                   on_game: Callable[[dict[str, Any]], None] | None = None
                   ) -> MatchGateDecision:
     """Play the candidate against the serving version until the SPRT decides or `max_games`
     games are played; record, then act on the decision (`act` False: decide only, no card,
     quarantine or rollout). `serving`: the version to beat (default: `serving_version`). See
-    the module docstring."""
+    the module docstring. `suite`: the openings (a saved balanced suite; default the match
+    runner's random suite from `seed`)."""
     repository = Path(repository)
     game = get_game(game) if isinstance(game, str) else game
     model = model_name or game.default_model
@@ -156,7 +158,11 @@ def gate_by_match(repository: Path, game: Game | str, candidate_version: int, *,
         return sprt(w, d, l_, elo0=elo0, elo1=elo1, alpha=alpha, beta=beta,
                     max_games=max_games)
 
-    config = MatchConfig(pairs=math.ceil(max_games / 2), size=size, seed=seed, jobs=jobs)
+    pairs = math.ceil(max_games / 2)
+    if suite and len(suite) < pairs:
+        raise ValueError(f"the gate's cap of {max_games} games needs {pairs} openings, the "
+                         f"suite holds {len(suite)}")
+    config = MatchConfig(pairs=pairs, size=size, seed=seed, jobs=jobs, suite=tuple(suite))
     report = run_match(game, [candidate, opponent], folder, config, on_game=on_game,
                        stop=lambda entries: test(entries).verdict != Verdict.CONTINUE,
                        tag={"gate": {"candidate": candidate_version, "serving": serving}})

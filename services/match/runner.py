@@ -69,9 +69,10 @@ FORMAT_VERSION = 1
 @dataclass(frozen=True)
 class MatchConfig:
     """The suite and the limits: `pairs` openings (each game twice per two players), of
-    `plies` stones within `radius` lines of the centre, from `seed`; `size`: the board (None:
-    the game's default); `max_moves`: moves of a game before it is a draw (0: twice the policy
-    size); `jobs`: games at once (processes)."""
+    `plies` stones within `radius` lines of the centre, from `seed`, or the first `pairs` of a
+    given `suite` (a saved balanced one: `services.selfplay.openings.load_suite`); `size`: the
+    board (None: the game's default); `max_moves`: moves of a game before it is a draw (0:
+    twice the policy size); `jobs`: games at once (processes)."""
 
     pairs: int = 50
     size: int | None = None
@@ -80,11 +81,14 @@ class MatchConfig:
     seed: int = 0
     max_moves: int = 0
     jobs: int = 1
+    suite: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self) -> None:
         if self.pairs < 1 or self.jobs < 1 or self.max_moves < 0:
             raise ValueError(f"need pairs >= 1, jobs >= 1, max_moves >= 0; got {self.pairs}, "
                              f"{self.jobs}, {self.max_moves}")
+        if self.suite and self.pairs > len(self.suite):
+            raise ValueError(f"{self.pairs} openings wanted, the suite holds {len(self.suite)}")
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,8 @@ class Pairing:
 
 def openings(game: Game, config: MatchConfig) -> list[tuple[int, ...]]:
     """The suite: `config.pairs` openings (all the empty board when `plies` is (0, 0))."""
+    if config.suite:
+        return [tuple(o) for o in config.suite[: config.pairs]]
     if config.plies[1] == 0:
         return [()] * config.pairs
     return opening_suite(game, config.pairs, size=config.size, plies=config.plies,
