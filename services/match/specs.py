@@ -39,8 +39,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from services.defaults import MODEL_FILE
 from services.games.base import Game
 from services.games.rollout import RolloutWeights
@@ -303,22 +301,6 @@ def resolve(spec: EngineSpec | str, game: Game, repository: Path) -> Player:
     return Player(name or spec.text, spec, argv=argv)
 
 
-class _PinnedTriton:
-    """A Triton client asking one version of its model (a match must not follow rollouts)."""
-
-    def __init__(self, url: str, model_name: str, version: int, game: Game) -> None:
-        from services.triton.client import PolicyClient
-
-        self.client = PolicyClient(url, model_name, timeout_s=60.0, game=game)
-        self.version = version
-
-    def infer(self, boards: np.ndarray) -> Any:
-        return self.client.infer(boards, model_version=self.version)
-
-    def close(self) -> None:
-        self.client.close()
-
-
 def open_engine(player: Player, game: Game, *, seed: int = 0) -> Engine:
     """A started engine for `player` (torch at 1 thread for an in-process network). `seed`:
     GNU Go's random seed."""
@@ -327,7 +309,9 @@ def open_engine(player: Player, game: Game, *, seed: int = 0) -> Engine:
         url = spec.option("triton")
         assert player.model_name is not None and player.version is not None
         if url:
-            evaluator: Any = _PinnedTriton(url, player.model_name, player.version, game)
+            from services.triton.pinned import PinnedTriton
+
+            evaluator: Any = PinnedTriton(url, player.model_name, player.version, game)
         else:
             from services.models.local_evaluator import LocalEvaluator
 

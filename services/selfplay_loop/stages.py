@@ -5,10 +5,15 @@
 
 1. **selfplay**: the serving version (pinned for the iteration in ``serving.json``: the
    rollout record's ``current``, else the newest version) plays `games` games into
-   ``iter-N/selfplay-N/``, from an opening suite: in this process (`LocalEvaluator`,
-   `run_worker`, worker ``itN``), or split into shares (`share_plan`, pinned in
+   ``iter-N/selfplay-N/``, from an opening suite: in this process (`run_worker`, worker
+   ``itN``), or split into shares (`share_plan`, pinned in
    ``shares.json``: worker ``itN-sK`` plays its share's games) that the injected
-   `PlayShares` runs where it likes (the flow: Prefect tasks on Dask workers). The games
+   `PlayShares` runs where it likes (the flow: Prefect tasks on Dask workers). The network
+   is evaluated in the share's process (`LocalEvaluator` on the version's ``model.pt``), or
+   with `selfplay_triton_url` by that Triton, every request pinned to the serving version
+   (`services.triton.pinned`: a rollout during the iteration does not change its games'
+   network), after a check that the version is ready there (else the stage fails before a
+   game is written); the summary's ``evaluator`` says which. The games
    resign at the threshold pinned in ``resign.json`` (`resign_threshold`): with
    `resign_fp_target` 0 the games' own setting, else calibrated from the played-out games of
    the newest iterations (`services.selfplay.resign`); the summary records it. The
@@ -72,6 +77,8 @@ import torch
 from services.atomic_files import atomic_path, atomic_write_text
 from services.dataset.shards import GAME_SPLIT
 from services.defaults import MODEL_FILE
+from services.evaluator import PolicyEvaluator
+from services.evaluator_cache import CachingEvaluator, EvalCache
 from services.games.base import BLACK, WHITE, Game
 from services.games.registry import default_game, get_game, registered_games
 from services.match.cli import progress_line
@@ -90,7 +97,7 @@ from services.repository.rollout_state import (
 from services.repository.version_files import read_version_metadata
 from services.repository.versions import list_versions, version_dir
 from services.selfplay.loop import LoopState, iteration_folder
-from services.selfplay.openings import opening_suite
+from services.selfplay.openings import load_suite, opening_suite
 from services.selfplay.pairs import game_files
 from services.selfplay.play import END_RESIGNED
 from services.selfplay.records import record_suffix
@@ -141,6 +148,9 @@ class LoopSettings:
                             minimum=1)
     opening_plies: int = setting(4, "most stones of a suite opening (from 2, or 1 when 1; 0: "
                                     "every game from the empty board)", minimum=0)
+    opening_file: str | None = setting(None, "a saved opening suite (movepred openings) that "
+                                             "self-play cycles through and the gate plays, "
+                                             "instead of random openings")
     seed: int = setting(0, "seed of the games, the openings, the first network and training",
                         minimum=0)
     repository: str = setting(DEFAULT_REPOSITORY, "model repository the versions live in")
@@ -201,6 +211,16 @@ class LoopSettings:
     triton_url: str | None = setting(None, "a running Triton to roll passed versions out on "
                                            "(default: record them as serving in the "
                                            "repository's rollout record only)")
+    # not defaulted to --triton-url: rolling versions out on a Triton and evaluating the games
+    # on it are separate choices (a Triton on a CPU host costs a round trip per leaf batch,
+    # more than the in-process forward of a small network), so giving --triton-url never
+    # moves a run's games off the process; with a GPU, give both the same address, so that
+    # each passed version is loaded on the Triton that plays the next iteration
+    selfplay_triton_url: str | None = setting(
+        None, "a running Triton (host:port, gRPC) whose copy of the serving version evaluates "
+        "the self-play games, every request pinned to that version; it must be loaded there "
+        "(give --triton-url the same address to roll passed versions out on it) (default: "
+        "in-process TorchScript of the version folder)")
     selfplay: SelfPlaySettings = field(default_factory=SelfPlaySettings,
                                        metadata={"help": "how games are played", "cli": False})
 
@@ -211,8 +231,10 @@ class LoopSettings:
 @dataclass(frozen=True)
 class ShareTask:
     """One share of an iteration's self-play: worker `worker` plays games 0..`games`-1 of its
-    name into `out_dir` with the version in `version_folder`. Everything is plain data, so a
-    share can be pickled to another process (a Dask worker) that sees the same files."""
+    name into `out_dir` with version `version` of `model_name`: in-process from
+    `version_folder`, or with `triton_url` through that Triton, pinned to `version`.
+    Everything is plain data, so a share can be pickled to another process (a Dask worker)
+    that sees the same files (and reaches the same Triton)."""
 
     game: str
     size: int
@@ -224,6 +246,14 @@ class ShareTask:
     seed: int
     concurrency: int
     openings: tuple[tuple[int, ...], ...]
+    model_name: str = ""
+    version: int = 0
+    triton_url: str | None = None
+
+    @property
+    def evaluator(self) -> str:
+        """Where the share's network is evaluated: ``triton`` or ``local``."""
+        return "local" if self.triton_url is None else "triton"
 
 
 def process_cpu_seconds() -> float:
@@ -235,20 +265,41 @@ def process_cpu_seconds() -> float:
 def play_share(task: ShareTask,
                on_game: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
     """Play a share's missing games (`run_worker`, kill-safe) and say what it did: games
-    played now and before, their moves and root visits, wall and CPU seconds, and the process
-    it ran in (its CPU is counted once by the stage: here when another process played it)."""
+    played now and before, their moves and root visits, wall and CPU seconds, the process it
+    ran in (its CPU is counted once by the stage: here when another process played it) and
+    the evaluator that played them. Through Triton, a version not ready there is refused
+    before a game is written (`VersionNotReadyError`), and an error of Triton during the games
+    is raised, not swallowed: the stage fails, and its rerun plays the missing games."""
     game = get_game(task.game)
-    evaluator = LocalEvaluator.from_version_folder(task.version_folder)
+    evaluator, close = share_evaluator(task, game)
     cpu = process_cpu_seconds()
-    report: WorkerReport = run_worker(
-        game, evaluator, Path(task.out_dir), games=task.games, settings=task.settings,
-        worker=task.worker, seed=task.seed, concurrency=task.concurrency, size=task.size,
-        openings=task.openings, on_game=on_game)
-    return {"worker": task.worker, "played": len(report.played), "skipped": report.skipped,
+    try:
+        report: WorkerReport = run_worker(
+            game, evaluator, Path(task.out_dir), games=task.games, settings=task.settings,
+            worker=task.worker, seed=task.seed, concurrency=task.concurrency, size=task.size,
+            openings=task.openings, on_game=on_game)
+    finally:
+        close()
+    return {"worker": task.worker, "evaluator": task.evaluator,
+            "played": len(report.played), "skipped": report.skipped,
             "moves": report.moves,
             "visits": sum(m.visits for g in report.played for m in g.moves),
             "seconds": round(report.seconds, 3),
             "cpu_seconds": round(process_cpu_seconds() - cpu, 3), "pid": os.getpid()}
+
+
+def share_evaluator(task: ShareTask, game: Game) -> tuple[PolicyEvaluator, Callable[[], None]]:
+    """The network a share plays with, and what closes it: the version folder's TorchScript in
+    this process, or (`triton_url`) a Triton client pinned to the share's version, checked
+    ready there first, behind the same cache of answers as the local one's
+    (`services.evaluator_cache`: a search on a fresh tree each move asks again for many of
+    the previous move's positions; a Triton round trip saved each)."""
+    if task.triton_url is None:
+        return LocalEvaluator.from_version_folder(task.version_folder), lambda: None
+    from services.triton.pinned import open_pinned
+
+    pinned = open_pinned(task.triton_url, task.model_name, task.version, game)
+    return CachingEvaluator(pinned, EvalCache()), pinned.close
 
 
 class PlayShares(Protocol):
@@ -543,8 +594,9 @@ class SelfPlayStages:
         (`share_plan`)."""
         s = self.settings
         plies = s.opening_plies
-        openings = opening_suite(self.game, s.openings, size=self.size,
-                                 plies=(min(2, plies), plies), seed=s.seed) if plies else [()]
+        openings = self._saved_suite() or (
+            opening_suite(self.game, s.openings, size=self.size, plies=(min(2, plies), plies),
+                          seed=s.seed) if plies else [()])
         planned = iteration_folder(self.run_dir, iteration) / SHARES_FILE
         if self.play_shares is None and not planned.exists():
             plan = [{"worker": f"it{iteration:04d}", "games": s.games}]
@@ -556,8 +608,25 @@ class SelfPlayStages:
                           out_dir=str(self._games_dir(iteration)), worker=p["worker"],
                           games=int(p["games"]), settings=played, seed=s.seed,
                           concurrency=s.concurrency,
-                          openings=tuple(tuple(int(m) for m in o) for o in openings))
+                          openings=tuple(tuple(int(m) for m in o) for o in openings),
+                          model_name=self.model, version=int(serving),
+                          triton_url=s.selfplay_triton_url)
                 for p in plan]
+
+    def _saved_suite(self) -> tuple[tuple[int, ...], ...]:
+        """The openings of `opening_file` (checked against the game and size), else none."""
+        file = self.settings.opening_file
+        return load_suite(Path(file), self.game, self.size).openings if file else ()
+
+    def _check_triton(self, serving: int) -> None:
+        """`VersionNotReadyError` unless the serving version is ready on the self-play Triton:
+        asked here once before any share starts (a share on a Dask worker would otherwise
+        fail, and be retried, on each worker)."""
+        from services.triton.pinned import open_pinned
+
+        url = self.settings.selfplay_triton_url
+        assert url is not None
+        open_pinned(url, self.model, serving, self.game).close()
 
     # ------------------------------------------------------------------------- stages
     @counted
@@ -579,6 +648,8 @@ class SelfPlayStages:
             if self.on_game is not None:
                 self.on_game(game_id, record)
 
+        if s.selfplay_triton_url is not None:
+            self._check_triton(serving)
         if self.play_shares is None:
             reports = [play_share(task, on_game) for task in tasks]
         else:
@@ -586,7 +657,9 @@ class SelfPlayStages:
                      f"{[t.games for t in tasks]} games on the flow's workers")
             reports = self.play_shares(tasks)
         stats = folder_stats(out)
-        return {**stats, "serving_version": serving,
+        where = ({"evaluator": "triton", "triton_url": s.selfplay_triton_url}
+                 if s.selfplay_triton_url is not None else {"evaluator": "local"})
+        return {**stats, "serving_version": serving, **where,
                 "resign_threshold": played.resign_threshold, "resign_calibration": resign,
                 "played_now": sum(r["played"] for r in reports),
                 "finished_before": sum(r["skipped"] for r in reports),
@@ -687,7 +760,7 @@ class SelfPlayStages:
                                  max_games=s.gate_max_games, out_dir=folder / "gate",
                                  jobs=s.gate_jobs, seed=s.seed + iteration, size=self.size,
                                  elo0=s.elo0, elo1=s.elo1, alpha=s.alpha, beta=s.beta,
-                                 on_game=on_game)
+                                 suite=self._saved_suite(), on_game=on_game)
         elo = match_elo(decision.wins, decision.draws, decision.losses)
         self.say(f"iteration {iteration} gate: v{version} {decision.verdict}: "
                  f"{decision.reason}")
@@ -736,4 +809,5 @@ class SelfPlayStages:
 
 __all__ = ["LINEAGE_KEY", "RESIGN_FILE", "SHARES_FILE", "Ingest", "LoopSettings", "PlayShares",
            "SelfPlayStages", "ShareTask", "folder_stats", "match_elo", "play_share",
-           "process_cpu_seconds", "require_trainable", "served_weights", "share_plan"]
+           "process_cpu_seconds", "require_trainable", "served_weights", "share_evaluator",
+           "share_plan"]
