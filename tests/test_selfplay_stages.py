@@ -22,10 +22,12 @@ import torch
 
 from services.dataset.shards import read_manifest
 from services.games.registry import get_game
+from services.match.results import read_log
 from services.repository.rollout_state import read_state
 from services.repository.version_files import read_version_metadata
 from services.repository.versions import list_versions, quarantined_versions
 from services.selfplay.loop import STAGES, STOP_FILE, Budget, LoopState, run_loop
+from services.selfplay.openings import OpeningSuite, save_suite
 from services.selfplay.pairs import write_selfplay_pairs
 from services.selfplay.records import finished_ids
 from services.selfplay.settings import SelfPlaySettings
@@ -180,28 +182,49 @@ def test_one_iteration_end_to_end(game, tmp_path):
     assert (run / "iter-0000" / "serving-weights.pt").is_file()
 
 
+def gomoku_ingest(*, sources: list[str], out_dir: str, work_dir: str,
+                  board_size: int | None) -> dict:
+    """The ingest's own read and build of Gomoku self-play folders, a third of the games held
+    out (8 games at the ingest's 5% would hold out none)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    pairs = []
+    for source in sources:
+        pairs.append(Path(work_dir) / f"{Path(source).name}.pairs.parquet")
+        pairs[-1].parent.mkdir(parents=True, exist_ok=True)
+        write_selfplay_pairs(get_game("gomoku"), Path(source), pairs[-1], None)
+    return built_dataset(pairs, out, 0.3)
+
+
+def test_a_saved_suite_gives_the_openings_of_self_play_and_of_the_gate(tmp_path):
+    suite = OpeningSuite("gomoku", 15, ((112, 113, 97), (112, 96), (98, 112, 126, 97)),
+                         (0.1, -0.05, 0.0), "test", 0.2, 9)
+    save_suite(suite, tmp_path / "suite.json")
+    settings = _settings(tmp_path, "gomoku", games=6, opening_file=str(tmp_path / "suite.json"),
+                         gate_max_games=6)
+    run = tmp_path / "run"
+    state, _ = run_loop(run, SelfPlayStages(settings, run, ingest=gomoku_ingest), Budget(1))
+    games = [json.loads(p.read_text())
+             for p in sorted((run / "iter-0000").rglob("games/*.json"))]
+    assert len(games) == 6
+    assert {tuple(g["opening"]) for g in games} == set(suite.openings)
+    gate = state.history[0]["gate"]
+    if gate["match_games"]:  # a candidate that met a serving version played the suite
+        entries = read_log(Path(gate["log"]))
+        assert {tuple(e["opening"]) for e in entries} <= set(suite.openings)
+    wrong = _settings(tmp_path, "go", opening_file=str(tmp_path / "suite.json"))
+    with pytest.raises(ValueError, match="holds gomoku 15 openings, not go 9"):
+        SelfPlayStages(wrong, tmp_path / "w", ingest=gomoku_ingest)._saved_suite()
+
+
 def test_the_train_summary_reports_the_value_loss_on_held_out_games(tmp_path):
     """The loop trains with an expert share and records, at every evaluation, the value head
     on the self-play games held out whole and on the expert dataset's held-out games."""
     expert = expert_dataset(tmp_path / "expert")
-
-    def ingest(*, sources: list[str], out_dir: str, work_dir: str,
-               board_size: int | None) -> dict:
-        # the ingest's own read and build, a third of the games held out (8 games at the
-        # ingest's 5% would hold out none)
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        pairs = []
-        for source in sources:
-            pairs.append(Path(work_dir) / f"{Path(source).name}.pairs.parquet")
-            pairs[-1].parent.mkdir(parents=True, exist_ok=True)
-            write_selfplay_pairs(get_game("gomoku"), Path(source), pairs[-1], None)
-        return built_dataset(pairs, out, 0.3)
-
     settings = _settings(tmp_path, "gomoku", games=8, expert_dataset=str(expert),
                          expert_share=0.25)
     run = tmp_path / "run"
-    state, _ = run_loop(run, SelfPlayStages(settings, run, ingest=ingest), Budget(1))
+    state, _ = run_loop(run, SelfPlayStages(settings, run, ingest=gomoku_ingest), Budget(1))
     fit = state.history[0]["train"]
     assert fit["expert_share"] == 0.25 and fit["value_per_game"] == 1.0
     for split in ("game_test", EXPERT_GAME_SPLIT):
