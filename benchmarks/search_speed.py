@@ -25,6 +25,11 @@ one (`services.search.mcts`), in the same run.
    through the cache kept along the game), both running the network as the service does
    (`NetworkPath`: the TorchScript file, `torch.inference_mode`, as `LocalEvaluator` and the
    Triton backend's model.py run it; part 4 found no faster CPU path that keeps the answers).
+   Last, the line as the service plays it with tree reuse (`TreeCache`): each search continues
+   the subtree of the move it chose, so part of each answer's visits come from the search
+   before it; its rate counts every visit behind the answers (reused ones included), since a
+   GenMove of N visits answers from N either way. It plays another line (reuse changes the
+   trees), so it is not checked against the others.
 4. The network's forward pass alone, µs of CPU a board at batch `--forward-batches`, the
    TorchScript file as the service runs it against what torch offers on the CPU for the same
    weights: `no_grad` instead of `inference_mode`, `torch.jit.freeze`, freeze +
@@ -58,6 +63,7 @@ from services.games.go.game import GO  # noqa: E402
 from services.games.gomoku.rules import GomokuState  # noqa: E402
 from services.search import interpreted as reference_search  # noqa: E402
 from services.search import mcts  # noqa: E402
+from services.search.puct import run_search  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -144,6 +150,7 @@ class Run:
     net_seconds: float
     leaves: int
     calls: int
+    visits: int = 0  # visits behind the answer, those of a reused tree included
 
     @property
     def rate(self) -> float:
@@ -167,9 +174,40 @@ def timed_search(module: Any, state: Any, ev: Timed, visits: int, batch: int,
     t = time.perf_counter()
     r = module.search(state, asked, max_visits=visits, batch_size=batch)
     seconds = time.perf_counter() - t
-    run = Run(seconds, r.new_visits, ev.seconds, ev.leaves, r.evaluator_calls)
+    run = Run(seconds, r.new_visits, ev.seconds, ev.leaves, r.evaluator_calls, r.total_visits)
     answer = (r.move, r.visits, r.principal_variation, r.evaluator_calls, r.evaluated_leaves)
     return run, answer
+
+
+def reused_line(module: Any, ev: Timed, visits: int, moves: int, cached: bool,
+                batch: int = mcts.DEFAULT_BATCH_SIZE) -> tuple[Run, int]:
+    """The line as the service plays it with tree reuse: `module`'s tree (through a cache kept
+    along the line when `cached`), each search continuing the previous one's subtree below the
+    move it chose (as the service's `TreeCache`), `visits` visits behind each answer; the
+    line's totals, and the visits that came with reused trees."""
+    asked = CachingEvaluator(ev, EvalCache()) if cached else ev
+    ev.seconds, ev.leaves = 0.0, 0
+    state, tree = GomokuState.from_moves(START), None
+    seconds = playouts = calls = total = reused = 0
+    holder: list[Any] = []
+
+    def make(*args: Any, **kwargs: Any) -> Any:
+        holder.append(module.Search(*args, **kwargs))
+        return holder[-1]
+
+    for _ in range(moves):
+        t = time.perf_counter()
+        r = run_search(make, state, asked, max_visits=visits, max_time_ms=0, deadline=None,
+                       c_puct=mcts.DEFAULT_C_PUCT, batch_size=batch, top_children=10,
+                       tree=tree, should_stop=None, clock=time.monotonic)
+        seconds += time.perf_counter() - t
+        playouts, calls = playouts + r.new_visits, calls + r.evaluator_calls
+        total, reused = total + r.total_visits, reused + r.reused_visits
+        tree = holder[-1].root.child(r.move)
+        state = state.play(r.move)
+        if state.is_over:
+            break
+    return Run(seconds, playouts, ev.seconds, ev.leaves, calls, total), reused
 
 
 def network_loader(config: str, model: str = "") -> Any:
@@ -444,6 +482,22 @@ def main(argv: list[str] | None = None) -> None:
           f"run as the service runs it in both: {bc.rate / bo.rate:.2f}x best against best "
           f"(each run against the interpreted run of its round: {ratios[0]:.2f}-"
           f"{ratios[-1]:.2f}x); the goal is 3x")
+    reused: dict[str, list[tuple[Run, int]]] = {"old": [], "new": []}
+    for k in range(args.line_repeats):
+        order = [("old", reference_search, False), ("new", mcts, True)]
+        for name, module, cached in order[k % 2:] + order[:k % 2]:
+            reused[name].append(reused_line(module, ev, args.genmove_visits, args.line_moves,
+                                            cached))
+    (ro, came_o), (rn, came_n) = (max(reused[k], key=lambda rc: rc[0].visits / rc[0].seconds)
+                                  for k in ("old", "new"))
+    print(f"Service GenMove along a game with tree reuse (each search continuing the subtree "
+          f"of its move, as the service's TreeCache; {args.genmove_visits} visits behind each "
+          f"answer, reused ones included; best of {args.line_repeats}, interleaved): old path "
+          f"(interpreted, the network asked directly) {ro.visits / ro.seconds:,.0f} visits/s "
+          f"({came_o / ro.visits:.1%} reused), new (compiled, the cache kept) "
+          f"{rn.visits / rn.seconds:,.0f} visits/s ({came_n / rn.visits:.1%} reused): "
+          f"{(rn.visits / rn.seconds) / (ro.visits / ro.seconds):.2f}x; the lines differ from "
+          f"each other and from the fresh-tree ones")
     if args.forward_batches:
         variants, times, agreement = forward_speed(network_loader(config_name, args.model),
                                                    args.forward_batches)
