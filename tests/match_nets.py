@@ -58,3 +58,12 @@ def publish_net(net: nn.Module, repository: Path, folder: Path) -> int:
     path = save(net, folder / f"{type(net).__name__}-{len(list(folder.iterdir()))}.pt")
     return publish(path, repository, "gomoku_policy", validate=False, game="gomoku",
                    source=type(net).__name__)
+
+
+def uniform_and_line_repo(tmp_path: Path) -> tuple[Path, int, int]:
+    """A repository under `tmp_path` with the uniform network and the line network published:
+    (repository, uniform's version, line's version)."""
+    repository = tmp_path / "repo"
+    uniform = publish_net(UniformNet(), repository, tmp_path / "nets")
+    lines = publish_net(LineNet(), repository, tmp_path / "nets")
+    return repository, uniform, lines

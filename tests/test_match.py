@@ -27,7 +27,7 @@ from services.match.specs import EngineSpecError, parse_engine, resolve
 from services.models.local_evaluator import LocalEvaluator
 from services.repository.quarantine import quarantine, quarantine_reason
 from services.repository.versions import list_versions, quarantined_versions, version_dir
-from tests.match_nets import LineNet, UniformNet, publish_net, save
+from tests.match_nets import LineNet, UniformNet, publish_net, save, uniform_and_line_repo
 
 torch.set_num_threads(1)
 GOMOKU = get_game("gomoku")
@@ -36,10 +36,7 @@ GOMOKU = get_game("gomoku")
 @pytest.fixture()
 def repo(tmp_path: Path) -> tuple[Path, int, int]:
     """A repository with v1 the uniform network and v2 the line network."""
-    repository = tmp_path / "repo"
-    uniform = publish_net(UniformNet(), repository, tmp_path / "nets")
-    lines = publish_net(LineNet(), repository, tmp_path / "nets")
-    return repository, uniform, lines
+    return uniform_and_line_repo(tmp_path)
 
 
 def _players(repository: Path, *specs: str):

@@ -27,7 +27,7 @@ from services.selfplay.openings import (
     save_suite,
     search_judge,
 )
-from tests.match_nets import LineNet, UniformNet, publish_net
+from tests.match_nets import uniform_and_line_repo
 from tests.test_selfplay import HashedEvaluator
 
 torch.set_num_threads(1)
@@ -110,14 +110,6 @@ def test_a_match_config_plays_the_given_suite() -> None:
         MatchConfig(pairs=4, suite=suite)
 
 
-@pytest.fixture()
-def repo(tmp_path: Path) -> tuple[Path, int, int]:
-    repository = tmp_path / "repo"
-    uniform = publish_net(UniformNet(), repository, tmp_path / "nets")
-    lines = publish_net(LineNet(), repository, tmp_path / "nets")
-    return repository, uniform, lines
-
-
 def test_cli_builds_a_suite_and_a_match_plays_it(repo, tmp_path: Path, capsys) -> None:
     repository, uniform, lines = repo
     out = tmp_path / "suite.json"
@@ -137,6 +129,11 @@ def test_cli_builds_a_suite_and_a_match_plays_it(repo, tmp_path: Path, capsys) -
     assert {tuple(e["opening"]) for e in entries} == set(suite.openings)
     score = sum(e["score"] for e in entries) / 6
     assert f"black's score over these players' 6 games: {score:.3f}" in printed
+
+
+@pytest.fixture()
+def repo(tmp_path: Path) -> tuple[Path, int, int]:
+    return uniform_and_line_repo(tmp_path)
 
 
 @pytest.mark.parametrize("argv, code, words", [

@@ -30,13 +30,11 @@ from services.selfplay.records import (
     read_game,
     record_suffix,
 )
-from services.selfplay.settings import SelfPlaySettings
 from services.selfplay_loop.metrics import LoopMetrics
 from services.selfplay_loop.stages import SHARES_FILE, LoopSettings, share_plan
+from tests.test_selfplay_stages import TINY
 
 torch.set_num_threads(1)
-TINY = SelfPlaySettings(full_visits=6, fast_visits=2, batch_size=4, temperature_moves=4,
-                        max_moves=24)
 
 
 def _settings(tmp_path: Path, games: int) -> LoopSettings:

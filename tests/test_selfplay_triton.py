@@ -20,7 +20,6 @@ import torch
 from flows.selfplay import build_parser
 from services import settings as settings_module
 from services.selfplay.records import finished_ids, read_game
-from services.selfplay.settings import SelfPlaySettings
 from services.selfplay_loop.stages import (
     SERVING_FILE,
     LoopSettings,
@@ -30,11 +29,10 @@ from services.selfplay_loop.stages import (
 )
 from services.triton.client import PolicyClient, TritonError
 from services.triton.pinned import VersionNotReadyError
+from tests.test_selfplay_stages import TINY
 from tests.triton_fixtures import MODEL_NAME, TritonSetup, triton_server  # noqa: F401
 
 torch.set_num_threads(1)
-TINY = SelfPlaySettings(full_visits=6, fast_visits=2, batch_size=4, temperature_moves=4,
-                        max_moves=24)
 GAMES = 4
 
 

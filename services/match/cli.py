@@ -226,6 +226,14 @@ def _common(p: argparse.ArgumentParser, *, plays: bool = True) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
 
 
+def _random_openings(p: argparse.ArgumentParser, plies_help: str) -> None:
+    """The random openings' shape: how many stones, how near the centre."""
+    p.add_argument("--plies", type=_count, nargs=2, default=(2, 4), metavar=("MIN", "MAX"),
+                   help=plies_help)
+    p.add_argument("--radius", type=_count, default=3,
+                   help="openings' stones within this many lines of the centre")
+
+
 def add_match_commands(subparsers: Any) -> dict[str, Any]:
     """Register `match` and `gate` (a registrar for `services.cli.REGISTRARS`)."""
     m = subparsers.add_parser(
@@ -243,10 +251,7 @@ def add_match_commands(subparsers: Any) -> dict[str, Any]:
                         f"{DEFAULT_PAIRS}, or all of --openings)")
     m.add_argument("--out", default=str(DEFAULT_OUT),
                    help="match folder: games.jsonl (the ratings log), records/, elo.png")
-    m.add_argument("--plies", type=_count, nargs=2, default=(2, 4), metavar=("MIN", "MAX"),
-                   help="stones of an opening (default 2 4; 0 0: the empty board)")
-    m.add_argument("--radius", type=_count, default=3,
-                   help="openings' stones within this many lines of the centre")
+    _random_openings(m, "stones of an opening (default 2 4; 0 0: the empty board)")
     m.add_argument("--max-moves", type=_count, default=0,
                    help="moves before a game is a draw (0: twice the board's points)")
     m.add_argument("--anchor", default=None,
@@ -284,10 +289,7 @@ def add_match_commands(subparsers: Any) -> dict[str, Any]:
     o.add_argument("--count", type=_positive, default=100, help="openings to keep")
     o.add_argument("--band", type=float, default=0.2,
                    help="largest |value| of a kept opening, value in [-1, 1] (default 0.2)")
-    o.add_argument("--plies", type=_count, nargs=2, default=(2, 4), metavar=("MIN", "MAX"),
-                   help="stones of an opening (default 2 4)")
-    o.add_argument("--radius", type=_count, default=3,
-                   help="openings' stones within this many lines of the centre")
+    _random_openings(o, "stones of an opening (default 2 4)")
     o.add_argument("--max-candidates", type=_positive, default=10_000,
                    help="most openings judged before giving up")
     o.add_argument("--out", required=True, help="the suite's JSON file")
