@@ -18,6 +18,7 @@ all in one dict and dispatches; add a registrar to `REGISTRARS` to add commands.
     movepred match --engine version:3:visits=200 --engine gnugo     (a rated match: docs/matches.md)
     movepred gate --candidate 4                                    (the candidate's match gate)
     movepred selfplay --game gomoku --iterations 3 --games 200     (the self-play loop flow)
+    movepred quantize --version 4                                  (an int8 copy for CPU serving)
 
 Every client of the search service takes the same security options
 (`services.search.auth.add_client_arguments`): --tls-ca / --tls (TLS), --tls-client-cert and
@@ -57,6 +58,7 @@ from services.protocols.sgf_export import add_play_command
 from services.records.rif import RIF_SUFFIXES, RifGame, read_rif
 from services.records.sgf import SgfGame, read_sgf
 from services.records.sgf_writer import app_version
+from services.repository.quantize_cli import add_quantize_command
 from services.search import auth
 from services.search.advice import next_step
 from services.search.client import game_position, proto_rule, search_client_factory
@@ -580,6 +582,7 @@ REGISTRARS: list[Registrar] = [
     add_analysis_engine_command,
     add_match_commands,
     add_selfplay_command,
+    add_quantize_command,
 ]
 
 

@@ -28,3 +28,7 @@ CANDIDATE_SUFFIX = "__candidate"
 # Boards in one Triton call: every served model's max_batch_size, the search's batcher limit
 # and the most positions one Predict request may ask about (one request is one Triton batch).
 MAX_BATCH_BOARDS = 256
+
+# int8 quantization of a version for CPU serving (`services.repository.quantize`)
+QUANTIZE_CALIBRATION = 512  # positions of random games (plus half as many stored real ones)
+QUANTIZE_MIN_AGREEMENT = 0.9  # least share of stored positions with the float network's move

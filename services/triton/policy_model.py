@@ -105,6 +105,17 @@ def _pass_move(config: dict, version_dir: str) -> bool | None:
     return recorded if isinstance(recorded, bool) else None
 
 
+def _cpu_only(version_dir: str) -> bool:
+    """Whether the version's ``metadata.json`` says its network is int8 (``precision``): torch's
+    quantized kernels run on the CPU only, so such a version stays there on a GPU machine."""
+    try:
+        with open(os.path.join(version_dir, METADATA_FILE)) as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("precision") == "int8"
+
+
 def _log_info(message: str) -> None:
     logger = getattr(pb_utils, "Logger", None)
     if logger is not None:
@@ -128,7 +139,8 @@ class TritonPythonModel:
         version_dir = os.path.join(args["model_repository"], args["model_version"])
         self.model_name = args.get("model_name", "?")
         self.model_version = args["model_version"]
-        self.device = _select_device(args)
+        self.device = (torch.device("cpu") if _cpu_only(version_dir)
+                       else _select_device(args))
         config = json.loads(args.get("model_config", "{}"))
         self.board_shape = _dims(config, "input")
         self.n_moves = _dims(config, "output", OUTPUT_NAME)[-1]
