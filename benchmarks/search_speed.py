@@ -29,7 +29,9 @@ one (`services.search.mcts`), in the same run.
    the subtree of the move it chose, so part of each answer's visits come from the search
    before it; its rate counts every visit behind the answers (reused ones included), since a
    GenMove of N visits answers from N either way. It plays another line (reuse changes the
-   trees), so it is not checked against the others.
+   trees), so it is not checked against the others. With `--int8`, the goal's ratio again with
+   the new path asking an int8 copy of the network (`movepred quantize`'s), the old one the
+   float network: another network, so its line is not checked, and its agreement is printed.
 4. The network's forward pass alone, µs of CPU a board at batch `--forward-batches`, the
    TorchScript file as the service runs it against what torch offers on the CPU for the same
    weights: `no_grad` instead of `inference_mode`, `torch.jit.freeze`, freeze +
@@ -210,6 +212,26 @@ def reused_line(module: Any, ev: Timed, visits: int, moves: int, cached: bool,
     return Run(seconds, playouts, ev.seconds, ev.leaves, calls, total), reused
 
 
+def int8_copy(config: str, load: Any) -> Any:
+    """The network `load` gives, as `movepred quantize` makes its int8 copy
+    (`services.repository.quantize.quantize_network`, calibrated on positions of random games),
+    and the share of positions of other random games where its best move is the float one's."""
+    import torch
+
+    from services.models.weights import network
+    from services.repository.quantize import quantize_network
+
+    game = GomokuState().game
+    served = load()
+    net = network(config).eval()
+    net.load_state_dict(served.state_dict(), strict=True)
+    quantized = quantize_network(net, game.sample_inputs(512, seed=0))
+    boards = torch.from_numpy(game.sample_inputs(256, seed=1))
+    with torch.inference_mode():
+        same = (served(boards)[0].argmax(1) == quantized(boards)[0].argmax(1)).float().mean()
+    return quantized, float(same)
+
+
 def network_loader(config: str, model: str = "") -> Any:
     """A function loading a fresh copy of the network `config` with seeded random weights,
     scripted as the publisher exports it (or of the TorchScript file `model`, e.g. a trained
@@ -264,12 +286,15 @@ def genmove(ev: Timed, visits: int, repeats: int, batch: int = mcts.DEFAULT_BATC
 
 
 def line(ev: Timed, visits: int, moves: int, repeats: int,
-         batch: int = mcts.DEFAULT_BATCH_SIZE) -> tuple[dict[str, list[Run]], float]:
+         batch: int = mcts.DEFAULT_BATCH_SIZE, new_ev: Timed | None = None
+         ) -> tuple[dict[str, list[Run]], float]:
     """GenMove at `moves` consecutive positions of one game (each the previous plus the
     move searched there), a fresh tree each: the interpreted tree ("old") and the compiled one
     ("new") asking `ev`, and the compiled one through a cache kept along the line ("cached",
     empty at each of `repeats` runs), interleaved; one Run per tree and run (the line's
-    totals), and the cache's hit rate."""
+    totals), and the cache's hit rate. `new_ev`: the network the compiled tree asks instead
+    (an int8 copy); its lines may differ from the interpreted tree's, so they are not
+    checked."""
     runs: dict[str, list[Run]] = {"old": [], "new": [], "cached": []}
     hits = asked = 0
     for k in range(repeats):
@@ -279,8 +304,9 @@ def line(ev: Timed, visits: int, moves: int, repeats: int,
             cache = EvalCache() if name == "cached" else None
             state = GomokuState.from_moves(START)
             parts: list[Run] = []
+            searched = new_ev if new_ev is not None and name != "old" else ev
             for _ in range(moves):
-                run, answer = timed_search(module, state, ev, visits, batch, cache)
+                run, answer = timed_search(module, state, searched, visits, batch, cache)
                 parts.append(run)
                 state = state.play(answer[0])
                 if state.is_over:
@@ -291,7 +317,7 @@ def line(ev: Timed, visits: int, moves: int, repeats: int,
             lines[name] = state.moves
             if cache is not None:
                 hits, asked = hits + cache.hits, asked + cache.hits + cache.misses
-        if len(set(lines.values())) > 1:
+        if new_ev is None and len(set(lines.values())) > 1:
             raise SystemExit(f"the trees played different lines: {lines}")
     return runs, hits / asked
 
@@ -456,6 +482,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--line-repeats", type=int, default=3, help="runs of part 3 per tree")
     parser.add_argument("--forward-batches", type=int, nargs="*", default=[1, 4, 16, 64],
                         help="batch sizes of part 4 (none: skip it)")
+    parser.add_argument("--int8", action="store_true",
+                        help="also the goal's ratio with the new path asking an int8 copy of "
+                             "the network (movepred quantize's), the old path the float one")
     args = parser.parse_args(argv)
     print(f"cpus={os.cpu_count()}")
     for name, old, new, cached in tree_work(args.visits):
@@ -498,6 +527,21 @@ def main(argv: list[str] | None = None) -> None:
           f"{rn.visits / rn.seconds:,.0f} visits/s ({came_n / rn.visits:.1%} reused): "
           f"{(rn.visits / rn.seconds) / (ro.visits / ro.seconds):.2f}x; the lines differ from "
           f"each other and from the fresh-tree ones")
+    if args.int8:
+        quantized, same = int8_copy(config_name, network_loader(config_name, args.model))
+        runs8, _ = line(ev, args.genmove_visits, args.line_moves, args.line_repeats,
+                        new_ev=Timed(quantized))
+        bo8, bc8 = (max(runs8[k], key=lambda r: r.rate) for k in ("old", "cached"))
+        ratios8 = sorted(c.rate / o.rate for o, c in zip(runs8["old"], runs8["cached"],
+                                                         strict=True))
+        print(f"Service GenMove along a game with an int8 copy of the network on the new path "
+              f"(its best move the float one's on {same:.1%} of positions of random games): "
+              f"old path (interpreted, float network) {bo8.rate:,.0f} playouts/s, new "
+              f"(compiled, the cache kept, int8 network) {bc8.rate:,.0f}: "
+              f"{bc8.rate / bo8.rate:.2f}x best against best (each run against the "
+              f"interpreted run of its round: {ratios8[0]:.2f}-{ratios8[-1]:.2f}x); network "
+              f"{bc8.net_us_per_playout:.0f} µs a playout against "
+              f"{bo8.net_us_per_playout:.0f}")
     if args.forward_batches:
         variants, times, agreement = forward_speed(network_loader(config_name, args.model),
                                                    args.forward_batches)
