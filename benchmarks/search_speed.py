@@ -408,21 +408,23 @@ def run_variant(v: Variant, boards: Any) -> list[Any]:
     return [logits] if value is None else [logits, value]
 
 
-def forward_speed(load: Any, batches: list[int], rounds: int = 7, seconds: float = 0.05
+def forward_speed(load: Any, batches: list[int], rounds: int = 7, seconds: float = 0.05,
+                  extra: tuple[Variant, ...] = ()
                   ) -> tuple[list[Variant], dict[tuple[str, int], list[float]],
                              dict[str, tuple[float, float]]]:
     """µs of CPU (process time: the machine's other load is not counted) a board, every
     variant and batch size, `rounds` timings each of about `seconds` per variant, the variants
     interleaved (the order rotated each round); and each variant's largest absolute
     difference from the served outputs and share of the served best moves, over positions of
-    random games and random inputs (`Game.sample_inputs`, `Game.random_inputs`)."""
+    random games and random inputs (`Game.sample_inputs`, `Game.random_inputs`); `extra`:
+    more variants (the int8 copy)."""
     import torch
 
     game = GomokuState().game
     size = GomokuState().size
     check = torch.from_numpy(np.concatenate([game.sample_inputs(64, size, 1),
                                              game.random_inputs(64, size, 2)]))
-    variants = forward_variants(load)
+    variants = forward_variants(load) + list(extra)
     reference = run_variant(variants[0], check)
     agreement = {}
     for v in variants:
@@ -527,8 +529,10 @@ def main(argv: list[str] | None = None) -> None:
           f"{rn.visits / rn.seconds:,.0f} visits/s ({came_n / rn.visits:.1%} reused): "
           f"{(rn.visits / rn.seconds) / (ro.visits / ro.seconds):.2f}x; the lines differ from "
           f"each other and from the fresh-tree ones")
+    extra: tuple[Variant, ...] = ()
     if args.int8:
         quantized, same = int8_copy(config_name, network_loader(config_name, args.model))
+        extra = (Variant("int8 copy (movepred quantize's; another network)", quantized),)
         runs8, _ = line(ev, args.genmove_visits, args.line_moves, args.line_repeats,
                         new_ev=Timed(quantized))
         bo8, bc8 = (max(runs8[k], key=lambda r: r.rate) for k in ("old", "cached"))
@@ -544,7 +548,7 @@ def main(argv: list[str] | None = None) -> None:
               f"{bo8.net_us_per_playout:.0f}")
     if args.forward_batches:
         variants, times, agreement = forward_speed(network_loader(config_name, args.model),
-                                                   args.forward_batches)
+                                                   args.forward_batches, extra=extra)
         print("\n".join(report_forward(config, args.forward_batches, variants, times,
                                        agreement)))
 
