@@ -39,7 +39,7 @@ from torch import nn
 
 from services.defaults import MODEL_FILE, QUANTIZE_CALIBRATION, QUANTIZE_MIN_AGREEMENT
 from services.games.base import BASIC_ENCODER
-from services.games.registry import get_game
+from services.games.registry import default_game, game_for_model, get_game
 from services.models.value import split_outputs
 from services.models.weights import network
 from services.repository.smoke_positions import SMOKE_POSITIONS_FILE, read_smoke_positions
@@ -109,7 +109,8 @@ def quantize_version(folder: Path, *, calibration: int = QUANTIZE_CALIBRATION, s
     net, meta = _float_network(folder)
     if (meta.get("encoder") or BASIC_ENCODER) != BASIC_ENCODER:
         raise QuantizeError(f"{folder}: only networks of the basic input are quantized here")
-    game = get_game(meta.get("game") or "gomoku")
+    game = (get_game(meta["game"]) if isinstance(meta.get("game"), str)
+            else game_for_model(folder.parent.name) or default_game())
     try:
         check, _ = read_smoke_positions(folder / SMOKE_POSITIONS_FILE)
         checked_on = "stored"

@@ -17,10 +17,10 @@ from services.settings import DEFAULT_REPOSITORY
 
 
 def cmd_quantize(args: argparse.Namespace) -> int:
-    from services.games.registry import game_for_model
+    from services.games.registry import default_game, game_for_model
     from services.repository.quantize import QuantizeError, publish_int8
 
-    model = args.model_name
+    model = args.model_name or default_game().default_model
     try:
         new, report = publish_int8(Path(args.repository), model, args.version,
                                    calibration=args.calibration,
@@ -49,7 +49,7 @@ def add_quantize_command(subparsers: Any) -> dict[str, Any]:
                     "network's on fewer than --min-agreement of the stored positions. "
                     "Roll it out and rate it like any version; int8 runs on the CPU only.")
     q.add_argument("--version", type=int, required=True, help="the float version to quantize")
-    q.add_argument("--model-name", default="gomoku_policy")
+    q.add_argument("--model-name", default=None, help="default: the default game's model")
     q.add_argument("--repository", default=DEFAULT_REPOSITORY)
     q.add_argument("--calibration", type=int, default=QUANTIZE_CALIBRATION,
                    help="positions of random games to calibrate on (plus half as many of "
