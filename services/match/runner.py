@@ -2,7 +2,8 @@
 
 Why this shape: one position measures one game, and the first mover's edge would decide a
 match where one side always starts. So the games are the openings of
-`services.selfplay.openings.opening_suite` (balanced, distinct under the symmetries), each
+`services.selfplay.openings.opening_suite` (distinct under the symmetries; or a saved balanced
+suite, `MatchConfig.suite`), each
 played by every two players twice, each taking black once (`schedule`). A game ends by the
 rules (`Game.terminal_value`: worth to the last mover), by a resignation (the engine answers
 None) or an illegal move (the mover loses), by a position without a legal move, or after
@@ -56,7 +57,7 @@ from services.match.results import (
 )
 from services.match.specs import Player, open_engine
 from services.repository.rollout_state import now_text
-from services.selfplay.openings import opening_suite
+from services.selfplay.openings import opening_suite, play_opening
 from services.selfplay.records import record_suffix
 
 log = logging.getLogger(__name__)
@@ -146,9 +147,7 @@ def _other(colour: int) -> int:
 def play_game(game: Game, black: Engine, white: Engine, opening: Sequence[int],
               size: int | None = None, max_moves: int = 0) -> Outcome:
     """One game from `opening` (see the module docstring for how it ends)."""
-    state: Position = game.start(size)
-    for move in opening:
-        state = state.play(move)
+    state: Position = play_opening(game, tuple(opening), size)
     cap = max_moves or 2 * game.policy_size(state.size)
     engines = {BLACK: black, WHITE: white}
     seconds = {BLACK: 0.0, WHITE: 0.0}

@@ -24,6 +24,7 @@ from services.evaluator import PolicyEvaluator
 from services.games.base import BLACK, WHITE, Game, Position
 from services.search import mcts
 from services.selfplay.game_record import MoveRecord, SelfPlayGame
+from services.selfplay.openings import play_opening
 from services.selfplay.settings import SelfPlaySettings
 
 END_RULES = "rules"  # the rules ended the game (five, full board, two passes)
@@ -46,9 +47,7 @@ def play_game(game: Game, evaluator: PolicyEvaluator, settings: SelfPlaySettings
     """Play one game from `opening` with `evaluator` on both sides. `no_resign` None: drawn
     with probability `settings.no_resign_share` from the game's generator."""
     rng = np.random.default_rng(seed)
-    state = game.start(size)
-    for move in opening:
-        state = state.play(move)
+    state = play_opening(game, tuple(opening), size)
     if no_resign is None:
         no_resign = bool(rng.random() < settings.no_resign_share)
     record = SelfPlayGame(game.name, state.size, seed, tuple(opening), no_resign)
