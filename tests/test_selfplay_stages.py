@@ -213,8 +213,8 @@ def test_a_saved_suite_gives_the_openings_of_self_play_and_of_the_gate(tmp_path)
         entries = read_log(Path(gate["log"]))
         assert {tuple(e["opening"]) for e in entries} <= set(suite.openings)
     wrong = _settings(tmp_path, "go", opening_file=str(tmp_path / "suite.json"))
-    with pytest.raises(ValueError, match="holds gomoku 15 openings, not go 9"):
-        SelfPlayStages(wrong, tmp_path / "w", ingest=gomoku_ingest)._saved_suite()
+    with pytest.raises(ValueError, match="holds gomoku 15 openings, not go 9"):  # no stage ran
+        SelfPlayStages(wrong, tmp_path / "w", ingest=gomoku_ingest)
 
 
 def test_the_train_summary_reports_the_value_loss_on_held_out_games(tmp_path):

@@ -477,6 +477,10 @@ class SelfPlayStages:
             raise ValueError(f"{self.first_config!r} is a {spec(self.first_config).game} "
                              f"network, not a {self.game.title} one")
         self.model = settings.model_name or self.game.model_name(spec(self.first_config).encoder)
+        # read and checked once, here: a wrong file is refused before the first stage runs
+        self.saved_openings: tuple[tuple[int, ...], ...] = (
+            load_suite(Path(settings.opening_file), self.game, self.size).openings
+            if settings.opening_file else ())
 
     # ------------------------------------------------------------------------- helpers
     def _current(self, stage: str) -> dict:
@@ -594,7 +598,7 @@ class SelfPlayStages:
         (`share_plan`)."""
         s = self.settings
         plies = s.opening_plies
-        openings = self._saved_suite() or (
+        openings = self.saved_openings or (
             opening_suite(self.game, s.openings, size=self.size, plies=(min(2, plies), plies),
                           seed=s.seed) if plies else [()])
         planned = iteration_folder(self.run_dir, iteration) / SHARES_FILE
@@ -612,11 +616,6 @@ class SelfPlayStages:
                           model_name=self.model, version=int(serving),
                           triton_url=s.selfplay_triton_url)
                 for p in plan]
-
-    def _saved_suite(self) -> tuple[tuple[int, ...], ...]:
-        """The openings of `opening_file` (checked against the game and size), else none."""
-        file = self.settings.opening_file
-        return load_suite(Path(file), self.game, self.size).openings if file else ()
 
     def _check_triton(self, serving: int) -> None:
         """`VersionNotReadyError` unless the serving version is ready on the self-play Triton:
@@ -760,7 +759,7 @@ class SelfPlayStages:
                                  max_games=s.gate_max_games, out_dir=folder / "gate",
                                  jobs=s.gate_jobs, seed=s.seed + iteration, size=self.size,
                                  elo0=s.elo0, elo1=s.elo1, alpha=s.alpha, beta=s.beta,
-                                 suite=self._saved_suite(), on_game=on_game)
+                                 suite=self.saved_openings, on_game=on_game)
         elo = match_elo(decision.wins, decision.draws, decision.losses)
         self.say(f"iteration {iteration} gate: v{version} {decision.verdict}: "
                  f"{decision.reason}")
