@@ -127,6 +127,7 @@ _POLICIES: dict[str, ModelSpec] = {
     "res_b6c96": _res(6, 96),
     "res_b10c128": _res(10, 128),
     "res_b2c32": _res(2, 32),  # small residual for tests
+    "res_b4c48": _res(4, 48),  # 7x shao_f32_n2's weights, 5.5x its CPU time a board
     "go_res_b6c96": _go(6, 96),
     "go_res_b10c128": _go(10, 128),
     "go_res_b2c32": _go(2, 32),  # small Go network for tests
@@ -140,8 +141,8 @@ _POLICIES: dict[str, ModelSpec] = {
     "capture_res_b2c32": _capture_res(2, 32),  # trained by gradient: the self-play loop's
 }
 # with a value head: the served search uses it at leaves that are not finished games
-_WITH_VALUE = ("shao_f32_n2", "shao_f128_n2", "shao_f128_n4", "res_b2c32", "res_b6c96",
-               "res_b10c128", "go_res_b2c32", "go_res_b6c96", "go_res_b10c128",
+_WITH_VALUE = ("shao_f32_n2", "shao_f128_n2", "shao_f128_n4", "res_b2c32", "res_b4c48",
+               "res_b6c96", "res_b10c128", "go_res_b2c32", "go_res_b6c96", "go_res_b10c128",
                "go_res_b2c32_x", "go_res_b6c96_x", "capture_res_b2c32")
 CONFIGS: dict[str, ModelSpec] = {
     **_POLICIES, **{f"{name}_v": _POLICIES[name].with_value() for name in _WITH_VALUE}}
