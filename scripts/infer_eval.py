@@ -3,6 +3,7 @@
     # 1. training sources without the evaluation games (then ingest and train on them)
     .venv/bin/python scripts/infer_eval.py prepare --game gomoku --out runs/infer_eval/gomoku
     .venv/bin/python scripts/infer_eval.py prepare --game go --out runs/infer_eval/go
+    .venv/bin/python scripts/infer_eval.py prepare --game gomoku --records F.rif --out DIR
     # 2. inference on a set, one JSON line per position appended to --results (resumable)
     .venv/bin/python scripts/infer_eval.py run --game gomoku --prepared runs/infer_eval/gomoku \
         --dataset runs/infer_eval/gomoku/dataset --model runs/infer_eval/gomoku/strong/model.pt \
@@ -15,16 +16,22 @@
 Sets (`services.move_order.evaluation`): the first `--stones` moves of real games the network
 never trained on. Gomoku/Renju: the RenjuNet-derived games of ../shared; Go: the 19x19 games of
 the ../shared archives with no handicap and no pass or capture in the first 50 moves.
+`prepare --game gomoku --records F.rif` takes the games of a .rif file instead (all under one
+rule, e.g. the rule-based player's freestyle games of services.games.gomoku.selfplay: a player a
+network can learn closely, so the method is measured apart from the network's weakness); `run`
+reads the same file, named in prepare's kept_out.json.
 `prepare` chooses `--keep-out` qualifying games by a hash of their ids and writes the training
 sources without them (a .rif file; Go: copies of the archives without their members); the
 ingest of those sources holds out 5% of the games more (`game_test`), and a set takes those
 first, then the kept-out ones.
 
 The network is a TorchScript policy run in this process with `--threads` torch threads (set
-explicitly). The annealing is the production `infer_order` with `AnnealingParams`: the paper's
-recipe by default (greedy initial order, mix, T 1.0 -> 0.1, 5 restarts of 5,000 iterations at
-20 stones, 20,000 at 40); `--iterations` per restart or `--budget` candidates per position in
-all (budget / restarts per restart) set a smaller one.
+explicitly), or with `--rulebot` the rule-based Gomoku player's own move distribution (on its
+games: the policy a network trained on them can at best learn). The annealing is the
+production `infer_order` with `AnnealingParams`: the paper's recipe by default (greedy
+initial order, mix, T 1.0 -> 0.1, 5 restarts of 5,000 iterations at 20 stones, 20,000 at 40);
+`--iterations` per restart or `--budget` candidates per position in all (budget / restarts per
+restart) set a smaller one.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import argparse
 import csv
 import json
 import logging
+import math
 import os
 import sys
 import tarfile
@@ -49,6 +57,7 @@ sys.path.insert(0, str(ROOT))
 
 from services.api.movepred.v1 import search_pb2  # noqa: E402
 from services.coords import parse_point  # noqa: E402
+from services.games.gomoku.rules import game_rule  # noqa: E402
 from services.games.registry import get_game  # noqa: E402
 from services.move_order.annealing import AnnealingParams  # noqa: E402
 from services.move_order.evaluation import (  # noqa: E402
@@ -61,6 +70,7 @@ from services.move_order.evaluation import (  # noqa: E402
     held_out_ids,
     kept_out,
 )
+from services.records.rif import RifGame, read_rif  # noqa: E402
 from services.records.rif_writer import write_rif  # noqa: E402
 from services.records.sgf import SgfGame, read_archive  # noqa: E402
 from services.settings import bounded  # noqa: E402
@@ -149,19 +159,43 @@ COLLECTIONS = {
 }
 
 
+def rif_records(path: Path) -> list[RifGame]:
+    """The games of a .rif file (records the reader rejects are dropped, as in the ingest)."""
+    return [g for g in read_rif(path) if isinstance(g, RifGame)]
+
+
+def records_collection(path: Path) -> Collection:
+    """A .rif file's Gomoku games as a collection, under the one rule they were all played
+    under (freestyle for the rule-based player's): a file mixing rules is refused, since a
+    set's positions are inferred under one rule."""
+    records = rif_records(path)
+    rules = {game_rule(g.rule) for g in records}
+    if len(rules) != 1:
+        raise ValueError(f"{path}: {len(records)} games under {len(rules)} rules "
+                         f"({sorted(r.value for r in rules)}); a set wants one")
+    rule = get_game("gomoku").proto_rule(rules.pop().value)
+    games = [RecordedGame(g.game_id, 15, g.moves) for g in records]
+    return Collection(lambda: games, rule, 0)
+
+
 # ------------------------------------------------------------------------------ prepare
-def prepare(name: str, out: Path, count: int) -> dict:
-    """Choose the kept-out games and write the training sources without them."""
+def prepare(name: str, out: Path, count: int, records_file: Path | None = None) -> dict:
+    """Choose the kept-out games and write the training sources without them (`records_file`: a
+    .rif file of Gomoku games in place of the game's collection)."""
     game = get_game(name)
     out.mkdir(parents=True, exist_ok=True)
-    collection = COLLECTIONS[name]
+    collection = records_collection(records_file) if records_file else COLLECTIONS[name]
     records = collection.read()
     eligible = [r.game_id for r in records
                 if exclusion(game, r, LONGEST_SET, collection.clean) is None]
     kept = kept_out(eligible, count)
     sources: list[str] = []
     (out / "sources").mkdir(exist_ok=True)
-    if name == "gomoku":  # the collection's own format: a .rif file of the TSV's games
+    if records_file:  # the file's own games less the kept-out ones, every field as read
+        kept_games = [g for g in rif_records(records_file) if g.game_id not in kept]
+        train = out / "sources" / f"{records_file.stem}-train.rif"
+        sources.append(str(write_rif(kept_games, train)))
+    elif name == "gomoku":  # the collection's own format: a .rif file of the TSV's games
         rows = [r for r in renju_rows() if r.game_id not in kept]
         sources.append(str(write_rif(rows, out / "sources" / "renjunet-train.rif")))
     else:  # the same archives without the kept-out members
@@ -171,6 +205,8 @@ def prepare(name: str, out: Path, count: int) -> dict:
                                               members)))
     info = {"game": name, "games": len(records), "qualifying_for_longest_set": len(eligible),
             "kept_out": sorted(kept), "sources": sources}
+    if records_file:
+        info["records"] = str(records_file)
     (out / "kept_out.json").write_text(json.dumps(info, indent=1))
     return info
 
@@ -210,6 +246,22 @@ class TorchScriptPolicy:
             out = self.model(x)
         logits = out[0] if isinstance(out, tuple) else out
         return Output(logits.to(torch.float32).cpu().numpy(), self.name)
+
+
+class RuleBotPolicy:
+    """The rule-based Gomoku player's own move distribution as a `PolicyEvaluator`
+    (`selfplay.move_distribution`, logits its logarithms, an impossible move e^-69): on its
+    games, the policy a network trained on them can at best learn."""
+
+    name = "rulebot"
+    floor = 1e-30  # a finite logit for the moves the player never plays
+
+    def infer(self, boards: np.ndarray) -> Output:
+        from services.games.gomoku.selfplay import move_distribution
+
+        rows = [move_distribution(b) for b in np.asarray(boards)]
+        return Output(np.log(np.maximum(np.stack(rows), self.floor)).astype(np.float32),
+                      self.name, "rules")
 
 
 def add_annealing_arguments(parser: argparse.ArgumentParser) -> None:
@@ -263,26 +315,31 @@ def parse_shard(text: str) -> tuple[int, int]:
 def run(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     game = get_game(args.game)
-    kept = set(json.loads((args.prepared / "kept_out.json").read_text())["kept_out"])
+    info = json.loads((args.prepared / "kept_out.json").read_text())
+    if info["game"] != args.game:
+        raise ValueError(f"--prepared {args.prepared} is a {info['game']} set, not {args.game}")
+    kept = set(info["kept_out"])
     held = held_out_ids(args.dataset)
-    collection = COLLECTIONS[args.game]
+    collection = (records_collection(Path(info["records"])) if "records" in info
+                  else COLLECTIONS[args.game])
     positions = build_set(game, collection.read(), args.stones, held, kept, args.limit,
                           collection.clean)
     shard, shards = parse_shard(args.shard)
     positions = positions[shard::shards]
     params = annealing_params(args)
-    policy = TorchScriptPolicy(args.model, args.device)
+    policy = RuleBotPolicy() if args.rulebot else TorchScriptPolicy(args.model, args.device)
     args.results.parent.mkdir(parents=True, exist_ok=True)
     done = done_keys(args.results)
     log.info("%s %d-move set: %d positions (%d done), %s, network %s, torch threads %d, "
              "load %s", args.game, args.stones, len(positions), len(done & {p.key for p in
                                                                            positions}),
-             params, args.model, torch.get_num_threads(), os.getloadavg())
+             params, policy.name, torch.get_num_threads(), os.getloadavg())
     for i, position in enumerate(positions):
         if position.key in done:
             continue
         row = evaluate_position(game, position, policy, params, collection.rule)
-        row |= {"set": f"{args.game}{args.stones}", "model": str(args.model),
+        row |= {"set": f"{args.game}{args.stones}",
+                "model": RuleBotPolicy.name if args.rulebot else str(args.model),
                 "label": args.label, "neighbour": params.neighbour, "init": params.init,
                 "tempering": params.tempering, "device": args.device,
                 "load": os.getloadavg()[0], "time": time.strftime("%Y-%m-%dT%H:%M:%SZ",
@@ -325,16 +382,19 @@ def markdown_table(rows: list[dict]) -> str:
     """One line per results file: the paper's figures, the greedy order's, time and boards."""
     lines = ["| run | positions | inferred >= actual | slope | exact | per-move match | "
              "restarts' SD | greedy >= actual | greedy slope | greedy per-move | "
-             "CPU s/position | boards/position |", "|---|" + "---:|" * 11]
+             "CPU s/position | boards/position | other order >= actual | top-1 on actual |",
+             "|---|" + "---:|" * 13]
     for f in rows:
         if not f["positions"]:
             continue
+        top1 = f.get("actual_top1", math.nan)
         lines.append(
             f"| {f['name']} | {f['positions']} | {f['share_at_least_actual']:.0%} | "
             f"{f['slope']:.3f} | {f['exact']:.0%} | {f['move_match']:.1%} | "
             f"{f['spread']:.4f} | {f['greedy_share_at_least_actual']:.0%} | "
             f"{f['greedy_slope']:.3f} | {f['greedy_move_match']:.1%} | {f['cpu_seconds']:.1f} | "
-            f"{f['boards']:.0f} |")
+            f"{f['boards']:.0f} | {f['actual_beaten']:.0%} | "
+            f"{'-' if math.isnan(top1) else f'{top1:.1%}'} |")
     return "\n".join(lines)
 
 
@@ -372,11 +432,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--game", choices=sorted(COLLECTIONS), required=True)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--keep-out", type=bounded(int, 1, 100_000), default=KEEP_OUT)
+    p.add_argument("--records", type=Path, default=None,
+                   help="gomoku: the games of this .rif file instead of RenjuNet's")
     r = sub.add_parser("run", help="inference on one set, appended to --results")
     r.add_argument("--game", choices=sorted(COLLECTIONS), required=True)
     r.add_argument("--prepared", type=Path, required=True, help="prepare's --out")
     r.add_argument("--dataset", type=Path, required=True, help="the training dataset")
-    r.add_argument("--model", type=Path, required=True, help="a TorchScript policy")
+    network = r.add_mutually_exclusive_group(required=True)
+    network.add_argument("--model", type=Path, help="a TorchScript policy")
+    network.add_argument("--rulebot", action="store_true",
+                         help="gomoku: the rule-based player's own policy in place of a network")
     r.add_argument("--stones", type=bounded(int, 2, 361), default=20)
     r.add_argument("--limit", type=bounded(int, 0, 1_000_000), default=100,
                    help="positions (0: every one)")
@@ -402,9 +467,16 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"--{folder.replace('_', '-')} {getattr(args, folder)}: no such folder")
     if getattr(args, "model", None) is not None and not args.model.is_file():
         parser.error(f"--model {args.model}: no such file")
+    if getattr(args, "rulebot", False) and args.game != "gomoku":
+        parser.error("--rulebot: the rule-based Gomoku player, so --game gomoku")
+    if getattr(args, "records", None) is not None:
+        if args.game != "gomoku":
+            parser.error("--records: a .rif file of Gomoku games, so --game gomoku")
+        if not args.records.is_file():
+            parser.error(f"--records {args.records}: no such file")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if args.command == "prepare":
-        info = prepare(args.game, args.out, args.keep_out)
+        info = prepare(args.game, args.out, args.keep_out, args.records)
         print(json.dumps({k: v for k, v in info.items() if k != "kept_out"}
                          | {"kept_out": len(info["kept_out"])}))
     elif args.command == "run":

@@ -26,6 +26,7 @@ from services.move_order.evaluation import (
     figures,
     kept_out,
     move_match,
+    policy_top1,
     share_at_least,
     slope_through_origin,
 )
@@ -173,6 +174,18 @@ def test_figures_of_hand_made_rows():
     assert f["move_match"] == pytest.approx(0.75)
     assert f["spread"] == pytest.approx(0.02)
     assert f["cpu_seconds"] == pytest.approx(1.0)
+    assert f["actual_beaten"] == 0.5  # the first row's inferred order is the more likely
+    # an exact match a float32 rounding above the actual order is no other order
+    assert figures([rows[1] | {"inferred_gm": 0.4 * (1 + 5e-8)}])["actual_beaten"] == 0.0
+    assert math.isnan(f["actual_top1"])  # rows from before the figure existed
+    assert figures([rows[0] | {"actual_top1": 0.25}, rows[1] | {"actual_top1": 0.75}])[
+        "actual_top1"] == pytest.approx(0.5)
+
+
+def test_policy_top1_counts_plies_whose_move_is_the_first_choice():
+    rows = [np.array([0.1, 0.7, 0.2]), np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.2, 0.6])]
+    assert policy_top1(rows, [1, 1, 2]) == pytest.approx(2 / 3)
+    assert policy_top1([], []) == 1.0
 
 
 def test_evaluate_position_scores_the_actual_order_and_keeps_the_best_of_greedy_and_annealing():
@@ -190,3 +203,76 @@ def test_evaluate_position_scores_the_actual_order_and_keeps_the_best_of_greedy_
     assert row["inferred_gm"] >= row["greedy_gm"]
     assert row["inferred_gm"] == pytest.approx(max(row["restart_gms"]))
     assert 0 < row["actual_gm"] <= 1 and 0 <= row["move_match"] <= 1
+
+
+def test_a_rif_file_of_freestyle_games_is_a_collection_and_prepare_keeps_its_games_out(
+        tmp_path):
+    """`prepare --game gomoku --records F.rif`: the kept-out games are chosen among the
+    file's, the training source is the file less them, and `run` finds the file again in
+    kept_out.json; the collection is inferred under the file's one rule."""
+    import json
+
+    from scripts.infer_eval import prepare, records_collection
+    from services.games.gomoku import selfplay
+    from services.records.rif import RifGame, read_rif
+    from services.records.rif_writer import write_rif
+
+    rif = write_rif(selfplay.generate(40, seed=3), tmp_path / "bot.rif")
+    collection = records_collection(rif)
+    assert collection.rule == search_pb2.RULE_FREESTYLE
+    games = collection.read()
+    assert len(games) == 40 and all(g.size == 15 for g in games)
+    info = prepare("gomoku", tmp_path / "prepared", 5, rif)
+    kept = set(info["kept_out"])
+    assert len(kept) == 5 and info["records"] == str(rif)
+    assert json.loads((tmp_path / "prepared" / "kept_out.json").read_text())["records"] == str(rif)
+    train = [g for g in read_rif(info["sources"][0]) if isinstance(g, RifGame)]
+    assert len(train) == 35 and not kept & {g.game_id for g in train}
+    assert {g.rule for g in train} == {"freestyle"}
+    mixed = [*selfplay.generate(2, seed=4),
+             RifGame("x", "renju-1", (112, 113, 127), rule="RIF")]
+    with pytest.raises(ValueError, match="2 rules"):
+        records_collection(write_rif(mixed, tmp_path / "mixed.rif"))
+
+
+class _FirstChoice:
+    """An rng stub for `selfplay.choose_move`: records what it is asked to draw from and
+    takes the first entry."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[np.ndarray, np.ndarray | None]] = []
+
+    def choice(self, a, p=None):
+        self.asked.append((np.atleast_1d(np.asarray(a)), p))
+        return a[0] if np.ndim(a) else 0
+
+
+def test_the_rule_based_players_distribution_is_the_one_it_draws_from():
+    """`move_distribution` (what `infer_eval.py run --rulebot` scores orders with) against
+    `choose_move` on every position of a few games: the same probabilities, opening plies
+    and urgent moves included, and the played move always possible."""
+    from scripts.infer_eval import RuleBotPolicy
+    from services.games.gomoku import selfplay
+
+    for game in selfplay.generate(4, seed=11):
+        flat = np.zeros(225, dtype=np.int8)
+        for ply, move in enumerate(game.moves):
+            dist = selfplay.move_distribution(flat)
+            assert dist.sum() == pytest.approx(1.0) and dist[move] > 0
+            colour = 1 if ply % 2 == 0 else 2
+            rng = _FirstChoice()
+            opening = ply < selfplay.OPENING_PLIES
+            chosen = selfplay.choose_move(
+                flat, colour, rng, selfplay.OPENING_TOP_K if opening else selfplay.TOP_K,
+                selfplay.OPENING_TEMPERATURE if opening else selfplay.TEMPERATURE)
+            if not rng.asked:  # the empty board: the centre
+                assert dist[chosen] == 1.0
+            else:
+                a, p = rng.asked[0]
+                drawn = np.full(len(a), 1.0 / len(a)) if p is None else np.asarray(p)
+                assert sorted(dist[dist > 0]) == pytest.approx(sorted(drawn))
+                assert dist[chosen] == pytest.approx(drawn[0])
+            flat[move] = colour
+    logits = RuleBotPolicy().infer(np.zeros((2, 15, 15), dtype=np.int8)).logits
+    assert logits.shape == (2, 225) and np.isfinite(logits).all()
+    assert logits[0].argmax() == selfplay.CENTER

@@ -5,7 +5,9 @@ sees, its actual order is what it is scored against. The figures are Hsueh & Ike
 the share of positions whose inferred order is at least as likely (geometric mean of the
 policy's factors) as the actual one, the slope of the regression through the origin of the
 inferred geometric means on the actual ones, the exact-match rate, the per-move match rate and
-the mean standard deviation over the restarts.
+the mean standard deviation over the restarts; beside them, the share of positions where the
+search found another order at least as likely as the actual one (there the actual order is not
+the network's one most likely) and the network's top-1 on the actual moves.
 
 A game qualifies for an `n`-move set when it has at least `n` moves and its first
 `max(n, clean)` moves are all stones (no pass) that remove no stone (Go: no capture) from the
@@ -165,6 +167,7 @@ def evaluate_position(game: Game, position: EvalPosition, evaluator: PolicyEvalu
         "greedy_gm": result.greedy.geometric_mean,
         "exact": inferred == position.order,
         "move_match": move_match(position.order, inferred),
+        "actual_top1": policy_top1(actual.policies, position.order),
         "greedy_move_match": move_match(position.order, result.greedy.order),
         "restart_gms": [r.best.geometric_mean for r in result.restarts],
         "spread": result.spread, "iterations": result.iterations,
@@ -181,6 +184,16 @@ def move_match(actual: Sequence[int], inferred: Sequence[int]) -> float:
     if not actual:
         return 1.0
     return sum(a == b for a, b in zip(actual, inferred, strict=True)) / len(actual)
+
+
+def policy_top1(policies: Sequence[np.ndarray], order: Sequence[int]) -> float:
+    """The share of plies of `order` whose move is the policy's first choice there: the
+    network's top-1 on the position's own moves, which bounds how well any order search on it
+    can recover them."""
+    if not order:
+        return 1.0
+    hits = sum(int(np.argmax(row)) == m for row, m in zip(policies, order, strict=True))
+    return hits / len(order)
 
 
 def slope_through_origin(x: Sequence[float], y: Sequence[float]) -> float:
@@ -214,6 +227,12 @@ def figures(rows: Sequence[dict]) -> dict:
         "share_at_least_actual": share_at_least(actual, inferred),
         "slope": slope_through_origin(actual, inferred),
         "exact": float(np.mean([r["exact"] for r in rows])),
+        # another order at least as likely as the actual one (`share_at_least`'s rounding): the
+        # actual order is not the network's one most likely, so no search on this network can
+        # be sure to match it (an exact match scores a few 1e-8 apart through float32 outputs)
+        "actual_beaten": float(np.mean([not r["exact"] and r["inferred_gm"] >= r["actual_gm"]
+                                        * (1.0 - 1e-9) for r in rows])),
+        "actual_top1": float(np.mean([r.get("actual_top1", math.nan) for r in rows])),
         "move_match": float(np.mean([r["move_match"] for r in rows])),
         "spread": float(np.mean([r["spread"] for r in rows])),
         "greedy_share_at_least_actual": share_at_least(actual, greedy),

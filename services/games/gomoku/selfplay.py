@@ -82,6 +82,42 @@ def choose_move(
     return int(candidates[top[rng.choice(len(top), p=weights / weights.sum())]])
 
 
+def move_distribution(board: np.ndarray) -> np.ndarray:
+    """The probability of each point [225] that the player plays on `board` (int8 [15, 15] or
+    flat, not full): `choose_move`'s draw written out, with the side to move and the opening
+    plies' wider sampling read off the stone count as `play_game` has them. Why: the player's
+    own policy is the one a network trained on its games can at best learn, so an order
+    inference run on it shows what the method can recover from these games at all."""
+    flat = np.asarray(board).reshape(-1)
+    out = np.zeros(flat.size)
+    stones = int(np.count_nonzero(flat))
+    if stones == 0:
+        out[CENTER] = 1.0
+        return out
+    color = BLACK if stones % 2 == 0 else opponent(BLACK)
+    top_k, temperature = ((OPENING_TOP_K, OPENING_TEMPERATURE) if stones < OPENING_PLIES
+                          else (TOP_K, TEMPERATURE))
+    cells = flat[WINDOWS]
+    mine = (cells == color).sum(axis=1)
+    theirs = (cells == opponent(color)).sum(axis=1)
+    for urgent in (_five_points(cells, mine, theirs), _five_points(cells, theirs, mine)):
+        if len(urgent):
+            out[urgent] = 1.0 / len(urgent)
+            return out
+    values = np.where(theirs == 0, ATTACK[mine], 0.0) + np.where(mine == 0, DEFENCE[theirs], 0.0)
+    score = np.bincount(WINDOW_CELLS, weights=np.repeat(values, 5), minlength=flat.size)
+    empty = flat == EMPTY
+    candidates = np.flatnonzero(empty & NEAR[~empty].any(axis=0))
+    if len(candidates) == 0:
+        candidates = np.flatnonzero(empty)
+    s = score[candidates]
+    top = np.argsort(-s, kind="stable")[:top_k]
+    best = s[top[0]]
+    weights = np.exp((s[top] - best) / (temperature * best + 1e-9))
+    out[candidates[top]] = weights / weights.sum()
+    return out
+
+
 def makes_five(flat: np.ndarray, point: int, color: int) -> bool:
     return bool((flat[POINT_WINDOWS[point]] == color).all(axis=1).any())
 
