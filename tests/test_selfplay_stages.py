@@ -239,6 +239,39 @@ def test_the_train_summary_reports_the_value_loss_on_held_out_games(tmp_path):
         fit["losses"][EXPERT_GAME_SPLIT]
 
 
+def test_a_candidate_config_trains_a_fresh_network_of_that_size_on_the_window(tmp_path):
+    """--candidate-config: the candidate is a new network of the named configuration (not the
+    serving one's, nor its weights), trained with --samples-per-row counted over the window's
+    train rows, and gated against the serving version like any candidate."""
+    settings = _settings(tmp_path, "gomoku", games=8, candidate_config="res_b2c32_v",
+                         samples_per_row=0.5, train_steps=1000, lr_schedule="cosine")
+    run = tmp_path / "run"
+    state, _ = run_loop(run, SelfPlayStages(settings, run, ingest=gomoku_ingest), Budget(1))
+    record = state.history[0]
+    fit, train_rows = record["train"], record["ingest"]["splits"]["train"]
+    assert fit["init"] == "fresh" and fit["config"] == "res_b2c32_v"
+    assert fit["steps"] == max(1, int(0.5 * train_rows // fit["batch_size"]))
+    assert not (run / "iter-0000" / "serving-weights.pt").exists()
+    repo, candidate = Path(settings.repository), fit["candidate_version"]
+    meta = read_version_metadata(repo, "gomoku_policy", candidate) or json.loads(
+        (repo / "gomoku_policy" / "quarantine" / str(candidate) / "metadata.json").read_text())
+    assert meta["model_config"]["name"] == "res_b2c32_v"
+    assert read_version_metadata(repo, "gomoku_policy", 1)["model_config"]["name"] == \
+        "shao_f32_n2_v"
+    assert record["gate"]["candidate_version"] == candidate
+    assert record["gate"]["match_games"] >= 1  # the two sizes met in the gate
+
+
+@pytest.mark.parametrize("config, why", [
+    ("go_res_b2c32_v", "is a go network, not a Gomoku"),
+    ("capture_mdlstm_k2", "not trained by gradient"),
+])
+def test_a_candidate_config_of_another_game_or_untrainable_is_refused(tmp_path, config, why):
+    with pytest.raises(ValueError, match=why):
+        SelfPlayStages(_settings(tmp_path, "gomoku", candidate_config=config), tmp_path / "r",
+                       ingest=gomoku_ingest)
+
+
 def _flow_command(run: Path, settings: LoopSettings) -> list[str]:
     s = settings
     return [sys.executable, "-m", "flows.selfplay", "--run-dir", str(run), "--iterations", "1",

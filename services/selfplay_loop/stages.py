@@ -83,7 +83,7 @@ from services.games.base import BLACK, WHITE, Game
 from services.games.registry import default_game, get_game, registered_games
 from services.match.cli import progress_line
 from services.match.gate import DEFAULT_GATE_VISITS, DEFAULT_MAX_GAMES, gate_by_match
-from services.models.configs import spec
+from services.models.configs import CONFIGS, spec
 from services.models.local_evaluator import LocalEvaluator
 from services.models.weights import network
 from services.ratings.sprt import DEFAULT_ALPHA, DEFAULT_BETA, DEFAULT_ELO0, DEFAULT_ELO1
@@ -166,9 +166,22 @@ class LoopSettings:
     batch_size: int = setting(256, "training rows a step (at most the window's train rows)",
                               minimum=1)
     learning_rate: float = setting(0.001, "Adam's learning rate", minimum=0)
+    lr_schedule: str = setting("constant", "learning-rate schedule of each iteration's "
+                                           "training (cosine: to 0 at its last step)",
+                               choices=("constant", "cosine"))
     samples_per_row: float = setting(
         KATAGO_SAMPLES_PER_ROW, "most training samples per new self-play row (KataGo's "
-                                "max-train-bucket-per-new-data)", minimum=0)
+                                "max-train-bucket-per-new-data); per window row with "
+                                "--candidate-config", minimum=0)
+    # KataGo trains each network on from its predecessor's weights, a few samples per new row.
+    # A fresh network trained on the whole window every iteration is the way to change the
+    # network's size mid-run, and on a small loop it made more of the same games than the
+    # continued training did (docs/selfplay.md, "Training on the whole history")
+    candidate_config: str | None = setting(
+        None, "train each candidate afresh as this network configuration (weights drawn from "
+              "the iteration's seed, --samples-per-row counted per window row) instead of "
+              "continuing the serving version's weights (default: continue them)",
+        choices=lambda: sorted(CONFIGS))
     window_min_rows: int = setting(DEFAULT_MIN_ROWS, "replay window: every row while the "
                                    "loop has made fewer, then KataGo's taper", minimum=1)
     window_expand: float = setting(DEFAULT_EXPAND, "replay window's growth per row at "
@@ -477,12 +490,26 @@ class SelfPlayStages:
             raise ValueError(f"{self.first_config!r} is a {spec(self.first_config).game} "
                              f"network, not a {self.game.title} one")
         self.model = settings.model_name or self.game.model_name(spec(self.first_config).encoder)
+        if settings.candidate_config:
+            self._check_candidate_config(settings.candidate_config)
         # read and checked once, here: a wrong file is refused before the first stage runs
         self.saved_openings: tuple[tuple[int, ...], ...] = (
             load_suite(Path(settings.opening_file), self.game, self.size).openings
             if settings.opening_file else ())
 
     # ------------------------------------------------------------------------- helpers
+    def _check_candidate_config(self, config: str) -> None:
+        """A candidate configuration must be trainable, of this game, and take the input of
+        the loop's model (its versions are one model name, so one input)."""
+        require_trainable(config, "--candidate-config")
+        model = spec(config)
+        if model.game != self.game.name:
+            raise ValueError(f"--candidate-config {config!r} is a {model.game} network, not a "
+                             f"{self.game.title} one")
+        if self.game.model_name(model.encoder) != self.model:
+            raise ValueError(f"--candidate-config {config!r} takes the {model.encoder!r} input, "
+                             f"not that of {self.model}'s versions")
+
     def _current(self, stage: str) -> dict:
         """The summary of a stage of the running iteration, as the loop recorded it."""
         return LoopState.load(self.run_dir).current.get(stage, {})
@@ -700,25 +727,32 @@ class SelfPlayStages:
         serving = self.serving(iteration)
         ingested = self._current("ingest")
         dataset = folder / "dataset"
-        weights = folder / WEIGHTS_FILE
-        config = served_weights(self.repository, self.model, serving, weights)
         new_rows = int(ingested.get("new_rows", 0))
         train_rows = int(ingested.get("splits", {}).get("train", 0))
+        if s.candidate_config:  # a fresh network: several passes over the whole window
+            config, init, per = s.candidate_config, None, train_rows
+            start = f"fresh {config} weights"
+        else:  # the serving network trained on: a few samples per new row
+            weights = folder / WEIGHTS_FILE
+            config = served_weights(self.repository, self.model, serving, weights)
+            init, per, start = str(weights), new_rows, f"v{serving}'s weights"
         batch = max(1, min(s.batch_size, train_rows))
-        steps = max(1, min(s.train_steps, int(s.samples_per_row * new_rows // batch)))
+        steps = max(1, min(s.train_steps, int(s.samples_per_row * per // batch)))
         recipe = TrainConfig(model=config, batch_size=batch, learning_rate=s.learning_rate,
-                             max_steps=steps, seed=s.seed + iteration,
-                             init_weights=str(weights), checkpoint_every=max(1, steps // 4),
+                             lr_schedule=s.lr_schedule, max_steps=steps,
+                             seed=s.seed + iteration, init_weights=init,
+                             checkpoint_every=max(1, steps // 4),
                              curve_every=max(1, steps // 20), value_per_game=s.value_per_game,
                              expert_dataset=s.expert_dataset, expert_share=s.expert_share)
-        self.say(f"iteration {iteration} train: {steps} steps of {batch} rows from v{serving}'s "
-                 f"weights ({new_rows} new rows, {train_rows} train rows)")
+        self.say(f"iteration {iteration} train: {steps} steps of {batch} rows from {start} "
+                 f"({new_rows} new rows, {train_rows} train rows)")
         (folder / "train").mkdir(exist_ok=True)
         result = train(dataset, recipe, checkpoint=folder / "train" / "checkpoint.pt")
         m = result.metrics
         summary = {
             "steps": m["steps"], "batch_size": batch, "samples": m["steps"] * batch,
             "parent_version": serving, "config": config, "stopped": m["stopped"],
+            "init": "fresh" if init is None else "serving",
             "first_loss": result.curve[0]["loss"] if result.curve else None,
             "last_loss": result.curve[-1]["loss"] if result.curve else None,
             "losses": {split: split_figures(m[split]) for split in EVALUATED_SPLITS
