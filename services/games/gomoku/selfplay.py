@@ -52,6 +52,30 @@ def _five_points(cells: np.ndarray, mine: np.ndarray, theirs: np.ndarray) -> np.
     return np.unique(WINDOWS[hot][cells[hot] == EMPTY])
 
 
+def _draw(flat: np.ndarray, color: int, top_k: int,
+          temperature: float) -> tuple[np.ndarray, np.ndarray | None]:
+    """What `color` draws its move from on `flat` (not empty, not full): the points and their
+    probabilities, or the points and None for an urgent move (a five to make, else one to
+    block), drawn uniformly."""
+    cells = flat[WINDOWS]
+    mine = (cells == color).sum(axis=1)
+    theirs = (cells == opponent(color)).sum(axis=1)
+    for urgent in (_five_points(cells, mine, theirs), _five_points(cells, theirs, mine)):
+        if len(urgent):
+            return urgent, None
+    values = np.where(theirs == 0, ATTACK[mine], 0.0) + np.where(mine == 0, DEFENCE[theirs], 0.0)
+    score = np.bincount(WINDOW_CELLS, weights=np.repeat(values, 5), minlength=flat.size)
+    empty = flat == EMPTY
+    candidates = np.flatnonzero(empty & NEAR[~empty].any(axis=0))
+    if len(candidates) == 0:
+        candidates = np.flatnonzero(empty)
+    s = score[candidates]
+    top = np.argsort(-s, kind="stable")[:top_k]
+    best = s[top[0]]
+    weights = np.exp((s[top] - best) / (temperature * best + 1e-9))
+    return candidates[top], weights / weights.sum()
+
+
 def choose_move(
     board: np.ndarray,
     color: int,
@@ -63,23 +87,10 @@ def choose_move(
     flat = np.asarray(board).reshape(-1)
     if not flat.any():
         return CENTER
-    cells = flat[WINDOWS]
-    mine = (cells == color).sum(axis=1)
-    theirs = (cells == opponent(color)).sum(axis=1)
-    for urgent in (_five_points(cells, mine, theirs), _five_points(cells, theirs, mine)):
-        if len(urgent):
-            return int(rng.choice(urgent))
-    values = np.where(theirs == 0, ATTACK[mine], 0.0) + np.where(mine == 0, DEFENCE[theirs], 0.0)
-    score = np.bincount(WINDOW_CELLS, weights=np.repeat(values, 5), minlength=flat.size)
-    empty = flat == EMPTY
-    candidates = np.flatnonzero(empty & NEAR[~empty].any(axis=0))
-    if len(candidates) == 0:
-        candidates = np.flatnonzero(empty)
-    s = score[candidates]
-    top = np.argsort(-s, kind="stable")[:top_k]
-    best = s[top[0]]
-    weights = np.exp((s[top] - best) / (temperature * best + 1e-9))
-    return int(candidates[top[rng.choice(len(top), p=weights / weights.sum())]])
+    points, p = _draw(flat, color, top_k, temperature)
+    if p is None:
+        return int(rng.choice(points))
+    return int(points[rng.choice(len(points), p=p)])
 
 
 def move_distribution(board: np.ndarray) -> np.ndarray:
@@ -97,24 +108,8 @@ def move_distribution(board: np.ndarray) -> np.ndarray:
     color = BLACK if stones % 2 == 0 else opponent(BLACK)
     top_k, temperature = ((OPENING_TOP_K, OPENING_TEMPERATURE) if stones < OPENING_PLIES
                           else (TOP_K, TEMPERATURE))
-    cells = flat[WINDOWS]
-    mine = (cells == color).sum(axis=1)
-    theirs = (cells == opponent(color)).sum(axis=1)
-    for urgent in (_five_points(cells, mine, theirs), _five_points(cells, theirs, mine)):
-        if len(urgent):
-            out[urgent] = 1.0 / len(urgent)
-            return out
-    values = np.where(theirs == 0, ATTACK[mine], 0.0) + np.where(mine == 0, DEFENCE[theirs], 0.0)
-    score = np.bincount(WINDOW_CELLS, weights=np.repeat(values, 5), minlength=flat.size)
-    empty = flat == EMPTY
-    candidates = np.flatnonzero(empty & NEAR[~empty].any(axis=0))
-    if len(candidates) == 0:
-        candidates = np.flatnonzero(empty)
-    s = score[candidates]
-    top = np.argsort(-s, kind="stable")[:top_k]
-    best = s[top[0]]
-    weights = np.exp((s[top] - best) / (temperature * best + 1e-9))
-    out[candidates[top]] = weights / weights.sum()
+    points, p = _draw(flat, color, top_k, temperature)
+    out[points] = 1.0 / len(points) if p is None else p
     return out
 
 
