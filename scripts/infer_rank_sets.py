@@ -23,6 +23,10 @@ which the network evaluated never trained on) first.
     # results in infer_eval's format (`infer_eval.py report --results-dir` reads them)
     .venv/bin/python scripts/infer_rank_sets.py run --sets runs/infer_rank/sets.json \\
         --set Pro20m --model M.pt [--limit N] [--iterations N] --results R.jsonl
+    # the Go archives without every game of the four sets (and without any other copy of
+    # their moves), to train a network that never saw them (`flows.ingest` reads the copies)
+    .venv/bin/python scripts/infer_rank_sets.py sources --sets runs/infer_rank/sets.json \\
+        --out runs/infer_rank/heldout/sources
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import re
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import torch
@@ -50,6 +54,7 @@ from services.games.registry import get_game  # noqa: E402
 from services.move_order.evaluation import (  # noqa: E402
     GO_CLEAN_MOVES,
     EvalPosition,
+    RecordedGame,
     evaluate_position,
     exclusion,
     game_hash,
@@ -145,6 +150,49 @@ def build_sets(held_out: set[str]) -> dict:
     return {"counts": dict(sorted(counts.items())), "sets": sets}
 
 
+def set_members(sets: dict[str, list[dict]],
+                games: Iterable[RecordedGame]) -> tuple[dict[str, set[str]], Counter[str]]:
+    """The archive members to leave out of a training set so that the network never sees a
+    game of `sets` (`sets.json`'s "sets"): the member of each set game (a member may hold
+    several games, all of them go), and every member holding another copy of a set game's
+    moves, since the sets keep one copy of a game and the archives hold some twice. Keyed
+    by archive file name (ids are `<archive>:<member>#<n>`); the counts say why."""
+    ids = {g["game_id"] for chosen in sets.values() for g in chosen}
+    openings = {(len(g["moves"]), tuple(g["moves"])) for chosen in sets.values()
+                for g in chosen}
+    lengths = sorted({n for n, _ in openings})
+    drop: dict[str, set[str]] = {}
+    counts: Counter[str] = Counter()
+    for game in games:
+        if game.game_id in ids:
+            why = "a set game"
+        elif game.size == infer_eval.GO_SIZE and any(
+                (n, tuple(game.moves[:n])) in openings for n in lengths
+                if len(game.moves) >= n):
+            why = "a copy of a set game's moves"
+        else:
+            continue
+        archive, rest = game.game_id.split(":", 1)
+        drop.setdefault(archive, set()).add(rest.rsplit("#", 1)[0])
+        counts[why] += 1
+    counts["members left out"] = sum(len(m) for m in drop.values())
+    return drop, counts
+
+
+def write_sources(sets: dict[str, list[dict]], out: Path) -> dict:
+    """Copies of infer_eval's Go archives without the members `set_members` names (same
+    member names, so the remaining games keep their ids)."""
+    drop, counts = set_members(sets, (infer_eval.recorded_go_game(r)
+                                      for r in infer_eval.go_records()))
+    out.mkdir(parents=True, exist_ok=True)
+    sources = [str(infer_eval.filter_archive(a, out / a.name, drop.get(a.name, set())))
+               for a in infer_eval.GO_ARCHIVES]
+    info = {"counts": dict(sorted(counts.items())), "sources": sources,
+            "left_out": {a: sorted(m) for a, m in sorted(drop.items())}}
+    (out / "left_out.json").write_text(json.dumps(info, indent=1))
+    return info
+
+
 def run(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     go = get_game("go")
@@ -181,6 +229,9 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--dataset", type=Path, default=None,
                    help="the evaluated network's training dataset: its game_test games first")
     s.add_argument("--out", type=Path, required=True)
+    w = sub.add_parser("sources", help="the Go archives without the sets' games")
+    w.add_argument("--sets", type=Path, required=True, help="`sets`'s --out")
+    w.add_argument("--out", type=Path, required=True, help="a folder for the copies")
     r = sub.add_parser("run", help="inference on one set, appended to --results")
     r.add_argument("--sets", type=Path, required=True, help="`sets`'s --out")
     r.add_argument("--set", choices=sorted(SETS), required=True)
@@ -200,6 +251,9 @@ def main(argv: list[str] | None = None) -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(built, indent=1))
         print(json.dumps(built["counts"], indent=1))
+    elif args.command == "sources":
+        info = write_sources(json.loads(args.sets.read_text())["sets"], args.out)
+        print(json.dumps({"counts": info["counts"], "sources": info["sources"]}, indent=1))
     else:
         run(args)
 

@@ -44,3 +44,25 @@ def test_a_game_is_pro_or_ama_only_when_both_players_are(black: str, white: str,
                                                          level: str | None) -> None:
     (game,) = read_sgf(f"(;GM[1]SZ[19]BR[{black}]WR[{white}];B[dd];W[pp])")
     assert rank_sets().level(game) == level
+
+
+def test_sources_leave_out_every_set_game_and_every_copy_of_its_moves() -> None:
+    """A network trained on `sources`' archives never saw a set game: its member is left
+    out (with the member's other games), and so is another member holding the same moves."""
+    from services.move_order.evaluation import RecordedGame
+
+    sets = {"Pro20m": [{"game_id": "a.tar.gz:x/one.sgf#1", "moves": [1, 2, 3],
+                        "held_out": False}],
+            "Pro40m": [{"game_id": "a.tar.gz:x/one.sgf#1", "moves": [1, 2, 3, 4, 5],
+                        "held_out": False}]}
+    games = [RecordedGame("a.tar.gz:x/one.sgf#1", 19, (1, 2, 3, 4, 5, 6)),
+             RecordedGame("a.tar.gz:x/one.sgf#0", 19, (7, 8, 9)),
+             RecordedGame("b.tar.gz:y/copy.sgf#0", 19, (1, 2, 3, 9)),
+             RecordedGame("b.tar.gz:y/other.sgf#0", 19, (1, 2, 4, 5)),
+             RecordedGame("b.tar.gz:y/short.sgf#0", 19, (1, 2)),
+             RecordedGame("b.tar.gz:y/small.sgf#0", 9, (1, 2, 3))]
+    drop, counts = rank_sets().set_members(sets, games)
+    assert drop == {"a.tar.gz": {"x/one.sgf"}, "b.tar.gz": {"y/copy.sgf"}}
+    assert counts["a set game"] == 1
+    assert counts["a copy of a set game's moves"] == 1
+    assert counts["members left out"] == 2
