@@ -13,7 +13,9 @@ move, `truncated`; a renju game cut at a forbidden black move, `cut_at_forbidden
 itself no target) count as ingested and also have a row in the quarantine table, and are
 counted by kind. A self-play folder (one holding `games/`) is a source too: its games are
 replayed through the same game replay and become rows with their policy targets and lineage,
-never merged (`services.selfplay.pairs`, docs/selfplay.md).
+never merged (`services.selfplay.pairs`, docs/selfplay.md). A source's name labels its rows
+and keys its cached read: the path's last part, or NAME given as `NAME=PATH`, so that the
+same-named folders of several self-play runs can go into one dataset.
 
 Run: python -m flows.ingest [SOURCES ...] --out artifacts/dataset
          [--dask | --dask-address tcp://scheduler:8786]
@@ -43,6 +45,7 @@ import argparse
 import re
 from collections import Counter
 from pathlib import Path
+from typing import NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -216,9 +219,32 @@ def unknown_suffix_message(paths: list[str]) -> str:
             "(one holding games/)")
 
 
-def _resolve_sources(sources: list[str] | None) -> list[Path]:
-    paths = sorted({Path(s).resolve() for s in (sources or DEFAULT_SOURCES)},
-                   key=lambda p: (p.name, str(p)))
+class Source(NamedTuple):
+    """One source of a run: the name that labels its rows (and keys its cached read) and the
+    file or self-play folder it is read from."""
+
+    name: str
+    path: Path
+
+
+SOURCE_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def parse_source(text: str) -> Source:
+    """`PATH`, named by its last part, or `NAME=PATH`, named NAME: the form for two folders
+    of one name (every self-play run has a `selfplay-0000`). An existing path is always a
+    path, even with an `=` in it."""
+    label, sep, rest = text.partition("=")
+    if sep and SOURCE_LABEL.fullmatch(label) and rest and not Path(text).exists():
+        return Source(label, Path(rest).resolve())
+    path = Path(text).resolve()
+    return Source(path.name, path)
+
+
+def _resolve_sources(sources: list[str] | None) -> list[Source]:
+    found = sorted({parse_source(s) for s in (sources or DEFAULT_SOURCES)},
+                   key=lambda src: (src.name, str(src.path)))
+    paths = [src.path for src in found]
     unknown = [str(p) for p in paths if not p.name.lower().endswith(source_suffixes())
                and not is_selfplay_source(p)]
     if unknown:  # before anything is read: an unknown file is never read as .rif
@@ -235,21 +261,22 @@ def _resolve_sources(sources: list[str] | None) -> list[Path]:
         raise ValueError("this run mixes self-play folders and record files: ingest each into "
                          "its own dataset folder (records' pairs are merged, self-play rows "
                          "never are: docs/selfplay.md)")
-    names = Counter(p.name for p in paths)
+    names = Counter(src.name for src in found)
     clashes = sorted(n for n, k in names.items() if k > 1)
     if clashes:
-        raise ValueError(f"source names must be unique (the name labels its rows): {clashes}")
-    return paths
+        raise ValueError(f"source names must be unique (the name labels its rows): {clashes}; "
+                         "name each one with NAME=PATH")
+    return found
 
 
-def _run_reads(paths: list[Path], fps: dict[Path, str], work: Path, progress: bool,
+def _run_reads(paths: list[Source], fps: dict[Source, str], work: Path, progress: bool,
                refresh: bool = False, board_size: int | None = None,
                ) -> tuple[dict[str, dict], set[str]]:
     """Submit one read task per source; return summaries by name and the names served from
     Prefect's cache."""
     reader = read_source.with_options(refresh_cache=True) if refresh else read_source
-    futures = [reader.submit(str(p), p.name, fps[p], str(work), PIPELINE_VERSION,
-                             board_size) for p in paths]
+    futures = [reader.submit(str(src.path), src.name, fps[src], str(work), PIPELINE_VERSION,
+                             board_size) for src in paths]
     summaries, cached = {}, set()
     bar = _progress_bar(len(futures), "re-reading" if refresh else "reading") if progress else None
     try:
@@ -305,8 +332,8 @@ def ingest(sources: list[str] | None = None, out_dir: str = DEFAULT_OUT,
     for stale in work.glob(".*.tmp"):  # a killed run's half-written intermediate
         stale.unlink(missing_ok=True)
 
-    fps = {p: fingerprint(p) for p in paths}
-    played = get_game(source_game(paths[0]))
+    fps = {src: fingerprint(src.path) for src in paths}
+    played = get_game(source_game(paths[0].path))
     game = played.name
     kept_size = played.default_size if board_size is None else (board_size or None)
     # games kept up to a point, with a note: {kind: what happened to them, in words}
@@ -427,7 +454,9 @@ def main(argv: list[str] | None = None) -> dict:
                         help="record files of one game: "
                              + "; ".join(f"{g.title} {', '.join(g.record_formats)}"
                                          for g in registered_games() if g.record_formats)
-                             + " (default: the Gomoku sample)")
+                             + "; or self-play folders. Each is PATH (its rows labelled by "
+                             "the path's last part) or NAME=PATH (labelled NAME: the form for "
+                             "two folders of one name) (default: the Gomoku sample)")
     parser.add_argument("--board-size", type=bounded(int, 0, 25), default=None,
                         help="the board size kept (other sizes are quarantined; default: the "
                              "game's default size, Go 19); 0 keeps every size")
@@ -448,7 +477,7 @@ def main(argv: list[str] | None = None) -> dict:
         paths = _resolve_sources(args.sources or None)
     except (ValueError, FileNotFoundError) as exc:
         parser.error(str(exc))
-    kept_notes = get_game(source_game(paths[0])).kept_notes
+    kept_notes = get_game(source_game(paths[0].path)).kept_notes
     configure_logging(args)
     workers = args.dask_workers or (DEFAULT_DASK_WORKERS if args.dask else 0)
     # `python -m flows.ingest` runs this file as __main__: take the flow from the importable

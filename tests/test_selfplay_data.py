@@ -315,3 +315,30 @@ def test_ingest_flow_quarantines_a_corrupt_game_and_reruns_to_the_same_manifest(
     result = train(out, TrainConfig(model="shao_f32_n2_v", max_steps=1, batch_size=8,
                                     train_eval_rows=16, eval_batch=64, shuffle_buffer=64))
     assert result.metrics["steps"] == 1 and math.isfinite(result.metrics["validation"]["loss"])
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_same_named_selfplay_folders_of_two_runs_go_in_one_dataset_by_label(tmp_path):
+    """Every run's first self-play folder has one name: as paths they are refused (the name
+    labels the rows), as NAME=PATH they are two sources and every game of both is a row."""
+    from flows.ingest import ingest, parse_source
+
+    first = _play(tmp_path / "run-a" / "selfplay-0000", "gomoku", games=3)
+    second = _play(tmp_path / "run-b" / "selfplay-0000", "gomoku", games=5)
+    with pytest.raises(ValueError, match="NAME=PATH"):
+        ingest(sources=[str(first), str(second)], out_dir=str(tmp_path / "refused"),
+               progress=False)
+    manifest = ingest(sources=[f"a={first}", f"b={second}"], out_dir=str(tmp_path / "both"),
+                      progress=False)
+    moves = {folder: sum(len(json.loads(p.read_text())["moves"])
+                         for p in (folder / "games").glob("*.json"))
+             for folder in (first, second)}
+    assert [c["source"] for c in manifest["counts"]] == ["a", "b"]
+    assert [c["read"] for c in manifest["counts"]] == [5, 7]
+    assert manifest["rows"] == manifest["raw_pairs"] == sum(moves.values())
+    assert [s["path"] for s in manifest["sources"]] == ["a", "b"]
+    # a path that exists is a path even with "=" in it; a label is a plain name
+    odd = tmp_path / "x=y"
+    odd.mkdir()
+    assert parse_source(str(odd)) == (odd.name, odd.resolve())
+    assert parse_source(f"../up={first}").name == Path(f"../up={first}").resolve().name
