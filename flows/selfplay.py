@@ -92,13 +92,20 @@ def _number(value: object, digits: int = 3) -> str:
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
+def _prior_words(ingested: dict) -> str:
+    """The earlier runs' folders an ingest's window held (`--prior-games`), in words."""
+    held = ingested.get("prior_sources", 0)
+    return f" and {held} earlier folder(s) ({ingested['prior_rows']} rows)" if held else ""
+
+
 def stage_line(iteration: int, stage: str, summary: dict) -> str:
     """One finished stage, for people."""
     words = {
         "selfplay": lambda s: f"{s['games']} games ({s['played_now']} now), {s['rows']} rows, "
                               f"v{s['serving_version']} playing",
         "ingest": lambda s: f"{s['rows']} rows from iterations {s['window_first_iteration']}.."
-                            f"{iteration} (window {s['window_rows']} of {s['total_rows']})",
+                            f"{iteration}{_prior_words(s)} (window {s['window_rows']} of "
+                            f"{s['total_rows']})",
         "train": lambda s: f"{s['steps']} steps, loss {_number(s['first_loss'])} -> "
                            f"{_number(s['last_loss'])}, candidate v{s['candidate_version']}",
         "gate": lambda s: f"{s['verdict']} ({s['wins']}-{s['draws']}-{s['losses']}, Elo "
@@ -130,7 +137,8 @@ def iteration_markdown(iteration: int, record: dict) -> str:
         f"resigned, {play.get('resign_wrong', 0)} did not lose (false positives)",
         "",
         f"**Ingest**: {data['rows']} rows from iterations {data['window_first_iteration']}.."
-        f"{iteration} (replay window {data['window_rows']} of {data['total_rows']} rows made), "
+        f"{iteration}{_prior_words(data)} (replay window {data['window_rows']} of "
+        f"{data['total_rows']} rows made), "
         f"splits {data['splits']}, {data['quarantined']} games quarantined",
         "",
         f"**Train**: {fit['steps']} steps of {fit['batch_size']} rows from "

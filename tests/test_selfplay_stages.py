@@ -186,13 +186,15 @@ def gomoku_ingest(*, sources: list[str], out_dir: str, work_dir: str,
                   board_size: int | None) -> dict:
     """The ingest's own read and build of Gomoku self-play folders, a third of the games held
     out (8 games at the ingest's 5% would hold out none)."""
+    from flows.ingest import parse_source
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     pairs = []
-    for source in sources:
-        pairs.append(Path(work_dir) / f"{Path(source).name}.pairs.parquet")
+    for source in map(parse_source, sources):
+        pairs.append(Path(work_dir) / f"{source.name}.pairs.parquet")
         pairs[-1].parent.mkdir(parents=True, exist_ok=True)
-        write_selfplay_pairs(get_game("gomoku"), Path(source), pairs[-1], None)
+        write_selfplay_pairs(get_game("gomoku"), source.path, pairs[-1], source.name)
     return built_dataset(pairs, out, 0.3)
 
 
@@ -260,6 +262,56 @@ def test_a_candidate_config_trains_a_fresh_network_of_that_size_on_the_window(tm
         "shao_f32_n2_v"
     assert record["gate"]["candidate_version"] == candidate
     assert record["gate"]["match_games"] >= 1  # the two sizes met in the gate
+
+
+def test_prior_games_join_the_window_as_older_than_iteration_zero(tmp_path):
+    from flows.selfplay import stage_line
+
+    """--prior-games: an earlier run's self-play folders are ingested beside the new run's
+    own, each under its own label (both runs name their first folder selfplay-0000); a window
+    too small for them leaves them out, the newest iteration always in."""
+    first = tmp_path / "first"
+    run_loop(first, SelfPlayStages(_settings(tmp_path, "gomoku", games=6), first,
+                                   ingest=gomoku_ingest), Budget(1))
+    earlier = folder_stats(first / "iter-0000" / "selfplay-0000")["rows"]
+    for window, held in ((100_000, 1), (1, 0)):
+        run = tmp_path / f"second-{window}"
+        settings = _settings(tmp_path, "gomoku", games=4, prior_games=str(first),
+                             window_min_rows=window, seed=1)
+        stages = SelfPlayStages(settings, run, ingest=gomoku_ingest)
+        assert stages.prior_sources == (("prior-iter-0000-selfplay-0000",
+                                         (first / "iter-0000" / "selfplay-0000").resolve()),)
+        state, _ = run_loop(run, stages, Budget(1))
+        ingested = state.history[0]["ingest"]
+        own = folder_stats(run / "iter-0000" / "selfplay-0000")["rows"]
+        assert ingested["prior_sources"] == held and ingested["total_rows"] == earlier + own
+        assert ingested["prior_rows"] == earlier * held
+        dataset = run / "iter-0000" / "dataset"
+        manifest = read_manifest(dataset)
+        labels = pa.concat_tables([pq.read_table(dataset / f["path"], columns=["source"])
+                                   for f in manifest["files"]])["source"].to_pylist()
+        assert sorted(set(labels)) == ["prior-iter-0000-selfplay-0000"] * held + [
+            "selfplay-0000"]
+        assert manifest["rows"] == len(labels) == own + earlier * held
+        assert labels.count("selfplay-0000") == own
+        assert ("earlier folder(s)" in stage_line(0, "ingest", ingested)) == bool(held)
+
+
+def test_prior_games_that_are_no_selfplay_of_this_game_are_refused(tmp_path):
+    def stages(folder: Path) -> SelfPlayStages:
+        return SelfPlayStages(_settings(tmp_path, "gomoku", prior_games=str(folder)),
+                              tmp_path / "run", ingest=gomoku_ingest)
+
+    with pytest.raises(ValueError, match="no such folder"):
+        stages(tmp_path / "missing")
+    (tmp_path / "empty" / "x").mkdir(parents=True)
+    with pytest.raises(ValueError, match="no self-play folder"):
+        stages(tmp_path / "empty")
+    games = tmp_path / "other" / "selfplay-0000" / "games"
+    games.mkdir(parents=True)
+    (games / "g.json").write_text(json.dumps({"game": "go", "moves": []}))
+    with pytest.raises(ValueError, match=r"not Gomoku games: .*selfplay-0000"):
+        stages(tmp_path / "other")
 
 
 @pytest.mark.parametrize("config, why", [

@@ -23,8 +23,10 @@
    `publish_model` and recorded as serving. A network the trainer cannot train by gradient
    (`require_trainable`) is refused before a game is played.
 2. **ingest**: the replay window (`services.selfplay_loop.window`, KataGo's rule) picks the
-   newest iterations' self-play folders; the injected `ingest` (the ingest flow) writes them
-   as shards with policy targets into ``iter-N/dataset/``.
+   newest iterations' self-play folders, and with `prior_games` earlier runs' folders as
+   older than iteration 0 (each given as ``prior-...=PATH``, its own label); the injected
+   `ingest` (the ingest flow) writes them as shards with policy targets into
+   ``iter-N/dataset/``.
 3. **train**: from the serving network's weights (`TrainConfig.init_weights`, extracted from
    its ``model.pt``), for min(`train_steps`, `samples_per_row` x new rows / batch) steps
    (KataGo's max-train-bucket-per-new-data: each new row is seen about 4 times), then the
@@ -65,6 +67,7 @@ import json
 import logging
 import math
 import os
+import re
 import resource
 import time
 from collections.abc import Callable, Sequence
@@ -98,9 +101,9 @@ from services.repository.version_files import read_version_metadata
 from services.repository.versions import list_versions, version_dir
 from services.selfplay.loop import LoopState, iteration_folder
 from services.selfplay.openings import load_suite, opening_suite
-from services.selfplay.pairs import game_files
+from services.selfplay.pairs import folder_game, game_files
 from services.selfplay.play import END_RESIGNED
-from services.selfplay.records import record_suffix
+from services.selfplay.records import GAMES_DIR, record_suffix
 from services.selfplay.resign import calibrate
 from services.selfplay.settings import SelfPlaySettings
 from services.selfplay.worker import DEFAULT_CONCURRENCY, WorkerReport, run_worker
@@ -182,6 +185,12 @@ class LoopSettings:
               "the iteration's seed, --samples-per-row counted per window row) instead of "
               "continuing the serving version's weights (default: continue them)",
         choices=lambda: sorted(CONFIGS))
+    # KataGo's runs keep one data folder across generations and restarts; a new run here
+    # starts from an earlier one's games this way instead of from an empty window
+    prior_games: str | None = setting(
+        None, "a folder of earlier runs' self-play folders (every folder under it that holds "
+              "games/) that join the replay window as older than iteration 0, labelled "
+              "prior-<their path under it> (default: the run's own games only)")
     window_min_rows: int = setting(DEFAULT_MIN_ROWS, "replay window: every row while the "
                                    "loop has made fewer, then KataGo's taper", minimum=1)
     window_expand: float = setting(DEFAULT_EXPAND, "replay window's growth per row at "
@@ -439,6 +448,25 @@ def held_out_value(history: list[dict]) -> list[dict[str, Any]]:
     return out
 
 
+def prior_selfplay(root: Path, game: Game) -> tuple[tuple[str, Path], ...]:
+    """(label, folder) of every self-play folder under `root`, by path: the earlier runs'
+    games a loop's window starts with (`LoopSettings.prior_games`). Each is labelled
+    ``prior-`` and its path under `root` (every run names its folders alike, and a label
+    names a source's rows). Refused: no such folder, none under it, one of another game."""
+    if not root.is_dir():
+        raise ValueError(f"--prior-games {root}: no such folder")
+    folders = sorted(p.parent for p in root.rglob(GAMES_DIR) if p.is_dir())
+    if not folders:
+        raise ValueError(f"--prior-games {root}: no self-play folder (one holding "
+                         f"{GAMES_DIR}/) under it")
+    others = [str(f) for f in folders if folder_game(f) not in (game.name, None)]
+    if others:
+        raise ValueError(f"--prior-games {root}: not {game.title} games: {', '.join(others)}")
+    return tuple(("prior-" + re.sub(r"[^A-Za-z0-9._-]", "_",
+                                    "-".join(f.relative_to(root).parts or (root.name,))),
+                  f.resolve()) for f in folders)
+
+
 def served_weights(repository: Path, model_name: str, version: int, out: Path) -> str:
     """Write the network of a published version as a state_dict file (what `TrainConfig`'s
     `init_weights` reads) and return its configuration: the version's ``model.pt`` is its
@@ -485,30 +513,28 @@ class SelfPlayStages:
         self.repository = Path(settings.repository)
         self.first_config = (settings.config or self.game.selfplay_config
                              or self.game.default_config)
-        require_trainable(self.first_config, "the loop's first configuration")
-        if spec(self.first_config).game != self.game.name:
-            raise ValueError(f"{self.first_config!r} is a {spec(self.first_config).game} "
-                             f"network, not a {self.game.title} one")
+        self._check_config(self.first_config, "the loop's first configuration")
         self.model = settings.model_name or self.game.model_name(spec(self.first_config).encoder)
         if settings.candidate_config:
-            self._check_candidate_config(settings.candidate_config)
+            self._check_config(settings.candidate_config, "--candidate-config")
+            encoder = spec(settings.candidate_config).encoder
+            if self.game.model_name(encoder) != self.model:
+                raise ValueError(f"--candidate-config {settings.candidate_config!r} takes the "
+                                 f"{encoder!r} input, not that of {self.model}'s versions")
+        self.prior_sources = (prior_selfplay(Path(settings.prior_games), self.game)
+                              if settings.prior_games else ())
         # read and checked once, here: a wrong file is refused before the first stage runs
         self.saved_openings: tuple[tuple[int, ...], ...] = (
             load_suite(Path(settings.opening_file), self.game, self.size).openings
             if settings.opening_file else ())
 
     # ------------------------------------------------------------------------- helpers
-    def _check_candidate_config(self, config: str) -> None:
-        """A candidate configuration must be trainable, of this game, and take the input of
-        the loop's model (its versions are one model name, so one input)."""
-        require_trainable(config, "--candidate-config")
-        model = spec(config)
-        if model.game != self.game.name:
-            raise ValueError(f"--candidate-config {config!r} is a {model.game} network, not a "
+    def _check_config(self, config: str, what: str) -> None:
+        """A configuration the loop trains must be trainable by gradient and of this game."""
+        require_trainable(config, what)
+        if spec(config).game != self.game.name:
+            raise ValueError(f"{what} {config!r} is a {spec(config).game} network, not a "
                              f"{self.game.title} one")
-        if self.game.model_name(model.encoder) != self.model:
-            raise ValueError(f"--candidate-config {config!r} takes the {model.encoder!r} input, "
-                             f"not that of {self.model}'s versions")
 
     def _current(self, stage: str) -> dict:
         """The summary of a stage of the running iteration, as the loop recorded it."""
@@ -703,17 +729,27 @@ class SelfPlayStages:
         rows = [h["selfplay"]["rows"] for h in history]
         rows.append(self._current("selfplay").get("rows") or folder_stats(
             self._games_dir(iteration))["rows"])
-        first, want = window_iterations(rows, s.window_min_rows, s.window_expand,
+        prior = [folder_stats(path)["rows"] for _, path in self.prior_sources]
+        # the earlier runs' folders are older than iteration 0: the window takes the newest
+        first, want = window_iterations(prior + rows, s.window_min_rows, s.window_expand,
                                         s.window_exponent)
-        sources = [str(self._games_dir(i)) for i in range(first, iteration + 1)]
-        self.say(f"iteration {iteration} ingest: the window holds iterations {first}.."
-                 f"{iteration} ({sum(rows[first:])} rows; window({sum(rows)}) = {want})")
+        held = self.prior_sources[first:]
+        own_first = max(0, first - len(prior))
+        sources = ([f"{label}={path}" for label, path in held]
+                   + [str(self._games_dir(i)) for i in range(own_first, iteration + 1)])
+        prior_rows = sum(prior[first:])
+        self.say(f"iteration {iteration} ingest: the window holds iterations {own_first}.."
+                 f"{iteration}" + (f" and {len(held)} earlier folder(s) ({prior_rows} rows)"
+                                   if held else "")
+                 + f" ({sum((prior + rows)[first:])} rows; window({sum(prior + rows)}) = "
+                 f"{want})")
         manifest = self.ingest_sources(sources=sources, out_dir=str(folder / "dataset"),
                                        work_dir=str(self.run_dir / "ingest.work"),
                                        board_size=self.size)
         return {"rows": manifest["rows"], "splits": manifest["splits"],
-                "new_rows": rows[-1], "total_rows": sum(rows), "window_rows": want,
-                "window_first_iteration": first, "sources": len(sources),
+                "new_rows": rows[-1], "total_rows": sum(rows) + sum(prior),
+                "window_rows": want, "window_first_iteration": own_first,
+                "prior_sources": len(held), "prior_rows": prior_rows, "sources": len(sources),
                 "quarantined": sum(c.get("quarantined", 0) for c in manifest["counts"])}
 
     @counted
