@@ -164,11 +164,12 @@ def rif_records(path: Path) -> list[RifGame]:
     return [g for g in read_rif(path) if isinstance(g, RifGame)]
 
 
-def records_collection(path: Path) -> Collection:
-    """A .rif file's Gomoku games as a collection, under the one rule they were all played
-    under (freestyle for the rule-based player's): a file mixing rules is refused, since a
-    set's positions are inferred under one rule."""
-    records = rif_records(path)
+def records_collection(path: Path, records: list[RifGame] | None = None) -> Collection:
+    """A .rif file's Gomoku games (`records`: as `rif_records` read them already) as a
+    collection, under the one rule they were all played under (freestyle for the rule-based
+    player's): a file mixing rules is refused, since a set's positions are inferred under one
+    rule."""
+    records = rif_records(path) if records is None else records
     rules = {game_rule(g.rule) for g in records}
     if len(rules) != 1:
         raise ValueError(f"{path}: {len(records)} games under {len(rules)} rules "
@@ -184,7 +185,9 @@ def prepare(name: str, out: Path, count: int, records_file: Path | None = None) 
     .rif file of Gomoku games in place of the game's collection)."""
     game = get_game(name)
     out.mkdir(parents=True, exist_ok=True)
-    collection = records_collection(records_file) if records_file else COLLECTIONS[name]
+    file_games = rif_records(records_file) if records_file else []
+    collection = (records_collection(records_file, file_games) if records_file
+                  else COLLECTIONS[name])
     records = collection.read()
     eligible = [r.game_id for r in records
                 if exclusion(game, r, LONGEST_SET, collection.clean) is None]
@@ -192,7 +195,7 @@ def prepare(name: str, out: Path, count: int, records_file: Path | None = None) 
     sources: list[str] = []
     (out / "sources").mkdir(exist_ok=True)
     if records_file:  # the file's own games less the kept-out ones, every field as read
-        kept_games = [g for g in rif_records(records_file) if g.game_id not in kept]
+        kept_games = [g for g in file_games if g.game_id not in kept]
         train = out / "sources" / f"{records_file.stem}-train.rif"
         sources.append(str(write_rif(kept_games, train)))
     elif name == "gomoku":  # the collection's own format: a .rif file of the TSV's games
