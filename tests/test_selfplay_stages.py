@@ -297,6 +297,26 @@ def test_prior_games_join_the_window_as_older_than_iteration_zero(tmp_path):
         assert ("earlier folder(s)" in stage_line(0, "ingest", ingested)) == bool(held)
 
 
+def test_the_train_stage_trains_on_train_threads_and_gives_the_process_its_own_back(
+        tmp_path, monkeypatch):
+    import services.selfplay_loop.stages as stages_module
+
+    seen, trainer = [], stages_module.train
+
+    def train_watched(*args, **kwargs):
+        result = trainer(*args, **kwargs)
+        seen.append((args[1].num_threads, torch.get_num_threads()))  # as training left it
+        return result
+
+    monkeypatch.setattr(stages_module, "train", train_watched)
+    before = torch.get_num_threads()
+    run = tmp_path / "run"
+    settings = _settings(tmp_path, "gomoku", games=4, train_threads=before + 1)
+    run_loop(run, SelfPlayStages(settings, run, ingest=gomoku_ingest), Budget(1))
+    assert seen == [(before + 1, before + 1)]
+    assert torch.get_num_threads() == before
+
+
 def test_prior_games_that_are_no_selfplay_of_this_game_are_refused(tmp_path):
     def stages(folder: Path) -> SelfPlayStages:
         return SelfPlayStages(_settings(tmp_path, "gomoku", prior_games=str(folder)),

@@ -115,7 +115,13 @@ from services.selfplay_loop.window import (
 )
 from services.settings import DEFAULT_REPOSITORY, check_settings, setting
 from services.trainer.publish import publish_model, publish_network
-from services.trainer.train import EVALUATED_SPLITS, EXPERT_GAME_SPLIT, TrainConfig, train
+from services.trainer.train import (
+    DEFAULT_THREADS,
+    EVALUATED_SPLITS,
+    EXPERT_GAME_SPLIT,
+    TrainConfig,
+    train,
+)
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +197,9 @@ class LoopSettings:
         None, "a folder of earlier runs' self-play folders (every folder under it that holds "
               "games/) that join the replay window as older than iteration 0, labelled "
               "prior-<their path under it> (default: the run's own games only)")
+    train_threads: int = setting(DEFAULT_THREADS, "torch intra-op threads of the train stage "
+                                 "(more for a large --candidate-config network on idle cores)",
+                                 minimum=1, maximum=1024)
     window_min_rows: int = setting(DEFAULT_MIN_ROWS, "replay window: every row while the "
                                    "loop has made fewer, then KataGo's taper", minimum=1)
     window_expand: float = setting(DEFAULT_EXPAND, "replay window's growth per row at "
@@ -779,11 +788,16 @@ class SelfPlayStages:
                              seed=s.seed + iteration, init_weights=init,
                              checkpoint_every=max(1, steps // 4),
                              curve_every=max(1, steps // 20), value_per_game=s.value_per_game,
-                             expert_dataset=s.expert_dataset, expert_share=s.expert_share)
+                             expert_dataset=s.expert_dataset, expert_share=s.expert_share,
+                             num_threads=s.train_threads)
         self.say(f"iteration {iteration} train: {steps} steps of {batch} rows from {start} "
                  f"({new_rows} new rows, {train_rows} train rows)")
         (folder / "train").mkdir(exist_ok=True)
-        result = train(dataset, recipe, checkpoint=folder / "train" / "checkpoint.pt")
+        threads = torch.get_num_threads()
+        try:
+            result = train(dataset, recipe, checkpoint=folder / "train" / "checkpoint.pt")
+        finally:  # the process's own setting back for the stages after (self-play in it)
+            torch.set_num_threads(threads)
         m = result.metrics
         summary = {
             "steps": m["steps"], "batch_size": batch, "samples": m["steps"] * batch,
