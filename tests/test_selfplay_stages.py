@@ -327,6 +327,11 @@ def test_prior_games_that_are_no_selfplay_of_this_game_are_refused(tmp_path):
     (tmp_path / "empty" / "x").mkdir(parents=True)
     with pytest.raises(ValueError, match="no self-play folder"):
         stages(tmp_path / "empty")
+    own = tmp_path / "run" / "iter-0000" / "selfplay-0000" / "games"
+    own.mkdir(parents=True)
+    (own / "g.json").write_text(json.dumps({"game": "gomoku", "moves": []}))
+    with pytest.raises(ValueError, match="holds this run's own self-play folders"):
+        stages(tmp_path / "run")
     games = tmp_path / "other" / "selfplay-0000" / "games"
     games.mkdir(parents=True)
     (games / "g.json").write_text(json.dumps({"game": "go", "moves": []}))

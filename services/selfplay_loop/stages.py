@@ -532,6 +532,10 @@ class SelfPlayStages:
                                  f"{encoder!r} input, not that of {self.model}'s versions")
         self.prior_sources = (prior_selfplay(Path(settings.prior_games), self.game)
                               if settings.prior_games else ())
+        own = [str(path) for _, path in self.prior_sources if path.is_relative_to(self.run_dir)]
+        if own:  # its rows would be in the window twice
+            raise ValueError(f"--prior-games {settings.prior_games} holds this run's own "
+                             f"self-play folders: {', '.join(own)}")
         # read and checked once, here: a wrong file is refused before the first stage runs
         self.saved_openings: tuple[tuple[int, ...], ...] = (
             load_suite(Path(settings.opening_file), self.game, self.size).openings
