@@ -49,7 +49,13 @@ from services import logs, settings
 from services.selfplay.loop import STAGES, Budget, LoopState, run_loop
 from services.selfplay.settings import SelfPlaySettings
 from services.selfplay_loop.metrics import LoopMetrics
-from services.selfplay_loop.stages import LoopSettings, SelfPlayStages, ShareTask, play_share
+from services.selfplay_loop.stages import (
+    LoopSettings,
+    SelfPlayStages,
+    ShareTask,
+    play_share,
+    prior_words,
+)
 from services.settings import ROOT
 
 DEFAULT_RUN_DIR = str(ROOT / "runs" / "selfplay")
@@ -92,10 +98,9 @@ def _number(value: object, digits: int = 3) -> str:
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
-def _prior_words(ingested: dict) -> str:
-    """The earlier runs' folders an ingest's window held (`--prior-games`), in words."""
-    held = ingested.get("prior_sources", 0)
-    return f" and {held} earlier folder(s) ({ingested['prior_rows']} rows)" if held else ""
+def _prior(ingested: dict) -> str:
+    """An ingest summary's earlier runs' folders (`--prior-games`), in the stage's words."""
+    return prior_words(ingested.get("prior_sources", 0), ingested.get("prior_rows", 0))
 
 
 def stage_line(iteration: int, stage: str, summary: dict) -> str:
@@ -104,7 +109,7 @@ def stage_line(iteration: int, stage: str, summary: dict) -> str:
         "selfplay": lambda s: f"{s['games']} games ({s['played_now']} now), {s['rows']} rows, "
                               f"v{s['serving_version']} playing",
         "ingest": lambda s: f"{s['rows']} rows from iterations {s['window_first_iteration']}.."
-                            f"{iteration}{_prior_words(s)} (window {s['window_rows']} of "
+                            f"{iteration}{_prior(s)} (window {s['window_rows']} of "
                             f"{s['total_rows']})",
         "train": lambda s: f"{s['steps']} steps, loss {_number(s['first_loss'])} -> "
                            f"{_number(s['last_loss'])}, candidate v{s['candidate_version']}",
@@ -137,7 +142,7 @@ def iteration_markdown(iteration: int, record: dict) -> str:
         f"resigned, {play.get('resign_wrong', 0)} did not lose (false positives)",
         "",
         f"**Ingest**: {data['rows']} rows from iterations {data['window_first_iteration']}.."
-        f"{iteration}{_prior_words(data)} (replay window {data['window_rows']} of "
+        f"{iteration}{_prior(data)} (replay window {data['window_rows']} of "
         f"{data['total_rows']} rows made), "
         f"splits {data['splits']}, {data['quarantined']} games quarantined",
         "",

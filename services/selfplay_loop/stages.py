@@ -476,6 +476,12 @@ def prior_selfplay(root: Path, game: Game) -> tuple[tuple[str, Path], ...]:
                   f.resolve()) for f in folders)
 
 
+def prior_words(folders: int, rows: int) -> str:
+    """The earlier runs' folders an ingest's window held (`LoopSettings.prior_games`), in
+    words; nothing when it held none."""
+    return f" and {folders} earlier folder(s) ({rows} rows)" if folders else ""
+
+
 def served_weights(repository: Path, model_name: str, version: int, out: Path) -> str:
     """Write the network of a published version as a state_dict file (what `TrainConfig`'s
     `init_weights` reads) and return its configuration: the version's ``model.pt`` is its
@@ -744,7 +750,8 @@ class SelfPlayStages:
             self._games_dir(iteration))["rows"])
         prior = [folder_stats(path)["rows"] for _, path in self.prior_sources]
         # the earlier runs' folders are older than iteration 0: the window takes the newest
-        first, want = window_iterations(prior + rows, s.window_min_rows, s.window_expand,
+        made = prior + rows
+        first, want = window_iterations(made, s.window_min_rows, s.window_expand,
                                         s.window_exponent)
         held = self.prior_sources[first:]
         own_first = max(0, first - len(prior))
@@ -752,15 +759,13 @@ class SelfPlayStages:
                    + [str(self._games_dir(i)) for i in range(own_first, iteration + 1)])
         prior_rows = sum(prior[first:])
         self.say(f"iteration {iteration} ingest: the window holds iterations {own_first}.."
-                 f"{iteration}" + (f" and {len(held)} earlier folder(s) ({prior_rows} rows)"
-                                   if held else "")
-                 + f" ({sum((prior + rows)[first:])} rows; window({sum(prior + rows)}) = "
-                 f"{want})")
+                 f"{iteration}{prior_words(len(held), prior_rows)} ({sum(made[first:])} rows; "
+                 f"window({sum(made)}) = {want})")
         manifest = self.ingest_sources(sources=sources, out_dir=str(folder / "dataset"),
                                        work_dir=str(self.run_dir / "ingest.work"),
                                        board_size=self.size)
         return {"rows": manifest["rows"], "splits": manifest["splits"],
-                "new_rows": rows[-1], "total_rows": sum(rows) + sum(prior),
+                "new_rows": rows[-1], "total_rows": sum(made),
                 "window_rows": want, "window_first_iteration": own_first,
                 "prior_sources": len(held), "prior_rows": prior_rows, "sources": len(sources),
                 "quarantined": sum(c.get("quarantined", 0) for c in manifest["counts"])}
