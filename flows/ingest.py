@@ -269,14 +269,14 @@ def _resolve_sources(sources: list[str] | None) -> list[Source]:
     return found
 
 
-def _run_reads(paths: list[Source], fps: dict[Source, str], work: Path, progress: bool,
+def _run_reads(resolved: list[Source], fps: dict[Source, str], work: Path, progress: bool,
                refresh: bool = False, board_size: int | None = None,
                ) -> tuple[dict[str, dict], set[str]]:
     """Submit one read task per source; return summaries by name and the names served from
     Prefect's cache."""
     reader = read_source.with_options(refresh_cache=True) if refresh else read_source
     futures = [reader.submit(str(src.path), src.name, fps[src], str(work), PIPELINE_VERSION,
-                             board_size) for src in paths]
+                             board_size) for src in resolved]
     summaries, cached = {}, set()
     bar = _progress_bar(len(futures), "re-reading" if refresh else "reading") if progress else None
     try:
@@ -325,24 +325,24 @@ def ingest(sources: list[str] | None = None, out_dir: str = DEFAULT_OUT,
     then the trainer's `read_split` refuses a split that mixes sizes). Returns the manifest.
     """
     logger = get_run_logger()
-    paths = _resolve_sources(sources)
+    resolved = _resolve_sources(sources)
     out = Path(out_dir).resolve()
     work = Path(work_dir).resolve() if work_dir else default_work_dir(out)
     work.mkdir(parents=True, exist_ok=True)
     for stale in work.glob(".*.tmp"):  # a killed run's half-written intermediate
         stale.unlink(missing_ok=True)
 
-    fps = {src: fingerprint(src.path) for src in paths}
-    played = get_game(source_game(paths[0].path))
+    fps = {src: fingerprint(src.path) for src in resolved}
+    played = get_game(source_game(resolved[0].path))
     game = played.name
     kept_size = played.default_size if board_size is None else (board_size or None)
     # games kept up to a point, with a note: {kind: what happened to them, in words}
     notes = {kind: prefix.rstrip(": ") for kind, prefix in played.kept_notes.items()}
-    logger.info("ingesting %d %s source(s) into %s (intermediates in %s)", len(paths), game,
+    logger.info("ingesting %d %s source(s) into %s (intermediates in %s)", len(resolved), game,
                 out, work)
-    summaries, cached = _run_reads(paths, fps, work, progress, board_size=kept_size)
-    logger.info("%d source(s) read, %d of them from the cache", len(paths), len(cached))
-    damaged = [p for p in paths if not _intact(summaries[p.name])]
+    summaries, cached = _run_reads(resolved, fps, work, progress, board_size=kept_size)
+    logger.info("%d source(s) read, %d of them from the cache", len(resolved), len(cached))
+    damaged = [src for src in resolved if not _intact(summaries[src.name])]
     if damaged:  # a cached summary outlived its intermediate file: compute it again
         again, _ = _run_reads(damaged, fps, work, progress, refresh=True,
                               board_size=kept_size)
@@ -351,7 +351,7 @@ def ingest(sources: list[str] | None = None, out_dir: str = DEFAULT_OUT,
         still = [n for n in again if not _intact(again[n])]
         if still:
             raise RuntimeError(f"intermediates of {still} are damaged right after writing")
-    ordered = [summaries[p.name] for p in paths]
+    ordered = [summaries[src.name] for src in resolved]
 
     # dedup, split and shards out of core (DuckDB, spilling into the work folder)
     built = build_shards([Path(s["pairs_path"]) for s in ordered], out, game,
@@ -373,7 +373,7 @@ def ingest(sources: list[str] | None = None, out_dir: str = DEFAULT_OUT,
         "splits": split_rows,
         "files": files,
         "quarantine": quarantine_entry,
-        "sources": [{"path": p.name, "sha256": fps[p]} for p in paths],
+        "sources": [{"path": src.name, "sha256": fps[src]} for src in resolved],
         "counts": counts,
         "writer": {"rows_per_shard": ROWS_PER_SHARD, "row_group_rows": ROW_GROUP_ROWS,
                    "compression": COMPRESSION, "board_encoding": built.board_encoding,
@@ -474,10 +474,10 @@ def main(argv: list[str] | None = None) -> dict:
     logs.add_arguments(parser)
     args = parser.parse_args(argv)
     try:  # the flow checks them too; here a bad list is a usage error before Prefect starts
-        paths = _resolve_sources(args.sources or None)
+        resolved = _resolve_sources(args.sources or None)
     except (ValueError, FileNotFoundError) as exc:
         parser.error(str(exc))
-    kept_notes = get_game(source_game(paths[0].path)).kept_notes
+    kept_notes = get_game(source_game(resolved[0].path)).kept_notes
     configure_logging(args)
     workers = args.dask_workers or (DEFAULT_DASK_WORKERS if args.dask else 0)
     # `python -m flows.ingest` runs this file as __main__: take the flow from the importable
