@@ -23,7 +23,7 @@ from services.match.gtp_process import find_gnugo
 from services.match.ratings import plot_ratings, rate, write_cards
 from services.match.results import LOG_FILE, read_log, standings_table
 from services.match.runner import RECORDS_DIR, MatchConfig, play_game, run_match, schedule
-from services.match.specs import EngineSpecError, parse_engine, resolve
+from services.match.specs import EngineSpecError, open_engine, parse_engine, resolve
 from services.models.local_evaluator import LocalEvaluator
 from services.repository.quarantine import quarantine, quarantine_reason
 from services.repository.versions import list_versions, quarantined_versions, version_dir
@@ -65,6 +65,50 @@ def test_engine_specs_parse_and_resolve(repo) -> None:
         resolve("version:7", GOMOKU, repository)
     with pytest.raises(EngineSpecError, match="not found"):
         resolve("gtp:cmd=/nonexistent/engine --mode gtp", GOMOKU, repository)
+
+
+class CallCounter:
+    """An evaluator that counts the network calls of the one it wraps."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.calls = 0
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def infer(self, boards, *args, **kwargs):
+        self.calls += 1
+        return self.inner.infer(boards, *args, **kwargs)
+
+
+def test_batch_option_sets_the_leaves_a_network_call(repo) -> None:
+    repository, uniform, _ = repo
+    assert parse_engine("version:1:batch=4").int_option("batch", 16, 1) == 4
+    for bad, words in [("version:1:batch=0", "batch must be 1..1024"),
+                       ("version:1:batch=four", "not a whole number"),
+                       ("policy:1:batch=4", "takes no option 'batch'")]:
+        with pytest.raises(EngineSpecError, match=words):
+            parse_engine(bad)
+    one = resolve(f"version:{uniform}:visits=32:batch=1", GOMOKU, repository)
+    assert one.label == f"version:gomoku_policy/{uniform}:visits=32:batch=1"
+    assert one.describe()["batch"] == 1
+    # the default batch is not spelt out: the same player as before the option existed
+    default = resolve(f"version:{uniform}:visits=32:batch=16", GOMOKU, repository)
+    assert default.label == f"version:gomoku_policy/{uniform}:visits=32"
+    state = GOMOKU.start().play(112)
+    calls = {}
+    for player in (one, default):
+        engine = open_engine(player, GOMOKU)
+        try:
+            assert isinstance(engine, SearchEngine)
+            engine.evaluator = counter = CallCounter(engine.evaluator)
+            assert state.legal_mask()[engine.genmove(state)]
+            calls[engine.batch_size] = counter.calls
+        finally:
+            engine.close()
+    # 32 visits one leaf a call: the root and 31 more calls; 16 leaves a call: a few
+    assert calls[1] >= 30 and calls[16] <= 8, calls
 
 
 # ---------------------------------------------------------------------------- engines

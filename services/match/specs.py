@@ -4,7 +4,7 @@ Why a text form: a match, its log and its ratings name players; the same text on
 line, in a Prefect parameter and in the log says what played. Kinds:
 
     version:[MODEL/]N|serving|latest[:visits=200][:time_ms=0][:value=1][:rollout_lambda=0]
-            [:triton=HOST:PORT]
+            [:batch=16][:triton=HOST:PORT]
         a published version of the repository searched at a budget (in-process TorchScript of
         the version folder, or through Triton pinned to that version with ``triton=``);
         ``serving``: the version the rollout record serves, ``latest``: the newest published;
@@ -13,7 +13,9 @@ line, in a Prefect parameter and in the log says what played. Kinds:
         folder in-process (Triton never loads it: ``triton=`` is refused), so a refused
         candidate can still be rated;
         ``rollout_lambda`` in [0, 1]: leaf values mixed with fast rollouts of the rollout
-        policy published with the version (`services.search.rollout_value`)
+        policy published with the version (`services.search.rollout_value`); ``batch``: leaves
+        a network call (the search's virtual-loss batch): at a fixed visit budget a smaller
+        batch searches deeper, at a time budget a larger one evaluates more leaves a second
     policy:[MODEL/]N|serving|latest[:triton=HOST:PORT]
         the version's raw policy (argmax of the legal logits)
     gnugo[:level=10][:path=/usr/games/gnugo]
@@ -60,15 +62,18 @@ from services.repository.versions import (
     quarantined_versions,
     version_dir,
 )
+from services.search.puct import DEFAULT_BATCH_SIZE
 from services.search.rollout_value import FixedRollouts, check_lambda
 
 DEFAULT_VISITS = 200
 DEFAULT_GNUGO_LEVEL = 10
 DEFAULT_TIMEOUT_TURN_MS = 1000
+MAX_BATCH = 1024  # leaves a network call: far above any useful batch, a bound on a typo
 
 # kind -> (takes a target, its options)
 KINDS: dict[str, tuple[bool, tuple[str, ...]]] = {
-    "version": (True, ("visits", "time_ms", "value", "rollout_lambda", "triton", "name")),
+    "version": (True, ("visits", "time_ms", "value", "rollout_lambda", "batch", "triton",
+                       "name")),
     "policy": (True, ("triton", "name")),
     "gnugo": (False, ("level", "path", "name")),
     "gtp": (False, ("cmd", "name")),
@@ -169,6 +174,7 @@ def _check_numbers(spec: EngineSpec) -> None:
         time_ms = spec.int_option("time_ms", 0, 0)
         spec.int_option("value", 1, 0, 1)
         spec.lambda_option()
+        spec.int_option("batch", DEFAULT_BATCH_SIZE, 1, MAX_BATCH)
         if spec.option("visits") is not None and visits == 0 and time_ms == 0:
             raise EngineSpecError(f"{spec.text!r}: visits=0 needs time_ms > 0")
     elif spec.kind == "gnugo":
@@ -197,7 +203,8 @@ class Player:
         if self.version is not None:
             out.update(model_name=self.model_name, version=self.version,
                        visits=self.spec.int_option("visits", 0, 0),
-                       time_ms=self.spec.int_option("time_ms", 0, 0))
+                       time_ms=self.spec.int_option("time_ms", 0, 0),
+                       batch=self.spec.int_option("batch", DEFAULT_BATCH_SIZE, 1, MAX_BATCH))
             if self.folder is not None and Path(self.folder).parent.name == QUARANTINE_DIR:
                 out["quarantined"] = True
         if self.argv:
@@ -269,6 +276,9 @@ def resolve(spec: EngineSpec | str, game: Game, repository: Path) -> Player:
             visits = visits or (0 if time_ms else DEFAULT_VISITS)
             options = [("visits", str(visits))] + ([("time_ms", str(time_ms))] if time_ms
                                                    else [])
+            batch = spec.int_option("batch", DEFAULT_BATCH_SIZE, 1, MAX_BATCH)
+            if batch != DEFAULT_BATCH_SIZE:
+                options.append(("batch", str(batch)))
             if spec.int_option("value", 1, 0, 1) == 0:
                 options.append(("value", "0"))
             lam = spec.lambda_option()
@@ -328,6 +338,7 @@ def open_engine(player: Player, game: Game, *, seed: int = 0) -> Engine:
                 Path(player.rollout_file).read_bytes()))
         return SearchEngine(evaluator, player.label, visits=spec.int_option("visits", 0, 0),
                             time_ms=spec.int_option("time_ms", 0, 0), rollout_lambda=lam,
+                            batch_size=spec.int_option("batch", DEFAULT_BATCH_SIZE, 1, MAX_BATCH),
                             rollouts=rollouts, seed=seed)
     if spec.kind == "gnugo":
         argv = list(player.argv)
