@@ -82,17 +82,27 @@ class CallCounter:
         return self.inner.infer(boards, *args, **kwargs)
 
 
-def test_batch_option_sets_the_leaves_a_network_call(repo) -> None:
+def test_batch_and_c_puct_options_set_a_version_engines_search(repo) -> None:
     repository, uniform, _ = repo
     assert parse_engine("version:1:batch=4").int_option("batch", 16, 1) == 4
     for bad, words in [("version:1:batch=0", "batch must be 1..1024"),
                        ("version:1:batch=four", "not a whole number"),
-                       ("policy:1:batch=4", "takes no option 'batch'")]:
+                       ("policy:1:batch=4", "takes no option 'batch'"),
+                       ("version:1:c_puct=0", r"c_puct must be a number in \(0, 100\]"),
+                       ("version:1:c_puct=nan", "c_puct must be"),
+                       ("version:1:c_puct=high", "c_puct must be")]:
         with pytest.raises(EngineSpecError, match=words):
             parse_engine(bad)
     one = resolve(f"version:{uniform}:visits=32:batch=1", GOMOKU, repository)
     assert one.label == f"version:gomoku_policy/{uniform}:visits=32:batch=1"
-    assert one.describe()["batch"] == 1
+    assert one.describe()["batch"] == 1 and one.describe()["c_puct"] == 1.5
+    explore = resolve(f"version:{uniform}:visits=32:c_puct=2.50", GOMOKU, repository)
+    assert explore.label == f"version:gomoku_policy/{uniform}:visits=32:c_puct=2.5"
+    engine = open_engine(explore, GOMOKU)
+    try:
+        assert isinstance(engine, SearchEngine) and engine.c_puct == 2.5
+    finally:
+        engine.close()
     # the default batch is not spelt out: the same player as before the option existed
     default = resolve(f"version:{uniform}:visits=32:batch=16", GOMOKU, repository)
     assert default.label == f"version:gomoku_policy/{uniform}:visits=32"

@@ -35,7 +35,7 @@ from services.match.gtp_process import GtpProcess, GtpProcessError
 from services.match.piskvork_process import PiskvorkError, PiskvorkProcess
 from services.protocols.gomocup import from_index, to_index
 from services.search import mcts
-from services.search.puct import DEFAULT_BATCH_SIZE
+from services.search.puct import DEFAULT_BATCH_SIZE, DEFAULT_C_PUCT
 from services.search.rollout_value import RolloutSource, RolloutValueEvaluator, check_lambda
 
 log = logging.getLogger(__name__)
@@ -66,12 +66,13 @@ class SearchEngine:
     `rollout_lambda` > 0 its leaf values are mixed with fast rollouts of `rollouts`
     (`services.search.rollout_value`, a wrapper built for each move's root: its rule and Go's
     komi; the search gives it each leaf's colour), seeded from `seed` and the move number, so
-    a game replays alike. `batch_size`: leaves a network call (the search's batch)."""
+    a game replays alike. `batch_size`: leaves a network call (the search's batch); `c_puct`:
+    PUCT's exploration constant."""
 
     def __init__(self, evaluator: PolicyEvaluator, name: str, *, visits: int = 0,
                  time_ms: int = 0, rollout_lambda: float = 0.0,
                  rollouts: RolloutSource | None = None, seed: int = 0,
-                 batch_size: int = DEFAULT_BATCH_SIZE) -> None:
+                 batch_size: int = DEFAULT_BATCH_SIZE, c_puct: float = DEFAULT_C_PUCT) -> None:
         if visits <= 0 and time_ms <= 0:
             raise ValueError("a search engine needs visits or time_ms > 0")
         self.rollout_lambda = check_lambda(rollout_lambda)
@@ -84,6 +85,7 @@ class SearchEngine:
         self.rollouts = rollouts
         self.seed = int(seed)
         self.batch_size = batch_size
+        self.c_puct = c_puct
 
     def _evaluator(self, state: Position) -> PolicyEvaluator:
         if self.rollout_lambda == 0 or self.rollouts is None:
@@ -94,7 +96,8 @@ class SearchEngine:
 
     def genmove(self, state: Position) -> int | None:
         return int(mcts.search(state, self._evaluator(state), max_visits=self.visits,
-                               max_time_ms=self.time_ms, batch_size=self.batch_size).move)
+                               max_time_ms=self.time_ms, batch_size=self.batch_size,
+                               c_puct=self.c_puct).move)
 
     def close(self) -> None:
         close = getattr(self.evaluator, "close", None)

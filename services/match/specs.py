@@ -4,7 +4,7 @@ Why a text form: a match, its log and its ratings name players; the same text on
 line, in a Prefect parameter and in the log says what played. Kinds:
 
     version:[MODEL/]N|serving|latest[:visits=200][:time_ms=0][:value=1][:rollout_lambda=0]
-            [:batch=16][:triton=HOST:PORT]
+            [:batch=16][:c_puct=1.5][:triton=HOST:PORT]
         a published version of the repository searched at a budget (in-process TorchScript of
         the version folder, or through Triton pinned to that version with ``triton=``);
         ``serving``: the version the rollout record serves, ``latest``: the newest published;
@@ -15,7 +15,8 @@ line, in a Prefect parameter and in the log says what played. Kinds:
         ``rollout_lambda`` in [0, 1]: leaf values mixed with fast rollouts of the rollout
         policy published with the version (`services.search.rollout_value`); ``batch``: leaves
         a network call (the search's virtual-loss batch): at a fixed visit budget a smaller
-        batch searches deeper, at a time budget a larger one evaluates more leaves a second
+        batch searches deeper, at a time budget a larger one evaluates more leaves a second;
+        ``c_puct``: PUCT's exploration constant
     policy:[MODEL/]N|serving|latest[:triton=HOST:PORT]
         the version's raw policy (argmax of the legal logits)
     gnugo[:level=10][:path=/usr/games/gnugo]
@@ -35,6 +36,7 @@ comes last. `resolve` checks what it can before the first game (the version fold
 
 from __future__ import annotations
 
+import math
 import shlex
 import shutil
 from dataclasses import dataclass
@@ -62,18 +64,19 @@ from services.repository.versions import (
     quarantined_versions,
     version_dir,
 )
-from services.search.puct import DEFAULT_BATCH_SIZE
+from services.search.puct import DEFAULT_BATCH_SIZE, DEFAULT_C_PUCT
 from services.search.rollout_value import FixedRollouts, check_lambda
 
 DEFAULT_VISITS = 200
 DEFAULT_GNUGO_LEVEL = 10
 DEFAULT_TIMEOUT_TURN_MS = 1000
 MAX_BATCH = 1024  # leaves a network call: far above any useful batch, a bound on a typo
+MAX_C_PUCT = 100.0  # far above any useful exploration constant, a bound on a typo
 
 # kind -> (takes a target, its options)
 KINDS: dict[str, tuple[bool, tuple[str, ...]]] = {
-    "version": (True, ("visits", "time_ms", "value", "rollout_lambda", "batch", "triton",
-                       "name")),
+    "version": (True, ("visits", "time_ms", "value", "rollout_lambda", "batch", "c_puct",
+                       "triton", "name")),
     "policy": (True, ("triton", "name")),
     "gnugo": (False, ("level", "path", "name")),
     "gtp": (False, ("cmd", "name")),
@@ -109,6 +112,20 @@ class EngineSpec:
         if number < low or (high is not None and number > high):
             span = f"{low}..{high}" if high is not None else f">= {low}"
             raise EngineSpecError(f"{self.text!r}: {key} must be {span}, got {number}")
+        return number
+
+    def c_puct_option(self) -> float:
+        """``c_puct`` (the search's default when not given), a finite number > 0."""
+        value = self.option("c_puct")
+        if value is None:
+            return DEFAULT_C_PUCT
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if not (math.isfinite(number) and 0 < number <= MAX_C_PUCT):
+            raise EngineSpecError(f"{self.text!r}: c_puct must be a number in (0, {MAX_C_PUCT:g}],"
+                                  f" got {value!r}")
         return number
 
     def lambda_option(self) -> float:
@@ -175,6 +192,7 @@ def _check_numbers(spec: EngineSpec) -> None:
         spec.int_option("value", 1, 0, 1)
         spec.lambda_option()
         spec.int_option("batch", DEFAULT_BATCH_SIZE, 1, MAX_BATCH)
+        spec.c_puct_option()
         if spec.option("visits") is not None and visits == 0 and time_ms == 0:
             raise EngineSpecError(f"{spec.text!r}: visits=0 needs time_ms > 0")
     elif spec.kind == "gnugo":
@@ -204,7 +222,8 @@ class Player:
             out.update(model_name=self.model_name, version=self.version,
                        visits=self.spec.int_option("visits", 0, 0),
                        time_ms=self.spec.int_option("time_ms", 0, 0),
-                       batch=self.spec.int_option("batch", DEFAULT_BATCH_SIZE, 1, MAX_BATCH))
+                       batch=self.spec.int_option("batch", DEFAULT_BATCH_SIZE, 1, MAX_BATCH),
+                       c_puct=self.spec.c_puct_option())
             if self.folder is not None and Path(self.folder).parent.name == QUARANTINE_DIR:
                 out["quarantined"] = True
         if self.argv:
@@ -279,6 +298,8 @@ def resolve(spec: EngineSpec | str, game: Game, repository: Path) -> Player:
             batch = spec.int_option("batch", DEFAULT_BATCH_SIZE, 1, MAX_BATCH)
             if batch != DEFAULT_BATCH_SIZE:
                 options.append(("batch", str(batch)))
+            if spec.c_puct_option() != DEFAULT_C_PUCT:
+                options.append(("c_puct", f"{spec.c_puct_option():g}"))
             if spec.int_option("value", 1, 0, 1) == 0:
                 options.append(("value", "0"))
             lam = spec.lambda_option()
@@ -339,6 +360,7 @@ def open_engine(player: Player, game: Game, *, seed: int = 0) -> Engine:
         return SearchEngine(evaluator, player.label, visits=spec.int_option("visits", 0, 0),
                             time_ms=spec.int_option("time_ms", 0, 0), rollout_lambda=lam,
                             batch_size=spec.int_option("batch", DEFAULT_BATCH_SIZE, 1, MAX_BATCH),
+                            c_puct=spec.c_puct_option(),
                             rollouts=rollouts, seed=seed)
     if spec.kind == "gnugo":
         argv = list(player.argv)
