@@ -240,7 +240,7 @@ def add_match_commands(subparsers: Any) -> dict[str, Any]:
         "match", help="a rated match between versions and engines",
         description=__doc__.split("\n\n")[0],
         epilog="Engines: version:[MODEL/]N|serving|latest[:visits=V][:time_ms=T][:value=0]"
-               "[:rollout_lambda=L][:triton=HOST:PORT], policy:[MODEL/]N, "
+               "[:rollout_lambda=L][:batch=B][:c_puct=C][:triton=HOST:PORT], policy:[MODEL/]N, "
                "gnugo[:level=L][:path=P], gtp:cmd=COMMAND, "
                "gomocup:[timeout_turn=MS:][rule=BITS:]cmd=COMMAND; any with :name=LABEL. "
                "Each opening is played twice per two engines, colours swapped.")
