@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from pathlib import Path
 
@@ -18,7 +19,14 @@ from services.repository.publish import publish
 from services.repository.versions import list_versions
 from services.trainer.metrics import stage_labels, stage_of
 from services.trainer.publish import check_gate
-from services.trainer.train import CheckpointError, TrainConfig, train
+from services.trainer.train import (
+    DEAD_VALUE_STD,
+    CheckpointError,
+    TrainConfig,
+    dead_value_head,
+    redraw_value_head,
+    train,
+)
 from tests.conftest import SAMPLE_RIF
 from tests.training_recipes import write_dataset, write_sample_dataset
 
@@ -111,6 +119,7 @@ def test_value_head_learns_whose_side_wins(tmp_path: Path) -> None:
         m = result.metrics[split]
         assert m["value_n"] == m["n"] and m["finite"]
         assert m["value_sign"] > 0.99 and m["value_mse"] < 0.05, (split, m)
+        assert m["value_std"] > 0.9  # +1 on Black's turns, -1 on White's
     assert result.metrics["validation"]["top1"] > 0.05  # the policy learns next to it
     path = tmp_path / "v.pt"
     export_torchscript(result.model, path)
@@ -130,6 +139,64 @@ def test_value_metrics_on_real_results(dataset: Path) -> None:
         assert 0 <= m["value_sign"] <= 1 and 0 <= m["value_mse"] <= 4
     policy_only = train(dataset, small(max_steps=2), progress=False)
     assert "value_mse" not in policy_only.metrics["validation"]
+
+
+def _dead_head_weights(path: Path) -> Path:
+    """A `shao_f32_n2_v` network whose value head's ReLU units are all dead: its 1x1 conv's
+    bias far below anything the trunk's features can lift (no gradient passes it again)."""
+    net = build("shao_f32_n2_v")
+    with torch.no_grad():
+        net.value_head.conv.bias.fill_(-1e4)
+    torch.save(net.state_dict(), path)
+    return path
+
+
+def test_a_dead_value_head_is_reported_and_drawn_anew_on_request(dataset: Path, tmp_path: Path,
+                                                                caplog) -> None:
+    dead = _dead_head_weights(tmp_path / "dead.pt")
+    with caplog.at_level(logging.WARNING, logger="services.trainer.train"):
+        kept = train(dataset, small(model="shao_f32_n2_v", max_steps=20, init_weights=str(dead)),
+                     progress=False)
+    m = kept.metrics["validation"]
+    # one number everywhere (a Gomoku head turns it by the mover: +-c, a spread of |c|)
+    assert m["value_std"] < DEAD_VALUE_STD
+    assert dead_value_head(kept.metrics) == ("validation", m["value_std"])
+    assert "nearly one value everywhere" in caplog.text and "--fresh-value-head" in caplog.text
+    assert torch.all(kept.model.value_head.conv.bias < -1e3)  # 20 steps did not revive it
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="services.trainer.train"):
+        fresh = train(dataset, small(model="shao_f32_n2_v", max_steps=20, init_weights=str(dead),
+                                     fresh_value_head=True, learning_rate=1e-3),
+                      progress=False)
+    assert torch.all(fresh.model.value_head.conv.bias.abs() < 1.0)
+    assert fresh.metrics["validation"]["value_std"] > 0
+
+
+def test_redraw_value_head_keeps_the_rest_and_repeats_by_seed() -> None:
+    net = build("shao_f32_n2_v")
+    with torch.no_grad():
+        net.value_head.conv.bias.fill_(-1e4)
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    redraw_value_head(net, 7)
+    after = net.state_dict()
+    for key, value in before.items():
+        same = torch.equal(value, after[key])
+        assert same != key.startswith("value_head."), key
+    again = build("shao_f32_n2_v")
+    redraw_value_head(again, 7)
+    for key, value in again.state_dict().items():
+        if key.startswith("value_head."):
+            assert torch.equal(value, after[key]), key
+    with pytest.raises(ValueError, match="no value head"):
+        redraw_value_head(build("shao_f32_n2"), 7)
+
+
+def test_fresh_value_head_needs_weights_and_a_value_head(dataset: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="give --init-weights"):
+        train(dataset, small(model="shao_f32_n2_v", fresh_value_head=True), progress=False)
+    dead = _dead_head_weights(tmp_path / "dead.pt")
+    with pytest.raises(ValueError, match="a _v one"):
+        train(dataset, small(init_weights=str(dead), fresh_value_head=True), progress=False)
 
 
 def test_checkpoint_from_another_config_is_refused(dataset: Path, tmp_path: Path) -> None:

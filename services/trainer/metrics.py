@@ -6,7 +6,9 @@ game's buckets of the ply (`Game.stages`): Gomoku 10-move buckets (0-9, 10-19,
 ...) with every ply past 100 in one bucket; Go games run to 200-300 moves, so Go uses 50-move
 buckets with every ply past 300 in one. A model with a value head is also scored on the rows
 whose game result is known: `value_mse` (against +1 won / -1 lost / 0 drawn for the mover) and
-`value_sign` (how often its sign names the winner of decisive games).
+`value_sign` (how often its sign names the winner of decisive games), and `value_std` (the spread
+of its values: a head whose units died says one value everywhere, which MSE near 1 alone does
+not tell from a head that has not learned yet).
 
 The boards measured are the stored basic inputs (a split as `read_split` gives it); a model
 built for another of its game's input encoders (`ModelSpec.encoder`) is measured on that
@@ -16,6 +18,7 @@ in memory once, compact.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -83,8 +86,9 @@ def evaluate(model: nn.Module, boards: np.ndarray, moves: np.ndarray, device: st
 
 
 # positions of the additive counts in the vector `_sums` returns (the stage counts follow)
-_LOSS, _N, _HIT1, _HIT5, _NONFINITE, _HAS_VALUE, _KNOWN, _SQERR, _DECISIVE, _SIGN = range(10)
-_FIXED = 10
+(_LOSS, _N, _HIT1, _HIT5, _NONFINITE, _HAS_VALUE, _KNOWN, _SQERR, _DECISIVE, _SIGN, _VSUM,
+ _VSQ) = range(12)
+_FIXED = 12
 
 
 def _sums(model: nn.Module, boards: np.ndarray, moves: np.ndarray, device: str,
@@ -92,7 +96,8 @@ def _sums(model: nn.Module, boards: np.ndarray, moves: np.ndarray, device: str,
           results: np.ndarray | None, game: Game, encoder: str) -> list[float]:
     """The additive counts of one share of a split (see `evaluate`): loss sum, rows, top-1 and
     top-5 hits, non-finite batches, whether the model gave values, the value head's known rows,
-    squared-error sum, decisive rows and right signs, then rows and top-1 hits per stage."""
+    squared-error sum, decisive rows and right signs, the sum and squared sum of its values
+    (their spread), then rows and top-1 hits per stage."""
     was_training = model.training
     model.eval()
     n = len(moves)
@@ -132,6 +137,7 @@ def _sums(model: nn.Module, boards: np.ndarray, moves: np.ndarray, device: str,
         sums[_SQERR] = float(np.sum((v - target) ** 2))
         sums[_DECISIVE] = float(decisive.sum())
         sums[_SIGN] = float(np.sum(np.sign(v[decisive]) == target[decisive]))
+        sums[_VSUM], sums[_VSQ] = float(v.sum()), float(np.sum(v * v))
     n_stages = len(stage_labels(*stages))
     per_stage = np.zeros((2, n_stages))
     if plies is not None and n:
@@ -150,7 +156,10 @@ def _metrics(sums: list[float], stages: tuple[int, int], by_stage: bool) -> dict
         known, decisive = int(sums[_KNOWN]), sums[_DECISIVE]
         out.update({"value_n": known,
                     "value_mse": sums[_SQERR] / known if known else float("nan"),
-                    "value_sign": sums[_SIGN] / decisive if decisive else float("nan")})
+                    "value_sign": sums[_SIGN] / decisive if decisive else float("nan"),
+                    # how far the values spread: near 0, the head says one thing everywhere
+                    "value_std": (math.sqrt(max(sums[_VSQ] / known - (sums[_VSUM] / known) ** 2,
+                                                0.0)) if known else float("nan"))})
     if by_stage and n:
         labels = stage_labels(*stages)
         counts = np.asarray(sums[_FIXED:]).reshape(2, len(labels))

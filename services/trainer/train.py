@@ -153,6 +153,12 @@ class TrainConfig:
         None, "weights file the model starts from when no checkpoint exists (any format "
               "services.models.weights reads: a trainer checkpoint, a state_dict, a flat "
               "vector; default: random weights drawn from the seed)")
+    # A value head whose ReLU units all died gives one value everywhere and never learns
+    # again (no gradient passes a dead unit): started from such weights, the run keeps the
+    # trunk and policy and draws the head anew from the seed
+    fresh_value_head: bool = setting(
+        False, "with --init-weights: keep the trunk and policy, draw the value head anew from "
+               "the seed (a head that went dead, `value_std` near 0, never learns again)")
     # Every position of a game shares its result: trained on all of them, a value head learns
     # to recognise games rather than judge positions (AlphaGo's value network overfit so, and
     # it and the BAKAGO report train on one position per game). k > 0 keeps each train row's
@@ -611,6 +617,9 @@ class _Run:
         elif self.config.init_weights:  # a fresh run starts from the given weights
             load_weights(self.model, self.config.init_weights)
             self.report("model initialised from %s", self.config.init_weights)
+            if self.config.fresh_value_head:
+                redraw_value_head(self.model, self.config.seed)
+                self.report("value head drawn anew from seed %d", self.config.seed)
         self.batches = batch_source(self.stream, self.config)
         if loader_state:
             self.batches.load_state_dict(loader_state)
@@ -837,6 +846,11 @@ class _Run:
                     state["epoch"], "" if finished else " (partial)", state["step"],
                     metrics["validation"]["loss"], metrics["validation"]["top1"],
                     metrics["train"]["top1"], value_line(metrics))
+        if (dead := dead_value_head(metrics)) is not None:
+            log.warning("the value head says nearly one value everywhere (spread %.3f on %s, "
+                        "below %.2f): it has not learned yet or its units died; train on from "
+                        "these weights with --fresh-value-head at a lower learning rate",
+                        dead[1], dead[0], DEAD_VALUE_STD)
         self.last_report = time.perf_counter()
         if finished:
             val_loss = metrics["validation"]["loss"]
@@ -882,6 +896,34 @@ class _Run:
                            curve=list(state["curve"]))
 
 
+def redraw_value_head(model: nn.Module, seed: int) -> None:
+    """Draw `model`'s value head (`PolicyValue.value_head`) anew from `seed`, the rest kept
+    (ValueError for a model without one)."""
+    head = getattr(getattr(model, "module", model), "value_head", None)
+    if head is None:
+        raise ValueError("the model has no value head to draw anew")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for layer in head.modules():
+            if hasattr(layer, "reset_parameters"):
+                layer.reset_parameters()
+
+
+# the spread of a value head's outputs on held-out games below which it says one thing
+# everywhere: a trained head spreads 0.2 or more, a dead one or an untrained one 0.01-0.02
+DEAD_VALUE_STD = 0.05
+
+
+def dead_value_head(metrics: dict) -> tuple[str, float] | None:
+    """(split, spread) when the value head's outputs spread less than `DEAD_VALUE_STD` on the
+    first held-out split that scores it (games held out whole first), else None."""
+    for split in (GAME_SPLIT, EXPERT_GAME_SPLIT, "validation"):
+        std = (metrics.get(split) or {}).get("value_std")
+        if std is not None and math.isfinite(std):
+            return (split, std) if std < DEAD_VALUE_STD else None
+    return None
+
+
 def value_line(metrics: dict) -> str:
     """The value head's figures on the held-out games for an epoch's log line ("" without a
     value head): MSE and the share of decisive games whose winner its sign names."""
@@ -904,6 +946,10 @@ def check_run(dataset_dir: str | Path, config: TrainConfig) -> TrainConfig:
     plan = plan_split(Path(dataset_dir), "train")
     config = config.for_game(plan.game)
     model = spec(config.model)
+    if config.fresh_value_head and not (config.init_weights and model.value):
+        raise ValueError("fresh_value_head (--fresh-value-head) draws a loaded network's value "
+                         "head anew: give --init-weights and a configuration with a value head "
+                         "(a _v one)")
     if model.game != plan.game:
         game = get_game(plan.game)
         raise GameMismatchError(
