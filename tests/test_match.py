@@ -18,13 +18,14 @@ import torch
 from services import cli
 from services.games.registry import get_game
 from services.match.engines import GomocupBrainEngine, PolicyEngine, SearchEngine
-from services.match.gate import gate_by_match
+from services.match.gate import gate_by_match, stopping_verdict
 from services.match.gtp_process import find_gnugo
 from services.match.ratings import plot_ratings, rate, write_cards
 from services.match.results import LOG_FILE, read_log, standings_table
 from services.match.runner import RECORDS_DIR, MatchConfig, play_game, run_match, schedule
 from services.match.specs import EngineSpecError, open_engine, parse_engine, resolve
 from services.models.local_evaluator import LocalEvaluator
+from services.ratings.sprt import Verdict, sprt
 from services.repository.quarantine import quarantine, quarantine_reason
 from services.repository.versions import list_versions, quarantined_versions, version_dir
 from tests.match_nets import LineNet, UniformNet, publish_net, save, uniform_and_line_repo
@@ -281,6 +282,37 @@ def test_gate_passes_a_much_stronger_candidate(repo, tmp_path: Path) -> None:
                        ).read_text())
     assert card["match_gate"]["verdict"] == "passed" and card["source"] == "LineNet"
     assert len(read_log(tmp_path / "gate" / LOG_FILE)) == decision.games
+
+
+def _games(results: str) -> list[dict]:
+    """Log entries of the candidate "c" against "s", colours alternating: W a win, L a loss."""
+    out = []
+    for i, r in enumerate(results):
+        black, white = ("c", "s") if i % 2 == 0 else ("s", "c")
+        won_black = (r == "W") == (black == "c")
+        out.append({"black": black, "white": white, "score": 1.0 if won_black else 0.0})
+    return out
+
+
+def test_the_gate_verdict_is_the_sprt_at_its_stopping_time() -> None:
+    # 56 wins and 23 losses pass (LLR 2.95 >= 2.94); a game in flight when the test stopped
+    # then finished as a loss: 56-0-24 is LLR 2.84, inside the bounds. The verdict stays the
+    # pass, with the counts at the stop (over all 80 games the gate once reported "undecided
+    # after the cap of 300 games" after 80)
+    bounds = {"elo0": 0.0, "elo1": 35.0, "alpha": 0.05, "beta": 0.05, "max_games": 300}
+    games = _games("WL" * 23 + "W" * 33 + "L")  # first out of the bounds at game 79
+    assert sprt(56, 0, 24, **bounds).verdict == Verdict.CONTINUE
+    result = stopping_verdict(games, "c", **bounds)
+    assert result.verdict == Verdict.PASSED and (result.wins, result.losses) == (56, 23)
+    # the same games in another order stop elsewhere: a sequential test's verdict is where
+    # it first leaves the bounds, in the order the games finished
+    early = stopping_verdict(_games("W" * 33 + "WL" * 23 + "L"), "c", **bounds)
+    assert early.verdict == Verdict.PASSED and early.wins + early.losses < 79
+    # never decided below the cap: the test over all games, still going on
+    going = stopping_verdict(_games("WL" * 20), "c", **bounds)
+    assert going.verdict == Verdict.CONTINUE and going.wins + going.losses == 40
+    capped = stopping_verdict(_games("WL" * 20), "c", **{**bounds, "max_games": 30})
+    assert capped.verdict == Verdict.UNDECIDED and capped.wins + capped.losses == 30
 
 
 def test_gate_refuses_an_equal_candidate_and_quarantines_it(tmp_path: Path) -> None:

@@ -106,10 +106,35 @@ def serving_version(repository: Path, model_name: str, candidate: int) -> int | 
     return others[-1] if others else None
 
 
+def stopping_verdict(entries: list[dict[str, Any]], player: str, *, elo0: float, elo1: float,
+                     alpha: float, beta: float, max_games: int) -> SprtResult:
+    """The SPRT of `player`'s games at its stopping time: after the first game (in the log's
+    order, the order the games finished) at which it is decided or reaches `max_games`; over
+    all of them while it is not.
+
+    Why not over all games: games run in parallel, and those in flight when the test stops
+    still finish and are logged. Counting them would let a test that crossed a bound cross
+    back (a pass after game 79 turned "undecided" by game 80's loss), and a sequential test's
+    error rates hold for the verdict at its stopping time only."""
+    wins = draws = losses = 0
+    for entry in entries:
+        w, d, l_ = record([entry], player)
+        wins, draws, losses = wins + w, draws + d, losses + l_
+        result = sprt(wins, draws, losses, elo0=elo0, elo1=elo1, alpha=alpha, beta=beta,
+                      max_games=max_games)
+        if result.verdict != Verdict.CONTINUE:
+            return result
+    return sprt(wins, draws, losses, elo0=elo0, elo1=elo1, alpha=alpha, beta=beta,
+                max_games=max_games)
+
+
 def _reason(result: SprtResult, candidate: int, serving: int, visits: int,
             max_games: int) -> str:
+    games = result.wins + result.draws + result.losses
+    undecided = (f"undecided after the cap of {max_games} games" if games >= max_games
+                 else f"undecided after {games} games (cap {max_games})")
     what = {Verdict.PASSED: "stronger", Verdict.FAILED: "not stronger",
-            Verdict.UNDECIDED: f"undecided after the cap of {max_games} games"}
+            Verdict.UNDECIDED: undecided}
     verdict = what.get(result.verdict, result.verdict.value)
     return (f"match against v{serving} at {visits} visits: {verdict} ({result.describe()}; "
             f"score {result.score:.3f})")
@@ -154,9 +179,8 @@ def gate_by_match(repository: Path, game: Game | str, candidate_version: int, *,
         DEFAULT_GATE_DIR / model / f"v{candidate_version}-vs-v{serving}-{visits}visits")
 
     def test(entries: list[dict[str, Any]]) -> SprtResult:
-        w, d, l_ = record(entries, candidate.label)
-        return sprt(w, d, l_, elo0=elo0, elo1=elo1, alpha=alpha, beta=beta,
-                    max_games=max_games)
+        return stopping_verdict(entries, candidate.label, elo0=elo0, elo1=elo1, alpha=alpha,
+                                beta=beta, max_games=max_games)
 
     pairs = math.ceil(max_games / 2)
     if suite and len(suite) < pairs:
@@ -226,4 +250,4 @@ def _replace(decision: MatchGateDecision, **changes: Any) -> MatchGateDecision:
 
 
 __all__ = ["DEFAULT_GATE_DIR", "DEFAULT_GATE_VISITS", "DEFAULT_MAX_GAMES",
-           "MatchGateDecision", "gate_by_match", "serving_version"]
+           "MatchGateDecision", "gate_by_match", "serving_version", "stopping_verdict"]
