@@ -114,6 +114,11 @@ class EngineSpec:
             raise EngineSpecError(f"{self.text!r}: {key} must be {span}, got {number}")
         return number
 
+    def batch_option(self) -> int:
+        """``batch``, the leaves a network call (the search's default when not given), checked
+        to be in 1..MAX_BATCH."""
+        return self.int_option("batch", DEFAULT_BATCH_SIZE, 1, MAX_BATCH)
+
     def c_puct_option(self) -> float:
         """``c_puct`` (the search's default when not given), a finite number > 0."""
         value = self.option("c_puct")
@@ -191,7 +196,7 @@ def _check_numbers(spec: EngineSpec) -> None:
         time_ms = spec.int_option("time_ms", 0, 0)
         spec.int_option("value", 1, 0, 1)
         spec.lambda_option()
-        spec.int_option("batch", DEFAULT_BATCH_SIZE, 1, MAX_BATCH)
+        spec.batch_option()
         spec.c_puct_option()
         if spec.option("visits") is not None and visits == 0 and time_ms == 0:
             raise EngineSpecError(f"{spec.text!r}: visits=0 needs time_ms > 0")
@@ -222,7 +227,7 @@ class Player:
             out.update(model_name=self.model_name, version=self.version,
                        visits=self.spec.int_option("visits", 0, 0),
                        time_ms=self.spec.int_option("time_ms", 0, 0),
-                       batch=self.spec.int_option("batch", DEFAULT_BATCH_SIZE, 1, MAX_BATCH),
+                       batch=self.spec.batch_option(),
                        c_puct=self.spec.c_puct_option())
             if self.folder is not None and Path(self.folder).parent.name == QUARANTINE_DIR:
                 out["quarantined"] = True
@@ -295,7 +300,7 @@ def resolve(spec: EngineSpec | str, game: Game, repository: Path) -> Player:
             visits = visits or (0 if time_ms else DEFAULT_VISITS)
             options = [("visits", str(visits))] + ([("time_ms", str(time_ms))] if time_ms
                                                    else [])
-            batch = spec.int_option("batch", DEFAULT_BATCH_SIZE, 1, MAX_BATCH)
+            batch = spec.batch_option()
             if batch != DEFAULT_BATCH_SIZE:
                 options.append(("batch", str(batch)))
             if spec.c_puct_option() != DEFAULT_C_PUCT:
@@ -359,7 +364,7 @@ def open_engine(player: Player, game: Game, *, seed: int = 0) -> Engine:
                 Path(player.rollout_file).read_bytes()))
         return SearchEngine(evaluator, player.label, visits=spec.int_option("visits", 0, 0),
                             time_ms=spec.int_option("time_ms", 0, 0), rollout_lambda=lam,
-                            batch_size=spec.int_option("batch", DEFAULT_BATCH_SIZE, 1, MAX_BATCH),
+                            batch_size=spec.batch_option(),
                             c_puct=spec.c_puct_option(),
                             rollouts=rollouts, seed=seed)
     if spec.kind == "gnugo":
