@@ -30,6 +30,7 @@ from services.selfplay.records import (
     read_game,
     record_suffix,
 )
+from services.selfplay_loop.cost import COST_DIR, read_runs, share_ledger
 from services.selfplay_loop.metrics import LoopMetrics
 from services.selfplay_loop.stages import SHARES_FILE, LoopSettings, share_plan
 from tests.test_selfplay_stages import TINY
@@ -309,6 +310,11 @@ def test_a_dask_worker_killed_mid_share_loses_no_game_and_counts_none_twice(tmp_
     assert shares[HELD_SHARE]["skipped"] == len(seen["finished"])
     assert shares[HELD_SHARE]["played"] == 4 - len(seen["finished"])
     assert shares["it0000-s01"]["played"] + shares["it0000-s01"]["skipped"] == 4
+    # and the CPU the killed worker's ledger holds for it is in the stage's cost
+    held = read_runs(share_ledger(run / "iter-0000" / COST_DIR, HELD_SHARE))
+    assert held[0].pid == seen["pid"] and len(held) == 2
+    assert play["earlier_runs"] == {"runs": 0, "cpu_seconds": held[0].cpu_seconds,
+                                    "wall_seconds": 0}
     # and in Prefect: one task run per share, the killed one's rerun by Dask under its id
     tasks = [task for task in _share_task_runs() if task.id not in tasks_before]
     assert sorted((task.name, task.state_name) for task in tasks) == [

@@ -412,6 +412,17 @@ def test_the_flow_resumes_after_a_kill_in_every_stage_and_stops_on_request(tmp_p
     assert status == 0
     record = _check_iteration(run, settings, "gomoku_policy")
     assert set(record) == {"iteration", *STAGES}
+    # the runs killed inside self-play and training are in their stages' cost (those killed
+    # as the loop named the stage may have died before the stage began); the gate (stopped,
+    # not killed) ran once; the killed self-play had written a game, whose CPU its share's
+    # ledger kept
+    earlier = {stage: record[stage].get("earlier_runs", {"runs": 0}) for stage in STAGES}
+    assert earlier["selfplay"]["runs"] == earlier["train"]["runs"] == 1, earlier
+    assert earlier["ingest"]["runs"] <= 1 and earlier["rollout"]["runs"] <= 1, earlier
+    assert earlier["gate"]["runs"] == 0, earlier
+    for stage in ("selfplay", "train"):
+        assert record[stage]["cpu_seconds"] >= earlier[stage]["cpu_seconds"]
+    assert record["selfplay"]["earlier_runs"]["cpu_seconds"] > 0
 
 
 def test_a_stop_file_before_the_start_runs_nothing(tmp_path):

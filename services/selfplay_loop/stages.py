@@ -55,12 +55,15 @@ does nothing when the candidate already serves.
 
 Cost: each stage's summary holds ``wall_seconds`` and ``cpu_seconds``, the CPU time of this
 process (every thread) and of its finished child processes during the stage, plus the CPU
-time the shares report from other processes (Dask workers). A stage's run that was killed is
-not counted (its summary was never written).
+time the shares report from other processes (Dask workers), over every run of the stage: a
+run that was killed left its cost so far in the iteration's ``cost/`` ledgers
+(`services.selfplay_loop.cost`, stale by at most half a minute), and the summary adds it
+(``earlier_runs``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -68,7 +71,6 @@ import logging
 import math
 import os
 import re
-import resource
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -107,6 +109,15 @@ from services.selfplay.records import GAMES_DIR, record_suffix
 from services.selfplay.resign import calibrate
 from services.selfplay.settings import SelfPlaySettings
 from services.selfplay.worker import DEFAULT_CONCURRENCY, WorkerReport, run_worker
+from services.selfplay_loop.cost import (
+    COST_DIR,
+    CostLedger,
+    RunCost,
+    earlier_cost,
+    process_cpu_seconds,
+    share_ledger,
+    stage_ledger,
+)
 from services.selfplay_loop.window import (
     DEFAULT_EXPAND,
     DEFAULT_EXPONENT,
@@ -280,6 +291,7 @@ class ShareTask:
     model_name: str = ""
     version: int = 0
     triton_url: str | None = None
+    cost_dir: str = ""  # where the share keeps its cost ledger (`cost`); "" keeps none
 
     @property
     def evaluator(self) -> str:
@@ -287,36 +299,42 @@ class ShareTask:
         return "local" if self.triton_url is None else "triton"
 
 
-def process_cpu_seconds() -> float:
-    """CPU time of this process (every thread) and of its finished, waited-for children."""
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.process_time() + children.ru_utime + children.ru_stime
-
-
 def play_share(task: ShareTask,
                on_game: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
     """Play a share's missing games (`run_worker`, kill-safe) and say what it did: games
     played now and before, their moves and root visits, wall and CPU seconds, the process it
-    ran in (its CPU is counted once by the stage: here when another process played it) and
-    the evaluator that played them. Through Triton, a version not ready there is refused
-    before a game is written (`VersionNotReadyError`), and an error of Triton during the games
-    is raised, not swallowed: the stage fails, and its rerun plays the missing games."""
+    ran in (its CPU is counted once by the stage: here when another process played it), the
+    earlier runs its cost ledger holds (with `cost_dir`; written after every game) and the
+    evaluator that played them. Through Triton, a version not ready there is refused before a
+    game is written (`VersionNotReadyError`), and an error of Triton during the games is
+    raised, not swallowed: the stage fails, and its rerun plays the missing games."""
     game = get_game(task.game)
     evaluator, close = share_evaluator(task, game)
+    ledger = CostLedger(share_ledger(Path(task.cost_dir), task.worker)) if task.cost_dir else None
+
+    def finished(game_id: str, record: Any) -> None:
+        if ledger is not None:
+            ledger.write()
+        if on_game is not None:
+            on_game(game_id, record)
+
     cpu = process_cpu_seconds()
     try:
-        report: WorkerReport = run_worker(
-            game, evaluator, Path(task.out_dir), games=task.games, settings=task.settings,
-            worker=task.worker, seed=task.seed, concurrency=task.concurrency, size=task.size,
-            openings=task.openings, on_game=on_game)
+        with ledger if ledger is not None else contextlib.nullcontext():
+            report: WorkerReport = run_worker(
+                game, evaluator, Path(task.out_dir), games=task.games, settings=task.settings,
+                worker=task.worker, seed=task.seed, concurrency=task.concurrency,
+                size=task.size, openings=task.openings, on_game=finished)
     finally:
         close()
+    earlier = ledger.earlier if ledger is not None else []
     return {"worker": task.worker, "evaluator": task.evaluator,
             "played": len(report.played), "skipped": report.skipped,
             "moves": report.moves,
             "visits": sum(m.visits for g in report.played for m in g.moves),
             "seconds": round(report.seconds, 3),
-            "cpu_seconds": round(process_cpu_seconds() - cpu, 3), "pid": os.getpid()}
+            "cpu_seconds": round(process_cpu_seconds() - cpu, 3), "pid": os.getpid(),
+            "earlier_runs": [dataclasses.asdict(r) for r in earlier]}
 
 
 def share_evaluator(task: ShareTask, game: Game) -> tuple[PolicyEvaluator, Callable[[], None]]:
@@ -362,15 +380,22 @@ def share_plan(run_dir: Path, iteration: int, games: int, shares: int) -> list[d
 
 
 def counted(stage: Callable[..., dict]) -> Callable[..., dict]:
-    """A stage whose summary also says its wall and CPU seconds (see the module)."""
+    """A stage whose summary also says its wall and CPU seconds over all its runs (see the
+    module and `services.selfplay_loop.cost`); ``earlier_runs`` says what the runs before
+    this one (killed ones) added, when there were any."""
 
     @functools.wraps(stage)
     def run(self: SelfPlayStages, iteration: int, folder: Path, history: list[dict]) -> dict:
-        wall, cpu = time.perf_counter(), process_cpu_seconds()
-        summary = stage(self, iteration, folder, history)
+        with CostLedger(stage_ledger(folder / COST_DIR, stage.__name__)) as ledger:
+            summary = stage(self, iteration, folder, history)
+            spent = ledger.now()
         remote = float(summary.pop("remote_cpu_seconds", 0.0))
-        return {**summary, "wall_seconds": round(time.perf_counter() - wall, 3),
-                "cpu_seconds": round(process_cpu_seconds() - cpu + remote, 3)}
+        shares = [RunCost(**r) for r in summary.pop("earlier_share_runs", [])]
+        before = earlier_cost(ledger.earlier, shares)
+        extra = {"earlier_runs": before} if ledger.earlier or shares else {}
+        return {**summary, **extra,
+                "wall_seconds": round(spent.wall_seconds + before["wall_seconds"], 3),
+                "cpu_seconds": round(spent.cpu_seconds + remote + before["cpu_seconds"], 3)}
 
     return run
 
@@ -686,7 +711,8 @@ class SelfPlayStages:
                           concurrency=s.concurrency,
                           openings=tuple(tuple(int(m) for m in o) for o in openings),
                           model_name=self.model, version=int(serving),
-                          triton_url=s.selfplay_triton_url)
+                          triton_url=s.selfplay_triton_url,
+                          cost_dir=str(iteration_folder(self.run_dir, iteration) / COST_DIR))
                 for p in plan]
 
     def _check_triton(self, serving: int) -> None:
@@ -740,7 +766,8 @@ class SelfPlayStages:
                 "shares": [{k: r[k] for k in ("worker", "played", "skipped", "seconds",
                                               "cpu_seconds")} for r in reports],
                 "remote_cpu_seconds": sum(r["cpu_seconds"] for r in reports
-                                          if r["pid"] != os.getpid())}
+                                          if r["pid"] != os.getpid()),
+                "earlier_share_runs": [run for r in reports for run in r["earlier_runs"]]}
 
     @counted
     def ingest(self, iteration: int, folder: Path, history: list[dict]) -> dict:

@@ -1,0 +1,149 @@
+"""What a stage of the loop cost over all its runs, a killed run included.
+
+A stage's summary is written once, when the stage ends; a run killed before that would lose
+its CPU time, and the rerun's summary would count only the resumed part (self-play plays only
+the missing games, training resumes from its checkpoint). Each run therefore keeps a ledger
+file while it works: ``<iteration folder>/cost/<name>.json`` holds one entry per run of that
+stage (or of that self-play share) with its process id and its CPU and wall seconds so far,
+rewritten every `DEFAULT_PERIOD_S` seconds and when the run ends. A killed run's entry is stale
+by at most that period.
+
+Self-play shares keep ledgers of their own (``selfplay-<worker>.json``), because a share may
+run in another process (a Dask worker) whose CPU the stage's process does not see. A share
+that ran inside the stage's process measured that process too: `earlier_cost` counts each
+process once. A share also writes its entry after every game it finishes, so a killed
+self-play loses at most the games it had in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import resource
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import TracebackType
+
+from services.atomic_files import atomic_write_text
+
+log = logging.getLogger(__name__)
+
+COST_DIR = "cost"  # in an iteration's folder
+DEFAULT_PERIOD_S = 30.0
+SHARE_PREFIX = "selfplay-"  # a self-play share's ledger: selfplay-<worker>.json
+
+
+def process_cpu_seconds() -> float:
+    """CPU time of this process (every thread) and of its finished, waited-for children."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+@dataclass(frozen=True)
+class RunCost:
+    """One run's cost so far: the process it ran in, its CPU and wall seconds."""
+
+    pid: int
+    cpu_seconds: float
+    wall_seconds: float
+
+
+def read_runs(path: Path) -> list[RunCost]:
+    """The runs a ledger file holds; none when it is missing. A ledger that cannot be read
+    (a disk fault, a hand edit) is logged and counted as empty: it describes the cost, and
+    losing it must not stop the loop."""
+    try:
+        runs = json.loads(path.read_text(encoding="utf-8"))["runs"]
+        return [RunCost(int(r["pid"]), float(r["cpu_seconds"]), float(r["wall_seconds"]))
+                for r in runs]
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        log.warning("cost ledger %s is unreadable (%s): its earlier runs are not counted",
+                    path, error)
+        return []
+
+
+class CostLedger:
+    """This run's entry in the ledger at `path`, after the entries of the runs before it
+    (`earlier`). Use as a context manager: the entry is written every `period_s` seconds
+    from a daemon thread, and once more on exit."""
+
+    def __init__(self, path: Path, *, period_s: float = DEFAULT_PERIOD_S) -> None:
+        if period_s <= 0:
+            raise ValueError(f"the ledger's period must be positive, got {period_s}")
+        self.path = Path(path)
+        self.period_s = period_s
+        self.earlier = read_runs(self.path)
+        self._cpu = process_cpu_seconds()
+        self._wall = time.perf_counter()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def now(self) -> RunCost:
+        """This run's cost so far."""
+        return RunCost(os.getpid(), round(process_cpu_seconds() - self._cpu, 3),
+                       round(time.perf_counter() - self._wall, 3))
+
+    def write(self) -> None:
+        """Write the earlier runs and this one's cost so far (atomically)."""
+        runs = [asdict(r) for r in (*self.earlier, self.now())]
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(json.dumps({"runs": runs}, indent=1), self.path)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.period_s):
+            try:
+                self.write()
+            except OSError as error:  # the next beat, or the exit, tries again
+                log.warning("cost ledger %s not written: %s", self.path, error)
+
+    def __enter__(self) -> CostLedger:
+        self.write()
+        self._thread = threading.Thread(target=self._beat, name="cost-ledger", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.write()
+
+
+def stage_ledger(cost_dir: Path, stage: str) -> Path:
+    """The ledger file of a stage's own process."""
+    return Path(cost_dir) / f"{stage}.json"
+
+
+def share_ledger(cost_dir: Path, worker: str) -> Path:
+    """The ledger file of a self-play share."""
+    return Path(cost_dir) / f"{SHARE_PREFIX}{worker}.json"
+
+
+def earlier_cost(stage_runs: Iterable[RunCost],
+                 share_runs: Iterable[RunCost]) -> dict[str, float]:
+    """What the runs before this one cost. CPU by process: a process that ran the stage
+    counts the larger of its stage entry and its shares' entries (the shares it played
+    in-process measured the same process's CPU, and a share writes after each game, where the
+    stage's entry may be a period stale); a process that only played shares (a Dask worker)
+    counts its shares. Wall time is the stage's runs' own (its shares ran at the same time)."""
+    stage_runs = list(stage_runs)
+    by_process: dict[int, float] = {}
+    for run in share_runs:
+        by_process[run.pid] = by_process.get(run.pid, 0.0) + run.cpu_seconds
+    for run in stage_runs:
+        by_process[run.pid] = max(by_process.get(run.pid, 0.0), run.cpu_seconds)
+    return {"runs": len(stage_runs), "cpu_seconds": round(sum(by_process.values()), 3),
+            "wall_seconds": round(sum(r.wall_seconds for r in stage_runs), 3)}
+
+
+__all__ = ["COST_DIR", "DEFAULT_PERIOD_S", "CostLedger", "RunCost", "earlier_cost",
+           "process_cpu_seconds", "read_runs", "share_ledger", "stage_ledger"]
