@@ -315,6 +315,32 @@ def test_the_gate_verdict_is_the_sprt_at_its_stopping_time() -> None:
     assert capped.verdict == Verdict.UNDECIDED and capped.wins + capped.losses == 30
 
 
+def test_a_gate_passed_before_a_game_in_flight_finished_as_a_loss_passes(tmp_path: Path) -> None:
+    """The gate itself, on a log whose SPRT left its bounds before its last game: a rerun on
+    that log (as after a kill) stops at once and takes the verdict at the stopping time."""
+    repository = tmp_path / "repo"
+    publish_net(LineNet(), repository, tmp_path / "nets")
+    candidate = publish_net(LineNet(), repository, tmp_path / "nets")
+    folder = tmp_path / "gate"
+    first = gate_by_match(repository, "gomoku", candidate, visits=2, max_games=6,
+                          out_dir=folder, act=False)
+    assert first.verdict == "undecided" and first.games == 6
+    label = f"version:gomoku_policy/{candidate}:visits=2"
+    entries = read_log(folder / LOG_FILE)[:5]
+    for i, entry in enumerate(entries):  # the candidate wins four, then loses the fifth
+        won = i < 4
+        entry["score"] = 1.0 if won == (entry["black"] == label) else 0.0
+    (folder / LOG_FILE).write_text("".join(json.dumps(e) + "\n" for e in entries),
+                                        encoding="utf-8")
+    # at elo1 400, 4-0-0 passes (LLR 3.09) and 4-0-1 does not (0.94)
+    bounds = {"elo0": 0.0, "elo1": 400.0, "alpha": 0.05, "beta": 0.05, "max_games": 6}
+    assert sprt(4, 0, 1, **bounds).verdict == Verdict.CONTINUE
+    decision = gate_by_match(repository, "gomoku", candidate, visits=2, max_games=6,
+                             out_dir=folder, act=False, elo0=0.0, elo1=400.0)
+    assert decision.passed and (decision.wins, decision.draws, decision.losses) == (4, 0, 0)
+    assert len(read_log(folder / LOG_FILE)) == 5  # no game played
+
+
 def test_gate_refuses_an_equal_candidate_and_quarantines_it(tmp_path: Path) -> None:
     repository = tmp_path / "repo"
     serving = publish_net(LineNet(), repository, tmp_path / "nets")
