@@ -71,3 +71,11 @@ def test_an_unreadable_ledger_counts_nothing_and_says_so(tmp_path, caplog):
     assert read_runs(path) == []
     with pytest.raises(ValueError, match="period"):
         CostLedger(path, period_s=0)
+
+
+def test_a_ledger_that_cannot_be_written_does_not_stop_the_work(tmp_path, caplog):
+    blocker = tmp_path / "cost"
+    blocker.write_text("a file where the ledger's folder should be", encoding="utf-8")
+    with caplog.at_level(logging.WARNING), CostLedger(stage_ledger(blocker, "ingest")) as ledger:
+        _burn(0.01)
+    assert ledger.now().cpu_seconds > 0 and "not written" in caplog.text

@@ -97,15 +97,20 @@ class CostLedger:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(json.dumps({"runs": runs}, indent=1), self.path)
 
+    def _try_write(self) -> None:
+        """`write`, an OS error logged: the ledger describes the work, it must not stop it
+        (nor hide the error a failing stage raises); the next write tries again."""
+        try:
+            self.write()
+        except OSError as error:
+            log.warning("cost ledger %s not written: %s", self.path, error)
+
     def _beat(self) -> None:
         while not self._stop.wait(self.period_s):
-            try:
-                self.write()
-            except OSError as error:  # the next beat, or the exit, tries again
-                log.warning("cost ledger %s not written: %s", self.path, error)
+            self._try_write()
 
     def __enter__(self) -> CostLedger:
-        self.write()
+        self._try_write()
         self._thread = threading.Thread(target=self._beat, name="cost-ledger", daemon=True)
         self._thread.start()
         return self
@@ -115,7 +120,7 @@ class CostLedger:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        self.write()
+        self._try_write()
 
 
 def stage_ledger(cost_dir: Path, stage: str) -> Path:
