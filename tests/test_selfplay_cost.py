@@ -33,8 +33,10 @@ def test_a_ledger_keeps_each_run_after_the_ones_before(tmp_path):
         _burn(0.2)
     runs = read_runs(path)
     assert len(runs) == 1 and runs[0].cpu_seconds >= 0.2 and runs[0].wall_seconds >= 0.2
+    leftover = path.with_name(f".{path.name}.123-abcd.tmp")  # a write a kill interrupted
+    leftover.write_text("{", encoding="utf-8")
     with CostLedger(path) as second:
-        assert second.earlier == runs
+        assert second.earlier == runs and not leftover.exists()
     assert read_runs(path)[:1] == runs and len(read_runs(path)) == 2
 
 

@@ -137,10 +137,12 @@ def _check_iteration(run: Path, settings: LoopSettings, model: str) -> dict:
     assert set(rows["model_name"].to_pylist()) == {model}  # each row's lineage
     repo = Path(settings.repository)
     assert record["selfplay"]["serving_version"] == 1  # the seeded first version
-    # no iteration before to calibrate from: the setting, kept, pinned and recorded
+    # the first version has no games of its own to calibrate from: every game played out,
+    # the setting pinned and recorded
     resign = record["selfplay"]["resign_calibration"]
     assert record["selfplay"]["resign_threshold"] == settings.selfplay.resign_threshold
-    assert resign["rule"] == "kept" and resign["games"] == 0 and resign["iterations"] == []
+    assert resign["rule"] == "played out" and resign["no_resign_share"] == 1.0
+    assert record["selfplay"]["resigned"] == 0
     assert json.loads((run / "iter-0000" / "resign.json").read_text()) == resign
     fit = record["train"]
     assert fit["parent_version"] == 1 and 1 <= fit["steps"] <= settings.train_steps
@@ -177,7 +179,7 @@ def test_one_iteration_end_to_end(game, tmp_path):
     assert meta[LINEAGE_KEY]["run"] == str(run.resolve()) and meta[LINEAGE_KEY]["parent"] == 1
     text = iteration_markdown(0, record)
     assert f"candidate **v{candidate}**" in text and record["gate"]["verdict"] in text
-    assert "resigned below -0.9000 (kept)" in text
+    assert "0 resigned below -0.9000 (played out)" in text
     # the candidate started from the serving network's weights, not from random ones
     assert (run / "iter-0000" / "serving-weights.pt").is_file()
 
@@ -498,7 +500,7 @@ def test_the_resign_threshold_is_calibrated_and_pinned_across_a_resume(tmp_path)
     _write_games(before, [_played_out(-0.99, WHITE)] * 4 + [_played_out(-0.95, BLACK)] * 2)
     publish_model(Path(settings.repository), game=TICTACTOE.name, config="tictactoe_tiny",
                   seed=0)
-    history = [{"iteration": 0, "selfplay": {"resign_threshold": 0.9}}]
+    history = [{"iteration": 0, "selfplay": {"resign_threshold": 0.9, "serving_version": 1}}]
     folder = run / "iter-0001"
     folder.mkdir(parents=True)
     seen: list = []
@@ -552,7 +554,44 @@ def test_a_fixed_threshold_and_a_self_play_begun_before_a_pin_keep_the_setting(t
     begun = SelfPlayStages(_settings(tmp_path, "gomoku"), run, ingest=lambda **_: {})
     got = begun.resign_threshold(1, history)
     assert got["rule"] == "fixed" and got["threshold"] == 0.9 and "began before" in got["why"]
-    # without games: calibrated from the history, from its last threshold (too few: kept)
-    fresh = SelfPlayStages(_settings(tmp_path, "gomoku"), tmp_path / "c", ingest=lambda **_: {})
-    got = fresh.resign_threshold(1, history)
+    # without games: calibrated from the history the serving version played, from its last
+    # threshold (too few: kept)
+    run = tmp_path / "c"
+    (run / "iter-0001").mkdir(parents=True)
+    (run / "iter-0001" / "serving.json").write_text(json.dumps({"version": 1}))
+    fresh = SelfPlayStages(_settings(tmp_path, "gomoku"), run, ingest=lambda **_: {})
+    own = [{"iteration": 0, "selfplay": {"resign_threshold": 0.99, "serving_version": 1}}]
+    got = fresh.resign_threshold(1, own)
     assert got["rule"] == "kept" and got["threshold"] == 0.99 and got["games"] == 0
+    assert got["iterations"] == [0]
+
+
+def test_a_new_serving_version_plays_its_first_iteration_out(tmp_path):
+    """Its parent's games do not calibrate it: every game of its first iteration is played out
+    (and checks the threshold it inherited), the next one calibrates from them."""
+    from services.selfplay.records import read_game
+    from services.selfplay_loop.stages import PLAYED_OUT
+    from services.trainer.publish import publish_model
+
+    settings = _settings(tmp_path, TICTACTOE.name, games=6)
+    publish_model(Path(settings.repository), game=TICTACTOE.name, config="tictactoe_tiny",
+                  seed=0)
+    run = tmp_path / "run"
+    stages = SelfPlayStages(settings, run, ingest=lambda **_: {})
+    # the parent, v7, played iteration 0; v1 serves iteration 1
+    parent = [{"iteration": 0, "selfplay": {"resign_threshold": 0.8, "serving_version": 7}}]
+    folder = run / "iter-0001"
+    summary = stages.selfplay(1, folder, parent)
+    assert summary["serving_version"] == 1
+    assert summary["resign_calibration"] == {
+        "threshold": 0.8, "rule": PLAYED_OUT, "no_resign_share": 1.0,
+        "why": "v1 has no finished iteration yet"}
+    games = [read_game(p) for p in (folder / "selfplay-0001" / "games").glob("*.json")]
+    assert len(games) == 6 and all(g.no_resign for g in games)
+    assert summary["resigned"] == 0
+    # its second iteration calibrates from its own played-out games
+    mine = [*parent, {"iteration": 1, "selfplay": {**summary, "serving_version": 1}}]
+    (run / "iter-0002").mkdir()
+    (run / "iter-0002" / "serving.json").write_text(json.dumps({"version": 1}))
+    got = stages.resign_threshold(2, mine)
+    assert got["rule"] != PLAYED_OUT and got["iterations"] == [1] and got["games"] == 6

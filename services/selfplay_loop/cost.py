@@ -79,6 +79,9 @@ class CostLedger:
         self.path = Path(path)
         self.period_s = period_s
         self.earlier = read_runs(self.path)
+        # a killed run's half-written ledger (one run of a stage or share writes at a time)
+        for leftover in self.path.parent.glob(f".{self.path.name}.*.tmp"):
+            leftover.unlink(missing_ok=True)
         self._cpu = process_cpu_seconds()
         self._wall = time.perf_counter()
         self._stop = threading.Event()

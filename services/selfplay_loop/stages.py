@@ -16,7 +16,8 @@
    game is written); the summary's ``evaluator`` says which. The games
    resign at the threshold pinned in ``resign.json`` (`resign_threshold`): with
    `resign_fp_target` 0 the games' own setting, else calibrated from the played-out games of
-   the newest iterations (`services.selfplay.resign`); the summary records it. The
+   the newest iterations the serving version played (`services.selfplay.resign`; its first
+   iteration plays every game out); the summary records it. The
    first iteration needs a version: `init_version` (recorded as serving), else the version
    the repository serves, else the game's self-play configuration (`Game.selfplay_config`,
    else its default one; or `config`) with weights drawn from `seed`, published by
@@ -140,6 +141,7 @@ LINEAGE_KEY = "selfplay_loop"  # a candidate's metadata entry: run folder, itera
 SERVING_FILE = "serving.json"
 SHARES_FILE = "shares.json"  # an iteration's self-play shares, pinned at its start
 RESIGN_FILE = "resign.json"  # an iteration's resign threshold, pinned at its start
+PLAYED_OUT = "played out"  # the resign rule of a serving version's first iteration
 # minigo's and Leela Zero's target share of wrong resignations among the played-out games
 DEFAULT_RESIGN_FP_TARGET = 0.05
 DEFAULT_RESIGN_ITERATIONS = 3  # newest finished iterations whose played-out games calibrate
@@ -654,6 +656,11 @@ class SelfPlayStages:
                 return version, meta
         return None
 
+    @staticmethod
+    def _played_by(version: int, history: list[dict]) -> list[dict]:
+        """The finished iterations whose self-play `version` played."""
+        return [h for h in history if h.get("selfplay", {}).get("serving_version") == version]
+
     def resign_threshold(self, iteration: int, history: list[dict]) -> dict[str, Any]:
         """The resign threshold `iteration`'s games are played with and how it was chosen,
         pinned in its ``resign.json`` at the iteration's start (a rerun after a kill, here or
@@ -661,9 +668,15 @@ class SelfPlayStages:
 
         * ``fixed``: `resign_fp_target` 0, or a self-play folder that began before a
           threshold was pinned (its games were played with it): the games' own setting;
+        * ``played out``: the serving version played no finished iteration yet: every game
+          is played out (``no_resign_share`` 1), so that its own games calibrate it. Another
+          network's games do not: the first iteration of each new serving version resigned
+          wrongly far above the target when its threshold came from its parent's games
+          (Go 9x9: 10 of 33, 4 of 34, 5 of 20 checked; its later iterations 1 of 12, 1 of 13,
+          1 of 14). The pinned threshold (the previous one) only says what it would have done;
         * else `services.selfplay.resign.calibrate` over the played-out games of the newest
-          `resign_iterations` finished iterations, from the previous iteration's threshold
-          (the first: the games' own setting): ``calibrated``, ``stricter`` or ``kept``."""
+          `resign_iterations` finished iterations the serving version played, from the
+          previous iteration's threshold: ``calibrated``, ``stricter`` or ``kept``."""
         s = self.settings
         path = iteration_folder(self.run_dir, iteration) / RESIGN_FILE
         if path.exists():
@@ -675,8 +688,11 @@ class SelfPlayStages:
             why = ("--resign-fp-target 0" if not s.resign_fp_target else
                    "the iteration's self-play began before a threshold was pinned")
             pinned: dict[str, Any] = {"threshold": fixed, "rule": "fixed", "why": why}
+        elif not (own := self._played_by(self.serving(iteration), history)):
+            pinned = {"threshold": previous, "rule": PLAYED_OUT, "no_resign_share": 1.0,
+                      "why": f"v{self.serving(iteration)} has no finished iteration yet"}
         else:
-            recent = history[-s.resign_iterations:]
+            recent = own[-s.resign_iterations:]
             games = [json.loads(p.read_text(encoding="utf-8"))
                      for h in recent for p in game_files(self._games_dir(h["iteration"]))]
             found = calibrate(games, target=s.resign_fp_target, after=s.selfplay.resign_after,
@@ -731,7 +747,9 @@ class SelfPlayStages:
         s = self.settings
         serving = self.serving(iteration)
         resign = self.resign_threshold(iteration, history)
-        played = dataclasses.replace(s.selfplay, resign_threshold=float(resign["threshold"]))
+        played = dataclasses.replace(
+            s.selfplay, resign_threshold=float(resign["threshold"]),
+            no_resign_share=float(resign.get("no_resign_share", s.selfplay.no_resign_share)))
         tasks = self._share_tasks(iteration, serving, played)
         out = self._games_dir(iteration)
         started = time.perf_counter()
