@@ -61,6 +61,9 @@ def test_each_process_is_counted_once():
     assert earlier_cost(stage, shares) == {"runs": 2, "cpu_seconds": 5.0 + 2.0 + 4.0,
                                            "wall_seconds": 10.0}
     assert earlier_cost([], []) == {"runs": 0, "cpu_seconds": 0, "wall_seconds": 0}
+    # one process that ran the stage twice (a retry in-process) counts both runs
+    twice = [RunCost(pid=10, cpu_seconds=5.0, wall_seconds=8.0)] * 2
+    assert earlier_cost(twice, shares[:1])["cpu_seconds"] == 10.0
 
 
 def test_an_unreadable_ledger_counts_nothing_and_says_so(tmp_path, caplog):

@@ -138,19 +138,25 @@ def share_ledger(cost_dir: Path, worker: str) -> Path:
 
 def earlier_cost(stage_runs: Iterable[RunCost],
                  share_runs: Iterable[RunCost]) -> dict[str, float]:
-    """What the runs before this one cost. CPU by process: a process that ran the stage
-    counts the larger of its stage entry and its shares' entries (the shares it played
-    in-process measured the same process's CPU, and a share writes after each game, where the
-    stage's entry may be a period stale); a process that only played shares (a Dask worker)
-    counts its shares. Wall time is the stage's runs' own (its shares ran at the same time)."""
+    """What the runs before this one cost. CPU by process, each kind of entry summed over the
+    runs the process made: a process that ran the stage counts the larger of its stage
+    entries and its share entries (the shares it played in-process measured the same
+    process's CPU, and a share writes after each game, where the stage's entry may be a
+    period stale); a process that only played shares (a Dask worker) counts its shares. Wall
+    time is the stage's runs' own (its shares ran at the same time)."""
     stage_runs = list(stage_runs)
-    by_process: dict[int, float] = {}
-    for run in share_runs:
-        by_process[run.pid] = by_process.get(run.pid, 0.0) + run.cpu_seconds
-    for run in stage_runs:
-        by_process[run.pid] = max(by_process.get(run.pid, 0.0), run.cpu_seconds)
-    return {"runs": len(stage_runs), "cpu_seconds": round(sum(by_process.values()), 3),
+    staged, shared = _by_process(stage_runs), _by_process(share_runs)
+    cpu = sum(max(staged.get(pid, 0.0), shared.get(pid, 0.0)) for pid in {*staged, *shared})
+    return {"runs": len(stage_runs), "cpu_seconds": round(cpu, 3),
             "wall_seconds": round(sum(r.wall_seconds for r in stage_runs), 3)}
+
+
+def _by_process(runs: Iterable[RunCost]) -> dict[int, float]:
+    """CPU seconds summed by process id (one process may have run a stage more than once)."""
+    total: dict[int, float] = {}
+    for run in runs:
+        total[run.pid] = total.get(run.pid, 0.0) + run.cpu_seconds
+    return total
 
 
 __all__ = ["COST_DIR", "DEFAULT_PERIOD_S", "CostLedger", "RunCost", "earlier_cost",
