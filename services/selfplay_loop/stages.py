@@ -672,8 +672,9 @@ class SelfPlayStages:
           is played out (``no_resign_share`` 1), so that its own games calibrate it. Another
           network's games do not: the first iteration of each new serving version resigned
           wrongly far above the target when its threshold came from its parent's games
-          (Go 9x9: 10 of 33, 4 of 34, 5 of 20 checked; its later iterations 1 of 12, 1 of 13,
-          1 of 14). The pinned threshold (the previous one) only says what it would have done;
+          (Go 9x9: 10 of 33, 4 of 34, 5 of 20 checked; played out, 139 of 429; its later
+          iterations 1 of 12, 1 of 13, 1 of 14). The pinned threshold (the previous one) only
+          says what it would have done;
         * else `services.selfplay.resign.calibrate` over the played-out games of the newest
           `resign_iterations` finished iterations the serving version played, from the
           previous iteration's threshold: ``calibrated``, ``stricter`` or ``kept``."""
