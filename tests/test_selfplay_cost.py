@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 
 import pytest
@@ -52,18 +53,43 @@ def test_a_running_ledger_rewrites_its_entry_each_period(tmp_path):
 
 
 def test_each_process_is_counted_once():
-    stage = [RunCost(pid=10, cpu_seconds=5.0, wall_seconds=8.0),
-             RunCost(pid=11, cpu_seconds=1.0, wall_seconds=2.0)]
-    shares = [RunCost(pid=10, cpu_seconds=2.0, wall_seconds=7.0),  # in the stage's process
-              RunCost(pid=11, cpu_seconds=1.5, wall_seconds=2.0),  # written after its stage's
-              RunCost(pid=11, cpu_seconds=0.5, wall_seconds=2.0),  # last period
-              RunCost(pid=20, cpu_seconds=4.0, wall_seconds=8.0)]  # a Dask worker's share
-    assert earlier_cost(stage, shares) == {"runs": 2, "cpu_seconds": 5.0 + 2.0 + 4.0,
+    """By process, the union of its runs' intervals on its own CPU clock."""
+    stage = [RunCost("h:10:a", 100.0, 105.0, 8.0),  # a killed stage run, last written at 105
+             RunCost("h:11:b", 0.0, 1.0, 2.0)]
+    shares = [RunCost("h:10:a", 101.0, 107.0, 7.0),  # in the stage's process, written later
+              RunCost("h:11:b", 0.2, 1.5, 2.0),  # two shares on threads of one process
+              RunCost("h:11:b", 0.4, 1.4, 2.0),
+              RunCost("h:20:c", 3.0, 7.0, 8.0),  # a Dask worker's share
+              RunCost("h:10:d", 0.0, 2.0, 2.0)]  # another process that reused pid 10
+    assert earlier_cost(stage, shares) == {"runs": 2, "cpu_seconds": 7.0 + 1.5 + 4.0 + 2.0,
                                            "wall_seconds": 10.0}
     assert earlier_cost([], []) == {"runs": 0, "cpu_seconds": 0, "wall_seconds": 0}
     # one process that ran the stage twice (a retry in-process) counts both runs
-    twice = [RunCost(pid=10, cpu_seconds=5.0, wall_seconds=8.0)] * 2
-    assert earlier_cost(twice, shares[:1])["cpu_seconds"] == 10.0
+    twice = [RunCost("h:10:a", 0.0, 5.0, 5.0), RunCost("h:10:a", 9.0, 14.0, 5.0)]
+    assert earlier_cost(twice, [])["cpu_seconds"] == 10.0
+
+
+def test_shares_on_threads_of_one_process_are_counted_once(tmp_path):
+    """Several ledgers open at once in one process each measure that whole process."""
+    barrier = threading.Barrier(3)
+
+    def share(worker: str) -> None:
+        with CostLedger(share_ledger(tmp_path, worker)):
+            barrier.wait()
+            _burn(0.1)
+            barrier.wait()
+
+    threads = [threading.Thread(target=share, args=(f"s{k}",)) for k in range(3)]
+    with CostLedger(stage_ledger(tmp_path, "selfplay")) as stage:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    runs = [r for k in range(3) for r in read_runs(share_ledger(tmp_path, f"s{k}"))]
+    total = earlier_cost(read_runs(stage_ledger(tmp_path, "selfplay")), runs)["cpu_seconds"]
+    assert total == pytest.approx(stage.now().cpu_seconds, abs=0.05) and total >= 0.1
+    # each share's entry saw the whole burn between the barriers: summed, about thrice it
+    assert sum(r.cpu_seconds for r in runs) > 2 * total
 
 
 def test_an_unreadable_ledger_counts_nothing_and_says_so(tmp_path, caplog):
@@ -72,7 +98,7 @@ def test_an_unreadable_ledger_counts_nothing_and_says_so(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         assert read_runs(path) == []
     assert "unreadable" in caplog.text
-    path.write_text(json.dumps({"runs": [{"pid": 1}]}), encoding="utf-8")
+    path.write_text(json.dumps({"runs": [{"process": "h:1:a"}]}), encoding="utf-8")
     assert read_runs(path) == []
     with pytest.raises(ValueError, match="period"):
         CostLedger(path, period_s=0)

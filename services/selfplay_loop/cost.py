@@ -4,25 +4,31 @@ A stage's summary is written once, when the stage ends; a run killed before that
 its CPU time, and the rerun's summary would count only the resumed part (self-play plays only
 the missing games, training resumes from its checkpoint). Each run therefore keeps a ledger
 file while it works: ``<iteration folder>/cost/<name>.json`` holds one entry per run of that
-stage (or of that self-play share) with its process id and its CPU and wall seconds so far,
-rewritten every `DEFAULT_PERIOD_S` seconds and when the run ends. A killed run's entry is stale
-by at most that period.
+stage (or of that self-play share): the process it ran in (`process_identity`: host, pid and
+a token drawn once per process, so neither a reused pid nor containers that all run as pid 1
+merge two processes), its process's CPU clock at its start and so far, and its wall seconds,
+rewritten every `DEFAULT_PERIOD_S` seconds and when the run ends. A killed run's entry is
+stale by at most that period.
 
 Self-play shares keep ledgers of their own (``selfplay-<worker>.json``), because a share may
 run in another process (a Dask worker) whose CPU the stage's process does not see. A share
-that ran inside the stage's process measured that process too: `earlier_cost` counts each
-process once. A share also writes its entry after every game it finishes, so a killed
-self-play loses at most the games it had in flight.
+that ran inside the stage's process, or beside other shares on threads of one process,
+measured that whole process: `earlier_cost` counts the union of each process's intervals on
+its own CPU clock, so overlapping runs count once. A share also writes its entry after every
+game it finishes, so a killed self-play loses at most the games it had in flight.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import resource
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -43,13 +49,32 @@ def process_cpu_seconds() -> float:
     return time.process_time() + children.ru_utime + children.ru_stime
 
 
+_IDENTITY: tuple[int, str] | None = None
+
+
+def process_identity() -> str:
+    """This process: host, pid and a token drawn once per process (a forked child, whose pid
+    differs, draws its own)."""
+    global _IDENTITY
+    pid = os.getpid()
+    if _IDENTITY is None or _IDENTITY[0] != pid:
+        _IDENTITY = (pid, f"{socket.gethostname()}:{pid}:{uuid.uuid4().hex[:8]}")
+    return _IDENTITY[1]
+
+
 @dataclass(frozen=True)
 class RunCost:
-    """One run's cost so far: the process it ran in, its CPU and wall seconds."""
+    """One run's cost so far: the process it ran in, that process's CPU clock
+    (`process_cpu_seconds`) at the run's start and at its last write, and its wall seconds."""
 
-    pid: int
-    cpu_seconds: float
+    process: str
+    cpu_start: float
+    cpu_end: float
     wall_seconds: float
+
+    @property
+    def cpu_seconds(self) -> float:
+        return self.cpu_end - self.cpu_start
 
 
 def read_runs(path: Path) -> list[RunCost]:
@@ -58,8 +83,8 @@ def read_runs(path: Path) -> list[RunCost]:
     losing it must not stop the loop."""
     try:
         runs = json.loads(path.read_text(encoding="utf-8"))["runs"]
-        return [RunCost(int(r["pid"]), float(r["cpu_seconds"]), float(r["wall_seconds"]))
-                for r in runs]
+        return [RunCost(str(r["process"]), float(r["cpu_start"]), float(r["cpu_end"]),
+                        float(r["wall_seconds"])) for r in runs]
     except FileNotFoundError:
         return []
     except (OSError, ValueError, KeyError, TypeError) as error:
@@ -80,8 +105,11 @@ class CostLedger:
         self.period_s = period_s
         self.earlier = read_runs(self.path)
         # a killed run's half-written ledger (one run of a stage or share writes at a time)
-        for leftover in self.path.parent.glob(f".{self.path.name}.*.tmp"):
-            leftover.unlink(missing_ok=True)
+        try:
+            for leftover in self.path.parent.glob(f".{self.path.name}.*.tmp"):
+                leftover.unlink(missing_ok=True)
+        except OSError as error:
+            log.warning("cost ledger %s: leftovers not removed: %s", self.path, error)
         self._cpu = process_cpu_seconds()
         self._wall = time.perf_counter()
         self._stop = threading.Event()
@@ -90,17 +118,19 @@ class CostLedger:
 
     def now(self) -> RunCost:
         """This run's cost so far."""
-        return RunCost(os.getpid(), round(process_cpu_seconds() - self._cpu, 3),
+        return RunCost(process_identity(), round(self._cpu, 3),
+                       round(process_cpu_seconds(), 3),
                        round(time.perf_counter() - self._wall, 3))
 
     def write(self) -> None:
-        """Write the earlier runs and this one's cost so far (atomically)."""
-        runs = [asdict(r) for r in (*self.earlier, self.now())]
+        """Write the earlier runs and this one's cost so far (atomically; measured under the
+        lock, so a later write never puts an older figure over a newer one)."""
         with self._lock:
+            runs = [asdict(r) for r in (*self.earlier, self.now())]
             self.path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(json.dumps({"runs": runs}, indent=1), self.path)
 
-    def _try_write(self) -> None:
+    def try_write(self) -> None:
         """`write`, an OS error logged: the ledger describes the work, it must not stop it
         (nor hide the error a failing stage raises); the next write tries again."""
         try:
@@ -110,10 +140,10 @@ class CostLedger:
 
     def _beat(self) -> None:
         while not self._stop.wait(self.period_s):
-            self._try_write()
+            self.try_write()
 
     def __enter__(self) -> CostLedger:
-        self._try_write()
+        self.try_write()
         self._thread = threading.Thread(target=self._beat, name="cost-ledger", daemon=True)
         self._thread.start()
         return self
@@ -123,7 +153,7 @@ class CostLedger:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        self._try_write()
+        self.try_write()
 
 
 def stage_ledger(cost_dir: Path, stage: str) -> Path:
@@ -138,26 +168,32 @@ def share_ledger(cost_dir: Path, worker: str) -> Path:
 
 def earlier_cost(stage_runs: Iterable[RunCost],
                  share_runs: Iterable[RunCost]) -> dict[str, float]:
-    """What the runs before this one cost. CPU by process, each kind of entry summed over the
-    runs the process made: a process that ran the stage counts the larger of its stage
-    entries and its share entries (the shares it played in-process measured the same
-    process's CPU, and a share writes after each game, where the stage's entry may be a
-    period stale); a process that only played shares (a Dask worker) counts its shares. Wall
-    time is the stage's runs' own (its shares ran at the same time)."""
+    """What the runs before this one cost. CPU by process: the union of the intervals its
+    runs (stage and shares alike) covered on its CPU clock, so runs that overlapped in one
+    process (shares on threads, a share inside the stage's process, whose entry may be a
+    period fresher than the stage's) count once, and a process that only played shares (a
+    Dask worker) counts its shares. Wall time is the stage's runs' own (its shares ran at the
+    same time)."""
     stage_runs = list(stage_runs)
-    staged, shared = _by_process(stage_runs), _by_process(share_runs)
-    cpu = sum(max(staged.get(pid, 0.0), shared.get(pid, 0.0)) for pid in {*staged, *shared})
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for run in (*stage_runs, *share_runs):
+        spans.setdefault(run.process, []).append((run.cpu_start, max(run.cpu_start,
+                                                                     run.cpu_end)))
+    cpu = sum(_union_length(s) for s in spans.values())
     return {"runs": len(stage_runs), "cpu_seconds": round(cpu, 3),
             "wall_seconds": round(sum(r.wall_seconds for r in stage_runs), 3)}
 
 
-def _by_process(runs: Iterable[RunCost]) -> dict[int, float]:
-    """CPU seconds summed by process id (one process may have run a stage more than once)."""
-    total: dict[int, float] = {}
-    for run in runs:
-        total[run.pid] = total.get(run.pid, 0.0) + run.cpu_seconds
+def _union_length(spans: list[tuple[float, float]]) -> float:
+    """The length of the union of the intervals `spans`."""
+    total, reach = 0.0, -math.inf
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
     return total
 
 
 __all__ = ["COST_DIR", "DEFAULT_PERIOD_S", "CostLedger", "RunCost", "earlier_cost",
-           "process_cpu_seconds", "read_runs", "share_ledger", "stage_ledger"]
+           "process_cpu_seconds", "process_identity", "read_runs", "share_ledger",
+           "stage_ledger"]

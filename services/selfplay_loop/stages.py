@@ -116,6 +116,7 @@ from services.selfplay_loop.cost import (
     RunCost,
     earlier_cost,
     process_cpu_seconds,
+    process_identity,
     share_ledger,
     stage_ledger,
 )
@@ -316,7 +317,7 @@ def play_share(task: ShareTask,
 
     def finished(game_id: str, record: Any) -> None:
         if ledger is not None:
-            ledger.write()
+            ledger.try_write()
         if on_game is not None:
             on_game(game_id, record)
 
@@ -336,6 +337,7 @@ def play_share(task: ShareTask,
             "visits": sum(m.visits for g in report.played for m in g.moves),
             "seconds": round(report.seconds, 3),
             "cpu_seconds": round(process_cpu_seconds() - cpu, 3), "pid": os.getpid(),
+            "process": process_identity(),
             "earlier_runs": [dataclasses.asdict(r) for r in earlier]}
 
 
@@ -785,7 +787,7 @@ class SelfPlayStages:
                 "shares": [{k: r[k] for k in ("worker", "played", "skipped", "seconds",
                                               "cpu_seconds")} for r in reports],
                 "remote_cpu_seconds": sum(r["cpu_seconds"] for r in reports
-                                          if r["pid"] != os.getpid()),
+                                          if r["process"] != process_identity()),
                 "earlier_share_runs": [run for r in reports for run in r["earlier_runs"]]}
 
     @counted
