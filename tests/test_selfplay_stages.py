@@ -546,22 +546,19 @@ def test_a_fixed_threshold_and_a_self_play_begun_before_a_pin_keep_the_setting(t
     history = [{"iteration": 0, "selfplay": {"resign_threshold": 0.99}}]
     fixed = SelfPlayStages(_settings(tmp_path, "gomoku", resign_fp_target=0.0), tmp_path / "a",
                            ingest=lambda **_: {})
-    got = fixed.resign_threshold(1, history)
+    got = fixed.resign_threshold(1, 1, history)
     assert got == {"threshold": 0.9, "rule": "fixed", "why": "--resign-fp-target 0"}
     # a self-play folder with games and no pin: played with the setting before, kept
     run = tmp_path / "b"
     _write_games(run / "iter-0001" / "selfplay-0001", [_played_out(-0.99, WHITE)])
     begun = SelfPlayStages(_settings(tmp_path, "gomoku"), run, ingest=lambda **_: {})
-    got = begun.resign_threshold(1, history)
+    got = begun.resign_threshold(1, 1, history)
     assert got["rule"] == "fixed" and got["threshold"] == 0.9 and "began before" in got["why"]
     # without games: calibrated from the history the serving version played, from its last
     # threshold (too few: kept)
-    run = tmp_path / "c"
-    (run / "iter-0001").mkdir(parents=True)
-    (run / "iter-0001" / "serving.json").write_text(json.dumps({"version": 1}))
-    fresh = SelfPlayStages(_settings(tmp_path, "gomoku"), run, ingest=lambda **_: {})
+    fresh = SelfPlayStages(_settings(tmp_path, "gomoku"), tmp_path / "c", ingest=lambda **_: {})
     own = [{"iteration": 0, "selfplay": {"resign_threshold": 0.99, "serving_version": 1}}]
-    got = fresh.resign_threshold(1, own)
+    got = fresh.resign_threshold(1, 1, own)
     assert got["rule"] == "kept" and got["threshold"] == 0.99 and got["games"] == 0
     assert got["iterations"] == [0]
 
@@ -591,7 +588,5 @@ def test_a_new_serving_version_plays_its_first_iteration_out(tmp_path):
     assert summary["resigned"] == 0
     # its second iteration calibrates from its own played-out games
     mine = [*parent, {"iteration": 1, "selfplay": {**summary, "serving_version": 1}}]
-    (run / "iter-0002").mkdir()
-    (run / "iter-0002" / "serving.json").write_text(json.dumps({"version": 1}))
-    got = stages.resign_threshold(2, mine)
+    got = stages.resign_threshold(2, 1, mine)
     assert got["rule"] != PLAYED_OUT and got["iterations"] == [1] and got["games"] == 6

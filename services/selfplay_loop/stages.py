@@ -70,7 +70,6 @@ import functools
 import json
 import logging
 import math
-import os
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -336,7 +335,7 @@ def play_share(task: ShareTask,
             "moves": report.moves,
             "visits": sum(m.visits for g in report.played for m in g.moves),
             "seconds": round(report.seconds, 3),
-            "cpu_seconds": round(process_cpu_seconds() - cpu, 3), "pid": os.getpid(),
+            "cpu_seconds": round(process_cpu_seconds() - cpu, 3),
             "process": process_identity(),
             "earlier_runs": [dataclasses.asdict(r) for r in earlier]}
 
@@ -663,10 +662,12 @@ class SelfPlayStages:
         """The finished iterations whose self-play `version` played."""
         return [h for h in history if h.get("selfplay", {}).get("serving_version") == version]
 
-    def resign_threshold(self, iteration: int, history: list[dict]) -> dict[str, Any]:
-        """The resign threshold `iteration`'s games are played with and how it was chosen,
-        pinned in its ``resign.json`` at the iteration's start (a rerun after a kill, here or
-        on a worker, plays the rest of the games with the same one):
+    def resign_threshold(self, iteration: int, serving: int,
+                         history: list[dict]) -> dict[str, Any]:
+        """The resign threshold `iteration`'s games, played by version `serving`, are played
+        with and how it was chosen, pinned in its ``resign.json`` at the iteration's start (a
+        rerun after a kill, here or on a worker, plays the rest of the games with the same
+        one):
 
         * ``fixed``: `resign_fp_target` 0, or a self-play folder that began before a
           threshold was pinned (its games were played with it): the games' own setting;
@@ -691,9 +692,9 @@ class SelfPlayStages:
             why = ("--resign-fp-target 0" if not s.resign_fp_target else
                    "the iteration's self-play began before a threshold was pinned")
             pinned: dict[str, Any] = {"threshold": fixed, "rule": "fixed", "why": why}
-        elif not (own := self._played_by(self.serving(iteration), history)):
+        elif not (own := self._played_by(serving, history)):
             pinned = {"threshold": previous, "rule": PLAYED_OUT, "no_resign_share": 1.0,
-                      "why": f"v{self.serving(iteration)} has no finished iteration yet"}
+                      "why": f"v{serving} has no finished iteration yet"}
         else:
             recent = own[-s.resign_iterations:]
             games = [json.loads(p.read_text(encoding="utf-8"))
@@ -749,7 +750,7 @@ class SelfPlayStages:
     def selfplay(self, iteration: int, folder: Path, history: list[dict]) -> dict:
         s = self.settings
         serving = self.serving(iteration)
-        resign = self.resign_threshold(iteration, history)
+        resign = self.resign_threshold(iteration, serving, history)
         played = dataclasses.replace(
             s.selfplay, resign_threshold=float(resign["threshold"]),
             no_resign_share=float(resign.get("no_resign_share", s.selfplay.no_resign_share)))
@@ -949,5 +950,4 @@ class SelfPlayStages:
 
 __all__ = ["LINEAGE_KEY", "RESIGN_FILE", "SHARES_FILE", "Ingest", "LoopSettings", "PlayShares",
            "SelfPlayStages", "ShareTask", "folder_stats", "match_elo", "play_share",
-           "process_cpu_seconds", "require_trainable", "served_weights", "share_evaluator",
-           "share_plan"]
+           "require_trainable", "served_weights", "share_evaluator", "share_plan"]
